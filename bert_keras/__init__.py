@@ -1,0 +1,6 @@
+"""bert-keras: BERT in TensorFlow 2 / Keras 3."""
+
+from bert_keras.config import BertConfig
+from bert_keras.encoder import BertEncoder
+
+__all__ = ["BertConfig", "BertEncoder"]

@@ -1,0 +1,40 @@
+"""Shared test setup: quiet TensorFlow, deterministic seeds, tiny model sizes."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+
+# Sizes that all differ (Google's modeling_test.py habit), so a transposed weight fails.
+TINY = dict(
+    vocab_size=99,
+    num_layers=3,
+    hidden_size=32,
+    num_heads=4,
+    intermediate_size=37,
+    max_sequence_length=40,
+)
+
+
+def make_inputs(batch=3, seq=11, lengths=None, vocab=99, seed=0):
+    """A padded int32 input dict: ids in [1, vocab), mask 1 up to each length, pairs typed."""
+    rng = np.random.default_rng(seed)
+    lengths = lengths or [seq - i * (seq // (batch + 1)) for i in range(batch)]
+    ids = rng.integers(1, vocab, size=(batch, seq)).astype(np.int32)
+    mask = (np.arange(seq)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
+    types = np.zeros((batch, seq), np.int32)
+    for row, length in enumerate(lengths):
+        types[row, length // 2 : length] = 1
+    return {"input_word_ids": ids * mask, "input_mask": mask, "input_type_ids": types}
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    import keras
+
+    keras.utils.set_random_seed(1234)
+    yield

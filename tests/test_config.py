@@ -1,0 +1,119 @@
+import json
+import os
+
+import pytest
+
+from bert_keras import BertConfig
+from bert_keras.config import PRESETS
+
+# A bert_config.json exactly as Google released it for BERT-Base, Uncased.
+GOOGLE_BASE = {
+    "attention_probs_dropout_prob": 0.1,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 768,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 512,
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "type_vocab_size": 2,
+    "vocab_size": 30522,
+}
+
+
+def test_google_file_round_trip(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(GOOGLE_BASE))
+    config = BertConfig.from_json_file(path)
+    assert config == BertConfig.from_preset("base")
+    assert config.layer_norm_eps == 1e-12  # Google's files omit it.
+    out = tmp_path / "out.json"
+    config.to_json_file(out)
+    written = json.loads(out.read_text())
+    assert {k: written[k] for k in GOOGLE_BASE} == GOOGLE_BASE
+    assert BertConfig.from_json_file(out) == config
+
+
+def test_to_json_file_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "bert_config.json"
+    BertConfig().to_json_file(out)
+    with pytest.raises(FileExistsError, match="bert_config.json"):
+        BertConfig().to_json_file(out)
+    BertConfig(vocab_size=7).to_json_file(out, overwrite=True)
+    assert BertConfig.from_json_file(out).vocab_size == 7
+
+
+def test_multilingual_pooler_keys_accepted(tmp_path):
+    values = dict(GOOGLE_BASE, directionality="bidi", pooler_type="first_token_transform",
+                  pooler_fc_size=768, pooler_num_attention_heads=12, pooler_num_fc_layers=3,
+                  pooler_size_per_head=128, vocab_size=119547)
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(values))
+    assert BertConfig.from_json_file(path).vocab_size == 119547
+
+
+@pytest.mark.parametrize(
+    "presets, expected",
+    [
+        ("tiny", (2, 128, 2)),
+        ("mini", (4, 256, 4)),
+        ("small", (4, 512, 8)),
+        ("medium", (8, 512, 8)),
+        ("base", (12, 768, 12)),
+        ("large", (24, 1024, 16)),
+    ],
+)
+def test_presets(presets, expected):
+    c = BertConfig.from_preset(presets)
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads) == expected
+    assert c.intermediate_size == 4 * c.hidden_size
+    assert (c.vocab_size, c.max_position_embeddings, c.type_vocab_size) == (30522, 512, 2)
+
+
+def test_preset_overrides_and_unknown_preset():
+    assert BertConfig.from_preset("tiny", vocab_size=1000).vocab_size == 1000
+    with pytest.raises(ValueError, match="huge"):
+        BertConfig.from_preset("huge")
+    assert set(PRESETS) == {"tiny", "mini", "small", "medium", "base", "large"}
+
+
+def test_unknown_key_named(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(dict(GOOGLE_BASE, hiden_size=768)))
+    with pytest.raises(ValueError, match=r"hiden_size") as e:
+        BertConfig.from_json_file(path)
+    assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hidden_size", -768),
+        ("num_hidden_layers", 0),
+        ("vocab_size", 1.5),
+        ("intermediate_size", True),
+        ("hidden_dropout_prob", 1.0),
+        ("attention_probs_dropout_prob", -0.1),
+        ("layer_norm_eps", 0),
+        ("hidden_act", "swish"),
+    ],
+)
+def test_invalid_values_named(field, value):
+    with pytest.raises(ValueError, match=field):
+        BertConfig.from_dict(dict(GOOGLE_BASE, **{field: value}))
+
+
+def test_heads_must_divide_hidden():
+    with pytest.raises(ValueError, match="num_attention_heads") as e:
+        BertConfig(hidden_size=100, num_attention_heads=12)
+    assert "hidden_size=100" in str(e.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        BertConfig.from_json_file(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json"):
+        BertConfig.from_json_file(bad)

@@ -1,0 +1,229 @@
+"""BertEncoder: the BERT network as a functional Keras model, dict in and dict out."""
+
+import keras
+from keras import ops
+
+from bert_keras.config import BertConfig
+from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock
+from bert_keras.layers.activations import clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertEncoder(keras.Model):
+    """BERT's encoder (Devlin et al. 2018, https://arxiv.org/abs/1810.04805).
+
+    Shapes: B = batch, S = sequence length (any S <= max_sequence_length), H = hidden size.
+
+    Inputs (TF Hub BERT names), a dict of int32 Tensors of shape [B, S]:
+      input_word_ids: WordPiece ids.
+      input_mask: 1 for real tokens, 0 for padding.
+      input_type_ids: segment ids, 0 for sentence A, 1 for sentence B.
+
+    Outputs, a dict:
+      sequence_output: float [B, S, H], the last layer.
+      pooled_output: float [B, H], Dense(H, tanh) of the last layer's [CLS] vector.
+      encoder_outputs: list of num_layers float [B, S, H], every layer's output.
+
+    Layer names follow Google's checkpoint scopes (`embeddings`, `transformer_layer_{i}`,
+    `pooler_dense`), so the converters in `bert_keras.checkpoints` are tables of name pairs.
+
+    Args:
+      vocab_size: V.
+      num_layers: L.
+      hidden_size: H.
+      num_heads: A; H must be divisible by it.
+      intermediate_size: feed-forward width (4H in BERT).
+      hidden_act: feed-forward activation name ("gelu" = exact erf, "gelu_new" = tanh).
+      dropout: dropout on embeddings and sublayer outputs.
+      attention_dropout: dropout on attention probabilities.
+      max_sequence_length: rows of the position table.
+      type_vocab_size: number of segment ids.
+      initializer_range: stddev of the TruncatedNormal initializer.
+      layer_norm_epsilon: LayerNorm epsilon.
+      dtype: dtype policy, e.g. "mixed_bfloat16" (LayerNorm and softmax stay float32).
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        num_layers=12,
+        hidden_size=768,
+        num_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu",
+        dropout=0.1,
+        attention_dropout=0.1,
+        max_sequence_length=512,
+        type_vocab_size=2,
+        initializer_range=0.02,
+        layer_norm_epsilon=1e-12,
+        dtype=None,
+        **kwargs,
+    ):
+        # Validate through BertConfig so a bad size fails here, naming the field, and not
+        # deep inside a layer's build.
+        BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            intermediate_size=intermediate_size,
+            hidden_act=hidden_act,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=attention_dropout,
+            max_position_embeddings=max_sequence_length,
+            type_vocab_size=type_vocab_size,
+            initializer_range=initializer_range,
+            layer_norm_eps=layer_norm_epsilon,
+        )
+        initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+        # === Layers ===
+        embeddings = BertEmbeddings(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            max_sequence_length=max_sequence_length,
+            type_vocab_size=type_vocab_size,
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            initializer=clone_initializer(initializer),
+            dtype=dtype,
+            name="embeddings",
+        )
+        blocks = [
+            TransformerEncoderBlock(
+                num_heads=num_heads,
+                intermediate_size=intermediate_size,
+                activation=hidden_act,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                initializer=clone_initializer(initializer),
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        pooler = keras.layers.Dense(
+            hidden_size,
+            activation="tanh",
+            kernel_initializer=clone_initializer(initializer),
+            dtype=dtype,
+            name="pooler_dense",
+        )
+
+        # === Functional model ===
+        input_word_ids = keras.Input(shape=(None,), dtype="int32", name="input_word_ids")
+        input_mask = keras.Input(shape=(None,), dtype="int32", name="input_mask")
+        input_type_ids = keras.Input(shape=(None,), dtype="int32", name="input_type_ids")
+
+        x = embeddings(input_word_ids, input_type_ids)  # [B, S, H]
+        encoder_outputs = []
+        for block in blocks:
+            x = block(x, attention_mask=input_mask)  # [B, S, H]
+            encoder_outputs.append(x)
+        cls_vector = x[:, 0, :]  # [B, H]: the [CLS] token summarises the sequence.
+        pooled_output = pooler(cls_vector)
+
+        super().__init__(
+            inputs={
+                "input_word_ids": input_word_ids,
+                "input_mask": input_mask,
+                "input_type_ids": input_type_ids,
+            },
+            outputs={
+                "sequence_output": x,
+                "pooled_output": pooled_output,
+                "encoder_outputs": encoder_outputs,
+            },
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocab_size = vocab_size
+        self.num_layers = num_layers
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.max_sequence_length = max_sequence_length
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.embeddings_layer = embeddings
+        self.transformer_layers = blocks
+        self.pooler_layer = pooler
+
+    @classmethod
+    def from_bert_config(cls, config: BertConfig, **kwargs):
+        """Builds an encoder from a `BertConfig` (Google's bert_config.json keys)."""
+        return cls(
+            vocab_size=config.vocab_size,
+            num_layers=config.num_hidden_layers,
+            hidden_size=config.hidden_size,
+            num_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+            hidden_act=config.hidden_act,
+            dropout=config.hidden_dropout_prob,
+            attention_dropout=config.attention_probs_dropout_prob,
+            max_sequence_length=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            initializer_range=config.initializer_range,
+            layer_norm_epsilon=config.layer_norm_eps,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs):
+        """Builds a randomly initialised encoder of a preset size ("tiny" ... "large")."""
+        return cls.from_bert_config(BertConfig.from_preset(name), **kwargs)
+
+    def to_bert_config(self) -> BertConfig:
+        """The `BertConfig` this encoder was built with (for bert_config.json beside weights)."""
+        return BertConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            hidden_act=self.hidden_act,
+            hidden_dropout_prob=self.dropout,
+            attention_probs_dropout_prob=self.attention_dropout,
+            max_position_embeddings=self.max_sequence_length,
+            type_vocab_size=self.type_vocab_size,
+            initializer_range=self.initializer_range,
+            layer_norm_eps=self.layer_norm_epsilon,
+        )
+
+    def get_embedding_table(self):
+        """The word-embedding variable [V, H]; the masked-LM head ties its output to it."""
+        return self.embeddings_layer.get_embedding_table()
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "vocab_size": self.vocab_size,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "num_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "type_vocab_size": self.type_vocab_size,
+            "initializer_range": self.initializer_range,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "dtype" in config and isinstance(config["dtype"], dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)

@@ -1,0 +1,114 @@
+"""SelfAttention: BERT's multi-head scaled dot-product self-attention with a padding mask."""
+
+import math
+
+import keras
+from keras import ops
+
+from bert_keras.layers.activations import clone_initializer
+
+# Added to attention scores at padded key positions. Google's code uses -10000: after the
+# softmax, exp(-10000 + s) underflows to exactly 0 in float32 for any realistic score s,
+# so padded keys get zero weight and outputs at real positions do not depend on padding.
+_MASK_ADDEND = -10000.0
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class SelfAttention(keras.layers.Layer):
+    """Multi-head self-attention (Vaswani et al. 2017), as in BERT's `attention/self` scope.
+
+    Shapes: B = batch, S = sequence length, H = hidden size, N = heads, D = H / N.
+
+    The query, key and value projections are Dense layers with [H, H] kernels (Google's
+    checkpoint layout), so weights convert by name with no reshape. Scores are computed and
+    softmaxed in float32 even under a mixed-precision policy.
+
+    Args:
+      num_heads: N.
+      dropout: dropout rate on attention probabilities (BERT drops whole attention links).
+      initializer: kernel initializer of the projections.
+    """
+
+    def __init__(self, num_heads, dropout=0.1, initializer="truncated_normal", **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(num_heads, int) or num_heads <= 0:
+            raise ValueError(f"`num_heads` must be a positive integer. Received: {num_heads!r}")
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.initializer = keras.initializers.get(initializer)
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        hidden_size = input_shape[-1]
+        if hidden_size % self.num_heads:
+            raise ValueError(
+                f"Hidden size {hidden_size} is not divisible by num_heads={self.num_heads}."
+            )
+        self.head_size = hidden_size // self.num_heads
+
+        def dense(name):
+            layer = keras.layers.Dense(
+                hidden_size,
+                kernel_initializer=clone_initializer(self.initializer),
+                name=name,
+                dtype=self.dtype_policy,
+            )
+            layer.build(input_shape)
+            return layer
+
+        self.query = dense("query")
+        self.key = dense("key")
+        self.value = dense("value")
+        self.built = True
+
+    def _split_heads(self, x, batch_size, seq_length):
+        # [B, S, H] -> [B, S, N, D] -> [B, N, S, D]
+        x = ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def call(self, x, attention_mask=None, training=None):
+        """Attends every position to every unmasked position.
+
+        Args:
+          x: float Tensor of shape [B, S, H].
+          attention_mask: int or float Tensor of shape [B, S], 1 for real tokens and 0 for
+            padding (the `input_mask` of BERT), or None for no masking.
+          training: Python bool, whether dropout is active.
+
+        Returns:
+          float Tensor of shape [B, S, H], the heads' context vectors concatenated (before
+          the output projection, which lives in the transformer block).
+        """
+        batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
+        q = self._split_heads(self.query(x), batch_size, seq_length)  # [B, N, S, D]
+        k = self._split_heads(self.key(x), batch_size, seq_length)  # [B, N, S, D]
+        v = self._split_heads(self.value(x), batch_size, seq_length)  # [B, N, S, D]
+
+        # [B, N, S, D] x [B, N, D, S] -> [B, N, S, S], in float32 for a stable softmax.
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size))
+        if attention_mask is not None:
+            # [B, S] -> [B, 1, 1, S]: the same key mask for every head and query.
+            mask = ops.cast(attention_mask, "float32")[:, None, None, :]
+            scores = scores + (1.0 - mask) * _MASK_ADDEND
+        probs = ops.softmax(scores, axis=-1)
+        probs = ops.cast(probs, self.compute_dtype)
+        probs = self.dropout_layer(probs, training=training)
+
+        context = ops.matmul(probs, v)  # [B, N, S, D]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, S, N, D]
+        return ops.reshape(context, (batch_size, seq_length, self.num_heads * self.head_size))
+
+    def compute_output_shape(self, x_shape, attention_mask_shape=None):
+        return tuple(x_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config

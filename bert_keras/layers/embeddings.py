@@ -1,0 +1,125 @@
+"""BertEmbeddings: token + segment + learned position embeddings, LayerNorm, dropout."""
+
+import keras
+from keras import ops
+
+from bert_keras.layers.activations import clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertEmbeddings(keras.layers.Layer):
+    """The input layer of BERT (Devlin et al. 2018, section 3, figure 2).
+
+    output = Dropout(LayerNorm(word[input_word_ids] + position[0:S] + segment[input_type_ids]))
+
+    Weights are named after Google's checkpoint scope `bert/embeddings/...`:
+    `word_embeddings [V, H]`, `position_embeddings [P, H]`, `token_type_embeddings [T, H]`,
+    and `layer_norm` (gamma, beta).
+
+    Args:
+      vocab_size: V, number of WordPiece ids.
+      hidden_size: H, embedding width.
+      max_sequence_length: P, rows of the position table; inputs may be shorter.
+      type_vocab_size: T, number of segment ids.
+      dropout: dropout rate applied after LayerNorm.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 in BERT: variance of an embedding row is
+        far larger than that, so it only guards against division by zero).
+      initializer: initializer of the three tables (TruncatedNormal(0.02) in BERT).
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        max_sequence_length,
+        type_vocab_size=2,
+        dropout=0.1,
+        layer_norm_epsilon=1e-12,
+        initializer="truncated_normal",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("hidden_size", hidden_size),
+            ("max_sequence_length", max_sequence_length),
+            ("type_vocab_size", type_vocab_size),
+        ):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.max_sequence_length = max_sequence_length
+        self.type_vocab_size = type_vocab_size
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer = keras.initializers.get(initializer)
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
+        )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        self.word_embeddings = self.add_weight(
+            name="word_embeddings",
+            shape=(self.vocab_size, self.hidden_size),
+            initializer=clone_initializer(self.initializer),
+        )
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings",
+            shape=(self.max_sequence_length, self.hidden_size),
+            initializer=clone_initializer(self.initializer),
+        )
+        self.token_type_embeddings = self.add_weight(
+            name="token_type_embeddings",
+            shape=(self.type_vocab_size, self.hidden_size),
+            initializer=clone_initializer(self.initializer),
+        )
+        self.layer_norm.build((None, None, self.hidden_size))
+        self.built = True
+
+    def call(self, input_word_ids, input_type_ids, training=None):
+        """Embeds a batch of token ids.
+
+        Args:
+          input_word_ids: int32 Tensor of shape [B, S].
+          input_type_ids: int32 Tensor of shape [B, S], segment ids.
+          training: Python bool, whether dropout is active.
+
+        Returns:
+          float Tensor of shape [B, S, H].
+        """
+        seq_length = ops.shape(input_word_ids)[1]
+        if isinstance(seq_length, int) and seq_length > self.max_sequence_length:
+            raise ValueError(
+                f"Sequence length {seq_length} exceeds the position table "
+                f"(max_sequence_length={self.max_sequence_length})."
+            )
+        words = ops.take(self.word_embeddings, input_word_ids, axis=0)  # [B, S, H]
+        types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)  # [B, S, H]
+        positions = self.position_embeddings[:seq_length]  # [S, H]
+        x = words + types + positions[None, :, :]
+        x = self.layer_norm(x)
+        return self.dropout_layer(x, training=training)
+
+    def get_embedding_table(self):
+        """The word-embedding variable [V, H], for heads that tie their output to it."""
+        return self.word_embeddings
+
+    def compute_output_shape(self, input_word_ids_shape, input_type_ids_shape=None):
+        return tuple(input_word_ids_shape) + (self.hidden_size,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "hidden_size": self.hidden_size,
+                "max_sequence_length": self.max_sequence_length,
+                "type_vocab_size": self.type_vocab_size,
+                "dropout": self.dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config

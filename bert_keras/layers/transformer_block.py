@@ -1,0 +1,129 @@
+"""TransformerEncoderBlock: one post-LayerNorm BERT layer."""
+
+import keras
+
+from bert_keras.layers.activations import clone_initializer, get_activation
+from bert_keras.layers.attention import SelfAttention
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class TransformerEncoderBlock(keras.layers.Layer):
+    """One BERT encoder layer (post-LN, as in Devlin et al. 2018 and Vaswani et al. 2017).
+
+        a = LayerNorm(x + Dropout(Dense_H(SelfAttention(x, mask))))
+        y = LayerNorm(a + Dropout(Dense_H(act(Dense_I(a)))))
+
+    Sublayers are named after Google's checkpoint scopes under `bert/encoder/layer_i/`:
+    `self_attention` (attention/self), `attention_output` (attention/output/dense),
+    `attention_layer_norm` (attention/output/LayerNorm), `intermediate` (intermediate/dense),
+    `output_dense` (output/dense), `output_layer_norm` (output/LayerNorm).
+
+    Args:
+      num_heads: attention heads N.
+      intermediate_size: I, width of the feed-forward layer.
+      activation: feed-forward activation name ("gelu", "gelu_new", ...) or callable.
+      dropout: dropout on each sublayer's output before the residual sum.
+      attention_dropout: dropout on attention probabilities.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 in BERT).
+      initializer: kernel initializer (TruncatedNormal(0.02) in BERT).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_size,
+        activation="gelu",
+        dropout=0.1,
+        attention_dropout=0.1,
+        layer_norm_epsilon=1e-12,
+        initializer="truncated_normal",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(intermediate_size, int) or intermediate_size <= 0:
+            raise ValueError(
+                f"`intermediate_size` must be a positive integer. Received: {intermediate_size!r}"
+            )
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.activation = activation
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer = keras.initializers.get(initializer)
+        self._activation_fn = get_activation(activation)
+        self.self_attention = SelfAttention(
+            num_heads,
+            dropout=attention_dropout,
+            initializer=clone_initializer(self.initializer),
+            name="self_attention",
+            dtype=self.dtype_policy,
+        )
+        self.attention_dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        hidden_size = input_shape[-1]
+
+        def dense(units, name):
+            return keras.layers.Dense(
+                units,
+                kernel_initializer=clone_initializer(self.initializer),
+                name=name,
+                dtype=self.dtype_policy,
+            )
+
+        def layer_norm(name):
+            return keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy
+            )
+
+        self.self_attention.build(input_shape)
+        self.attention_output = dense(hidden_size, "attention_output")
+        self.attention_output.build(input_shape)
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.attention_layer_norm.build(input_shape)
+        self.intermediate = dense(self.intermediate_size, "intermediate")
+        self.intermediate.build(input_shape)
+        self.output_dense = dense(hidden_size, "output_dense")
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_size,))
+        self.output_layer_norm = layer_norm("output_layer_norm")
+        self.output_layer_norm.build(input_shape)
+        self.built = True
+
+    def call(self, x, attention_mask=None, training=None):
+        """Runs the layer.
+
+        Args:
+          x: float Tensor of shape [B, S, H].
+          attention_mask: Tensor of shape [B, S], 1 for real tokens, 0 for padding.
+          training: Python bool, whether dropout is active.
+
+        Returns:
+          float Tensor of shape [B, S, H].
+        """
+        attended = self.self_attention(x, attention_mask=attention_mask, training=training)
+        attended = self.attention_dropout_layer(self.attention_output(attended), training=training)
+        x = self.attention_layer_norm(x + attended)
+
+        hidden = self._activation_fn(self.intermediate(x))  # [B, S, I]
+        hidden = self.output_dropout_layer(self.output_dense(hidden), training=training)
+        return self.output_layer_norm(x + hidden)
+
+    def compute_output_shape(self, x_shape, attention_mask_shape=None):
+        return tuple(x_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_size": self.intermediate_size,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config

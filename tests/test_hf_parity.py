@@ -1,0 +1,174 @@
+"""Numerical parity with Hugging Face transformers' BertModel.
+
+Two ways: (1) against golden outputs committed in tests/testdata/hf_bert_*/golden.npz
+(made by tests/testdata/make_hf_golden.py; runs without torch), and (2) live, against a
+fresh random transformers model (runs when torch and transformers are installed).
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder
+from bert_keras.checkpoints import WeightLoadError, load_hf_encoder, load_hf_weights, read_hf_config
+from conftest import TESTDATA, make_inputs
+
+ACTIVATIONS = ("gelu", "gelu_new")
+INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def assert_outputs_close(ours, expected, mask, atol=1e-5):
+    mask = mask.astype(bool)
+    # Padded positions are garbage in every implementation; compare real tokens only.
+    np.testing.assert_allclose(
+        np.asarray(ours["sequence_output"])[mask], expected["sequence_output"][mask], atol=atol
+    )
+    np.testing.assert_allclose(ours["pooled_output"], expected["pooled_output"], atol=atol)
+    assert len(ours["encoder_outputs"]) == len(expected["encoder_outputs"])
+    for i, (a, b) in enumerate(zip(ours["encoder_outputs"], expected["encoder_outputs"])):
+        np.testing.assert_allclose(np.asarray(a)[mask], b[mask], atol=atol, err_msg=f"layer {i}")
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_golden_outputs(act):
+    path = os.path.join(TESTDATA, f"hf_bert_{act}")
+    golden = dict(np.load(os.path.join(path, "golden.npz")))
+    encoder = load_hf_encoder(path)
+    assert encoder.hidden_act == act
+    ours = encoder({k: golden[k] for k in INPUT_KEYS}, training=False)
+    assert_outputs_close(ours, golden, golden["input_mask"])
+
+
+def test_golden_activations_differ():
+    # The two golden models must not agree with each other's activation: proves the test
+    # above can tell "gelu" from "gelu_new".
+    path = os.path.join(TESTDATA, "hf_bert_gelu")
+    golden = dict(np.load(os.path.join(path, "golden.npz")))
+    config = read_hf_config(path)
+    wrong = BertEncoder(
+        vocab_size=config.vocab_size, num_layers=config.num_hidden_layers,
+        hidden_size=config.hidden_size, num_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size, hidden_act="gelu_new",
+        max_sequence_length=config.max_position_embeddings,
+    )
+    with pytest.raises(WeightLoadError, match="hidden_act"):
+        load_hf_weights(wrong, path)
+    # Loading the bare safetensors file skips the config check; the numbers must then differ.
+    load_hf_weights(wrong, os.path.join(path, "model.safetensors"))
+    ours = wrong({k: golden[k] for k in INPUT_KEYS})
+    mask = golden["input_mask"].astype(bool)
+    diff = np.abs(np.asarray(ours["sequence_output"])[mask] - golden["sequence_output"][mask])
+    assert diff.max() > 1e-4
+
+
+def _copy_model(tmp_path, act="gelu"):
+    dst = tmp_path / f"hf_{act}"
+    shutil.copytree(os.path.join(TESTDATA, f"hf_bert_{act}"), dst)
+    return dst
+
+
+def test_shape_mismatch_names_tensor_and_both_shapes(tmp_path):
+    path = _copy_model(tmp_path)
+    encoder = BertEncoder(vocab_size=98, num_layers=3, hidden_size=32, num_heads=4,
+                          intermediate_size=37, max_sequence_length=40)
+    before = [w.copy() for w in encoder.get_weights()]
+    with pytest.raises(WeightLoadError) as e:
+        load_hf_weights(encoder, str(path))
+    message = str(e.value)
+    assert "embeddings.word_embeddings.weight" in message
+    assert "(98, 32)" in message and "(99, 32)" in message
+    # Nothing was half-loaded.
+    for a, b in zip(before, encoder.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_missing_and_unexpected_tensors_listed(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    path = _copy_model(tmp_path)
+    tensors = load_file(str(path / "model.safetensors"))
+    del tensors["encoder.layer.2.output.dense.bias"]
+    tensors["encoder.layer.2.extra.weight"] = np.zeros((2,), np.float32)
+    save_file(tensors, str(path / "model.safetensors"))
+    encoder = BertEncoder(vocab_size=99, num_layers=3, hidden_size=32, num_heads=4,
+                          intermediate_size=37, max_sequence_length=40)
+    with pytest.raises(WeightLoadError) as e:
+        load_hf_weights(encoder, str(path))
+    assert "encoder.layer.2.output.dense.bias" in str(e.value)
+    assert "encoder.layer.2.extra.weight" in str(e.value)
+
+
+def test_fewer_layers_in_model_than_file(tmp_path):
+    encoder = BertEncoder(vocab_size=99, num_layers=2, hidden_size=32, num_heads=4,
+                          intermediate_size=37, max_sequence_length=40)
+    with pytest.raises(WeightLoadError, match="encoder.layer.2"):
+        load_hf_weights(encoder, os.path.join(TESTDATA, "hf_bert_gelu", "model.safetensors"))
+
+
+def test_heads_mismatch_is_caught_by_config(tmp_path):
+    # Heads don't change any shape; only config.json can reveal the mismatch.
+    encoder = BertEncoder(vocab_size=99, num_layers=3, hidden_size=32, num_heads=8,
+                          intermediate_size=37, max_sequence_length=40)
+    with pytest.raises(WeightLoadError, match="num_attention_heads"):
+        load_hf_weights(encoder, os.path.join(TESTDATA, "hf_bert_gelu"))
+
+
+def test_bad_files(tmp_path):
+    encoder = BertEncoder(vocab_size=99, num_layers=3, hidden_size=32, num_heads=4,
+                          intermediate_size=37, max_sequence_length=40)
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        load_hf_weights(encoder, str(tmp_path))
+    path = _copy_model(tmp_path)
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(WeightLoadError, match="model.safetensors"):
+        load_hf_weights(encoder, str(path))
+    config = json.loads((path / "config.json").read_text())
+    config["model_type"] = "roberta"
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="roberta"):
+        read_hf_config(str(path))
+
+
+# ------------------------------------------------------------------------------------------
+# Live parity against transformers (CI installs torch and transformers).
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS)
+def test_live_parity_with_transformers(act, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, TESTDATA)
+    import make_hf_golden
+
+    model = make_hf_golden.make_model(act, seed=42)
+    model.save_pretrained(str(tmp_path), safe_serialization=True)
+    inputs = make_inputs(batch=4, seq=13, lengths=[13, 9, 4, 1], seed=3)
+    expected = make_hf_golden.run_hf(model, inputs)
+    encoder = load_hf_encoder(str(tmp_path))
+    assert_outputs_close(encoder(inputs, training=False), expected, inputs["input_mask"])
+
+
+def test_live_parity_with_bert_for_pretraining_prefix(tmp_path):
+    """Weights nested under `bert.` with `cls.*` heads (BertForPreTraining) load too."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, TESTDATA)
+    import make_hf_golden
+
+    torch.manual_seed(7)
+    model = transformers.BertForPreTraining(
+        transformers.BertConfig(hidden_act="gelu", **make_hf_golden.SIZES)
+    ).eval()
+    model.save_pretrained(str(tmp_path), safe_serialization=True)
+    inputs = make_inputs(batch=2, seq=10, lengths=[10, 6], seed=5)
+    expected = make_hf_golden.run_hf(model.bert, inputs)
+    encoder = load_hf_encoder(str(tmp_path))
+    assert_outputs_close(encoder(inputs), expected, inputs["input_mask"])

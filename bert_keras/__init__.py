@@ -2,5 +2,6 @@
 
 from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
+from bert_keras.pretrainer import BertPretrainer
 
-__all__ = ["BertConfig", "BertEncoder"]
+__all__ = ["BertConfig", "BertEncoder", "BertPretrainer"]

@@ -2,6 +2,7 @@
 
 from bert_keras.layers.attention import SelfAttention
 from bert_keras.layers.embeddings import BertEmbeddings
+from bert_keras.layers.masked_lm_head import MaskedLMHead
 from bert_keras.layers.transformer_block import TransformerEncoderBlock
 
-__all__ = ["BertEmbeddings", "SelfAttention", "TransformerEncoderBlock"]
+__all__ = ["BertEmbeddings", "MaskedLMHead", "SelfAttention", "TransformerEncoderBlock"]

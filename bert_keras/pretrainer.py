@@ -1,0 +1,82 @@
+"""BertPretrainer: a BertEncoder with BERT's two pretraining heads (masked LM and NSP)."""
+
+import keras
+
+from bert_keras.encoder import BertEncoder
+from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.masked_lm_head import MaskedLMHead
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertPretrainer(keras.Model):
+    """BERT pretraining model (Devlin et al. 2018, section 3.1).
+
+    Inputs, a dict of int32 Tensors:
+      input_word_ids, input_mask, input_type_ids: [B, S], as for `BertEncoder`.
+      masked_lm_positions: [B, P], positions whose original token is predicted.
+
+    Outputs, a dict of float32 Tensors:
+      mlm_logits: [B, P, V], masked-LM logits (output projection tied to the encoder's
+        word-embedding table).
+      nsp_logits: [B, 2], next-sentence logits; label 0 = IsNext, 1 = NotNext.
+
+    Layer names follow Google's scopes: `masked_lm` (cls/predictions) and `nsp_dense`
+    (cls/seq_relationship).
+
+    Args:
+      encoder: a `BertEncoder`; its weights are shared, not copied.
+    """
+
+    def __init__(self, encoder, **kwargs):
+        if not isinstance(encoder, BertEncoder):
+            raise ValueError(f"`encoder` must be a BertEncoder. Received: {type(encoder).__name__}")
+        initializer = keras.initializers.TruncatedNormal(stddev=encoder.initializer_range)
+        masked_lm = MaskedLMHead(
+            encoder.embeddings_layer,
+            activation=encoder.hidden_act,
+            layer_norm_epsilon=encoder.layer_norm_epsilon,
+            initializer=clone_initializer(initializer),
+            dtype=encoder.dtype_policy,
+            name="masked_lm",
+        )
+        nsp_dense = keras.layers.Dense(
+            2,
+            kernel_initializer=clone_initializer(initializer),
+            dtype=encoder.dtype_policy,
+            name="nsp_dense",
+        )
+
+        inputs = dict(encoder.input)
+        inputs["masked_lm_positions"] = keras.Input(
+            shape=(None,), dtype="int32", name="masked_lm_positions"
+        )
+        outputs = encoder({k: inputs[k] for k in encoder.input})
+        mlm_logits = masked_lm(outputs["sequence_output"], inputs["masked_lm_positions"])
+        nsp_logits = keras.ops.cast(nsp_dense(outputs["pooled_output"]), "float32")
+        super().__init__(
+            inputs=inputs,
+            outputs={"mlm_logits": mlm_logits, "nsp_logits": nsp_logits},
+            **kwargs,
+        )
+        self.encoder = encoder
+        self.masked_lm = masked_lm
+        self.nsp_dense = nsp_dense
+
+    @classmethod
+    def from_bert_config(cls, config, **kwargs):
+        """A randomly initialised pretrainer for a `BertConfig`."""
+        dtype = kwargs.pop("dtype", None)
+        return cls(BertEncoder.from_bert_config(config, dtype=dtype), **kwargs)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.layers.serialize(self.encoder),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.layers.deserialize(config["encoder"])
+        return cls(**config)

@@ -4,23 +4,49 @@ Every BERT weight has three names:
   ours    the Keras variable path, e.g. `transformer_layer_3/self_attention/query/kernel`
   google  the TF1 checkpoint name, e.g. `bert/encoder/layer_3/attention/self/query/kernel`
   hf      the transformers name, e.g. `encoder.layer.3.attention.self.query.weight`
-and a layout rule: Google stores Dense kernels as [in, out] like Keras; PyTorch's nn.Linear
-stores [out, in], so HF "weight"s of dense layers are transposed. Nothing else is reshaped,
-because our attention projections keep Google's [H, H] kernels.
+and one layout rule per format, also in the table: Google stores Dense kernels as [in, out]
+like Keras, except the NSP head's `output_weights` [2, H] ([out, in]); PyTorch's nn.Linear
+stores [out, in], so every HF dense "weight" is transposed. Our attention projections keep
+Google's [H, H] kernels, so nothing is reshaped. A transpose is its own inverse, so the same
+row serves loading and saving; no code walks the model.
 
-Loading is all-or-nothing: every tensor is read, matched and shape-checked before any
-variable is assigned, so a model is never left half-loaded.
+Three on-disk formats:
+  google  a TF1 checkpoint (`<prefix>.index`, `<prefix>.data-00000-of-00001`) with names
+          as in DESIGN.md section 5, and `bert_config.json` beside it. Training checkpoints'
+          `global_step` and `*/adam_m`, `*/adam_v` slots are skipped on import.
+  hf      a transformers `save_pretrained` directory: `config.json` + `model.safetensors`.
+          BertModel names for an encoder; BertForPreTraining names (encoder under `bert.`,
+          heads under `cls.`) for a pretrainer.
+  keras   a `.keras` file from `model.save` (architecture, config and weights in one file).
+
+Loading is all-or-nothing: every name and shape is checked and every tensor read before any
+variable is assigned, so a model is never left half-loaded. Saving writes under a temporary
+name and renames when complete, and never overwrites.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
+import re
+import shutil
+import tempfile
+from typing import Callable
+
 import numpy as np
 from absl import logging
 
 from bert_keras.config import HIDDEN_ACTIVATIONS, BertConfig
+from bert_keras.encoder import BertEncoder
+from bert_keras.pretrainer import BertPretrainer
+
+FORMATS = ("google", "hf", "keras")
+
+
+class WeightLoadError(ValueError):
+    """Weights on disk do not fit the model; the message lists every offending tensor."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,21 +57,24 @@ class WeightName:
     google: str
     hf: str
     hf_transpose: bool = False  # True for nn.Linear weights ([out, in] in PyTorch).
+    google_transpose: bool = False  # True where Google's TF1 code stored [out, in].
 
+    def name(self, fmt: str) -> str:
+        """This weight's name in `fmt` ("google" or "hf")."""
+        return getattr(self, fmt)
 
-# The embeddings: bert/embeddings/*.
-EMBEDDING_WEIGHTS = (
-    WeightName("embeddings/word_embeddings", "bert/embeddings/word_embeddings",
-               "embeddings.word_embeddings.weight"),
-    WeightName("embeddings/position_embeddings", "bert/embeddings/position_embeddings",
-               "embeddings.position_embeddings.weight"),
-    WeightName("embeddings/token_type_embeddings", "bert/embeddings/token_type_embeddings",
-               "embeddings.token_type_embeddings.weight"),
-    WeightName("embeddings/layer_norm/gamma", "bert/embeddings/LayerNorm/gamma",
-               "embeddings.LayerNorm.weight"),
-    WeightName("embeddings/layer_norm/beta", "bert/embeddings/LayerNorm/beta",
-               "embeddings.LayerNorm.bias"),
-)
+    def transposed(self, fmt: str) -> bool:
+        """Whether `fmt` stores this weight transposed relative to our variable."""
+        return getattr(self, f"{fmt}_transpose")
+
+    def convert(self, fmt: str, value: np.ndarray) -> np.ndarray:
+        """Converts `value` between our layout and `fmt`'s, in either direction."""
+        return value.T if self.transposed(fmt) else value
+
+    def for_layer(self, i: int) -> "WeightName":
+        return dataclasses.replace(
+            self, ours=self.ours.format(i=i), google=self.google.format(i=i), hf=self.hf.format(i=i)
+        )
 
 
 def _dense(ours, google, hf):
@@ -61,6 +90,17 @@ def _layer_norm(ours, google, hf):
         WeightName(f"{ours}/beta", f"{google}/beta", f"{hf}.bias"),
     )
 
+
+# The embeddings: bert/embeddings/*.
+EMBEDDING_WEIGHTS = (
+    WeightName("embeddings/word_embeddings", "bert/embeddings/word_embeddings",
+               "embeddings.word_embeddings.weight"),
+    WeightName("embeddings/position_embeddings", "bert/embeddings/position_embeddings",
+               "embeddings.position_embeddings.weight"),
+    WeightName("embeddings/token_type_embeddings", "bert/embeddings/token_type_embeddings",
+               "embeddings.token_type_embeddings.weight"),
+    *_layer_norm("embeddings/layer_norm", "bert/embeddings/LayerNorm", "embeddings.LayerNorm"),
+)
 
 _L_OURS = "transformer_layer_{i}"
 _L_GOOGLE = "bert/encoder/layer_{i}"
@@ -88,32 +128,390 @@ LAYER_WEIGHTS = (
 # The [CLS] pooler: bert/pooler/dense.
 POOLER_WEIGHTS = _dense("pooler_dense", "bert/pooler/dense", "pooler.dense")
 
+# BertPretrainer's heads. The masked-LM output projection is the word-embedding table (tied),
+# so its only own vocabulary-sized weight is the output bias.
+MASKED_LM_WEIGHTS = (
+    *_dense("masked_lm/transform_dense", "cls/predictions/transform/dense",
+            "cls.predictions.transform.dense"),
+    *_layer_norm("masked_lm/layer_norm", "cls/predictions/transform/LayerNorm",
+                 "cls.predictions.transform.LayerNorm"),
+    WeightName("masked_lm/output_bias", "cls/predictions/output_bias", "cls.predictions.bias"),
+)
+NSP_WEIGHTS = (
+    # Google's run_pretraining.py made this [2, H] by hand (tf.matmul(..., transpose_b=True)).
+    WeightName("nsp_dense/kernel", "cls/seq_relationship/output_weights",
+               "cls.seq_relationship.weight", hf_transpose=True, google_transpose=True),
+    WeightName("nsp_dense/bias", "cls/seq_relationship/output_bias", "cls.seq_relationship.bias"),
+)
+HEAD_WEIGHTS = MASKED_LM_WEIGHTS + NSP_WEIGHTS
+
+# Google: variables a training checkpoint holds besides the model (optimizer state).
+GOOGLE_TRAINING_STATE = re.compile(r"^global_step$|/adam_[mv]$")
+# Hugging Face: BertForPreTraining & co. nest the encoder under `bert.`; heads live under
+# `cls.`. Our table holds BertModel's (un-nested) names.
+HF_ENCODER_PREFIX = "bert."
+HF_HEAD_PREFIX = "cls."
+# Buffers older transformers versions saved that are not weights (position_ids = arange).
+HF_IGNORED = ("embeddings.position_ids",)
+# Tied copies some files carry (transformers >= 4.3x omits them on save): name -> the
+# weight it must equal.
+HF_TIED = {
+    "cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
+# Our activation names that transformers does not know -> its name for the same function.
+HF_ACTIVATION = {"gelu_tanh": "gelu_new"}
+# Activations that compute the same function under different names.
+_SAME_ACTIVATION = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
 
 def encoder_weight_names(num_layers: int) -> list[WeightName]:
     """The table rows of an encoder with `num_layers` blocks, `{i}` filled in."""
     rows = list(EMBEDDING_WEIGHTS)
     for i in range(num_layers):
-        rows += [
-            WeightName(w.ours.format(i=i), w.google.format(i=i), w.hf.format(i=i), w.hf_transpose)
-            for w in LAYER_WEIGHTS
-        ]
+        rows += [w.for_layer(i) for w in LAYER_WEIGHTS]
     rows += POOLER_WEIGHTS
     return rows
 
 
+def pretrainer_weight_names(num_layers: int) -> list[WeightName]:
+    """The table rows of a BertPretrainer: the encoder's plus the MLM and NSP heads."""
+    return encoder_weight_names(num_layers) + list(HEAD_WEIGHTS)
+
+
+def _encoder_of(model) -> BertEncoder:
+    if isinstance(model, BertPretrainer):
+        return model.encoder
+    if isinstance(model, BertEncoder):
+        return model
+    raise TypeError(f"Expected a BertEncoder or BertPretrainer. Received: {type(model).__name__}")
+
+
+def model_weight_names(model) -> list[WeightName]:
+    """The table rows for `model` (BertEncoder or BertPretrainer).
+
+    Raises:
+      TypeError: `model` is neither.
+      WeightLoadError: the model has a variable the table does not name (or vice versa);
+        such a variable would silently keep its random value on load and vanish on save.
+    """
+    num_layers = _encoder_of(model).num_layers
+    if isinstance(model, BertPretrainer):
+        rows = pretrainer_weight_names(num_layers)
+    else:
+        rows = encoder_weight_names(num_layers)
+    paths = {v.path for v in model.weights}
+    named = {w.ours for w in rows}
+    if paths != named:
+        raise WeightLoadError(
+            f"{type(model).__name__}'s variables and the checkpoint name table disagree: "
+            f"not in the table {sorted(paths - named)}; not in the model {sorted(named - paths)}"
+        )
+    return rows
+
+
+def _model_kind(model) -> str:
+    return "BERT pretrainer (encoder + MLM/NSP heads)" if isinstance(model, BertPretrainer) \
+        else "BERT encoder"
+
+
+# ------------------------------------------------------------------------------------------
+# The one loader: names and shapes first, then read everything, then assign.
+
+
+def _load_table(model, fmt: str, shapes: dict[str, tuple], read: Callable[[str], np.ndarray],
+                source: str, skippable: Callable[[str], bool], hint: str = "",
+                display: Callable[[str], str] = str) -> None:
+    """Loads the tensors named in `shapes` into `model`, all or nothing.
+
+    Args:
+      model: BertEncoder or BertPretrainer.
+      fmt: "google" or "hf": which column of the table names the file's tensors.
+      shapes: file tensor name -> shape, for every tensor in the file (already filtered).
+      read: reads one tensor by file name (may raise WeightLoadError).
+      source: the file, for messages.
+      skippable: whether an unknown file tensor may be ignored (e.g. heads when loading an
+        encoder); other unknown tensors are errors.
+      hint: appended to a missing/unexpected message.
+      display: a table name -> the name as the file spells it, for messages.
+    """
+    rows = model_weight_names(model)
+    expected = {w.name(fmt): w for w in rows}
+    missing = sorted(set(expected) - set(shapes))
+    extra = sorted(set(shapes) - set(expected))
+    unexpected = [n for n in extra if not skippable(n)]
+    skipped = [n for n in extra if skippable(n)]
+    num_layers = _encoder_of(model).num_layers
+    if missing or unexpected:
+        lines = []
+        if missing:
+            lines.append(f"missing {len(missing)}: " + ", ".join(map(display, missing)))
+        if unexpected:
+            lines.append(f"unexpected {len(unexpected)}: " + ", ".join(map(display, unexpected)))
+        raise WeightLoadError(
+            f"{source}: tensors do not match a {num_layers}-layer {_model_kind(model)}:\n  "
+            + "\n  ".join(lines) + hint
+        )
+    if skipped:
+        logging.info("%s: skipping %d tensors the model does not use (%s)", source,
+                     len(skipped), ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""))
+
+    variables = {v.path: v for v in model.weights}
+    mismatched = []
+    for name, w in expected.items():
+        want = tuple(variables[w.ours].shape)
+        note = ""
+        if w.transposed(fmt):
+            want, note = want[::-1], f" (our {w.ours} {tuple(variables[w.ours].shape)} transposed)"
+        if tuple(shapes[name]) != want:
+            mismatched.append(f"{display(name)}: model {want}, file {tuple(shapes[name])}{note}")
+    if mismatched:
+        raise WeightLoadError(
+            f"{source}: {len(mismatched)} tensor(s) have the wrong shape "
+            "(does the config fit the weights?):\n  " + "\n  ".join(mismatched)
+        )
+    values = {w.ours: np.asarray(w.convert(fmt, read(name))) for name, w in expected.items()}
+    for ours, value in values.items():
+        variables[ours].assign(value.astype(variables[ours].dtype))
+
+
+def _check_config_fits(model, config: BertConfig, source: str) -> None:
+    """Catches differences that shapes cannot show (heads, activation, epsilon)."""
+    ours = _encoder_of(model).to_bert_config()
+    problems = []
+    if ours.num_attention_heads != config.num_attention_heads:
+        problems.append(
+            f"num_attention_heads: model has {ours.num_attention_heads}, "
+            f"weights were trained with {config.num_attention_heads}"
+        )
+    act = lambda a: _SAME_ACTIVATION.get(a, a)  # noqa: E731
+    if act(ours.hidden_act) != act(config.hidden_act):
+        problems.append(
+            f"hidden_act: model has {ours.hidden_act!r}, weights use {config.hidden_act!r}"
+        )
+    if not np.isclose(ours.layer_norm_eps, config.layer_norm_eps, rtol=1e-6, atol=0):
+        problems.append(
+            f"layer_norm_eps: model has {ours.layer_norm_eps}, weights use {config.layer_norm_eps}"
+        )
+    if problems:
+        raise WeightLoadError(
+            f"{source}: config does not fit the model:\n  " + "\n  ".join(problems)
+        )
+
+
+def _variable_values(model) -> list[tuple[WeightName, np.ndarray]]:
+    """(row, float32 value in our layout) for every weight of `model`, in table order."""
+    import keras
+
+    variables = {v.path: v for v in model.weights}
+    return [
+        (w, np.asarray(keras.ops.convert_to_numpy(variables[w.ours].value), dtype=np.float32))
+        for w in model_weight_names(model)
+    ]
+
+
+def _refuse_existing(*paths: str) -> None:
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing:
+        raise FileExistsError(f"refusing to overwrite existing output: {', '.join(existing)}")
+
+
+def check_output_free(fmt: str, path: str) -> None:
+    """Raises FileExistsError if saving in `fmt` to `path` would overwrite anything.
+
+    google: `<path>.index` / `<path>.data-*`; hf: a non-empty directory; keras: the file.
+    (A differing bert_config.json beside a Google checkpoint is caught when saving.)
+    """
+    path = os.path.abspath(os.fspath(path))
+    if fmt == "google":
+        _refuse_existing(path + ".index", *glob.glob(glob.escape(path) + ".data-*"))
+    elif fmt == "hf" and os.path.isdir(path) and not os.listdir(path):
+        return  # An empty directory is replaced.
+    else:
+        _refuse_existing(path)
+
+
+def _new_model(config: BertConfig, pretrainer: bool):
+    encoder = BertEncoder.from_bert_config(config)
+    return BertPretrainer(encoder) if pretrainer else encoder
+
+
+# ------------------------------------------------------------------------------------------
+# Google TF1 checkpoints
+
+
+def _checkpoint_prefix(path: str) -> str:
+    """Accepts a checkpoint prefix, one of its files, or a directory; returns the prefix."""
+    import tensorflow as tf
+
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        indexes = sorted(glob.glob(os.path.join(path, "*.index")))
+        if len(indexes) == 1:
+            return indexes[0][: -len(".index")]
+        raise FileNotFoundError(
+            f"{path}: expected one TF checkpoint (<prefix>.index + <prefix>.data-*) in this "
+            f"directory, found {len(indexes)}: {[os.path.basename(p) for p in indexes]}"
+        )
+    path = re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", path)
+    if not os.path.exists(path + ".index"):
+        raise FileNotFoundError(
+            f"Google checkpoint not found: expected {path}.index and {path}.data-00000-of-00001"
+        )
+    return path
+
+
+def _bert_config_beside(prefix: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(prefix)), "bert_config.json")
+
+
+def _open_google_checkpoint(ckpt_prefix: str):
+    """Returns (prefix, reader, {name: shape} without optimizer state) of a TF1 checkpoint.
+
+    Raises:
+      FileNotFoundError: no checkpoint there.
+      WeightLoadError: the index cannot be read (truncated, or not a checkpoint).
+    """
+    import tensorflow as tf
+
+    prefix = _checkpoint_prefix(ckpt_prefix)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+    except Exception as e:  # The C++ reader raises DataLossError, IndexError, ...
+        raise WeightLoadError(
+            f"{prefix}: cannot read TF checkpoint index {prefix}.index "
+            f"({_first_line(getattr(e, 'message', str(e)))}); is the file complete?"
+        ) from None
+    shapes = {k: tuple(v) for k, v in shapes.items() if not GOOGLE_TRAINING_STATE.search(k)}
+    return prefix, reader, shapes
+
+
+def read_google_checkpoint_names(ckpt_prefix: str) -> dict[str, tuple]:
+    """Returns {tensor name: shape} of a TF1 checkpoint, optimizer state removed."""
+    return _open_google_checkpoint(ckpt_prefix)[2]
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else message
+
+
+def load_google_checkpoint(model, ckpt_prefix: str, config_file: str | None = None) -> None:
+    """Loads a Google TF1-format BERT checkpoint into a BertEncoder or BertPretrainer.
+
+    All or nothing: names and shapes are checked and every tensor is read before any variable
+    is assigned.
+
+    Args:
+      model: a built `BertEncoder` (reads `bert/*`; `cls/*` heads and any other scope, e.g. a
+        fine-tuned classifier's `output_weights`, are skipped) or `BertPretrainer` (reads
+        `bert/*` and `cls/*`). `global_step` and `*/adam_m`, `*/adam_v` are always skipped.
+      ckpt_prefix: checkpoint prefix (e.g. `.../bert_model.ckpt`), one of its files, or a
+        directory holding one checkpoint.
+      config_file: a bert_config.json to check the model against (heads, activation,
+        epsilon: what shapes cannot show). Default: `bert_config.json` beside the
+        checkpoint, if there is one.
+
+    Raises:
+      FileNotFoundError: no checkpoint at `ckpt_prefix`.
+      WeightLoadError: missing, unexpected or mis-shaped tensors (listed by Google name,
+        with both shapes), an unreadable (e.g. truncated) file, or a config that disagrees.
+    """
+    prefix = _checkpoint_prefix(ckpt_prefix)
+    config_file = config_file or _bert_config_beside(prefix)
+    if os.path.exists(config_file):
+        _check_config_fits(model, BertConfig.from_json_file(config_file), config_file)
+    prefix, reader, shapes = _open_google_checkpoint(prefix)
+
+    def read(name):
+        try:
+            return reader.get_tensor(name)
+        except Exception as e:  # The C++ reader raises IndexError, DataLossError, ...
+            raise WeightLoadError(
+                f"{prefix}: cannot read tensor {name} from {prefix}.data-* "
+                f"({_first_line(getattr(e, 'message', str(e)))}); is the checkpoint truncated?"
+            ) from None
+
+    scopes = ("bert/", "cls/") if isinstance(model, BertPretrainer) else ("bert/",)
+    hint = ""
+    if any(".ATTRIBUTES/" in n for n in shapes):
+        hint = ("\n  (this is a TF2 object-based checkpoint, not Google's TF1 format; load a "
+                "Keras model with keras.saving.load_model or the .weights.h5 instead)")
+    elif isinstance(model, BertPretrainer) and not any(n.startswith("cls/") for n in shapes):
+        hint = ("\n  (the checkpoint has no pretraining heads cls/*; load it into "
+                "pretrainer.encoder, or convert with --model=encoder)")
+    _load_table(model, "google", shapes, read, prefix,
+                skippable=lambda n: not n.startswith(scopes), hint=hint)
+
+
+def save_google_checkpoint(model, ckpt_prefix: str) -> str:
+    """Writes `model` as a Google TF1-format checkpoint, with bert_config.json beside it.
+
+    Writes `<prefix>.index` and `<prefix>.data-00000-of-00001` (readable by
+    `tf.train.load_checkpoint`, TF1's `Saver.restore` and `init_from_checkpoint`) under
+    temporary names, verifies names and shapes, then renames them. `bert_config.json` is
+    written into the prefix's directory; an existing one is accepted only if identical.
+
+    Args:
+      model: BertEncoder (writes `bert/*`) or BertPretrainer (also `cls/*`).
+      ckpt_prefix: e.g. `out/bert_model.ckpt`; its directory is created if needed.
+
+    Returns:
+      The checkpoint prefix.
+
+    Raises:
+      FileExistsError: a checkpoint with that prefix exists, or a different bert_config.json.
+    """
+    import tensorflow as tf
+
+    prefix = os.path.abspath(os.fspath(ckpt_prefix))
+    directory = os.path.dirname(prefix)
+    config = _encoder_of(model).to_bert_config()
+    config_file = _bert_config_beside(prefix)
+    check_output_free("google", prefix)
+    if os.path.exists(config_file):
+        with open(config_file, encoding="utf-8") as f:
+            if f.read() != config.to_json_string():
+                raise FileExistsError(
+                    f"refusing to overwrite existing output: {config_file} (describes a "
+                    "different model); write the checkpoint into another directory"
+                )
+    os.makedirs(directory, exist_ok=True)
+
+    values = _variable_values(model)
+    names = [w.google for w, _ in values]
+    tensors = [tf.constant(np.ascontiguousarray(w.convert("google", v))) for w, v in values]
+    tmp = f"{prefix}.tmp-{os.getpid()}"
+    tmp_files = [tmp + ".index", tmp + ".data-00000-of-00001"]
+    try:
+        tf.raw_ops.SaveV2(prefix=tmp, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=tensors)
+        written = read_google_checkpoint_names(tmp)
+        expected = {n: tuple(t.shape) for n, t in zip(names, tensors)}
+        if written != expected:
+            raise RuntimeError(f"{tmp}: checkpoint verification failed: wrote {written}")
+        if not os.path.exists(config_file):
+            config.to_json_file(config_file)
+        # Data first, index last: a checkpoint is only visible once its index exists.
+        os.replace(tmp_files[1], prefix + ".data-00000-of-00001")
+        os.replace(tmp_files[0], prefix + ".index")
+    finally:
+        for path in tmp_files:
+            if os.path.exists(path):
+                os.remove(path)
+    return prefix
+
+
+def google_checkpoint_has_heads(ckpt_prefix: str) -> bool:
+    """Whether a Google checkpoint holds the pretraining heads (`cls/*`)."""
+    return any(n.startswith("cls/") for n in read_google_checkpoint_names(ckpt_prefix))
+
+
 # ------------------------------------------------------------------------------------------
 # Hugging Face
-
-
-class WeightLoadError(ValueError):
-    """Weights on disk do not fit the model; the message lists every offending tensor."""
-
-
-_HF_PREFIX = "bert."  # BertForPreTraining & co. nest the encoder under `bert.`.
-_HF_HEAD_PREFIXES = ("cls.",)  # Pretraining heads: not part of an encoder.
-
-# Activations that compute the same function under different names.
-_SAME_ACTIVATION = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def _hf_files(path: str) -> tuple[str, str | None]:
@@ -161,108 +559,152 @@ def read_hf_config(path: str) -> BertConfig:
     return BertConfig.from_dict(values, source=path)
 
 
-def _check_hf_config_fits(model, config: BertConfig, source: str) -> None:
-    """Catches differences that shapes cannot show (heads, activation, epsilon)."""
-    ours = model.to_bert_config()
-    problems = []
-    if ours.num_attention_heads != config.num_attention_heads:
-        problems.append(
-            f"num_attention_heads: model has {ours.num_attention_heads}, "
-            f"weights were trained with {config.num_attention_heads}"
-        )
-    act = lambda a: _SAME_ACTIVATION.get(a, a)  # noqa: E731
-    if act(ours.hidden_act) != act(config.hidden_act):
-        problems.append(
-            f"hidden_act: model has {ours.hidden_act!r}, weights use {config.hidden_act!r}"
-        )
-    if not np.isclose(ours.layer_norm_eps, config.layer_norm_eps, rtol=1e-6, atol=0):
-        problems.append(
-            f"layer_norm_eps: model has {ours.layer_norm_eps}, weights use {config.layer_norm_eps}"
-        )
-    if problems:
-        raise WeightLoadError(f"{source}: config does not fit the model:\n  " + "\n  ".join(problems))
+def _read_hf_tensors(path: str):
+    """Reads a safetensors file with names normalised to BertModel's (prefix stripped).
 
-
-def _assign_all(model, arrays: dict[str, np.ndarray], source: str) -> None:
-    """Assigns `arrays` (ours-name -> value) to the model, checking everything first."""
-    variables = {v.path: v for v in model.weights}
-    missing_vars = sorted(set(arrays) - set(variables))
-    if missing_vars:
-        raise WeightLoadError(
-            f"{source}: the model has no variable(s) {missing_vars}; is it a BertEncoder?"
-        )
-    mismatched = [
-        f"{name}: model {tuple(variables[name].shape)}, file {tuple(value.shape)}"
-        for name, value in arrays.items()
-        if tuple(variables[name].shape) != tuple(value.shape)
-    ]
-    if mismatched:
-        raise WeightLoadError(
-            f"{source}: {len(mismatched)} tensor(s) have the wrong shape "
-            "(does the config fit the weights?):\n  " + "\n  ".join(mismatched)
-        )
-    for name, value in arrays.items():
-        variables[name].assign(value.astype(variables[name].dtype))
-
-
-def load_hf_weights(model, path: str) -> None:
-    """Loads Hugging Face BERT weights into a BertEncoder, all or nothing.
-
-    Args:
-      model: a built `BertEncoder`.
-      path: a directory written by transformers' `save_pretrained` (model.safetensors and
-        config.json), or a .safetensors file. Names may carry the `bert.` prefix of
-        BertForPreTraining and friends; pretraining heads (`cls.*`) are skipped.
-
-    Raises:
-      FileNotFoundError: no weights at `path`.
-      WeightLoadError: missing, unexpected or mis-shaped tensors (all listed by name, with
-        both shapes), or a config.json that disagrees with the model.
+    Returns:
+      (tensors, names outside the encoder scope, whether the file nests the encoder under
+      `bert.`, weights file, config file or None).
     """
     from safetensors.numpy import load_file  # Reads safetensors without torch.
 
     weights_file, config_file = _hf_files(path)
-    if config_file is not None:
-        _check_hf_config_fits(model, read_hf_config(config_file), config_file)
     try:
-        tensors = load_file(weights_file)
+        raw = load_file(weights_file)
     except Exception as e:  # safetensors raises its own SafetensorError on bad files.
+        raise WeightLoadError(
+            f"{weights_file}: cannot read safetensors file ({e}); is the file complete?"
+        ) from None
+    nested = any(k.startswith(HF_ENCODER_PREFIX) for k in raw)
+    tensors, outside = {}, set()
+    for key, value in raw.items():
+        if nested and key.startswith(HF_ENCODER_PREFIX):
+            key = key[len(HF_ENCODER_PREFIX):]
+        elif nested or key.startswith(HF_HEAD_PREFIX):
+            outside.add(key)  # Heads (cls.*, classifier.*, ...): not part of the encoder.
+        if key not in HF_IGNORED:
+            tensors[key] = value
+    return tensors, outside, nested, weights_file, config_file
+
+
+def hf_weights_have_heads(path: str) -> bool:
+    """Whether a Hugging Face checkpoint holds pretraining heads (`cls.*`)."""
+    from safetensors import safe_open
+
+    weights_file, _ = _hf_files(path)
+    try:
+        with safe_open(weights_file, framework="numpy") as f:
+            return any(k.startswith(HF_HEAD_PREFIX) for k in f.keys())
+    except Exception as e:
         raise WeightLoadError(f"{weights_file}: cannot read safetensors file ({e})") from None
 
-    if tensors and all(k.startswith(_HF_PREFIX) for k in tensors if not k.startswith(_HF_HEAD_PREFIXES)):
-        tensors = {k[len(_HF_PREFIX):] if k.startswith(_HF_PREFIX) else k: v for k, v in tensors.items()}
-    skipped = sorted(k for k in tensors if k.startswith(_HF_HEAD_PREFIXES))
-    if skipped:
-        logging.info("%s: skipping %d pretraining-head tensors (%s...)", weights_file,
-                     len(skipped), skipped[0])
 
-    table = encoder_weight_names(model.num_layers)
-    expected = {w.hf for w in table}
-    missing = sorted(expected - set(tensors))
-    unexpected = sorted(set(tensors) - expected - set(skipped))
-    if missing or unexpected:
-        lines = []
-        if missing:
-            lines.append(f"missing {len(missing)}: " + ", ".join(missing))
-        if unexpected:
-            lines.append(f"unexpected {len(unexpected)}: " + ", ".join(unexpected))
-        raise WeightLoadError(
-            f"{weights_file}: tensors do not match a {model.num_layers}-layer BERT encoder:\n  "
-            + "\n  ".join(lines)
-        )
-    arrays = {}
-    for w in table:
-        value = tensors[w.hf]
-        arrays[w.ours] = value.T if w.hf_transpose else value
+def load_hf_weights(model, path: str) -> None:
+    """Loads Hugging Face BERT weights into a BertEncoder or BertPretrainer, all or nothing.
+
+    Args:
+      model: a built `BertEncoder` (reads BertModel names; heads such as `cls.*` are
+        skipped) or `BertPretrainer` (reads BertForPreTraining names: `bert.*` and `cls.*`).
+      path: a directory written by transformers' `save_pretrained` (model.safetensors and
+        config.json), or a .safetensors file (no config check then). Names may carry the
+        `bert.` prefix. Tied copies (`cls.predictions.decoder.*`) are accepted when equal to
+        what they are tied to; `embeddings.position_ids` buffers are ignored.
+
+    Raises:
+      FileNotFoundError: no weights at `path`.
+      WeightLoadError: missing, unexpected or mis-shaped tensors (all listed by name, with
+        both shapes), an unreadable file, or a config.json that disagrees with the model.
+    """
+    tensors, outside, nested, weights_file, config_file = _read_hf_tensors(path)
+    if config_file is not None:
+        _check_config_fits(model, read_hf_config(config_file), config_file)
+    pretrainer = isinstance(model, BertPretrainer)
+    if pretrainer:
+        for alias, source in HF_TIED.items():
+            if alias not in tensors:
+                continue
+            value = tensors.pop(alias)
+            outside.discard(alias)
+            if source not in tensors:
+                tensors[source] = value
+            elif not np.array_equal(value, tensors[source]):
+                raise WeightLoadError(
+                    f"{weights_file}: {alias} differs from {source}; BertPretrainer ties them, "
+                    "so untied weights cannot be loaded"
+                )
+    hint = ""
+    if pretrainer and not any(k.startswith(HF_HEAD_PREFIX) for k in tensors):
+        hint = ("\n  (the file has no pretraining heads cls.*; load it into pretrainer.encoder, "
+                "or convert with --model=encoder)")
+
+    def skippable(name):
+        return name in outside and not (pretrainer and name.startswith(HF_HEAD_PREFIX))
+
+    def display(name):  # The file's own spelling, which the user can look up.
+        nest = nested and name not in outside and not name.startswith(HF_HEAD_PREFIX)
+        return HF_ENCODER_PREFIX + name if nest else name
+
+    _load_table(model, "hf", {k: v.shape for k, v in tensors.items()}, tensors.__getitem__,
+                weights_file, skippable, hint, display)
+
+
+def hf_config_dict(model) -> dict:
+    """transformers' config.json for `model` (BertModel or BertForPreTraining)."""
+    config = _encoder_of(model).to_bert_config()
+    pretrainer = isinstance(model, BertPretrainer)
+    values = config.to_dict()
+    values.update(
+        architectures=["BertForPreTraining" if pretrainer else "BertModel"],
+        model_type="bert",
+        hidden_act=HF_ACTIVATION.get(config.hidden_act, config.hidden_act),
+        pad_token_id=0,
+        position_embedding_type="absolute",
+        tie_word_embeddings=True,
+        dtype="float32",
+    )
+    return values
+
+
+def save_hf_weights(model, directory: str) -> str:
+    """Writes `model` as a transformers `save_pretrained` directory (no torch needed).
+
+    An encoder is written with BertModel names, a pretrainer with BertForPreTraining names
+    (encoder under `bert.`, heads under `cls.`; the tied decoder weight is omitted, as
+    transformers itself does). The directory is built under a temporary name and renamed.
+
+    Args:
+      model: BertEncoder or BertPretrainer.
+      directory: output directory; must not exist (or be empty).
+
+    Returns:
+      The directory, holding config.json and model.safetensors.
+
+    Raises:
+      FileExistsError: `directory` exists and is not empty.
+    """
+    from safetensors.numpy import save_file
+
+    directory = os.path.abspath(os.fspath(directory))
+    check_output_free("hf", directory)
+    nest = isinstance(model, BertPretrainer)
+    tensors = {}
+    for w, value in _variable_values(model):
+        key = HF_ENCODER_PREFIX + w.hf if nest and not w.hf.startswith(HF_HEAD_PREFIX) else w.hf
+        tensors[key] = np.ascontiguousarray(w.convert("hf", value))
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
     try:
-        _assign_all(model, arrays, weights_file)
-    except WeightLoadError as e:
-        # Name the tensors by the file's own (HF) names, which the user can look up.
-        hf_name = {w.ours: w.hf for w in table}
-        message = str(e)
-        for ours, hf in hf_name.items():
-            message = message.replace(f"  {ours}:", f"  {hf}:")
-        raise WeightLoadError(message) from None
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(hf_config_dict(model), f, indent=2, sort_keys=True)
+            f.write("\n")
+        # transformers refuses safetensors files without format metadata.
+        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        os.rename(tmp, directory)  # Replaces an empty directory; fails on a non-empty one.
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    return directory
 
 
 def load_hf_encoder(path: str, **kwargs):
@@ -272,9 +714,98 @@ def load_hf_encoder(path: str, **kwargs):
       path: directory with config.json and model.safetensors.
       **kwargs: passed to `BertEncoder.from_bert_config` (e.g. dtype).
     """
-    from bert_keras.encoder import BertEncoder
-
     encoder = BertEncoder.from_bert_config(read_hf_config(path), **kwargs)
     load_hf_weights(encoder, path)
     return encoder
 
+
+# ------------------------------------------------------------------------------------------
+# Keras (.keras files) and format-generic load/save (used by convert_checkpoint)
+
+
+def save_keras_model(model, path: str) -> str:
+    """`model.save(path)` under a temporary name, renamed when complete; never overwrites."""
+    path = os.path.abspath(os.fspath(path))
+    if not path.endswith(".keras"):
+        raise ValueError(f"Keras model files must end in .keras. Received: {path}")
+    check_output_free("keras", path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}.keras")
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def load_keras_model(path: str):
+    """Loads a `.keras` file holding a BertEncoder or BertPretrainer."""
+    import keras
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Keras model file not found: {path}")
+    try:
+        model = keras.saving.load_model(path)
+    except Exception as e:  # zipfile, h5py and Keras errors alike: name the file.
+        raise WeightLoadError(f"{path}: cannot load Keras model ({_first_line(str(e))})") from None
+    if not isinstance(model, (BertEncoder, BertPretrainer)):
+        raise WeightLoadError(
+            f"{path}: holds a {type(model).__name__}, expected a BertEncoder or BertPretrainer"
+        )
+    return model
+
+
+MODEL_KINDS = ("auto", "encoder", "pretrainer")
+
+
+def load_model(fmt: str, path: str, model: str = "auto", config_file: str | None = None):
+    """Builds a BertEncoder or BertPretrainer from weights in any format.
+
+    Args:
+      fmt: "google", "hf" or "keras".
+      path: google: checkpoint prefix (config from `config_file` or bert_config.json beside
+        it); hf: save_pretrained directory; keras: `.keras` file.
+      model: "encoder" (heads in the file are dropped), "pretrainer" (heads required), or
+        "auto" (a pretrainer if the file has pretraining heads).
+      config_file: google only: bert_config.json if not beside the checkpoint.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
+    if model not in MODEL_KINDS:
+        raise ValueError(f"Unknown model kind {model!r}; expected one of {MODEL_KINDS}")
+    if fmt == "keras":
+        loaded = load_keras_model(path)
+        if model == "encoder":
+            return _encoder_of(loaded)
+        if model == "pretrainer" and not isinstance(loaded, BertPretrainer):
+            raise WeightLoadError(f"{path}: holds a BertEncoder, not a BertPretrainer (no heads)")
+        return loaded
+    if fmt == "google":
+        prefix = _checkpoint_prefix(path)
+        config_file = config_file or _bert_config_beside(prefix)
+        if not os.path.exists(config_file):
+            raise FileNotFoundError(
+                f"{config_file}: not found; a Google checkpoint ({prefix}) needs its "
+                "bert_config.json beside it or passed explicitly (--bert_config_file)"
+            )
+        config = BertConfig.from_json_file(config_file)
+        heads = google_checkpoint_has_heads(prefix) if model == "auto" else model == "pretrainer"
+        built = _new_model(config, heads)
+        load_google_checkpoint(built, prefix, config_file)
+        return built
+    config = read_hf_config(path)
+    heads = hf_weights_have_heads(path) if model == "auto" else model == "pretrainer"
+    built = _new_model(config, heads)
+    load_hf_weights(built, path)
+    return built
+
+
+def save_model(model, fmt: str, path: str) -> str:
+    """Writes `model` in format `fmt` ("google", "hf", "keras") to `path`; never overwrites."""
+    savers = {"google": save_google_checkpoint, "hf": save_hf_weights, "keras": save_keras_model}
+    if fmt not in savers:
+        raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
+    return savers[fmt](model, path)

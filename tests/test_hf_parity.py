@@ -172,3 +172,178 @@ def test_live_parity_with_bert_for_pretraining_prefix(tmp_path):
     expected = make_hf_golden.run_hf(model.bert, inputs)
     encoder = load_hf_encoder(str(tmp_path))
     assert_outputs_close(encoder(inputs), expected, inputs["input_mask"])
+
+
+# ------------------------------------------------------------------------------------------
+# BertForPreTraining heads, saving in HF format, round trips.
+
+
+def _tiny_pretrainer(seed=0, **overrides):
+    from bert_keras import BertPretrainer
+    from conftest import TINY
+
+    model = BertPretrainer(BertEncoder(**{**TINY, **overrides}))
+    rng = np.random.default_rng(seed)  # every weight random, biases and heads included
+    model.set_weights([rng.normal(0, 0.2, w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def _hf_pretraining_outputs(model, inputs, positions):
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(inputs["input_word_ids"], dtype=torch.long),
+                    attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+                    token_type_ids=torch.tensor(inputs["input_type_ids"], dtype=torch.long))
+    return {"mlm_logits": np.take_along_axis(out.prediction_logits.numpy(),
+                                             positions[:, :, None], axis=1),
+            "nsp_logits": out.seq_relationship_logits.numpy()}
+
+
+POSITIONS = np.array([[1, 5, 9], [2, 3, 0]], np.int32)
+
+
+def test_live_pretraining_heads_match_transformers(tmp_path):
+    """BertForPreTraining -> BertPretrainer: MLM and NSP logits agree."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from bert_keras import BertPretrainer
+    from bert_keras.checkpoints import load_model
+
+    sys_path_testdata()
+    import make_hf_golden
+
+    torch.manual_seed(8)
+    hf = transformers.BertForPreTraining(transformers.BertConfig(
+        hidden_act="gelu", initializer_range=0.2, **make_hf_golden.SIZES)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    hf.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+    inputs = make_inputs(batch=2, seq=10, lengths=[10, 6], seed=5)
+    expected = _hf_pretraining_outputs(hf, inputs, POSITIONS)
+    model = load_model("hf", str(tmp_path / "hf"))
+    assert isinstance(model, BertPretrainer)
+    out = model(dict(inputs, masked_lm_positions=POSITIONS))
+    np.testing.assert_allclose(out["mlm_logits"], expected["mlm_logits"], atol=1e-5)
+    np.testing.assert_allclose(out["nsp_logits"], expected["nsp_logits"], atol=1e-5)
+
+
+def sys_path_testdata():
+    import sys
+
+    if TESTDATA not in sys.path:
+        sys.path.insert(0, TESTDATA)
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_round_trip_keras_hf_keras_is_bit_exact(tmp_path, heads):
+    from bert_keras.checkpoints import load_model, save_hf_weights
+    from safetensors.numpy import load_file
+
+    model = _tiny_pretrainer(seed=4)
+    model = model if heads else model.encoder
+    save_hf_weights(model, str(tmp_path / "out"))
+    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "model.safetensors"]
+    keys = set(load_file(str(tmp_path / "out" / "model.safetensors")))
+    if heads:
+        assert "bert.encoder.layer.2.output.dense.weight" in keys
+        assert "cls.seq_relationship.weight" in keys
+        assert not any(k.startswith("cls.predictions.decoder") for k in keys)  # tied
+    else:
+        assert "encoder.layer.2.output.dense.weight" in keys and not any("cls" in k for k in keys)
+    loaded = load_model("hf", str(tmp_path / "out"))
+    assert type(loaded) is type(model)
+    assert loaded.count_params() == model.count_params()
+    for a, b in zip(model.weights, loaded.weights):
+        assert a.path == b.path
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        save_hf_weights(model, str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_saved_hf_loads_in_transformers(tmp_path, heads):
+    """Our HF save loads in transformers with no missing/unexpected keys, same outputs."""
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from bert_keras.checkpoints import save_hf_weights
+
+    sys_path_testdata()
+    import make_hf_golden
+
+    model = _tiny_pretrainer(seed=6, hidden_act="gelu_tanh")  # saved as HF's "gelu_new"
+    inputs = make_inputs(batch=2, seq=10, lengths=[10, 6], seed=5)
+    if heads:
+        save_hf_weights(model, str(tmp_path / "out"))
+        hf, info = transformers.BertForPreTraining.from_pretrained(
+            str(tmp_path / "out"), output_loading_info=True)
+    else:
+        save_hf_weights(model.encoder, str(tmp_path / "out"))
+        hf, info = transformers.BertModel.from_pretrained(
+            str(tmp_path / "out"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info["mismatched_keys"], info
+    hf.eval()
+    if heads:
+        assert hf.cls.predictions.decoder.weight is hf.bert.embeddings.word_embeddings.weight
+        expected = _hf_pretraining_outputs(hf, inputs, POSITIONS)
+        out = model(dict(inputs, masked_lm_positions=POSITIONS))
+        for key in ("mlm_logits", "nsp_logits"):
+            np.testing.assert_allclose(out[key], expected[key], atol=1e-5, err_msg=key)
+    else:
+        expected = make_hf_golden.run_hf(hf, inputs)
+        assert_outputs_close(model.encoder(inputs), expected, inputs["input_mask"])
+
+
+def test_hf_tied_copies_and_position_ids(tmp_path):
+    """Older files carry cls.predictions.decoder.* copies and an embeddings.position_ids
+    buffer: accepted when consistent, rejected when the decoder is untied."""
+    from bert_keras.checkpoints import load_hf_weights, save_hf_weights
+    from safetensors.numpy import load_file, save_file
+
+    model = _tiny_pretrainer(seed=2)
+    save_hf_weights(model, str(tmp_path / "out"))
+    path = tmp_path / "out" / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["bert.embeddings.position_ids"] = np.arange(40, dtype=np.int64)[None]
+    tensors["cls.predictions.decoder.weight"] = tensors["bert.embeddings.word_embeddings.weight"]
+    tensors["cls.predictions.decoder.bias"] = tensors["cls.predictions.bias"]
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    fresh = _tiny_pretrainer(seed=9)
+    load_hf_weights(fresh, str(tmp_path / "out"))
+    for a, b in zip(model.get_weights(), fresh.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    tensors["cls.predictions.decoder.weight"] = tensors["cls.predictions.decoder.weight"] + 1
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    with pytest.raises(WeightLoadError, match="cls.predictions.decoder.weight differs"):
+        load_hf_weights(_tiny_pretrainer(), str(tmp_path / "out"))
+    # An encoder ignores the heads, consistent or not.
+    load_hf_weights(fresh.encoder, str(tmp_path / "out"))
+
+
+def test_pretrainer_from_bert_model_file_lists_missing_heads():
+    model = _tiny_pretrainer()
+    before = model.get_weights()
+    with pytest.raises(WeightLoadError) as e:
+        load_hf_weights(model, os.path.join(TESTDATA, "hf_bert_gelu"))
+    message = str(e.value)
+    assert "missing 7: cls.predictions.bias" in message and "cls.seq_relationship.weight" in message
+    assert "no pretraining heads" in message
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pretrainer_head_shape_mismatch_names_hf_tensor(tmp_path):
+    from bert_keras.checkpoints import save_hf_weights
+
+    save_hf_weights(_tiny_pretrainer(), str(tmp_path / "out"))
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    model = _tiny_pretrainer(intermediate_size=36)
+    assert config["intermediate_size"] == 37
+    with pytest.raises(WeightLoadError) as e:
+        load_hf_weights(model, str(tmp_path / "out"))
+    # Named as the (BertForPreTraining) file spells it, with both shapes in the file's layout.
+    assert "bert.encoder.layer.0.intermediate.dense.weight: model (36, 32), file (37, 32) " \
+           "(our transformer_layer_0/intermediate/kernel (32, 36) transposed)" in str(e.value)

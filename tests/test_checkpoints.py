@@ -1,0 +1,351 @@
+"""Google TF1-format checkpoints: load, save, round trip, bad input.
+
+The reference checkpoint is built here independently of bert_keras.checkpoints' name table:
+TF1 variables named by DESIGN.md section 5 (written out below), filled from a random
+transformers BertForPreTraining, saved with tf.compat.v1.train.Saver.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertConfig, BertEncoder, BertPretrainer
+from bert_keras.checkpoints import (
+    WeightLoadError,
+    load_google_checkpoint,
+    load_model,
+    save_google_checkpoint,
+)
+from conftest import TINY, make_inputs
+
+NUM_LAYERS = TINY["num_layers"]
+V, H, I, P = TINY["vocab_size"], TINY["hidden_size"], TINY["intermediate_size"], 40
+
+# DESIGN.md section 5, spelled out (not derived from the code under test).
+SECTION_5 = {
+    "bert/embeddings/word_embeddings": (V, H),
+    "bert/embeddings/token_type_embeddings": (2, H),
+    "bert/embeddings/position_embeddings": (P, H),
+    "bert/embeddings/LayerNorm/gamma": (H,),
+    "bert/embeddings/LayerNorm/beta": (H,),
+    **{
+        f"bert/encoder/layer_{i}/{name}": shape
+        for i in range(NUM_LAYERS)
+        for name, shape in {
+            "attention/self/query/kernel": (H, H), "attention/self/query/bias": (H,),
+            "attention/self/key/kernel": (H, H), "attention/self/key/bias": (H,),
+            "attention/self/value/kernel": (H, H), "attention/self/value/bias": (H,),
+            "attention/output/dense/kernel": (H, H), "attention/output/dense/bias": (H,),
+            "attention/output/LayerNorm/gamma": (H,), "attention/output/LayerNorm/beta": (H,),
+            "intermediate/dense/kernel": (H, I), "intermediate/dense/bias": (I,),
+            "output/dense/kernel": (I, H), "output/dense/bias": (H,),
+            "output/LayerNorm/gamma": (H,), "output/LayerNorm/beta": (H,),
+        }.items()
+    },
+    "bert/pooler/dense/kernel": (H, H),
+    "bert/pooler/dense/bias": (H,),
+}
+SECTION_5_HEADS = {
+    "cls/predictions/transform/dense/kernel": (H, H),
+    "cls/predictions/transform/dense/bias": (H,),
+    "cls/predictions/transform/LayerNorm/gamma": (H,),
+    "cls/predictions/transform/LayerNorm/beta": (H,),
+    "cls/predictions/output_bias": (V,),
+    "cls/seq_relationship/output_weights": (2, H),  # [out, in]
+    "cls/seq_relationship/output_bias": (2,),
+}
+
+
+def google_config(**overrides):
+    """A bert_config.json dict as Google writes it (no layer_norm_eps key)."""
+    config = dict(vocab_size=V, hidden_size=H, num_hidden_layers=NUM_LAYERS,
+                  num_attention_heads=TINY["num_heads"], intermediate_size=I, hidden_act="gelu",
+                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                  max_position_embeddings=P, type_vocab_size=2, initializer_range=0.02)
+    config.update(overrides)
+    return config
+
+
+def write_tf1_checkpoint(prefix, tensors, config=None):
+    """Saves {name: array} with TF1 variables and Saver, as Google's run_pretraining.py did."""
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    with tf.Graph().as_default():
+        variables = [tf.compat.v1.Variable(v, name=n) for n, v in tensors.items()]
+        assert [v.op.name for v in variables] == list(tensors)
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            saver.save(sess, prefix)
+    if config is not None:
+        with open(os.path.join(os.path.dirname(prefix), "bert_config.json"), "w") as f:
+            json.dump(config, f)
+    return prefix
+
+
+def hf_to_section_5(state):
+    """transformers BertForPreTraining state dict -> DESIGN.md section 5 names and layouts."""
+    out = {}
+    for key, value in state.items():
+        if key.startswith("cls.predictions.decoder"):
+            continue  # tied to the word embeddings / cls.predictions.bias
+        value = value.detach().numpy()
+        name = re.sub(r"^bert\.encoder\.layer\.(\d+)\.", r"bert/encoder/layer_\1/", key)
+        name = name.replace(".", "/")
+        name = re.sub(r"LayerNorm/weight$", "LayerNorm/gamma", name)
+        name = re.sub(r"LayerNorm/bias$", "LayerNorm/beta", name)
+        name = {"cls/predictions/bias": "cls/predictions/output_bias",
+                "cls/seq_relationship/weight": "cls/seq_relationship/output_weights",
+                "cls/seq_relationship/bias": "cls/seq_relationship/output_bias"}.get(name, name)
+        if "embeddings/" in name and name.endswith("/weight"):
+            name = name[: -len("/weight")]  # embedding tables: same [rows, H] layout
+        elif name.endswith("/weight"):
+            name = name[: -len("/weight")] + "/kernel"
+            value = value.T  # nn.Linear [out, in] -> TF [in, out]
+        out[name] = np.ascontiguousarray(value)
+    return out
+
+
+def randomize(model, seed=0):
+    """Gives every weight (biases, LayerNorm and heads included) distinct random values."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(0, 0.2, w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
+
+
+def tiny_pretrainer(**overrides):
+    return BertPretrainer(BertEncoder(**{**TINY, **overrides}))
+
+
+def assert_weights_equal(a, b):
+    assert [v.path for v in a.weights] == [v.path for v in b.weights]
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
+
+
+# ------------------------------------------------------------------------------------------
+# Against transformers, through an independently written TF1 checkpoint.
+
+
+@pytest.fixture(scope="module")
+def google_reference(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(11)
+    hf = transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=V, hidden_size=H, num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=TINY["num_heads"], intermediate_size=I, max_position_embeddings=P,
+        hidden_act="gelu", initializer_range=0.2)).eval()
+    with torch.no_grad():  # Non-trivial biases and LayerNorms, so a swapped one shows.
+        for name, p in hf.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    tensors = hf_to_section_5(hf.state_dict())
+    assert {n: t.shape for n, t in tensors.items()} == {**SECTION_5, **SECTION_5_HEADS}
+    # A training checkpoint: optimizer slots and global_step, which must be skipped.
+    tensors["global_step"] = np.int64(1000)
+    for name in ("bert/embeddings/word_embeddings", "cls/seq_relationship/output_weights"):
+        tensors[f"{name}/adam_m"] = np.ones_like(tensors[name])
+        tensors[f"{name}/adam_v"] = np.ones_like(tensors[name])
+    prefix = str(tmp_path_factory.mktemp("google") / "bert_model.ckpt")
+    write_tf1_checkpoint(prefix, tensors, google_config())
+
+    inputs = make_inputs(batch=4, seq=13, lengths=[13, 9, 5, 2], seed=7)
+    positions = np.array([[1, 4, 12], [2, 3, 8], [1, 2, 4], [1, 0, 0]], np.int32)
+    with torch.no_grad():
+        out = hf(input_ids=torch.tensor(inputs["input_word_ids"], dtype=torch.long),
+                 attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+                 token_type_ids=torch.tensor(inputs["input_type_ids"], dtype=torch.long),
+                 output_hidden_states=True)
+    expected = {
+        "sequence_output": out.hidden_states[-1].numpy(),
+        "pooled_output": hf.bert.pooler(out.hidden_states[-1]).detach().numpy(),
+        "mlm_logits": np.take_along_axis(out.prediction_logits.numpy(),
+                                         positions[:, :, None], axis=1),
+        "nsp_logits": out.seq_relationship_logits.numpy(),
+    }
+    return prefix, dict(inputs, masked_lm_positions=positions), expected
+
+
+def test_google_checkpoint_matches_transformers(google_reference):
+    prefix, inputs, expected = google_reference
+    model = load_model("google", prefix)  # auto: the checkpoint has cls/* heads
+    assert isinstance(model, BertPretrainer)
+    out = model(inputs, training=False)
+    np.testing.assert_allclose(out["mlm_logits"], expected["mlm_logits"], atol=1e-5)
+    np.testing.assert_allclose(out["nsp_logits"], expected["nsp_logits"], atol=1e-5)
+    enc = model.encoder({k: inputs[k] for k in model.encoder.input}, training=False)
+    mask = inputs["input_mask"].astype(bool)
+    np.testing.assert_allclose(np.asarray(enc["sequence_output"])[mask],
+                               expected["sequence_output"][mask], atol=1e-5)
+    np.testing.assert_allclose(enc["pooled_output"], expected["pooled_output"], atol=1e-5)
+    diffs = {k: np.abs(np.asarray(v) - expected[k]).max() for k, v in
+             [("mlm_logits", out["mlm_logits"]), ("nsp_logits", out["nsp_logits"]),
+              ("pooled_output", enc["pooled_output"])]}
+    print("Google checkpoint vs transformers, max abs diff:",
+          {k: f"{v:.1e}" for k, v in diffs.items()})
+
+
+def test_google_checkpoint_into_encoder_skips_heads(google_reference):
+    prefix, inputs, expected = google_reference
+    encoder = BertEncoder(**TINY)
+    load_google_checkpoint(encoder, os.path.dirname(prefix))  # a directory works too
+    out = encoder({k: inputs[k] for k in encoder.input})
+    np.testing.assert_allclose(out["pooled_output"], expected["pooled_output"], atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# Saving.
+
+
+def test_round_trip_keras_google_keras_is_bit_exact(tmp_path):
+    model = randomize(tiny_pretrainer())
+    prefix = save_google_checkpoint(model, str(tmp_path / "out" / "bert_model.ckpt"))
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"]
+    assert BertConfig.from_json_file(tmp_path / "out" / "bert_config.json") == \
+        model.encoder.to_bert_config()
+    assert dict(tf.train.list_variables(prefix)) == {
+        k: list(v) for k, v in {**SECTION_5, **SECTION_5_HEADS}.items()}
+    loaded = load_model("google", prefix)
+    assert_weights_equal(model, loaded)
+
+    encoder = randomize(BertEncoder(**TINY), seed=1)
+    prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "model.ckpt"))
+    assert dict(tf.train.list_variables(prefix)) == {k: list(v) for k, v in SECTION_5.items()}
+    assert_weights_equal(encoder, load_model("google", prefix))
+
+
+def test_saved_checkpoint_restores_with_tf1_saver(tmp_path):
+    """Google's own loading path: TF1 variables by section 5 name, Saver.restore."""
+    model = randomize(tiny_pretrainer())
+    prefix = save_google_checkpoint(model, str(tmp_path / "bert_model.ckpt"))
+    names = {**SECTION_5, **SECTION_5_HEADS}
+    with tf.Graph().as_default():
+        variables = {n: tf.compat.v1.Variable(tf.zeros(s), name=n) for n, s in names.items()}
+        with tf.compat.v1.Session() as sess:
+            tf.compat.v1.train.Saver(list(variables.values())).restore(sess, prefix)
+            values = sess.run(variables)
+    ours = {v.path: np.asarray(v) for v in model.weights}
+    np.testing.assert_array_equal(values["cls/seq_relationship/output_weights"],
+                                  ours["nsp_dense/kernel"].T)
+    np.testing.assert_array_equal(values["bert/encoder/layer_2/intermediate/dense/kernel"],
+                                  ours["transformer_layer_2/intermediate/kernel"])
+    np.testing.assert_array_equal(values["cls/predictions/output_bias"],
+                                  ours["masked_lm/output_bias"])
+
+
+def test_save_refuses_to_overwrite(tmp_path):
+    model = tiny_pretrainer()
+    prefix = str(tmp_path / "bert_model.ckpt")
+    save_google_checkpoint(model, prefix)
+    with pytest.raises(FileExistsError, match="bert_model.ckpt.index"):
+        save_google_checkpoint(model, prefix)
+    # A second checkpoint of the same model may share the directory (same bert_config.json) ...
+    save_google_checkpoint(model, str(tmp_path / "step2.ckpt"))
+    # ... one of a different model may not.
+    other = BertEncoder(**{**TINY, "num_layers": 2})
+    with pytest.raises(FileExistsError, match="bert_config.json"):
+        save_google_checkpoint(other, str(tmp_path / "other.ckpt"))
+    assert not any("tmp" in f for f in os.listdir(tmp_path))
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input: clear errors, and the model is never left half-loaded.
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A valid checkpoint of a tiny pretrainer: (prefix, tensors by section 5 name)."""
+    model = randomize(tiny_pretrainer(), seed=3)
+    prefix = save_google_checkpoint(model, str(tmp_path / "src" / "bert_model.ckpt"))
+    reader = tf.train.load_checkpoint(prefix)
+    return prefix, {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(prefix)}
+
+
+def assert_unchanged(model, before):
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_shape_mismatch_names_tensor_and_both_shapes(saved):
+    prefix, _ = saved
+    os.remove(os.path.join(os.path.dirname(prefix), "bert_config.json"))  # shapes only
+    model = tiny_pretrainer(vocab_size=98)
+    before = model.get_weights()
+    with pytest.raises(WeightLoadError) as e:
+        load_google_checkpoint(model, prefix)
+    message = str(e.value)
+    assert "bert/embeddings/word_embeddings: model (98, 32), file (99, 32)" in message
+    assert "cls/predictions/output_bias: model (98,), file (99,)" in message
+    assert_unchanged(model, before)
+
+
+def test_transposed_shape_mismatch_is_reported_in_file_layout(tmp_path, saved):
+    _, tensors = saved
+    name = "cls/seq_relationship/output_weights"
+    tensors[name] = tensors[name].T  # [H, 2]: the Keras layout, not Google's
+    prefix = write_tf1_checkpoint(str(tmp_path / "t" / "model.ckpt"), tensors)
+    with pytest.raises(WeightLoadError, match=r"output_weights: model \(2, 32\), file \(32, 2\)"):
+        load_google_checkpoint(tiny_pretrainer(), prefix)
+
+
+def test_missing_and_unexpected_tensors_are_listed(tmp_path, saved):
+    _, tensors = saved
+    del tensors["bert/encoder/layer_1/output/dense/bias"]
+    del tensors["cls/predictions/transform/LayerNorm/gamma"]
+    tensors["bert/encoder/layer_3/output/dense/bias"] = np.zeros(H, np.float32)
+    tensors["output_weights"] = np.zeros((3, H), np.float32)  # a classifier head: skipped
+    prefix = write_tf1_checkpoint(str(tmp_path / "m" / "model.ckpt"), tensors)
+    model = tiny_pretrainer()
+    before = model.get_weights()
+    with pytest.raises(WeightLoadError) as e:
+        load_google_checkpoint(model, prefix)
+    message = str(e.value)
+    assert "missing 2: bert/encoder/layer_1/output/dense/bias, " \
+           "cls/predictions/transform/LayerNorm/gamma" in message
+    assert "unexpected 1: bert/encoder/layer_3/output/dense/bias" in message
+    assert "output_weights" not in message.split("unexpected")[1]
+    assert_unchanged(model, before)
+
+
+def test_pretrainer_from_encoder_checkpoint_says_so(tmp_path):
+    prefix = save_google_checkpoint(BertEncoder(**TINY), str(tmp_path / "model.ckpt"))
+    with pytest.raises(WeightLoadError, match=r"(?s)missing 7: cls/.*no pretraining heads"):
+        load_google_checkpoint(tiny_pretrainer(), prefix)
+    with pytest.raises(WeightLoadError, match="no pretraining heads"):
+        load_model("google", prefix, model="pretrainer")
+
+
+@pytest.mark.parametrize("which", ["data-00000-of-00001", "index"])
+def test_truncated_checkpoint_is_a_clear_error(saved, which):
+    prefix, _ = saved
+    path = f"{prefix}.{which}"
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    model = tiny_pretrainer()
+    before = model.get_weights()
+    with pytest.raises(WeightLoadError, match=re.escape(prefix)) as e:
+        load_google_checkpoint(model, prefix)
+    assert "truncated" in str(e.value) or "complete" in str(e.value)
+    assert_unchanged(model, before)
+
+
+def test_config_beside_checkpoint_is_checked(tmp_path, saved):
+    _, tensors = saved
+    prefix = write_tf1_checkpoint(str(tmp_path / "c" / "model.ckpt"), tensors,
+                                  google_config(num_attention_heads=8))
+    with pytest.raises(WeightLoadError, match="num_attention_heads: model has 4, weights were "
+                                              "trained with 8"):
+        load_google_checkpoint(tiny_pretrainer(), prefix)
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nothing\.ckpt\.index"):
+        load_google_checkpoint(BertEncoder(**TINY), str(tmp_path / "nothing.ckpt"))
+    with pytest.raises(FileNotFoundError, match="found 0"):
+        load_google_checkpoint(BertEncoder(**TINY), str(tmp_path))

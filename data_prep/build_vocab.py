@@ -1,0 +1,353 @@
+r"""Learns a WordPiece vocabulary from text files.
+
+    python -m data_prep.build_vocab --input=corpus/*.txt --output=vocab.txt \
+        --vocab_size=30522 --layout=google [--do_lower_case=false] [--strip_accents=false]
+
+Pipeline (memory bounded: the corpus is streamed, only a word-count table is kept):
+
+  1. Stream the files line by line (ill-formed UTF-8 bytes are replaced by U+FFFD, which
+     the tokenizer's cleaning drops), split every line into words with the *same* in-graph
+     normalizer the tokenizer uses (`tokenization.BertPreTokenizer`), and count words. If the
+     table exceeds --max_unique_words, the rarest words are pruned (as word2vec prunes its
+     vocabulary), so counts of rare words are approximate. Words longer than 100 characters
+     are skipped: the tokenizer turns them into [UNK] whatever the vocabulary.
+  2. Train Hugging Face `tokenizers`' WordPieceTrainer (BPE merges with "##" continuation
+     pieces, written in Rust) on the counts. It keeps every character of the corpus, both
+     as a word start and as a "##" piece, so re-tokenizing the corpus yields no [UNK].
+     Every "##x" piece is declared up front so that the trainer's tie-breaking (by internal
+     ids, otherwise numbered in hash-map order) is the same in every run.
+     BUILD_NOTES.md compares it with tensorflow-text's and keras-hub's learners.
+  3. Lay out the special tokens:
+       google:  [PAD]=0, [unused0]..[unused98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102,
+                [MASK]=103, [unused99].. (--num_unused in total, Google: 994), learned tokens
+       compact: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, [unused0].. (--num_unused,
+                default 0), learned tokens
+     The file has exactly --vocab_size lines; it is written under a temporary name and
+     renamed, and an existing file is only replaced with --overwrite.
+
+The output is a deterministic function of the input bytes and the flags.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import tempfile
+import time
+from typing import Callable, Iterable, Iterator, Sequence
+
+from absl import app, flags, logging
+
+from data_prep import tokenization
+
+LAYOUTS = ("google", "compact")
+GOOGLE_NUM_UNUSED = 994  # bert-base-uncased: [unused0]..[unused993]
+
+_INPUT = flags.DEFINE_list("input", None, "Comma-separated text files or glob patterns.")
+_OUTPUT = flags.DEFINE_string("output", None, "Path of the vocabulary file to write.")
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "Exact number of lines of the vocabulary.")
+_LAYOUT = flags.DEFINE_enum("layout", "google", LAYOUTS, "Special-token layout (see module doc).")
+_NUM_UNUSED = flags.DEFINE_integer(
+    "num_unused", None, "Number of [unusedN] tokens; default 994 for google, 0 for compact.")
+_DO_LOWER_CASE = flags.DEFINE_boolean("do_lower_case", True, "Lowercase the text.")
+_STRIP_ACCENTS = flags.DEFINE_enum(
+    "strip_accents", "auto", ["auto", "true", "false"],
+    "Strip accents (NFD + drop Mn); auto follows --do_lower_case. Korean: false.")
+_TOKENIZE_CHINESE_CHARS = flags.DEFINE_boolean(
+    "tokenize_chinese_chars", True, "Make every CJK ideograph a word of its own.")
+_MIN_FREQUENCY = flags.DEFINE_integer(
+    "min_frequency", 2, "Merge only pairs seen at least this often.")
+_MAX_ALPHABET = flags.DEFINE_integer(
+    "max_alphabet", 0, "Keep only the most frequent characters (0 = all); words with other "
+    "characters are left out of training.")
+_MAX_UNIQUE_WORDS = flags.DEFINE_integer(
+    "max_unique_words", 5_000_000, "Bound on the word-count table; rarer words are pruned.")
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --output file.")
+
+
+class BuildVocabError(ValueError):
+    """Bad arguments or a corpus that cannot give the requested vocabulary."""
+
+
+def resolve_inputs(patterns: Sequence[str]) -> list[str]:
+    """Expands files/globs into a sorted, de-duplicated file list.
+
+    Raises:
+      BuildVocabError: a pattern matches nothing or names a directory.
+    """
+    paths: list[str] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches or not all(os.path.exists(m) for m in matches):
+            raise BuildVocabError(f"--input {pattern!r} matches no file")
+        for m in matches:
+            if os.path.isdir(m):
+                raise BuildVocabError(f"--input {m!r} is a directory; give files or a glob")
+            if m not in paths:
+                paths.append(m)
+    return paths
+
+
+def iter_lines(paths: Sequence[str]) -> Iterator[str]:
+    """Yields the lines of the files, decoded as UTF-8 with errors="replace"."""
+    for path in paths:
+        with open(path, "rb") as f:
+            for raw in f:
+                yield raw.decode("utf-8", errors="replace")
+
+
+def count_words(lines: Iterable[str], pretokenizer: tokenization.BertPreTokenizer,
+                max_unique_words: int = 5_000_000, batch_size: int = 4096,
+                progress: Callable[[int, int, int], None] | None = None) -> collections.Counter:
+    """Counts the tokenizer's words in a stream of lines.
+
+    Args:
+      lines: text lines (str).
+      pretokenizer: the tokenizer's normalizer and word splitter.
+      max_unique_words: when the table grows beyond this, words with the lowest counts are
+        pruned until it holds at most half of it (memory bound; approximate for rare words).
+      batch_size: lines per normalizer call.
+      progress: called as progress(lines_done, chars_done, unique_words) after each batch.
+
+    Returns:
+      Counter word -> count, in first-seen order, without words over 100 characters. Exact
+      unless the table had to be pruned.
+    """
+    if max_unique_words < 2:
+        raise BuildVocabError(f"--max_unique_words must be >= 2, got {max_unique_words}")
+    counts: collections.Counter = collections.Counter()
+    n_lines = n_chars = 0
+    batch: list[str] = []
+
+    def flush() -> None:
+        nonlocal batch
+        for words in pretokenizer.split_words(batch):
+            counts.update(w for w in words if len(w) <= tokenization.MAX_CHARS_PER_WORD)
+        batch = []
+        if len(counts) > max_unique_words:
+            _prune(counts, max_unique_words // 2)
+
+    for line in lines:
+        batch.append(line)
+        n_lines += 1
+        n_chars += len(line)
+        if len(batch) >= batch_size:
+            flush()
+            if progress:
+                progress(n_lines, n_chars, len(counts))
+    if batch:
+        flush()
+    if progress:
+        progress(n_lines, n_chars, len(counts))
+    return counts
+
+
+def _prune(counts: collections.Counter, keep: int) -> None:
+    """Drops the lowest counts (ties: all of them) until at most `keep` words remain."""
+    by_count = sorted(counts.values(), reverse=True)
+    threshold = by_count[keep] if keep < len(by_count) else 0
+    for word in [w for w, c in counts.items() if c <= threshold]:
+        del counts[word]
+    logging.info("pruned the word table to %d words (dropped counts <= %d)", len(counts), threshold)
+
+
+def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequency: int = 2,
+                    max_alphabet: int = 0) -> list[str]:
+    """Learns exactly `num_tokens` WordPiece tokens with Hugging Face's WordPieceTrainer.
+
+    Args:
+      word_counts: word -> count (normalized words, as the tokenizer sees them).
+      num_tokens: number of tokens to learn (the vocabulary minus the reserved tokens).
+      min_frequency: minimum pair count for a merge.
+      max_alphabet: keep only the this many most frequent characters (0 = all); words with
+        other characters are left out of training (the tokenizer makes them [UNK]).
+
+    Returns:
+      list[str] of `num_tokens` tokens: the characters (by code point), then the "##"
+      continuation characters (by code point), then the merged tokens in learning order.
+
+    Raises:
+      BuildVocabError: the corpus yields fewer tokens (too small, or min_frequency too high)
+        or more characters than `num_tokens`.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    if not word_counts:
+        raise BuildVocabError("the corpus has no words")
+    prefix = tokenization.SUFFIX_INDICATOR
+    if max_alphabet:
+        char_counts: collections.Counter = collections.Counter()
+        for word, count in word_counts.items():
+            for ch in word:
+                char_counts[ch] += count
+        ranked = sorted(char_counts, key=lambda c: (-char_counts[c], c))
+        allowed = set(ranked[:max_alphabet])
+        word_counts = collections.Counter(
+            {w: c for w, c in word_counts.items() if all(ch in allowed for ch in w)})
+    initial = sorted({w[0] for w in word_counts})
+    continuing = sorted({ch for w in word_counts for ch in w[1:]})
+    # Determinism: the trainer numbers the "##x" pieces in hash-map order and breaks ties
+    # between equally frequent pairs by those numbers. Declaring every "##x" up front (as
+    # "special" tokens, numbered in this order) makes all numbers, hence all merges, fixed.
+    declared = [prefix + ch for ch in continuing]
+    if len(initial) + len(declared) > num_tokens:
+        raise BuildVocabError(
+            f"the corpus has {len(initial)} characters and {len(declared)} continuation "
+            f"characters, more than the {num_tokens} tokens that fit: raise --vocab_size or "
+            f"set --max_alphabet")
+    tokenizer = Tokenizer(models.WordPiece(unk_token=tokenization.UNK))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=num_tokens, min_frequency=min_frequency, show_progress=False,
+        special_tokens=declared, continuing_subword_prefix=prefix)
+
+    def feed() -> Iterator[str]:
+        # The trainer counts whitespace-separated words itself; give it each word `count`
+        # times, in chunks of about 1 MB, so no corpus-sized string is built.
+        chunk: list[str] = []
+        size = 0
+        for word, count in word_counts.items():
+            while count > 0:
+                n = min(count, max(1, (1 << 20) // (len(word) + 1)))
+                chunk.append((word + " ") * n)
+                size += n * (len(word) + 1)
+                count -= n
+                if size >= 1 << 20:
+                    yield "".join(chunk)
+                    chunk, size = [], 0
+        if chunk:
+            yield "".join(chunk)
+
+    tokenizer.train_from_iterator(feed(), trainer=trainer)
+    vocab = tokenizer.get_vocab()
+    learned = sorted(vocab, key=vocab.__getitem__)
+    if len(learned) < num_tokens:
+        raise BuildVocabError(
+            f"the corpus gives only {len(learned)} WordPiece tokens, not the {num_tokens} "
+            f"requested (after reserved tokens): use a larger corpus, a smaller --vocab_size, "
+            f"or a lower --min_frequency (now {min_frequency})")
+    # Characters, then continuation characters, then merges in learning order.
+    first = set(initial) | set(declared)
+    merged = [t for t in learned if t not in first]
+    tokens = initial + declared + merged
+    if len(tokens) != num_tokens or len(set(tokens)) != num_tokens:
+        raise BuildVocabError(f"internal error: trainer returned {len(learned)} tokens, "
+                              f"{len(set(tokens))} distinct, expected {num_tokens}")
+    return tokens
+
+
+def reserved_tokens(layout: str, num_unused: int | None = None) -> list[str]:
+    """The special and [unusedN] tokens of a layout, in id order.
+
+    Raises:
+      BuildVocabError: unknown layout, or google layout with fewer than 99 unused tokens.
+    """
+    if layout not in LAYOUTS:
+        raise BuildVocabError(f"--layout must be one of {LAYOUTS}, got {layout!r}")
+    if num_unused is None:
+        num_unused = GOOGLE_NUM_UNUSED if layout == "google" else 0
+    unused = [f"[unused{i}]" for i in range(num_unused)]
+    if layout == "google":
+        if num_unused < 99:
+            raise BuildVocabError(
+                f"--layout=google puts [UNK] at id 100 after [PAD] and [unused0]..[unused98]; "
+                f"it needs --num_unused >= 99, got {num_unused}")
+        return ([tokenization.PAD] + unused[:99] +
+                [tokenization.UNK, tokenization.CLS, tokenization.SEP, tokenization.MASK] + unused[99:])
+    if num_unused < 0:
+        raise BuildVocabError(f"--num_unused must be >= 0, got {num_unused}")
+    return list(tokenization.SPECIAL_TOKENS) + unused
+
+
+def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
+                num_unused: int | None = None, do_lower_case: bool = True,
+                strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
+                min_frequency: int = 2, max_alphabet: int = 0,
+                max_unique_words: int = 5_000_000, log_every_s: float = 10.0) -> list[str]:
+    """Learns a vocabulary of exactly `vocab_size` tokens from text files.
+
+    Args: see the flags of the same names (strip_accents None = follow do_lower_case).
+
+    Returns:
+      list[str] of `vocab_size` tokens in id order.
+
+    Raises:
+      BuildVocabError: bad arguments or a corpus too small for the requested size.
+    """
+    reserved = reserved_tokens(layout, num_unused)
+    if vocab_size <= len(reserved):
+        raise BuildVocabError(f"--vocab_size={vocab_size} leaves no room after the "
+                              f"{len(reserved)} reserved tokens of --layout={layout}")
+    pretokenizer = tokenization.pretokenizer(do_lower_case, strip_accents, tokenize_chinese_chars)
+    total_bytes = sum(os.path.getsize(p) for p in paths)
+    logging.info("counting words in %d file(s), %.1f MB", len(paths), total_bytes / 1e6)
+    start = last = time.monotonic()
+
+    def progress(n_lines: int, n_chars: int, n_words: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= log_every_s:
+            last = now
+            logging.info("read %d lines, %.1f M characters (files: %.1f MB); %d distinct words; "
+                         "%.1f s", n_lines, n_chars / 1e6, total_bytes / 1e6, n_words, now - start)
+
+    counts = count_words(iter_lines(paths), pretokenizer, max_unique_words, progress=progress)
+    logging.info("counted %d distinct words (%d occurrences) in %.1f s; training WordPiece",
+                 len(counts), sum(counts.values()), time.monotonic() - start)
+    learned = train_wordpiece(counts, vocab_size - len(reserved), min_frequency, max_alphabet)
+    clash = set(learned) & set(reserved)
+    if clash:  # cannot happen: reserved tokens contain "[", which is never inside a word
+        raise BuildVocabError(f"learned tokens collide with reserved tokens: {sorted(clash)}")
+    logging.info("learned %d tokens in %.1f s in total", len(learned), time.monotonic() - start)
+    return reserved + learned
+
+
+def write_vocab(tokens: Sequence[str], path: str, overwrite: bool = False) -> None:
+    """Writes one token per line via a temporary file and an atomic rename.
+
+    Raises:
+      BuildVocabError: `path` exists and overwrite is False.
+    """
+    if os.path.exists(path) and not overwrite:
+        raise BuildVocabError(f"--output {path!r} already exists; pass --overwrite to replace it")
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".vocab.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for token in tokens:
+                f.write(token + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    for holder in (_INPUT, _OUTPUT, _VOCAB_SIZE):
+        if holder.value is None:
+            raise app.UsageError(f"--{holder.name} is required")
+    strip = {"auto": None, "true": True, "false": False}[_STRIP_ACCENTS.value]
+    try:
+        paths = resolve_inputs(_INPUT.value)
+        if os.path.exists(_OUTPUT.value) and not _OVERWRITE.value:
+            raise BuildVocabError(f"--output {_OUTPUT.value!r} already exists; pass --overwrite "
+                                  "to replace it")
+        tokens = build_vocab(
+            paths, _VOCAB_SIZE.value, layout=_LAYOUT.value, num_unused=_NUM_UNUSED.value,
+            do_lower_case=_DO_LOWER_CASE.value, strip_accents=strip,
+            tokenize_chinese_chars=_TOKENIZE_CHINESE_CHARS.value,
+            min_frequency=_MIN_FREQUENCY.value, max_alphabet=_MAX_ALPHABET.value,
+            max_unique_words=_MAX_UNIQUE_WORDS.value)
+        write_vocab(tokens, _OUTPUT.value, overwrite=_OVERWRITE.value)
+    except BuildVocabError as e:
+        raise app.UsageError(str(e)) from None
+    logging.info("wrote %d tokens to %s", len(tokens), _OUTPUT.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

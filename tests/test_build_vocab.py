@@ -1,0 +1,153 @@
+"""Tests for data_prep.build_vocab: exact size, layouts, coverage, determinism, safety."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from absl import app, flags
+from absl.testing import flagsaver
+
+from data_prep import build_vocab as bv
+from data_prep import tokenization
+from data_prep.tokenization import BertTokenizer
+import tokenizer_refs as refs
+
+ROOT = Path(__file__).resolve().parents[1]
+MIXED = str(refs.MIXED_FILE)
+
+
+@pytest.fixture(scope="module")
+def google_vocab() -> list[str]:
+    return bv.build_vocab([MIXED], 2600, layout="google", min_frequency=1)
+
+
+def test_google_layout_exact_size_and_ids(google_vocab):
+    v = google_vocab
+    assert len(v) == 2600 and len(set(v)) == 2600
+    assert v[0] == "[PAD]" and v[1] == "[unused0]" and v[99] == "[unused98]"
+    assert v[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert v[104] == "[unused99]" and v[998] == "[unused993]" and not v[999].startswith("[unused")
+    assert sum(t.startswith("[unused") for t in v) == bv.GOOGLE_NUM_UNUSED
+
+
+def test_compact_layout_and_unused_tokens(tmp_path):
+    v = bv.build_vocab([MIXED], 1234, layout="compact", num_unused=3, min_frequency=1)
+    assert len(v) == 1234
+    assert v[:8] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "[unused1]", "[unused2]"]
+    path = tmp_path / "v.txt"
+    bv.write_vocab(v, str(path))
+    tok = BertTokenizer(str(path))
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("lower,strip", [(True, None), (False, None), (True, False)])
+def test_retokenizing_the_corpus_gives_unk_only_for_long_words(tmp_path, lower, strip):
+    lines = refs.read_lines(refs.MIXED_FILE) + refs.read_lines(refs.KOREAN_FILE)
+    v = bv.build_vocab([MIXED, str(refs.KOREAN_FILE)], 2200, layout="compact",
+                       do_lower_case=lower, strip_accents=strip, min_frequency=1)
+    path = tmp_path / "v.txt"
+    bv.write_vocab(v, str(path))
+    tok = BertTokenizer(str(path), do_lower_case=lower, strip_accents=strip)
+    long_words = 0
+    for words, pieces in zip(tok.split_words(lines), tok.tokenize(lines)):
+        n_long = sum(len(w) > tokenization.MAX_CHARS_PER_WORD for w in words)
+        assert pieces.count("[UNK]") == n_long, (words, pieces)
+        long_words += n_long
+    assert long_words >= 10  # the fixture has over-long words, so the check is not vacuous
+
+
+def test_same_input_same_output_across_processes(tmp_path, google_vocab):
+    out = tmp_path / "cli.txt"
+    cmd = [sys.executable, "-m", "data_prep.build_vocab", f"--input={MIXED}", f"--output={out}",
+           "--vocab_size=2600", "--layout=google", "--min_frequency=1"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "counting words in 1 file(s)" in proc.stderr and "wrote 2600 tokens" in proc.stderr
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == google_vocab
+    assert bv.build_vocab([MIXED], 2600, layout="google", min_frequency=1) == google_vocab
+    assert [p.name for p in tmp_path.iterdir()] == ["cli.txt"]  # no temporary files left
+
+
+def test_main_refuses_to_overwrite_before_any_work(tmp_path):
+    out = tmp_path / "vocab.txt"
+    out.write_text("keep\n")
+    with flagsaver.flagsaver():
+        flags.FLAGS([
+            "build_vocab", f"--input={MIXED}", f"--output={out}", "--vocab_size=2600"])
+        with pytest.raises(app.UsageError, match="already exists; pass --overwrite"):
+            bv.main(["build_vocab"])
+        flags.FLAGS(["build_vocab", f"--input={tmp_path}/none*.txt", f"--output={tmp_path}/v2.txt",
+                     "--vocab_size=2600"])
+        with pytest.raises(app.UsageError, match="matches no file"):
+            bv.main(["build_vocab"])
+    assert out.read_text() == "keep\n"
+
+
+def test_write_vocab_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("keep me\n")
+    with pytest.raises(bv.BuildVocabError, match="already exists; pass --overwrite"):
+        bv.write_vocab(["[PAD]"], str(path))
+    assert path.read_text() == "keep me\n"
+    bv.write_vocab(["[PAD]", "x"], str(path), overwrite=True)
+    assert path.read_text() == "[PAD]\nx\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(vocab_size=100000), "gives only"),
+    (dict(vocab_size=300, layout="compact"), "more than the .* tokens that fit"),
+    (dict(vocab_size=900), "leaves no room after the 999 reserved tokens"),
+    (dict(vocab_size=2000, num_unused=50), "needs --num_unused >= 99"),
+    (dict(vocab_size=2000, layout="sentencepiece"), "--layout must be one of"),
+])
+def test_clear_errors(kwargs, match):
+    with pytest.raises(bv.BuildVocabError, match=match):
+        bv.build_vocab([MIXED], **kwargs)
+
+
+def test_max_alphabet_limits_characters(tmp_path):
+    v = bv.build_vocab([MIXED], 700, layout="compact", max_alphabet=60)
+    singles = [t for t in v[5:] if len(t) == 1]
+    assert 0 < len(singles) <= 60
+
+
+def test_inputs(tmp_path):
+    with pytest.raises(bv.BuildVocabError, match="matches no file"):
+        bv.resolve_inputs([str(tmp_path / "*.txt")])
+    with pytest.raises(bv.BuildVocabError, match="is a directory"):
+        bv.resolve_inputs([str(tmp_path)])
+    (tmp_path / "b.txt").write_text("b")
+    (tmp_path / "a.txt").write_text("a")
+    assert bv.resolve_inputs([str(tmp_path / "*.txt"), str(tmp_path / "a.txt")]) == [
+        str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+
+
+def test_invalid_utf8_in_the_corpus(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"caf\xc3 au \xff lait\nna\xefve\n")
+    assert list(bv.iter_lines([str(path)])) == ["caf\ufffd au \ufffd lait\n", "na\ufffdve\n"]
+    counts = bv.count_words(bv.iter_lines([str(path)]), tokenization.pretokenizer())
+    assert counts == collections.Counter({"caf": 1, "au": 1, "lait": 1, "nave": 1})
+
+
+def test_word_table_stays_bounded():
+    lines = refs.read_lines(refs.MIXED_FILE) * 3
+    full = bv.count_words(lines, tokenization.pretokenizer())
+    sizes = []
+    small = bv.count_words(lines, tokenization.pretokenizer(), max_unique_words=200,
+                           batch_size=16, progress=lambda n, c, w: sizes.append(w))
+    assert len(full) > 600 and max(sizes) <= 200
+    for word, count in full.most_common(5):  # words frequent throughout keep exact counts
+        assert small[word] == count
+    assert all(len(w) <= 100 for w in full)
+
+
+def test_reserved_tokens():
+    assert bv.reserved_tokens("compact") == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    g = bv.reserved_tokens("google", 100)
+    assert g[100] == "[UNK]" and g[-1] == "[unused99]" and len(g) == 105

@@ -1,0 +1,109 @@
+"""Tests for export.op_check: the servable-op check used by every export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from data_prep.tokenization import BertTokenizer
+from export import op_check
+
+SHARED_LIST = Path(__file__).resolve().parents[2] / "shared" / "serving" / "tf_text_2_12_ops.txt"
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("v") / "vocab.txt"
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "##b", "."]) + "\n")
+    return str(path)
+
+
+def test_allowlist_is_the_spec_copy():
+    names = op_check.load_allowlist()
+    assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "NormalizeUTF8"} <= names
+    assert "TFText>RoundRobinTrim" not in names
+    if SHARED_LIST.is_file():
+        assert names == {l.strip() for l in SHARED_LIST.read_text().splitlines() if l.strip()}
+
+
+def test_core_ops_exclude_tensorflow_text():
+    core = op_check.core_ops()
+    assert {"StringSplitV2", "RegexReplace", "RaggedTensorToTensor", "StatefulPartitionedCall"} <= core
+    assert not {"FastBertNormalize", "TFText>RoundRobinTrim"} & core
+
+
+@pytest.mark.parametrize("chinese", [True, False])
+def test_tokenizer_graph_passes(vocab, chinese):
+    tok = BertTokenizer(vocab, tokenize_chinese_chars=chinese)
+    fn = tf.function(tok.__call__, input_signature=[tf.TensorSpec([None], tf.string)])
+    types = op_check.check_ops(fn)
+    non_core = types - op_check.core_ops()
+    assert non_core == {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"}
+    if chinese:  # the >100-character branch is a nested function (tf.cond): listed too
+        assert "UnsortedSegmentSum" in types
+    detok = tf.function(tok.detokenize_tensor,
+                        input_signature=[tf.RaggedTensorSpec([None, None], tf.int32)])
+    assert op_check.check_ops(detok.get_concrete_function()) <= op_check.core_ops()
+
+
+def test_saved_model_directory(tmp_path, vocab):
+    tok = BertTokenizer(vocab)
+
+    class Module(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = tok
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, text):
+            return {"ids": self.tok(text).to_tensor()}
+
+    tf.saved_model.save(Module(), str(tmp_path), signatures=None)
+    types = op_check.check_ops(str(tmp_path))
+    assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"} <= types
+    assert op_check.main([str(tmp_path)]) == 0
+
+
+def test_round_robin_trim_fails_with_clear_message(tmp_path):
+    trimmer = tf_text.RoundRobinTrimmer(max_seq_length=6)
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32)] * 2)
+    def pack(a, b):
+        return trimmer.trim([a, b])
+
+    with pytest.raises(op_check.OpCheckError) as err:
+        op_check.check_ops(pack, what="keras-hub style packer")
+    message = str(err.value)
+    assert "keras-hub style packer" in message and "TFText>RoundRobinTrim" in message
+    assert "tensorflow-text 2.12.1" in message and "tf_text_2_12_ops.txt" in message
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32)] * 2)
+        def serve(self, a, b):
+            return {"ids": tf.concat(trimmer.trim([a, b]), axis=1).to_tensor()}
+
+    tf.saved_model.save(Module(), str(tmp_path))
+    with pytest.raises(op_check.OpCheckError, match=r"TFText>RoundRobinTrim"):
+        op_check.check_ops(str(tmp_path))
+    assert op_check.main([str(tmp_path)]) == 1
+
+
+def test_unknown_custom_op_is_reported():
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.node.add(name="x", op="Placeholder")
+    graph_def.node.add(name="y", op="MyCustomOp")
+    with pytest.raises(op_check.OpCheckError, match="MyCustomOp: not a core TensorFlow op"):
+        op_check.check_ops(graph_def)
+    assert op_check.disallowed_ops({"MyCustomOp"}, allowlist={"MyCustomOp"}) == {}
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(op_check.OpCheckError, match="no saved_model.pb"):
+        op_check.op_types(str(tmp_path))
+    with pytest.raises(TypeError, match="input_signature"):
+        op_check.op_types(tf.function(lambda x: x))
+    with pytest.raises(TypeError, match="expects a SavedModel directory"):
+        op_check.op_types(42)

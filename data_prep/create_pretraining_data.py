@@ -1,0 +1,857 @@
+r"""Writes BERT pretraining TFRecords (masked LM + next sentence) from plain text.
+
+Input is Google's format: one sentence per line, a blank line between documents (the end of
+a file also ends a document). `python -m data_prep.prepare_corpus` makes it from raw text.
+Output is Google's schema (data_prep/features.py), so Google's, Model Garden's and our
+trainers read it, plus one JSON sidecar per shard (`<shard>.meta.json`).
+
+Unlike Google's tool this one streams: memory does not grow with the corpus (see
+data_prep/pretraining_instances.py for the bounded NotNext pool and the shuffle buffer), and
+`--num_workers` processes share the work. Output bytes depend only on the flags (seed and
+number of workers included), never on timing.
+
+Example:
+
+  python -m data_prep.create_pretraining_data \
+    --input_file='corpus/*.txt' --vocab_file=vocab.txt \
+    --output_file=out/pretrain --num_output_shards=4 --num_workers=2 \
+    --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=10
+
+Shards are written as `.<name>.incomplete` and renamed when the whole run has succeeded;
+existing outputs are never replaced unless --overwrite is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import multiprocessing
+import os
+import queue
+import random
+import sys
+import time
+import traceback
+from typing import Callable, Iterable, Iterator, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from data_prep import features
+from data_prep import pretraining_instances as pi
+
+# Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
+# max_seq_length, ...). allow_override lets such modules be imported into one process (a
+# test session) without absl's DuplicateFlagError; each process still runs one tool.
+_SHARED = {"allow_override": True}
+
+_INPUT_FILE = flags.DEFINE_string(
+    "input_file", None, "Input text file(s): comma-separated list, globs allowed; one sentence "
+    "per line, blank line between documents (.gz files are read decompressed).", **_SHARED)
+_OUTPUT_FILE = flags.DEFINE_string(
+    "output_file", None, "Output TFRecord file(s), comma-separated; or a prefix when "
+    "--num_output_shards is set.", **_SHARED)
+_VOCAB_FILE = flags.DEFINE_string(
+    "vocab_file", None, "WordPiece vocabulary, one token a line.", **_SHARED)
+_DO_LOWER_CASE = flags.DEFINE_bool(
+    "do_lower_case", True, "Lower-case the input (True for uncased models).", **_SHARED)
+# The same enum as build_vocab's --strip_accents (a shared name must keep one type).
+_STRIP_ACCENTS = flags.DEFINE_enum(
+    "strip_accents", "auto", ["auto", "true", "false"],
+    "Strip accents (NFD + drop Mn); auto follows --do_lower_case. Korean: false.", **_SHARED)
+_DO_WHOLE_WORD_MASK = flags.DEFINE_bool(
+    "do_whole_word_mask", False, "Mask whole words rather than single WordPieces.", **_SHARED)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer(
+    "max_seq_length", 128, "Maximum sequence length.", **_SHARED)
+_MAX_PREDICTIONS = flags.DEFINE_integer(
+    "max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.",
+    **_SHARED)
+_RANDOM_SEED = flags.DEFINE_integer(
+    "random_seed", 12345, "Random seed for data generation.", **_SHARED)
+_DUPE_FACTOR = flags.DEFINE_integer(
+    "dupe_factor", 10, "Number of times to duplicate the input data (with different masks).",
+    **_SHARED)
+_MASKED_LM_PROB = flags.DEFINE_float(
+    "masked_lm_prob", 0.15, "Masked LM probability.", **_SHARED)
+_SHORT_SEQ_PROB = flags.DEFINE_float(
+    "short_seq_prob", 0.1, "Probability of creating sequences shorter than the maximum length.",
+    **_SHARED)
+_NUM_WORKERS = flags.DEFINE_integer(
+    "num_workers", 1, "Worker processes; documents are dealt round-robin; output depends on it.",
+    **_SHARED)
+_NUM_OUTPUT_SHARDS = flags.DEFINE_integer(
+    "num_output_shards", None, "Write this many shards named "
+    "<output_file>-NNNNN-of-MMMMM.tfrecord[.gz]; must be >= --num_workers.", **_SHARED)
+_GZIP_COMPRESS = flags.DEFINE_bool(
+    "gzip_compress", False, "Write GZIP-compressed TFRecords (Model Garden's flag name).",
+    **_SHARED)
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace existing output files.", **_SHARED)
+_RANDOM_DOC_POOL_SIZE = flags.DEFINE_integer(
+    "random_doc_pool_size", 10_000, "Recent documents kept per worker to draw NotNext "
+    "segments from (bounded memory; see pretraining_instances.OtherDocumentPool).", **_SHARED)
+_SHUFFLE_BUFFER_SIZE = flags.DEFINE_integer(
+    "shuffle_buffer_size", 50_000, "Instances held per worker to shuffle the output order.",
+    **_SHARED)
+_NUM_EXAMPLES_TO_PRINT = flags.DEFINE_integer(
+    "num_examples_to_print", 5, "Log this many first instances, decoded, for a human check.",
+    **_SHARED)
+
+# A line longer than this is not a sentence; refusing it keeps memory bounded.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+LONG_LINE_WARN_BYTES = 10_000
+_SNIFF_BYTES = 64 * 1024
+_TOKENIZE_BATCH_LINES = 2048
+_TOKENIZE_BATCH_BYTES = 512 * 1024
+_PROGRESS_SECONDS = 2.0
+
+
+class InputError(ValueError):
+    """Bad input or settings; the message says which file or flag and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """Everything a run needs (picklable: it travels to spawned workers).
+
+    Attributes:
+      input_files: expanded input paths, in reading order.
+      output_files: final shard paths.
+      vocab_file, do_lower_case, strip_accents: tokenizer settings.
+      config: instance-creation settings.
+      random_seed: base seed; worker w uses (random_seed, w).
+      num_workers: processes (1 = run in this process).
+      gzip: GZIP-compress the shards.
+      shuffle_buffer_size: instances held per worker for output shuffling.
+      num_examples_to_print: first instances logged decoded.
+      overwrite: replace existing outputs.
+      flag_values: flags recorded in the sidecars.
+    """
+
+    input_files: tuple[str, ...]
+    output_files: tuple[str, ...]
+    vocab_file: str
+    do_lower_case: bool
+    strip_accents: bool | None
+    config: pi.InstanceConfig
+    random_seed: int = 12345
+    num_workers: int = 1
+    gzip: bool = False
+    shuffle_buffer_size: int = 50_000
+    num_examples_to_print: int = 5
+    overwrite: bool = False
+    flag_values: tuple[tuple[str, object], ...] = ()
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    """What a worker reports back: counters and instances per shard it wrote."""
+
+    worker: int
+    stats: pi.InstanceStats
+    input_bytes: int
+    shard_counts: dict[int, int]
+    long_lines: int = 0
+    first_long_line: str = ""
+    bad_utf8_lines: int = 0
+    setup_seconds: float = 0.0  # TensorFlow import and tokenizer construction (wall)
+    work_seconds: float = 0.0  # reading to last record written (wall)
+    work_cpu_seconds: float = 0.0  # the same span in CPU time of this process, all threads
+
+
+# --- Reading Google's text format. ---
+
+
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _sniff(path: str) -> None:
+    """Rejects files that are not UTF-8 text, looking at their first 64 KB."""
+    try:
+        with _open_binary(path) as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError as e:
+        raise InputError(f"cannot read input file {path}: {e}") from None
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"input file {path} looks binary (NUL byte at offset {nul}); expected "
+                         "UTF-8 text, one sentence per line")
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - head.decode("utf-8", errors="ignore").count("\ufffd")
+    if bad > 8 and bad > 0.01 * len(text):
+        raise InputError(f"input file {path} is not UTF-8 text ({bad} undecodable bytes in its "
+                         f"first {len(head)} bytes)")
+
+
+class RawDocument:
+    """One document's lines, before tokenization."""
+
+    __slots__ = ("index", "lines", "nbytes")
+
+    def __init__(self, index: int, lines: list[str], nbytes: int):
+        self.index, self.lines, self.nbytes = index, lines, nbytes
+
+
+def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int = 1,
+                   warnings: WorkerResult | None = None) -> Iterator[RawDocument]:
+    """Streams the documents of Google's format that belong to one worker.
+
+    Documents are numbered across all files in order; worker w gets those with
+    index % num_workers == w (other workers' documents are skipped without decoding). A
+    document is decoded as a whole; a line with invalid UTF-8 loses the bad bytes (counted).
+
+    Args:
+      input_files: paths (.gz read decompressed).
+      worker, num_workers: which share to return.
+      warnings: optional WorkerResult whose long_lines / bad_utf8_lines counters are updated.
+
+    Yields:
+      RawDocument(index, lines (stripped, non-empty str), nbytes (raw bytes of its lines)).
+
+    Raises:
+      InputError: unreadable or binary file, or a line longer than MAX_LINE_BYTES.
+    """
+    index = 0
+    for path in input_files:
+        _sniff(path)
+        try:
+            f = _open_binary(path)
+        except OSError as e:
+            raise InputError(f"cannot read input file {path}: {e}") from None
+        with f:
+            readline = f.readline
+            current: list[bytes] = []  # stripped lines of the document being read
+            first_line = nbytes = line_no = 0
+            while True:
+                raw = readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                line_no += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(
+                        f"{path}:{line_no}: line longer than {MAX_LINE_BYTES} bytes; expected one "
+                        "sentence per line (python -m data_prep.prepare_corpus splits raw text)")
+                stripped = raw.strip()
+                if stripped:
+                    if not current:
+                        first_line = line_no
+                    current.append(stripped)
+                    nbytes += len(raw)
+                elif current:
+                    if index % num_workers == worker:
+                        yield _decode_document(index, current, nbytes, path, first_line, warnings)
+                    index += 1
+                    current, nbytes = [], 0
+            if current:
+                if index % num_workers == worker:
+                    yield _decode_document(index, current, nbytes, path, first_line, warnings)
+                index += 1
+
+
+def _decode_document(index: int, lines: list[bytes], nbytes: int, path: str, first_line: int,
+                     warnings: WorkerResult | None) -> RawDocument:
+    """Decodes one document's stripped lines (numbered from `first_line` in `path`)."""
+    joined = b"\n".join(lines)
+    if b"\x00" in joined:
+        bad = next(i for i, line in enumerate(lines) if b"\x00" in line)
+        raise InputError(f"{path}:{first_line + bad}: NUL byte in text; the file looks binary")
+    try:
+        text = joined.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        text = []
+        for line in lines:
+            try:
+                text.append(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                text.append(line.decode("utf-8", errors="ignore"))
+                if warnings is not None:
+                    warnings.bad_utf8_lines += 1
+    if warnings is not None and max(map(len, lines)) > LONG_LINE_WARN_BYTES:
+        for i, line in enumerate(lines):
+            if len(line) > LONG_LINE_WARN_BYTES:
+                warnings.long_lines += 1
+                if not warnings.first_long_line:
+                    warnings.first_long_line = f"{path}:{first_line + i} ({len(line):,} bytes)"
+    return RawDocument(index, text, nbytes)
+
+
+# --- Tokenization in batches. ---
+
+
+def _ragged_to_numpy(ids) -> tuple[np.ndarray, np.ndarray]:
+    """RaggedTensor [B, (words), (pieces)] or [B, (pieces)] -> (flat int32, row_splits int64)."""
+    if getattr(ids, "ragged_rank", 1) > 1:
+        ids = ids.merge_dims(1, -1)
+    return (np.asarray(ids.flat_values.numpy(), np.int32),
+            np.asarray(ids.row_splits.numpy(), np.int64))
+
+
+def tokenize_documents(raw_documents: Iterable[RawDocument],
+                       tokenize: Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
+                       ) -> Iterator[tuple[pi.Document, int]]:
+    """Tokenizes whole documents in batches of about 512 KB of text.
+
+    Args:
+      raw_documents: RawDocument stream.
+      tokenize: list of N lines -> (flat int32 ids, int64 row_splits [N + 1]).
+
+    Yields:
+      (Document with empty sentences dropped, raw byte count of the document).
+    """
+    batch: list[RawDocument] = []
+    batch_lines = batch_bytes = 0
+
+    def flush() -> Iterator[tuple[pi.Document, int]]:
+        lines = [line for doc in batch for line in doc.lines]
+        flat, splits = tokenize(lines)
+        splits = splits.tolist()
+        row = 0
+        for doc in batch:
+            starts = splits[row:row + len(doc.lines) + 1]
+            lo = starts[0]
+            bounds = [0]
+            for s in starts[1:]:
+                if s - lo > bounds[-1]:  # a sentence without tokens is dropped
+                    bounds.append(s - lo)
+            # Empty sentences hold no tokens, so the document is one contiguous run.
+            tokens = np.array(flat[lo:starts[-1]], np.int32)  # a copy: the batch can go
+            yield pi.Document(doc.index, tokens, bounds), doc.nbytes
+            row += len(doc.lines)
+
+    for doc in raw_documents:
+        batch.append(doc)
+        batch_lines += len(doc.lines)
+        batch_bytes += doc.nbytes
+        if batch_lines >= _TOKENIZE_BATCH_LINES or batch_bytes >= _TOKENIZE_BATCH_BYTES:
+            yield from flush()
+            batch, batch_lines, batch_bytes = [], 0, 0
+    if batch:
+        yield from flush()
+
+
+# --- One worker: read, tokenize, make instances, shuffle, write its shards. ---
+
+
+def worker_rng(random_seed: int, worker: int) -> random.Random:
+    """The random source of one worker (string seeds are hashed with SHA-512, not hash())."""
+    return random.Random(f"bert-keras/create_pretraining_data/{random_seed}/{worker}")
+
+
+def shards_of_worker(num_shards: int, num_workers: int, worker: int) -> list[int]:
+    """Shard indices written by `worker`: j with j % num_workers == worker."""
+    return [j for j in range(num_shards) if j % num_workers == worker]
+
+
+def _decode_examples(batch: pi.InstanceBatch, vocab: Sequence[str], count: int) -> list[str]:
+    """Human-readable dumps of the first `count` instances of a batch (like Google's log)."""
+    out = []
+    for i in range(min(count, len(batch.input_ids))):
+        length = int(batch.input_mask[i].sum())
+        n_masked = int(batch.masked_lm_weights[i].sum())
+        tokens = [vocab[t] for t in batch.input_ids[i, :length].tolist()]
+        labels = [vocab[t] for t in batch.masked_lm_ids[i, :n_masked].tolist()]
+        positions = batch.masked_lm_positions[i, :n_masked].tolist()
+        out.append(
+            "*** Example ***\n"
+            f"tokens: {' '.join(tokens)}\n"
+            f"segment_ids: {' '.join(map(str, batch.segment_ids[i, :length].tolist()))}\n"
+            f"is_random_next: {bool(batch.next_sentence_labels[i])}\n"
+            f"masked_lm_positions: {' '.join(map(str, positions))}\n"
+            f"masked_lm_labels: {' '.join(labels)}")
+    return out
+
+
+def _limit_tf_threads(tf) -> None:
+    """One thread per worker process, so that --num_workers means cores used."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already initialized in this process (e.g. in tests)
+        pass
+
+
+def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
+               parent_pid: int | None = None) -> WorkerResult:
+    """Does one worker's share: its documents in, its shards (under temporary names) out.
+
+    Args:
+      spec: the job.
+      worker: index in [0, spec.num_workers).
+      report: receives ("progress", worker, documents, instances, input_bytes) every few
+        seconds and ("examples", [str]) once from worker 0.
+      parent_pid: if set, the worker stops when its parent process is gone.
+
+    Returns:
+      WorkerResult with counters and instances per shard.
+
+    Raises:
+      InputError: bad input (unreadable, binary, too few documents, ...). The worker's
+        temporary shards are removed before it raises.
+    """
+    started = time.monotonic()
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    _limit_tf_threads(tf)
+    from data_prep.tokenization import BertTokenizer  # pylint: disable=g-import-not-at-top
+
+    tokenizer = BertTokenizer(spec.vocab_file, do_lower_case=spec.do_lower_case,
+                              strip_accents=spec.strip_accents)
+    vocab = list(tokenizer.vocab)
+    special = pi.SpecialTokens(
+        cls_id=int(tokenizer.cls_id), sep_id=int(tokenizer.sep_id), mask_id=int(tokenizer.mask_id),
+        vocab_size=len(vocab), is_continuation=np.array([t.startswith("##") for t in vocab], bool))
+
+    tokenize_graph = tf.function(tokenizer.__call__, autograph=False,
+                                 input_signature=[tf.TensorSpec([None], tf.string)])
+
+    def tokenize(lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return _ragged_to_numpy(tokenize_graph(tf.constant(lines)))
+
+    result = WorkerResult(worker=worker, stats=pi.InstanceStats(), input_bytes=0, shard_counts={})
+    work_start, work_cpu_start = time.monotonic(), time.process_time()
+    result.setup_seconds = work_start - started
+    shard_ids = shards_of_worker(len(spec.output_files), spec.num_workers, worker)
+    temps = [features.temp_path(spec.output_files[j]) for j in shard_ids]
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if spec.gzip else "")
+    writers = []
+    try:
+        for t in temps:
+            try:
+                writers.append(tf.io.TFRecordWriter(t, options))
+            except tf.errors.OpError as e:
+                raise InputError(f"cannot write {t}: {e.message}") from None
+        rng = worker_rng(spec.random_seed, worker)
+        shuffler = ShuffleBuffer(spec.shuffle_buffer_size, random.Random(rng.getrandbits(64)))
+        counts = [0] * len(writers)
+        written = 0
+
+        def write(records: list[bytes]) -> None:
+            # Record number g of this worker goes to its shard g % n (Google's round-robin).
+            nonlocal written
+            n = len(writers)
+            for k, w in enumerate(writers):
+                part = records[(k - written) % n::n]
+                for record in part:
+                    w.write(record)
+                counts[k] += len(part)
+            written += len(records)
+
+        def documents() -> Iterator[pi.Document]:
+            raw = read_documents(spec.input_files, worker, spec.num_workers, warnings=result)
+            for doc, nbytes in tokenize_documents(raw, tokenize):
+                result.input_bytes += nbytes
+                yield doc
+
+        to_print = spec.num_examples_to_print if worker == 0 else 0
+        last_report = time.monotonic()
+        stats = result.stats
+        for batch in pi.generate_instances(documents(), spec.config, special, rng, stats):
+            if to_print > 0:
+                report(("examples", _decode_examples(batch, vocab, to_print)))
+                to_print = 0
+            records = features.serialize_examples(
+                batch.input_ids, batch.input_mask, batch.segment_ids, batch.masked_lm_positions,
+                batch.masked_lm_ids, batch.masked_lm_weights, batch.next_sentence_labels)
+            write(shuffler.push(records))
+            now = time.monotonic()
+            if now - last_report >= _PROGRESS_SECONDS:
+                last_report = now
+                if parent_pid is not None and os.getppid() != parent_pid:
+                    raise InputError(f"worker {worker}: parent process {parent_pid} is gone")
+                report(("progress", worker, stats.documents, stats.instances, result.input_bytes))
+        write(shuffler.drain())
+        for w in writers:
+            w.close()
+        result.shard_counts = dict(zip(shard_ids, counts))
+        result.work_seconds = time.monotonic() - work_start
+        result.work_cpu_seconds = time.process_time() - work_cpu_start
+        report(("progress", worker, stats.documents, stats.instances, result.input_bytes))
+        return result
+    except ValueError as e:  # instance creation's checks (too few documents, ...)
+        for w in writers:
+            w.close()
+        _remove_quietly(temps)
+        raise InputError(str(e)) from None
+    except BaseException:
+        for w in writers:
+            w.close()
+        _remove_quietly(temps)
+        raise
+
+
+class ShuffleBuffer:
+    """Shuffles a stream of records in bounded memory (random replacement).
+
+    The first `size` records fill the buffer; then each incoming record takes the slot of a
+    random resident, which is emitted. Slots for a batch are drawn without replacement, so a
+    whole batch is exchanged with two numpy fancy-index operations.
+
+    Args:
+      size: records held (>= 1).
+      rng: random source.
+    """
+
+    def __init__(self, size: int, rng: random.Random):
+        self.size = size
+        self._np_rng = np.random.default_rng(rng.getrandbits(64))
+        self._items = np.empty(size, object)
+        self._count = 0
+
+    def push(self, records: Sequence[bytes]) -> list[bytes]:
+        """Adds records; returns those that leave the buffer (in output order)."""
+        out: list[bytes] = []
+        start = 0
+        if self._count < self.size:
+            start = min(len(records), self.size - self._count)
+            self._items[self._count:self._count + start] = _object_array(records[:start])
+            self._count += start
+        while start < len(records):
+            chunk = records[start:start + self.size]
+            slots = self._np_rng.choice(self.size, size=len(chunk), replace=False)
+            out.extend(self._items[slots].tolist())
+            self._items[slots] = _object_array(chunk)
+            start += len(chunk)
+        return out
+
+    def drain(self) -> list[bytes]:
+        """Returns the remaining records in random order and empties the buffer."""
+        order = self._np_rng.permutation(self._count)
+        out = self._items[:self._count][order].tolist()
+        self._items[:] = None
+        self._count = 0
+        return out
+
+
+def _object_array(items: Sequence[bytes]) -> np.ndarray:
+    array = np.empty(len(items), object)
+    array[:] = list(items)
+    return array
+
+
+def _remove_quietly(paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _worker_entry(spec: JobSpec, worker: int, messages, parent_pid: int) -> None:
+    """Entry point of a spawned worker: reports ("done", result) or ("error", text)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        result = run_worker(spec, worker, messages.put, parent_pid=parent_pid)
+        messages.put(("done", worker, result))
+    except (InputError, ValueError, OSError) as e:
+        messages.put(("error", worker, str(e)))
+    except BaseException:  # pylint: disable=broad-except
+        messages.put(("error", worker, traceback.format_exc()))
+
+
+# --- The whole run: workers, checks, sidecars, renames. ---
+
+
+def _vocab_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _final_names(spec: JobSpec) -> list[str]:
+    return [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
+
+
+def check_outputs(spec: JobSpec) -> None:
+    """Refuses to overwrite existing outputs (unless spec.overwrite) and creates directories.
+
+    Raises:
+      InputError: naming the existing files, or a bad output list.
+    """
+    if not spec.output_files:
+        raise InputError("--output_file names no file")
+    if len(set(spec.output_files)) != len(spec.output_files):
+        raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
+    if spec.num_workers > len(spec.output_files):
+        raise InputError(
+            f"--num_workers={spec.num_workers} needs at least as many output files; received "
+            f"{len(spec.output_files)} (use --num_output_shards)")
+    if not spec.overwrite:
+        existing = [p for p in _final_names(spec) if os.path.exists(p)]
+        if existing:
+            raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
+                             f"e.g. {existing[0]}; pass --overwrite to replace them")
+    for out in spec.output_files:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+
+class _Progress:
+    """Aggregates worker progress and logs it."""
+
+    def __init__(self, num_workers: int, log: Callable[..., None]):
+        self.state = {w: (0, 0, 0) for w in range(num_workers)}
+        self.start = time.monotonic()
+        self.log = log
+
+    def __call__(self, message: tuple) -> None:
+        if message[0] == "examples":
+            for text in message[1]:
+                self.log("%s", text)
+            return
+        _, worker, docs, instances, nbytes = message
+        self.state[worker] = (docs, instances, nbytes)
+        docs, instances, nbytes = (sum(v[i] for v in self.state.values()) for i in range(3))
+        seconds = max(time.monotonic() - self.start, 1e-9)
+        self.log("documents %s, instances %s, %.1f MB of text in %.1f s (%.2f MB/s)",
+                 f"{docs:,}", f"{instances:,}", nbytes / 1e6, seconds, nbytes / 1e6 / seconds)
+
+
+def _run_spawned(spec: JobSpec, progress: _Progress) -> list[WorkerResult]:
+    ctx = multiprocessing.get_context("spawn")  # TensorFlow and fork do not mix
+    messages = ctx.Queue()
+    procs = [ctx.Process(target=_worker_entry, args=(spec, w, messages, os.getpid()),
+                         name=f"create_pretraining_data-worker-{w}", daemon=True)
+             for w in range(spec.num_workers)]
+    for p in procs:
+        p.start()
+    results: dict[int, WorkerResult] = {}
+    errors: dict[int, str] = {}
+    try:
+        while len(results) + len(errors) < len(procs) and not errors:
+            try:
+                message = messages.get(timeout=1.0)
+            except queue.Empty:
+                dead = [w for w, p in enumerate(procs)
+                        if w not in results and not p.is_alive()]
+                if not dead:
+                    continue
+                try:  # a dead worker's last message may still be in flight
+                    message = messages.get(timeout=2.0)
+                except queue.Empty:
+                    errors[dead[0]] = f"died (exit code {procs[dead[0]].exitcode})"
+                    continue
+            if message[0] == "done":
+                results[message[1]] = message[2]
+            elif message[0] == "error":
+                errors[message[1]] = message[2]
+            else:
+                progress(message)
+    finally:
+        for p in procs:
+            if p.is_alive() and (errors or len(results) < len(procs)):
+                p.terminate()
+        for p in procs:
+            p.join(timeout=30)
+    if errors:
+        worker = min(errors)
+        raise InputError(f"worker {worker} of {spec.num_workers}: {errors[worker]}")
+    return [results[w] for w in range(spec.num_workers)]
+
+
+def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
+    """Runs a whole job: workers, checks, sidecars, then renames shards to their final names.
+
+    Args:
+      spec: the job.
+      log: printf-style logger (default: absl logging.info).
+
+    Returns:
+      Summary dict (totals, per-shard counts, seconds, MB/s).
+
+    Raises:
+      InputError: bad input or settings; no file is left under a final name.
+    """
+    log = log or logging.info
+    check_outputs(spec)
+    temps = [features.temp_path(p) for p in spec.output_files]
+    start = time.monotonic()
+    progress = _Progress(spec.num_workers, log)
+    try:
+        if spec.num_workers == 1:
+            results = [run_worker(spec, 0, progress)]
+        else:
+            results = _run_spawned(spec, progress)
+        totals = pi.InstanceStats()
+        for r in results:
+            totals.merge(r.stats)
+        _check_totals(totals, results, spec, log)
+        seconds = time.monotonic() - start
+        input_bytes = sum(r.input_bytes for r in results)
+        shard_counts = {j: n for r in results for j, n in r.shard_counts.items()}
+        vocab_sha = _vocab_sha256(spec.vocab_file)
+        common = _sidecar_common(spec, totals, input_bytes, vocab_sha)
+        if not spec.overwrite:
+            check_outputs(spec)  # nothing appeared meanwhile
+        for j, path in enumerate(spec.output_files):
+            meta = dict(common, shard={"index": j, "num_shards": len(spec.output_files),
+                                       "instances": shard_counts.get(j, 0),
+                                       "worker": j % spec.num_workers})
+            features.write_sidecar(path, meta)
+            os.replace(temps[j], path)
+    except BaseException:
+        _remove_quietly(temps)
+        raise
+    mb = input_bytes / 1e6
+    log("wrote %s instances from %s documents (%.1f MB of text) to %d shard(s) in %.1f s "
+        "(%.2f MB/s); NotNext %.1f%%, masked %.2f%% of real tokens",
+        f"{totals.instances:,}", f"{totals.documents:,}", mb, len(spec.output_files), seconds,
+        mb / max(seconds, 1e-9), 100.0 * totals.not_next / max(totals.instances, 1),
+        100.0 * totals.masked / max(totals.real_tokens, 1))
+    work = max(r.work_seconds for r in results)
+    cpu = sum(r.work_cpu_seconds for r in results)
+    log("timing: start-up (TensorFlow, tokenizer) %.1f s; work %.1f s wall (%.2f MB/s), "
+        "%.1f s CPU in %d worker(s) (%.2f MB per CPU-second)",
+        max(r.setup_seconds for r in results), work, mb / max(work, 1e-9), cpu,
+        len(results), mb / max(cpu, 1e-9))
+    for path in spec.output_files:
+        log("  %s", path)
+    return {"totals": dataclasses.asdict(totals), "input_bytes": input_bytes,
+            "shard_counts": [shard_counts.get(j, 0) for j in range(len(spec.output_files))],
+            "seconds": seconds, "mb_per_second": mb / max(seconds, 1e-9),
+            "work_seconds": work, "work_cpu_seconds": cpu}
+
+
+def _check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,
+                  log: Callable[..., None]) -> None:
+    long_lines = sum(r.long_lines for r in results)
+    if long_lines:
+        first = next(r.first_long_line for r in results if r.first_long_line)
+        log("warning: %d line(s) longer than %d bytes, first at %s; input should hold one "
+            "sentence per line (python -m data_prep.prepare_corpus splits raw text)",
+            long_lines, LONG_LINE_WARN_BYTES, first)
+    bad = sum(r.bad_utf8_lines for r in results)
+    if bad:
+        log("warning: %d line(s) had undecodable UTF-8 bytes, which were dropped", bad)
+    if totals.documents and totals.one_sentence_documents == totals.documents:
+        raise InputError(
+            f"all {totals.documents} documents hold a single sentence, so every instance would "
+            "be NotNext; expected one sentence per line with a blank line between documents "
+            "(python -m data_prep.prepare_corpus makes that from raw text)")
+    if totals.one_sentence_documents * 2 > totals.documents:
+        log("warning: %d of %d documents hold a single sentence; their instances are all "
+            "NotNext (NotNext share %.1f%%)", totals.one_sentence_documents, totals.documents,
+            100.0 * totals.not_next / max(totals.instances, 1))
+
+
+def _sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,
+                    vocab_sha: str) -> dict:
+    spec_lengths = features.feature_spec(spec.config.max_seq_length,
+                                         spec.config.max_predictions_per_seq)
+    return {
+        "format": features.SIDECAR_FORMAT,
+        "created_by": "data_prep.create_pretraining_data",
+        "max_seq_length": spec.config.max_seq_length,
+        "max_predictions_per_seq": spec.config.max_predictions_per_seq,
+        "features": {name: {"dtype": f.dtype.name, "length": int(f.shape[0])}
+                     for name, f in spec_lengths.items()},
+        "compression": "GZIP" if spec.gzip else "",
+        "vocab_file": os.path.abspath(spec.vocab_file),
+        "vocab_sha256": vocab_sha,
+        "do_lower_case": spec.do_lower_case,
+        "strip_accents": spec.do_lower_case if spec.strip_accents is None else spec.strip_accents,
+        "counts": dict(dataclasses.asdict(totals), input_bytes=input_bytes),
+        "num_input_files": len(spec.input_files),
+        "input_files": list(spec.input_files[:100]),
+        "flags": dict(spec.flag_values),
+    }
+
+
+# --- Command line. ---
+
+
+def output_files_from_flags(output_file: str, num_output_shards: int | None,
+                            gzip_compress: bool) -> list[str]:
+    """Expands --output_file / --num_output_shards into shard paths.
+
+    Raises:
+      InputError: a comma list combined with --num_output_shards, or a bad shard count.
+    """
+    if num_output_shards is None:
+        return [p.strip() for p in output_file.split(",") if p.strip()]
+    if num_output_shards < 1:
+        raise InputError(f"--num_output_shards must be >= 1; received {num_output_shards}")
+    if "," in output_file:
+        raise InputError("--num_output_shards takes a single --output_file prefix; received a "
+                         f"comma-separated list: {output_file!r}")
+    suffix = ".tfrecord.gz" if gzip_compress else ".tfrecord"
+    return [f"{output_file}-{j:05d}-of-{num_output_shards:05d}{suffix}"
+            for j in range(num_output_shards)]
+
+
+def _tri_state(value) -> bool | None:
+    """--strip_accents: "auto" (follow --do_lower_case) / "true" / "false" -> None/True/False.
+
+    Also takes the values other tools' definitions of the shared flag name may hold.
+    """
+    text = str(value).strip().lower()
+    if value is None or text in ("auto", "default", "none"):
+        return None
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise InputError(f"--strip_accents must be auto, true or false; received {value!r}")
+
+
+def spec_from_flags() -> JobSpec:
+    """Reads and checks the flags (the only place they are read)."""
+    try:
+        input_files = features.expand_input_files(_INPUT_FILE.value)
+    except ValueError as e:
+        raise InputError(f"--input_file: {e}") from None
+    vocab_file = _VOCAB_FILE.value
+    if not os.path.isfile(vocab_file):
+        raise InputError(f"--vocab_file: {vocab_file} does not exist")
+    try:
+        config = pi.InstanceConfig(
+            max_seq_length=_MAX_SEQ_LENGTH.value,
+            max_predictions_per_seq=_MAX_PREDICTIONS.value,
+            masked_lm_prob=_MASKED_LM_PROB.value,
+            short_seq_prob=_SHORT_SEQ_PROB.value,
+            dupe_factor=_DUPE_FACTOR.value,
+            do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
+            pool_size=_RANDOM_DOC_POOL_SIZE.value)
+    except ValueError as e:
+        raise InputError(f"bad flags: {e}") from None
+    if _NUM_WORKERS.value < 1:
+        raise InputError(f"--num_workers must be >= 1; received {_NUM_WORKERS.value}")
+    if _SHUFFLE_BUFFER_SIZE.value < 1:
+        raise InputError(f"--shuffle_buffer_size must be >= 1; received "
+                         f"{_SHUFFLE_BUFFER_SIZE.value}")
+    outputs = output_files_from_flags(_OUTPUT_FILE.value, _NUM_OUTPUT_SHARDS.value,
+                                      _GZIP_COMPRESS.value)
+    holders = [v for k, v in globals().items()
+               if k.startswith("_") and isinstance(v, flags.FlagHolder)]
+    flag_values = tuple(sorted((h.name, h.value) for h in holders))
+    return JobSpec(
+        input_files=tuple(input_files), output_files=tuple(outputs), vocab_file=vocab_file,
+        do_lower_case=_DO_LOWER_CASE.value,
+        strip_accents=_tri_state(_STRIP_ACCENTS.value),
+        config=config,
+        random_seed=_RANDOM_SEED.value, num_workers=_NUM_WORKERS.value,
+        gzip=_GZIP_COMPRESS.value, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE.value,
+        num_examples_to_print=_NUM_EXAMPLES_TO_PRINT.value, overwrite=_OVERWRITE.value,
+        flag_values=flag_values)
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        spec = spec_from_flags()
+        logging.info("reading %d input file(s), e.g. %s; writing %d shard(s) with %d worker(s)",
+                     len(spec.input_files), spec.input_files[0], len(spec.output_files),
+                     spec.num_workers)
+        run(spec)
+    except (ValueError, OSError) as e:  # InputError, VocabError, ...: a message, no traceback
+        print(f"create_pretraining_data: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
+    app.run(main)

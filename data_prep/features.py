@@ -1,0 +1,458 @@
+"""THE TFRecord schema for BERT pretraining data, and the one place names are bridged.
+
+Files keep the feature names of Google's `create_pretraining_data.py` (DESIGN.md section 4)
+so that files written by Google's tool, by TF Model Garden's and by ours are interchangeable.
+Models see the TF Hub names (DESIGN.md section 2). The rename happens here, in
+`parse_pretraining_example`, and nowhere else.
+
+Schema, per serialized `tf.train.Example` (S = max_seq_length, P = max_predictions_per_seq):
+
+| feature              | dtype   | length | content                                        |
+| -------------------- | ------- | ------ | ---------------------------------------------- |
+| input_ids            | int64   | S      | token ids, 0-padded                            |
+| input_mask           | int64   | S      | 1 real, 0 pad                                  |
+| segment_ids          | int64   | S      | 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`, 0 pad  |
+| masked_lm_positions  | int64   | P      | ascending, 0-padded                            |
+| masked_lm_ids        | int64   | P      | original ids, 0-padded                         |
+| masked_lm_weights    | float32 | P      | 1.0 real, 0.0 pad                              |
+| next_sentence_labels | int64   | 1      | 0 = IsNext, 1 = NotNext                        |
+
+Two writers produce identical parses: `to_example` builds a `tf.train.Example` (clear, slow:
+about 58 us per instance here) and `serialize_examples` encodes a whole batch with numpy
+straight into the protobuf wire format (a few us per instance), which is what the
+pretraining-data tool uses.
+
+Every shard `x` has a JSON sidecar `x.meta.json` (max_seq_length, max_predictions_per_seq,
+vocab checksum, casing, counts, flags). Trainers call `read_sidecar` + `check_sidecar`
+because a length mismatch between data and trainer is the most common BERT data error, and
+`expand_input_files` to find shards (it skips sidecars and unfinished temporary files).
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import json
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+# --- Feature names in files (Google's) and in models (TF Hub's). ---
+
+INPUT_IDS = "input_ids"
+INPUT_MASK = "input_mask"
+SEGMENT_IDS = "segment_ids"
+MASKED_LM_POSITIONS = "masked_lm_positions"
+MASKED_LM_IDS = "masked_lm_ids"
+MASKED_LM_WEIGHTS = "masked_lm_weights"
+NEXT_SENTENCE_LABELS = "next_sentence_labels"
+
+# File name -> model name. Only three names differ; the others pass through unchanged.
+FILE_TO_MODEL_NAMES = {
+    INPUT_IDS: "input_word_ids",
+    INPUT_MASK: "input_mask",
+    SEGMENT_IDS: "input_type_ids",
+    MASKED_LM_POSITIONS: "masked_lm_positions",
+    MASKED_LM_IDS: "masked_lm_ids",
+    MASKED_LM_WEIGHTS: "masked_lm_weights",
+    NEXT_SENTENCE_LABELS: "next_sentence_labels",
+}
+
+# Values of next_sentence_labels (DESIGN.md section 3: NSP label 0 = IsNext, 1 = NotNext).
+IS_NEXT = 0
+NOT_NEXT = 1
+
+SIDECAR_SUFFIX = ".meta.json"
+# Shards are written as "<dir>/.<name>.incomplete" and renamed to "<dir>/<name>" when done.
+TEMP_PREFIX = "."
+TEMP_SUFFIX = ".incomplete"
+SIDECAR_FORMAT = "bert-keras-pretraining-data/1"
+
+
+def feature_spec(max_seq_length: int,
+                 max_predictions_per_seq: int) -> dict[str, tf.io.FixedLenFeature]:
+    """Returns the FixedLenFeature spec of one example, keyed by the names in files.
+
+    Args:
+      max_seq_length: S, length of input_ids / input_mask / segment_ids.
+      max_predictions_per_seq: P, length of the masked_lm_* features.
+
+    Returns:
+      dict name -> tf.io.FixedLenFeature (int64, except masked_lm_weights float32).
+    """
+    _check_lengths(max_seq_length, max_predictions_per_seq)
+    s, p = int(max_seq_length), int(max_predictions_per_seq)
+    return {
+        INPUT_IDS: tf.io.FixedLenFeature([s], tf.int64),
+        INPUT_MASK: tf.io.FixedLenFeature([s], tf.int64),
+        SEGMENT_IDS: tf.io.FixedLenFeature([s], tf.int64),
+        MASKED_LM_POSITIONS: tf.io.FixedLenFeature([p], tf.int64),
+        MASKED_LM_IDS: tf.io.FixedLenFeature([p], tf.int64),
+        MASKED_LM_WEIGHTS: tf.io.FixedLenFeature([p], tf.float32),
+        NEXT_SENTENCE_LABELS: tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+def _check_lengths(max_seq_length: int, max_predictions_per_seq: int) -> None:
+    if int(max_seq_length) < 1 or int(max_predictions_per_seq) < 1:
+        raise ValueError(
+            f"max_seq_length and max_predictions_per_seq must be >= 1; received "
+            f"max_seq_length={max_seq_length}, max_predictions_per_seq={max_predictions_per_seq}")
+
+
+def parse_pretraining_example(serialized: tf.Tensor, max_seq_length: int,
+                              max_predictions_per_seq: int) -> dict[str, tf.Tensor]:
+    """Parses serialized examples into model inputs and labels (the one name bridge).
+
+    Works on one record (a scalar string) or a batch (a [B] string vector, parsed with
+    tf.io.parse_example, so a trainer can batch before parsing). Leading shapes below are
+    [] for a scalar and [B] for a vector.
+
+    Args:
+      serialized: tf.string Tensor of shape [] or [B].
+      max_seq_length: S the data was written with (check the sidecar first).
+      max_predictions_per_seq: P the data was written with.
+
+    Returns:
+      dict with model names:
+        input_word_ids, input_mask, input_type_ids: int32 [..., S]
+        masked_lm_positions, masked_lm_ids: int32 [..., P]
+        masked_lm_weights: float32 [..., P]
+        next_sentence_labels: int32 [..., 1] (0 = IsNext, 1 = NotNext; Google's shape)
+
+    Raises:
+      ValueError: if `serialized` has rank other than 0 or 1.
+    """
+    serialized = tf.convert_to_tensor(serialized, dtype=tf.string)
+    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    rank = serialized.shape.rank
+    if rank == 0:
+        parsed = tf.io.parse_single_example(serialized, spec)
+    elif rank == 1:
+        parsed = tf.io.parse_example(serialized, spec)
+    else:
+        raise ValueError(
+            f"parse_pretraining_example expects a scalar or a [batch] vector of serialized "
+            f"examples; received shape {serialized.shape}")
+    out = {}
+    for file_name, model_name in FILE_TO_MODEL_NAMES.items():
+        value = parsed[file_name]
+        # TPUs want int32; weights stay float32.
+        out[model_name] = value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
+    return out
+
+
+def to_example(input_ids: Sequence[int], input_mask: Sequence[int], segment_ids: Sequence[int],
+               masked_lm_positions: Sequence[int], masked_lm_ids: Sequence[int],
+               masked_lm_weights: Sequence[float], next_sentence_label: int) -> tf.train.Example:
+    """Builds one `tf.train.Example` in the schema (the readable reference writer).
+
+    All sequences must already be padded: the first three to S, the masked_lm_* to P.
+    `serialize_examples` is the fast path and produces records that parse identically.
+
+    Returns:
+      tf.train.Example with the seven features of the module docstring.
+    """
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+    feature = {
+        INPUT_IDS: ints(input_ids),
+        INPUT_MASK: ints(input_mask),
+        SEGMENT_IDS: ints(segment_ids),
+        MASKED_LM_POSITIONS: ints(masked_lm_positions),
+        MASKED_LM_IDS: ints(masked_lm_ids),
+        MASKED_LM_WEIGHTS: tf.train.Feature(
+            float_list=tf.train.FloatList(value=[float(v) for v in masked_lm_weights])),
+        NEXT_SENTENCE_LABELS: ints([next_sentence_label]),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+# --- Fast batch serialization straight into the protobuf wire format. ---
+#
+# Example   { Features features = 1; }
+# Features  { map<string, Feature> feature = 1; }   a map entry is { key = 1; value = 2; }
+# Feature   { oneof: FloatList float_list = 2; Int64List int64_list = 3; }
+# Int64List { repeated int64 value = 1 [packed]; }  FloatList { repeated float value = 1 [packed]; }
+#
+# A batch of records is built as one uint8 matrix [B, W] plus a boolean "keep" matrix of the
+# same shape: constant bytes (tags, keys) are kept everywhere, a varint value owns up to w
+# columns of which it keeps its first 1..w, a float owns 4. `matrix[keep]` then flattens all
+# records, in order, into one buffer with a single numpy call; no per-value Python work.
+
+_TAG_LEN1 = 0x0A  # field 1, wire type 2 (length-delimited)
+_TAG_LEN2 = 0x12  # field 2, wire type 2
+_TAG_LEN3 = 0x1A  # field 3, wire type 2
+
+
+def _varint_size(values: np.ndarray) -> np.ndarray:
+    """Bytes needed to encode each non-negative value (< 2**35) as a protobuf varint."""
+    v = np.asarray(values)
+    size = np.ones(v.shape, np.int64)
+    for shift in (7, 14, 21, 28):
+        size += v >= (1 << shift)
+    return size
+
+
+def _varint_cells(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Encodes an int array [B, n] as varints: (bytes uint8 [B, n*w], keep bool [B, n*w])."""
+    v = np.asarray(values)
+    b, n = v.shape
+    width = int(_varint_size(v.max())) if v.size else 1
+    if width == 1:  # every value < 128 is its own single byte
+        return v.astype(np.uint8), np.ones((b, n), bool)
+    v = v.astype(np.int64 if width == 5 else np.int32, copy=False)
+    more = [v >= (1 << (7 * k)) for k in range(1, width)]  # byte k+1 follows byte k
+    planes = []
+    for k in range(width):
+        plane = (v >> (7 * k)).astype(np.uint8) & np.uint8(0x7F)
+        if k < width - 1:
+            plane |= more[k].view(np.uint8) << np.uint8(7)
+        planes.append(plane)
+    out = np.stack(planes, axis=-1).reshape(b, n * width)
+    keep = np.stack([np.ones((b, n), bool)] + more, axis=-1).reshape(b, n * width)
+    return out, keep
+
+
+def serialize_examples(input_ids: np.ndarray, input_mask: np.ndarray, segment_ids: np.ndarray,
+                       masked_lm_positions: np.ndarray, masked_lm_ids: np.ndarray,
+                       masked_lm_weights: np.ndarray,
+                       next_sentence_labels: np.ndarray) -> list[bytes]:
+    """Serializes a batch of examples in the schema; fast (vectorized) writer.
+
+    Args:
+      input_ids, input_mask, segment_ids: integer arrays [B, S], values in [0, 2**31).
+      masked_lm_positions, masked_lm_ids: integer arrays [B, P], values in [0, 2**31).
+      masked_lm_weights: float array [B, P].
+      next_sentence_labels: integer array [B] (or [B, 1]).
+
+    Returns:
+      list of B serialized tf.train.Example records (bytes); each parses exactly like the
+      record `to_example` builds from the same row.
+
+    Raises:
+      ValueError: on inconsistent shapes or negative / too large integer values.
+    """
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2:
+        raise ValueError(f"serialize_examples: input_ids must be [B, S]; received {ids.shape}")
+    b, s = ids.shape
+    weights = np.asarray(masked_lm_weights, dtype="<f4")
+    p = weights.shape[1] if weights.ndim == 2 else -1
+    if weights.shape != (b, p) or p < 1:
+        raise ValueError(f"serialize_examples: masked_lm_weights has shape {weights.shape}; "
+                         f"expected ({b}, P) with P >= 1")
+    nsp = np.asarray(next_sentence_labels)
+    if nsp.size != b:
+        raise ValueError(f"serialize_examples: next_sentence_labels has shape {nsp.shape}; "
+                         f"expected ({b},)")
+    int_features = {
+        INPUT_IDS: (np.asarray(input_ids), s),
+        INPUT_MASK: (np.asarray(input_mask), s),
+        SEGMENT_IDS: (np.asarray(segment_ids), s),
+        MASKED_LM_POSITIONS: (np.asarray(masked_lm_positions), p),
+        MASKED_LM_IDS: (np.asarray(masked_lm_ids), p),
+        NEXT_SENTENCE_LABELS: (nsp.reshape(b, 1), 1),
+    }
+    for name, (arr, length) in int_features.items():
+        if arr.shape != (b, length):
+            raise ValueError(f"serialize_examples: {name} has shape {arr.shape}; expected "
+                             f"({b}, {length}) given input_ids {ids.shape} and P={p}")
+        if arr.size and (arr.min() < 0 or arr.max() >= 2**31):
+            raise ValueError(f"serialize_examples: {name} has values outside [0, 2**31): "
+                             f"min {arr.min()}, max {arr.max()}")
+    if b == 0:
+        return []
+
+    # Payloads in the order of `to_example` (the order is not part of the format).
+    payloads = []  # (key, list tag, bytes [B, w], keep [B, w], payload length [B])
+    for name in (INPUT_IDS, INPUT_MASK, SEGMENT_IDS, MASKED_LM_POSITIONS, MASKED_LM_IDS):
+        cells, keep = _varint_cells(int_features[name][0])
+        payloads.append((name, _TAG_LEN3, cells, keep, keep.sum(axis=1)))
+    float_bytes = weights.view(np.uint8).reshape(b, 4 * p)
+    payloads.append((MASKED_LM_WEIGHTS, _TAG_LEN2, float_bytes, np.ones_like(float_bytes, bool),
+                     np.full(b, 4 * p, np.int64)))
+    cells, keep = _varint_cells(int_features[NEXT_SENTENCE_LABELS][0])
+    payloads.append((NEXT_SENTENCE_LABELS, _TAG_LEN3, cells, keep, keep.sum(axis=1)))
+
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def const(*byte_values: int) -> None:
+        row = np.array(byte_values, np.uint8)[None, :]
+        pieces.append((np.broadcast_to(row, (b, row.shape[1])),
+                       np.ones((b, row.shape[1]), bool)))
+
+    def varint(values: np.ndarray) -> None:
+        pieces.append(_varint_cells(values[:, None]))
+
+    body = []  # per entry, lengths computed bottom-up: list -> Feature -> map entry
+    features_len = np.zeros(b, np.int64)
+    for name, list_tag, cells, keep, payload_len in payloads:
+        key = name.encode()
+        list_len = 1 + _varint_size(payload_len) + payload_len
+        feature_len = 1 + _varint_size(list_len) + list_len
+        entry_len = 2 + len(key) + 1 + _varint_size(feature_len) + feature_len
+        features_len += 1 + _varint_size(entry_len) + entry_len
+        body.append((key, list_tag, cells, keep, payload_len, list_len, feature_len, entry_len))
+
+    const(_TAG_LEN1)
+    varint(features_len)
+    for key, list_tag, cells, keep, payload_len, list_len, feature_len, entry_len in body:
+        const(_TAG_LEN1)
+        varint(entry_len)
+        const(_TAG_LEN1, len(key), *key, _TAG_LEN2)
+        varint(feature_len)
+        const(list_tag)
+        varint(list_len)
+        const(_TAG_LEN1)
+        varint(payload_len)
+        pieces.append((cells, keep))
+
+    matrix = np.concatenate([piece[0] for piece in pieces], axis=1)
+    keep_all = np.concatenate([piece[1] for piece in pieces], axis=1)
+    buffer = matrix[keep_all].tobytes()
+    ends = np.cumsum(keep_all.sum(axis=1)).tolist()
+    out, begin = [], 0
+    for end in ends:
+        out.append(buffer[begin:end])
+        begin = end
+    return out
+
+
+# --- Sidecars and input expansion. ---
+
+
+def sidecar_path(tfrecord_path: str) -> str:
+    """Returns the sidecar path of a shard: `<shard path>.meta.json`."""
+    return str(tfrecord_path) + SIDECAR_SUFFIX
+
+
+def temp_path(final_path: str) -> str:
+    """Returns the temporary name a file is written under before its rename to `final_path`."""
+    head, tail = os.path.split(str(final_path))
+    return os.path.join(head, TEMP_PREFIX + tail + TEMP_SUFFIX)
+
+
+def write_sidecar(tfrecord_path: str, meta: Mapping[str, Any]) -> str:
+    """Writes `meta` as JSON to `<tfrecord_path>.meta.json` (atomically: temp name + rename).
+
+    Args:
+      tfrecord_path: the shard the sidecar describes.
+      meta: JSON-serializable dict; should hold max_seq_length and max_predictions_per_seq.
+
+    Returns:
+      The sidecar path.
+    """
+    path = sidecar_path(tfrecord_path)
+    tmp = temp_path(path)
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(dict(meta), f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_sidecar(tfrecord_path: str) -> dict | None:
+    """Reads the sidecar of a shard.
+
+    Args:
+      tfrecord_path: a shard path (files from Google's or Model Garden's tool have no sidecar).
+
+    Returns:
+      The sidecar dict, or None if `<tfrecord_path>.meta.json` does not exist.
+
+    Raises:
+      ValueError: the sidecar exists but is not a JSON object (names the file).
+    """
+    path = sidecar_path(tfrecord_path)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            meta = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"sidecar {path} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"sidecar {path} holds {type(meta).__name__}; expected a JSON object")
+    return meta
+
+
+def check_sidecar(meta: Mapping[str, Any] | None, max_seq_length: int,
+                  max_predictions_per_seq: int, source: str) -> None:
+    """Checks that data described by `meta` fits a trainer's lengths.
+
+    Args:
+      meta: a sidecar dict (from read_sidecar), or None (no sidecar: nothing to check).
+      max_seq_length, max_predictions_per_seq: what the trainer will parse with.
+      source: the shard path, named in the error.
+
+    Raises:
+      ValueError: naming `source`, the sidecar's value and the trainer's value, for each
+        length that differs or is missing.
+    """
+    if meta is None:
+        return
+    problems = []
+    for key, wanted in (("max_seq_length", max_seq_length),
+                        ("max_predictions_per_seq", max_predictions_per_seq)):
+        if key not in meta:
+            problems.append(f"its sidecar has no {key} (trainer uses {key}={wanted})")
+        elif int(meta[key]) != int(wanted):
+            problems.append(f"it was written with {key}={meta[key]} but the trainer uses "
+                            f"{key}={wanted}")
+    if problems:
+        raise ValueError(
+            f"pretraining data {source} does not match the trainer: " + "; ".join(problems) +
+            ". Regenerate the data with matching flags or change the trainer's flags.")
+
+
+def compression_type(tfrecord_path: str) -> str:
+    """Returns "GZIP" or "" for a shard: from its sidecar, else from the gzip magic bytes."""
+    meta = read_sidecar(tfrecord_path)
+    if meta is not None and "compression" in meta:
+        return str(meta["compression"] or "")
+    with tf.io.gfile.GFile(tfrecord_path, "rb") as f:
+        head = f.read(2)
+    return "GZIP" if head == b"\x1f\x8b" else ""
+
+
+def _is_data_file(path: str) -> bool:
+    base = os.path.basename(path)
+    return not (base.endswith(SIDECAR_SUFFIX) or base.startswith(TEMP_PREFIX)
+                or base.endswith(TEMP_SUFFIX))
+
+
+def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
+    """Expands comma-separated lists and globs into a sorted list of data files.
+
+    Sidecars (`*.meta.json`) and unfinished temporary files (`.<name>.incomplete`) are
+    skipped. Local paths use Python's glob; other file systems (gs://...) use tf.io.gfile.
+
+    Args:
+      patterns: "a,b*,c" or a list of such strings.
+
+    Returns:
+      Sorted, de-duplicated list of paths.
+
+    Raises:
+      ValueError: naming the first pattern that matches no data file (or if none is given).
+    """
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    parts = [p.strip() for item in patterns for p in str(item).split(",") if p.strip()]
+    if not parts:
+        raise ValueError("no input file pattern given (expected a comma-separated list of "
+                         "files or globs)")
+    found: set[str] = set()
+    for pattern in parts:
+        if "://" in pattern:
+            matches = tf.io.gfile.glob(pattern)
+        else:
+            matches = [m for m in _glob.glob(pattern) if os.path.isfile(m)]
+        matches = [m for m in matches if _is_data_file(m)]
+        if not matches:
+            raise ValueError(f"input pattern {pattern!r} matches no data file")
+        found.update(matches)
+    return sorted(found)

@@ -1,0 +1,448 @@
+r"""Turns raw documents into the input of create_pretraining_data (Google's text format).
+
+Output: one sentence per line, a blank line after every document, UTF-8.
+
+Inputs (`--input`: comma-separated files, directories or globs; `--corpus_format`):
+  text   one document per file (a directory means every file in it, recursively, sorted);
+         blank lines or single newlines separate paragraphs, which never share a sentence.
+  jsonl  one JSON object per line, the document in `--text_field` (default "text").
+  wiki   a MediaWiki XML dump (`.xml` or `.xml.bz2`), streamed page by page: articles only
+         (namespace 0, no redirects); wiki markup is removed with mwparserfromhell
+         (templates, references, tables, files, categories and headings dropped, link text
+         kept).
+  auto   (default) by file name: `.jsonl[.gz]` -> jsonl, `.xml[.bz2]` -> wiki, else text.
+`.gz` and `.bz2` inputs are read decompressed.
+
+Sentences are split by sentencex (Wikimedia's rule-based segmenter for ~300 languages)
+with `--language` (an ISO 639 code). For Korean use `--language=ko`: sentences end at
+".", "?", "!" and their full-width forms, including the common "...다." endings; then create
+the pretraining data with `--do_lower_case=true --strip_accents=false` so Hangul stays
+composed (see data_prep/tokenization.py).
+
+Example:
+
+  python -m data_prep.prepare_corpus --input=raw/ --output_file=corpus/train.txt
+  python -m data_prep.prepare_corpus --input=enwiki-pages-articles.xml.bz2 \
+      --output_file=corpus/wiki.txt --min_document_sentences=2
+
+The output is written under a temporary name (`.<name>.incomplete`) and renamed when done;
+an existing output is never replaced unless --overwrite is given.
+"""
+
+from __future__ import annotations
+
+import bz2
+import dataclasses
+import glob
+import gzip
+import json
+import os
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from typing import Callable, Iterator, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+# allow_override: names like output_file are shared with other tools; see
+# create_pretraining_data.py.
+_SHARED = {"allow_override": True}
+
+# A list flag, like build_vocab's --input, so the two tools can share one process.
+_INPUT = flags.DEFINE_list(
+    "input", None, "Raw documents: comma-separated files, directories or globs.", **_SHARED)
+_CORPUS_FORMAT = flags.DEFINE_enum(
+    "corpus_format", "auto", ["auto", "text", "jsonl", "wiki"],
+    "text: one document per file; jsonl: one JSON object per line; wiki: MediaWiki XML dump.",
+    **_SHARED)
+_TEXT_FIELD = flags.DEFINE_string(
+    "text_field", "text", "JSONL field holding the document text.", **_SHARED)
+_OUTPUT_FILE = flags.DEFINE_string(
+    "output_file", None, "Output text file (Google's format).", **_SHARED)
+_LANGUAGE = flags.DEFINE_string(
+    "language", "en", "Language code for sentence splitting (sentencex), e.g. en, de, ko.",
+    **_SHARED)
+_MIN_DOCUMENT_SENTENCES = flags.DEFINE_integer(
+    "min_document_sentences", 1, "Drop documents with fewer sentences (2 avoids documents "
+    "whose instances can only be NotNext).", **_SHARED)
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing output file.", **_SHARED)
+
+_PROGRESS_SECONDS = 10.0
+# Namespaces of links that are not running text (images, categories, interwiki).
+_DROP_LINK_PREFIXES = ("file:", "image:", "category:", "media:", "wikipedia:", "wp:",
+                       "template:", "help:", "portal:", "special:", "talk:", "user:")
+_DROP_TAGS = {"ref", "references", "table", "gallery", "math", "chem", "code", "pre", "score",
+              "timeline", "syntaxhighlight", "source", "imagemap", "graph", "hiero", "noinclude",
+              "includeonly", "templatedata", "mapframe", "maplink"}
+
+
+class CorpusError(ValueError):
+    """Bad input; the message names the file (and line) and what was expected."""
+
+
+# --- Sentence splitting. ---
+
+
+def sentence_splitter(language: str) -> Callable[[str], list[str]]:
+    """Returns text -> sentences for an ISO 639 language code.
+
+    Newlines always end a sentence (each line is split on its own); whitespace runs become
+    one space; a "sentence" without any letter or digit is dropped.
+
+    Raises:
+      CorpusError: sentencex is not installed or the code is not a language name.
+    """
+    try:
+        import sentencex  # pylint: disable=g-import-not-at-top
+    except ImportError:
+        raise CorpusError("sentence splitting needs the sentencex package "
+                          "(pip install sentencex)") from None
+    if not language or not language.replace("-", "").replace("_", "").isalnum():
+        raise CorpusError(f"--language must be an ISO 639 code such as en or ko; received "
+                          f"{language!r}")
+
+    def split(text: str) -> list[str]:
+        out = []
+        for line in text.splitlines():
+            line = " ".join(line.split())  # collapse whitespace runs, drop tabs
+            if not line:
+                continue
+            for sentence in sentencex.segment(language, line):
+                sentence = sentence.strip()
+                if any(c.isalnum() for c in sentence):  # drops stray "." or markup debris
+                    out.append(sentence)
+        return out
+
+    return split
+
+
+# --- Readers: each yields (name, text) per document. ---
+
+
+def _open_text(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="strict", newline="")
+    if path.endswith(".bz2"):
+        return bz2.open(path, "rt", encoding="utf-8", errors="strict", newline="")
+    return open(path, "rt", encoding="utf-8", errors="strict", newline="")
+
+
+def _read_all(path: str) -> str:
+    try:
+        with _open_text(path) as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"{path} is not UTF-8 text (undecodable byte at offset {e.start}); "
+                          "expected a text document") from None
+    except (OSError, EOFError) as e:
+        raise CorpusError(f"cannot read {path}: {e}") from None
+    if "\x00" in text:
+        raise CorpusError(f"{path} looks binary (it contains NUL bytes); expected UTF-8 text")
+    return text
+
+
+def read_text_documents(paths: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """One document per file."""
+    for path in paths:
+        yield path, _read_all(path)
+
+
+def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tuple[str, str]]:
+    """One document per JSON line, text in `text_field` (empty lines are skipped).
+
+    Raises:
+      CorpusError: a line is not a JSON object or lacks a string `text_field` (names file:line).
+    """
+    for path in paths:
+        try:
+            f = _open_text(path)
+            with f:
+                for line_no, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    where = f"{path}:{line_no}"
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise CorpusError(f"{where}: not JSON ({e.msg}); expected one JSON object "
+                                          "per line") from None
+                    if not isinstance(record, dict):
+                        raise CorpusError(f"{where}: expected a JSON object, got "
+                                          f"{type(record).__name__}")
+                    text = record.get(text_field)
+                    if not isinstance(text, str):
+                        raise CorpusError(
+                            f"{where}: no string field {text_field!r} (fields: "
+                            f"{sorted(record)[:10]}); set --text_field")
+                    yield where, text
+        except UnicodeDecodeError as e:
+            raise CorpusError(f"{path} is not UTF-8 text (undecodable byte at offset "
+                              f"{e.start})") from None
+        except (OSError, EOFError) as e:
+            raise CorpusError(f"cannot read {path}: {e}") from None
+
+
+def _drop_tables(wikitext: str) -> str:
+    """Removes wiki tables ("{|" ... "|}" blocks, nested ones included), line by line."""
+    out, depth = [], 0
+    for line in wikitext.split("\n"):
+        stripped = line.lstrip()
+        if stripped.startswith("{|"):
+            depth += 1
+        if depth == 0:
+            out.append(line)
+        if stripped.startswith("|}") and depth > 0:
+            depth -= 1
+    return "\n".join(out)
+
+
+def _render(code) -> str:
+    """Running text of parsed wikicode (see wikitext_to_text); linear in its size."""
+    import mwparserfromhell.nodes as nodes  # pylint: disable=g-import-not-at-top
+
+    out = []
+    for node in code.nodes:
+        if isinstance(node, nodes.Text):
+            out.append(node.value)
+        elif isinstance(node, nodes.Wikilink):
+            title = str(node.title).strip()
+            low = title.lower()
+            if low.startswith(_DROP_LINK_PREFIXES) or (
+                    ":" in low and len(low.split(":", 1)[0]) <= 3):  # interwiki such as de:...
+                continue
+            out.append(_render(node.text) if node.text is not None else _render(node.title))
+        elif isinstance(node, nodes.ExternalLink):
+            if node.title is not None:
+                out.append(_render(node.title))
+        elif isinstance(node, nodes.Tag):
+            tag = str(node.tag).strip().lower()
+            if tag in _DROP_TAGS:
+                continue
+            if tag in ("br", "hr", "li", "dt", "dd", "p", "div"):
+                out.append("\n")
+            if node.contents is not None:
+                out.append(_render(node.contents))
+        elif isinstance(node, nodes.HTMLEntity):
+            out.append(node.normalize())
+        elif isinstance(node, nodes.Heading):
+            out.append("\n")  # headings are not sentences; they still end a paragraph
+        # Templates, comments, arguments: dropped.
+    return "".join(out)
+
+
+def wikitext_to_text(wikitext: str) -> str:
+    """Plain running text of a wiki page: markup removed, one paragraph per line.
+
+    Templates, references, tables, galleries, math, file/category/interwiki links and
+    headings are dropped; a link keeps its shown text; bold/italic quotes are removed.
+    """
+    import mwparserfromhell  # pylint: disable=g-import-not-at-top
+
+    return _render(mwparserfromhell.parse(_drop_tables(wikitext)))
+
+
+def read_wiki_documents(paths: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """Articles of MediaWiki XML dumps, streamed (memory holds one page at a time).
+
+    Raises:
+      CorpusError: the file is not a MediaWiki XML dump (names the file).
+    """
+    for path in paths:
+        try:
+            f = bz2.open(path, "rb") if path.endswith(".bz2") else open(path, "rb")
+        except OSError as e:
+            raise CorpusError(f"cannot read {path}: {e}") from None
+        pages = 0
+        with f:
+            try:
+                context = ElementTree.iterparse(f, events=("start", "end"))
+                _, root = next(context)
+                if not root.tag.endswith("mediawiki"):
+                    raise CorpusError(f"{path}: root element is <{root.tag}>; expected a "
+                                      "MediaWiki XML dump (<mediawiki>)")
+                for event, elem in context:
+                    if event != "end" or not elem.tag.endswith("}page") and elem.tag != "page":
+                        continue
+                    pages += 1
+                    ns = _child_text(elem, "ns")
+                    redirect = any(c.tag.endswith("redirect") for c in elem)
+                    title = _child_text(elem, "title")
+                    text = ""
+                    for child in elem:
+                        if child.tag.endswith("revision"):
+                            text = _child_text(child, "text")
+                    root.clear()  # drop the finished page
+                    if ns not in ("0", "") or redirect or not text:
+                        continue
+                    yield f"{path}#{title}", wikitext_to_text(text)
+            except ElementTree.ParseError as e:
+                raise CorpusError(f"{path}: not well-formed XML ({e}); expected a MediaWiki "
+                                  "XML dump") from None
+            except (OSError, EOFError) as e:
+                raise CorpusError(f"cannot read {path}: {e}") from None
+        if pages == 0:
+            raise CorpusError(f"{path}: no <page> element; expected a MediaWiki XML dump")
+
+
+def _child_text(elem, name: str) -> str:
+    for child in elem:
+        if child.tag == name or child.tag.endswith("}" + name):
+            return child.text or ""
+    return ""
+
+
+# --- Input expansion and the run. ---
+
+
+def expand_inputs(patterns: str | Sequence[str]) -> list[str]:
+    """Files, directories (recursive) or globs, comma-separated or as a list -> file list.
+
+    Each pattern's matches are sorted; patterns keep their order.
+
+    Raises:
+      CorpusError: naming a pattern that matches no file.
+    """
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    out: list[str] = []
+    for pattern in [p.strip() for item in patterns for p in item.split(",") if p.strip()]:
+        matches = []
+        for match in sorted(glob.glob(pattern)):
+            if os.path.isdir(match):
+                for root, dirs, files in os.walk(match):
+                    dirs.sort()
+                    matches.extend(os.path.join(root, name) for name in sorted(files)
+                                   if not name.startswith("."))
+            elif os.path.isfile(match):
+                matches.append(match)
+        if not matches:
+            raise CorpusError(f"--input: {pattern!r} matches no file")
+        out.extend(matches)
+    if not out:
+        raise CorpusError("--input names no file")
+    return out
+
+
+def input_kind(path: str, input_format: str) -> str:
+    """The reader for one file: the flag, or by name when it is "auto"."""
+    if input_format != "auto":
+        return input_format
+    name = path.lower()
+    for suffix in (".gz", ".bz2"):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+    if name.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    if name.endswith(".xml"):
+        return "wiki"
+    return "text"
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """Counters of a run."""
+
+    documents_in: int = 0
+    documents_out: int = 0
+    sentences: int = 0
+    bytes_out: int = 0
+
+
+def iter_documents(paths: Sequence[str], input_format: str,
+                   text_field: str) -> Iterator[tuple[str, str]]:
+    """(name, raw text) of every document, in input order."""
+    for path in paths:
+        kind = input_kind(path, input_format)
+        if kind == "jsonl":
+            yield from read_jsonl_documents([path], text_field)
+        elif kind == "wiki":
+            yield from read_wiki_documents([path])
+        else:
+            yield from read_text_documents([path])
+
+
+def write_corpus(documents: Iterator[tuple[str, str]], output_file: str,
+                 split: Callable[[str], list[str]], min_document_sentences: int = 1,
+                 overwrite: bool = False, log: Callable[..., None] = logging.info) -> CorpusStats:
+    """Writes documents in Google's format: a sentence per line, a blank line after each.
+
+    Args:
+      documents: (name, text) pairs.
+      output_file: final path (written as `.<name>.incomplete`, renamed when complete).
+      split: text -> sentences.
+      min_document_sentences: documents with fewer sentences are dropped.
+      overwrite: replace an existing output.
+      log: printf-style logger.
+
+    Returns:
+      CorpusStats.
+
+    Raises:
+      CorpusError: the output exists (without overwrite), or no document has a sentence.
+    """
+    if os.path.exists(output_file) and not overwrite:
+        raise CorpusError(f"refusing to overwrite {output_file}; pass --overwrite to replace it")
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    head, tail = os.path.split(output_file)
+    temp = os.path.join(head, "." + tail + ".incomplete")
+    stats = CorpusStats()
+    start = last = time.monotonic()
+    try:
+        with open(temp, "w", encoding="utf-8", newline="\n") as out:
+            for _, text in documents:
+                stats.documents_in += 1
+                sentences = split(text)
+                if len(sentences) < max(1, min_document_sentences):
+                    continue
+                block = "\n".join(sentences) + "\n\n"
+                out.write(block)
+                stats.documents_out += 1
+                stats.sentences += len(sentences)
+                stats.bytes_out += len(block.encode("utf-8"))
+                now = time.monotonic()
+                if now - last >= _PROGRESS_SECONDS:
+                    last = now
+                    log("documents %s read, %s written, %s sentences, %.1f MB", 
+                        f"{stats.documents_in:,}", f"{stats.documents_out:,}",
+                        f"{stats.sentences:,}", stats.bytes_out / 1e6)
+        if stats.documents_out == 0:
+            raise CorpusError(f"no document with at least {max(1, min_document_sentences)} "
+                              f"sentence(s) among {stats.documents_in} input document(s)")
+        if os.path.exists(output_file) and not overwrite:
+            raise CorpusError(f"refusing to overwrite {output_file} (it appeared meanwhile)")
+        os.replace(temp, output_file)
+    except BaseException:
+        try:
+            os.remove(temp)
+        except OSError:
+            pass
+        raise
+    log("wrote %s documents (%s sentences, %.1f MB) of %s read to %s in %.1f s",
+        f"{stats.documents_out:,}", f"{stats.sentences:,}", stats.bytes_out / 1e6,
+        f"{stats.documents_in:,}", output_file, time.monotonic() - start)
+    return stats
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        if _MIN_DOCUMENT_SENTENCES.value < 1:
+            raise CorpusError(f"--min_document_sentences must be >= 1; received "
+                              f"{_MIN_DOCUMENT_SENTENCES.value}")
+        paths = expand_inputs(_INPUT.value)
+        split = sentence_splitter(_LANGUAGE.value)
+        logging.info("reading %d file(s), e.g. %s", len(paths), paths[0])
+        write_corpus(iter_documents(paths, _CORPUS_FORMAT.value, _TEXT_FIELD.value),
+                     _OUTPUT_FILE.value, split, _MIN_DOCUMENT_SENTENCES.value, _OVERWRITE.value)
+    except (CorpusError, OSError) as e:
+        print(f"prepare_corpus: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["input", "output_file"])
+    app.run(main)

@@ -1,0 +1,375 @@
+"""python -m data_prep.create_pretraining_data: files, schema, statistics, determinism, errors.
+
+Most tests call `main()` in this process (flags parsed by absl, restored by flagsaver);
+exit codes, stderr and SIGKILL go through a real subprocess.
+"""
+
+import glob
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+from data_prep import create_pretraining_data as cpd
+from data_prep import features
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTDATA = os.path.join(ROOT, "tests", "testdata")
+VOCAB = os.path.join(TESTDATA, "pretrain_vocab.txt")
+CORPUS = os.path.join(TESTDATA, "pretrain_corpus.txt")
+
+
+def google_reader(path, max_seq_length, max_predictions_per_seq, compression=""):
+    """A reader written to Google's spec (run_pretraining.py input_fn), independent of ours."""
+    name_to_features = {
+        "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+    out = {k: [] for k in name_to_features}
+    for record in tf.data.TFRecordDataset([path], compression_type=compression):
+        example = tf.io.parse_single_example(record, name_to_features)
+        for k, v in example.items():
+            out[k].append(v.numpy())
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def run_cli(**flag_values):
+    """Runs main() with --name=value flags; returns its exit code."""
+    argv = ["create_pretraining_data"] + [f"--{k}={v}" for k, v in flag_values.items()]
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(argv)
+        return cpd.main(argv[:1])
+
+
+def write_generated_corpus(directory, num_docs=240, seed=0, sentences=(20, 40)):
+    """A corpus whose every word names its document: d<doc>w<j>, or d<doc>p + "##a"/"##b".
+
+    Returns (corpus path, vocab path, vocab list).
+    """
+    rng = np.random.default_rng(seed)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "##a", "##b"]
+    for d in range(num_docs):
+        vocab += [f"d{d}w{j}" for j in range(10)] + [f"d{d}p"]
+    lines = []
+    for d in range(num_docs):
+        for _ in range(int(rng.integers(sentences[0], sentences[1] + 1))):
+            words = []
+            for _ in range(int(rng.integers(4, 12))):
+                j = int(rng.integers(0, 12))
+                words.append(f"d{d}w{j}" if j < 10 else f"d{d}p" + "ab"[j - 10])
+            lines.append(" ".join(words) + " .")
+        lines.append("")
+    corpus = os.path.join(directory, "generated.txt")
+    with open(corpus, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    vocab_path = os.path.join(directory, "generated_vocab.txt")
+    with open(vocab_path, "w") as f:
+        f.write("\n".join(vocab) + "\n")
+    return corpus, vocab_path, vocab
+
+
+def final_outputs(directory):
+    return sorted(p for p in os.listdir(directory) if not p.startswith("generated"))
+
+
+def test_end_to_end_schema_statistics_and_sidecar(tmp_path):
+    corpus, vocab_path, vocab = write_generated_corpus(str(tmp_path), num_docs=80,
+                                                       sentences=(80, 120))
+    out = str(tmp_path / "out" / "train")
+    # Google's defaults (128, 20): the budget round(0.15 * len) counts [CLS] and two [SEP],
+    # so the masked share of real tokens is 19 / 125 = 15.2% for full sequences.
+    s, p = 128, 20
+    assert run_cli(input_file=corpus, output_file=out, vocab_file=vocab_path, max_seq_length=s,
+                   max_predictions_per_seq=p, dupe_factor=10, short_seq_prob=0.0,
+                   num_output_shards=2, num_examples_to_print=2) == 0
+    shards = sorted(glob.glob(out + "-*-of-00002.tfrecord"))
+    assert len(shards) == 2
+    names = [os.path.basename(x) for x in shards]
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(names + [x + ".meta.json" for x in names])
+    data = [google_reader(x, s, p) for x in shards]
+    meta = [features.read_sidecar(x) for x in shards]
+    for d, m in zip(data, meta):
+        assert m["shard"]["instances"] == len(d["input_ids"]) > 0
+        assert m["max_seq_length"] == s and m["max_predictions_per_seq"] == p
+        assert m["vocab_sha256"] and m["do_lower_case"] is True and m["strip_accents"] is True
+        assert m["compression"] == "" and m["flags"]["dupe_factor"] == 10
+        features.check_sidecar(m, s, p, "x")
+    merged = {k: np.concatenate([d[k] for d in data]) for k in data[0]}
+    n = len(merged["input_ids"])
+    assert n >= 5000 and meta[0]["counts"]["instances"] == n
+
+    mask_id, cls_id, sep_id = vocab.index("[MASK]"), vocab.index("[CLS]"), vocab.index("[SEP]")
+    original = merged["input_ids"].copy()
+    masked_total = 0
+    kinds = {"mask": 0, "same": 0, "random": 0}
+    for i in range(n):
+        length = int(merged["input_mask"][i].sum())
+        k = int(merged["masked_lm_weights"][i].sum())
+        pos = merged["masked_lm_positions"][i, :k]
+        assert (np.diff(pos) > 0).all() and not merged["masked_lm_positions"][i, k:].any()
+        shown = merged["input_ids"][i, pos]
+        original[i, pos] = merged["masked_lm_ids"][i, :k]
+        truth = original[i, pos]
+        kinds["mask"] += int((shown == mask_id).sum())
+        kinds["same"] += int((shown == truth).sum())
+        kinds["random"] += int(((shown != mask_id) & (shown != truth)).sum())
+        masked_total += k
+        row = original[i, :length]
+        seps = np.flatnonzero(row == sep_id)
+        assert row[0] == cls_id and len(seps) == 2 and seps[1] == length - 1
+        assert all(0 < q < length - 1 and q != seps[0] for q in pos)
+        assert not merged["input_ids"][i, length:].any()
+        assert (merged["segment_ids"][i, seps[0] + 1:length] == 1).all()
+        assert not merged["segment_ids"][i, :seps[0] + 1].any()
+        # Every word names its document: A from one, B from one; NotNext B from another.
+        docs = []
+        for segment in (row[1:seps[0]], row[seps[0] + 1:length - 1]):
+            names = {vocab[t].split("w")[0].split("p")[0] for t in segment
+                     if vocab[t].startswith("d")}
+            assert len(names) <= 1
+            docs.append(names)
+        if merged["next_sentence_labels"][i, 0] == 1 and docs[0] and docs[1]:
+            assert docs[0] != docs[1]
+        elif docs[0] and docs[1]:
+            assert docs[0] == docs[1]
+    real = int(merged["input_mask"].sum()) - 3 * n
+    assert abs(masked_total / real - 0.15) <= 0.005
+    for kind, share in (("mask", 0.8), ("same", 0.1), ("random", 0.1)):
+        sd = math.sqrt(share * (1 - share) / masked_total)
+        got = kinds[kind] / masked_total
+        assert abs(got - share) <= min(0.02, 4 * sd), (kind, got)
+    # NotNext: the 50% coin, plus Google's rule that a one-sentence chunk (here mostly the
+    # last sentence of a document pass) is always NotNext, which can only raise the share.
+    nsp = merged["next_sentence_labels"][:, 0].mean()
+    assert 0.5 - min(0.02, 4 * math.sqrt(0.25 / n)) <= nsp <= 0.53, nsp
+
+    # Our parser reads the same values under model names.
+    parsed = features.parse_pretraining_example(
+        tf.constant([r.numpy() for r in tf.data.TFRecordDataset(shards[:1]).take(3)]), s, p)
+    np.testing.assert_array_equal(parsed["input_type_ids"].numpy(), data[0]["segment_ids"][:3])
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    args = dict(input_file=CORPUS, vocab_file=VOCAB, max_seq_length=32,
+                max_predictions_per_seq=5, dupe_factor=3, num_examples_to_print=0)
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        out = str(tmp_path / f"{name}.tfrecord")
+        assert run_cli(output_file=out, random_seed=seed, **args) == 0
+    a, b, c = (open(tmp_path / f"{x}.tfrecord", "rb").read() for x in "abc")
+    assert a == b and a != c and len(a) > 1000
+    meta_a, meta_b = (json.load(open(tmp_path / f"{x}.tfrecord.meta.json")) for x in "ab")
+    assert meta_a.pop("flags")["output_file"] != meta_b.pop("flags")["output_file"]
+    assert meta_a == meta_b  # no time stamps: the sidecar is deterministic too
+
+
+def test_gzip_output_whole_word_masking_and_korean_setting(tmp_path):
+    for name in ("z", "y"):
+        assert run_cli(input_file=CORPUS, vocab_file=VOCAB, output_file=str(tmp_path / name),
+                       num_output_shards=1, gzip_compress=True, do_whole_word_mask=True,
+                       strip_accents="false", max_seq_length=40, max_predictions_per_seq=6,
+                       dupe_factor=2, num_examples_to_print=0) == 0
+    (shard,) = glob.glob(str(tmp_path / "z-00000-of-00001.tfrecord.gz"))
+    assert open(shard, "rb").read(2) == b"\x1f\x8b"
+    assert open(shard, "rb").read() == open(shard.replace("/z-", "/y-"), "rb").read()
+    assert features.compression_type(shard) == "GZIP"
+    meta = features.read_sidecar(shard)
+    assert meta["strip_accents"] is False and meta["do_lower_case"] is True
+    data = google_reader(shard, 40, 6, compression="GZIP")
+    assert len(data["input_ids"]) > 0
+
+
+def test_refuses_to_overwrite(tmp_path):
+    out = str(tmp_path / "x.tfrecord")
+    args = dict(input_file=CORPUS, vocab_file=VOCAB, output_file=out, max_seq_length=32,
+                max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0)
+    assert run_cli(**args) == 0
+    before = open(out, "rb").read()
+    assert run_cli(random_seed=1, **args) == 1
+    assert open(out, "rb").read() == before
+    assert run_cli(random_seed=1, overwrite=True, **args) == 0
+    assert open(out, "rb").read() != before
+
+
+def _bad_input_case(tmp_path, name):
+    """Writes the input of one bad-input case; returns (flag overrides, expected message)."""
+    path = str(tmp_path / f"{name}.txt")
+    if name == "missing":
+        return {"input_file": str(tmp_path / "nope*.txt")}, "matches no data file"
+    if name == "empty":
+        open(path, "w").write("\n\n   \n\n")
+        return {"input_file": path}, "no document"
+    if name == "binary":
+        open(path, "wb").write(bytes(range(256)) * 64)
+        return {"input_file": path}, "looks binary"
+    if name == "one_document":
+        shutil.copy(CORPUS, path)
+        text = open(path).read().replace("\n\n", "\n")
+        open(path, "w").write(text)
+        return {"input_file": path}, "single document"
+    if name == "one_sentence_documents":
+        open(path, "w").write("".join(f"the whale came up number {i} .\n\n" for i in range(30)))
+        return {"input_file": path}, "single sentence"
+    if name == "predictions_over_length":
+        return {"input_file": CORPUS, "max_predictions_per_seq": 200}, "max_predictions_per_seq=200"
+    if name == "missing_vocab":
+        return {"input_file": CORPUS, "vocab_file": str(tmp_path / "no_vocab.txt")}, "vocab_file"
+    if name == "too_many_workers":
+        return {"input_file": CORPUS, "num_workers": 3}, "num_workers=3"
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "binary", "one_document",
+                                  "one_sentence_documents", "predictions_over_length",
+                                  "missing_vocab", "too_many_workers"])
+def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
+    overrides, expected = _bad_input_case(tmp_path, case)
+    out_dir = tmp_path / "out"
+    args = dict(vocab_file=VOCAB, output_file=str(out_dir / "x.tfrecord"), max_seq_length=32,
+                max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0)
+    args.update(overrides)
+    assert run_cli(**args) == 1
+    err = capsys.readouterr().err
+    assert "create_pretraining_data: error:" in err and expected in err, err
+    assert "Traceback" not in err
+    assert not out_dir.exists() or os.listdir(out_dir) == []  # not even a temporary file
+
+
+def test_long_lines_are_accepted_with_a_warning(tmp_path, monkeypatch):
+    path = str(tmp_path / "long.txt")
+    text = open(CORPUS).read()
+    long_line = " ".join(["the whale came up from the deep water ."] * 26_000)  # ~1 MB
+    open(path, "w").write(text.replace("Call me Ishmael.", long_line))
+    out = str(tmp_path / "x.tfrecord")
+    logged = []
+    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    assert run_cli(input_file=path, vocab_file=VOCAB, output_file=out, max_seq_length=32,
+                   max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0) == 0
+    warning = [m for m in logged if "longer than" in m]
+    assert warning and "long.txt:1 (" in warning[0], logged
+    data = google_reader(out, 32, 5)
+    assert len(data["input_ids"]) > 0 and data["input_mask"].sum(axis=1).max() <= 32
+
+
+def _subprocess_env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    return env
+
+
+def test_command_line_exit_code_and_sigkill(tmp_path):
+    cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--vocab_file={VOCAB}",
+           "--max_seq_length=32", "--max_predictions_per_seq=5", "--num_examples_to_print=0"]
+    # A clear message and exit code 1 for a missing input.
+    proc = subprocess.run(cmd + [f"--input_file={tmp_path}/missing.txt",
+                                 f"--output_file={tmp_path}/x.tfrecord"],
+                          capture_output=True, text=True, env=_subprocess_env(), cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "matches no data file" in proc.stderr and "Traceback" not in proc.stderr
+
+    # SIGKILL while writing: nothing under a final name; a trainer's glob skips the leftover.
+    corpus, vocab_path, _ = write_generated_corpus(str(tmp_path), num_docs=600, seed=3)
+    out = tmp_path / "killed" / "x.tfrecord"
+    run = cmd[:3] + [f"--vocab_file={vocab_path}", "--max_seq_length=32",
+                     "--max_predictions_per_seq=5", "--num_examples_to_print=0",
+                     f"--input_file={corpus}", f"--output_file={out}", "--dupe_factor=200",
+                     "--shuffle_buffer_size=10"]
+    child = subprocess.Popen(run, env=_subprocess_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    temp = features.temp_path(str(out))
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None:
+            if os.path.exists(temp) and os.path.getsize(temp) > 100_000:
+                break
+            time.sleep(0.2)
+        assert child.poll() is None, "the run ended before it could be killed"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert not out.exists() and not os.path.exists(features.sidecar_path(str(out)))
+    assert os.path.getsize(temp) > 100_000  # the partial shard sits under its temporary name,
+    with pytest.raises(ValueError, match="matches no data file"):
+        features.expand_input_files(str(out.parent / "*"))
+
+
+@pytest.mark.slow
+def test_two_workers_are_deterministic(tmp_path):
+    corpus, vocab_path, _ = write_generated_corpus(str(tmp_path), num_docs=60, seed=5)
+    outs = []
+    for name in ("a", "b"):
+        out = str(tmp_path / name / "x")
+        assert run_cli(input_file=corpus, vocab_file=vocab_path, output_file=out,
+                       num_output_shards=4, num_workers=2, max_seq_length=32,
+                       max_predictions_per_seq=5, dupe_factor=2, num_examples_to_print=1) == 0
+        outs.append(sorted(glob.glob(out + "-*.tfrecord")))
+    assert len(outs[0]) == 4
+    for x, y in zip(*outs):
+        assert open(x, "rb").read() == open(y, "rb").read()
+    meta = features.read_sidecar(outs[0][0])
+    assert meta["counts"]["documents"] == 60 and meta["flags"]["num_workers"] == 2
+    assert sum(features.read_sidecar(x)["shard"]["instances"] for x in outs[0]) == \
+        meta["counts"]["instances"]
+
+
+def _tfmodels_python():
+    """Python of an environment with tf-models-official (env BERT_KERAS_TFMODELS_PYTHON)."""
+    path = os.environ.get("BERT_KERAS_TFMODELS_PYTHON")
+    return path if path and os.path.exists(path) else None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_tfmodels_python() is None,
+                    reason="set BERT_KERAS_TFMODELS_PYTHON to a python with tf-models-official")
+def test_model_garden_files_parse_with_our_reader(tmp_path):
+    out = str(tmp_path / "mg.tfrecord")
+    proc = subprocess.run(
+        [_tfmodels_python(), "-m", "official.nlp.data.create_pretraining_data",
+         f"--input_file={CORPUS}", f"--output_file={out}", f"--vocab_file={VOCAB}",
+         "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=2"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert features.read_sidecar(out) is None  # Model Garden writes no sidecar
+    records = [r.numpy() for r in tf.data.TFRecordDataset([out])]
+    parsed = features.parse_pretraining_example(tf.constant(records), 32, 5)
+    reference = google_reader(out, 32, 5)
+    assert len(records) > 0
+    np.testing.assert_array_equal(parsed["input_word_ids"].numpy(), reference["input_ids"])
+    np.testing.assert_array_equal(parsed["input_type_ids"].numpy(), reference["segment_ids"])
+    np.testing.assert_array_equal(parsed["masked_lm_weights"].numpy(),
+                                  reference["masked_lm_weights"])
+    assert parsed["next_sentence_labels"].dtype == tf.int32
+
+
+def test_shuffle_buffer_emits_every_record_once_in_bounded_memory():
+    import random
+
+    buffer = cpd.ShuffleBuffer(50, random.Random(0))
+    records = [f"r{i}".encode() for i in range(1_000)]
+    out = []
+    for i in range(0, 1_000, 37):
+        chunk = records[i:i + 37]
+        out += buffer.push(chunk)
+        assert len(out) == max(0, min(i + 37, 1_000) - 50)  # exactly `size` held back
+    out += buffer.drain()
+    assert sorted(out) == sorted(records) and out != records
+    # No record comes out before it went in (at most size + one chunk places early).
+    position = {r: k for k, r in enumerate(out)}
+    assert min(position[r] - i for i, r in enumerate(records)) >= -(50 + 37)

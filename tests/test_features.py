@@ -1,0 +1,168 @@
+"""data_prep.features: the TFRecord schema, the fast writer, the name bridge, sidecars."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep import features
+
+# Sizes that all differ, so a swapped length cannot pass.
+S, P = 13, 5
+
+# The schema written out independently of data_prep.features (DESIGN.md section 4).
+GOOGLE_SPEC = {
+    "input_ids": tf.io.FixedLenFeature([S], tf.int64),
+    "input_mask": tf.io.FixedLenFeature([S], tf.int64),
+    "segment_ids": tf.io.FixedLenFeature([S], tf.int64),
+    "masked_lm_positions": tf.io.FixedLenFeature([P], tf.int64),
+    "masked_lm_ids": tf.io.FixedLenFeature([P], tf.int64),
+    "masked_lm_weights": tf.io.FixedLenFeature([P], tf.float32),
+    "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+}
+
+
+def _random_batch(n, s=S, p=P, seed=0, big=False):
+    rng = np.random.default_rng(seed)
+    high = 2**31 - 1 if big else 30522
+    ids = rng.integers(0, high, (n, s))
+    ids[:, -2:] = 0
+    mask = (ids > 0).astype(np.int64)
+    seg = rng.integers(0, 2, (n, s))
+    pos = np.sort(rng.integers(0, s, (n, p)), axis=1)
+    mlm = rng.integers(0, high, (n, p))
+    weights = (rng.random((n, p)) < 0.7).astype(np.float32)
+    nsp = rng.integers(0, 2, n)
+    return ids, mask, seg, pos, mlm, weights, nsp
+
+
+def test_feature_spec_matches_independent_spec():
+    spec = features.feature_spec(S, P)
+    assert set(spec) == set(GOOGLE_SPEC)
+    for name, want in GOOGLE_SPEC.items():
+        got = spec[name]
+        assert got.dtype == want.dtype, name
+        assert list(got.shape) == list(want.shape), name
+        assert got.default_value is None, name  # FixedLen: every feature must be present
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_fast_writer_equals_reference_writer(big):
+    batch = _random_batch(9, big=big, seed=int(big))
+    records = features.serialize_examples(*batch)
+    assert len(records) == 9
+    for i, record in enumerate(records):
+        want = features.to_example(*(a[i] for a in batch[:6]), int(batch[6][i]))
+        got = tf.train.Example.FromString(record)
+        assert got == want
+        # Parsed with the independent spec, every value survives.
+        parsed = tf.io.parse_single_example(record, GOOGLE_SPEC)
+        np.testing.assert_array_equal(parsed["input_ids"].numpy(), batch[0][i])
+        np.testing.assert_array_equal(parsed["masked_lm_ids"].numpy(), batch[4][i])
+        np.testing.assert_array_equal(parsed["masked_lm_weights"].numpy(), batch[5][i])
+        assert parsed["next_sentence_labels"].numpy().tolist() == [batch[6][i]]
+
+
+def test_fast_writer_edge_sizes():
+    # P = 1, every value < 128 (one-byte varints), and an empty batch.
+    batch = _random_batch(3, s=5, p=1, seed=3)
+    batch = tuple(np.minimum(a, 127) if a.dtype != np.float32 else a for a in batch)
+    for i, record in enumerate(features.serialize_examples(*batch)):
+        assert tf.train.Example.FromString(record) == features.to_example(
+            *(a[i] for a in batch[:6]), int(batch[6][i]))
+    assert features.serialize_examples(*_random_batch(0)) == []
+
+
+def test_fast_writer_rejects_bad_input():
+    ids, mask, seg, pos, mlm, weights, nsp = _random_batch(2)
+    with pytest.raises(ValueError, match="masked_lm_ids has shape"):
+        features.serialize_examples(ids, mask, seg, pos, mlm[:, :2], weights, nsp)
+    with pytest.raises(ValueError, match="outside"):
+        features.serialize_examples(-ids, mask, seg, pos, mlm, weights, nsp)
+
+
+def test_parse_renames_and_casts_scalar_and_batch():
+    batch = _random_batch(4, seed=5)
+    records = features.serialize_examples(*batch)
+    one = features.parse_pretraining_example(tf.constant(records[0]), S, P)
+    many = features.parse_pretraining_example(tf.constant(records), S, P)
+    want_names = {"input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions",
+                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"}
+    assert set(one) == set(many) == want_names
+    for name, value in many.items():
+        want_dtype = tf.float32 if name == "masked_lm_weights" else tf.int32
+        assert value.dtype == want_dtype, name
+        assert one[name].dtype == want_dtype, name
+    assert many["input_word_ids"].shape == (4, S)
+    assert one["input_type_ids"].shape == (S,)
+    assert many["masked_lm_positions"].shape == (4, P)
+    assert many["next_sentence_labels"].shape == (4, 1)
+    np.testing.assert_array_equal(many["input_type_ids"].numpy(), batch[2])
+    np.testing.assert_array_equal(one["input_word_ids"].numpy(), batch[0][0])
+    with pytest.raises(ValueError, match="scalar or a \\[batch\\]"):
+        features.parse_pretraining_example(tf.constant([records[:2]]), S, P)
+
+
+def test_parse_in_a_dataset_after_batching(tmp_path):
+    path = str(tmp_path / "x.tfrecord")
+    batch = _random_batch(6, seed=7)
+    with tf.io.TFRecordWriter(path) as w:
+        for r in features.serialize_examples(*batch):
+            w.write(r)
+    ds = tf.data.TFRecordDataset([path]).batch(4, drop_remainder=True).map(
+        lambda x: features.parse_pretraining_example(x, S, P))
+    (first,) = list(ds)
+    assert first["input_word_ids"].shape == (4, S)
+    np.testing.assert_array_equal(first["masked_lm_ids"].numpy(), batch[4][:4])
+
+
+def test_sidecar_round_trip_and_check(tmp_path):
+    shard = str(tmp_path / "data.tfrecord")
+    assert features.read_sidecar(shard) is None
+    path = features.write_sidecar(shard, {"max_seq_length": 128, "max_predictions_per_seq": 20})
+    assert path == shard + ".meta.json"
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".incomplete")]
+    meta = features.read_sidecar(shard)
+    assert meta["max_seq_length"] == 128
+    features.check_sidecar(meta, 128, 20, shard)
+    features.check_sidecar(None, 512, 80, shard)  # no sidecar: nothing to check
+    with pytest.raises(ValueError) as err:
+        features.check_sidecar(meta, 512, 20, shard)
+    message = str(err.value)
+    assert shard in message and "max_seq_length=128" in message and "max_seq_length=512" in message
+    with pytest.raises(ValueError, match="max_predictions_per_seq"):
+        features.check_sidecar({"max_seq_length": 128}, 128, 20, shard)
+    with open(path, "w") as f:
+        f.write("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        features.read_sidecar(shard)
+
+
+def test_expand_input_files(tmp_path):
+    for name in ["b.tfrecord", "a.tfrecord", "a.tfrecord.meta.json", ".c.tfrecord.incomplete",
+                 "other.txt"]:
+        (tmp_path / name).write_text("x")
+    got = features.expand_input_files(f"{tmp_path}/*.tfrecord*,{tmp_path}/other.txt")
+    assert got == sorted([str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord"),
+                          str(tmp_path / "other.txt")])
+    one = str(tmp_path / "a.tfrecord")
+    assert features.expand_input_files([one]) == [one]
+    with pytest.raises(ValueError, match="nothing-here"):
+        features.expand_input_files(f"{tmp_path}/a.tfrecord,{tmp_path}/nothing-here*")
+    with pytest.raises(ValueError, match="matches no data file"):
+        features.expand_input_files(f"{tmp_path}/*.meta.json")
+
+
+def test_compression_type(tmp_path):
+    batch = _random_batch(2)
+    for compression in ["", "GZIP"]:
+        path = str(tmp_path / f"x{compression}.tfrecord")
+        with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression)) as w:
+            for r in features.serialize_examples(*batch):
+                w.write(r)
+        assert features.compression_type(path) == compression
+        features.write_sidecar(path, {"compression": compression})
+        assert features.compression_type(path) == compression
+        assert json.load(open(path + ".meta.json"))["compression"] == compression

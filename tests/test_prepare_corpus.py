@@ -1,0 +1,170 @@
+"""python -m data_prep.prepare_corpus: raw documents -> one sentence per line, blank line
+between documents."""
+
+import bz2
+import gzip
+import json
+import os
+
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+from data_prep import prepare_corpus as pc
+
+
+def run_cli(**flag_values):
+    argv = ["prepare_corpus"] + [f"--{k}={v}" for k, v in flag_values.items()]
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(argv)
+        return pc.main(argv[:1])
+
+
+def documents_of(path):
+    """The output as a list of documents, each a list of sentence lines."""
+    text = open(path, encoding="utf-8").read()
+    assert text.endswith("\n\n") and "\n\n\n" not in text
+    return [block.split("\n") for block in text[:-2].split("\n\n")]
+
+
+def test_text_files_one_document_each(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "sub").mkdir(parents=True)
+    (raw / "b.txt").write_text("Mr. Smith went to Washington.  He arrived at 3 p.m.\n\n"
+                               "A new paragraph starts here! Does it end?\n")
+    (raw / "sub" / "c.txt").write_text("Only one sentence here")
+    (raw / "a.txt").write_text("First file, first sentence. Second sentence\nwithout a stop\n")
+    (raw / ".hidden.txt").write_text("Skipped.")
+    out = tmp_path / "corpus.txt"
+    assert run_cli(input=str(raw), output_file=str(out)) == 0
+    assert documents_of(out) == [
+        ["First file, first sentence.", "Second sentence", "without a stop"],
+        ["Mr. Smith went to Washington.", "He arrived at 3 p.m.", "A new paragraph starts here!",
+         "Does it end?"],
+        ["Only one sentence here"],
+    ]
+    # --min_document_sentences drops documents that could only give NotNext instances.
+    out2 = tmp_path / "corpus2.txt"
+    assert run_cli(input=str(raw), output_file=str(out2), min_document_sentences=2) == 0
+    assert len(documents_of(out2)) == 2
+
+
+def test_jsonl_plain_and_gzip(tmp_path):
+    rows = [{"id": 1, "body": "One doc. With two sentences."}, {"id": 2, "body": "Another one."}]
+    plain = tmp_path / "docs.jsonl"
+    plain.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    packed = tmp_path / "more.jsonl.gz"
+    with gzip.open(packed, "wt") as f:
+        f.write(json.dumps({"body": "Third doc here. It ends."}) + "\n")
+    out = tmp_path / "corpus.txt"
+    assert run_cli(input=f"{plain},{packed}", output_file=str(out), text_field="body") == 0
+    assert documents_of(out) == [["One doc.", "With two sentences."], ["Another one."],
+                                 ["Third doc here.", "It ends."]]
+
+
+def test_jsonl_errors_name_the_line(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "fine."}\n{"text": broken\n')
+    assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
+    assert f"{path}:2: not JSON" in capsys.readouterr().err
+    path.write_text('{"body": "no text field."}\n')
+    assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
+    err = capsys.readouterr().err
+    assert "no string field 'text'" in err and "--text_field" in err
+    assert not (tmp_path / "o.txt").exists() and not (tmp_path / ".o.txt.incomplete").exists()
+
+
+WIKI = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
+  <siteinfo><sitename>Wikipedia</sitename></siteinfo>
+  <page>
+    <title>Anarchism</title><ns>0</ns><id>12</id>
+    <revision><id>1</id><text xml:space="preserve">{{Infobox|name=x}}
+'''Anarchism''' is a [[political philosophy]] that rejects [[hierarchy|hierarchies]].&lt;ref&gt;{{cite web|url=x}}&lt;/ref&gt; It is usually placed on the left.
+[[File:Flag.svg|thumb|A flag caption.]]
+== History ==
+{| class="wikitable"
+|-
+| cell one || cell two
+|}
+Early forms existed in [[Ancient Greece]]. See also &amp;amp; more.&lt;br&gt;Next line.
+&lt;!-- a comment --&gt;
+[[Category:Political philosophy]]
+[[de:Anarchismus]]</text></revision>
+  </page>
+  <page>
+    <title>AccessibleComputing</title><ns>0</ns><id>10</id><redirect title="Computer accessibility" />
+    <revision><id>2</id><text xml:space="preserve">#REDIRECT [[Computer accessibility]]</text></revision>
+  </page>
+  <page>
+    <title>Talk:Anarchism</title><ns>1</ns><id>13</id>
+    <revision><id>3</id><text xml:space="preserve">Talk pages are not articles.</text></revision>
+  </page>
+  <page>
+    <title>Albedo</title><ns>0</ns><id>39</id>
+    <revision><id>4</id><text xml:space="preserve">'''Albedo''' is the measure of the diffuse reflection of sunlight. It is dimensionless.</text></revision>
+  </page>
+</mediawiki>
+"""
+
+
+def test_wikipedia_dump_streamed(tmp_path):
+    dump = tmp_path / "enwiki-pages-articles.xml.bz2"
+    dump.write_bytes(bz2.compress(WIKI.encode("utf-8")))
+    out = tmp_path / "wiki.txt"
+    assert run_cli(input=str(dump), output_file=str(out)) == 0
+    docs = documents_of(out)
+    assert docs == [
+        ["Anarchism is a political philosophy that rejects hierarchies.",
+         "It is usually placed on the left.",
+         "Early forms existed in Ancient Greece.", "See also & more.", "Next line."],
+        ["Albedo is the measure of the diffuse reflection of sunlight.", "It is dimensionless."],
+    ]
+    text = open(out).read()
+    for debris in ("{{", "[[", "cell one", "caption", "History", "Category", "Anarchismus",
+                   "comment", "Talk pages", "REDIRECT"):
+        assert debris not in text
+
+
+def test_not_a_wiki_dump(tmp_path, capsys):
+    path = tmp_path / "x.xml"
+    path.write_text("<html><body>hi</body></html>")
+    assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
+    assert "expected a MediaWiki XML dump" in capsys.readouterr().err
+
+
+def test_korean(tmp_path):
+    path = tmp_path / "ko.txt"
+    path.write_text("대한민국은 민주공화국이다. 대한민국의 주권은 국민에게 있고, 모든 권력은 "
+                    "국민으로부터 나온다. 안녕하세요? 반갑습니다!", encoding="utf-8")
+    out = tmp_path / "corpus.txt"
+    assert run_cli(input=str(path), output_file=str(out), language="ko") == 0
+    assert documents_of(out) == [["대한민국은 민주공화국이다.",
+                                  "대한민국의 주권은 국민에게 있고, 모든 권력은 국민으로부터 나온다.",
+                                  "안녕하세요?", "반갑습니다!"]]
+
+
+@pytest.mark.parametrize("case", ["missing", "binary", "exists", "no_sentences"])
+def test_errors(tmp_path, capsys, case):
+    out = tmp_path / "corpus.txt"
+    path = tmp_path / "in.txt"
+    if case == "missing":
+        args, expected = {"input": str(tmp_path / "nope")}, "matches no file"
+    elif case == "binary":
+        path.write_bytes(b"abc\x00\x01\x02" * 100)
+        args, expected = {"input": str(path)}, "looks binary"
+    elif case == "exists":
+        path.write_text("A sentence.")
+        out.write_text("keep me")
+        args, expected = {"input": str(path)}, "refusing to overwrite"
+    else:
+        path.write_text(" . , ; \n\n ...")
+        args, expected = {"input": str(path)}, "no document with at least 1 sentence"
+    assert run_cli(output_file=str(out), **args) == 1
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
+    if case == "exists":
+        assert out.read_text() == "keep me"
+    else:
+        assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".incomplete")]

@@ -19,23 +19,29 @@ from absl import app, flags
 
 from bert_keras import checkpoints
 
-_FROM = flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.")
-_TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.")
+# Google-style flag names (input, output, bert_config_file) recur across our tools;
+# allow_override lets tests import several entry points into one process.
+_SHARED = {"allow_override": True}
+
+_FROM = flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.", **_SHARED)
+_TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.", **_SHARED)
 _INPUT = flags.DEFINE_string(
-    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: .keras file."
+    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: .keras file.",
+    **_SHARED,
 )
 _OUTPUT = flags.DEFINE_string(
-    "output", None, "Same forms as --input, in the --to format; must not exist."
+    "output", None, "Same forms as --input, in the --to format; must not exist.", **_SHARED
 )
 _MODEL = flags.DEFINE_enum(
     "model", "auto", checkpoints.MODEL_KINDS,
     "encoder: drop pretraining heads; pretrainer: require them; auto: keep them if present.",
+    **_SHARED,
 )
 _BERT_CONFIG_FILE = flags.DEFINE_string(
     "bert_config_file", None,
     "--from=google only: bert_config.json, if it is not beside the checkpoint.",
+    **_SHARED,
 )
-flags.mark_flags_as_required(["from", "to", "input", "output"])
 
 
 def convert(from_format: str, to_format: str, input_path: str, output_path: str,
@@ -78,4 +84,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.mark_flags_as_required(["from", "to", "input", "output"])
     app.run(main)

@@ -1,0 +1,121 @@
+"""End-to-end classifier SavedModel: text in, probabilities and label names out (library;
+the command line is export/export_classifier.py).
+
+Signatures:
+  serving_default  text: string [batch] -> probabilities float32 [batch, C],
+                   label string [batch], label_id int32 [batch], logits float32 [batch, C]
+  pair             text_a, text_b: string [batch] -> the same, for sentence-pair tasks
+  serve_examples   inputs: serialized tf.Example string [batch] (features "text" and, for
+                   pair models, "text_b") -> classes string [batch, C], scores float32
+                   [batch, C]; its method name is tensorflow/serving/classify, so TF
+                   Serving's Classify API (gRPC Classify, REST :classify) accepts it.
+
+Tokenization and packing run inside the graph with the same code as the preprocessor
+export (`preprocessor_export.PreprocessorModule`), so there is one text path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from export import saved_model_writer
+from export.preprocessor_export import WARMUP_TEXTS, PreprocessorModule
+
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+
+
+class ClassifierModule(tf.Module):
+    """Root object: preprocessor + fine-tuned BertClassifier + label names."""
+
+    def __init__(self, preprocessor: PreprocessorModule, classifier, labels, pair: bool):
+        super().__init__()
+        if len(labels) != classifier.num_classes:
+            raise saved_model_writer.ExportError(
+                f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
+        self.preprocessor = preprocessor
+        self.classifier = classifier
+        self.labels = tf.constant(list(labels), tf.string)
+        self.pair = pair
+
+    def _predict(self, inputs):
+        logits = self.classifier(inputs, training=False)["logits"]  # [B, C]
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {
+            "probabilities": probabilities,
+            "label": tf.gather(self.labels, label_id),
+            "label_id": label_id,
+            "logits": logits,
+        }
+
+    def _classify(self, texts):
+        """texts: one or two string [B] tensors -> the prediction dict."""
+        pre = self.preprocessor
+        return self._predict(pre._pack([pre._tokenize(t) for t in texts]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return self._classify([text])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
+                                  tf.TensorSpec([None], tf.string, name="text_b")])
+    def serve_pair(self, text_a, text_b):
+        return self._classify([text_a, text_b])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve_examples(self, inputs):
+        spec = {"text": tf.io.FixedLenFeature([], tf.string)}
+        if self.pair:
+            spec["text_b"] = tf.io.FixedLenFeature([], tf.string)
+        features = tf.io.parse_example(inputs, spec)
+        texts = [features["text"], features["text_b"]] if self.pair else [features["text"]]
+        out = self._classify(texts)
+        batch = tf.shape(inputs)[0]
+        return {
+            "classes": tf.tile(self.labels[None, :], [batch, 1]),
+            "scores": out["probabilities"],
+        }
+
+
+def _example(text, text_b=None) -> bytes:
+    feature = {"text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[text.encode()]))}
+    if text_b is not None:
+        feature["text_b"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[text_b.encode()]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length: int = 128,
+                      pair: bool = False, version: int | None = None) -> str:
+    """Writes the end-to-end classifier to `<export_dir>/<version>`; returns that path.
+
+    Args:
+      classifier: a fine-tuned `bert_keras.tasks.BertClassifier`.
+      tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
+      labels: label names, index i = class i.
+      seq_length: the fine-tuning max_seq_length.
+      pair: whether the task classifies sentence pairs (decides what serve_examples parses).
+    """
+    if seq_length > classifier.encoder.max_sequence_length:
+        raise saved_model_writer.ExportError(
+            f"--seq_length={seq_length} exceeds the encoder's {classifier.encoder.max_sequence_length} positions")
+    path = saved_model_writer.version_dir(export_dir, version)
+    module = ClassifierModule(PreprocessorModule(tokenizer, seq_length), classifier, labels, pair)
+    signatures = {
+        "serving_default": module.serve.get_concrete_function(),
+        "pair": module.serve_pair.get_concrete_function(),
+        "serve_examples": module.serve_examples.get_concrete_function(),
+    }
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    examples = [_example(t, t if pair else None) for t in WARMUP_TEXTS]
+    warmup = [
+        ("serving_default", {"text": texts[:1]}),
+        ("serving_default", {"text": texts}),
+        ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
+        ("serve_examples", {"inputs": np.array(examples, dtype=object)}),
+    ]
+    saved_model_writer.write_saved_model(module, path, signatures, warmup,
+                                         method_names={"serve_examples": CLASSIFY_METHOD})
+    logging.info("Wrote classifier export %s", path)
+    return path

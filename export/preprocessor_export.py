@@ -1,0 +1,130 @@
+"""Exports the BERT text preprocessor (library; the command line is
+export/export_preprocessor.py): strings in, the encoder's three int32 inputs out.
+
+    python -m export.export_preprocessor --vocab_file=vocab.txt --do_lower_case \
+        --seq_length=128 --export_dir=/models/bert_preprocess [--version=1]
+
+Signatures:
+  serving_default   text: string [batch] -> input_word_ids, input_mask, input_type_ids
+                    int32 [batch, seq_length] ("[CLS] text [SEP]", truncated to fit)
+  pair              text_a, text_b: string [batch] -> the same, "[CLS] a [SEP] b [SEP]",
+                    truncated fairly (the longer segment loses tokens first)
+  tokenize          text: string [batch] -> token_ids int32 [batch, max_tokens] (0-padded)
+                    and num_tokens int32 [batch]
+  special_tokens    no input -> cls_id, sep_id, pad_id, mask_id, unk_id, vocab_size
+TF Hub-style callables on the loaded object: `tokenize(strings) -> RaggedTensor` and
+`bert_pack_inputs([ragged_a(, ragged_b)]) -> dict` at the exported seq_length.
+
+Only core TF ops and tensorflow-text's FastBertNormalize / FastWordpieceTokenizeWithOffsets
+(both in stock TF Serving's tensorflow-text 2.12) are used; a loader must
+`import tensorflow_text` before `tf.saved_model.load`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from data_prep.tokenization import BertTokenizer
+from export import saved_model_writer
+from export.text_preprocessing import bert_pack_inputs
+
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+
+# Warmup texts: empty, short, long, mixed scripts (what real traffic looks like).
+WARMUP_TEXTS = [
+    "",
+    "Hello world!",
+    "BERT pretrains deep bidirectional representations from unlabeled text. " * 20,
+    "Mixed scripts: naïve café, 東京, 서울, Москва, 🙂.",
+]
+
+
+class PreprocessorModule(tf.Module):
+    """The preprocessor SavedModel's root object."""
+
+    def __init__(self, tokenizer: BertTokenizer, seq_length: int):
+        super().__init__()
+        if seq_length < 5:
+            raise saved_model_writer.ExportError(
+                f"--seq_length must be at least 5 (room for a pair). Received: {seq_length}"
+            )
+        self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
+        self.seq_length = seq_length
+        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+        self.mask_id, self.unk_id = tokenizer.mask_id, tokenizer.unk_id
+        self.vocab_size = tokenizer.vocab_size
+
+    @tf.function(input_signature=[_TEXT])
+    def tokenize(self, text):
+        """string [B] -> int32 RaggedTensor [B, None] of WordPiece ids (no special tokens)."""
+        return self._tokenize(text)
+
+    def _pack(self, segments):
+        return bert_pack_inputs(list(segments), self.seq_length, self.cls_id, self.sep_id,
+                                self.pad_id)
+
+    @tf.function
+    def bert_pack_inputs(self, segments):
+        """A list of 1 or 2 RaggedTensors [B, None] -> the encoder inputs [B, seq_length].
+
+        The TF Hub-style callable. The signatures below call the packing code directly
+        rather than through this function: a tf.function taking a list of RaggedTensors,
+        called from inside another trace, can receive a decomposed placeholder.
+        """
+        return self._pack(segments)
+
+    def _tokenize(self, text):
+        return tf.cast(self.tokenizer(text), tf.int32)
+
+    @tf.function(input_signature=[_TEXT])
+    def serve(self, text):
+        return self._pack([self._tokenize(text)])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
+                                  tf.TensorSpec([None], tf.string, name="text_b")])
+    def serve_pair(self, text_a, text_b):
+        return self._pack([self._tokenize(text_a), self._tokenize(text_b)])
+
+    @tf.function(input_signature=[_TEXT])
+    def serve_tokenize(self, text):
+        ids = self._tokenize(text)
+        return {"token_ids": ids.to_tensor(default_value=self.pad_id),
+                "num_tokens": tf.cast(ids.row_lengths(), tf.int32)}
+
+    @tf.function(input_signature=[])
+    def serve_special_tokens(self):
+        ids = dict(cls_id=self.cls_id, sep_id=self.sep_id, pad_id=self.pad_id,
+                   mask_id=self.mask_id, unk_id=self.unk_id, vocab_size=self.vocab_size)
+        return {k: tf.constant(v, tf.int32) for k, v in ids.items()}
+
+
+def preprocessor_signatures(module: PreprocessorModule) -> dict:
+    """The signatures above, as concrete functions (shared with the end-to-end exports)."""
+    ragged = tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)
+    module.bert_pack_inputs.get_concrete_function([ragged])
+    module.bert_pack_inputs.get_concrete_function([ragged, ragged])
+    return {
+        "serving_default": module.serve.get_concrete_function(),
+        "pair": module.serve_pair.get_concrete_function(),
+        "tokenize": module.serve_tokenize.get_concrete_function(),
+        "special_tokens": module.serve_special_tokens.get_concrete_function(),
+    }
+
+
+def export_preprocessor(tokenizer: BertTokenizer, export_dir: str, seq_length: int = 128,
+                        version: int | None = None) -> str:
+    """Writes the preprocessor SavedModel to `<export_dir>/<version>` and returns that path."""
+    path = saved_model_writer.version_dir(export_dir, version)
+    module = PreprocessorModule(tokenizer, seq_length)
+    signatures = preprocessor_signatures(module)
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    warmup = [
+        ("serving_default", {"text": texts}),
+        ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
+        ("tokenize", {"text": texts}),
+    ]
+    saved_model_writer.write_saved_model(module, path, signatures, warmup)
+    logging.info("Wrote preprocessor export %s", path)
+    return path

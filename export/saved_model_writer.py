@@ -1,0 +1,168 @@
+"""Writing SavedModels for TF Serving: the one place every export goes through.
+
+TF Serving watches `<export_dir>/<version>/` and loads a version as soon as its directory
+appears, so a version is written under a temporary name beside it and renamed when
+complete (a rename within one directory is atomic); an existing version is never
+overwritten. Warmup requests go to `<version>/assets.extra/tf_serving_warmup_requests`
+as PredictionLog records (TF Serving replays them before it marks the model available,
+so the first real request does not pay for graph optimisation).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+
+
+class ExportError(RuntimeError):
+    """An export cannot be written; the message says what and where."""
+
+
+def version_dir(export_dir: str, version: int | None) -> str:
+    """Returns `<export_dir>/<version>`, refusing an existing version.
+
+    Args:
+      export_dir: the model's base directory (what TF Serving's --model_base_path names).
+      version: positive integer, or None for one more than the highest existing version.
+
+    Raises:
+      ExportError: the version exists, or is not a positive integer.
+    """
+    existing = []
+    if os.path.isdir(export_dir):
+        existing = [int(d) for d in os.listdir(export_dir) if d.isdigit()]
+    if version is None:
+        version = max(existing, default=0) + 1
+    if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
+        raise ExportError(f"--version must be a positive integer. Received: {version!r}")
+    path = os.path.join(export_dir, str(version))
+    if os.path.exists(path):
+        raise ExportError(
+            f"{path} exists: refusing to overwrite an export. Choose another --version "
+            "or remove it."
+        )
+    return path
+
+
+def warmup_record(signature_name: str, inputs: Mapping[str, np.ndarray]) -> bytes:
+    """One serialized PredictionLog holding a PredictRequest for `signature_name`."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    request = predict_pb2.PredictRequest(
+        model_spec=model_pb2.ModelSpec(signature_name=signature_name)
+    )
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    log = prediction_log_pb2.PredictionLog(
+        predict_log=prediction_log_pb2.PredictLog(request=request)
+    )
+    return log.SerializeToString()
+
+
+def read_warmup_requests(path: str) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """Parses a warmup file into (signature_name, inputs) pairs.
+
+    Raises:
+      ExportError: a record is not a PredictionLog with a predict request.
+    """
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    requests = []
+    for i, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
+        log = prediction_log_pb2.PredictionLog()
+        log.ParseFromString(record)
+        if not log.HasField("predict_log"):
+            raise ExportError(f"{path}: record {i} is not a PredictLog")
+        request = log.predict_log.request
+        inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+        requests.append((request.model_spec.signature_name or "serving_default", inputs))
+    return requests
+
+
+def write_saved_model(
+    module: tf.Module,
+    path: str,
+    signatures: Mapping[str, tf.types.experimental.ConcreteFunction],
+    warmup: Sequence[tuple[str, Mapping[str, np.ndarray]]] = (),
+    extra_files: Mapping[str, str] = (),
+    method_names: Mapping[str, str] = (),
+) -> str:
+    """Saves `module` to `path` atomically, with warmup requests and extra asset files.
+
+    Args:
+      module: the tf.Module to save (tracks the model's variables once).
+      path: the final version directory (see `version_dir`); must not exist.
+      signatures: signature name -> concrete function.
+      warmup: (signature_name, inputs) pairs written as PredictionLog records.
+      extra_files: name -> source path, copied into `<path>/assets.extra/` (e.g. the config).
+      method_names: signature name -> SignatureDef method name. tf.saved_model.save writes
+        every signature as "tensorflow/serving/predict"; TF Serving's Classify and Regress
+        APIs accept only signatures marked "tensorflow/serving/classify" / "regress".
+
+    Returns:
+      `path`.
+    """
+    if os.path.exists(path):
+        raise ExportError(f"{path} exists: refusing to overwrite an export")
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".tmp-{os.path.basename(path)}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tf.saved_model.save(module, tmp, signatures=dict(signatures))
+        if method_names:
+            _set_method_names(tmp, dict(method_names))
+        extra_dir = os.path.join(tmp, "assets.extra")
+        os.makedirs(extra_dir, exist_ok=True)
+        for name, source in dict(extra_files).items():
+            shutil.copyfile(source, os.path.join(extra_dir, name))
+        if warmup:
+            with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as writer:
+                for signature_name, inputs in warmup:
+                    writer.write(warmup_record(signature_name, inputs))
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _set_method_names(path: str, method_names: dict[str, str]) -> None:
+    """Rewrites SignatureDef method names in `path`/saved_model.pb."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb_path = os.path.join(path, "saved_model.pb")
+    saved_model = saved_model_pb2.SavedModel()
+    with open(pb_path, "rb") as f:
+        saved_model.ParseFromString(f.read())
+    for meta_graph in saved_model.meta_graphs:
+        for name, method in method_names.items():
+            if name not in meta_graph.signature_def:
+                raise ExportError(f"no signature {name!r} to mark as {method}")
+            meta_graph.signature_def[name].method_name = method
+    with open(pb_path, "wb") as f:
+        f.write(saved_model.SerializeToString())
+
+
+def signature_method_names(path: str) -> dict[str, str]:
+    """Signature name -> method name of the SavedModel at `path`."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    return {k: v.method_name for k, v in saved_model.meta_graphs[0].signature_def.items()}
+
+
+def saved_model_size(path: str) -> int:
+    """Bytes of `path`'s variables directory (what the parameters cost on disk)."""
+    total = 0
+    for root, _, files in os.walk(os.path.join(path, "variables")):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total

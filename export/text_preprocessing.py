@@ -1,0 +1,86 @@
+"""In-graph BERT input packing for exports: core TensorFlow ops only.
+
+Stock TF Serving links tensorflow-text 2.12.1, which lacks `TFText>RoundRobinTrim`
+(what tensorflow_text.RoundRobinTrimmer and keras-hub's MultiSegmentPacker emit), so the
+packing here is written with core ragged ops. It implements the same truncation as
+Google's run_classifier.py `_truncate_seq_pair` (and `data_prep.packing.truncate_pair`):
+pop from the end of the longer segment, B on ties, until the pair fits. Popping one at a
+time ends in a closed form, which is what the graph computes for a whole batch at once:
+
+    T = seq_length - 3,  a' = min(la, max(T - lb, ceil(T / 2))),  b' = min(lb, T - a')
+
+Shapes: B = batch, S = seq_length, ragged rows are token ids.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
+    """Keeps the first lengths[i] items of row i of `ragged`."""
+    positions = tf.ragged.range(ragged.row_lengths())
+    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
+
+
+def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor | None, budget: int):
+    """Lengths kept of A (and B) so that they fit `budget` tokens, fairly.
+
+    Args:
+      len_a: int64 [B], lengths of the first segments.
+      len_b: int64 [B] or None for single segments.
+      budget: tokens available for content (S - 2 or S - 3).
+
+    Returns:
+      (kept_a, kept_b) int64 [B] each; kept_b is None for single segments.
+    """
+    budget = tf.constant(budget, tf.int64)
+    if len_b is None:
+        return tf.minimum(len_a, budget), None
+    half_up = (budget + 1) // 2
+    kept_a = tf.minimum(len_a, tf.maximum(budget - len_b, half_up))
+    kept_b = tf.minimum(len_b, budget - kept_a)
+    return kept_a, kept_b
+
+
+def bert_pack_inputs(segments, seq_length: int, cls_id: int, sep_id: int, pad_id: int = 0):
+    """Packs one or two batches of token ids as "[CLS] A [SEP] (B [SEP])", padded to S.
+
+    Args:
+      segments: a list of one or two int RaggedTensors [B, None] (token ids, no specials).
+      seq_length: S, the fixed output length (at least 3 for one segment, 5 for two).
+      cls_id, sep_id, pad_id: special-token ids from the vocabulary.
+
+    Returns:
+      dict of int32 Tensors [B, S]: input_word_ids, input_mask, input_type_ids.
+    """
+    if len(segments) not in (1, 2):
+        raise ValueError(f"bert_pack_inputs takes 1 or 2 segments. Received: {len(segments)}")
+    specials = len(segments) + 1
+    if seq_length < specials + 1:
+        raise ValueError(f"seq_length={seq_length} leaves no room for text with "
+                         f"{len(segments)} segment(s)")
+    segments = [tf.cast(s, tf.int32) for s in segments]
+    a = segments[0]
+    b = segments[1] if len(segments) == 2 else None
+    kept_a, kept_b = truncated_lengths(
+        a.row_lengths(), None if b is None else b.row_lengths(), seq_length - specials
+    )
+    a = _keep_first(a, kept_a)
+    batch = a.nrows()
+    cls = tf.fill([batch, 1], tf.constant(cls_id, tf.int32))
+    sep = tf.fill([batch, 1], tf.constant(sep_id, tf.int32))
+    pieces = [cls, a, sep]
+    types = [tf.zeros_like(cls), tf.zeros_like(a), tf.zeros_like(sep)]
+    if b is not None:
+        b = _keep_first(b, kept_b)
+        pieces += [b, sep]
+        types += [tf.ones_like(b), tf.ones_like(sep)]
+    ids = tf.concat(pieces, axis=1)  # ragged [B, None]
+    type_ids = tf.concat(types, axis=1)
+    shape = tf.stack([batch, tf.constant(seq_length, tf.int64)])
+    return {
+        "input_word_ids": ids.to_tensor(default_value=pad_id, shape=shape),
+        "input_mask": tf.ones_like(ids).to_tensor(default_value=0, shape=shape),
+        "input_type_ids": type_ids.to_tensor(default_value=0, shape=shape),
+    }

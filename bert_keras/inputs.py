@@ -1,0 +1,210 @@
+"""tf.data pipelines for BERT pretraining over TFRecord files (schema: data_prep.features).
+
+    files --(shard per input pipeline)--> shuffle files --> repeat --> interleave records
+    --> shuffle records --> batch(drop_remainder) --> [skip] --> parse --> prefetch
+
+Elements are `(features, labels, sample_weights)` as `BertPretrainer.fit` wants them
+(B = per-replica batch, S = max_seq_length, P = max_predictions_per_seq):
+
+    features        input_word_ids, input_mask, input_type_ids: int32 [B, S];
+                    masked_lm_positions: int32 [B, P]
+    labels          mlm_logits: masked_lm_ids int32 [B, P];  nsp_logits: int32 [B]
+    sample_weights  mlm_logits: masked_lm_weights float32 [B, P];  nsp_logits: ones [B]
+
+Before reading, every file is checked against the trainer's S and P: through its sidecar
+(`data_prep.features.check_sidecar`), or, for files without one (Google's and Model Garden's
+`create_pretraining_data.py` write none), by parsing its first record. A mismatch fails
+with the file, both lengths and the fix, not with a parse error deep inside `fit` (the most
+common BERT data error: google-research/bert issues 752 and 1365).
+
+Order is deterministic for a given `seed` and input-pipeline layout, so a resumed run can
+skip exactly the batches it already trained on (`skip_batches`).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from data_prep import features as schema
+
+# Records shuffled together; Google's run_pretraining.py uses 100 after a file-level
+# shuffle and a parallel interleave. A larger buffer mixes documents better at ~1 KB a record.
+DEFAULT_SHUFFLE_BUFFER = 1000
+# Files read concurrently by the interleave.
+DEFAULT_CYCLE_LENGTH = 4
+
+
+def _describe_record(record: bytes) -> str:
+    """What a record actually holds (lengths of the schema's features), for error messages."""
+    try:
+        example = tf.train.Example.FromString(record)
+    except Exception:  # noqa: BLE001 - any decoding problem: it is not a tf.train.Example.
+        return "it is not a serialized tf.train.Example"
+    lengths = []
+    for name in (schema.INPUT_IDS, schema.MASKED_LM_POSITIONS):
+        feature = example.features.feature.get(name)
+        if feature is None:
+            lengths.append(f"no {name} feature")
+        else:
+            kind = feature.WhichOneof("kind")
+            lengths.append(f"{name} of length {len(getattr(feature, kind).value) if kind else 0}")
+    return "its first record has " + " and ".join(lengths)
+
+
+def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) -> str:
+    """Checks pretraining files against the trainer's lengths; returns their compression.
+
+    Args:
+      files: list of TFRecord paths (from `data_prep.features.expand_input_files`).
+      max_seq_length: S the model will be fed.
+      max_predictions_per_seq: P the model will be fed.
+
+    Returns:
+      The TFRecord compression type shared by all files ("" or "GZIP").
+
+    Raises:
+      ValueError: naming the file, for a sidecar that disagrees with S or P, a file without
+        sidecar whose first record does not parse at S and P, or mixed compression.
+    """
+    compressions = {}
+    for path in files:
+        meta = schema.read_sidecar(path)
+        schema.check_sidecar(meta, max_seq_length, max_predictions_per_seq, source=path)
+        compression = schema.compression_type(path)
+        compressions.setdefault(compression, path)
+        if meta is not None:
+            continue
+        # No sidecar: the first record must parse at the trainer's lengths.
+        try:
+            first = next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
+        except tf.errors.OpError as e:
+            raise ValueError(f"pretraining data {path} is not a readable TFRecord file "
+                             f"({e.message.splitlines()[0]})") from None
+        if first is None:
+            continue  # An empty shard contributes nothing and breaks nothing.
+        try:
+            schema.parse_pretraining_example(first, max_seq_length, max_predictions_per_seq)
+        except (tf.errors.InvalidArgumentError, ValueError):
+            raise ValueError(
+                f"pretraining data {path} (no sidecar) does not parse with "
+                f"max_seq_length={max_seq_length}, "
+                f"max_predictions_per_seq={max_predictions_per_seq}: "
+                f"{_describe_record(first.numpy())}. Use the lengths the data was written "
+                "with, or regenerate the data."
+            ) from None
+    if len(compressions) > 1:
+        examples = ", ".join(f"{c or 'none'} ({p})" for c, p in compressions.items())
+        raise ValueError(f"pretraining files mix compression types: {examples}")
+    return next(iter(compressions), "")
+
+
+def _to_fit_triple(parsed):
+    features = {
+        "input_word_ids": parsed["input_word_ids"],
+        "input_mask": parsed["input_mask"],
+        "input_type_ids": parsed["input_type_ids"],
+        "masked_lm_positions": parsed["masked_lm_positions"],
+    }
+    nsp_labels = tf.reshape(parsed["next_sentence_labels"], [-1])  # [B, 1] -> [B]
+    labels = {"mlm_logits": parsed["masked_lm_ids"], "nsp_logits": nsp_labels}
+    weights = {
+        "mlm_logits": parsed["masked_lm_weights"],
+        "nsp_logits": tf.ones_like(nsp_labels, dtype=tf.float32),
+    }
+    return features, labels, weights
+
+
+def pretraining_dataset(
+    input_files,
+    batch_size: int,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    *,
+    is_training: bool = True,
+    repeat: bool | None = None,
+    seed: int | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    skip_batches: int = 0,
+    shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER,
+    cycle_length: int = DEFAULT_CYCLE_LENGTH,
+    autotune: bool = True,
+) -> tf.data.Dataset:
+    """The pretraining input pipeline.
+
+    Args:
+      input_files: comma-separated files/globs, or a list of them.
+      batch_size: Python int, examples per batch of *this* pipeline (the per-replica batch
+        under `distribute_datasets_from_function`: `input_context.get_per_replica_batch_size`).
+      max_seq_length: S; checked against each file's sidecar (or first record).
+      max_predictions_per_seq: P; likewise.
+      is_training: if True, shuffle files and records; if False, read them in order
+        (evaluation).
+      repeat: cycle through the files forever; defaults to `is_training`.
+      seed: Python int; makes the order reproducible (needed for exact resumption).
+      input_context: from `strategy.distribute_datasets_from_function`; this pipeline then
+        reads only its share: whole files when there are at least as many files as
+        pipelines, else every n-th record.
+      skip_batches: batches of this pipeline to skip first (a resumed run's consumed data).
+      shuffle_buffer_size: records in the shuffle buffer.
+      cycle_length: files read concurrently.
+      autotune: False fixes parallelism and prefetch at 2 and disables tf.data autotuning
+        (tests: autotune can delay the end of `fit` by seconds; DESIGN.md s9).
+
+    Returns:
+      A `tf.data.Dataset` of `(features, labels, sample_weights)` with static shapes.
+
+    Raises:
+      ValueError: no file matches, or a file does not fit S and P (see
+        `check_input_files`).
+    """
+    files = schema.expand_input_files(input_files)
+    compression = check_input_files(files, max_seq_length, max_predictions_per_seq)
+    parallel = tf.data.AUTOTUNE if autotune else 2
+
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    shard_records = False
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        if len(files) >= input_context.num_input_pipelines:
+            dataset = dataset.shard(
+                input_context.num_input_pipelines, input_context.input_pipeline_id
+            )
+        else:
+            shard_records = True
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if is_training if repeat is None else repeat:
+        dataset = dataset.repeat()
+    cycle = max(1, min(cycle_length, len(files)))
+    dataset = dataset.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
+        cycle_length=cycle,
+        block_length=1,
+        num_parallel_calls=parallel if autotune else min(parallel, cycle),
+        deterministic=True,
+    )
+    if shard_records:
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+    # Static batch dimension for TPUs and XLA.
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches)  # Before parsing: skipped batches cost only I/O.
+    dataset = dataset.map(
+        lambda serialized: _to_fit_triple(
+            schema.parse_pretraining_example(serialized, max_seq_length, max_predictions_per_seq)
+        ),
+        num_parallel_calls=parallel,
+        deterministic=True,
+    )
+    dataset = dataset.prefetch(parallel)
+
+    options = tf.data.Options()
+    options.deterministic = True
+    if input_context is not None:
+        # This function already took this pipeline's share.
+        policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.experimental_distribute.auto_shard_policy = policy
+    if not autotune:
+        options.autotune.enabled = False
+    return dataset.with_options(options)

@@ -1,0 +1,110 @@
+"""BERT's pretraining losses and metrics, and the one call that compiles a pretrainer.
+
+Shapes: B = batch, P = max_predictions_per_seq, V = vocabulary size.
+
+    masked-LM loss = sum(w * CE) / (sum(w) + 1e-5)   over the B*P predictions (DESIGN.md s3)
+    NSP loss       = mean CE                          over the B pairs
+    total          = masked-LM loss + NSP loss
+
+Keras' stock reductions cannot express the masked-LM loss: "sum_over_batch_size" divides by
+B*P (so padded predictions would dilute it) and "mean_with_sample_weight" divides by sum(w)
+without Google's +1e-5. `MaskedLMLoss` therefore reduces by itself.
+
+A dataset from `bert_keras.inputs.pretraining_dataset` yields
+`(features, labels, sample_weights)` with labels and weights keyed by output name, so a
+training script is:
+
+    model = BertPretrainer(encoder)
+    model.compile(optimizer=create_optimizer(...), **pretraining_losses_and_metrics())
+    model.fit(pretraining_dataset(...), steps_per_epoch=..., epochs=...)
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+# Google's run_pretraining.py: denominator = sum(label_weights) + 1e-5, so a batch with no
+# real prediction gives loss 0 instead of NaN.
+MLM_DENOMINATOR_EPSILON = 1e-5
+
+
+def _scale_for_replicas(loss):
+    # Under tf.distribute every replica computes its own loss and Keras all-reduces the
+    # gradients with SUM; dividing by the replica count makes that sum a mean, which is
+    # what Keras' own "sum_over_batch_size" reduction does. (Google's TPU code averages the
+    # per-core losses the same way.)
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+        loss = loss * (1.0 / replicas)
+    return loss
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class MaskedLMLoss(keras.losses.Loss):
+    """Masked-LM loss: sum(w * CE) / (sum(w) + 1e-5) (Google's `get_masked_lm_output`).
+
+    Call with:
+      y_true: int Tensor [B, P], the original token ids (`masked_lm_ids`).
+      y_pred: float Tensor [B, P, V] of logits (`mlm_logits`).
+      sample_weight: float Tensor [B, P], 1.0 for real predictions and 0.0 for padding
+        (`masked_lm_weights`); None means all 1.
+
+    Returns a float32 scalar. Predictions with weight 0 change neither the value nor the
+    gradient.
+    """
+
+    def __init__(self, name="masked_lm_loss", dtype=None):
+        super().__init__(name=name, reduction="sum", dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        """Per-prediction cross-entropy, float32 [B, P]."""
+        return keras.losses.sparse_categorical_crossentropy(
+            ops.cast(y_true, "int32"), ops.cast(y_pred, "float32"), from_logits=True
+        )
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with keras.name_scope(self.name):
+            cross_entropy = self.call(y_true, y_pred)  # [B, P]
+            if sample_weight is None:
+                weights = ops.ones_like(cross_entropy)
+            else:
+                weights = ops.reshape(
+                    ops.cast(sample_weight, "float32"), ops.shape(cross_entropy)
+                )
+            numerator = ops.sum(weights * cross_entropy)
+            denominator = ops.sum(weights) + MLM_DENOMINATOR_EPSILON
+            return _scale_for_replicas(numerator / denominator)
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype}
+
+
+def nsp_loss():
+    """NSP loss: mean cross-entropy over the pairs (labels int [B] or [B, 1], logits [B, 2])."""
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, name="nsp_loss")
+
+
+def pretraining_losses_and_metrics(mlm_only=False):
+    """Keyword arguments for `BertPretrainer.compile`: losses and metrics of BERT pretraining.
+
+    Use as `model.compile(optimizer=..., **pretraining_losses_and_metrics())` with a dataset
+    from `bert_keras.inputs.pretraining_dataset`. Keras then logs `loss` (the total),
+    `mlm_logits_loss`, `nsp_logits_loss`, `mlm_logits_accuracy` (accuracy over the real
+    masked predictions: weighted by masked_lm_weights) and `nsp_logits_accuracy`; fit's
+    validation adds the same names with a `val_` prefix.
+
+    Args:
+      mlm_only: Python bool; if True, only the masked-LM loss and accuracy (RoBERTa-style
+        pretraining without NSP, and like-for-like benchmarks against MLM-only models).
+
+    Returns:
+      dict with `loss` and `weighted_metrics`, keyed by the pretrainer's output names.
+    """
+    loss = {"mlm_logits": MaskedLMLoss()}
+    # weighted_metrics receive the sample weights: the MLM accuracy then counts only real
+    # predictions (w = 1), exactly like Google's tf.metrics.accuracy(weights=...).
+    metrics = {"mlm_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+    if not mlm_only:
+        loss["nsp_logits"] = nsp_loss()
+        metrics["nsp_logits"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+    return {"loss": loss, "weighted_metrics": metrics}

@@ -1,0 +1,190 @@
+"""Strategies: TPU without a TPU, MirroredStrategy on 2 logical CPUs, 2 local MWMS workers.
+
+Multi-device runs happen in subprocesses: logical CPU devices and TF_CONFIG must be set
+before TensorFlow initializes, and this test process has long since initialized it.
+"""
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import TINY
+from pretraining_data import write_dataset
+
+from bert_keras import BertEncoder, BertPretrainer, distribute, multi_worker_fix
+from bert_keras.run_pretraining import PretrainingError, PretrainingOptions, check_replicas
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+S, P = 16, 4
+CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+              intermediate_size=37, max_position_embeddings=40)
+
+
+def _env(**extra):
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO, **extra)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("distribute")
+    train_glob = write_dataset(directory, num_files=2, per_file=16, max_seq_length=S,
+                               max_predictions_per_seq=P)
+    config = directory / "bert_config.json"
+    config.write_text(json.dumps(CONFIG))
+    return dict(train=train_glob, config=str(config))
+
+
+def _args(data, output_dir, *extra):
+    return [sys.executable, "-m", "bert_keras.run_pretraining", f"--input_file={data['train']}",
+            f"--output_dir={output_dir}", f"--bert_config_file={data['config']}",
+            f"--max_seq_length={S}", f"--max_predictions_per_seq={P}", "--train_batch_size=8",
+            "--num_train_steps=4", "--num_warmup_steps=1", "--save_checkpoints_steps=2", *extra]
+
+
+def test_tpu_without_tpu_is_a_one_line_error():
+    with pytest.raises(distribute.StrategyError) as error:
+        distribute.get_strategy("tpu")
+    assert "no TPU" in str(error.value) and "\n" not in str(error.value)
+    # A bare TPU name would need the cloud metadata server: refused without contacting it.
+    with pytest.raises(distribute.StrategyError, match="grpc://"):
+        distribute.get_strategy("tpu", tpu="my-tpu")
+    with pytest.raises(distribute.StrategyError, match="unknown distribution_strategy"):
+        distribute.get_strategy("parameter_server")
+
+
+def test_cli_tpu_without_tpu_exits_with_one_line(data, tmp_path):
+    result = subprocess.run(_args(data, tmp_path / "out", "--distribution_strategy=tpu"),
+                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_pretraining: error: distribution_strategy=tpu but no TPU")
+
+
+def test_default_strategy_needs_no_multi_worker_fix():
+    strategy = distribute.get_strategy("default")
+    assert distribute.is_chief(strategy)
+    assert not multi_worker_fix.needs_fix(strategy)
+    assert not multi_worker_fix.apply(BertPretrainer(BertEncoder(**TINY)))
+
+
+# Weight decay under MirroredStrategy: the copies on the second device are named
+# ".../replica_1:0"; the exclusion pattern must still see gamma/beta/bias.
+_MIRRORED_DECAY = textwrap.dedent("""
+    import numpy as np, tensorflow as tf
+    from bert_keras import BertEncoder, BertPretrainer, distribute
+    from bert_keras.optimization import create_optimizer
+    distribute.configure_cpu_devices(2)
+    strategy = distribute.get_strategy("mirrored")
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        model = BertPretrainer(BertEncoder(vocab_size=99, num_layers=1, hidden_size=32,
+                                           num_heads=4, intermediate_size=37))
+        optimizer = create_optimizer(0.1, 10, 0, weight_decay=0.5)
+        optimizer.build(model.trainable_variables)
+    for v in model.trainable_variables:
+        v.assign(tf.fill(v.shape, 0.5))
+    @tf.function
+    def step():
+        def replica_fn():
+            optimizer.apply_gradients(
+                [(tf.zeros(v.shape), v) for v in model.trainable_variables])
+        strategy.run(replica_fn)
+    step()
+    decayed = sorted(v.path for v in model.trainable_variables if v.numpy().flat[0] != 0.5)
+    kept = sorted(v.path.rsplit("/", 1)[-1] for v in model.trainable_variables
+                  if v.numpy().flat[0] == 0.5)
+    for v in model.trainable_variables:  # Both replicas hold the same values.
+        a, b = [t.numpy() for t in v.value.values]
+        np.testing.assert_array_equal(a, b)
+    print("DECAYED", sorted({p.rsplit("/", 1)[-1] for p in decayed}))
+    print("KEPT", sorted(set(kept)))
+""")
+
+
+def test_weight_decay_exclusions_hold_under_mirrored_strategy():
+    result = subprocess.run([sys.executable, "-c", _MIRRORED_DECAY], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert lines["DECAYED"] == str(["kernel", "position_embeddings", "token_type_embeddings",
+                                    "word_embeddings"])
+    assert lines["KEPT"] == str(["beta", "bias", "gamma", "output_bias"])
+
+
+def test_mirrored_strategy_on_two_logical_cpus_trains_and_checkpoints(data, tmp_path):
+    """Also covers LAMB under a strategy."""
+    out = tmp_path / "out"
+    result = subprocess.run(
+        _args(data, out, "--distribution_strategy=mirrored", "--num_cpu_devices=2",
+              "--optimizer=lamb"),
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mirrored (MirroredStrategy) with 2 replica(s)" in result.stderr
+    assert sorted(os.listdir(out / "checkpoints")) == ["ckpt-00000002.weights.h5",
+                                                       "ckpt-00000004.weights.h5"]
+    assert "Epoch 2/2" in result.stdout
+    assert (out / "encoder" / "encoder.weights.h5").exists()
+
+
+def test_settings_keras_cannot_distribute_fail_early():
+    options = PretrainingOptions(input_file="x", output_dir="y", preset="tiny",
+                                 train_batch_size=8, gradient_accumulation_steps=2)
+    check_replicas(options, 1)
+    with pytest.raises(PretrainingError, match="one replica only"):
+        check_replicas(options, 2)
+    single = dataclasses.replace(options, gradient_accumulation_steps=1)
+    with pytest.raises(PretrainingError, match="train_batch_size=8 is not divisible by the 3"):
+        check_replicas(single, 3)
+    check_replicas(dataclasses.replace(single, steps_per_execution=4), 1)
+    with pytest.raises(PretrainingError, match="keras-team/keras#19246"):
+        check_replicas(dataclasses.replace(single, steps_per_execution=4), 2)
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_with_two_local_workers(data, tmp_path):
+    out = tmp_path / "out"
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes, logs = [], []
+    try:
+        for index in range(2):
+            tf_config = json.dumps({"cluster": {"worker": workers},
+                                    "task": {"type": "worker", "index": index}})
+            log = open(tmp_path / f"worker{index}.log", "w+")
+            logs.append(log)
+            processes.append(subprocess.Popen(
+                _args(data, out, "--distribution_strategy=multi_worker_mirrored"),
+                cwd=REPO, env=_env(TF_CONFIG=tf_config), stdout=log, stderr=subprocess.STDOUT))
+        codes = [p.wait(timeout=420) for p in processes]
+    finally:
+        for p in processes:  # Workers end themselves; this only guards a hang.
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    outputs = []
+    for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
+    assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    assert "multi_worker_mirrored (CollectiveAllReduceStrategy) with 2 replica(s)" in outputs[0]
+    # The chief (worker 0) writes the shared outputs.
+    assert sorted(os.listdir(out / "checkpoints")) == ["ckpt-00000002.weights.h5",
+                                                       "ckpt-00000004.weights.h5"]
+    assert (out / "encoder" / "encoder.weights.h5").exists()
+    assert not (out / "workers").exists()  # Worker 1's own backup, removed at the end.

@@ -1,0 +1,110 @@
+"""Pretraining losses: the masked-LM formula, weight-0 predictions, NSP, and compile()."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+from conftest import TINY, make_inputs
+
+from bert_keras import BertEncoder, BertPretrainer
+from bert_keras.losses import MaskedLMLoss, nsp_loss, pretraining_losses_and_metrics
+
+# Sizes that all differ: batch 3, predictions 5, vocabulary 7.
+B, P, V = 3, 5, 7
+
+
+def _log_softmax(x):
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def _fixed_case(seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(B, P, V)).astype(np.float32) * 3
+    labels = rng.integers(0, V, size=(B, P)).astype(np.int32)
+    weights = np.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]], np.float32)
+    return logits, labels, weights
+
+
+def test_mlm_loss_matches_numpy_formula():
+    logits, labels, weights = _fixed_case()
+    cross_entropy = -np.take_along_axis(_log_softmax(logits.astype(np.float64)),
+                                        labels[..., None], axis=-1)[..., 0]
+    expected = (weights * cross_entropy).sum() / (weights.sum() + 1e-5)
+    got = float(MaskedLMLoss()(labels, logits, sample_weight=weights))
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # Without weights every prediction counts.
+    got_unweighted = float(MaskedLMLoss()(labels, logits))
+    np.testing.assert_allclose(got_unweighted, cross_entropy.sum() / (B * P + 1e-5), rtol=1e-6)
+
+
+def test_mlm_loss_of_all_zero_weights_is_zero_not_nan():
+    logits, labels, _ = _fixed_case()
+    assert float(MaskedLMLoss()(labels, logits, sample_weight=np.zeros((B, P), np.float32))) == 0
+
+
+def test_weight_zero_predictions_change_nothing():
+    logits, labels, weights = _fixed_case()
+    rng = np.random.default_rng(1)
+    pad = weights == 0
+    other_logits = np.where(pad[..., None], rng.normal(size=logits.shape) * 50, logits)
+    other_labels = np.where(pad, rng.integers(0, V, size=labels.shape), labels)
+
+    def loss_and_grad(lg, lb):
+        lg = tf.constant(lg, tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(lg)
+            loss = MaskedLMLoss()(lb, lg, sample_weight=weights)
+        return float(loss), tape.gradient(loss, lg).numpy()
+
+    loss_a, grad_a = loss_and_grad(logits, labels)
+    loss_b, grad_b = loss_and_grad(other_logits.astype(np.float32), other_labels)
+    assert loss_a == loss_b
+    np.testing.assert_array_equal(grad_a, grad_b)
+    assert not grad_a[pad].any()  # Padded predictions get no gradient at all.
+
+
+def test_nsp_loss_is_mean_cross_entropy():
+    rng = np.random.default_rng(2)
+    logits = rng.normal(size=(B, 2)).astype(np.float32)
+    labels = np.array([0, 1, 1], np.int32)
+    expected = -_log_softmax(logits.astype(np.float64))[np.arange(B), labels].mean()
+    np.testing.assert_allclose(float(nsp_loss()(labels, logits)), expected, rtol=1e-6)
+    # Labels as Google stores them, [B, 1], give the same value.
+    np.testing.assert_allclose(float(nsp_loss()(labels[:, None], logits)), expected, rtol=1e-6)
+
+
+def test_compiled_pretrainer_reports_the_formula():
+    """Keras' compile/evaluate with the dict of losses gives exactly MLM + NSP as defined."""
+    model = BertPretrainer(BertEncoder(**TINY))
+    model.compile(optimizer="sgd", **pretraining_losses_and_metrics())
+    x = make_inputs(batch=B, seq=11)
+    rng = np.random.default_rng(3)
+    x["masked_lm_positions"] = rng.integers(0, 11, size=(B, P)).astype(np.int32)
+    mlm_ids = rng.integers(0, TINY["vocab_size"], size=(B, P)).astype(np.int32)
+    nsp = np.array([1, 0, 1], np.int32)
+    _, _, weights = _fixed_case()
+    y = {"mlm_logits": mlm_ids, "nsp_logits": nsp}
+    w = {"mlm_logits": weights, "nsp_logits": np.ones(B, np.float32)}
+
+    outputs = model.predict_on_batch(x)
+    ce = -np.take_along_axis(_log_softmax(outputs["mlm_logits"].astype(np.float64)),
+                             mlm_ids[..., None], axis=-1)[..., 0]
+    mlm = (weights * ce).sum() / (weights.sum() + 1e-5)
+    nsp_value = -_log_softmax(outputs["nsp_logits"].astype(np.float64))[np.arange(B), nsp].mean()
+    correct = outputs["mlm_logits"].argmax(-1) == mlm_ids
+    logs = model.test_on_batch(x, y, w, return_dict=True)
+
+    np.testing.assert_allclose(logs["mlm_logits_loss"], mlm, rtol=1e-5)
+    np.testing.assert_allclose(logs["nsp_logits_loss"], nsp_value, rtol=1e-5)
+    np.testing.assert_allclose(logs["loss"], mlm + nsp_value, rtol=1e-5)
+    # MLM accuracy counts only real predictions.
+    np.testing.assert_allclose(logs["mlm_logits_accuracy"],
+                               (correct * weights).sum() / weights.sum(), rtol=1e-6)
+
+
+def test_mlm_only_variant_and_serialization():
+    kwargs = pretraining_losses_and_metrics(mlm_only=True)
+    assert set(kwargs["loss"]) == {"mlm_logits"}
+    assert set(kwargs["weighted_metrics"]) == {"mlm_logits"}
+    restored = keras.losses.deserialize(keras.losses.serialize(MaskedLMLoss()))
+    assert isinstance(restored, MaskedLMLoss) and restored.name == "masked_lm_loss"

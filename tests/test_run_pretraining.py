@@ -1,0 +1,268 @@
+"""run_pretraining: overfitting, output layout, resumption, XLA, phase 2, clear errors."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import keras
+import numpy as np
+import pytest
+from pretraining_data import write_dataset
+
+from bert_keras import BertEncoder, BertPretrainer
+from bert_keras.config import BertConfig
+from bert_keras.run_pretraining import (PretrainingError, PretrainingOptions,
+                                        load_initial_weights, train)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+S, P, VOCAB = 16, 4, 99
+# Sizes that all differ; no dropout, so a few dozen instances are memorized quickly.
+CONFIG = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=37, max_position_embeddings=40, hidden_dropout_prob=0.0,
+              attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pretraining_run")
+    train_glob = write_dataset(directory, num_files=2, per_file=16, max_seq_length=S,
+                               max_predictions_per_seq=P, vocab_size=VOCAB)
+    eval_glob = write_dataset(directory, num_files=1, per_file=8, max_seq_length=S,
+                              max_predictions_per_seq=P, vocab_size=VOCAB, seed=9, prefix="eval")
+    config = directory / "bert_config.json"
+    config.write_text(json.dumps(CONFIG))
+    vocab = directory / "vocab.txt"
+    vocab.write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
+    return dict(dir=directory, train=train_glob, eval=eval_glob, config=str(config),
+                vocab=str(vocab))
+
+
+def _options(data, output_dir, **overrides):
+    values = dict(input_file=data["train"], output_dir=str(output_dir),
+                  bert_config_file=data["config"], vocab_file=data["vocab"],
+                  max_seq_length=S, max_predictions_per_seq=P, train_batch_size=8,
+                  num_train_steps=300, num_warmup_steps=30, learning_rate=1e-2,
+                  save_checkpoints_steps=100, autotune=False, verbose=0, seed=3)
+    values.update(overrides)
+    return PretrainingOptions(**values)
+
+
+def _weights(path):
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def finished_run(data, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("run") / "out"
+    # 2 micro-batches per update and per tf.function call: resumption must count updates.
+    options = _options(data, output_dir, eval_input_file=data["eval"], eval_batch_size=4,
+                       max_eval_steps=2, gradient_accumulation_steps=2, steps_per_execution=2)
+    logs = train(options)
+    return options, logs
+
+
+def test_overfits_a_few_dozen_instances(finished_run):
+    _, logs = finished_run
+    # 32 instances, 300 updates of 2 x 8 examples.
+    assert logs["mlm_logits_loss"] < 0.1, logs
+    assert logs["nsp_logits_loss"] < 0.05, logs
+    assert logs["mlm_logits_accuracy"] > 0.98 and logs["nsp_logits_accuracy"] == 1.0
+
+
+def test_output_layout_for_fine_tuning_and_export(finished_run, data):
+    options, _ = finished_run
+    out = options.output_dir
+    assert sorted(os.listdir(os.path.join(out, "encoder"))) == [
+        "bert_config.json", "encoder.weights.h5", "vocab.txt"]
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == [
+        "ckpt-00000100.weights.h5", "ckpt-00000200.weights.h5", "ckpt-00000300.weights.h5"]
+    assert not os.path.exists(os.path.join(out, "backup"))  # Removed once complete.
+    assert os.listdir(os.path.join(out, "logs", "train"))
+    history = open(os.path.join(out, "history.csv")).read().splitlines()
+    assert len(history) == 4 and "val_mlm_logits_accuracy" in history[0]
+    results = json.load(open(os.path.join(out, "eval_results.json")))
+    assert results["global_step"] == 300 and "mlm_logits_accuracy" in results
+
+    # Fine-tuning's view: config + weights rebuild the trained encoder.
+    config = BertConfig.from_json_file(os.path.join(out, "encoder", "bert_config.json"))
+    assert config == BertConfig.from_json_file(data["config"])
+    encoder = BertEncoder.from_bert_config(config)
+    encoder.load_weights(os.path.join(out, "encoder", "encoder.weights.h5"))
+    pretrainer = BertPretrainer(BertEncoder.from_bert_config(config))
+    pretrainer.load_weights(os.path.join(out, "pretrainer.weights.h5"))
+    for a, b in zip(encoder.get_weights(), pretrainer.encoder.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # The final pretrainer file holds weights only, no optimizer state.
+    assert not any(name.startswith("optimizer") for name in _weights(
+        os.path.join(out, "pretrainer.weights.h5")))
+
+
+def test_never_overwrites(finished_run, data, tmp_path):
+    options, _ = finished_run
+    with pytest.raises(PretrainingError, match="finished run"):
+        train(options)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    with pytest.raises(PretrainingError, match="not a pretraining run"):
+        train(_options(data, busy))
+    assert (busy / "notes.txt").read_text() == "mine"
+
+
+class _SimulatedCrash(Exception):
+    pass
+
+
+class _CrashAfterFirstBackup(keras.callbacks.Callback):
+    """Raises at the end of epoch 1, after BackupAndRestore (an earlier callback) saved it."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        raise _SimulatedCrash(f"crash after epoch {epoch}")
+
+
+class _CountBatches(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+
+def test_resume_neither_repeats_nor_skips_steps(finished_run, tmp_path):
+    reference, _ = finished_run
+    # Without the evaluations of the reference run: evaluating must not change training.
+    options = dataclasses.replace(reference, output_dir=str(tmp_path / "out"),
+                                  eval_input_file=None)
+    with pytest.raises(_SimulatedCrash):
+        train(options, extra_callbacks=[_CrashAfterFirstBackup()])
+    assert os.path.exists(tmp_path / "out" / "backup" / "latest.weights.h5")
+    # Rerunning with other training flags is refused, naming the difference.
+    with pytest.raises(PretrainingError, match="learning_rate: 0.01 -> 0.5"):
+        train(dataclasses.replace(options, learning_rate=0.5))
+
+    counter = _CountBatches()
+    train(options, extra_callbacks=[counter])
+    # Updates 101..300 only: 400 micro-batches in 200 executions of 2.
+    assert counter.batches == 200
+    # Same data order, same weights: the crashed-and-resumed run ends where the
+    # uninterrupted one ended.
+    got = _weights(tmp_path / "out" / "pretrainer.weights.h5")
+    want = _weights(os.path.join(reference.output_dir, "pretrainer.weights.h5"))
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_train_step_compiles_with_xla(data, tmp_path):
+    """jit_compile=True: the whole train step is one XLA computation at static shapes."""
+    config = tmp_path / "one_layer.json"
+    config.write_text(json.dumps(dict(CONFIG, num_hidden_layers=1)))
+    options = _options(data, tmp_path / "out", bert_config_file=str(config), num_train_steps=2,
+                       save_checkpoints_steps=1, num_warmup_steps=1, jit_compile=True)
+    logs = train(options)
+    assert np.isfinite(logs["loss"])
+    assert sorted(os.listdir(tmp_path / "out" / "checkpoints")) == [
+        "ckpt-00000001.weights.h5", "ckpt-00000002.weights.h5"]
+
+
+def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):
+    options, _ = finished_run
+    trained = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+    trained.load_weights(os.path.join(options.output_dir, "pretrainer.weights.h5"))
+    for source in (options.output_dir, os.path.join(options.output_dir, "encoder"),
+                   os.path.join(options.output_dir, "checkpoints", "ckpt-00000300.weights.h5")):
+        fresh = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+        load_initial_weights(fresh, source)
+        for a, b in zip(fresh.encoder.get_weights(), trained.encoder.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(PretrainingError, match="no pretrainer.weights.h5"):
+        load_initial_weights(fresh, str(data["dir"]))
+
+
+def test_flag_errors_are_clear(data, tmp_path):
+    with pytest.raises(PretrainingError, match="must divide --num_train_steps"):
+        train(_options(data, tmp_path / "a", num_train_steps=10, num_warmup_steps=1,
+                             save_checkpoints_steps=3))
+    with pytest.raises(PretrainingError, match="exactly one of --bert_config_file and --preset"):
+        train(_options(data, tmp_path / "b", preset="tiny"))
+    with pytest.raises(PretrainingError, match=r"train-0.tfrecord.*max_seq_length=32"):
+        train(_options(data, tmp_path / "c", max_seq_length=32))
+
+
+def _cli(args, **kwargs):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-m", "bert_keras.run_pretraining", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, **kwargs)
+
+
+def test_cli_help():
+    result = _cli(["--help"], timeout=120)
+    assert result.returncode in (0, 1)  # absl's --help exits with 1 after printing.
+    assert "Pretrains BERT" in result.stdout
+    for flag in ("--input_file", "--init_checkpoint", "--gradient_accumulation_steps",
+                 "--distribution_strategy", "--mixed_precision", "--[no]jit_compile"):
+        assert flag in result.stdout
+
+
+def _kill_when(process, condition, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if condition():
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
+    """kill -9 during a run, rerun the same command: it resumes and matches a clean run."""
+    def args(out):
+        return [f"--input_file={data['train']}", f"--output_dir={out}",
+                f"--bert_config_file={data['config']}", f"--max_seq_length={S}",
+                f"--max_predictions_per_seq={P}", "--train_batch_size=8",
+                "--num_train_steps=60", "--num_warmup_steps=6", "--save_checkpoints_steps=10",
+                "--learning_rate=1e-3", "--deterministic", "--seed=5"]
+
+    clean = _cli(args(tmp_path / "clean"), timeout=600)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+
+    out = tmp_path / "killed"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    metadata = out / "backup" / "training_metadata.json"
+
+    def past_two_checkpoints():
+        try:
+            return json.loads(metadata.read_text())["epoch"] >= 2
+        except (OSError, ValueError, KeyError):
+            return False
+
+    process = subprocess.Popen([sys.executable, "-m", "bert_keras.run_pretraining", *args(out)],
+                               cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        killed = _kill_when(process, past_two_checkpoints, timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert killed, "the run ended before it could be killed"
+    assert not (out / "encoder").exists()
+
+    resumed = _cli(args(out), timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from" in resumed.stderr
+    got = _weights(out / "pretrainer.weights.h5")
+    want = _weights(tmp_path / "clean" / "pretrainer.weights.h5")
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)

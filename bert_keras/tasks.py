@@ -1,0 +1,234 @@
+"""Fine-tuning models built on a BertEncoder: sentence classifier, token tagger, span QA.
+
+Each task model is a functional `keras.Model` that takes a `BertEncoder` *instance* (its
+weights are shared, not copied), reuses the encoder's three named inputs, and adds one small
+head (Devlin et al. 2018, section 4, figure 4):
+
+  BertClassifier  pooled_output -> dropout -> Dense(C)     {"logits": [B, C]}
+  BertTagger      sequence_output -> dropout -> Dense(C)   {"logits": [B, S, C]}
+  BertSpanQA      sequence_output -> Dense(2)              {"start_logits": [B, S],
+                                                            "end_logits": [B, S]}
+
+Shapes: B = batch, S = sequence length, H = hidden size, C = number of labels.
+Inputs are the encoder's: int32 `input_word_ids`, `input_mask`, `input_type_ids`, [B, S].
+Logits are float32 even under a mixed dtype policy, so the losses stay in float32.
+
+The models are trained with plain `compile`/`fit`; `compile_args` below gives the matching
+losses and metrics (tagging ignores label -1: [CLS], [SEP], padding and non-first sub-tokens).
+"""
+
+import keras
+from keras import ops
+
+from bert_keras.encoder import BertEncoder
+from bert_keras.layers.activations import clone_initializer
+
+# Label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP], pad).
+IGNORE_LABEL = -1
+
+
+def _check_encoder(encoder):
+    if not isinstance(encoder, BertEncoder):
+        raise ValueError(f"`encoder` must be a BertEncoder. Received: {type(encoder).__name__}")
+
+
+def _check_num_classes(num_classes):
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"`num_classes` must be a positive integer. Received: num_classes={num_classes!r}")
+
+
+def _check_dropout(dropout):
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
+
+
+def _initializer(encoder):
+    # Google's heads use the encoder's TruncatedNormal(initializer_range) with zero biases.
+    return clone_initializer(keras.initializers.TruncatedNormal(stddev=encoder.initializer_range))
+
+
+class _TaskModel(keras.Model):
+    """Shared config plumbing: every task stores `encoder` and serializes it."""
+
+    def _base_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.layers.serialize(self.encoder),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.layers.deserialize(config["encoder"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertClassifier(_TaskModel):
+    """Sentence (or sentence-pair) classifier: Dense(C) on the pooled [CLS] vector.
+
+    Inputs: the encoder's dict of int32 [B, S] tensors. For a pair, `input_type_ids` is 0 on
+    "[CLS] A [SEP]" and 1 on "B [SEP]" (see `data_prep.packing`).
+
+    Outputs: {"logits": float32 [B, C]}, unnormalised class scores.
+
+    Args:
+      encoder: a `BertEncoder`; its weights are shared, not copied.
+      num_classes: C.
+      dropout: dropout rate on the pooled output (Google's run_classifier uses 0.1).
+    """
+
+    def __init__(self, encoder, num_classes, dropout=0.1, **kwargs):
+        _check_encoder(encoder)
+        _check_num_classes(num_classes)
+        _check_dropout(dropout)
+        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="classifier_dropout")
+        head = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=_initializer(encoder),
+            dtype=encoder.dtype_policy,
+            name="classifier",
+        )
+
+        inputs = dict(encoder.input)
+        pooled = encoder(inputs)["pooled_output"]  # [B, H]
+        logits = ops.cast(head(head_dropout(pooled)), "float32")  # [B, C]
+        super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
+
+        self.encoder = encoder
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.classifier_dropout = head_dropout
+        self.classifier = head
+
+    def get_config(self):
+        return {**self._base_config(), "num_classes": self.num_classes, "dropout": self.dropout}
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertTagger(_TaskModel):
+    """Token tagger (POS, NER): Dense(C) on every token of the last layer.
+
+    Inputs: the encoder's dict of int32 [B, S] tensors.
+
+    Outputs: {"logits": float32 [B, S, C]}. Only the first sub-token of each word carries a
+    label in training data (`data_prep.tagging`); the loss ignores the others (label -1).
+
+    Args:
+      encoder: a `BertEncoder`; its weights are shared, not copied.
+      num_classes: C, the number of tags.
+      dropout: dropout rate on the sequence output.
+    """
+
+    def __init__(self, encoder, num_classes, dropout=0.1, **kwargs):
+        _check_encoder(encoder)
+        _check_num_classes(num_classes)
+        _check_dropout(dropout)
+        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="tagger_dropout")
+        head = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=_initializer(encoder),
+            dtype=encoder.dtype_policy,
+            name="tagger",
+        )
+
+        inputs = dict(encoder.input)
+        sequence = encoder(inputs)["sequence_output"]  # [B, S, H]
+        logits = ops.cast(head(head_dropout(sequence)), "float32")  # [B, S, C]
+        super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
+
+        self.encoder = encoder
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.tagger_dropout = head_dropout
+        self.tagger = head
+
+    def get_config(self):
+        return {**self._base_config(), "num_classes": self.num_classes, "dropout": self.dropout}
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertSpanQA(_TaskModel):
+    """Extractive question answering (SQuAD): start and end logits for every token.
+
+    Inputs: the encoder's dict of int32 [B, S] tensors for "[CLS] question [SEP] context
+    [SEP]" windows (see `data_prep.squad`).
+
+    Outputs: {"start_logits": float32 [B, S], "end_logits": float32 [B, S]}. As in Google's
+    run_squad.py there is no masking here: training targets never point at padding and the
+    postprocessing only considers context tokens (and [CLS] = "no answer" for SQuAD v2).
+
+    Args:
+      encoder: a `BertEncoder`; its weights are shared, not copied.
+    """
+
+    def __init__(self, encoder, **kwargs):
+        _check_encoder(encoder)
+        head = keras.layers.Dense(
+            2,
+            kernel_initializer=_initializer(encoder),
+            dtype=encoder.dtype_policy,
+            name="span_logits",  # Google's cls/squad/output_weights [2, H] (transposed).
+        )
+
+        inputs = dict(encoder.input)
+        sequence = encoder(inputs)["sequence_output"]  # [B, S, H]
+        logits = ops.cast(head(sequence), "float32")  # [B, S, 2]
+        start_logits = keras.layers.Identity(name="start_logits")(logits[..., 0])  # [B, S]
+        end_logits = keras.layers.Identity(name="end_logits")(logits[..., 1])  # [B, S]
+        super().__init__(
+            inputs=inputs,
+            outputs={"start_logits": start_logits, "end_logits": end_logits},
+            **kwargs,
+        )
+        self.encoder = encoder
+        self.span_logits = head
+
+    def get_config(self):
+        return self._base_config()
+
+
+def compile_args(model):
+    """The `compile` arguments (loss, loss_weights, metrics) for a task model's dict outputs.
+
+    Classification: sparse softmax cross-entropy on "logits" with labels int32 [B]; accuracy.
+    Tagging: the same on labels int32 [B, S] with label -1 ignored, averaged over labelled
+    tokens only; token accuracy over labelled tokens.
+    Span QA: cross-entropy of the start and of the end position (int32 [B]), averaged as in
+    Google's run_squad.py: (start + end) / 2.
+
+    Usage: `model.compile(optimizer=..., **compile_args(model))`.
+    """
+    xent = lambda **kw: keras.losses.SparseCategoricalCrossentropy(from_logits=True, **kw)  # noqa: E731
+    if isinstance(model, BertClassifier):
+        return {"loss": {"logits": xent()},
+                "metrics": {"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}}
+    if isinstance(model, BertTagger):
+        # Keras masks ignored labels and divides by the number of kept ones (checked
+        # against a numpy reference in tests/test_tasks.py).
+        return {"loss": {"logits": xent(ignore_class=IGNORE_LABEL)},
+                "metrics": {"logits": [MaskedSparseCategoricalAccuracy()]}}
+    if isinstance(model, BertSpanQA):
+        return {"loss": {"start_logits": xent(), "end_logits": xent()},
+                "loss_weights": {"start_logits": 0.5, "end_logits": 0.5}}
+    raise ValueError("compile_args needs a BertClassifier, BertTagger or BertSpanQA. "
+                     f"Received: {type(model).__name__}")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class MaskedSparseCategoricalAccuracy(keras.metrics.Mean):
+    """Token accuracy over labels that are not `ignore_label` (y_true int [B, S], logits [B, S, C])."""
+
+    def __init__(self, ignore_label=IGNORE_LABEL, name="token_accuracy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.ignore_label = ignore_label
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        keep = ops.cast(ops.not_equal(y_true, self.ignore_label), "float32")
+        correct = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32")
+        return super().update_state(correct, sample_weight=keep)
+
+    def get_config(self):
+        return {"name": self.name, "ignore_label": self.ignore_label, "dtype": self.dtype}

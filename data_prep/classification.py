@@ -1,0 +1,246 @@
+"""Sentence (pair) classification data: TSV/CSV/JSONL files -> examples -> padded features.
+
+File formats (the format follows the file extension, or is given explicitly):
+
+  .tsv / .csv   a header row naming the columns, then one example per row (csv quoting rules,
+                so a quoted field may span lines). Columns are picked by header name.
+  .jsonl        one JSON object per line; fields are picked by key. Blank lines are skipped.
+
+Each example has a text (`text_a`), an optional second text (`text_b`, for pairs) and a
+label (a string; missing for prediction files). Problems name the file and line:
+a row with the wrong number of fields, a missing or empty field, a line that is not a JSON
+object, or a label that is not in the label list all raise `DataError`.
+
+Features (numpy, Google's names; `packing.model_inputs` renames them for the model):
+  input_ids, input_mask, segment_ids: int32 [N, S]
+  label_ids: int32 [N] (index into the label list; -1 when the example has no label)
+
+Metrics: `accuracy_and_f1` (accuracy, macro F1, and per-class precision/recall/F1).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from data_prep.packing import UNK, pack, pad_features
+
+
+class DataError(ValueError):
+    """An input file does not have the expected content; the message names file and line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One classification example; `where` is "file:line" for messages."""
+
+    where: str
+    text_a: str
+    text_b: str | None
+    label: str | None
+
+
+_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+def file_format(path: str, fmt: str | None = None) -> str:
+    """Returns "tsv", "csv" or "jsonl" for `path` (from `fmt` if given, else the extension)."""
+    if fmt:
+        if fmt not in ("tsv", "csv", "jsonl"):
+            raise ValueError(f"format must be tsv, csv or jsonl. Received: {fmt!r}")
+        return fmt
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in _FORMATS:
+        raise DataError(f"{path}: cannot tell the format from the extension {ext!r}; "
+                        "expected .tsv, .csv or .jsonl (or pass the format explicitly)")
+    return _FORMATS[ext]
+
+
+def _field(record: dict, key: str | None, where: str, required: bool) -> str | None:
+    if key is None:
+        return None
+    if key not in record or record[key] is None:
+        if not required:
+            return None
+        raise DataError(f"{where}: missing field {key!r} (fields present: {sorted(record)})")
+    value = record[key]
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise DataError(f"{where}: field {key!r} must be a string or number, got {type(value).__name__}")
+    value = str(value)
+    if required and not value.strip():
+        raise DataError(f"{where}: field {key!r} is empty")
+    return value
+
+
+def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
+                  label: str | None = "label", fmt: str | None = None,
+                  require_label: bool = True) -> list[Example]:
+    """Reads classification examples from a TSV, CSV or JSONL file.
+
+    Args:
+      path: the file.
+      text_a: column (header name) or JSON key of the first text.
+      text_b: column/key of the second text for pair tasks, or None.
+      label: column/key of the label, or None for unlabelled prediction files.
+      fmt: "tsv", "csv" or "jsonl"; None = from the extension.
+      require_label: a row without a label is an error (set False for prediction files).
+
+    Returns:
+      The examples in file order.
+
+    Raises:
+      DataError: malformed file content, naming file:line and what was expected.
+    """
+    fmt = file_format(path, fmt)
+    records = _read_jsonl(path) if fmt == "jsonl" else _read_delimited(path, "\t" if fmt == "tsv" else ",")
+    examples = []
+    for where, record in records:
+        a = _field(record, text_a, where, required=True)
+        b = _field(record, text_b, where, required=True)
+        y = _field(record, label, where, required=require_label)
+        examples.append(Example(where, a, b, y))
+    return examples
+
+
+def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{where}: expected a JSON object per line, got {type(record).__name__}")
+            yield where, record
+
+
+def _read_delimited(path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise DataError(f"{path}: empty file; expected a header row") from None
+        if len(set(header)) != len(header):
+            raise DataError(f"{path}:1: duplicate column names in header {header}")
+        while True:
+            start = reader.line_num + 1  # the line this record starts on
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                raise DataError(f"{path}:{start}: {e}") from None
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # blank line
+            if len(row) != len(header):
+                raise DataError(f"{path}:{start}: expected {len(header)} fields "
+                                f"({delimiter!r}-separated, header {header}), got {len(row)}")
+            yield f"{path}:{start}", dict(zip(header, row))
+
+
+def label_list_from(examples: Sequence[Example]) -> list[str]:
+    """The sorted set of labels seen in `examples` (the default label list for training)."""
+    labels = sorted({e.label for e in examples if e.label is not None})
+    if not labels:
+        raise DataError("no labelled examples: cannot derive a label list")
+    return labels
+
+
+@dataclasses.dataclass
+class ConversionStats:
+    """Counts a converter reports: examples, truncated sequences, empty texts."""
+
+    examples: int = 0
+    truncated: int = 0
+    unknown_tokens: int = 0
+
+    def summary(self) -> str:
+        return (f"{self.examples} examples, {self.truncated} truncated to max_seq_length, "
+                f"{self.unknown_tokens} [UNK] tokens")
+
+
+def convert_examples(examples: Sequence[Example], tokenizer, label_list: Sequence[str] | None,
+                     max_seq_length: int) -> tuple[dict[str, np.ndarray], ConversionStats]:
+    """Tokenizes, packs and pads examples.
+
+    Args:
+      examples: from `read_examples`.
+      tokenizer: see `data_prep.packing` (tokenize, convert_tokens_to_ids).
+      label_list: labels in id order; None for unlabelled data (label_ids are then -1).
+      max_seq_length: S.
+
+    Returns:
+      (features, stats): features as in the module docstring; stats counts truncations.
+
+    Raises:
+      DataError: a label is not in `label_list` (file:line named).
+    """
+    label_map = {label: i for i, label in enumerate(label_list)} if label_list is not None else None
+    stats = ConversionStats()
+    ids, segments, label_ids = [], [], []
+    all_a = tokenizer.tokenize([e.text_a for e in examples])
+    pairs = [i for i, e in enumerate(examples) if e.text_b is not None]
+    all_b = dict(zip(pairs, tokenizer.tokenize([examples[i].text_b for i in pairs])))
+    for index, example in enumerate(examples):
+        tokens_a, tokens_b = all_a[index], all_b.get(index)
+        packed = pack(tokens_a, tokens_b, max_seq_length)
+        stats.examples += 1
+        stats.truncated += packed.truncated
+        stats.unknown_tokens += sum(t == UNK for t in packed.tokens)
+        ids.append(tokenizer.convert_tokens_to_ids(packed.tokens))
+        segments.append(packed.segment_ids)
+        if example.label is None or label_map is None:
+            label_ids.append(-1)
+        elif example.label not in label_map:
+            raise DataError(f"{example.where}: label {example.label!r} is not in the label list "
+                            f"{list(label_list)}")
+        else:
+            label_ids.append(label_map[example.label])
+    features = pad_features(ids, segments, max_seq_length)
+    features["label_ids"] = np.asarray(label_ids, np.int32).reshape(len(examples))
+    return features, stats
+
+
+def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
+                    label_list: Sequence[str]) -> dict:
+    """Accuracy, macro-averaged F1 and per-class precision/recall/F1.
+
+    Args:
+      label_ids: int gold label ids [N].
+      predicted_ids: int predicted label ids [N].
+      label_list: label names in id order.
+
+    Returns:
+      {"accuracy", "macro_f1", "num_examples", "per_class": {label: {"precision", "recall",
+      "f1", "support"}}}; a class with no predictions (or no gold) has precision (recall) 0.
+    """
+    gold = np.asarray(label_ids)
+    pred = np.asarray(predicted_ids)
+    if gold.shape != pred.shape:
+        raise ValueError(f"label_ids {gold.shape} and predicted_ids {pred.shape} differ in shape")
+    if gold.size == 0:
+        raise ValueError("no examples to score")
+    per_class = {}
+    for i, name in enumerate(label_list):
+        tp = int(np.sum((pred == i) & (gold == i)))
+        fp = int(np.sum((pred == i) & (gold != i)))
+        fn = int(np.sum((pred != i) & (gold == i)))
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        f = 2 * p * r / (p + r) if p + r else 0.0
+        per_class[name] = {"precision": p, "recall": r, "f1": f, "support": tp + fn}
+    return {
+        "accuracy": float(np.mean(gold == pred)),
+        "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
+        "num_examples": int(gold.size),
+        "per_class": per_class,
+    }

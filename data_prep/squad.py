@@ -1,0 +1,636 @@
+"""SQuAD v1.1 / v2.0: JSON -> windowed features, logits -> text answers, and the official scores.
+
+Follows Google's run_squad.py (Devlin et al. 2018, section 4.2-4.3):
+
+Reading. A context is split on whitespace into words, remembering which word every
+character belongs to, so an answer's `answer_start` (a character offset) maps to a word span.
+For training, an answer whose text cannot be found in that word span (bad offsets, unusual
+Unicode) is dropped; such answers are counted and their ids reported, never silently lost.
+SQuAD v2.0 questions with `is_impossible: true` are answered by [CLS] (position 0).
+
+Features. The question is WordPiece-tokenized and cut to `max_query_length`; each context
+word is tokenized on its own (so every sub-token knows its word). A context longer than
+`max_seq_length - len(question) - 3` is covered by overlapping windows that start every
+`doc_stride` sub-tokens: "[CLS] question [SEP] window [SEP]". A training window that does
+not contain the whole answer is labelled (0, 0), i.e. [CLS]. A sub-token seen in several
+windows is scored only in the window where it has the most context on both sides.
+
+Postprocessing. For each question, the `n_best_size` best start and end logits of each
+window give candidate spans (end >= start, at most `max_answer_length` sub-tokens, inside
+the context, start in its max-context window); the best-scoring span is mapped back to the
+original text. With SQuAD v2.0 the question is unanswerable ("") when the [CLS] score beats
+the best span by more than `null_score_diff_threshold`.
+
+Scoring. `evaluate` is the official evaluation (v1.1 script, or v2.0 script when
+`version_2_with_negative`): answers normalised by lower-casing, removing punctuation and the
+articles a/an/the, and collapsing whitespace; exact match and token F1 take the maximum
+over the gold answers; results in percent.
+
+Features (numpy, Google's names; `packing.model_inputs` renames them for the model):
+  input_ids, input_mask, segment_ids: int32 [N, S]
+  start_positions, end_positions: int32 [N] (training targets; 0 = [CLS])
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import re
+import string
+import unicodedata
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from data_prep.classification import DataError
+from data_prep.packing import CLS, SEP, pad_features
+
+
+def _is_whitespace(c: str) -> bool:
+    # Google's run_squad.py splits contexts on these (U+202F, narrow no-break space, included).
+    return c in " \t\r\n" or ord(c) == 0x202F
+
+
+@dataclasses.dataclass
+class SquadExample:
+    """One question over one context.
+
+    qas_id: the question id.
+    question: question text.
+    doc_tokens: the context split on whitespace ("words").
+    answers: every gold answer text (for scoring; [] for unanswerable questions).
+    start_word, end_word: word span of the training answer (-1 if impossible, None when
+      the example is read for prediction only).
+    answer_text: the training answer text ("" if impossible).
+    is_impossible: SQuAD v2.0's flag.
+    """
+
+    qas_id: str
+    question: str
+    doc_tokens: list
+    answers: list
+    start_word: int | None = None
+    end_word: int | None = None
+    answer_text: str | None = None
+    is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What `read_squad` saw: question counts and the answers it could not place."""
+
+    questions: int = 0
+    impossible: int = 0
+    multiple_answers: int = 0  # training questions with more than one answer (first used)
+    answers_not_found: list = dataclasses.field(default_factory=list)  # (qas_id, reason)
+
+    def summary(self) -> str:
+        text = (f"{self.questions} questions ({self.impossible} unanswerable), "
+                f"{len(self.answers_not_found)} answers not found in their context")
+        if self.answers_not_found:
+            text += ": " + ", ".join(f"{q} ({why})" for q, why in self.answers_not_found[:5])
+            if len(self.answers_not_found) > 5:
+                text += f", ... ({len(self.answers_not_found) - 5} more)"
+        return text
+
+
+def _split_context(context: str) -> tuple[list[str], list[int]]:
+    """Words of `context` and, for every character, the index of its word."""
+    doc_tokens, char_to_word = [], []
+    prev_is_whitespace = True
+    for c in context:
+        if _is_whitespace(c):
+            prev_is_whitespace = True
+        else:
+            if prev_is_whitespace:
+                doc_tokens.append(c)
+            else:
+                doc_tokens[-1] += c
+            prev_is_whitespace = False
+        char_to_word.append(len(doc_tokens) - 1)
+    return doc_tokens, char_to_word
+
+
+def _require(obj, key, kind, where):
+    if not isinstance(obj, dict) or key not in obj:
+        raise DataError(f"{where}: expected an object with a {key!r} field")
+    value = obj[key]
+    if not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        raise DataError(f"{where}.{key}: expected {' or '.join(k.__name__ for k in kinds)}, "
+                        f"got {type(value).__name__}")
+    return value
+
+
+def read_squad(path: str, is_training: bool, version_2_with_negative: bool = False
+               ) -> tuple[list[SquadExample], ReadStats]:
+    """Reads a SQuAD-format JSON file.
+
+    Args:
+      path: {"data": [{"paragraphs": [{"context", "qas": [{"id", "question", "answers":
+        [{"text", "answer_start"}], "is_impossible"?}]}]}]}.
+      is_training: locate the (first) answer as a word span; drop answers that cannot be
+        found (counted in the stats).
+      version_2_with_negative: honour `is_impossible` (SQuAD v2.0).
+
+    Returns:
+      (examples, stats).
+
+    Raises:
+      DataError: the JSON does not have SQuAD's structure (the failing element is named as
+        file: data[i].paragraphs[j].qas[k]).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            dataset = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    stats = ReadStats()
+    examples = []
+    for i, article in enumerate(_require(dataset, "data", list, path)):
+        for j, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: data[{i}]")):
+            pwhere = f"{path}: data[{i}].paragraphs[{j}]"
+            context = _require(paragraph, "context", str, pwhere)
+            doc_tokens, char_to_word = _split_context(context)
+            for k, qa in enumerate(_require(paragraph, "qas", list, pwhere)):
+                where = f"{pwhere}.qas[{k}]"
+                qas_id = str(_require(qa, "id", (str, int), where))
+                question = _require(qa, "question", str, where)
+                answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
+                for a, answer in enumerate(answers):
+                    _require(answer, "text", str, f"{where}.answers[{a}]")
+                is_impossible = bool(qa.get("is_impossible", False)) if version_2_with_negative else False
+                stats.questions += 1
+                stats.impossible += is_impossible
+                example = SquadExample(qas_id, question, doc_tokens,
+                                       [] if is_impossible else [a["text"] for a in answers],
+                                       is_impossible=is_impossible)
+                if is_training:
+                    if is_impossible:
+                        example.start_word = example.end_word = -1
+                        example.answer_text = ""
+                    else:
+                        if not answers:
+                            stats.answers_not_found.append((qas_id, "no answer given"))
+                            continue
+                        stats.multiple_answers += len(answers) > 1
+                        span = _locate_answer(answers[0], context, doc_tokens, char_to_word,
+                                              f"{where}.answers[0]")
+                        if isinstance(span, str):
+                            stats.answers_not_found.append((qas_id, span))
+                            continue
+                        example.start_word, example.end_word = span
+                        example.answer_text = answers[0]["text"]
+                examples.append(example)
+    return examples, stats
+
+
+def _locate_answer(answer, context, doc_tokens, char_to_word, where):
+    """(start_word, end_word), or a short reason string when the answer cannot be placed."""
+    text = answer["text"]
+    start = answer.get("answer_start")
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise DataError(f"{where}.answer_start: expected an integer, got {start!r}")
+    if not text.strip():
+        return "empty answer text"
+    end = start + len(text) - 1
+    if start < 0 or end >= len(context):
+        return f"answer_start {start} + len {len(text)} outside the {len(context)}-char context"
+    start_word, end_word = char_to_word[start], char_to_word[end]
+    if start_word < 0:  # starts in whitespace before the first word
+        start_word = 0
+    # Only keep answers whose text is recoverable from the words (Google's rule): a wrong
+    # offset or unusual Unicode would otherwise teach the model a wrong span.
+    actual = " ".join(doc_tokens[start_word:end_word + 1])
+    cleaned = " ".join(text.split())
+    if actual.find(cleaned) == -1:
+        return f"{cleaned!r} not in {actual!r}"
+    return start_word, end_word
+
+
+# ------------------------------------------------------------------------------------------
+# Features
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    """One window of one example (what postprocessing needs besides the logits).
+
+    tokens: the window's WordPieces, "[CLS] question [SEP] context... [SEP]".
+    token_to_orig_map: window position -> word index in the example's doc_tokens.
+    token_is_max_context: window position -> True if this window is the one that gives the
+      sub-token the most context (only those positions may start an answer).
+    """
+
+    example_index: int
+    doc_span_index: int
+    tokens: list
+    token_to_orig_map: dict
+    token_is_max_context: dict
+    start_position: int = 0
+    end_position: int = 0
+
+
+@dataclasses.dataclass
+class FeatureStats:
+    """What `convert_examples` produced."""
+
+    examples: int = 0
+    features: int = 0
+    questions_truncated: int = 0  # question longer than max_query_length (cut)
+    multi_window_examples: int = 0  # context split into more than one window
+    answer_outside_window: int = 0  # training windows labelled [CLS] because the answer is elsewhere
+
+    def summary(self) -> str:
+        return (f"{self.examples} examples -> {self.features} windows; "
+                f"{self.multi_window_examples} contexts needed several windows; "
+                f"{self.questions_truncated} questions truncated to max_query_length; "
+                f"{self.answer_outside_window} training windows without the answer")
+
+
+def _improve_answer_span(doc_tokens, start, end, answer_pieces):
+    """Narrows a word-level span to the sub-tokens that spell the answer, when possible.
+
+    "(1895-1943)." is one word but "( 1895 - 1943 ) ." as sub-tokens; for the answer "1895"
+    the sub-token span is better than the whole word.
+    """
+    tok_answer = " ".join(answer_pieces)
+    for new_start in range(start, end + 1):
+        for new_end in range(end, new_start - 1, -1):
+            if " ".join(doc_tokens[new_start:new_end + 1]) == tok_answer:
+                return new_start, new_end
+    return start, end
+
+
+def doc_spans(num_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
+    """Windows (start, length) over `num_tokens` sub-tokens: at most `max_tokens` long,
+    starting every `doc_stride` tokens until one reaches the end."""
+    if max_tokens < 1 or doc_stride < 1:
+        raise ValueError(f"need max_tokens >= 1 and doc_stride >= 1, got {max_tokens}, {doc_stride}")
+    spans, start = [], 0
+    while start < num_tokens:
+        length = min(num_tokens - start, max_tokens)
+        spans.append((start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def is_max_context(spans: Sequence[tuple[int, int]], span_index: int, position: int) -> bool:
+    """True if window `span_index` gives sub-token `position` the most context: the best
+    min(left, right) context, ties broken by 0.01 * window length (Google's score)."""
+    best_score, best_index = None, None
+    for index, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if position < start or position > end:
+            continue
+        score = min(position - start, end - position) + 0.01 * length
+        if best_score is None or score > best_score:
+            best_score, best_index = score, index
+    return span_index == best_index
+
+
+def convert_examples(examples: Sequence[SquadExample], tokenizer, max_seq_length: int,
+                     doc_stride: int, max_query_length: int, is_training: bool):
+    """Turns examples into fixed-length windows.
+
+    Args:
+      examples: from `read_squad` (read with the same `is_training`).
+      tokenizer: see `data_prep.packing` (tokenize, convert_tokens_to_ids).
+      max_seq_length: S.
+      doc_stride: how far consecutive windows start apart, in sub-tokens.
+      max_query_length: the question is cut to this many sub-tokens.
+      is_training: compute start/end positions.
+
+    Returns:
+      (arrays, features, stats): arrays as in the module docstring; `features` a list of
+      `SquadFeature` (one per window, same order); stats a `FeatureStats`.
+
+    Raises:
+      ValueError: max_seq_length <= max_query_length + 3 (no room for any context).
+    """
+    if max_seq_length <= max_query_length + 3:
+        raise ValueError(f"max_seq_length ({max_seq_length}) must be greater than "
+                         f"max_query_length ({max_query_length}) + 3")
+    stats = FeatureStats()
+    features: list[SquadFeature] = []
+    ids, segments = [], []
+    queries = tokenizer.tokenize([e.question for e in examples])
+    answers = tokenizer.tokenize([e.answer_text or "" for e in examples]) if is_training else None
+    # Examples of one paragraph share its doc_tokens list: tokenize each context once.
+    contexts = {}
+    for example in examples:
+        contexts.setdefault(id(example.doc_tokens), example.doc_tokens)
+    context_ids = list(contexts)
+    flat = tokenizer.tokenize([w for c in context_ids for w in contexts[c]])
+    context_pieces, offset = {}, 0
+    for c in context_ids:
+        context_pieces[c] = flat[offset:offset + len(contexts[c])]
+        offset += len(contexts[c])
+
+    for example_index, example in enumerate(examples):
+        query = list(queries[example_index])
+        if len(query) > max_query_length:
+            query = query[:max_query_length]
+            stats.questions_truncated += 1
+
+        tok_to_orig, orig_to_tok, all_doc_tokens = [], [], []
+        for i, pieces in enumerate(context_pieces[id(example.doc_tokens)]):
+            orig_to_tok.append(len(all_doc_tokens))
+            for sub in pieces:
+                tok_to_orig.append(i)
+                all_doc_tokens.append(sub)
+
+        tok_start = tok_end = None
+        if is_training and not example.is_impossible:
+            tok_start = orig_to_tok[example.start_word]
+            if example.end_word < len(example.doc_tokens) - 1:
+                tok_end = orig_to_tok[example.end_word + 1] - 1
+            else:
+                tok_end = len(all_doc_tokens) - 1
+            tok_start, tok_end = _improve_answer_span(all_doc_tokens, tok_start, tok_end,
+                                                      answers[example_index])
+
+        max_tokens_for_doc = max_seq_length - len(query) - 3  # [CLS], [SEP], [SEP]
+        spans = doc_spans(len(all_doc_tokens), max_tokens_for_doc, doc_stride) or [(0, 0)]
+        stats.examples += 1
+        stats.multi_window_examples += len(spans) > 1
+        for span_index, (span_start, span_length) in enumerate(spans):
+            tokens = [CLS, *query, SEP]
+            segment_ids = [0] * len(tokens)
+            token_to_orig, max_context = {}, {}
+            for i in range(span_length):
+                split_index = span_start + i
+                token_to_orig[len(tokens)] = tok_to_orig[split_index]
+                max_context[len(tokens)] = is_max_context(spans, span_index, split_index)
+                tokens.append(all_doc_tokens[split_index])
+                segment_ids.append(1)
+            tokens.append(SEP)
+            segment_ids.append(1)
+
+            start_position = end_position = 0
+            if is_training and not example.is_impossible:
+                doc_end = span_start + span_length - 1
+                if tok_start >= span_start and tok_end <= doc_end:
+                    offset = len(query) + 2  # [CLS] question [SEP]
+                    start_position = tok_start - span_start + offset
+                    end_position = tok_end - span_start + offset
+                else:
+                    stats.answer_outside_window += 1
+            features.append(SquadFeature(example_index, span_index, tokens, token_to_orig,
+                                         max_context, start_position, end_position))
+            ids.append(tokenizer.convert_tokens_to_ids(tokens))
+            segments.append(segment_ids)
+    stats.features = len(features)
+    arrays = pad_features(ids, segments, max_seq_length)
+    arrays["start_positions"] = np.asarray([f.start_position for f in features], np.int32).reshape(-1)
+    arrays["end_positions"] = np.asarray([f.end_position for f in features], np.int32).reshape(-1)
+    return arrays, features, stats
+
+
+# ------------------------------------------------------------------------------------------
+# Postprocessing: logits -> text
+
+
+def _normalize_chars(text: str, do_lower_case: bool) -> tuple[str, list[int]]:
+    """`text` as the tokenizer sees it, without whitespace, and each char's index in `text`.
+
+    Mirrors the BERT basic tokenizer's character changes: drop NUL, U+FFFD and control
+    characters; with do_lower_case, lower-case and strip accents (NFD, drop marks). One input
+    character may become several (or none); each output character remembers its source.
+    """
+    out, source = [], []
+    for i, c in enumerate(text):
+        if c.isspace() or _is_whitespace(c):
+            continue
+        if ord(c) in (0, 0xFFFD) or (unicodedata.category(c).startswith("C") and c not in "\t\n\r"):
+            continue
+        if do_lower_case:
+            c = "".join(ch for ch in unicodedata.normalize("NFD", c.lower())
+                        if unicodedata.category(ch) != "Mn")
+        for ch in c:
+            out.append(ch)
+            source.append(i)
+    return "".join(out), source
+
+
+def final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
+    """Projects a detokenized prediction back onto the original words.
+
+    `orig_text` is the original words the predicted sub-tokens came from ("Steve Smith's");
+    `pred_text` is the sub-tokens joined ("steve smith"). Returns the shortest slice of
+    `orig_text` that the tokenizer would turn into `pred_text` ("Steve Smith"), keeping the
+    original casing, accents and punctuation; falls back to `orig_text` when the two cannot
+    be aligned (e.g. the prediction contains [UNK]). Same contract as Google's
+    get_final_text, aligned character by character instead of by equal lengths.
+    """
+    pred_ns, _ = _normalize_chars(pred_text, do_lower_case)
+    orig_ns, source = _normalize_chars(orig_text, do_lower_case)
+    if not pred_ns:
+        return orig_text
+    start = orig_ns.find(pred_ns)
+    if start == -1:
+        return orig_text
+    end = start + len(pred_ns) - 1
+    return orig_text[source[start]:source[end] + 1]
+
+
+def _best_indexes(logits: np.ndarray, n_best_size: int) -> list[int]:
+    # Stable sort, highest first: ties keep the lower index, as Python's sorted() does.
+    return [int(i) for i in np.argsort(-np.asarray(logits), kind="stable")[:n_best_size]]
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeature],
+                start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int = 20,
+                max_answer_length: int = 30, do_lower_case: bool = True,
+                version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0):
+    """Turns window logits into text answers (Google's write_predictions).
+
+    Args:
+      examples, features: from `read_squad` / `convert_examples`.
+      start_logits, end_logits: float [N, S], one row per feature.
+      n_best_size: candidates kept per window for start and end, and answers per question.
+      max_answer_length: longest answer, in sub-tokens.
+      do_lower_case: the tokenizer's casing (for mapping back to the original text).
+      version_2_with_negative: allow "" (no answer) when [CLS] scores best.
+      null_score_diff_threshold: predict "" if null score - best span score > threshold.
+
+    Returns:
+      (predictions, nbest, null_odds): {qas_id: text}, {qas_id: [{"text", "probability",
+      "start_logit", "end_logit"}]}, and {qas_id: null score - best span score} (v2 only).
+    """
+    start_logits = np.asarray(start_logits, np.float64)
+    end_logits = np.asarray(end_logits, np.float64)
+    if start_logits.shape[0] != len(features) or end_logits.shape != start_logits.shape:
+        raise ValueError(f"{len(features)} features but logits of shape {start_logits.shape} "
+                         f"and {end_logits.shape}")
+    by_example = collections.defaultdict(list)
+    for index, feature in enumerate(features):
+        by_example[feature.example_index].append(index)
+
+    predictions, nbest_out, null_odds = {}, {}, {}
+    for example_index, example in enumerate(examples):
+        candidates = []  # (score, start_logit, end_logit, feature index, start, end)
+        score_null, null_start, null_end = math.inf, 0.0, 0.0
+        for fi in by_example.get(example_index, []):
+            feature = features[fi]
+            s_logits, e_logits = start_logits[fi], end_logits[fi]
+            if version_2_with_negative:
+                score = s_logits[0] + e_logits[0]
+                if score < score_null:  # the smallest null score over windows
+                    score_null, null_start, null_end = score, s_logits[0], e_logits[0]
+            num_tokens = len(feature.tokens)  # padding can never be an answer: skip it
+            for s in _best_indexes(s_logits[:num_tokens], n_best_size):
+                for e in _best_indexes(e_logits[:num_tokens], n_best_size):
+                    if s not in feature.token_to_orig_map or e not in feature.token_to_orig_map:
+                        continue
+                    if not feature.token_is_max_context.get(s, False):
+                        continue
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    candidates.append((s_logits[s] + e_logits[e], s_logits[s], e_logits[e], fi, s, e))
+        if version_2_with_negative and math.isfinite(score_null):
+            candidates.append((score_null, null_start, null_end, None, 0, 0))
+        candidates.sort(key=lambda c: c[0], reverse=True)
+
+        nbest, seen = [], set()
+        for _, s_logit, e_logit, fi, s, e in candidates:
+            if len(nbest) >= n_best_size:
+                break
+            if fi is not None:
+                feature = features[fi]
+                tok_text = " ".join(feature.tokens[s:e + 1]).replace(" ##", "").replace("##", "")
+                tok_text = " ".join(tok_text.split())
+                words = example.doc_tokens[feature.token_to_orig_map[s]:feature.token_to_orig_map[e] + 1]
+                text = final_text(tok_text, " ".join(words), do_lower_case)
+            else:
+                text = ""
+            if text in seen:
+                continue
+            seen.add(text)
+            nbest.append({"text": text, "start_logit": float(s_logit), "end_logit": float(e_logit)})
+        if version_2_with_negative and "" not in seen and math.isfinite(score_null):
+            nbest.append({"text": "", "start_logit": float(null_start), "end_logit": float(null_end)})
+        if not nbest:  # no valid span at all (e.g. empty context)
+            nbest.append({"text": "", "start_logit": 0.0, "end_logit": 0.0})
+        probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
+        for entry, p in zip(nbest, probs):
+            entry["probability"] = p
+        nbest_out[example.qas_id] = nbest
+
+        best_non_null = next((n for n in nbest if n["text"]), None)
+        if not version_2_with_negative:
+            predictions[example.qas_id] = nbest[0]["text"]
+        elif best_non_null is None:  # no span candidate at all: only "no answer" is left
+            predictions[example.qas_id] = ""
+            null_odds[example.qas_id] = None
+        else:
+            diff = float(score_null - best_non_null["start_logit"] - best_non_null["end_logit"])
+            null_odds[example.qas_id] = diff
+            predictions[example.qas_id] = "" if diff > null_score_diff_threshold else best_non_null["text"]
+    return predictions, nbest_out, null_odds
+
+
+# ------------------------------------------------------------------------------------------
+# Official scoring
+
+
+def normalize_answer(s: str) -> str:
+    """The official normalisation: lower case, drop punctuation, drop a/an/the, squash spaces."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    """1.0 if the normalised strings are equal, else 0.0."""
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1(prediction: str, gold: str, version_2: bool = False) -> float:
+    """Bag-of-tokens F1 of the normalised strings.
+
+    With `version_2` (the v2.0 script) an empty answer scores 1 against an empty answer and 0
+    against anything else; the v1.1 script scores 0 whenever nothing overlaps.
+    """
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    if version_2 and (not pred_tokens or not gold_tokens):
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred_tokens)
+    recall = same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def gold_answers(path: str, version_2_with_negative: bool = False) -> dict[str, list[str]]:
+    """{qas_id: gold answer texts} from a SQuAD file ([] for a v2.0 unanswerable question)."""
+    examples, _ = read_squad(path, is_training=False, version_2_with_negative=version_2_with_negative)
+    return {example.qas_id: list(example.answers) for example in examples}
+
+
+def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
+             version_2_with_negative: bool = False) -> dict:
+    """Exact match and F1 in percent, each the max over a question's gold answers.
+
+    Args:
+      gold: {qas_id: [gold texts]} (from `gold_answers`; [] = unanswerable, v2.0 only).
+      predictions: {qas_id: predicted text}. A question without a prediction scores 0 and is
+        counted in "missing".
+      version_2_with_negative: use the v2.0 script's F1 for empty answers and add the
+        HasAns_/NoAns_ breakdown.
+
+    Returns:
+      {"exact_match", "f1", "total", "missing"} (+ "HasAns_exact", "HasAns_f1",
+      "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total" for v2.0).
+    """
+    if not gold:
+        raise ValueError("no gold answers to score against")
+    em_scores, f1_scores, missing = {}, {}, 0
+    for qas_id, answers in gold.items():
+        if version_2_with_negative:
+            # The v2.0 script drops answers that normalise to "" and scores an unanswerable
+            # question against the empty string.
+            answers = [a for a in answers if normalize_answer(a)] or [""]
+        elif not answers:
+            raise ValueError(f"question {qas_id!r} has no gold answer (a v2.0 file? pass "
+                             "version_2_with_negative)")
+        if qas_id not in predictions:
+            missing += 1
+            em_scores[qas_id] = f1_scores[qas_id] = 0.0
+            continue
+        prediction = predictions[qas_id]
+        em_scores[qas_id] = max(exact_match(prediction, a) for a in answers)
+        f1_scores[qas_id] = max(f1(prediction, a, version_2_with_negative) for a in answers)
+
+    def block(ids, prefix=""):
+        n = len(ids)
+        return {f"{prefix}exact": 100.0 * sum(em_scores[q] for q in ids) / n if n else 0.0,
+                f"{prefix}f1": 100.0 * sum(f1_scores[q] for q in ids) / n if n else 0.0,
+                f"{prefix}total": n}
+
+    everything = block(list(gold))
+    result = {"exact_match": everything["exact"], "f1": everything["f1"],
+              "total": everything["total"], "missing": missing}
+    if version_2_with_negative:
+        has = [q for q, a in gold.items() if a]  # the v2.0 script: bool(qa["answers"])
+        no = [q for q, a in gold.items() if not a]
+        result.update(block(has, "HasAns_"))
+        result.update(block(no, "NoAns_"))
+    return result

@@ -1,0 +1,296 @@
+"""Token tagging data (CoNLL-style files) -> features, and the tagging metrics.
+
+File format (CoNLL 2003 and friends): one token per line, whitespace-separated columns, the
+word in `token_column` and its tag in `tag_column` (default: first and last); a blank line ends
+a sentence; `-DOCSTART-` lines are skipped. A line with too few columns raises `DataError`
+naming file and line.
+
+Sub-token alignment (Devlin et al. 2018, section 5.3): each word is WordPiece-tokenized on its
+own; its tag goes on its FIRST sub-token and every other position ([CLS], [SEP], later
+sub-tokens, padding) gets label -1, which the loss and the metrics ignore. A word that the
+tokenizer turns into nothing (e.g. only control characters) is represented by one [UNK] so
+that every word keeps a position (counted in the stats). Sentences longer than
+max_seq_length - 2 sub-tokens are truncated; the words cut off have no position (-1 in
+`word_positions`) and are counted.
+
+Features (numpy, Google's names; `packing.model_inputs` renames them for the model):
+  input_ids, input_mask, segment_ids: int32 [N, S]
+  label_ids: int32 [N, S], tag index on first sub-tokens, -1 elsewhere
+plus `word_positions`: for each sentence, the position of each word's first sub-token
+(-1 if truncated away), to map predictions back to words.
+
+Metrics: `token_accuracy` and `entity_f1` (seqeval's default, conlleval-compatible chunking:
+IOB1, IOB2, IOE and IOBES tags; micro-averaged over entity spans).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from data_prep.classification import DataError
+from data_prep.packing import UNK, pack, pad_features
+
+IGNORE_LABEL = -1  # Must equal bert_keras.tasks.IGNORE_LABEL (data_prep cannot import it).
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggedSentence:
+    """Words and their tags (tags None for unlabelled input); `where` is "file:line"."""
+
+    where: str
+    words: tuple
+    tags: tuple | None
+
+
+def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
+               has_tags: bool = True) -> list[TaggedSentence]:
+    """Reads a CoNLL-style file: one "word ... tag" line per token, blank line between sentences.
+
+    Args:
+      path: the file (UTF-8).
+      token_column, tag_column: column indices (negative counts from the end).
+      has_tags: False for unlabelled files (only the word column is read).
+
+    Returns:
+      The sentences in file order.
+
+    Raises:
+      DataError: a line has too few columns (file:line named).
+    """
+    sentences: list[TaggedSentence] = []
+    words, tags, start = [], [], None
+    needed = max(token_column if token_column >= 0 else -token_column - 1,
+                 (tag_column if tag_column >= 0 else -tag_column - 1) if has_tags else 0) + 1
+
+    def flush():
+        if words:
+            sentences.append(TaggedSentence(f"{path}:{start}", tuple(words),
+                                            tuple(tags) if has_tags else None))
+        words.clear()
+        tags.clear()
+
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                flush()
+                continue
+            if fields[0] == "-DOCSTART-":
+                flush()
+                continue
+            if len(fields) < needed or (has_tags and len(fields) < 2):
+                raise DataError(f"{path}:{number}: expected at least {max(needed, 2 if has_tags else 1)} "
+                                f"whitespace-separated columns (word ... tag), got {len(fields)}: {line.rstrip()!r}")
+            if not words:
+                start = number
+            words.append(fields[token_column])
+            if has_tags:
+                tags.append(fields[tag_column])
+    flush()
+    return sentences
+
+
+def label_list_from(sentences: Sequence[TaggedSentence]) -> list[str]:
+    """The sorted set of tags in `sentences` (the default label list for training)."""
+    labels = sorted({t for s in sentences if s.tags for t in s.tags})
+    if not labels:
+        raise DataError("no tagged sentences: cannot derive a label list")
+    return labels
+
+
+@dataclasses.dataclass
+class TaggingStats:
+    """Counts reported by `convert_sentences`."""
+
+    sentences: int = 0
+    words: int = 0
+    truncated_sentences: int = 0
+    truncated_words: int = 0
+    empty_words: int = 0  # words the tokenizer mapped to no sub-token ([UNK] used)
+
+    def summary(self) -> str:
+        return (f"{self.sentences} sentences, {self.words} words; {self.truncated_sentences} "
+                f"sentences truncated to max_seq_length ({self.truncated_words} words lost); "
+                f"{self.empty_words} words with no sub-token ([UNK] used)")
+
+
+def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
+                      label_list: Sequence[str] | None, max_seq_length: int):
+    """Tokenizes words, puts each tag on the word's first sub-token, packs and pads.
+
+    Args:
+      sentences: from `read_conll` (or any source of TaggedSentence).
+      tokenizer: see `data_prep.packing` (tokenize, convert_tokens_to_ids).
+      label_list: tags in id order; None for unlabelled data (all label_ids are -1).
+      max_seq_length: S.
+
+    Returns:
+      (features, word_positions, stats): features as in the module docstring;
+      word_positions a list of int lists (one per sentence, one entry per word);
+      stats a `TaggingStats`.
+
+    Raises:
+      DataError: a tag is not in `label_list` (file:line of the sentence named).
+    """
+    label_map = {t: i for i, t in enumerate(label_list)} if label_list is not None else None
+    stats = TaggingStats()
+    all_ids, all_segments, all_labels, all_positions = [], [], [], []
+    # One batch call for every word of every sentence: each word is tokenized on its own.
+    flat = tokenizer.tokenize([w for s in sentences for w in s.words])
+    offset = 0
+    for sentence in sentences:
+        tokens, token_labels, first_index = [], [], []
+        word_pieces = flat[offset:offset + len(sentence.words)]
+        offset += len(sentence.words)
+        for w, word in enumerate(sentence.words):
+            pieces = list(word_pieces[w])
+            if not pieces:
+                pieces = [UNK]
+                stats.empty_words += 1
+            first_index.append(len(tokens))
+            tokens += pieces
+            if sentence.tags is None or label_map is None:
+                tag_id = IGNORE_LABEL
+            else:
+                tag = sentence.tags[w]
+                if tag not in label_map:
+                    raise DataError(f"{sentence.where}: tag {tag!r} (word {w + 1}, {word!r}) is not in "
+                                    f"the label list {list(label_list)}")
+                tag_id = label_map[tag]
+            token_labels += [tag_id] + [IGNORE_LABEL] * (len(pieces) - 1)
+        packed = pack(tokens, None, max_seq_length)
+        kept = packed.num_a
+        # Position 0 is [CLS]; sub-token k of the sentence sits at position k + 1.
+        positions = [i + 1 if i < kept else -1 for i in first_index]
+        labels = [IGNORE_LABEL] + token_labels[:kept] + [IGNORE_LABEL]
+        lost = sum(p < 0 for p in positions)
+        stats.sentences += 1
+        stats.words += len(sentence.words)
+        stats.truncated_sentences += packed.truncated
+        stats.truncated_words += lost
+        all_ids.append(tokenizer.convert_tokens_to_ids(packed.tokens))
+        all_segments.append(packed.segment_ids)
+        all_labels.append(labels)
+        all_positions.append(positions)
+    features = pad_features(all_ids, all_segments, max_seq_length)
+    label_ids = np.full((len(sentences), max_seq_length), IGNORE_LABEL, np.int32)
+    for i, labels in enumerate(all_labels):
+        label_ids[i, : len(labels)] = labels
+    features["label_ids"] = label_ids
+    return features, all_positions, stats
+
+
+def predictions_to_tags(predicted_ids: np.ndarray, word_positions: Sequence[Sequence[int]],
+                        label_list: Sequence[str], missing: str = "O") -> list[list[str]]:
+    """Maps per-token predictions back to one tag per word.
+
+    Args:
+      predicted_ids: int [N, S], argmax of the tagger's logits.
+      word_positions: from `convert_sentences`.
+      label_list: tags in id order.
+      missing: tag given to words truncated away (they have no prediction).
+
+    Returns:
+      N lists of tags, one per word.
+    """
+    out = []
+    for row, positions in zip(predicted_ids, word_positions):
+        out.append([label_list[int(row[p])] if p >= 0 else missing for p in positions])
+    return out
+
+
+def token_accuracy(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:
+    """Fraction of words whose predicted tag equals the gold tag (over all sentences)."""
+    total = correct = 0
+    for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+        total += len(g)
+        correct += sum(a == b for a, b in zip(g, p))
+    if total == 0:
+        raise ValueError("no words to score")
+    return correct / total
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """("B", "PER") for "B-PER"; ("O", "") for "O"; a bare tag "X" is treated as ("I", "X")."""
+    if tag == "O":
+        return "O", ""
+    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
+        return tag[0], tag[2:]
+    return "I", tag
+
+
+def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval's endOfChunk: does a chunk end at the previous word?"""
+    if prev_tag in ("E", "S"):
+        return True
+    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev_tag != "O" and prev_type != type_
+
+
+def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval's startOfChunk: does a chunk start at this word?"""
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag != "O" and prev_type != type_
+
+
+def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Entity chunks (type, first word, last word) in one sentence, conlleval-style.
+
+    Accepts IOB1 ("I-X" after "O" or another type opens a chunk), IOB2, IOE and IOBES
+    (S- = single, E-/L- = end, U- = unit); a tag without prefix counts as "I-" of itself.
+    """
+    chunks = []
+    prev_tag, prev_type, start = "O", "", None
+    for i, tag in enumerate(list(tags) + ["O"]):  # the sentinel closes a final chunk
+        prefix, type_ = _split_tag(tag)
+        prefix = {"L": "E", "U": "S"}.get(prefix, prefix)
+        if start is not None and _end_of_chunk(prev_tag, prefix, prev_type, type_):
+            chunks.append((prev_type, start, i - 1))
+            start = None
+        if _start_of_chunk(prev_tag, prefix, prev_type, type_):
+            start = i
+        prev_tag, prev_type = prefix, type_
+    return chunks
+
+
+def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
+    """Entity-level precision, recall and F1, micro-averaged over all sentences (seqeval default).
+
+    An entity counts as correct only if its type, first and last word all match.
+
+    Returns:
+      {"precision", "recall", "f1", "num_gold", "num_predicted", "num_correct",
+       "per_type": {type: {"precision", "recall", "f1", "support"}}}.
+    """
+    gold_set, pred_set = set(), set()
+    for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+        gold_set |= {(i, *c) for c in get_entities(g)}
+        pred_set |= {(i, *c) for c in get_entities(p)}
+
+    def prf(g, p):
+        correct = len(g & p)
+        precision = correct / len(p) if p else 0.0
+        recall = correct / len(g) if g else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return precision, recall, f1, correct
+
+    precision, recall, f1, correct = prf(gold_set, pred_set)
+    per_type = {}
+    for type_ in sorted({c[1] for c in gold_set | pred_set}):
+        g = {c for c in gold_set if c[1] == type_}
+        p = {c for c in pred_set if c[1] == type_}
+        tp, tr, tf, _ = prf(g, p)
+        per_type[type_] = {"precision": tp, "recall": tr, "f1": tf, "support": len(g)}
+    return {"precision": precision, "recall": recall, "f1": f1, "num_gold": len(gold_set),
+            "num_predicted": len(pred_set), "num_correct": correct, "per_type": per_type}

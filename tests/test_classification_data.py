@@ -1,0 +1,158 @@
+"""Classification converters: packing, pair truncation, file formats, label and row errors."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import TESTDATA
+from data_prep import classification
+from data_prep.classification import DataError
+from data_prep.packing import model_inputs, pack, pad_features, truncate_pair
+from data_prep.tokenization import BertTokenizer
+
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer(VOCAB)
+
+
+def ids_of(*tokens):
+    vocab = [line.rstrip("\n") for line in open(VOCAB, encoding="utf-8")]
+    return [vocab.index(t) for t in tokens]
+
+
+def test_truncate_pair_trims_the_longer_side_from_its_end():
+    # Google's _truncate_seq_pair: pop from the longer one, from b on a tie.
+    assert truncate_pair([1, 2, 3, 4, 5], [6, 7], 5) == ([1, 2, 3], [6, 7])
+    assert truncate_pair([1, 2, 3], [4, 5, 6], 4) == ([1, 2], [4, 5])
+    assert truncate_pair([1, 2, 3], [4, 5, 6], 5) == ([1, 2, 3], [4, 5])
+    assert truncate_pair([1], [2, 3, 4, 5, 6, 7], 3) == ([1], [2, 3])
+    assert truncate_pair([1, 2], [3], 10) == ([1, 2], [3])
+
+
+def test_pack_single_and_pair():
+    p = pack(["a", "b", "c"], None, 4)
+    assert p.tokens == ["[CLS]", "a", "b", "[SEP]"] and p.segment_ids == [0, 0, 0, 0]
+    assert p.truncated and p.num_a == 2
+    p = pack(["a", "b", "c"], ["x", "y"], 8)
+    assert p.tokens == ["[CLS]", "a", "b", "c", "[SEP]", "x", "y", "[SEP]"]
+    assert p.segment_ids == [0, 0, 0, 0, 0, 1, 1, 1] and not p.truncated
+    p = pack(["a", "b", "c"], ["x", "y"], 7)  # 4 content slots: A (longer) loses "c"
+    assert p.tokens == ["[CLS]", "a", "b", "[SEP]", "x", "y", "[SEP]"] and p.truncated
+    p = pack(["a", "b", "c", "d"], ["x", "y", "z"], 7)  # 4 content slots: a b | x y
+    assert p.tokens == ["[CLS]", "a", "b", "[SEP]", "x", "y", "[SEP]"] and p.truncated
+    with pytest.raises(ValueError, match="too short"):
+        pack(["a"], ["b"], 3)
+
+
+def test_pad_features_and_model_names():
+    f = pad_features([[2, 9, 3]], [[0, 0, 0]], 5)
+    np.testing.assert_array_equal(f["input_ids"], [[2, 9, 3, 0, 0]])
+    np.testing.assert_array_equal(f["input_mask"], [[1, 1, 1, 0, 0]])
+    assert f["input_ids"].dtype == np.int32
+    assert sorted(model_inputs(f)) == ["input_mask", "input_type_ids", "input_word_ids"]
+
+
+def test_jsonl_pair_features_hand_checked(tmp_path, tokenizer):
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"a": "John Smith was born", "b": "in Paris", "y": "yes"},
+            {"a": "the leader", "b": "unwanted running", "y": "no"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    examples = classification.read_examples(str(path), "a", "b", "y")
+    assert [e.where for e in examples] == [f"{path}:1", f"{path}:2"]
+    features, stats = classification.convert_examples(examples, tokenizer, ["no", "yes"], 9)
+    # Row 1: A = john smith was born (4), B = in paris (2): 6 + 3 specials = 9, fits.
+    # Row 2: A = the leader (2), B = un ##want ##ed runn ##ing (5): 7 > 6 -> B loses 1.
+    np.testing.assert_array_equal(features["input_ids"], [
+        ids_of("[CLS]", "john", "smith", "was", "born", "[SEP]", "in", "paris", "[SEP]"),
+        ids_of("[CLS]", "the", "leader", "[SEP]", "un", "##want", "##ed", "runn", "[SEP]"),
+    ])
+    np.testing.assert_array_equal(features["segment_ids"], [[0] * 6 + [1] * 3, [0] * 4 + [1] * 5])
+    np.testing.assert_array_equal(features["input_mask"], np.ones((2, 9)))
+    np.testing.assert_array_equal(features["label_ids"], [1, 0])
+    assert stats.truncated == 1 and stats.examples == 2
+
+
+def test_tsv_and_csv_with_quoted_multiline_field(tmp_path, tokenizer):
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text("label\ttext\nspam\tfree money now\nham\tmeeting tomorrow\n")
+    examples = classification.read_examples(str(tsv))
+    assert [(e.text_a, e.label) for e in examples] == [("free money now", "spam"),
+                                                      ("meeting tomorrow", "ham")]
+    assert classification.label_list_from(examples) == ["ham", "spam"]
+    csv_path = tmp_path / "d.csv"
+    csv_path.write_text('text,label\n"hello,\nfriend",ham\nclick here,spam\n')
+    examples = classification.read_examples(str(csv_path))
+    assert examples[0].text_a == "hello,\nfriend" and examples[1].where == f"{csv_path}:4"
+    features, _ = classification.convert_examples(examples, tokenizer, ["ham", "spam"], 8)
+    np.testing.assert_array_equal(features["input_ids"][0],
+                                  ids_of("[CLS]", "hello", ",", "friend", "[SEP]", "[PAD]", "[PAD]", "[PAD]"))
+    np.testing.assert_array_equal(features["input_mask"][0], [1] * 5 + [0] * 3)
+
+
+def test_long_text_is_truncated_and_counted(tokenizer):
+    examples = [classification.Example("x:1", "the " * 20, None, "ham")]
+    features, stats = classification.convert_examples(examples, tokenizer, ["ham"], 6)
+    np.testing.assert_array_equal(features["input_ids"][0], ids_of("[CLS]", *["the"] * 4, "[SEP]"))
+    assert stats.truncated == 1
+
+
+def test_label_not_in_label_list_names_file_and_line(tmp_path, tokenizer):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "hello", "label": "ham"}\n{"text": "free", "label": "eggs"}\n')
+    examples = classification.read_examples(str(path))
+    with pytest.raises(DataError, match=rf"{path}:2: label 'eggs' is not in the label list \['ham', 'spam'\]"):
+        classification.convert_examples(examples, tokenizer, ["ham", "spam"], 8)
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bad.tsv", "text\tlabel\nhello\tham\nonly one field\n", r"bad.tsv:3: expected 2 fields"),
+    ("bad.jsonl", '{"text": "a", "label": "ham"}\n{"text": "b", "label": \n', r"bad.jsonl:2: not valid JSON"),
+    ("list.jsonl", '["a", "ham"]\n', r"list.jsonl:1: expected a JSON object"),
+    ("missing.jsonl", '{"text": "a"}\n', r"missing.jsonl:1: missing field 'label'"),
+    ("empty.csv", 'text,label\n"",ham\n', r"empty.csv:2: field 'text' is empty"),
+    ("nums.jsonl", '{"text": ["a"], "label": "x"}\n', r"nums.jsonl:1: field 'text' must be a string"),
+    ("data.txt", "x\n", r"cannot tell the format"),
+])
+def test_malformed_rows_name_file_and_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataError, match=message):
+        classification.read_examples(str(path))
+
+
+def test_unlabelled_prediction_file(tmp_path, tokenizer):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"text": "hello friend"}\n')
+    examples = classification.read_examples(str(path), require_label=False)
+    features, _ = classification.convert_examples(examples, tokenizer, ["ham", "spam"], 6)
+    np.testing.assert_array_equal(features["label_ids"], [-1])
+
+
+def test_accuracy_and_f1_hand_computed():
+    gold = [0, 0, 1, 1, 1, 2]
+    pred = [0, 1, 1, 1, 0, 0]
+    m = classification.accuracy_and_f1(gold, pred, ["a", "b", "c"])
+    assert m["accuracy"] == pytest.approx(3 / 6)
+    # a: tp 1, fp 2, fn 1 -> p 1/3, r 1/2, f 0.4; b: tp 2, fp 1, fn 1 -> p r 2/3, f 2/3; c: 0.
+    assert m["per_class"]["a"]["f1"] == pytest.approx(0.4)
+    assert m["per_class"]["b"]["f1"] == pytest.approx(2 / 3)
+    assert m["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert m["macro_f1"] == pytest.approx((0.4 + 2 / 3) / 3)
+
+
+def test_email_text_keeps_subject_and_body_only():
+    from data_prep import datasets
+
+    plain = (b"From: someone@example.com\nSubject: Free money\nX-Mailer: spam\n\n"
+             b"Click  here\nnow!\n")
+    assert datasets.email_text(plain) == "Free money Click here now!"
+    html = (b"Subject: Hi\nMIME-Version: 1.0\nContent-Type: multipart/alternative; boundary=XX\n\n"
+            b"--XX\nContent-Type: text/html; charset=utf-8\nContent-Transfer-Encoding: quoted-printable\n\n"
+            b"<html><style>p {color: red}</style><p>Caf=C3=A9 &amp; tea</p></html>\n--XX--\n")
+    assert datasets.email_text(html) == "Hi Café & tea"
+    assert datasets.email_text(plain, max_chars=8) == "Free mon"

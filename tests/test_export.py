@@ -1,0 +1,304 @@
+"""Encoder export: signatures, warmup, refusal to overwrite, clean-process verification."""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import BertEncoder, BertPretrainer
+from conftest import TINY, make_inputs
+from export import saved_model_writer
+from export.encoder_export import export_encoder
+from export.saved_model_writer import ExportError, read_warmup_requests
+from export.text_preprocessing import bert_pack_inputs
+from export.verification import verify
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_vocab(path, size=99):
+    vocab = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += [f"w{i}" for i in range(size - len(vocab))]
+    path.write_text("\n".join(vocab) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("export")
+    encoder = BertEncoder(**TINY)
+    pretrainer = BertPretrainer(encoder)
+    encoder.save_weights(str(tmp / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(tmp / "bert_config.json"))
+    vocab = write_vocab(tmp / "vocab.txt")
+    path = export_encoder(encoder, str(tmp / "models"), vocab, pretrainer=pretrainer,
+                          warmup_seq_length=16)
+    return tmp, encoder, pretrainer, path
+
+
+def test_layout_and_assets(exported):
+    tmp, encoder, _, path = exported
+    assert path == str(tmp / "models" / "1")
+    for name in ("saved_model.pb", "assets/vocab.txt", "assets/bert_config.json",
+                 "assets.extra/tf_serving_warmup_requests"):
+        assert os.path.exists(os.path.join(path, name)), name
+    # No temporary directory left behind.
+    assert os.listdir(tmp / "models") == ["1"]
+
+
+def test_signatures_match_keras(exported):
+    _, encoder, pretrainer, path = exported
+    loaded = tf.saved_model.load(path)
+    assert {"serving_default", "encoder", "mlm"} <= set(loaded.signatures)
+    x = make_inputs(batch=3, seq=12)
+    out = loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in x.items()})
+    ref = encoder(x)
+    np.testing.assert_allclose(out["pooled_output"], ref["pooled_output"], atol=1e-5)
+    np.testing.assert_allclose(out["default"], ref["pooled_output"], atol=1e-5)
+    np.testing.assert_allclose(out["sequence_output"], ref["sequence_output"], atol=1e-5)
+    stacked = np.stack([np.asarray(e) for e in ref["encoder_outputs"]], axis=1)
+    np.testing.assert_allclose(out["encoder_outputs"], stacked, atol=1e-5)
+    # The TF Hub-style call returns the list form.
+    hub = loaded(x)
+    assert len(hub["encoder_outputs"]) == TINY["num_layers"]
+    # The mlm endpoint.
+    x["masked_lm_positions"] = np.array([[1, 2], [3, 4], [0, 0]], np.int32)
+    mlm = loaded.signatures["mlm"](**{k: tf.constant(v) for k, v in x.items()})
+    np.testing.assert_allclose(mlm["mlm_logits"], pretrainer(x)["mlm_logits"], atol=1e-4)
+
+
+def test_warmup_records_parse_and_run(exported):
+    _, _, _, path = exported
+    requests = read_warmup_requests(os.path.join(path, saved_model_writer.WARMUP_FILE))
+    assert [name for name, _ in requests] == ["serving_default", "serving_default", "mlm"]
+    assert [r["input_word_ids"].shape for _, r in requests[:2]] == [(1, 16), (8, 16)]
+    loaded = tf.saved_model.load(path)
+    for name, inputs in requests:
+        out = loaded.signatures[name](**{k: tf.constant(v) for k, v in inputs.items()})
+        assert all(np.isfinite(v.numpy()).all() for v in out.values())
+
+
+def test_refuses_to_overwrite_and_next_version(exported):
+    tmp, encoder, _, path = exported
+    vocab = str(tmp / "vocab.txt")
+    with pytest.raises(ExportError, match="refusing to overwrite"):
+        export_encoder(encoder, str(tmp / "models"), vocab, version=1)
+    assert saved_model_writer.version_dir(str(tmp / "models"), None).endswith(os.sep + "2")
+    with pytest.raises(ExportError, match="positive"):
+        saved_model_writer.version_dir(str(tmp / "models"), 0)
+
+
+def test_wrong_vocab_size_is_refused(exported, tmp_path):
+    _, encoder, _, _ = exported
+    vocab = write_vocab(tmp_path / "vocab.txt", size=50)
+    with pytest.raises(ExportError, match="vocab_size"):
+        export_encoder(encoder, str(tmp_path / "m"), vocab)
+    assert not os.path.exists(tmp_path / "m" / "1")
+
+
+def test_verify_passes_with_parity(exported):
+    tmp, _, _, path = exported
+    report = verify(path, init_checkpoint=str(tmp / "encoder.weights.h5"))
+    assert report.ok, str(report)
+    checks = [c for c, _, _ in report.lines]
+    assert checks == ["ops", "load", "signatures", "warmup", "parity"]
+
+
+def test_verify_fails_on_other_weights(exported, tmp_path):
+    _, encoder, _, path = exported
+    other = BertEncoder(**TINY)
+    # Different weights (the per-test seed would otherwise reproduce the same ones).
+    other.set_weights([w + 0.05 for w in encoder.get_weights()])
+    other.save_weights(str(tmp_path / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(tmp_path / "bert_config.json"))
+    report = verify(path, init_checkpoint=str(tmp_path / "encoder.weights.h5"))
+    assert not report.ok
+    assert [c for c, ok, _ in report.lines if not ok] == ["parity"]
+
+
+def test_verify_cli_exit_status(exported, tmp_path):
+    _, _, _, path = exported
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    ok = subprocess.run([sys.executable, "-m", "export.verify", f"--export_dir={path}"],
+                        capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "result: PASS" in ok.stdout
+    missing = subprocess.run([sys.executable, "-m", "export.verify", f"--export_dir={tmp_path}"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert missing.returncode == 1 and "no saved_model.pb" in missing.stdout
+
+
+def test_in_graph_packing_equals_google_truncation():
+    from data_prep.packing import pack
+
+    seq_length = 9
+    pairs = list(itertools.product(range(9), range(9)))
+    a = tf.ragged.constant([list(range(10, 10 + la)) for la, _ in pairs], tf.int32, ragged_rank=1)
+    b = tf.ragged.constant([list(range(50, 50 + lb)) for _, lb in pairs], tf.int32, ragged_rank=1)
+    out = bert_pack_inputs([a, b], seq_length, cls_id=1, sep_id=2)
+    for i, (la, lb) in enumerate(pairs):
+        p = pack(list(range(10, 10 + la)), list(range(50, 50 + lb)), seq_length, 1, 2)
+        pad = seq_length - len(p.tokens)
+        assert list(out["input_word_ids"][i].numpy()) == p.tokens + [0] * pad, (la, lb)
+        assert list(out["input_type_ids"][i].numpy()) == p.segment_ids + [0] * pad, (la, lb)
+        assert list(out["input_mask"][i].numpy()) == [1] * len(p.tokens) + [0] * pad
+    single = bert_pack_inputs([a[:12]], 5, cls_id=1, sep_id=2)
+    for i in range(12):
+        la = pairs[i][0]
+        kept = min(la, 3)
+        assert list(single["input_word_ids"][i].numpy()[: kept + 2]) == [1, *range(10, 10 + kept), 2]
+
+
+def test_verify_preprocessor_and_reject_round_robin(tmp_path):
+    """Our preprocessor passes; one packed with tensorflow_text's RoundRobinTrimmer fails."""
+    import tensorflow_text as tf_text
+
+    from data_prep.tokenization import BertTokenizer
+    from export.preprocessor_export import export_preprocessor
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    path = export_preprocessor(BertTokenizer(vocab), str(tmp_path / "pre"), seq_length=8)
+    report = verify(path)
+    assert report.ok, str(report)
+    assert "FastWordpieceTokenizeWithOffsets" in report.lines[0][2]
+
+    class Trimmed(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, text):
+            pieces = tf.strings.split(text)
+            ids = tf.strings.to_hash_bucket_fast(pieces, 50)
+            (trimmed,) = tf_text.RoundRobinTrimmer(max_seq_length=4).trim([ids])
+            return {"ids": trimmed.to_tensor()}
+
+    module = Trimmed()
+    bad = saved_model_writer.write_saved_model(
+        module, str(tmp_path / "bad" / "1"), {"serving_default": module.serve.get_concrete_function()},
+        warmup=[("serving_default", {"text": np.array([b"a b c d e f"], dtype=object)})])
+    report = verify(bad)
+    assert not report.ok
+    failed = {c: detail for c, ok, detail in report.lines if not ok}
+    assert "TFText>RoundRobinTrim" in failed["ops"]
+
+
+@pytest.fixture(scope="module")
+def classifier_export(tmp_path_factory):
+    from bert_keras.tasks import BertClassifier
+    from data_prep.tokenization import BertTokenizer
+    from export.classifier_export import export_classifier
+
+    tmp = tmp_path_factory.mktemp("classifier")
+    vocab = write_vocab(tmp / "vocab.txt")
+    tokenizer = BertTokenizer(vocab)
+    classifier = BertClassifier(BertEncoder(**TINY), num_classes=3)
+    path = export_classifier(classifier, tokenizer, ["neg", "neu", "pos"], str(tmp / "m"),
+                             seq_length=16)
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    return classifier, tokenizer, tf.saved_model.load(path), path
+
+
+def _keras_probabilities(classifier, tokenizer, texts_a, texts_b=None, seq_length=16):
+    """The reference path: Python tokenizer + data_prep.packing + the Keras model."""
+    from data_prep.packing import pack, pad_features
+
+    ids_a = tokenizer.encode(texts_a)
+    ids_b = tokenizer.encode(texts_b) if texts_b is not None else [None] * len(ids_a)
+    packed = [pack(a, b, seq_length, tokenizer.cls_id, tokenizer.sep_id) for a, b in zip(ids_a, ids_b)]
+    f = pad_features([p.tokens for p in packed], [p.segment_ids for p in packed], seq_length)
+    x = {"input_word_ids": f["input_ids"], "input_mask": f["input_mask"],
+         "input_type_ids": f["segment_ids"]}
+    logits = np.asarray(classifier(x, training=False)["logits"])
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+SERVING_TEXTS = ["", "w1 w2 w3", " ".join(f"w{i % 90}" for i in range(10_000)),
+                 "w5 東京 서울 naïve 🙂 w7", "W12, w13! [MASK] w14"]
+
+
+def test_classifier_export_equals_keras(classifier_export):
+    classifier, tokenizer, loaded, _ = classifier_export
+    out = loaded.signatures["serving_default"](text=tf.constant(SERVING_TEXTS))
+    expected = _keras_probabilities(classifier, tokenizer, SERVING_TEXTS)
+    np.testing.assert_allclose(out["probabilities"], expected, atol=1e-5)
+    assert [l.decode() for l in out["label"].numpy()] == [
+        ["neg", "neu", "pos"][i] for i in expected.argmax(-1)]
+    pair = loaded.signatures["pair"](text_a=tf.constant(SERVING_TEXTS),
+                                     text_b=tf.constant(SERVING_TEXTS[::-1]))
+    expected = _keras_probabilities(classifier, tokenizer, SERVING_TEXTS, SERVING_TEXTS[::-1])
+    np.testing.assert_allclose(pair["probabilities"], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_classifier_batch_sizes_and_examples(classifier_export, batch):
+    from export.classifier_export import _example
+
+    _, _, loaded, _ = classifier_export
+    texts = [SERVING_TEXTS[i % len(SERVING_TEXTS)] for i in range(batch)]
+    out = loaded.signatures["serving_default"](text=tf.constant(texts))
+    assert out["probabilities"].shape == (batch, 3) and out["label"].shape == (batch,)
+    np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, atol=1e-5)
+    examples = tf.constant([_example(t) for t in texts])
+    classified = loaded.signatures["serve_examples"](inputs=examples)
+    assert classified["classes"].shape == (batch, 3)
+    np.testing.assert_allclose(classified["scores"], out["probabilities"], atol=1e-6)
+
+
+def test_preprocessor_long_and_empty_inputs(classifier_export):
+    from export.preprocessor_export import PreprocessorModule
+
+    _, tokenizer, _, _ = classifier_export
+    module = PreprocessorModule(tokenizer, seq_length=16)
+    out = module.serve(tf.constant(SERVING_TEXTS))
+    ids = out["input_word_ids"].numpy()
+    assert ids.shape == (5, 16)
+    assert list(ids[0][:2]) == [tokenizer.cls_id, tokenizer.sep_id]  # empty text
+    assert out["input_mask"].numpy()[2].sum() == 16  # 10,000 words truncated to 16
+    assert ids[2][-1] == tokenizer.sep_id
+    pair = module.serve_pair(tf.constant([SERVING_TEXTS[2]]), tf.constant(["w1 w2"]))
+    # Fair truncation: the short segment keeps all its tokens, the long one the rest.
+    assert list(pair["input_type_ids"].numpy()[0]).count(1) == 3  # "w1 w2 [SEP]"
+
+
+def test_classifier_verifies(classifier_export):
+    _, _, _, path = classifier_export
+    report = verify(path)
+    assert report.ok, str(report)
+    assert "serve_examples for Classify" in report.lines[2][2]
+
+
+@pytest.mark.parametrize("module", ["export.export_encoder", "export.export_preprocessor",
+                                    "export.export_classifier", "export.verify"])
+def test_cli_help_and_unknown_flags(module):
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    help_ = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                           text=True, env=env, timeout=300)
+    # absl prints the module's flags and exits 1 after --help.
+    assert "--export_dir" in help_.stdout and "Traceback" not in help_.stderr
+    bad = subprocess.run([sys.executable, "-m", module, "--export_dir=x", "--no_such_flag=1"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode != 0 and "no_such_flag" in bad.stderr
+
+
+def test_export_encoder_cli_end_to_end(exported, tmp_path):
+    tmp, encoder, _, _ = exported
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    cmd = [sys.executable, "-m", "export.export_encoder", f"--init_checkpoint={tmp}",
+           f"--export_dir={tmp_path / 'enc'}", "--seq_length=8"]
+    # Our weights directory without vocab.txt beside it: a clear error, no traceback.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    encoder.save_weights(str(bare / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(bare / "bert_config.json"))
+    fail = subprocess.run(cmd[:3] + [f"--init_checkpoint={bare}"] + cmd[4:], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert fail.returncode != 0 and "vocab.txt" in fail.stderr and "Traceback" not in fail.stderr
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip().endswith(os.path.join("enc", "1"))
+    again = subprocess.run(cmd + ["--version=1"], capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode != 0 and "refusing to overwrite" in again.stderr

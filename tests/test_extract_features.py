@@ -1,0 +1,93 @@
+"""extract_features: Google's JSONL layout and .npz, values equal to the encoder's layers."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder, extract_features
+from conftest import TESTDATA
+from data_prep.classification import DataError
+
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+VOCAB_SIZE = sum(1 for _ in open(VOCAB, encoding="utf-8"))
+SMALL = dict(vocab_size=VOCAB_SIZE, num_layers=3, hidden_size=8, num_heads=2,
+             intermediate_size=12, max_sequence_length=24)
+
+
+@pytest.fixture(scope="module")
+def encoder_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("enc") / "encoder.keras")
+    BertEncoder(**SMALL).save(path)
+    return path
+
+
+def ids_of(*tokens):
+    vocab = [line.rstrip("\n") for line in open(VOCAB, encoding="utf-8")]
+    return [vocab.index(t) for t in tokens]
+
+
+def reference_layers(encoder_file, ids, types):
+    import keras
+
+    encoder = keras.models.load_model(encoder_file)
+    x = {"input_word_ids": np.array([ids], np.int32), "input_mask": np.ones((1, len(ids)), np.int32),
+         "input_type_ids": np.array([types], np.int32)}
+    return [np.asarray(layer)[0] for layer in encoder(x)["encoder_outputs"]]
+
+
+def test_jsonl_and_npz_match_the_encoder(tmp_path, encoder_file):
+    text = tmp_path / "input.txt"
+    text.write_text("John Smith was born\nthe leader ||| unwanted running\n")
+    out = str(tmp_path / "features.jsonl")
+    result = extract_features.run(str(text), out, encoder_file, vocab_file=VOCAB, layers=["-1", "0"],
+                                  max_seq_length=10)
+    assert result == {"examples": 2, "truncated": 0, "layers": [-1, 0], "output_file": out}
+    lines = [json.loads(line) for line in open(out)]
+    assert [line["linex_index"] for line in lines] == [0, 1]
+    tokens = [f["token"] for f in lines[1]["features"]]
+    assert tokens == ["[CLS]", "the", "leader", "[SEP]", "un", "##want", "##ed", "runn", "##ing", "[SEP]"]
+    reference = reference_layers(encoder_file, ids_of(*tokens), [0] * 4 + [1] * 6)
+    for t, feature in enumerate(lines[1]["features"]):
+        assert [layer["index"] for layer in feature["layers"]] == [-1, 0]
+        np.testing.assert_allclose(feature["layers"][0]["values"], reference[-1][t], atol=2e-6)
+        np.testing.assert_allclose(feature["layers"][1]["values"], reference[0][t], atol=2e-6)
+    assert len(lines[0]["features"]) == 6  # [CLS] john smith was born [SEP]: no padding
+
+    npz = str(tmp_path / "features.npz")
+    extract_features.run(str(text), npz, encoder_file, vocab_file=VOCAB, layers=["-1", "-2"],
+                         max_seq_length=10)
+    with np.load(npz) as f:
+        assert f["layer_-1"].shape == (2, 10, 8) and f["layer_-1"].dtype == np.float32
+        assert list(f["tokens"][0]) == ["[CLS]", "john", "smith", "was", "born", "[SEP]"] + [""] * 4
+        np.testing.assert_array_equal(f["input_mask"][0], [1] * 6 + [0] * 4)
+        np.testing.assert_allclose(f["layer_-2"][1], reference[-2], atol=1e-5)
+        np.testing.assert_allclose(f["layer_-1"][1][:, :3], np.array(
+            [[v["layers"][0]["values"][:3] for v in lines[1]["features"]]])[0], atol=1e-6)
+
+
+def test_truncation_counted_and_bad_layers(tmp_path, encoder_file):
+    text = tmp_path / "input.txt"
+    text.write_text("the the the the the the ||| the the\n")
+    result = extract_features.run(str(text), str(tmp_path / "f.jsonl"), encoder_file,
+                                  vocab_file=VOCAB, layers=["-1"], max_seq_length=7)
+    assert result["truncated"] == 1
+    tokens = [f["token"] for f in json.loads(open(tmp_path / "f.jsonl").read())["features"]]
+    assert tokens == ["[CLS]", "the", "the", "[SEP]", "the", "the", "[SEP]"]
+    with pytest.raises(ValueError, match=r"layers \[-4\] do not exist: the encoder has 3 layers"):
+        extract_features.run(str(text), str(tmp_path / "g.jsonl"), encoder_file, vocab_file=VOCAB,
+                             layers=["-1", "-4"], max_seq_length=7)
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        extract_features.run(str(text), str(tmp_path / "f.jsonl"), encoder_file, vocab_file=VOCAB)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("hello\n\nfriend\n", r"input.txt:2: empty text"),
+    ("a ||| b ||| c\n", r"input.txt:1: expected 'text' or 'text_a \|\|\| text_b'"),
+])
+def test_bad_input_lines(tmp_path, content, message):
+    text = tmp_path / "input.txt"
+    text.write_text(content)
+    with pytest.raises(DataError, match=message):
+        extract_features.read_input(str(text))

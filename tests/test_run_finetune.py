@@ -1,0 +1,203 @@
+"""End-to-end fine-tuning entry points on generated data: train a few steps, eval, predict."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder, checkpoints, finetune, run_classifier, run_squad, run_tagger
+from bert_keras.config import BertConfig
+from conftest import TESTDATA, make_inputs
+from data_prep import squad, tagging
+from data_prep.classification import DataError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+VOCAB_SIZE = sum(1 for _ in open(VOCAB, encoding="utf-8"))
+SMALL = dict(vocab_size=VOCAB_SIZE, num_layers=2, hidden_size=16, num_heads=2,
+             intermediate_size=24, max_sequence_length=48)
+
+
+@pytest.fixture(scope="module")
+def encoder_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("enc") / "encoder.keras")
+    BertEncoder(**SMALL).save(path)
+    return path
+
+
+def common(output_dir, init_checkpoint, **overrides):
+    values = dict(vocab_file=VOCAB, do_lower_case=True, bert_config_file=None,
+                  init_checkpoint=init_checkpoint, output_dir=str(output_dir), do_train=True,
+                  do_eval=True, do_predict=True, max_seq_length=16, train_batch_size=8,
+                  eval_batch_size=16, learning_rate=1e-3, num_train_epochs=2.0,
+                  warmup_proportion=0.1, seed=7, jit_compile=False, overwrite_output=False)
+    values.update(overrides)
+    return values
+
+
+SPAM_WORDS = ["free", "money", "now", "click", "here"]
+HAM_WORDS = ["meeting", "tomorrow", "hello", "friend", "city"]
+
+
+def write_classification(path, n, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            label = "spam" if rng.random() < 0.5 else "ham"
+            words = rng.choice(SPAM_WORDS if label == "spam" else HAM_WORDS, size=rng.integers(2, 20))
+            f.write(json.dumps({"text": " ".join(words), "label": label}) + "\n")
+
+
+def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_classification(train, 48, 0)
+    write_classification(test, 20, 1)
+    out = tmp_path / "out"
+    results = run_classifier.run(train_file=str(train), eval_file=str(test), predict_file=str(test),
+                                 **common(out, encoder_file))
+    assert results["train"]["num_train_steps"] == 12  # int(48 / 8 * 2)
+    assert results["train"]["truncated"] > 0  # texts of up to 19 words, 16 positions
+    assert sorted(os.listdir(out)) == ["bert_config.json", "eval_results.json", "labels.txt",
+                                       "model.keras", "predictions.jsonl", "train_results.json",
+                                       "vocab.txt"]
+    assert open(out / "labels.txt").read() == "ham\nspam\n"
+    # The eval accuracy agrees with the written predictions, checked independently.
+    gold = [json.loads(line)["label"] for line in open(test)]
+    predicted = [json.loads(line)["label"] for line in open(out / "predictions.jsonl")]
+    metrics = json.load(open(out / "eval_results.json"))
+    assert metrics["accuracy"] == pytest.approx(np.mean([g == p for g, p in zip(gold, predicted)]))
+    assert metrics["num_examples"] == 20
+
+    # A rerun never overwrites silently.
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        run_classifier.run(train_file=str(train), eval_file=str(test), **common(out, encoder_file, do_predict=False))
+    # Eval only from the fine-tuned model (labels.txt beside it) gives the same numbers.
+    again = run_classifier.run(eval_file=str(test), **common(
+        tmp_path / "again", str(out / "model.keras"), do_train=False, do_predict=False))
+    assert again["eval"]["accuracy"] == metrics["accuracy"]
+
+
+def test_run_classifier_bad_label_names_file_and_line(tmp_path, encoder_file):
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 16, 0)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "hello", "label": "ham"}\n{"text": "free", "label": "eggs"}\n')
+    with pytest.raises(DataError, match=rf"{bad}:2: label 'eggs' is not in the label list"):
+        run_classifier.run(train_file=str(train), eval_file=str(bad),
+                           **common(tmp_path / "o", encoder_file, do_predict=False, num_train_epochs=0.5))
+
+
+def write_conll(path, n, seed):
+    rng = np.random.default_rng(seed)
+    sentences = []
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            words, tags = [], []
+            for _ in range(rng.integers(2, 9)):
+                if rng.random() < 0.3:
+                    words += ["John", "Smith"]
+                    tags += ["B-PER", "I-PER"]
+                else:
+                    words.append(str(rng.choice(["went", "to", "the", "store", "unwanted", "running"])))
+                    tags.append("O")
+            sentences.append((words, tags))
+            f.write("".join(f"{w} X {t}\n" for w, t in zip(words, tags)) + "\n")
+    return sentences
+
+
+def test_run_tagger_train_eval_predict(tmp_path, encoder_file):
+    train, test = tmp_path / "train.conll", tmp_path / "test.conll"
+    write_conll(train, 40, 0)
+    gold = write_conll(test, 12, 1)
+    out = tmp_path / "out"
+    results = run_tagger.run(train_file=str(train), eval_file=str(test), predict_file=str(test),
+                             **common(out, encoder_file))
+    assert open(out / "labels.txt").read() == "B-PER\nI-PER\nO\n"
+    predicted = tagging.read_conll(str(out / "predictions.conll"))
+    assert [s.words for s in predicted] == [tuple(w) for w, _ in gold]
+    gold_tags = [t for _, t in gold]
+    pred_tags = [list(s.tags) for s in predicted]
+    metrics = json.load(open(out / "eval_results.json"))
+    words = sum(len(t) for t in gold_tags)
+    # Independent token accuracy from the written predictions (truncated words count as "O").
+    assert metrics["token_accuracy"] == pytest.approx(
+        sum(a == b for g, p in zip(gold_tags, pred_tags) for a, b in zip(g, p)) / words)
+    assert metrics["num_words"] == words
+    assert metrics["entity"]["num_gold"] == sum(len(tagging.get_entities(t)) for t in gold_tags)
+    assert results["eval"]["token_accuracy"] == metrics["token_accuracy"]
+
+
+def test_run_squad_train_predict_eval(tmp_path, encoder_file):
+    v2 = os.path.join(TESTDATA, "ft_squad_v2.json")
+    out = tmp_path / "out"
+    results = run_squad.run(train_file=v2, predict_file=v2, doc_stride=4, max_query_length=8,
+                            n_best_size=5, max_answer_length=6, version_2_with_negative=True,
+                            **common(out, encoder_file, max_seq_length=20, train_batch_size=4))
+    assert results["train"]["answers_not_found"][0][0] == "q5"
+    predictions = json.load(open(out / "predictions.json"))
+    assert sorted(predictions) == ["q1", "q2", "q3", "q4", "q5", "q6"]
+    nbest = json.load(open(out / "nbest_predictions.json"))
+    assert all(len(v) <= 6 for v in nbest.values())
+    odds = json.load(open(out / "null_odds.json"))
+    assert sorted(odds) == sorted(predictions)
+    metrics = json.load(open(out / "eval_results.json"))
+    assert metrics == squad.evaluate(squad.gold_answers(v2, True), predictions, True)
+    assert metrics["total"] == 6 and metrics["NoAns_total"] == 1
+
+
+def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):
+    """Ours (.keras, encoder dir), Hugging Face and Google checkpoints give one encoder."""
+    encoder = BertEncoder(**SMALL)
+    x = make_inputs(batch=2, seq=7, vocab=VOCAB_SIZE)
+    expected = np.asarray(encoder(x)["sequence_output"])
+    keras_file = str(tmp_path / "enc.keras")
+    encoder.save(keras_file)
+    ours = tmp_path / "encoder"
+    ours.mkdir()
+    encoder.save_weights(str(ours / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(ours / "bert_config.json"))
+    hf = checkpoints.save_hf_weights(encoder, str(tmp_path / "hf"))
+    google_dir = tmp_path / "google"
+    google_dir.mkdir()
+    google = checkpoints.save_google_checkpoint(encoder, str(google_dir / "bert_model.ckpt"))
+    for path in (keras_file, str(ours), hf, google):
+        loaded = finetune.load_encoder_or_task(path, None)
+        assert isinstance(loaded, BertEncoder), path
+        np.testing.assert_allclose(loaded(x)["sequence_output"], expected, atol=1e-6, err_msg=path)
+    config = tmp_path / "bert_config.json"
+    BertConfig.from_dict(encoder.to_bert_config().to_dict()).to_json_file(str(config))
+    random = finetune.load_encoder_or_task(None, str(config))
+    assert random.count_params() == encoder.count_params()
+    with pytest.raises(ValueError, match="--bert_config_file"):
+        finetune.load_encoder_or_task(None, None)
+
+
+def _cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_absl_entry_points_reject_bad_flags(tmp_path):
+    proc = _cli("bert_keras.run_tagger", "--do_train", f"--output_dir={tmp_path}")
+    assert proc.returncode != 0 and "--train_file is required with --do_train" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["bert_keras.run_classifier", "bert_keras.run_tagger"])
+def test_absl_entry_point_trains(tmp_path, encoder_file, module):
+    if module.endswith("classifier"):
+        data = tmp_path / "train.jsonl"
+        write_classification(data, 16, 0)
+    else:
+        data = tmp_path / "train.conll"
+        write_conll(data, 16, 0)
+    out = tmp_path / "cli"
+    proc = _cli(module, f"--train_file={data}", f"--eval_file={data}", f"--vocab_file={VOCAB}",
+                f"--init_checkpoint={encoder_file}", "--do_train", "--do_eval",
+                "--max_seq_length=12", "--train_batch_size=8", "--num_train_epochs=1",
+                f"--output_dir={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.exists(out / "model.keras") and os.path.exists(out / "eval_results.json")

@@ -1,0 +1,252 @@
+"""SQuAD: reading, doc_stride windows, answer spans, postprocessing and official scoring."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import TESTDATA
+from data_prep import squad
+from data_prep.tokenization import BertTokenizer
+
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+V1 = os.path.join(TESTDATA, "ft_squad_v1.json")
+V2 = os.path.join(TESTDATA, "ft_squad_v2.json")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer(VOCAB)
+
+
+def ids_of(*tokens):
+    vocab = [line.rstrip("\n") for line in open(VOCAB, encoding="utf-8")]
+    return [vocab.index(t) for t in tokens]
+
+
+def test_read_counts_answers_not_found():
+    examples, stats = squad.read_squad(V1, is_training=True)
+    assert [e.qas_id for e in examples] == ["q1", "q2", "q3", "q4"]
+    assert [q for q, _ in stats.answers_not_found] == ["q5"]  # "Japan" at offset 3 is "n Sm"
+    assert "1 answers not found" in stats.summary() and "q5" in stats.summary()
+    assert (examples[0].start_word, examples[0].end_word) == (8, 11)  # "a gallon of milk"
+    assert (examples[2].start_word, examples[2].end_word) == (2, 2)  # the word "(1895-1943)"
+    # Prediction reading keeps every question and every gold answer.
+    examples, stats = squad.read_squad(V1, is_training=False)
+    assert len(examples) == 5 and examples[3].answers == ["Paris", "Paris, France"]
+    assert stats.answers_not_found == []
+
+
+def test_doc_spans_and_max_context_hand_checked():
+    # 12 sub-tokens, windows of 5 every 3: [0-4] [3-7] [6-10] [9-11].
+    spans = squad.doc_spans(12, 5, 3)
+    assert spans == [(0, 5), (3, 5), (6, 5), (9, 3)]
+    # Token 4 is in windows 0 (left 4, right 0) and 1 (left 1, right 3): window 1 wins.
+    assert not squad.is_max_context(spans, 0, 4) and squad.is_max_context(spans, 1, 4)
+    # Token 7: window 1 (left 4, right 0) vs window 2 (left 1, right 3): window 2.
+    assert squad.is_max_context(spans, 2, 7) and not squad.is_max_context(spans, 1, 7)
+
+
+def test_windows_across_doc_stride_boundaries(tokenizer):
+    examples, _ = squad.read_squad(V1, is_training=True)
+    arrays, features, stats = squad.convert_examples(examples[:2], tokenizer, max_seq_length=12,
+                                                     doc_stride=3, max_query_length=8,
+                                                     is_training=True)
+    # Question "who bought milk ?" = 4 sub-tokens -> 12 - 4 - 3 = 5 context tokens a window.
+    assert [f.doc_span_index for f in features] == [0, 1, 2, 3, 0, 1, 2, 3]
+    np.testing.assert_array_equal(arrays["input_ids"][1], ids_of(
+        "[CLS]", "who", "bought", "milk", "?", "[SEP]", "to", "the", "store", "and", "bought", "[SEP]"))
+    np.testing.assert_array_equal(arrays["segment_ids"][1], [0] * 6 + [1] * 6)
+    last = ids_of("[CLS]", "who", "bought", "milk", "?", "[SEP]", "gallon", "of", "milk", "[SEP]")
+    np.testing.assert_array_equal(arrays["input_ids"][3], last + [0, 0])
+    np.testing.assert_array_equal(arrays["input_mask"][3], [1] * 10 + [0, 0])
+    assert features[1].token_to_orig_map == {6: 3, 7: 4, 8: 5, 9: 6, 10: 7}
+    assert features[1].token_is_max_context == {6: False, 7: True, 8: True, 9: True, 10: False}
+    # q1's answer "a gallon of milk" (tokens 8-11) lies across the boundary of windows 2 [6-10]
+    # and 3 [9-11]: no window holds all of it, so every window is labelled [CLS].
+    np.testing.assert_array_equal(arrays["start_positions"][:4], [0, 0, 0, 0])
+    # q2's answer "bought a gallon" (tokens 7-9) is inside window 2 only, at 7-6+6 = 7 .. 9.
+    np.testing.assert_array_equal(arrays["start_positions"][4:], [0, 0, 7, 0])
+    np.testing.assert_array_equal(arrays["end_positions"][4:], [0, 0, 9, 0])
+    assert stats.answer_outside_window == 7 and stats.multi_window_examples == 2
+
+
+def test_answer_span_narrowed_to_sub_tokens(tokenizer):
+    examples, _ = squad.read_squad(V1, is_training=True)
+    arrays, features, _ = squad.convert_examples([examples[2]], tokenizer, 32, 16, 10, True)
+    tokens = features[0].tokens
+    # "when was john smith born ?" then "john smith ( 18 ##95 - 19 ##43 ) was born ...".
+    assert tokens[:12] == ["[CLS]", "when", "was", "john", "smith", "born", "?", "[SEP]",
+                           "john", "smith", "(", "18"]
+    # The word is "(1895-1943)", but the answer "1895" is exactly the sub-tokens 18 ##95.
+    assert (arrays["start_positions"][0], arrays["end_positions"][0]) == (11, 12)
+    assert features[0].token_to_orig_map[11] == 2 and features[0].token_to_orig_map[12] == 2
+
+
+def test_question_truncated_and_counted(tokenizer):
+    examples, _ = squad.read_squad(V1, is_training=False)
+    _, features, stats = squad.convert_examples(examples[2:3], tokenizer, 20, 8, 3, False)
+    assert features[0].tokens[:5] == ["[CLS]", "when", "was", "john", "[SEP]"]
+    assert stats.questions_truncated == 1
+    with pytest.raises(ValueError, match="must be greater than max_query_length"):
+        squad.convert_examples(examples, tokenizer, 10, 8, 7, False)
+
+
+def _logits(features, picks, seq):
+    """Start/end logits of 0 except +5 at picks {feature index: (start, end)}."""
+    start, end = np.zeros((len(features), seq)), np.zeros((len(features), seq))
+    for i, (s, e) in picks.items():
+        start[i, s] += 5
+        end[i, e] += 5
+    return start, end
+
+
+def test_postprocess_picks_max_context_window(tokenizer):
+    examples, _ = squad.read_squad(V1, is_training=False)
+    _, features, _ = squad.convert_examples(examples[1:2], tokenizer, 12, 3, 8, False)
+    # The best scores point at "bought a gallon" in window 2 (positions 7-9), but window 1
+    # has an even higher score on "bought" (position 10), where "bought" lacks context.
+    start, end = _logits(features, {2: (7, 9), 1: (10, 10)}, 12)
+    start[1, 10] += 1
+    preds, nbest, _ = squad.postprocess(examples[1:2], features, start, end, n_best_size=5,
+                                        max_answer_length=30)
+    assert preds == {"q2": "bought a gallon"}
+    assert nbest["q2"][0]["text"] == "bought a gallon"
+    assert sum(n["probability"] for n in nbest["q2"]) == pytest.approx(1.0)
+    # With max_answer_length 2 the 3-token span is not allowed.
+    preds, _, _ = squad.postprocess(examples[1:2], features, start, end, 5, max_answer_length=2)
+    assert preds["q2"] != "bought a gallon"
+
+
+def test_postprocess_maps_sub_tokens_back_to_original_text(tokenizer):
+    examples, _ = squad.read_squad(V1, is_training=False)
+    _, features, _ = squad.convert_examples(examples[2:4], tokenizer, 32, 16, 10, False)
+    # q3: "18 ##95" (positions 11-12) -> "1895", not the whole word "(1895-1943)".
+    # q4: "paris ," -> "Paris," keeps case and punctuation of the original.
+    q4_paris = features[1].tokens.index("paris")
+    start, end = _logits(features, {0: (11, 12), 1: (q4_paris, q4_paris + 1)}, 32)
+    preds, _, _ = squad.postprocess(examples[2:4], features, start, end)
+    assert preds == {"q3": "1895", "q4": "Paris,"}
+
+
+@pytest.mark.parametrize("pred, orig, lower, expected", [
+    ("steve smith", "Steve Smith's", True, "Steve Smith"),
+    ("cafe", "Café.", True, "Café"),
+    ("1895", "(1895-1943).", True, "1895"),
+    ("[UNK]", "☃x", True, "☃x"),  # cannot align: the original words
+    ("new york", "NEW  York", True, "NEW  York"),
+    ("New", "New York", False, "New"),
+])
+def test_final_text(pred, orig, lower, expected):
+    assert squad.final_text(pred, orig, lower) == expected
+
+
+def test_v2_null_answer(tokenizer):
+    examples, stats = squad.read_squad(V2, is_training=True, version_2_with_negative=True)
+    assert stats.impossible == 1 and examples[-1].is_impossible
+    arrays, features, _ = squad.convert_examples(examples, tokenizer, 32, 16, 10, True)
+    assert (arrays["start_positions"][-1], arrays["end_positions"][-1]) == (0, 0)
+    examples, _ = squad.read_squad(V2, is_training=False, version_2_with_negative=True)
+    q6 = [e for e in examples if e.qas_id == "q6"]
+    _, features, _ = squad.convert_examples(q6, tokenizer, 32, 16, 10, False)
+    span = features[0].tokens.index("john")
+    start, end = _logits(features, {0: (span, span + 1)}, 32)
+    start[0, 0] = end[0, 0] = 5.5  # null score 11 vs span score 5 + 5: diff 1
+    preds, nbest, odds = squad.postprocess(q6, features, start, end, version_2_with_negative=True)
+    assert preds == {"q6": ""} and odds["q6"] == pytest.approx(1.0)
+    assert {n["text"] for n in nbest["q6"]} >= {"", "John Smith"}
+    preds, _, _ = squad.postprocess(q6, features, start, end, version_2_with_negative=True,
+                                    null_score_diff_threshold=1.5)
+    assert preds == {"q6": "John Smith"}
+
+
+# ---- Official scoring, hand-computed.
+
+
+@pytest.mark.parametrize("text, normalized", [
+    ("The  Quick, brown fox!", "quick brown fox"),
+    ("an apple a day", "apple day"),
+    ("Another theory", "another theory"),  # articles only as whole words
+    ("\tNew\nYork  ", "new york"),
+    ("U.S.-based", "usbased"),
+])
+def test_normalize_answer(text, normalized):
+    assert squad.normalize_answer(text) == normalized
+
+
+def test_exact_match_and_f1_hand_computed():
+    assert squad.exact_match("the Eiffel Tower", "Eiffel Tower.") == 1.0
+    assert squad.exact_match("Eiffel", "Eiffel Tower") == 0.0
+    # pred {eiffel, tower, in, paris} vs gold {eiffel, tower}: P 2/4, R 1 -> F1 2/3.
+    assert squad.f1("Eiffel Tower in Paris", "the Eiffel Tower") == pytest.approx(2 / 3)
+    # Repeated tokens count with multiplicity: pred "a a b" -> {b}; gold "b b c": common 1,
+    # P 1/1, R 1/3 -> 0.5.
+    assert squad.f1("a a b", "b b c") == pytest.approx(0.5)
+    assert squad.f1("the", "a") == 0.0  # both normalise to nothing: v1.1 scores 0
+    assert squad.f1("the", "a", version_2=True) == 1.0  # v2.0: empty == empty
+
+
+def test_evaluate_hand_computed_with_multiple_gold_answers():
+    gold = {"a": ["Denver Broncos", "The Denver Broncos"], "b": ["Paris, France", "Paris"],
+            "c": ["1895"]}
+    preds = {"a": "the denver broncos!", "b": "in Paris France", "c": "1943"}
+    result = squad.evaluate(gold, preds)
+    # a: EM 1, F1 1. b: EM 0; F1 max(vs "paris france": P 2/3 R 1 -> 0.8, vs "paris": P 1/3
+    # R 1 -> 0.5) = 0.8. c: 0, 0.
+    assert result["exact_match"] == pytest.approx(100 / 3)
+    assert result["f1"] == pytest.approx(100 * 1.8 / 3)
+    assert result["total"] == 3 and result["missing"] == 0
+    result = squad.evaluate(gold, {"a": "Denver Broncos"})
+    assert result["exact_match"] == pytest.approx(100 / 3) and result["missing"] == 2
+
+
+def test_evaluate_v2_has_and_no_answer():
+    gold = squad.gold_answers(V2, version_2_with_negative=True)
+    assert gold["q6"] == [] and gold["q4"] == ["Paris", "Paris, France"]
+    preds = {"q1": "a gallon of milk", "q2": "", "q3": "1895", "q4": "Paris France",
+             "q5": "Japan", "q6": ""}
+    result = squad.evaluate(gold, preds, version_2_with_negative=True)
+    # Answerable: q1 1/1, q2 0/0, q3 1/1, q4 EM 1 ("paris france" == "paris france"), q5 1/1.
+    assert result["HasAns_total"] == 5 and result["HasAns_exact"] == pytest.approx(80.0)
+    assert result["NoAns_total"] == 1 and result["NoAns_exact"] == 100.0
+    assert result["exact_match"] == pytest.approx(500 / 6)
+    result = squad.evaluate(gold, dict(preds, q6="John Smith"), version_2_with_negative=True)
+    assert result["NoAns_exact"] == 0.0 and result["NoAns_f1"] == 0.0
+
+
+def test_malformed_squad_names_the_element(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [{"question": "q"}]}]}]}))
+    with pytest.raises(squad.DataError, match=r"data\[0\].paragraphs\[0\].qas\[0\]: expected an object with a 'id'"):
+        squad.read_squad(str(path), is_training=False)
+    path.write_text("{\n  \"data\": [\n}")
+    with pytest.raises(squad.DataError, match=r"bad.json:3: not valid JSON"):
+        squad.read_squad(str(path), is_training=False)
+
+
+def test_allennlp_squad_fixture_round_trip():
+    """DATA.md's SQuAD-format fixture: windows + oracle logits + postprocessing + scoring."""
+    from data_prep import datasets, fetch
+
+    try:
+        path = str(datasets.fetch_allennlp_fixtures() / "squad.json")
+        vocab = str(fetch.bert_base_uncased_vocab())
+    except fetch.FetchError as e:
+        pytest.skip(f"registry unreachable, cannot fetch the allennlp fixture: {e}")
+    tokenizer = BertTokenizer(vocab)
+    train, stats = squad.read_squad(path, is_training=True)
+    assert len(train) == 5 and stats.answers_not_found == []
+    arrays, features, fstats = squad.convert_examples(train, tokenizer, 96, 32, 24, True)
+    assert fstats.multi_window_examples == 5  # 695- and 516-character contexts, 96-token windows
+    # Oracle logits: every window that holds the answer points at it.
+    start, end = _logits(features, {i: (s, e) for i, (s, e) in enumerate(
+        zip(arrays["start_positions"], arrays["end_positions"])) if s > 0}, 96)
+    preds, _, _ = squad.postprocess(train, features, start, end)
+    result = squad.evaluate(squad.gold_answers(path), preds)
+    # Every answer comes back exactly, "Father Julius Nieuwl" included: it ends inside the
+    # word "Nieuwland", but the WordPieces "ni ##eu ##wl" spell it, so the span is narrowed
+    # to them and the text is cut inside the original word.
+    assert preds["5733b1da4776f4190066106b"] == "Father Julius Nieuwl"
+    assert preds == {e.qas_id: e.answer_text for e in train}
+    assert result == {"exact_match": 100.0, "f1": 100.0, "total": 5, "missing": 0}

@@ -1,0 +1,132 @@
+"""Tagging converters: CoNLL reading, first-sub-token labels, truncation; entity F1."""
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import TESTDATA
+from data_prep import tagging
+from data_prep.classification import DataError
+from data_prep.tagging import TaggedSentence
+from data_prep.tokenization import BertTokenizer
+
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+LABELS = ["B-PER", "I-PER", "O"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer(VOCAB)
+
+
+def ids_of(*tokens):
+    vocab = [line.rstrip("\n") for line in open(VOCAB, encoding="utf-8")]
+    return [vocab.index(t) for t in tokens]
+
+
+def test_label_goes_on_the_first_sub_token_only(tokenizer):
+    s = TaggedSentence("x:1", ("John", "Smith", "unwanted", "running", "."),
+                       ("B-PER", "I-PER", "O", "O", "O"))
+    features, positions, stats = tagging.convert_sentences([s], tokenizer, LABELS, 12)
+    # [CLS] john smith un ##want ##ed runn ##ing . [SEP] [PAD] [PAD]
+    np.testing.assert_array_equal(features["input_ids"][0], ids_of(
+        "[CLS]", "john", "smith", "un", "##want", "##ed", "runn", "##ing", ".", "[SEP]", "[PAD]", "[PAD]"))
+    np.testing.assert_array_equal(features["label_ids"][0], [-1, 0, 1, 2, -1, -1, 2, -1, 2, -1, -1, -1])
+    np.testing.assert_array_equal(features["input_mask"][0], [1] * 10 + [0] * 2)
+    assert positions == [[1, 2, 3, 6, 8]]
+    assert stats.truncated_sentences == 0 and stats.words == 5
+
+
+def test_truncation_drops_whole_tail_words_and_counts_them(tokenizer):
+    s = TaggedSentence("x:1", ("John", "Smith", "unwanted", "running", "."),
+                       ("B-PER", "I-PER", "O", "O", "O"))
+    features, positions, stats = tagging.convert_sentences([s], tokenizer, LABELS, 6)
+    # Room for 4 sub-tokens: john smith un ##want; "unwanted" keeps its first piece.
+    np.testing.assert_array_equal(features["input_ids"][0],
+                                  ids_of("[CLS]", "john", "smith", "un", "##want", "[SEP]"))
+    np.testing.assert_array_equal(features["label_ids"][0], [-1, 0, 1, 2, -1, -1])
+    assert positions == [[1, 2, 3, -1, -1]]
+    assert (stats.truncated_sentences, stats.truncated_words) == (1, 2)
+    predicted = np.array([[2, 0, 1, 2, 2, 2]])
+    assert tagging.predictions_to_tags(predicted, positions, LABELS) == [["B-PER", "I-PER", "O", "O", "O"]]
+
+
+def test_word_without_sub_tokens_becomes_unk(tokenizer):
+    s = TaggedSentence("x:1", ("John", "\x01"), ("B-PER", "O"))
+    features, positions, stats = tagging.convert_sentences([s], tokenizer, LABELS, 5)
+    np.testing.assert_array_equal(features["input_ids"][0], ids_of("[CLS]", "john", "[UNK]", "[SEP]", "[PAD]"))
+    assert positions == [[1, 2]] and stats.empty_words == 1
+
+
+def test_unknown_tag_names_sentence(tokenizer):
+    s = TaggedSentence("f.conll:7", ("John",), ("B-XYZ",))
+    with pytest.raises(DataError, match=r"f.conll:7: tag 'B-XYZ' \(word 1, 'John'\) is not in the label list"):
+        tagging.convert_sentences([s], tokenizer, LABELS, 8)
+
+
+def test_read_conll(tmp_path):
+    path = tmp_path / "d.conll"
+    path.write_text("-DOCSTART- -X- -X- O\n\nJohn NNP B-NP B-PER\nSmith NNP I-NP I-PER\n\n\n"
+                    "runs VBZ B-VP O\n")
+    sentences = tagging.read_conll(str(path))
+    assert sentences == [TaggedSentence(f"{path}:3", ("John", "Smith"), ("B-PER", "I-PER")),
+                         TaggedSentence(f"{path}:7", ("runs",), ("O",))]
+    assert tagging.label_list_from(sentences) == ["B-PER", "I-PER", "O"]
+    pos = tagging.read_conll(str(path), tag_column=1)
+    assert pos[0].tags == ("NNP", "NNP")
+
+
+def test_read_conll_malformed_line(tmp_path):
+    path = tmp_path / "d.conll"
+    path.write_text("John B-PER\nSmith\n")
+    with pytest.raises(DataError, match=rf"{path}:2: expected at least 2"):
+        tagging.read_conll(str(path))
+
+
+def test_conll2003_format_fixture():
+    sentences = tagging.read_conll(os.path.join(TESTDATA, "ft_conll2003.txt"))
+    assert len(sentences) == 2
+    assert sentences[0].words[:3] == ("U.N.", "official", "Ekeus")
+    assert sentences[0].tags[:3] == ("I-ORG", "O", "I-PER")
+
+
+@pytest.mark.parametrize("tags, entities", [
+    (["B-PER", "I-PER", "O", "B-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
+    (["I-PER", "I-PER", "O", "I-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),  # IOB1
+    (["B-PER", "I-PER", "B-PER"], [("PER", 0, 1), ("PER", 2, 2)]),
+    (["B-PER", "I-LOC"], [("PER", 0, 0), ("LOC", 1, 1)]),
+    (["S-PER", "B-LOC", "E-LOC", "O"], [("PER", 0, 0), ("LOC", 1, 2)]),  # IOBES
+    (["O", "O"], []),
+])
+def test_get_entities(tags, entities):
+    assert tagging.get_entities(tags) == entities
+
+
+def test_entity_f1_hand_computed():
+    # seqeval's README example: one of two entities right in each list -> P = R = F1 = 0.5.
+    gold = [["O", "O", "O", "B-MISC", "I-MISC", "I-MISC", "O"], ["B-PER", "I-PER", "O"]]
+    pred = [["O", "O", "B-MISC", "I-MISC", "I-MISC", "I-MISC", "O"], ["B-PER", "I-PER", "O"]]
+    m = tagging.entity_f1(gold, pred)
+    assert (m["precision"], m["recall"], m["f1"]) == (0.5, 0.5, 0.5)
+    assert m["per_type"]["PER"]["f1"] == 1.0 and m["per_type"]["MISC"]["f1"] == 0.0
+    # 3 gold, 2 predicted, 2 correct: P = 1, R = 2/3, F1 = 0.8.
+    m = tagging.entity_f1([["B-PER", "O", "B-LOC", "B-ORG"]], [["B-PER", "O", "B-LOC", "O"]])
+    assert m["precision"] == 1.0 and m["recall"] == pytest.approx(2 / 3) and m["f1"] == pytest.approx(0.8)
+    assert tagging.token_accuracy(gold, pred) == pytest.approx(8 / 10)  # words 3 and 4 differ
+
+
+def test_brown_reader_and_tag_simplification(tmp_path):
+    from data_prep import datasets
+
+    assert [datasets.brown_tag(t) for t in ["np-tl", "FW-IN-TL", "nn$-hl", "ppss+md", "bedz*", "nn-tl-hl"]] == \
+        ["np", "in", "nn$", "ppss+md", "bedz*", "nn"]
+    path = tmp_path / "ca99"
+    path.write_text("\n\n\tThe/at Fulton/np-tl jury/nn said/vbd 1/2/cd ./.\n\n\n\tIt/pps is/bez ./.\n")
+    sentences = datasets.read_brown_file(path)
+    assert sentences[0] == TaggedSentence(f"{path}:3", ("The", "Fulton", "jury", "said", "1/2", "."),
+                                          ("at", "np", "nn", "vbd", "cd", "."))
+    assert sentences[1].where == f"{path}:6" and len(sentences) == 2
+    path.write_text("The/at jury\n")
+    with pytest.raises(ValueError, match=rf"{path}:1: expected word/tag, got 'jury'"):
+        datasets.read_brown_file(path)

@@ -1,0 +1,122 @@
+"""Task models: shapes, heads against numpy, config and .keras round trips, one fit step."""
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder
+from bert_keras.tasks import (IGNORE_LABEL, BertClassifier, BertSpanQA, BertTagger,
+                              MaskedSparseCategoricalAccuracy, compile_args)
+from conftest import TINY, make_inputs
+
+NUM_CLASSES = 5  # differs from every TINY size
+
+
+def build(cls, **overrides):
+    encoder = BertEncoder(**dict(TINY, **overrides))
+    return cls(encoder, NUM_CLASSES) if cls is not BertSpanQA else cls(encoder)
+
+
+def encoder_outputs(model, x):
+    return model.encoder(x)
+
+
+def test_classifier_head_matches_numpy():
+    model = build(BertClassifier)
+    x = make_inputs()
+    logits = np.asarray(model(x)["logits"])
+    assert logits.shape == (3, NUM_CLASSES) and logits.dtype == np.float32
+    pooled = np.asarray(encoder_outputs(model, x)["pooled_output"])
+    kernel, bias = model.classifier.get_weights()
+    np.testing.assert_allclose(logits, pooled @ kernel + bias, atol=1e-5)
+
+
+def test_tagger_head_matches_numpy():
+    model = build(BertTagger)
+    x = make_inputs()
+    logits = np.asarray(model(x)["logits"])
+    assert logits.shape == (3, 11, NUM_CLASSES)
+    seq = np.asarray(encoder_outputs(model, x)["sequence_output"])
+    kernel, bias = model.tagger.get_weights()
+    np.testing.assert_allclose(logits, seq @ kernel + bias, atol=1e-5)
+
+
+def test_span_qa_head_matches_numpy():
+    model = build(BertSpanQA)
+    x = make_inputs()
+    out = model(x)
+    assert set(out) == {"start_logits", "end_logits"} and out["start_logits"].shape == (3, 11)
+    seq = np.asarray(encoder_outputs(model, x)["sequence_output"])
+    kernel, bias = model.span_logits.get_weights()  # [H, 2], [2]
+    both = seq @ kernel + bias
+    np.testing.assert_allclose(out["start_logits"], both[..., 0], atol=1e-5)
+    np.testing.assert_allclose(out["end_logits"], both[..., 1], atol=1e-5)
+
+
+def test_encoder_weights_are_shared_not_copied():
+    encoder = BertEncoder(**TINY)
+    model = BertClassifier(encoder, NUM_CLASSES)
+    assert model.encoder is encoder
+    # Only the head adds weights: H * C + C.
+    assert model.count_params() == encoder.count_params() + 32 * NUM_CLASSES + NUM_CLASSES
+
+
+@pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
+def test_config_and_keras_file_round_trip(cls, tmp_path):
+    model = build(cls, hidden_act="gelu_new")
+    x = make_inputs()
+    config = model.get_config()
+    rebuilt = cls.from_config(config)
+    assert rebuilt.get_config() == config
+    path = str(tmp_path / "task.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, cls) and isinstance(loaded.encoder, BertEncoder)
+    for key, value in model(x).items():
+        np.testing.assert_array_equal(value, loaded(x)[key])
+
+
+def test_bad_arguments():
+    encoder = BertEncoder(**TINY)
+    with pytest.raises(ValueError, match="must be a BertEncoder"):
+        BertClassifier(keras.layers.Dense(2), 2)
+    with pytest.raises(ValueError, match="num_classes=0"):
+        BertTagger(encoder, 0)
+    with pytest.raises(ValueError, match="dropout=1.5"):
+        BertClassifier(encoder, 2, dropout=1.5)
+
+
+def test_mixed_bfloat16_logits_are_float32():
+    encoder = BertEncoder(**TINY, dtype="mixed_bfloat16")
+    assert BertTagger(encoder, 3)(make_inputs())["logits"].dtype == "float32"
+
+
+def test_tagging_loss_and_accuracy_ignore_label_minus_one():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 5, (3, 7))
+    y[0, 3:] = y[1, :2] = y[2, 6] = IGNORE_LABEL
+    logits = rng.normal(size=(3, 7, 5)).astype("float32")
+    loss = compile_args(build(BertTagger))["loss"]["logits"]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    keep = y != IGNORE_LABEL
+    expected = -np.take_along_axis(log_probs, np.where(keep, y, 0)[..., None], -1)[..., 0][keep].mean()
+    assert float(loss(y, logits)) == pytest.approx(expected, rel=1e-5)
+    metric = MaskedSparseCategoricalAccuracy()
+    metric.update_state(y, logits)
+    assert float(metric.result()) == pytest.approx((logits.argmax(-1) == y)[keep].mean())
+
+
+@pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
+def test_fit_reduces_loss(cls):
+    model = build(cls, dropout=0.0, attention_dropout=0.0)
+    x = make_inputs(batch=4, seq=9)
+    if cls is BertClassifier:
+        y = {"logits": np.array([0, 1, 2, 3])}
+    elif cls is BertTagger:
+        y = {"logits": np.where(x["input_mask"] == 1, np.arange(9) % NUM_CLASSES, IGNORE_LABEL)}
+    else:
+        y = {"start_logits": np.array([1, 2, 3, 1]), "end_logits": np.array([2, 3, 4, 1])}
+    # Eager: this checks the model and its losses; the entry-point tests run the traced path.
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True, **compile_args(model))
+    losses = [float(model.train_on_batch(x, y, return_dict=True)["loss"]) for _ in range(5)]
+    assert losses[-1] < 0.7 * losses[0], losses

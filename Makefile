@@ -24,7 +24,7 @@ venv-dev: $(VENV)/.dev-stamp
 
 ## The main job: the end-to-end demo on the embedded default.
 demo: venv
-	$(PY) -m bert_keras.demo
+	$(PY) scripts/quickstart.py
 
 ## The default test suite (slow tests excluded; see pyproject.toml markers).
 test: venv-dev

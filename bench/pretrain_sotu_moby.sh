@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 WORK=${1:-/tmp/bert-keras-sotu-moby}
-STEPS=${2:-800}
+STEPS=${2:-600}
 mkdir -p "$WORK"
 
 # 1. Texts and vocabulary, cached in ~/.cache/bert-keras by data_prep.fetch.
@@ -65,4 +65,4 @@ $PY -m bert_keras.run_pretraining \
   --max_seq_length=128 --max_predictions_per_seq=20 --train_batch_size=32 \
   --eval_batch_size=32 --max_eval_steps=20 --num_train_steps="$STEPS" \
   --num_warmup_steps=$((STEPS / 10)) --learning_rate=5e-4 --save_checkpoints_steps=100 \
-  --log_steps=10
+  --log_steps=10 --jit_compile

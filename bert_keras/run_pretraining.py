@@ -555,6 +555,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
             epochs=epochs,
             initial_epoch=initial_epoch,
             steps_per_epoch=steps_per_epoch,
+            shuffle=False,  # The pipeline shuffles (deterministically, for resumption).
             validation_data=eval_data,
             validation_steps=options.max_eval_steps if eval_data is not None else None,
             callbacks=callbacks + list(extra_callbacks),

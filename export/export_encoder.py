@@ -1,19 +1,7 @@
-"""Exports a BertEncoder as a SavedModel for TF Serving and TF Hub-style reuse.
+"""Exports a BertEncoder as a SavedModel for TF Serving (signatures: export/encoder_export.py).
 
     python -m export.export_encoder --init_checkpoint=DIR_OR_FILE --vocab_file=vocab.txt \
-        --export_dir=/models/bert_encoder [--version=1] [--seq_length=128]
-
-Signatures (`serving_default` and `encoder`, the same function):
-  inputs   input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
-  outputs  pooled_output [batch, H], sequence_output [batch, seq, H],
-           encoder_outputs [batch, L, seq, H] (every layer; stacked so that a REST row
-           request keeps batch as the first dimension), default = pooled_output.
-With --mlm and a pretraining checkpoint, an `mlm` signature adds masked_lm_positions
-[batch, P] -> mlm_logits [batch, P, V].
-
-The saved object is also callable TF Hub-style: `obj(inputs_dict)` returns the dict with
-`encoder_outputs` as a list (inference only). `assets/vocab.txt` and
-`assets/bert_config.json` travel with it.
+        --export_dir=/models/bert_encoder [--version=1] [--seq_length=128] [--mlm]
 """
 
 from absl import app, flags

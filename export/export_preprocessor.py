@@ -1,22 +1,7 @@
-"""Exports the BERT text preprocessor: strings in, the encoder's three int32 inputs out.
+"""Exports the BERT text preprocessor (signatures: export/preprocessor_export.py).
 
     python -m export.export_preprocessor --vocab_file=vocab.txt --do_lower_case \
         --seq_length=128 --export_dir=/models/bert_preprocess [--version=1]
-
-Signatures:
-  serving_default   text: string [batch] -> input_word_ids, input_mask, input_type_ids
-                    int32 [batch, seq_length] ("[CLS] text [SEP]", truncated to fit)
-  pair              text_a, text_b: string [batch] -> the same, "[CLS] a [SEP] b [SEP]",
-                    truncated fairly (the longer segment loses tokens first)
-  tokenize          text: string [batch] -> token_ids int32 [batch, max_tokens] (0-padded)
-                    and num_tokens int32 [batch]
-  special_tokens    no input -> cls_id, sep_id, pad_id, mask_id, unk_id, vocab_size
-TF Hub-style callables on the loaded object: `tokenize(strings) -> RaggedTensor` and
-`bert_pack_inputs([ragged_a(, ragged_b)]) -> dict` at the exported seq_length.
-
-Only core TF ops and tensorflow-text's FastBertNormalize / FastWordpieceTokenizeWithOffsets
-(both in stock TF Serving's tensorflow-text 2.12) are used; a loader must
-`import tensorflow_text` before `tf.saved_model.load`.
 """
 
 from absl import app, flags

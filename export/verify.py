@@ -1,16 +1,8 @@
-"""Proves an export: loads it in a clean process and checks what a server will rely on.
+"""Proves an export in a clean process; exit status 1 if any check fails
+(the checks: export/verification.py).
 
     python -m export.verify --export_dir=/models/bert_encoder/1 \
         [--init_checkpoint=CKPT [--bert_config_file=...]] [--atol=1e-5]
-
-Checks, each reported on one line; exit status 1 if any fails:
-  ops        every op is core TensorFlow or in stock TF Serving's tensorflow-text 2.12.1
-  load       a fresh Python process importing only tensorflow (+ tensorflow_text when the
-             graph holds text ops) loads the SavedModel; no project code is imported
-  signatures names, dtypes and shapes of the known export kinds (encoder, ...)
-  warmup     assets.extra/tf_serving_warmup_requests parses as PredictionLog records and
-             every request runs, with finite outputs
-  parity     with --init_checkpoint: the export's outputs equal the Keras model's (atol)
 """
 
 from absl import app, flags

@@ -35,7 +35,7 @@ class ClassifierModule(tf.Module):
             raise saved_model_writer.ExportError(
                 f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
         self.preprocessor = preprocessor
-        self.classifier = classifier
+        self.classifier = saved_model_writer.Untracked(classifier)
         self.labels = tf.constant(list(labels), tf.string)
         self.pair = pair
 

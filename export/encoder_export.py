@@ -40,8 +40,8 @@ class EncoderModule(tf.Module):
 
     def __init__(self, encoder, vocab_file, config_file, pretrainer=None):
         super().__init__()
-        self.encoder = encoder
-        self.pretrainer = pretrainer
+        self.encoder = saved_model_writer.Untracked(encoder)
+        self.pretrainer = saved_model_writer.Untracked(pretrainer) if pretrainer else None
         self.vocab_file = tf.saved_model.Asset(vocab_file)
         self.bert_config_file = tf.saved_model.Asset(config_file)
         if pretrainer is not None:

@@ -24,6 +24,37 @@ class ExportError(RuntimeError):
     """An export cannot be written; the message says what and where."""
 
 
+class Untracked:
+    """Holds a Keras model on an export's tf.Module without saving it as an object.
+
+    A Keras 3 variable exports as a *copy* of the tf.Variable it wraps
+    (`KerasVariable._export_to_saved_model_graph`), while the traced serving functions
+    capture the wrapped tf.Variable itself. A SavedModel that tracks the Keras model
+    therefore restores the copies, and TF1-style loaders (TF Serving's C++ SavedModelBundle,
+    `saved_model_cli run`) then fail with "Could not find variable ...": nothing restores
+    the variables the functions read. Exports hold the model through this wrapper and track
+    the captured tf.Variables themselves (`write_saved_model`), as
+    `keras.export.ExportArchive` does; each weight is then stored once.
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+
+def captured_variables(functions) -> list:
+    """The distinct tf.Variables the given concrete functions capture, in first-use order."""
+    seen, variables = set(), []
+    for fn in functions:
+        for variable in fn.variables:
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                variables.append(variable)
+    return variables
+
+
 def version_dir(export_dir: str, version: int | None) -> str:
     """Returns `<export_dir>/<version>`, refusing an existing version.
 
@@ -114,6 +145,8 @@ def write_saved_model(
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".tmp-{os.path.basename(path)}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    # The variables the serving functions read, tracked directly (see `Untracked`).
+    module.serving_variables = captured_variables(signatures.values())
     try:
         tf.saved_model.save(module, tmp, signatures=dict(signatures))
         if method_names:

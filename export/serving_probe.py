@@ -6,7 +6,10 @@ Run by `export.verify` as a child process:
 It imports tensorflow (and tensorflow_text with --text, as TF Serving links it in),
 loads the export, records every signature's input and output specs, replays the warmup
 requests through their signatures, and optionally runs `serving_default` on the arrays of
-IN.npz, saving the outputs to OUT.npz. It must not import keras or this project's model
+IN.npz, saving the outputs to OUT.npz. It then loads the export a second time with the
+TF1 session loader, which is the path TF Serving's C++ SavedModelBundle and
+`saved_model_cli run` take: the requests run again by SignatureDef tensor names and
+must give the same outputs. It must not import keras or this project's model
 code; the report records which modules were loaded so the caller can check that.
 """
 
@@ -50,16 +53,55 @@ def probe(export_dir, text=False, inputs_file=None, outputs_file=None):
                     ),
                 }
             )
+    requests = (read_warmup_requests(warmup_path) if tf.io.gfile.exists(warmup_path) else [])
+    eager_outputs = [
+        {k: v.numpy() for k, v in loaded.signatures[name](
+            **{k: tf.constant(v) for k, v in request.items()}).items()}
+        for name, request in requests
+    ]
     if inputs_file:
         arrays = dict(np.load(inputs_file, allow_pickle=False))
         outputs = loaded.signatures["serving_default"](
             **{k: tf.constant(v) for k, v in arrays.items()}
         )
-        np.savez(outputs_file, **{k: v.numpy() for k, v in outputs.items()})
+        outputs = {k: v.numpy() for k, v in outputs.items()}
+        np.savez(outputs_file, **outputs)
+        requests.append(("serving_default", arrays))
+        eager_outputs.append(outputs)
+    report["session"] = session_replay(export_dir, requests, eager_outputs)
     report["modules"] = sorted(
         m for m in ("keras", "bert_keras", "data_prep", "tensorflow_text") if m in sys.modules
     )
     return report
+
+
+def session_replay(export_dir, requests, expected):
+    """Runs `requests` through a TF1 Session loaded by `tf.compat.v1.saved_model.load`.
+
+    Returns {"requests": n, "max_abs_diff": largest float difference from `expected`
+    (the TF2 outputs), "error": None or the first failure}.
+    """
+    result = {"requests": 0, "max_abs_diff": 0.0, "error": None}
+    graph = tf.Graph()
+    try:
+        with tf.compat.v1.Session(graph=graph) as sess:
+            meta_graph = tf.compat.v1.saved_model.load(sess, ["serve"], export_dir)
+            for (name, request), want in zip(requests, expected):
+                signature = meta_graph.signature_def[name]
+                feed = {signature.inputs[k].name: v for k, v in request.items()}
+                fetch = {k: t.name for k, t in signature.outputs.items()}
+                got = sess.run(fetch, feed)
+                for key, value in got.items():
+                    if np.issubdtype(np.asarray(value).dtype, np.floating):
+                        diff = float(np.abs(value - want[key]).max()) if value.size else 0.0
+                        result["max_abs_diff"] = max(result["max_abs_diff"], diff)
+                    elif not np.array_equal(value, want[key]):
+                        raise ValueError(f"signature {name!r} output {key!r} differs from TF2's")
+                result["requests"] += 1
+    except Exception as e:  # reported, not raised: the caller prints the failing check
+        lines = [l for l in str(e).splitlines() if l.strip() and l != "Graph execution error:"]
+        result["error"] = f"{type(e).__name__}: {(lines or [''])[0][:400]}"
+    return result
 
 
 def main(argv):

@@ -12,6 +12,9 @@ Checks, each reported on one line; exit status 1 if any fails:
   signatures names, dtypes and shapes of the known export kinds (encoder, ...)
   warmup     assets.extra/tf_serving_warmup_requests parses as PredictionLog records and
              every request runs, with finite outputs
+  session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
+             take this path) restores the variables, and the same requests give the
+             same outputs by SignatureDef tensor names (within atol)
   parity     with --init_checkpoint: the export's outputs equal the Keras model's (atol)
 """
 
@@ -190,6 +193,15 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, atol=1e-5) -
         ok = bool(probe["warmup"]) and not bad
         report.add("warmup", ok, f"{len(probe['warmup'])} requests replayed"
                    + (f", {len(bad)} with non-finite outputs" if bad else ""))
+
+    session = probe["session"]
+    if session["error"]:
+        report.add("session", False, f"TF1 session loader (TF Serving's path) failed: "
+                   f"{session['error']}")
+    else:
+        report.add("session", bool(session["requests"]) and session["max_abs_diff"] <= atol,
+                   f"TF1 session loader (TF Serving's path): {session['requests']} requests, "
+                   f"max |session - tf2| = {session['max_abs_diff']:.1e}")
 
     if init_checkpoint:
         from bert_keras import model_loading

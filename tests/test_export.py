@@ -105,7 +105,7 @@ def test_verify_passes_with_parity(exported):
     report = verify(path, init_checkpoint=str(tmp / "encoder.weights.h5"))
     assert report.ok, str(report)
     checks = [c for c, _, _ in report.lines]
-    assert checks == ["ops", "load", "signatures", "warmup", "parity"]
+    assert checks == ["ops", "load", "signatures", "warmup", "session", "parity"]
 
 
 def test_verify_fails_on_other_weights(exported, tmp_path):
@@ -118,6 +118,74 @@ def test_verify_fails_on_other_weights(exported, tmp_path):
     report = verify(path, init_checkpoint=str(tmp_path / "encoder.weights.h5"))
     assert not report.ok
     assert [c for c, ok, _ in report.lines if not ok] == ["parity"]
+
+
+def _saved_model_cli(args, text=False):
+    """Runs TensorFlow's saved_model_cli in a fresh interpreter (TF Serving's loader path).
+
+    With `text`, tensorflow_text is imported first to register its ops, as TF Serving links
+    them in (DESIGN §9: saved_model_cli itself does not).
+    """
+    code = ("import sys\n" + ("import tensorflow_text\n" if text else "")
+            + "from tensorflow.python.tools import saved_model_cli\n"
+            + "sys.argv = ['saved_model_cli'] + sys.argv[1:]\nsaved_model_cli.main()\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_saved_model_cli_show_and_run(exported, tmp_path):
+    """`saved_model_cli show --all` and `run` succeed on the encoder export (issue 8)."""
+    _, encoder, _, path = exported
+    show = _saved_model_cli(["show", "--dir", path, "--all"])
+    assert show.returncode == 0, show.stderr[-2000:]
+    assert "signature_def['serving_default']" in show.stdout
+    assert "input_word_ids" in show.stdout and "pooled_output" in show.stdout
+    x = make_inputs(batch=2, seq=10)
+    np.savez(tmp_path / "in.npz", **x)
+    outdir = tmp_path / "out"
+    inputs = ";".join(f"{k}={tmp_path / 'in.npz'}[{k}]" for k in x)
+    run = _saved_model_cli(["run", "--dir", path, "--tag_set", "serve", "--signature_def",
+                            "serving_default", "--inputs", inputs, "--outdir", str(outdir)])
+    assert run.returncode == 0, run.stderr[-2000:]
+    # saved_model_cli writes each output as <outdir>/<output key>.npy.
+    pooled = np.load(outdir / "pooled_output.npy")
+    np.testing.assert_allclose(pooled, encoder(x)["pooled_output"], atol=1e-5)
+
+
+def test_verify_fails_when_the_session_loader_cannot_restore(tmp_path):
+    """An export that tracks the Keras model object itself loads in TF2 but not in TF
+    Serving: Keras 3 variables save as copies the TF1 loader restores instead of the
+    variables the functions read. verify must catch it (the bug this check was added for)."""
+    encoder = BertEncoder(**TINY)
+    x = make_inputs(batch=2, seq=8)
+
+    class Naive(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = encoder
+
+        @tf.function(input_signature=[{k: tf.TensorSpec([None, None], tf.int32, name=k)
+                                       for k in x}])
+        def serve(self, inputs):
+            return {"pooled_output": self.encoder(inputs, training=False)["pooled_output"]}
+
+    module = Naive()
+    path = saved_model_writer.write_saved_model(
+        module, str(tmp_path / "1"), {"serving_default": module.serve.get_concrete_function()},
+        warmup=[("serving_default", x)])
+    # write_saved_model tracks the captured variables, so this one restores; the same
+    # module saved naively does not.
+    naive = str(tmp_path / "naive")
+    naive_module = Naive()
+    tf.saved_model.save(naive_module, naive,
+                        signatures={"serving_default": naive_module.serve.get_concrete_function()})
+    os.makedirs(os.path.join(naive, "assets.extra"))
+    os.rename(os.path.join(path, saved_model_writer.WARMUP_FILE),
+              os.path.join(naive, saved_model_writer.WARMUP_FILE))
+    report = verify(naive)
+    assert [c for c, ok, _ in report.lines if not ok] == ["session"], str(report)
+    assert "Could not find variable" in str(report)
 
 
 def test_verify_cli_exit_status(exported, tmp_path):
@@ -269,6 +337,19 @@ def test_classifier_verifies(classifier_export):
     report = verify(path)
     assert report.ok, str(report)
     assert "serve_examples for Classify" in report.lines[2][2]
+    assert [c for c, _, _ in report.lines] == ["ops", "load", "signatures", "warmup", "session"]
+
+
+def test_classifier_saved_model_cli_run(classifier_export, tmp_path):
+    """Text in through saved_model_cli run (the session loader), with tensorflow_text."""
+    classifier, tokenizer, _, path = classifier_export
+    texts = ["w1 w2 w3", "w4"]
+    run = _saved_model_cli(["run", "--dir", path, "--tag_set", "serve", "--signature_def",
+                            "serving_default", "--input_exprs", f"text={texts!r}",
+                            "--outdir", str(tmp_path)], text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "probabilities.npy"),
+                               _keras_probabilities(classifier, tokenizer, texts), atol=1e-5)
 
 
 @pytest.mark.parametrize("module", ["export.export_encoder", "export.export_preprocessor",

@@ -132,6 +132,54 @@ def test_mirrored_strategy_on_two_logical_cpus_trains_and_checkpoints(data, tmp_
     assert (out / "encoder" / "encoder.weights.h5").exists()
 
 
+# Export straight from a model whose variables are MirroredVariables (issue 8: an export
+# never depends on the strategy the model was trained with).
+_MIRRORED_EXPORT = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    from bert_keras import BertEncoder, BertPretrainer, distribute
+    from bert_keras.losses import pretraining_losses_and_metrics
+    from export.encoder_export import export_encoder
+    from export.verification import verify
+    distribute.configure_cpu_devices(2)
+    strategy = distribute.get_strategy("mirrored")
+    with strategy.scope():
+        encoder = BertEncoder(vocab_size=99, num_layers=1, hidden_size=32, num_heads=4,
+                              intermediate_size=37, max_sequence_length=40)
+        pretrainer = BertPretrainer(encoder)
+        pretrainer.compile(optimizer="adam", **pretraining_losses_and_metrics())
+    rng = np.random.default_rng(0)
+    x = {"input_word_ids": rng.integers(5, 99, (8, 16)).astype("int32"),
+         "input_mask": np.ones((8, 16), "int32"), "input_type_ids": np.zeros((8, 16), "int32"),
+         "masked_lm_positions": np.tile(np.arange(1, 5, dtype="int32"), (8, 1))}
+    y = {"mlm_logits": rng.integers(5, 99, (8, 4)).astype("int32"),
+         "nsp_logits": rng.integers(0, 2, (8,)).astype("int32")}
+    before = encoder.get_weights()[0].copy()
+    pretrainer.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert not np.array_equal(before, encoder.get_weights()[0]), "did not train"
+    assert type(encoder.variables[0].value).__name__ == "MirroredVariable"
+    out = sys.argv[1]
+    vocab = os.path.join(out, "vocab.txt")
+    with open(vocab, "w") as f:
+        f.write("\\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                          + [f"w{i}" for i in range(94)]) + "\\n")
+    encoder.save_weights(os.path.join(out, "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(os.path.join(out, "bert_config.json"))
+    path = export_encoder(encoder, os.path.join(out, "models"), vocab, pretrainer=pretrainer,
+                          warmup_seq_length=16)
+    report = verify(path, init_checkpoint=os.path.join(out, "encoder.weights.h5"))
+    print(report)
+    sys.exit(0 if report.ok else 1)
+""")
+
+
+def test_export_of_a_model_trained_under_mirrored_strategy_verifies(tmp_path):
+    result = subprocess.run([sys.executable, "-c", _MIRRORED_EXPORT, str(tmp_path)], cwd=REPO,
+                            env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "[ok] session" in result.stdout and "[ok] parity" in result.stdout
+
+
 def test_settings_keras_cannot_distribute_fail_early():
     options = PretrainingOptions(input_file="x", output_dir="y", preset="tiny",
                                  train_batch_size=8, gradient_accumulation_steps=2)

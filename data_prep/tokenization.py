@@ -408,6 +408,44 @@ def _darts_lookup(units: np.ndarray, key: bytes) -> int | None:
 
 
 @functools.lru_cache(maxsize=None)
+def normalizer_model(lower: bool, strip: bool, cjk: bool, mark_all_splits: bool) -> bytes:
+    """`build_normalizer_model`, kept in an on-disk cache between processes.
+
+    Building the model walks all of Unicode in Python (about 1.2 s); every tool and test
+    process that makes a tokenizer would pay that at start-up. The cache key is the options
+    plus everything the model depends on: this file's source (the table and the trie
+    builder), Python's Unicode database version and the Python version. The file lives in
+    $BERT_KERAS_CACHE (default ~/.cache/bert-keras)/normalizer/, is written under a temporary
+    name and renamed, and a cache that cannot be read or written is simply bypassed.
+    """
+    import hashlib
+    import sys
+    import tempfile
+
+    from data_prep import fetch
+
+    key = hashlib.sha256()
+    with open(__file__, "rb") as f:
+        key.update(f.read())
+    key.update(repr((lower, strip, cjk, mark_all_splits, unicodedata.unidata_version,
+                     sys.version_info[:3])).encode())
+    path = os.path.join(fetch.cache_root(), "normalizer", key.hexdigest()[:32] + ".fb")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        pass
+    model = build_normalizer_model(lower, strip, cjk, mark_all_splits)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+            f.write(model)
+        os.replace(f.name, path)
+    except OSError:
+        pass
+    return model
+
+
 def build_normalizer_model(lower: bool, strip: bool, cjk: bool, mark_all_splits: bool) -> bytes:
     """Returns a FastBertNormalize model flatbuffer (bytes) executing `normalization_table`.
 
@@ -522,8 +560,8 @@ class BertTokenizer(tf.Module):
         # FastWordpiece splits CJK ideographs on its own, so with tokenize_chinese_chars=False
         # we mark every split point with a space and tokenize pre-split words instead.
         self._presplit = not self.tokenize_chinese_chars
-        model = build_normalizer_model(self.do_lower_case, self.strip_accents,
-                                       self.tokenize_chinese_chars, self._presplit)
+        model = normalizer_model(self.do_lower_case, self.strip_accents,
+                                 self.tokenize_chinese_chars, self._presplit)
         self._normalizer = tf_text.FastBertNormalizer(model_buffer=model)
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=vocab, suffix_indicator=SUFFIX_INDICATOR,
@@ -768,8 +806,8 @@ class BertPreTokenizer:
         self.strip_accents = self.do_lower_case if strip_accents is None else bool(strip_accents)
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
         self._presplit = not self.tokenize_chinese_chars
-        model = build_normalizer_model(self.do_lower_case, self.strip_accents,
-                                       self.tokenize_chinese_chars, self._presplit)
+        model = normalizer_model(self.do_lower_case, self.strip_accents,
+                                 self.tokenize_chinese_chars, self._presplit)
         normalizer = tf_text.FastBertNormalizer(model_buffer=model)
         self._normalize_fn = tf.function(
             normalizer.normalize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)

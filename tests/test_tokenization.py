@@ -438,3 +438,20 @@ def test_darts_trie_round_trip():
     for _ in range(2000):
         key = bytes(rng.randrange(1, 256) for _ in range(rng.randrange(1, 5)))
         assert tokenization._darts_lookup(units, key) == items.get(key)
+
+
+def test_normalizer_model_disk_cache(tmp_path, monkeypatch):
+    """The compiled normalizer is cached on disk, keyed by options and source, byte-exact."""
+    monkeypatch.setenv("BERT_KERAS_CACHE", str(tmp_path))
+    build = tokenization.normalizer_model.__wrapped__  # bypass the in-process lru_cache
+    first = build(True, False, True, False)
+    files = list((tmp_path / "normalizer").iterdir())
+    assert len(files) == 1 and files[0].read_bytes() == first
+    assert first == tokenization.build_normalizer_model(True, False, True, False)
+    assert build(True, False, True, False) == first  # read back
+    other = build(True, True, True, False)  # other options: another entry
+    assert other != first and len(list((tmp_path / "normalizer").iterdir())) == 2
+    # An unwritable cache is bypassed, not an error.
+    monkeypatch.setenv("BERT_KERAS_CACHE", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("not a directory")
+    assert build(True, False, True, False) == first

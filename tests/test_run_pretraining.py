@@ -185,8 +185,29 @@ def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):
         load_initial_weights(fresh, source)
         for a, b in zip(fresh.encoder.get_weights(), trained.encoder.get_weights()):
             np.testing.assert_array_equal(a, b)
-    with pytest.raises(PretrainingError, match="no pretrainer.weights.h5"):
+    with pytest.raises(PretrainingError, match="not a recognised checkpoint"):
         load_initial_weights(fresh, str(data["dir"]))
+
+
+def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
+    """Google's users start from bert_model.ckpt: the encoder *and* the MLM/NSP heads load."""
+    from bert_keras import checkpoints
+
+    options, _ = finished_run
+    trained = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+    trained.load_weights(os.path.join(options.output_dir, "pretrainer.weights.h5"))
+    checkpoints.save_model(trained, "google", str(tmp_path / "bert_model.ckpt"))
+    fresh = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+    assert "pretraining heads" in load_initial_weights(fresh, str(tmp_path / "bert_model.ckpt"))
+    for a, b in zip(fresh.get_weights(), trained.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # A checkpoint of another size is refused with a message, not a Keras shape error.
+    smaller = BertConfig(**dict(CONFIG, hidden_size=16, intermediate_size=20,
+                                num_attention_heads=2))
+    other = BertPretrainer(BertEncoder.from_bert_config(smaller))
+    checkpoints.save_model(other, "google", str(tmp_path / "small" / "bert_model.ckpt"))
+    with pytest.raises(PretrainingError, match="does not match this run's model"):
+        load_initial_weights(fresh, str(tmp_path / "small" / "bert_model.ckpt"))
 
 
 def test_flag_errors_are_clear(data, tmp_path):

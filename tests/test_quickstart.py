@@ -34,14 +34,14 @@ def _write_labeled(path, n, seed):
 
 
 def _predictions(stdout):
-    """The (label, text) lines the serve stage printed."""
-    lines = stdout.split("Predictions from the exported classifier", 1)[1].splitlines()[1:]
+    """The (predicted label, probability, gold label, text) rows the serve stage printed."""
+    lines = stdout.split("Predictions from the exported classifier", 1)[1].splitlines()[2:]
     rows = []
     for line in lines:
-        parts = line.split(None, 2)
-        if len(parts) < 3 or parts[0] not in ("spam", "ham"):
+        parts = line.split(None, 3)
+        if len(parts) < 4 or parts[0] not in ("spam", "ham"):
             break
-        rows.append((parts[0], float(parts[1]), parts[2]))
+        rows.append((parts[0], float(parts[1]), parts[2], parts[3]))
     return rows
 
 
@@ -50,6 +50,7 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     fixture, through the same script and tools as `make demo`; then a rerun reuses it all."""
     _write_labeled(tmp_path / "train.jsonl", 32, seed=1)
     test_texts = _write_labeled(tmp_path / "test.jsonl", 8, seed=2)
+    test_labels = ["spam" if i % 2 else "ham" for i in range(8)]
     work = tmp_path / "work"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     cmd = [sys.executable, QUICKSTART, f"--workdir={work}", f"--corpus_dir={FIXTURE_CORPUS}",
@@ -84,10 +85,11 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     for model in ("bert_encoder", "bert_preprocess", "classifier"):
         assert (work / "models" / model / "1" / "saved_model.pb").exists()
     assert out.count("result: PASS") == 3 and "result: FAIL" not in out
-    # The fresh process classified the first 4 test texts.
+    # The fresh process classified the first 4 test texts, shown with their gold labels.
     predictions = _predictions(out)
-    assert [text for _, _, text in predictions] == test_texts[:4]
-    assert all(0.5 <= p <= 1.0 for _, p, _ in predictions)
+    assert [text for *_, text in predictions] == test_texts[:4]
+    assert [gold for _, _, gold, _ in predictions] == test_labels[:4]
+    assert all(0.5 <= p <= 1.0 for _, p, _, _ in predictions)
     # The summary reports both runs' metrics and the artefacts.
     summary = out.split("=== quickstart summary ===", 1)[1]
     assert "pretraining held-out mlm_logits_accuracy:" in summary
@@ -118,7 +120,8 @@ def test_quickstart_small_end_to_end(tmp_path):
     # Every stage ran and the served predictions came from a fresh process.
     assert out.count("result: PASS") == 3
     assert "Predictions from the exported classifier" in out
-    assert sum(line.strip().startswith(("spam ", "ham ")) for line in out.splitlines()) == 4
+    predictions = _predictions(out)
+    assert sorted(gold for _, _, gold, _ in predictions) == ["ham", "ham", "spam", "spam"]
     pretrain = json.loads((tmp_path / "pretrain" / "eval_results.json").read_text())
     assert 0.0 <= pretrain["mlm_logits_accuracy"] <= 1.0
     finetune = json.loads((tmp_path / "classifier" / "eval_results.json").read_text())

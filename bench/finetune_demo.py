@@ -1,6 +1,8 @@
 r"""Real fine-tuning demonstrations: SpamAssassin spam/ham and Brown-corpus POS tagging, each
 fine-tuned from (a) the pretrained MiniLM-L6 weights, (b) our own small pretrained checkpoint,
-(c) random initialisation (MiniLM's architecture), with a fixed split and seed.
+(c) random initialisation (MiniLM's architecture), with a fixed split and seed; plus
+(d) `random_mini`, random initialisation at (b)'s smaller architecture (the mini preset),
+the baseline that (b) itself has to beat.
 
     python bench/finetune_demo.py prepare            # data files + configs into --work_dir
     python bench/finetune_demo.py pretrain           # (b): SOTU -> mini BERT, our tools
@@ -37,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from data_prep import datasets, fetch  # noqa: E402
 
-INITS = ("minilm", "ours", "random")
+INITS = ("minilm", "ours", "random", "random_mini")
 TASKS = ("spam", "pos")
 
 
@@ -167,6 +169,14 @@ def init_flags(work: Path, init: str) -> list[str]:
         if not encoder.exists():
             raise SystemExit(f"{encoder} missing: run `python bench/finetune_demo.py pretrain` first")
         return [f"--init_checkpoint={encoder}", f"--vocab_file={minilm / 'vocab.txt'}"]
+    if init == "random_mini":
+        config = work / "mini_bert_config.json"
+        if not config.exists():
+            from bert_keras.config import BertConfig
+
+            vocab_size = len((minilm / "vocab.txt").read_text(encoding="utf-8").splitlines())
+            BertConfig.from_preset("mini", vocab_size=vocab_size).to_json_file(str(config))
+        return [f"--bert_config_file={config}", f"--vocab_file={minilm / 'vocab.txt'}"]
     return [f"--bert_config_file={work / 'minilm_bert_config.json'}", f"--vocab_file={minilm / 'vocab.txt'}"]
 
 

@@ -1,7 +1,7 @@
 r"""Pretraining throughput: ours vs keras-hub's BertMaskedLM vs transformers' BertForPreTraining.
 
     python bench/bench_pretraining.py --preset=mini --batch_size=32 --seq_length=128 \
-      --predictions=20 --steps=5 --rounds=3
+      --predictions=20 --steps=5 --rounds=8
 
 Every model gets the same BERT size, batch, sequence length and number of masked predictions,
 AdamW (epsilon 1e-6, weight decay 0.01, global-norm clipping 1.0) and in-memory synthetic
@@ -233,7 +233,8 @@ def main():
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--predictions", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="interleaved timing rounds (best kept); some machines drift by 25%% over minutes")
     parser.add_argument("--warmup_steps", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated row names to run")
     parser.add_argument("--json", default="", help="also write the results here")

@@ -24,11 +24,11 @@ bert-base vocabulary).
 
 Every run is a fresh process; each tool first runs once untimed on the wiki corpus (warm
 file caches and .pyc files for both). Reported per run: wall time of the whole process;
-"work" time (ours: from the worker's "timing:" log line, reading to last record; Model Garden: between
-its "*** Reading from input files ***" and "Wrote ... total instances" log lines, both
-include tokenization); CPU seconds of the process tree (user + system, from wait4); peak RSS
-(the largest single process, from wait4) and RSS sampled from /proc every 0.2 s. MB means
-10**6 bytes of raw input text. The files Model Garden writes are parsed with
+"work" time (ours: from the worker's "timing:" log line, reading to last record; Model
+Garden: between its "*** Reading from input files ***" and "Wrote ... total instances" log
+lines, both include tokenization); CPU seconds of the process tree (user + system, from
+wait4); peak RSS (the largest single process, from wait4) and RSS sampled from /proc every
+0.2 s. MB means 10**6 bytes of raw input text. The files Model Garden writes are parsed with
 data_prep.features.parse_pretraining_example (interoperability check).
 """
 

@@ -234,7 +234,8 @@ def main():
     parser.add_argument("--predictions", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=8,
-                        help="interleaved timing rounds (best kept); some machines drift by 25%% over minutes")
+                        help="interleaved timing rounds, best kept (some machines drift by "
+                             "25%% over minutes)")
     parser.add_argument("--warmup_steps", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated row names to run")
     parser.add_argument("--json", default="", help="also write the results here")

@@ -174,3 +174,21 @@ def test_fit_one_step():
 def test_bad_constructor_arguments(kwargs, field):
     with pytest.raises(ValueError, match=field):
         tiny_encoder(**kwargs)
+
+
+def test_block_output_positions_are_rows_of_the_full_output():
+    # TransformerEncoderBlock(output_positions=...) computes only some rows; each must equal
+    # that row of the full layer (keys and values still cover every unmasked position).
+    from bert_keras.layers import TransformerEncoderBlock
+
+    block = TransformerEncoderBlock(num_heads=4, intermediate_size=37)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 9, 32)).astype(np.float32)
+    mask = (np.arange(9)[None, :] < np.array([[9], [6], [3]])).astype(np.int32)
+    positions = np.array([[0, 4, 4, 8], [0, 1, 5, 0], [0, 2, 1, 7]], np.int32)
+    full = np.asarray(block(x, attention_mask=mask))
+    rows = np.asarray(block(x, attention_mask=mask, output_positions=positions))
+    assert rows.shape == (3, 4, 32)
+    np.testing.assert_allclose(rows, np.take_along_axis(full, positions[:, :, None], axis=1),
+                               atol=1e-5)
+    assert block.compute_output_shape((3, 9, 32), (3, 9), (3, 4)) == (3, 4, 32)

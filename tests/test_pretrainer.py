@@ -82,3 +82,74 @@ def test_mixed_bfloat16_logits_are_float32():
 def test_rejects_non_encoder():
     with pytest.raises(ValueError, match="BertEncoder"):
         BertPretrainer(keras.layers.Dense(3))
+
+
+def full_encoder_reference(model):
+    """The pretrainer's graph as it was before the sparse last layer: the whole encoder,
+    then the heads gather the masked positions (the weights are `model`'s own)."""
+    inputs = dict(model.input)
+    encoder_outputs = model.encoder({k: inputs[k] for k in model.encoder.input})
+    mlm = model.masked_lm(encoder_outputs["sequence_output"], inputs["masked_lm_positions"])
+    nsp = model.nsp_dense(encoder_outputs["pooled_output"])
+    return keras.Model(inputs, {"mlm_logits": mlm, "nsp_logits": nsp})
+
+
+def test_sparse_last_layer_gradients_match_full_encoder():
+    # The last layer runs only at [CLS] and the masked positions; losses and gradients must
+    # be those of the full encoder. Positions include padding entries (0) and a repeat.
+    import tensorflow as tf
+
+    model = tiny_pretrainer()
+    reference = full_encoder_reference(model)
+    x = pretraining_inputs(batch=3, seq=11, predictions=5, seed=3)
+    x["masked_lm_positions"][0] = [2, 2, 7, 0, 0]
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 99, size=(3, 5))
+    nsp_labels = np.array([0, 1, 1])
+
+    def loss_and_grads(m):
+        with tf.GradientTape() as tape:
+            out = m(x, training=False)
+            loss = tf.reduce_sum(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels, out["mlm_logits"])
+            ) + tf.reduce_sum(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(nsp_labels, out["nsp_logits"])
+            )
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    loss, grads = loss_and_grads(model)
+    ref_loss, ref_grads = loss_and_grads(reference)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    for variable, g, r in zip(model.trainable_variables, grads, ref_grads):
+        g, r = tf.convert_to_tensor(g).numpy(), tf.convert_to_tensor(r).numpy()
+        np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-4, err_msg=variable.path)
+    # Every weight gets a gradient, the first layers' included.
+    assert all(np.abs(tf.convert_to_tensor(g).numpy()).max() > 0 for g in grads)
+
+
+def test_weight_file_layout_is_unchanged(tmp_path):
+    # pretrainer.weights.h5 (run_pretraining's output and checkpoints) must keep the layout
+    # of a pretrainer that calls its encoder whole, so files written before still load.
+    import h5py
+
+    model = tiny_pretrainer()
+    reference = full_encoder_reference(model)
+    ours, theirs = str(tmp_path / "ours.weights.h5"), str(tmp_path / "ref.weights.h5")
+    model.save_weights(ours)
+    reference.save_weights(theirs)
+
+    def keys(path):
+        found = set()
+        with h5py.File(path) as f:
+            f.visit(found.add)
+        return found
+
+    assert keys(ours) == keys(theirs)
+    assert any(k.startswith("layers/bert_encoder/layers/transformer_encoder_block") for k in keys(ours))
+    x = pretraining_inputs()
+    fresh = tiny_pretrainer()
+    fresh.load_weights(theirs)
+    for key in ("mlm_logits", "nsp_logits"):
+        np.testing.assert_allclose(fresh(x)[key], model(x)[key], atol=1e-5)
+    heads = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    assert heads == [model.encoder, model.masked_lm, model.nsp_dense]

@@ -66,25 +66,31 @@ class SelfAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x, attention_mask=None, training=None):
-        """Attends every position to every unmasked position.
+    def call(self, x, attention_mask=None, training=None, query=None):
+        """Attends every query position to every unmasked position of `x`.
 
         Args:
-          x: float Tensor of shape [B, S, H].
+          x: float Tensor of shape [B, S, H], the sequence attended to (keys and values).
           attention_mask: int or float Tensor of shape [B, S], 1 for real tokens and 0 for
             padding (the `input_mask` of BERT), or None for no masking.
           training: Python bool, whether dropout is active.
+          query: optional float Tensor [B, Q, H], the vectors that attend (their queries);
+            None means `x` itself (Q = S). A subset of `x`'s rows gives exactly those rows
+            of the full output, at Q/S of the cost of the queries' share of the work.
 
         Returns:
-          float Tensor of shape [B, S, H], the heads' context vectors concatenated (before
+          float Tensor of shape [B, Q, H], the heads' context vectors concatenated (before
           the output projection, which lives in the transformer block).
         """
+        if query is None:
+            query = x
         batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
-        q = self._split_heads(self.query(x), batch_size, seq_length)  # [B, N, S, D]
+        query_length = ops.shape(query)[1]
+        q = self._split_heads(self.query(query), batch_size, query_length)  # [B, N, Q, D]
         k = self._split_heads(self.key(x), batch_size, seq_length)  # [B, N, S, D]
         v = self._split_heads(self.value(x), batch_size, seq_length)  # [B, N, S, D]
 
-        # [B, N, S, D] x [B, N, D, S] -> [B, N, S, S], in float32 for a stable softmax.
+        # [B, N, Q, D] x [B, N, D, S] -> [B, N, Q, S], in float32 for a stable softmax.
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
         scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size))
         if attention_mask is not None:
@@ -95,12 +101,12 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.cast(probs, self.compute_dtype)
         probs = self.dropout_layer(probs, training=training)
 
-        context = ops.matmul(probs, v)  # [B, N, S, D]
-        context = ops.transpose(context, (0, 2, 1, 3))  # [B, S, N, D]
-        return ops.reshape(context, (batch_size, seq_length, self.num_heads * self.head_size))
+        context = ops.matmul(probs, v)  # [B, N, Q, D]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, Q, N, D]
+        return ops.reshape(context, (batch_size, query_length, self.num_heads * self.head_size))
 
-    def compute_output_shape(self, x_shape, attention_mask_shape=None):
-        return tuple(x_shape)
+    def compute_output_shape(self, x_shape, attention_mask_shape=None, query_shape=None):
+        return tuple(x_shape if query_shape is None else query_shape)
 
     def get_config(self):
         config = super().get_config()

@@ -62,28 +62,35 @@ class MaskedLMHead(keras.layers.Layer):
         )
         self.built = True
 
-    def call(self, sequence_output, masked_positions):
+    def call(self, sequence_output, masked_positions=None):
         """Computes vocabulary logits at the masked positions.
 
         Args:
-          sequence_output: float Tensor [B, S, H], the encoder's last layer.
+          sequence_output: float Tensor [B, S, H], the encoder's last layer; or, with
+            `masked_positions=None`, [B, P, H]: the last layer already taken at the P
+            masked positions.
           masked_positions: int32 Tensor [B, P], indices into S (padding entries may be 0;
-            their predictions get weight 0 in the loss).
+            their predictions get weight 0 in the loss), or None (see above).
 
         Returns:
           float32 Tensor [B, P, V] of logits (float32 even under mixed precision, for a
           stable softmax cross-entropy).
         """
-        positions = ops.cast(masked_positions, "int32")[:, :, None]  # [B, P, 1]
-        x = ops.take_along_axis(sequence_output, positions, axis=1)  # [B, P, H]
+        if masked_positions is None:
+            x = sequence_output  # [B, P, H]
+        else:
+            positions = ops.cast(masked_positions, "int32")[:, :, None]  # [B, P, 1]
+            x = ops.take_along_axis(sequence_output, positions, axis=1)  # [B, P, H]
         x = self._activation_fn(self.transform_dense(x))
         x = self.layer_norm(x)
         table = ops.cast(self.embedding_layer.get_embedding_table(), self.compute_dtype)
         logits = ops.matmul(x, ops.transpose(table))  # [B, P, H] x [H, V] -> [B, P, V]
         return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
 
-    def compute_output_shape(self, sequence_output_shape, masked_positions_shape):
+    def compute_output_shape(self, sequence_output_shape, masked_positions_shape=None):
         vocab_size = self.embedding_layer.get_embedding_table().shape[0]
+        if masked_positions_shape is None:
+            return tuple(sequence_output_shape[:-1]) + (vocab_size,)
         return tuple(masked_positions_shape) + (vocab_size,)
 
     def get_config(self):

@@ -1,6 +1,7 @@
 """TransformerEncoderBlock: one post-LayerNorm BERT layer."""
 
 import keras
+from keras import ops
 
 from bert_keras.layers.activations import clone_initializer, get_activation
 from bert_keras.layers.attention import SelfAttention
@@ -91,27 +92,44 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.output_layer_norm.build(input_shape)
         self.built = True
 
-    def call(self, x, attention_mask=None, training=None):
+    def call(self, x, attention_mask=None, training=None, output_positions=None):
         """Runs the layer.
 
         Args:
           x: float Tensor of shape [B, S, H].
           attention_mask: Tensor of shape [B, S], 1 for real tokens, 0 for padding.
           training: Python bool, whether dropout is active.
+          output_positions: optional int Tensor [B, Q] of indices into S: compute the
+            output only at these positions (all S positions still serve as keys and
+            values). Pretraining reads the last layer only at [CLS] and the masked
+            positions, so its last layer needs Q = 1 + P of the S rows.
 
         Returns:
-          float Tensor of shape [B, S, H].
+          float Tensor of shape [B, S, H], or [B, Q, H] with `output_positions`: row j is
+          row `output_positions[:, j]` of the full output.
         """
-        attended = self.self_attention(x, attention_mask=attention_mask, training=training)
+        if output_positions is None:
+            attended = self.self_attention(x, attention_mask=attention_mask, training=training)
+        else:
+            positions = ops.cast(output_positions, "int32")[:, :, None]  # [B, Q, 1]
+            residual = ops.take_along_axis(x, positions, axis=1)  # [B, Q, H]
+            attended = self.self_attention(
+                x, attention_mask=attention_mask, training=training, query=residual
+            )
+            x = residual
         attended = self.attention_dropout_layer(self.attention_output(attended), training=training)
         x = self.attention_layer_norm(x + attended)
 
-        hidden = self._activation_fn(self.intermediate(x))  # [B, S, I]
+        hidden = self._activation_fn(self.intermediate(x))  # [B, S or Q, I]
         hidden = self.output_dropout_layer(self.output_dense(hidden), training=training)
         return self.output_layer_norm(x + hidden)
 
-    def compute_output_shape(self, x_shape, attention_mask_shape=None):
-        return tuple(x_shape)
+    def compute_output_shape(
+        self, x_shape, attention_mask_shape=None, output_positions_shape=None
+    ):
+        if output_positions_shape is None:
+            return tuple(x_shape)
+        return tuple(output_positions_shape) + (x_shape[-1],)
 
     def get_config(self):
         config = super().get_config()

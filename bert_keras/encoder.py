@@ -198,6 +198,27 @@ class BertEncoder(keras.Model):
             layer_norm_eps=self.layer_norm_epsilon,
         )
 
+    def last_layer_at(self, inputs, positions):
+        """The last layer's output at `positions` only: [B, Q, H].
+
+        Runs the embeddings and every layer but the last in full, and the last layer only
+        at the Q given positions of each sequence (it still attends to all of them). Row j
+        equals `sequence_output[b, positions[b, j]]` of a full call, for heads that read few
+        positions: pretraining reads [CLS] and the masked positions, classification only
+        [CLS], so the last layer's queries, output projection and feed-forward shrink from
+        S rows to Q. Call it on Keras inputs inside a functional model (as `BertPretrainer`
+        and `BertClassifier` do) or eagerly.
+
+        Args:
+          inputs: dict with input_word_ids, input_mask, input_type_ids ([B, S]).
+          positions: int Tensor [B, Q] of indices into S.
+        """
+        mask = inputs["input_mask"]
+        x = self.embeddings_layer(inputs["input_word_ids"], inputs["input_type_ids"])
+        for block in self.transformer_layers[:-1]:
+            x = block(x, attention_mask=mask)
+        return self.transformer_layers[-1](x, attention_mask=mask, output_positions=positions)
+
     def get_embedding_table(self):
         """The word-embedding variable [V, H]; the masked-LM head ties its output to it."""
         return self.embeddings_layer.get_embedding_table()
@@ -227,3 +248,28 @@ class BertEncoder(keras.Model):
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def layers_listing_encoder_whole(graph_layers, encoder):
+    """`layers` for a model whose graph calls `encoder.last_layer_at`.
+
+    Such a graph holds the encoder's layers one by one. Keras saves a functional model's
+    weights by its `layers`, so listing them instead as the one `encoder` (as a graph that
+    called the encoder whole would) keeps `.weights.h5` files in their usual layout: files
+    from either graph load into the other.
+    """
+    inner = {id(layer) for layer in encoder.layers if not isinstance(layer, keras.layers.InputLayer)}
+    inner.add(id(encoder))
+    # Inputs first: saving visits each layer once, so an input visited inside the encoder
+    # would be filed under it.
+    listed = [layer for layer in graph_layers if isinstance(layer, keras.layers.InputLayer)]
+    placed = False
+    for layer in graph_layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        if id(layer) not in inner:
+            listed.append(layer)
+        elif not placed:
+            listed.append(encoder)
+            placed = True
+    return listed

@@ -20,7 +20,7 @@ losses and metrics (tagging ignores label -1: [CLS], [SEP], padding and non-firs
 import keras
 from keras import ops
 
-from bert_keras.encoder import BertEncoder
+from bert_keras.encoder import BertEncoder, layers_listing_encoder_whole
 from bert_keras.layers.activations import clone_initializer
 
 # Label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP], pad).
@@ -49,6 +49,14 @@ def _initializer(encoder):
 
 class _TaskModel(keras.Model):
     """Shared config plumbing: every task stores `encoder` and serializes it."""
+
+    @property
+    def layers(self):
+        # A classifier's graph calls the encoder's layers one by one (`last_layer_at`): list
+        # them as the one encoder, so weight files keep the layout of a whole-encoder graph.
+        if "encoder" not in self.__dict__:
+            return super().layers
+        return layers_listing_encoder_whole(super().layers, self.encoder)
 
     def _base_config(self):
         return {
@@ -92,7 +100,11 @@ class BertClassifier(_TaskModel):
         )
 
         inputs = dict(encoder.input)
-        pooled = encoder(inputs)["pooled_output"]  # [B, H]
+        # Only [CLS] is read, so the last layer runs at that one position (same values as
+        # the full encoder's pooled_output, at about 1/S of the last layer's cost).
+        cls_position = ops.zeros_like(inputs["input_word_ids"][:, :1])  # [B, 1]
+        cls_vector = encoder.last_layer_at(inputs, cls_position)[:, 0, :]  # [B, H]
+        pooled = encoder.pooler_layer(cls_vector)  # [B, H]
         logits = ops.cast(head(head_dropout(pooled)), "float32")  # [B, C]
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 

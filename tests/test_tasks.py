@@ -120,3 +120,41 @@ def test_fit_reduces_loss(cls):
     model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True, **compile_args(model))
     losses = [float(model.train_on_batch(x, y, return_dict=True)["loss"]) for _ in range(5)]
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_classifier_last_layer_at_cls_matches_full_encoder(tmp_path):
+    # The classifier runs its last layer only at [CLS]; gradients and the weight-file layout
+    # must be those of a graph that calls the encoder whole (files load either way).
+    import h5py
+    import tensorflow as tf
+
+    model = build(BertClassifier)
+    inputs = dict(model.encoder.input)
+    pooled = model.encoder(inputs)["pooled_output"]
+    reference = keras.Model(
+        inputs, {"logits": model.classifier(model.classifier_dropout(pooled))})
+    x = make_inputs()
+    labels = np.array([0, 3, 4])
+
+    def grads(m):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels, m(x, training=False)["logits"]))
+        return [tf.convert_to_tensor(g).numpy()
+                for g in tape.gradient(loss, model.trainable_variables)]
+
+    for variable, g, r in zip(model.trainable_variables, grads(model), grads(reference)):
+        np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-4, err_msg=variable.path)
+
+    def keys(m, name):
+        path = str(tmp_path / name)
+        m.save_weights(path)
+        found = set()
+        with h5py.File(path) as f:
+            f.visit(found.add)
+        return found
+
+    assert keys(model, "ours.weights.h5") == keys(reference, "ref.weights.h5")
+    fresh = build(BertClassifier)
+    fresh.load_weights(str(tmp_path / "ref.weights.h5"))
+    np.testing.assert_allclose(fresh(x)["logits"], model(x)["logits"], atol=1e-5)

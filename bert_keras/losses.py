@@ -79,6 +79,34 @@ class MaskedLMLoss(keras.losses.Loss):
         return {"name": self.name, "dtype": self.dtype}
 
 
+def _correct_predictions(y_true, y_pred):
+    """1.0 where the highest logit is the label's, else 0.0: float [B, P]."""
+    predicted = tf.math.argmax(y_pred, axis=-1, output_type=tf.int32)
+    labels = tf.reshape(tf.cast(y_true, tf.int32), tf.shape(predicted))
+    return tf.cast(tf.equal(predicted, labels), "float32")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class MaskedLMAccuracy(keras.metrics.MeanMetricWrapper):
+    """Weighted accuracy of vocabulary-sized logits: Keras' SparseCategoricalAccuracy, faster.
+
+    `keras.ops.argmax` of float logits first rewrites -0.0 entries (a guard against
+    flush-to-zero on JAX, jax-ml/jax#24280): five extra passes over the [B, P, V] logits,
+    about 5% of a training step at the mini preset. This metric takes TensorFlow's argmax
+    directly. Both pick the first maximal logit, so the two agree except where the maximum
+    is 0.0 tied with -0.0.
+
+    Call with y_true int [B, P] (`masked_lm_ids`), y_pred float [B, P, V], and the
+    `masked_lm_weights` as sample weights (as `weighted_metrics`).
+    """
+
+    def __init__(self, name="accuracy", dtype=None):
+        super().__init__(fn=_correct_predictions, name=name, dtype=dtype)
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype}
+
+
 def nsp_loss():
     """NSP loss: mean cross-entropy over the pairs (labels int [B] or [B, 1], logits [B, 2])."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, name="nsp_loss")
@@ -103,7 +131,7 @@ def pretraining_losses_and_metrics(mlm_only=False):
     loss = {"mlm_logits": MaskedLMLoss()}
     # weighted_metrics receive the sample weights: the MLM accuracy then counts only real
     # predictions (w = 1), exactly like Google's tf.metrics.accuracy(weights=...).
-    metrics = {"mlm_logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+    metrics = {"mlm_logits": [MaskedLMAccuracy(name="accuracy")]}
     if not mlm_only:
         loss["nsp_logits"] = nsp_loss()
         metrics["nsp_logits"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]

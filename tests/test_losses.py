@@ -6,7 +6,8 @@ import tensorflow as tf
 from conftest import TINY, make_inputs
 
 from bert_keras import BertEncoder, BertPretrainer
-from bert_keras.losses import MaskedLMLoss, nsp_loss, pretraining_losses_and_metrics
+from bert_keras.losses import (MaskedLMAccuracy, MaskedLMLoss, nsp_loss,
+                               pretraining_losses_and_metrics)
 
 # Sizes that all differ: batch 3, predictions 5, vocabulary 7.
 B, P, V = 3, 5, 7
@@ -108,3 +109,31 @@ def test_mlm_only_variant_and_serialization():
     assert set(kwargs["weighted_metrics"]) == {"mlm_logits"}
     restored = keras.losses.deserialize(keras.losses.serialize(MaskedLMLoss()))
     assert isinstance(restored, MaskedLMLoss) and restored.name == "masked_lm_loss"
+
+
+def test_masked_lm_accuracy_matches_keras_and_numpy():
+    # Logits where about half the labels are the argmax, exact ties (first index wins in
+    # numpy, Keras and ours), and weights with zeros.
+    rng = np.random.default_rng(7)
+    logits = rng.normal(size=(4, 6, 50)).astype(np.float32)
+    labels = rng.integers(0, 50, size=(4, 6)).astype(np.int32)
+    hit = rng.random((4, 6)) < 0.5
+    np.put_along_axis(logits, labels[..., None], np.where(hit, 9.0, -9.0)[..., None], axis=-1)
+    logits[0, 0, :] = 1.0  # all tied: the prediction is index 0
+    labels[0, 0] = 0
+    logits[0, 1, :] = 1.0
+    labels[0, 1] = 5  # tied with index 0, which comes first: wrong
+    weights = (rng.random((4, 6)) < 0.7).astype(np.float32)
+    weights[0, :2] = 1.0
+
+    ours = MaskedLMAccuracy()
+    ours.update_state(labels, logits, sample_weight=weights)
+    keras_metric = keras.metrics.SparseCategoricalAccuracy()
+    keras_metric.update_state(labels, logits, sample_weight=weights)
+    correct = logits.argmax(-1) == labels
+    expected = (correct * weights).sum() / weights.sum()
+    assert 0.2 < expected < 0.8
+    np.testing.assert_allclose(float(ours.result()), expected, rtol=1e-6)
+    np.testing.assert_allclose(float(ours.result()), float(keras_metric.result()), rtol=1e-6)
+    restored = keras.metrics.deserialize(keras.metrics.serialize(ours))
+    assert isinstance(restored, MaskedLMAccuracy) and restored.name == "accuracy"

@@ -250,26 +250,34 @@ class BertEncoder(keras.Model):
         return cls(**config)
 
 
-def layers_listing_encoder_whole(graph_layers, encoder):
-    """`layers` for a model whose graph calls `encoder.last_layer_at`.
+class ListsEncoderWhole:
+    """Mixin for functional models whose graph calls `encoder.last_layer_at`.
 
     Such a graph holds the encoder's layers one by one. Keras saves a functional model's
-    weights by its `layers`, so listing them instead as the one `encoder` (as a graph that
-    called the encoder whole would) keeps `.weights.h5` files in their usual layout: files
-    from either graph load into the other.
+    weights by its `layers`, so this lists them instead as the one `self.encoder` (as a
+    graph that called the encoder whole would), inputs first: `.weights.h5` files keep
+    their usual layout, and files from either graph load into the other.
     """
-    inner = {id(layer) for layer in encoder.layers if not isinstance(layer, keras.layers.InputLayer)}
-    inner.add(id(encoder))
-    # Inputs first: saving visits each layer once, so an input visited inside the encoder
-    # would be filed under it.
-    listed = [layer for layer in graph_layers if isinstance(layer, keras.layers.InputLayer)]
-    placed = False
-    for layer in graph_layers:
-        if isinstance(layer, keras.layers.InputLayer):
-            continue
-        if id(layer) not in inner:
-            listed.append(layer)
-        elif not placed:
-            listed.append(encoder)
-            placed = True
-    return listed
+
+    @property
+    def layers(self):
+        graph_layers = super().layers
+        if "encoder" not in self.__dict__:  # Functional.__init__, before `encoder` is set
+            return graph_layers
+        encoder = self.encoder
+        inner = {id(layer) for layer in encoder.layers
+                 if not isinstance(layer, keras.layers.InputLayer)}
+        inner.add(id(encoder))
+        # Inputs first: saving visits each layer once, so an input visited inside the
+        # encoder would be filed under it.
+        listed = [layer for layer in graph_layers if isinstance(layer, keras.layers.InputLayer)]
+        placed = False
+        for layer in graph_layers:
+            if isinstance(layer, keras.layers.InputLayer):
+                continue
+            if id(layer) not in inner:
+                listed.append(layer)
+            elif not placed:
+                listed.append(encoder)
+                placed = True
+        return listed

@@ -2,13 +2,13 @@
 
 import keras
 
-from bert_keras.encoder import BertEncoder, layers_listing_encoder_whole
+from bert_keras.encoder import BertEncoder, ListsEncoderWhole
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.masked_lm_head import MaskedLMHead
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BertPretrainer(keras.Model):
+class BertPretrainer(ListsEncoderWhole, keras.Model):
     """BERT pretraining model (Devlin et al. 2018, section 3.1).
 
     Inputs, a dict of int32 Tensors:
@@ -29,8 +29,8 @@ class BertPretrainer(keras.Model):
     the encoder in full and gathering, at a fraction of the last layer's cost (at S=128,
     P=20 it skips about 70% of that layer's FLOPs, about 10% of a training step at the
     mini preset).
-    The pretrainer lists its layers as `[encoder, masked_lm, nsp_dense]`, as when it
-    called the encoder as a whole, so `.weights.h5` files keep that layout.
+    The pretrainer lists its layers as its inputs, `encoder`, `masked_lm` and `nsp_dense`,
+    as when it called the encoder as a whole, so `.weights.h5` files keep that layout.
 
     Args:
       encoder: a `BertEncoder`; its weights are shared, not copied.
@@ -76,15 +76,6 @@ class BertPretrainer(keras.Model):
         self.encoder = encoder
         self.masked_lm = masked_lm
         self.nsp_dense = nsp_dense
-
-    @property
-    def layers(self):
-        # Listed as [inputs, encoder, masked_lm, nsp_dense], as when the graph called the
-        # encoder whole, so weight files keep their layout. (Functional.__init__ reads the
-        # graph's own list before `encoder` is set.)
-        if "encoder" not in self.__dict__:
-            return super().layers
-        return layers_listing_encoder_whole(super().layers, self.encoder)
 
     @classmethod
     def from_bert_config(cls, config, **kwargs):

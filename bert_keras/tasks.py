@@ -20,7 +20,7 @@ losses and metrics (tagging ignores label -1: [CLS], [SEP], padding and non-firs
 import keras
 from keras import ops
 
-from bert_keras.encoder import BertEncoder, layers_listing_encoder_whole
+from bert_keras.encoder import BertEncoder, ListsEncoderWhole
 from bert_keras.layers.activations import clone_initializer
 
 # Label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP], pad).
@@ -47,16 +47,10 @@ def _initializer(encoder):
     return clone_initializer(keras.initializers.TruncatedNormal(stddev=encoder.initializer_range))
 
 
-class _TaskModel(keras.Model):
-    """Shared config plumbing: every task stores `encoder` and serializes it."""
-
-    @property
-    def layers(self):
-        # A classifier's graph calls the encoder's layers one by one (`last_layer_at`): list
-        # them as the one encoder, so weight files keep the layout of a whole-encoder graph.
-        if "encoder" not in self.__dict__:
-            return super().layers
-        return layers_listing_encoder_whole(super().layers, self.encoder)
+class _TaskModel(ListsEncoderWhole, keras.Model):
+    """Shared config plumbing: every task stores `encoder` and serializes it. (A classifier's
+    graph calls the encoder's layers one by one: `ListsEncoderWhole` keeps its weight files
+    in the whole-encoder layout.)"""
 
     def _base_config(self):
         return {

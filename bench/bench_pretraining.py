@@ -251,7 +251,7 @@ def main():
     parser.add_argument("--predictions", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=8,
-                        help="interleaved timing rounds, best kept (some machines drift by "
+                        help="interleaved timing rounds; best and median reported (some machines drift by "
                              "25%% over minutes)")
     parser.add_argument("--warmup_steps", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated row names to run")

@@ -32,6 +32,16 @@ def make_inputs(batch=3, seq=11, lengths=None, vocab=99, seed=0):
     return {"input_word_ids": ids * mask, "input_mask": mask, "input_type_ids": types}
 
 
+def h5_keys(path):
+    """Every group and dataset name in an HDF5 file (a Keras .weights.h5 layout)."""
+    import h5py
+
+    found = set()
+    with h5py.File(path) as f:
+        f.visit(found.add)
+    return found
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     import keras

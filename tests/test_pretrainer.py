@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder, BertPretrainer
-from conftest import TINY, make_inputs
+from conftest import TINY, h5_keys, make_inputs
 
 
 def tiny_pretrainer(**overrides):
@@ -130,22 +130,15 @@ def test_sparse_last_layer_gradients_match_full_encoder():
 def test_weight_file_layout_is_unchanged(tmp_path):
     # pretrainer.weights.h5 (run_pretraining's output and checkpoints) must keep the layout
     # of a pretrainer that calls its encoder whole, so files written before still load.
-    import h5py
-
     model = tiny_pretrainer()
     reference = full_encoder_reference(model)
     ours, theirs = str(tmp_path / "ours.weights.h5"), str(tmp_path / "ref.weights.h5")
     model.save_weights(ours)
     reference.save_weights(theirs)
 
-    def keys(path):
-        found = set()
-        with h5py.File(path) as f:
-            f.visit(found.add)
-        return found
-
-    assert keys(ours) == keys(theirs)
-    assert any(k.startswith("layers/bert_encoder/layers/transformer_encoder_block") for k in keys(ours))
+    assert h5_keys(ours) == h5_keys(theirs)
+    assert any(k.startswith("layers/bert_encoder/layers/transformer_encoder_block")
+               for k in h5_keys(ours))
     x = pretraining_inputs()
     fresh = tiny_pretrainer()
     fresh.load_weights(theirs)

@@ -7,7 +7,7 @@ import pytest
 from bert_keras import BertEncoder
 from bert_keras.tasks import (IGNORE_LABEL, BertClassifier, BertSpanQA, BertTagger,
                               MaskedSparseCategoricalAccuracy, compile_args)
-from conftest import TINY, make_inputs
+from conftest import TINY, h5_keys, make_inputs
 
 NUM_CLASSES = 5  # differs from every TINY size
 
@@ -125,7 +125,6 @@ def test_fit_reduces_loss(cls):
 def test_classifier_last_layer_at_cls_matches_full_encoder(tmp_path):
     # The classifier runs its last layer only at [CLS]; gradients and the weight-file layout
     # must be those of a graph that calls the encoder whole (files load either way).
-    import h5py
     import tensorflow as tf
 
     model = build(BertClassifier)
@@ -146,15 +145,10 @@ def test_classifier_last_layer_at_cls_matches_full_encoder(tmp_path):
     for variable, g, r in zip(model.trainable_variables, grads(model), grads(reference)):
         np.testing.assert_allclose(g, r, atol=1e-5, rtol=1e-4, err_msg=variable.path)
 
-    def keys(m, name):
-        path = str(tmp_path / name)
-        m.save_weights(path)
-        found = set()
-        with h5py.File(path) as f:
-            f.visit(found.add)
-        return found
-
-    assert keys(model, "ours.weights.h5") == keys(reference, "ref.weights.h5")
+    ours, theirs = str(tmp_path / "ours.weights.h5"), str(tmp_path / "ref.weights.h5")
+    model.save_weights(ours)
+    reference.save_weights(theirs)
+    assert h5_keys(ours) == h5_keys(theirs)
     fresh = build(BertClassifier)
-    fresh.load_weights(str(tmp_path / "ref.weights.h5"))
+    fresh.load_weights(theirs)
     np.testing.assert_allclose(fresh(x)["logits"], model(x)["logits"], atol=1e-5)

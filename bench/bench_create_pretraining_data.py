@@ -2,6 +2,9 @@ r"""Pretraining-data throughput and memory: ours vs TF Model Garden's create_pre
 
     python bench/bench_create_pretraining_data.py \
         --tfmodels_python=/work/bench-venvs/tfmodels/bin/python --dupe_factors=1,5
+    # throughput with start-up amortised (Model Garden takes minutes and GBs here):
+    python bench/bench_create_pretraining_data.py --tfmodels_python=... --dupe_factors=10 \
+        --our_workers=1 --model_garden_on_big
 
 Model Garden's tool (tf-models-official 2.20) pins tensorflow 2.20, so it lives in its own
 virtualenv outside the repo (about 3.3 GB):
@@ -61,6 +64,10 @@ _DUPE_FACTORS = flags.DEFINE_list("dupe_factors", ["1", "5"], "dupe_factor value
 _OUR_WORKERS = flags.DEFINE_list("our_workers", ["1", "2"], "--num_workers values for ours.")
 _BIG_CORPUS_MB = flags.DEFINE_integer("big_corpus_mb", 80, "Size of the memory-test corpus.")
 _BIG_DUPE_FACTOR = flags.DEFINE_integer("big_dupe_factor", 2, "dupe_factor of the memory test.")
+_MODEL_GARDEN_ON_BIG = flags.DEFINE_bool(
+    "model_garden_on_big", False,
+    "Also run Model Garden on the big corpus: throughput with start-up amortised as in real "
+    "use (minutes, and several GB of RAM: its memory grows with corpus x dupe_factor).")
 
 GENSIM_REQUIREMENT = "gensim==4.4.0"
 WIKI_MEMBER = ("gensim/test/test_data/"
@@ -269,6 +276,8 @@ def main(argv):
     if d not in [int(x) for x in _DUPE_FACTORS.value]:  # the same flags on the small corpus
         record("ours", "sotu", d, 1, run_ours(corpora["sotu"], out_dir, d, 1))
     record("ours", "big", d, 1, run_ours(corpora["big"], out_dir, d, 1))
+    if python and _MODEL_GARDEN_ON_BIG.value:
+        record("model_garden", "big", d, 1, run_model_garden(python, corpora["big"], out_dir, d))
 
     lines = ["| tool | corpus (MB) | dupe | procs | instances | wall s | work s | CPU s | "
              "MB/s wall | MB/s work | MB per CPU-s | peak RSS MB |",
@@ -279,7 +288,18 @@ def main(argv):
             f"{r['instances']:,} | {r['wall_s']:.1f} | {r['work_s']:.1f} | {r['cpu_s']:.1f} | "
             f"{r['mb'] / r['wall_s']:.2f} | {r['mb'] / r['work_s']:.2f} | "
             f"{r['mb'] / r['cpu_s']:.2f} | {r['peak_rss_mb']:.0f} |")
-    big = [r for r in results if r["corpus"] == "big"][-1]
+    ratios = ["| corpus, dupe | whole process: MG wall / ours wall | generation: MG work / ours work |",
+              "| --- | ---: | ---: |"]
+    for mg in [r for r in results if r["tool"] == "model_garden"]:
+        ours = [r for r in results if r["tool"] == "ours" and r["workers"] == 1
+                and (r["corpus"], r["dupe"]) == (mg["corpus"], mg["dupe"])]
+        if ours:
+            o = ours[-1]
+            ratios.append(f"| {mg['corpus']}, {mg['dupe']} | {mg['wall_s'] / o['wall_s']:.1f}x | "
+                          f"{mg['work_s'] / o['work_s']:.1f}x |")
+    if len(ratios) > 2:
+        lines += ["", "Per-process throughput, ours / Model Garden (1 worker each):", ""] + ratios
+    big = [r for r in results if r["corpus"] == "big" and r["tool"] == "ours"][-1]
     curve = ", ".join(f"{t:.0f}s:{rss:.0f}" for t, rss in big["rss_samples"][::max(1, len(
         big["rss_samples"]) // 12)])
     report = ("\n".join(lines) + f"\n\nInteroperability: {interop}\n\n"

@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import TINY, make_inputs
 
@@ -137,3 +138,37 @@ def test_masked_lm_accuracy_matches_keras_and_numpy():
     np.testing.assert_allclose(float(ours.result()), float(keras_metric.result()), rtol=1e-6)
     restored = keras.metrics.deserialize(keras.metrics.serialize(ours))
     assert isinstance(restored, MaskedLMAccuracy) and restored.name == "accuracy"
+
+
+@pytest.mark.parametrize("scale", [0.01, 3.0, 60.0, 400.0])
+def test_mlm_cross_entropy_equals_tensorflows_kernel(scale):
+    """The softmax-based cross-entropy against TensorFlow's fused kernel and float64 NumPy.
+
+    At scales 60 and 400 some labels' probabilities underflow float32, which takes the
+    log-sum-exp path; at 0.01 and 3 every batch takes -log(p[label]).
+    """
+    rng = np.random.default_rng(int(scale * 100))
+    logits = (rng.normal(size=(B, P, 50)) * scale).astype(np.float32)
+    labels = rng.integers(0, 50, size=(B, P)).astype(np.int32)
+    logits_t = tf.constant(logits)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits_t)
+        ours = MaskedLMLoss().call(labels, logits_t)
+        reference = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits_t)
+        # A per-prediction upstream gradient, as the weighted sum gives.
+        upstream = tf.constant(rng.random((B, P)).astype(np.float32))
+        ours_sum, reference_sum = (tf.reduce_sum(upstream * x) for x in (ours, reference))
+    numpy_value = -np.take_along_axis(_log_softmax(logits.astype(np.float64)),
+                                      labels[..., None], axis=-1)[..., 0]
+    np.testing.assert_allclose(ours.numpy(), numpy_value, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(tape.gradient(ours_sum, logits_t).numpy(),
+                               tape.gradient(reference_sum, logits_t).numpy(), atol=1e-6)
+    assert np.isfinite(ours.numpy()).all()
+
+
+def test_mlm_labels_outside_the_vocabulary_are_a_clear_error():
+    logits = np.zeros((1, 2, 7), np.float32)
+    for bad in (7, -1):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"masked_lm_ids .* \[0, voc"):
+            MaskedLMLoss()(np.array([[1, bad]], np.int32), logits)

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.dropout import Dropout
 
 # Added to attention scores at padded key positions. Google's code uses -10000: after the
 # softmax, exp(-10000 + s) underflows to exactly 0 in float32 for any realistic score s,
@@ -36,7 +37,7 @@ class SelfAttention(keras.layers.Layer):
         self.num_heads = num_heads
         self.dropout = dropout
         self.initializer = keras.initializers.get(initializer)
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -57,7 +58,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
         )
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         self.word_embeddings = self.add_weight(

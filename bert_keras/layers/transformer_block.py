@@ -5,6 +5,7 @@ from keras import ops
 
 from bert_keras.layers.activations import clone_initializer, get_activation
 from bert_keras.layers.attention import SelfAttention
+from bert_keras.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -60,8 +61,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
             name="self_attention",
             dtype=self.dtype_policy,
         )
-        self.attention_dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self.output_dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.attention_dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
+        self.output_dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]

@@ -99,10 +99,11 @@ class AdamW(keras.optimizers.AdamW):
 
     in one multi-threaded pass. At the mini preset (11.3M parameters, 7.8M of them the
     word embeddings, whose gradient is dense because the MLM output projection is tied to
-    them) that cuts the optimizer's part of a training step from about 40 to 22 ms on a
+    them) that cuts the optimizer's part of a training step from about 41 to 24 ms on a
     2-core CPU (BUILD_NOTES.md, issue 5). Other backends and `amsgrad=True` use Keras'
-    step unchanged. The kernel runs in replica context under `tf.distribute` (as
-    `tf.keras`' own Adam did) and compiles under XLA.
+    step unchanged. Under `tf.distribute` the kernel runs once per device inside Keras'
+    `extended.update` on that device's copies (as `tf.keras`' own Adam did); it also
+    compiles under XLA.
     """
 
     def update_step(self, gradient, variable, learning_rate):

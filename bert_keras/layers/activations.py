@@ -15,7 +15,7 @@ def gelu(x):
     The values of `keras.ops.gelu(x, approximate=False)`, with the derivative written out,
     Phi(x) + x * phi(x), reusing Phi(x) from the forward pass. Automatic differentiation of
     the erf formula takes about eight elementwise passes over the [B, S, intermediate]
-    activations; this takes five, which is 2% of a pretraining step at the mini preset
+    activations; this takes five, and a pretraining step at the mini preset gets 2% faster
     (BUILD_NOTES.md, issue 5).
 
     Args:

@@ -27,7 +27,7 @@ def gelu(x):
     cdf = 0.5 * (1.0 + ops.erf(x * _SQRT_HALF))  # Phi(x)
 
     def grad(*args, upstream=None):
-        if upstream is None:  # TensorFlow passes it positionally, JAX by keyword.
+        if upstream is None:  # TensorFlow and JAX pass it positionally, PyTorch by keyword.
             (upstream,) = args
         pdf = ops.exp(-0.5 * ops.square(x)) * _INV_SQRT_2PI  # phi(x)
         return upstream * (cdf + x * pdf)

@@ -24,6 +24,9 @@ Pipeline (memory bounded: the corpus is streamed, only a word-count table is kep
                 default 0), learned tokens
      The file has exactly --vocab_size lines; it is written under a temporary name and
      renamed, and an existing file is only replaced with --overwrite.
+  4. Write the tokenizer settings beside it (tokenizer_config.json, Hugging Face's keys;
+     see data_prep/tokenizer_config.py): create_pretraining_data, the trainers and the
+     exports read them from there, so --strip_accents=false (Korean) is given once, here.
 
 The output is a deterministic function of the input bytes and the flags.
 """
@@ -33,13 +36,13 @@ from __future__ import annotations
 import collections
 import glob
 import os
-import tempfile
 import time
 from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import app, flags, logging
 
-from data_prep import tokenization
+from data_prep import files, schema, tokenization, tokenizer_config
+from data_prep.tokenizer_config import TokenizerConfig
 
 LAYOUTS = ("google", "compact")
 GOOGLE_NUM_UNUSED = 994  # bert-base-uncased: [unused0]..[unused993]
@@ -50,12 +53,9 @@ _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "Exact number of lines of
 _LAYOUT = flags.DEFINE_enum("layout", "google", LAYOUTS, "Special-token layout (see module doc).")
 _NUM_UNUSED = flags.DEFINE_integer(
     "num_unused", None, "Number of [unusedN] tokens; default 994 for google, 0 for compact.")
-_DO_LOWER_CASE = flags.DEFINE_boolean("do_lower_case", True, "Lowercase the text.")
-_STRIP_ACCENTS = flags.DEFINE_enum(
-    "strip_accents", "auto", ["auto", "true", "false"],
-    "Strip accents (NFD + drop Mn); auto follows --do_lower_case. Korean: false.")
-_TOKENIZE_CHINESE_CHARS = flags.DEFINE_boolean(
-    "tokenize_chinese_chars", True, "Make every CJK ideograph a word of its own.")
+# The tokenizer settings the vocabulary is learned with; written beside it as
+# tokenizer_config.json, from where every later stage reads them.
+_TOKENIZER_FLAGS = tokenizer_config.define_flags(creating=True)
 _MIN_FREQUENCY = flags.DEFINE_integer(
     "min_frequency", 2, "Merge only pairs seen at least this often.")
 _MAX_ALPHABET = flags.DEFINE_integer(
@@ -123,7 +123,7 @@ def count_words(lines: Iterable[str], pretokenizer: tokenization.BertPreTokenize
     def flush() -> None:
         nonlocal batch
         for words in pretokenizer.split_words(batch):
-            counts.update(w for w in words if len(w) <= tokenization.MAX_CHARS_PER_WORD)
+            counts.update(w for w in words if len(w) <= schema.MAX_CHARS_PER_WORD)
         batch = []
         if len(counts) > max_unique_words:
             _prune(counts, max_unique_words // 2)
@@ -175,7 +175,7 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
 
     if not word_counts:
         raise BuildVocabError("the corpus has no words")
-    prefix = tokenization.SUFFIX_INDICATOR
+    prefix = schema.SUFFIX_INDICATOR
     if max_alphabet:
         char_counts: collections.Counter = collections.Counter()
         for word, count in word_counts.items():
@@ -196,7 +196,7 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
             f"the corpus has {len(initial)} characters and {len(declared)} continuation "
             f"characters, more than the {num_tokens} tokens that fit: raise --vocab_size or "
             f"set --max_alphabet")
-    tokenizer = Tokenizer(models.WordPiece(unk_token=tokenization.UNK))
+    tokenizer = Tokenizer(models.WordPiece(unk_token=schema.UNK))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     trainer = trainers.WordPieceTrainer(
         vocab_size=num_tokens, min_frequency=min_frequency, show_progress=False,
@@ -253,11 +253,11 @@ def reserved_tokens(layout: str, num_unused: int | None = None) -> list[str]:
             raise BuildVocabError(
                 f"--layout=google puts [UNK] at id 100 after [PAD] and [unused0]..[unused98]; "
                 f"it needs --num_unused >= 99, got {num_unused}")
-        return ([tokenization.PAD] + unused[:99] +
-                [tokenization.UNK, tokenization.CLS, tokenization.SEP, tokenization.MASK] + unused[99:])
+        return ([schema.PAD] + unused[:99] +
+                [schema.UNK, schema.CLS, schema.SEP, schema.MASK] + unused[99:])
     if num_unused < 0:
         raise BuildVocabError(f"--num_unused must be >= 0, got {num_unused}")
-    return list(tokenization.SPECIAL_TOKENS) + unused
+    return list(schema.SPECIAL_TOKENS) + unused
 
 
 def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
@@ -303,26 +303,34 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
     return reserved + learned
 
 
-def write_vocab(tokens: Sequence[str], path: str, overwrite: bool = False) -> None:
-    """Writes one token per line via a temporary file and an atomic rename.
+def write_vocab(tokens: Sequence[str], path: str, overwrite: bool = False,
+                config: TokenizerConfig | None = None) -> None:
+    """Writes one token per line (atomically) and the tokenizer settings beside it.
+
+    Args:
+      tokens: the vocabulary in id order.
+      path: the vocab file; tokenizer_config.json goes into the same directory.
+      overwrite: replace existing files.
+      config: the settings the vocabulary was learned with (default: BERT's uncased ones).
 
     Raises:
-      BuildVocabError: `path` exists and overwrite is False.
+      BuildVocabError: `path` exists, or the directory holds the tokenizer_config.json of
+        another vocabulary, and overwrite is False.
     """
-    if os.path.exists(path) and not overwrite:
-        raise BuildVocabError(f"--output {path!r} already exists; pass --overwrite to replace it")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".vocab.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+    config = config or TokenizerConfig()
+    settings_path = tokenizer_config.path_for_vocab(path)
+    if not overwrite:
+        if os.path.exists(path):
+            raise BuildVocabError(f"--output {path!r} already exists; pass --overwrite to replace it")
+        if os.path.exists(settings_path):
+            raise BuildVocabError(
+                f"{settings_path} already exists (the tokenizer settings of another "
+                "vocabulary); write each vocabulary into its own directory, or pass --overwrite")
+    with files.atomic_output(path, overwrite=overwrite) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             for token in tokens:
                 f.write(token + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    tokenizer_config.write_for_vocab(path, config, overwrite=True)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -331,22 +339,26 @@ def main(argv: Sequence[str]) -> None:
     for holder in (_INPUT, _OUTPUT, _VOCAB_SIZE):
         if holder.value is None:
             raise app.UsageError(f"--{holder.name} is required")
-    strip = {"auto": None, "true": True, "false": False}[_STRIP_ACCENTS.value]
     try:
+        config = tokenizer_config.from_values(**{k: h.value for k, h in _TOKENIZER_FLAGS.items()})
         paths = resolve_inputs(_INPUT.value)
-        if os.path.exists(_OUTPUT.value) and not _OVERWRITE.value:
-            raise BuildVocabError(f"--output {_OUTPUT.value!r} already exists; pass --overwrite "
-                                  "to replace it")
+        settings_path = tokenizer_config.path_for_vocab(_OUTPUT.value)
+        if not _OVERWRITE.value:
+            for existing in (_OUTPUT.value, settings_path):
+                if os.path.exists(existing):
+                    raise BuildVocabError(f"{existing!r} already exists; pass --overwrite to "
+                                          "replace it, or write the vocabulary elsewhere")
         tokens = build_vocab(
             paths, _VOCAB_SIZE.value, layout=_LAYOUT.value, num_unused=_NUM_UNUSED.value,
-            do_lower_case=_DO_LOWER_CASE.value, strip_accents=strip,
-            tokenize_chinese_chars=_TOKENIZE_CHINESE_CHARS.value,
+            do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
+            tokenize_chinese_chars=config.tokenize_chinese_chars,
             min_frequency=_MIN_FREQUENCY.value, max_alphabet=_MAX_ALPHABET.value,
             max_unique_words=_MAX_UNIQUE_WORDS.value)
-        write_vocab(tokens, _OUTPUT.value, overwrite=_OVERWRITE.value)
-    except BuildVocabError as e:
+        write_vocab(tokens, _OUTPUT.value, overwrite=_OVERWRITE.value, config=config)
+    except (BuildVocabError, tokenizer_config.TokenizerConfigError) as e:
         raise app.UsageError(str(e)) from None
-    logging.info("wrote %d tokens to %s", len(tokens), _OUTPUT.value)
+    logging.info("wrote %d tokens to %s and the tokenizer settings (%s) to %s", len(tokens),
+                 _OUTPUT.value, config.describe(), settings_path)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ label (a string; missing for prediction files). Problems name the file and line:
 a row with the wrong number of fields, a missing or empty field, a line that is not a JSON
 object, or a label that is not in the label list all raise `DataError`.
 
-Features (numpy, Google's names; `packing.model_inputs` renames them for the model):
+Features (numpy, Google's names; `schema.model_inputs` renames them for the model):
   input_ids, input_mask, segment_ids: int32 [N, S]
   label_ids: int32 [N] (index into the label list; -1 when the example has no label)
 
-Metrics: `accuracy_and_f1` (accuracy, macro F1, and per-class precision/recall/F1).
+Scoring lives with the task: `bert_keras.finetuning.classification.accuracy_and_f1`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from data_prep.packing import UNK, pack, pad_features
+from data_prep.packing import pack, pad_features
+from data_prep.schema import UNK
 
 
 class DataError(ValueError):
@@ -208,39 +209,3 @@ def convert_examples(examples: Sequence[Example], tokenizer, label_list: Sequenc
     features = pad_features(ids, segments, max_seq_length)
     features["label_ids"] = np.asarray(label_ids, np.int32).reshape(len(examples))
     return features, stats
-
-
-def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
-                    label_list: Sequence[str]) -> dict:
-    """Accuracy, macro-averaged F1 and per-class precision/recall/F1.
-
-    Args:
-      label_ids: int gold label ids [N].
-      predicted_ids: int predicted label ids [N].
-      label_list: label names in id order.
-
-    Returns:
-      {"accuracy", "macro_f1", "num_examples", "per_class": {label: {"precision", "recall",
-      "f1", "support"}}}; a class with no predictions (or no gold) has precision (recall) 0.
-    """
-    gold = np.asarray(label_ids)
-    pred = np.asarray(predicted_ids)
-    if gold.shape != pred.shape:
-        raise ValueError(f"label_ids {gold.shape} and predicted_ids {pred.shape} differ in shape")
-    if gold.size == 0:
-        raise ValueError("no examples to score")
-    per_class = {}
-    for i, name in enumerate(label_list):
-        tp = int(np.sum((pred == i) & (gold == i)))
-        fp = int(np.sum((pred == i) & (gold != i)))
-        fn = int(np.sum((pred != i) & (gold == i)))
-        p = tp / (tp + fp) if tp + fp else 0.0
-        r = tp / (tp + fn) if tp + fn else 0.0
-        f = 2 * p * r / (p + r) if p + r else 0.0
-        per_class[name] = {"precision": p, "recall": r, "f1": f, "support": tp + fn}
-    return {
-        "accuracy": float(np.mean(gold == pred)),
-        "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
-        "num_examples": int(gold.size),
-        "per_class": per_class,
-    }

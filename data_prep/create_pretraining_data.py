@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import multiprocessing
 import os
 import queue
@@ -41,7 +40,10 @@ from absl import logging
 import numpy as np
 
 from data_prep import features
+from data_prep import files
 from data_prep import pretraining_instances as pi
+from data_prep import tokenizer_config
+from data_prep.tokenizer_config import TokenizerConfig
 
 # Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
 # max_seq_length, ...). allow_override lets such modules be imported into one process (a
@@ -56,12 +58,7 @@ _OUTPUT_FILE = flags.DEFINE_string(
     "--num_output_shards is set.", **_SHARED)
 _VOCAB_FILE = flags.DEFINE_string(
     "vocab_file", None, "WordPiece vocabulary, one token a line.", **_SHARED)
-_DO_LOWER_CASE = flags.DEFINE_bool(
-    "do_lower_case", True, "Lower-case the input (True for uncased models).", **_SHARED)
-# The same enum as build_vocab's --strip_accents (a shared name must keep one type).
-_STRIP_ACCENTS = flags.DEFINE_enum(
-    "strip_accents", "auto", ["auto", "true", "false"],
-    "Strip accents (NFD + drop Mn); auto follows --do_lower_case. Korean: false.", **_SHARED)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
 _DO_WHOLE_WORD_MASK = flags.DEFINE_bool(
     "do_whole_word_mask", False, "Mask whole words rather than single WordPieces.", **_SHARED)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer(
@@ -119,7 +116,10 @@ class JobSpec:
     Attributes:
       input_files: expanded input paths, in reading order.
       output_files: final shard paths.
-      vocab_file, do_lower_case, strip_accents: tokenizer settings.
+      temp_files: where each shard is written until the whole run succeeds.
+      vocab_file: the WordPiece vocabulary.
+      tokenizer: its settings (saved beside the vocabulary, then flags).
+      tokenizer_source: the tokenizer_config.json they came from, or None.
       config: instance-creation settings.
       random_seed: base seed; worker w uses (random_seed, w).
       num_workers: processes (1 = run in this process).
@@ -133,9 +133,10 @@ class JobSpec:
     input_files: tuple[str, ...]
     output_files: tuple[str, ...]
     vocab_file: str
-    do_lower_case: bool
-    strip_accents: bool | None
+    tokenizer: TokenizerConfig
     config: pi.InstanceConfig
+    temp_files: tuple[str, ...] = ()
+    tokenizer_source: str | None = None
     random_seed: int = 12345
     num_workers: int = 1
     gzip: bool = False
@@ -396,12 +397,9 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
     _limit_tf_threads(tf)
     from data_prep.tokenization import BertTokenizer  # pylint: disable=g-import-not-at-top
 
-    tokenizer = BertTokenizer(spec.vocab_file, do_lower_case=spec.do_lower_case,
-                              strip_accents=spec.strip_accents)
+    tokenizer = BertTokenizer.from_config(spec.vocab_file, spec.tokenizer)
     vocab = list(tokenizer.vocab)
-    special = pi.SpecialTokens(
-        cls_id=int(tokenizer.cls_id), sep_id=int(tokenizer.sep_id), mask_id=int(tokenizer.mask_id),
-        vocab_size=len(vocab), is_continuation=np.array([t.startswith("##") for t in vocab], bool))
+    special = pi.SpecialTokens.from_vocab(vocab)
 
     tokenize_graph = tf.function(tokenizer.__call__, autograph=False,
                                  input_signature=[tf.TensorSpec([None], tf.string)])
@@ -413,7 +411,7 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
     work_start, work_cpu_start = time.monotonic(), time.process_time()
     result.setup_seconds = work_start - started
     shard_ids = shards_of_worker(len(spec.output_files), spec.num_workers, worker)
-    temps = [features.temp_path(spec.output_files[j]) for j in shard_ids]
+    temps = [_temp_files(spec)[j] for j in shard_ids]
     options = tf.io.TFRecordOptions(compression_type="GZIP" if spec.gzip else "")
     writers = []
     try:
@@ -553,12 +551,9 @@ def _worker_entry(spec: JobSpec, worker: int, messages, parent_pid: int) -> None
 # --- The whole run: workers, checks, sidecars, renames. ---
 
 
-def _vocab_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def _temp_files(spec: JobSpec) -> tuple[str, ...]:
+    """Where the shards are written until the run succeeds (named after the parent process)."""
+    return spec.temp_files or tuple(files.temp_path(p) for p in spec.output_files)
 
 
 def _final_names(spec: JobSpec) -> list[str]:
@@ -666,7 +661,11 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
     """
     log = log or logging.info
     check_outputs(spec)
-    temps = [features.temp_path(p) for p in spec.output_files]
+    if not spec.temp_files:
+        spec = dataclasses.replace(spec, temp_files=_temp_files(spec))
+    temps = list(spec.temp_files)
+    for path in spec.output_files:
+        files.remove_stale_temps(path)
     start = time.monotonic()
     progress = _Progress(spec.num_workers, log)
     try:
@@ -681,7 +680,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
         seconds = time.monotonic() - start
         input_bytes = sum(r.input_bytes for r in results)
         shard_counts = {j: n for r in results for j, n in r.shard_counts.items()}
-        vocab_sha = _vocab_sha256(spec.vocab_file)
+        vocab_sha = files.sha256_file(spec.vocab_file)
         common = _sidecar_common(spec, totals, input_bytes, vocab_sha)
         if not spec.overwrite:
             check_outputs(spec)  # nothing appeared meanwhile
@@ -750,8 +749,13 @@ def _sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,
         "compression": "GZIP" if spec.gzip else "",
         "vocab_file": os.path.abspath(spec.vocab_file),
         "vocab_sha256": vocab_sha,
-        "do_lower_case": spec.do_lower_case,
-        "strip_accents": spec.do_lower_case if spec.strip_accents is None else spec.strip_accents,
+        # The tokenizer settings, for the trainer and every later stage: top-level keys as
+        # before, plus the full tokenizer_config.json content.
+        "do_lower_case": spec.tokenizer.do_lower_case,
+        "strip_accents": spec.tokenizer.effective_strip_accents,
+        "tokenize_chinese_chars": spec.tokenizer.tokenize_chinese_chars,
+        "tokenizer": spec.tokenizer.to_json_dict(),
+        "tokenizer_source": spec.tokenizer_source,
         "counts": dict(dataclasses.asdict(totals), input_bytes=input_bytes),
         "num_input_files": len(spec.input_files),
         "input_files": list(spec.input_files[:100]),
@@ -781,21 +785,6 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
             for j in range(num_output_shards)]
 
 
-def _tri_state(value) -> bool | None:
-    """--strip_accents: "auto" (follow --do_lower_case) / "true" / "false" -> None/True/False.
-
-    Also takes the values other tools' definitions of the shared flag name may hold.
-    """
-    text = str(value).strip().lower()
-    if value is None or text in ("auto", "default", "none"):
-        return None
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise InputError(f"--strip_accents must be auto, true or false; received {value!r}")
-
-
 def spec_from_flags() -> JobSpec:
     """Reads and checks the flags (the only place they are read)."""
     try:
@@ -805,6 +794,8 @@ def spec_from_flags() -> JobSpec:
     vocab_file = _VOCAB_FILE.value
     if not os.path.isfile(vocab_file):
         raise InputError(f"--vocab_file: {vocab_file} does not exist")
+    tokenizer, tokenizer_source = tokenizer_config.resolve(
+        vocab_file, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), warn=logging.warning)
     try:
         config = pi.InstanceConfig(
             max_seq_length=_MAX_SEQ_LENGTH.value,
@@ -825,12 +816,11 @@ def spec_from_flags() -> JobSpec:
                                       _GZIP_COMPRESS.value)
     holders = [v for k, v in globals().items()
                if k.startswith("_") and isinstance(v, flags.FlagHolder)]
+    holders += list(_TOKENIZER_FLAGS.values())
     flag_values = tuple(sorted((h.name, h.value) for h in holders))
     return JobSpec(
         input_files=tuple(input_files), output_files=tuple(outputs), vocab_file=vocab_file,
-        do_lower_case=_DO_LOWER_CASE.value,
-        strip_accents=_tri_state(_STRIP_ACCENTS.value),
-        config=config,
+        tokenizer=tokenizer, tokenizer_source=tokenizer_source, config=config,
         random_seed=_RANDOM_SEED.value, num_workers=_NUM_WORKERS.value,
         gzip=_GZIP_COMPRESS.value, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE.value,
         num_examples_to_print=_NUM_EXAMPLES_TO_PRINT.value, overwrite=_OVERWRITE.value,
@@ -845,6 +835,8 @@ def main(argv: Sequence[str]) -> int:
         logging.info("reading %d input file(s), e.g. %s; writing %d shard(s) with %d worker(s)",
                      len(spec.input_files), spec.input_files[0], len(spec.output_files),
                      spec.num_workers)
+        logging.info("tokenizer settings: %s (%s)", spec.tokenizer.describe(),
+                     spec.tokenizer_source or "defaults and flags")
         run(spec)
     except (ValueError, OSError) as e:  # InputError, VocabError, ...: a message, no traceback
         print(f"create_pretraining_data: error: {e}", file=sys.stderr)

@@ -1,9 +1,9 @@
-"""THE TFRecord schema for BERT pretraining data, and the one place names are bridged.
+"""The TFRecord layout of BERT pretraining data: lengths, dtypes, writers, the parser, sidecars.
 
-Files keep the feature names of Google's `create_pretraining_data.py` (DESIGN.md section 4)
-so that files written by Google's tool, by TF Model Garden's and by ours are interchangeable.
-Models see the TF Hub names (DESIGN.md section 2). The rename happens here, in
-`parse_pretraining_example`, and nowhere else.
+Files keep the feature names of Google's `create_pretraining_data.py` (docs/DESIGN.md
+section 4) so that files written by Google's tool, by TF Model Garden's and by ours are
+interchangeable. Models see the TF Hub names; `parse_pretraining_example` renames with the
+one table in `data_prep.schema`.
 
 Schema, per serialized `tf.train.Example` (S = max_seq_length, P = max_predictions_per_seq):
 
@@ -26,6 +26,10 @@ Every shard `x` has a JSON sidecar `x.meta.json` (max_seq_length, max_prediction
 vocab checksum, casing, counts, flags). Trainers call `read_sidecar` + `check_sidecar`
 because a length mismatch between data and trainer is the most common BERT data error, and
 `expand_input_files` to find shards (it skips sidecars and unfinished temporary files).
+
+The sidecar also records the tokenizer settings the data was made with (`tokenizer`, in
+tokenizer_config.json's keys) and the vocabulary's sha256, so the trainer tokenizes later
+stages the same way and refuses a --vocab_file the data was not made with.
 """
 
 from __future__ import annotations
@@ -38,35 +42,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-# --- Feature names in files (Google's) and in models (TF Hub's). ---
+from data_prep import files
+from data_prep.schema import (FILE_TO_MODEL_NAMES, INPUT_IDS, INPUT_MASK, MASKED_LM_IDS,
+                              MASKED_LM_POSITIONS, MASKED_LM_WEIGHTS, NEXT_SENTENCE_LABELS,
+                              SEGMENT_IDS)
 
-INPUT_IDS = "input_ids"
-INPUT_MASK = "input_mask"
-SEGMENT_IDS = "segment_ids"
-MASKED_LM_POSITIONS = "masked_lm_positions"
-MASKED_LM_IDS = "masked_lm_ids"
-MASKED_LM_WEIGHTS = "masked_lm_weights"
-NEXT_SENTENCE_LABELS = "next_sentence_labels"
-
-# File name -> model name. Only three names differ; the others pass through unchanged.
-FILE_TO_MODEL_NAMES = {
-    INPUT_IDS: "input_word_ids",
-    INPUT_MASK: "input_mask",
-    SEGMENT_IDS: "input_type_ids",
-    MASKED_LM_POSITIONS: "masked_lm_positions",
-    MASKED_LM_IDS: "masked_lm_ids",
-    MASKED_LM_WEIGHTS: "masked_lm_weights",
-    NEXT_SENTENCE_LABELS: "next_sentence_labels",
-}
-
-# Values of next_sentence_labels (DESIGN.md section 3: NSP label 0 = IsNext, 1 = NotNext).
-IS_NEXT = 0
-NOT_NEXT = 1
-
-SIDECAR_SUFFIX = ".meta.json"
-# Shards are written as "<dir>/.<name>.incomplete" and renamed to "<dir>/<name>" when done.
-TEMP_PREFIX = "."
-TEMP_SUFFIX = ".incomplete"
 SIDECAR_FORMAT = "bert-keras-pretraining-data/1"
 
 
@@ -326,13 +306,7 @@ def serialize_examples(input_ids: np.ndarray, input_mask: np.ndarray, segment_id
 
 def sidecar_path(tfrecord_path: str) -> str:
     """Returns the sidecar path of a shard: `<shard path>.meta.json`."""
-    return str(tfrecord_path) + SIDECAR_SUFFIX
-
-
-def temp_path(final_path: str) -> str:
-    """Returns the temporary name a file is written under before its rename to `final_path`."""
-    head, tail = os.path.split(str(final_path))
-    return os.path.join(head, TEMP_PREFIX + tail + TEMP_SUFFIX)
+    return str(tfrecord_path) + files.SIDECAR_SUFFIX
 
 
 def write_sidecar(tfrecord_path: str, meta: Mapping[str, Any]) -> str:
@@ -345,13 +319,7 @@ def write_sidecar(tfrecord_path: str, meta: Mapping[str, Any]) -> str:
     Returns:
       The sidecar path.
     """
-    path = sidecar_path(tfrecord_path)
-    tmp = temp_path(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(dict(meta), f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    return files.write_json(sidecar_path(tfrecord_path), dict(meta))
 
 
 def read_sidecar(tfrecord_path: str) -> dict | None:
@@ -420,8 +388,7 @@ def compression_type(tfrecord_path: str) -> str:
 
 def _is_data_file(path: str) -> bool:
     base = os.path.basename(path)
-    return not (base.endswith(SIDECAR_SUFFIX) or base.startswith(TEMP_PREFIX)
-                or base.endswith(TEMP_SUFFIX))
+    return not (base.endswith(files.SIDECAR_SUFFIX) or files.is_temp_name(base))
 
 
 def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
@@ -456,3 +423,47 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
             raise ValueError(f"input pattern {pattern!r} matches no data file")
         found.update(matches)
     return sorted(found)
+
+
+def data_tokenizer_settings(paths: Sequence[str]):
+    """The tokenizer settings and vocabulary checksum the data was made with.
+
+    Reads the sidecars of `paths` (create_pretraining_data records both); shards without a
+    sidecar (Google's or Model Garden's files) say nothing.
+
+    Returns:
+      (TokenizerConfig, the sidecar it came from, vocab sha256 or None), or None when no
+      shard has a sidecar.
+
+    Raises:
+      ValueError: two shards were made with different settings or vocabularies (naming
+        both), which would mix incompatible ids in one run.
+    """
+    from data_prep.tokenizer_config import TokenizerConfig, TokenizerConfigError
+
+    found = None
+    for path in paths:
+        meta = read_sidecar(path)
+        if meta is None:
+            continue
+        source = sidecar_path(path)
+        try:
+            if isinstance(meta.get("tokenizer"), Mapping):
+                config = TokenizerConfig.from_json_dict(meta["tokenizer"], source)
+            elif "do_lower_case" in meta:
+                config = TokenizerConfig(bool(meta["do_lower_case"]), meta.get("strip_accents"),
+                                         bool(meta.get("tokenize_chinese_chars", True)))
+            else:
+                continue
+        except TokenizerConfigError as e:
+            raise ValueError(str(e)) from None
+        current = (config, source, meta.get("vocab_sha256"))
+        if found is None:
+            found = current
+        elif not (found[0].same_tokenization(config) and found[2] == current[2]):
+            raise ValueError(
+                f"pretraining data was made with different tokenizers: {found[1]} "
+                f"({found[0].describe()}, vocab {str(found[2])[:12]}) and {source} "
+                f"({config.describe()}, vocab {str(current[2])[:12]}); use shards of one run "
+                "of create_pretraining_data")
+    return found

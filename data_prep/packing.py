@@ -7,9 +7,9 @@ long, drop one token from the END of the currently longer sequence (B on ties), 
 both segments as fair as possible. (Pretraining data trims a random end instead; that rule
 lives in `pretraining_instances.py` and is not this one.)
 
-Features use the TFRecord names of DESIGN.md section 2 (`input_ids`, `input_mask`,
-`segment_ids`); `model_inputs` applies the project's one rename table
-(`data_prep.features.FILE_TO_MODEL_NAMES`) to get the model's input names.
+Features use the TFRecord names of docs/DESIGN.md section 2 (`input_ids`, `input_mask`,
+`segment_ids`); `data_prep.schema.model_inputs` applies the project's one rename table to
+get the model's input names.
 
 The converters (classification, tagging, squad) take a `tokenizer` with the batch interface
 of `data_prep.tokenization.BertTokenizer`:
@@ -25,11 +25,9 @@ from typing import Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
-T = TypeVar("T")
+from data_prep.schema import CLS, INPUT_IDS, INPUT_MASK, SEGMENT_IDS, SEP
 
-CLS = "[CLS]"
-SEP = "[SEP]"
-UNK = "[UNK]"
+T = TypeVar("T")
 
 
 class Packed(NamedTuple):
@@ -114,23 +112,15 @@ def pad_features(ids: Sequence[Sequence[int]], segment_ids: Sequence[Sequence[in
     """
     n = len(ids)
     out = {
-        "input_ids": np.full((n, max_seq_length), pad_id, np.int32),
-        "input_mask": np.zeros((n, max_seq_length), np.int32),
-        "segment_ids": np.zeros((n, max_seq_length), np.int32),
+        INPUT_IDS: np.full((n, max_seq_length), pad_id, np.int32),
+        INPUT_MASK: np.zeros((n, max_seq_length), np.int32),
+        SEGMENT_IDS: np.zeros((n, max_seq_length), np.int32),
     }
     for i, (row, seg) in enumerate(zip(ids, segment_ids)):
         if len(row) > max_seq_length or len(seg) != len(row):
             raise ValueError(f"sequence {i}: {len(row)} ids / {len(seg)} segment ids for "
                              f"max_seq_length={max_seq_length}")
-        out["input_ids"][i, : len(row)] = row
-        out["input_mask"][i, : len(row)] = 1
-        out["segment_ids"][i, : len(row)] = seg
+        out[INPUT_IDS][i, : len(row)] = row
+        out[INPUT_MASK][i, : len(row)] = 1
+        out[SEGMENT_IDS][i, : len(row)] = seg
     return out
-
-
-def model_inputs(features: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Renames `input_ids/input_mask/segment_ids` to the model's input names (one rename table)."""
-    from data_prep.features import FILE_TO_MODEL_NAMES  # The project's single name bridge.
-
-    names = ("input_ids", "input_mask", "segment_ids")
-    return {FILE_TO_MODEL_NAMES[k]: features[k] for k in names}

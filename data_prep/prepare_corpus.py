@@ -25,7 +25,7 @@ Example:
   python -m data_prep.prepare_corpus --input=enwiki-pages-articles.xml.bz2 \
       --output_file=corpus/wiki.txt --min_document_sentences=2
 
-The output is written under a temporary name (`.<name>.incomplete`) and renamed when done;
+The output is written under a temporary name (data_prep/files.py) and renamed when done;
 an existing output is never replaced unless --overwrite is given.
 """
 
@@ -45,6 +45,8 @@ from typing import Callable, Iterator, Sequence
 from absl import app
 from absl import flags
 from absl import logging
+
+from data_prep import files
 
 # allow_override: names like output_file are shared with other tools; see
 # create_pretraining_data.py.
@@ -370,7 +372,7 @@ def write_corpus(documents: Iterator[tuple[str, str]], output_file: str,
 
     Args:
       documents: (name, text) pairs.
-      output_file: final path (written as `.<name>.incomplete`, renamed when complete).
+      output_file: final path (written under a temporary name, renamed when complete).
       split: text -> sentences.
       min_document_sentences: documents with fewer sentences are dropped.
       overwrite: replace an existing output.
@@ -384,12 +386,10 @@ def write_corpus(documents: Iterator[tuple[str, str]], output_file: str,
     """
     if os.path.exists(output_file) and not overwrite:
         raise CorpusError(f"refusing to overwrite {output_file}; pass --overwrite to replace it")
-    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    head, tail = os.path.split(output_file)
-    temp = os.path.join(head, "." + tail + ".incomplete")
     stats = CorpusStats()
     start = last = time.monotonic()
-    try:
+    with files.atomic_output(output_file, overwrite=overwrite,
+                             hint="pass --overwrite to replace it") as temp:
         with open(temp, "w", encoding="utf-8", newline="\n") as out:
             for _, text in documents:
                 stats.documents_in += 1
@@ -404,21 +404,12 @@ def write_corpus(documents: Iterator[tuple[str, str]], output_file: str,
                 now = time.monotonic()
                 if now - last >= _PROGRESS_SECONDS:
                     last = now
-                    log("documents %s read, %s written, %s sentences, %.1f MB", 
+                    log("documents %s read, %s written, %s sentences, %.1f MB",
                         f"{stats.documents_in:,}", f"{stats.documents_out:,}",
                         f"{stats.sentences:,}", stats.bytes_out / 1e6)
         if stats.documents_out == 0:
             raise CorpusError(f"no document with at least {max(1, min_document_sentences)} "
                               f"sentence(s) among {stats.documents_in} input document(s)")
-        if os.path.exists(output_file) and not overwrite:
-            raise CorpusError(f"refusing to overwrite {output_file} (it appeared meanwhile)")
-        os.replace(temp, output_file)
-    except BaseException:
-        try:
-            os.remove(temp)
-        except OSError:
-            pass
-        raise
     log("wrote %s documents (%s sentences, %.1f MB) of %s read to %s in %.1f s",
         f"{stats.documents_out:,}", f"{stats.sentences:,}", stats.bytes_out / 1e6,
         f"{stats.documents_in:,}", output_file, time.monotonic() - start)

@@ -1,4 +1,4 @@
-"""Documents -> masked sentence-pair instances (Google's algorithm, DESIGN.md section 4).
+"""Documents -> masked sentence-pair instances (Google's algorithm, docs/DESIGN.md section 4).
 
 Pure functions: no flags, no files, no TensorFlow. Every random choice comes from a
 `random.Random` passed in (batch-level numpy draws are seeded from it), so a fixed seed gives
@@ -39,6 +39,8 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from data_prep import schema
+
 
 @dataclasses.dataclass(frozen=True)
 class SpecialTokens:
@@ -66,12 +68,13 @@ class SpecialTokens:
         index = {}
         for i, token in enumerate(vocab):
             index.setdefault(token, i)
-        missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in index]
+        missing = [t for t in (schema.CLS, schema.SEP, schema.MASK) if t not in index]
         if missing:
             raise ValueError(f"vocabulary of {len(vocab)} entries lacks {', '.join(missing)}")
-        return cls(cls_id=index["[CLS]"], sep_id=index["[SEP]"], mask_id=index["[MASK]"],
+        return cls(cls_id=index[schema.CLS], sep_id=index[schema.SEP], mask_id=index[schema.MASK],
                    vocab_size=len(vocab),
-                   is_continuation=np.array([t.startswith("##") for t in vocab], bool))
+                   is_continuation=np.array([t.startswith(schema.SUFFIX_INDICATOR) for t in vocab],
+                                            bool))
 
 
 @dataclasses.dataclass(frozen=True)

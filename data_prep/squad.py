@@ -1,4 +1,4 @@
-"""SQuAD v1.1 / v2.0: JSON -> windowed features, logits -> text answers, and the official scores.
+"""SQuAD v1.1 / v2.0: JSON -> windowed features, and logits -> text answers.
 
 Follows Google's run_squad.py (Devlin et al. 2018, section 4.2-4.3):
 
@@ -21,12 +21,9 @@ the context, start in its max-context window); the best-scoring span is mapped b
 original text. With SQuAD v2.0 the question is unanswerable ("") when the [CLS] score beats
 the best span by more than `null_score_diff_threshold`.
 
-Scoring. `evaluate` is the official evaluation (v1.1 script, or v2.0 script when
-`version_2_with_negative`): answers normalised by lower-casing, removing punctuation and the
-articles a/an/the, and collapsing whitespace; exact match and token F1 take the maximum
-over the gold answers; results in percent.
+Scoring (the official EM/F1) lives with the task: `bert_keras.finetuning.squad`.
 
-Features (numpy, Google's names; `packing.model_inputs` renames them for the model):
+Features (numpy, Google's names; `schema.model_inputs` renames them for the model):
   input_ids, input_mask, segment_ids: int32 [N, S]
   start_positions, end_positions: int32 [N] (training targets; 0 = [CLS])
 """
@@ -37,15 +34,15 @@ import collections
 import dataclasses
 import json
 import math
-import re
-import string
-import unicodedata
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from data_prep.classification import DataError
-from data_prep.packing import CLS, SEP, pad_features
+from data_prep.packing import pad_features
+from data_prep.schema import CLS, SEP
+from data_prep.tokenization import normalize_char
+from data_prep.tokenizer_config import TokenizerConfig
 
 
 def _is_whitespace(c: str) -> bool:
@@ -395,29 +392,23 @@ def convert_examples(examples: Sequence[SquadExample], tokenizer, max_seq_length
 # Postprocessing: logits -> text
 
 
-def _normalize_chars(text: str, do_lower_case: bool) -> tuple[str, list[int]]:
+def _normalize_chars(text: str, config: TokenizerConfig) -> tuple[str, list[int]]:
     """`text` as the tokenizer sees it, without whitespace, and each char's index in `text`.
 
-    Mirrors the BERT basic tokenizer's character changes: drop NUL, U+FFFD and control
-    characters; with do_lower_case, lower-case and strip accents (NFD, drop marks). One input
-    character may become several (or none); each output character remembers its source.
+    Uses the tokenizer's own per-character normalization (`tokenization.normalize_char`:
+    cleaning, accent stripping and lowercasing as `config` says), so that an answer maps
+    back exactly as it was tokenized, Korean settings included. One input character may
+    become several (or none); each output character remembers its source.
     """
     out, source = [], []
     for i, c in enumerate(text):
-        if c.isspace() or _is_whitespace(c):
-            continue
-        if ord(c) in (0, 0xFFFD) or (unicodedata.category(c).startswith("C") and c not in "\t\n\r"):
-            continue
-        if do_lower_case:
-            c = "".join(ch for ch in unicodedata.normalize("NFD", c.lower())
-                        if unicodedata.category(ch) != "Mn")
-        for ch in c:
+        for ch in normalize_char(c, config):
             out.append(ch)
             source.append(i)
     return "".join(out), source
 
 
-def final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
+def final_text(pred_text: str, orig_text: str, config: TokenizerConfig) -> str:
     """Projects a detokenized prediction back onto the original words.
 
     `orig_text` is the original words the predicted sub-tokens came from ("Steve Smith's");
@@ -427,8 +418,8 @@ def final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
     be aligned (e.g. the prediction contains [UNK]). Same contract as Google's
     get_final_text, aligned character by character instead of by equal lengths.
     """
-    pred_ns, _ = _normalize_chars(pred_text, do_lower_case)
-    orig_ns, source = _normalize_chars(orig_text, do_lower_case)
+    pred_ns, _ = _normalize_chars(pred_text, config)
+    orig_ns, source = _normalize_chars(orig_text, config)
     if not pred_ns:
         return orig_text
     start = orig_ns.find(pred_ns)
@@ -454,7 +445,7 @@ def _softmax(scores: Sequence[float]) -> list[float]:
 
 def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeature],
                 start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int = 20,
-                max_answer_length: int = 30, do_lower_case: bool = True,
+                max_answer_length: int = 30, tokenizer_config: TokenizerConfig | None = None,
                 version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0):
     """Turns window logits into text answers (Google's write_predictions).
 
@@ -463,7 +454,8 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
       start_logits, end_logits: float [N, S], one row per feature.
       n_best_size: candidates kept per window for start and end, and answers per question.
       max_answer_length: longest answer, in sub-tokens.
-      do_lower_case: the tokenizer's casing (for mapping back to the original text).
+      tokenizer_config: the tokenizer's settings (for mapping answers back to the original
+        text); default: BERT's uncased settings.
       version_2_with_negative: allow "" (no answer) when [CLS] scores best.
       null_score_diff_threshold: predict "" if null score - best span score > threshold.
 
@@ -471,6 +463,7 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
       (predictions, nbest, null_odds): {qas_id: text}, {qas_id: [{"text", "probability",
       "start_logit", "end_logit"}]}, and {qas_id: null score - best span score} (v2 only).
     """
+    tokenizer_config = tokenizer_config or TokenizerConfig()
     start_logits = np.asarray(start_logits, np.float64)
     end_logits = np.asarray(end_logits, np.float64)
     if start_logits.shape[0] != len(features) or end_logits.shape != start_logits.shape:
@@ -514,7 +507,7 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
                 tok_text = " ".join(feature.tokens[s:e + 1]).replace(" ##", "").replace("##", "")
                 tok_text = " ".join(tok_text.split())
                 words = example.doc_tokens[feature.token_to_orig_map[s]:feature.token_to_orig_map[e] + 1]
-                text = final_text(tok_text, " ".join(words), do_lower_case)
+                text = final_text(tok_text, " ".join(words), tokenizer_config)
             else:
                 text = ""
             if text in seen:
@@ -541,96 +534,3 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
             null_odds[example.qas_id] = diff
             predictions[example.qas_id] = "" if diff > null_score_diff_threshold else best_non_null["text"]
     return predictions, nbest_out, null_odds
-
-
-# ------------------------------------------------------------------------------------------
-# Official scoring
-
-
-def normalize_answer(s: str) -> str:
-    """The official normalisation: lower case, drop punctuation, drop a/an/the, squash spaces."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
-    s = re.sub(r"\b(a|an|the)\b", " ", s)
-    return " ".join(s.split())
-
-
-def exact_match(prediction: str, gold: str) -> float:
-    """1.0 if the normalised strings are equal, else 0.0."""
-    return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def f1(prediction: str, gold: str, version_2: bool = False) -> float:
-    """Bag-of-tokens F1 of the normalised strings.
-
-    With `version_2` (the v2.0 script) an empty answer scores 1 against an empty answer and 0
-    against anything else; the v1.1 script scores 0 whenever nothing overlaps.
-    """
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    if version_2 and (not pred_tokens or not gold_tokens):
-        return float(pred_tokens == gold_tokens)
-    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def gold_answers(path: str, version_2_with_negative: bool = False) -> dict[str, list[str]]:
-    """{qas_id: gold answer texts} from a SQuAD file ([] for a v2.0 unanswerable question)."""
-    examples, _ = read_squad(path, is_training=False, version_2_with_negative=version_2_with_negative)
-    return {example.qas_id: list(example.answers) for example in examples}
-
-
-def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
-             version_2_with_negative: bool = False) -> dict:
-    """Exact match and F1 in percent, each the max over a question's gold answers.
-
-    Args:
-      gold: {qas_id: [gold texts]} (from `gold_answers`; [] = unanswerable, v2.0 only).
-      predictions: {qas_id: predicted text}. A question without a prediction scores 0 and is
-        counted in "missing".
-      version_2_with_negative: use the v2.0 script's F1 for empty answers and add the
-        HasAns_/NoAns_ breakdown.
-
-    Returns:
-      {"exact_match", "f1", "total", "missing"} (+ "HasAns_exact", "HasAns_f1",
-      "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total" for v2.0).
-    """
-    if not gold:
-        raise ValueError("no gold answers to score against")
-    em_scores, f1_scores, missing = {}, {}, 0
-    for qas_id, answers in gold.items():
-        if version_2_with_negative:
-            # The v2.0 script drops answers that normalise to "" and scores an unanswerable
-            # question against the empty string.
-            answers = [a for a in answers if normalize_answer(a)] or [""]
-        elif not answers:
-            raise ValueError(f"question {qas_id!r} has no gold answer (a v2.0 file? pass "
-                             "version_2_with_negative)")
-        if qas_id not in predictions:
-            missing += 1
-            em_scores[qas_id] = f1_scores[qas_id] = 0.0
-            continue
-        prediction = predictions[qas_id]
-        em_scores[qas_id] = max(exact_match(prediction, a) for a in answers)
-        f1_scores[qas_id] = max(f1(prediction, a, version_2_with_negative) for a in answers)
-
-    def block(ids, prefix=""):
-        n = len(ids)
-        return {f"{prefix}exact": 100.0 * sum(em_scores[q] for q in ids) / n if n else 0.0,
-                f"{prefix}f1": 100.0 * sum(f1_scores[q] for q in ids) / n if n else 0.0,
-                f"{prefix}total": n}
-
-    everything = block(list(gold))
-    result = {"exact_match": everything["exact"], "f1": everything["f1"],
-              "total": everything["total"], "missing": missing}
-    if version_2_with_negative:
-        has = [q for q, a in gold.items() if a]  # the v2.0 script: bool(qa["answers"])
-        no = [q for q, a in gold.items() if not a]
-        result.update(block(has, "HasAns_"))
-        result.update(block(no, "NoAns_"))
-    return result

@@ -1,4 +1,4 @@
-"""Token tagging data (CoNLL-style files) -> features, and the tagging metrics.
+"""Token tagging data (CoNLL-style files) -> features, and predictions back to words.
 
 File format (CoNLL 2003 and friends): one token per line, whitespace-separated columns, the
 word in `token_column` and its tag in `tag_column` (default: first and last); a blank line ends
@@ -13,14 +13,13 @@ that every word keeps a position (counted in the stats). Sentences longer than
 max_seq_length - 2 sub-tokens are truncated; the words cut off have no position (-1 in
 `word_positions`) and are counted.
 
-Features (numpy, Google's names; `packing.model_inputs` renames them for the model):
+Features (numpy, Google's names; `schema.model_inputs` renames them for the model):
   input_ids, input_mask, segment_ids: int32 [N, S]
   label_ids: int32 [N, S], tag index on first sub-tokens, -1 elsewhere
 plus `word_positions`: for each sentence, the position of each word's first sub-token
 (-1 if truncated away), to map predictions back to words.
 
-Metrics: `token_accuracy` and `entity_f1` (seqeval's default, conlleval-compatible chunking:
-IOB1, IOB2, IOE and IOBES tags; micro-averaged over entity spans).
+Scoring lives with the task: `bert_keras.finetuning.tagging` (token accuracy, entity F1).
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ from typing import Sequence
 import numpy as np
 
 from data_prep.classification import DataError
-from data_prep.packing import UNK, pack, pad_features
-
-IGNORE_LABEL = -1  # Must equal bert_keras.tasks.IGNORE_LABEL (data_prep cannot import it).
+from data_prep.packing import pack, pad_features
+from data_prep.schema import IGNORE_LABEL, UNK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,97 +198,3 @@ def predictions_to_tags(predicted_ids: np.ndarray, word_positions: Sequence[Sequ
     for row, positions in zip(predicted_ids, word_positions):
         out.append([label_list[int(row[p])] if p >= 0 else missing for p in positions])
     return out
-
-
-def token_accuracy(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:
-    """Fraction of words whose predicted tag equals the gold tag (over all sentences)."""
-    total = correct = 0
-    for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
-        if len(g) != len(p):
-            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
-        total += len(g)
-        correct += sum(a == b for a, b in zip(g, p))
-    if total == 0:
-        raise ValueError("no words to score")
-    return correct / total
-
-
-def _split_tag(tag: str) -> tuple[str, str]:
-    """("B", "PER") for "B-PER"; ("O", "") for "O"; a bare tag "X" is treated as ("I", "X")."""
-    if tag == "O":
-        return "O", ""
-    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
-        return tag[0], tag[2:]
-    return "I", tag
-
-
-def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    """conlleval's endOfChunk: does a chunk end at the previous word?"""
-    if prev_tag in ("E", "S"):
-        return True
-    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
-        return True
-    return prev_tag != "O" and prev_type != type_
-
-
-def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    """conlleval's startOfChunk: does a chunk start at this word?"""
-    if tag in ("B", "S"):
-        return True
-    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
-        return True
-    return tag != "O" and prev_type != type_
-
-
-def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Entity chunks (type, first word, last word) in one sentence, conlleval-style.
-
-    Accepts IOB1 ("I-X" after "O" or another type opens a chunk), IOB2, IOE and IOBES
-    (S- = single, E-/L- = end, U- = unit); a tag without prefix counts as "I-" of itself.
-    """
-    chunks = []
-    prev_tag, prev_type, start = "O", "", None
-    for i, tag in enumerate(list(tags) + ["O"]):  # the sentinel closes a final chunk
-        prefix, type_ = _split_tag(tag)
-        prefix = {"L": "E", "U": "S"}.get(prefix, prefix)
-        if start is not None and _end_of_chunk(prev_tag, prefix, prev_type, type_):
-            chunks.append((prev_type, start, i - 1))
-            start = None
-        if _start_of_chunk(prev_tag, prefix, prev_type, type_):
-            start = i
-        prev_tag, prev_type = prefix, type_
-    return chunks
-
-
-def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
-    """Entity-level precision, recall and F1, micro-averaged over all sentences (seqeval default).
-
-    An entity counts as correct only if its type, first and last word all match.
-
-    Returns:
-      {"precision", "recall", "f1", "num_gold", "num_predicted", "num_correct",
-       "per_type": {type: {"precision", "recall", "f1", "support"}}}.
-    """
-    gold_set, pred_set = set(), set()
-    for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
-        if len(g) != len(p):
-            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
-        gold_set |= {(i, *c) for c in get_entities(g)}
-        pred_set |= {(i, *c) for c in get_entities(p)}
-
-    def prf(g, p):
-        correct = len(g & p)
-        precision = correct / len(p) if p else 0.0
-        recall = correct / len(g) if g else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return precision, recall, f1, correct
-
-    precision, recall, f1, correct = prf(gold_set, pred_set)
-    per_type = {}
-    for type_ in sorted({c[1] for c in gold_set | pred_set}):
-        g = {c for c in gold_set if c[1] == type_}
-        p = {c for c in pred_set if c[1] == type_}
-        tp, tr, tf, _ = prf(g, p)
-        per_type[type_] = {"precision": tp, "recall": tr, "f1": tf, "support": len(g)}
-    return {"precision": precision, "recall": recall, "f1": f1, "num_gold": len(gold_set),
-            "num_predicted": len(pred_set), "num_correct": correct, "per_type": per_type}

@@ -58,81 +58,15 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
-SUFFIX_INDICATOR = "##"
-MAX_CHARS_PER_WORD = 100  # reference: longer words become one [UNK]
+from data_prep import files
+from data_prep.schema import (CLS, MASK, MAX_CHARS_PER_WORD, PAD, SEP, SPECIAL_TOKENS,  # noqa: F401
+                              SUFFIX_INDICATOR, UNK, VocabError, load_vocab)
+from data_prep.tokenizer_config import TokenizerConfig
+
 _MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD  # a character has at most 4 UTF-8 bytes
 _BATCH = 2048  # texts per graph call in the Python-facing methods
 # Matches a text holding a run of more than MAX_CHARS_PER_WORD characters without whitespace.
 _LONG_RUN_PATTERN = r"(?s).*[^\t\n\r\p{Z}]{%d}.*" % (MAX_CHARS_PER_WORD + 1)
-
-
-class VocabError(ValueError):
-    """The vocabulary file is missing or malformed; the message names the file."""
-
-
-# --------------------------------------------------------------------------------------
-# Vocabulary.
-# --------------------------------------------------------------------------------------
-
-
-def load_vocab(path: str | os.PathLike) -> list[str]:
-    """Reads a WordPiece vocabulary: one token per line, the line number is the id.
-
-    Args:
-      path: a UTF-8 text file.
-
-    Returns:
-      The tokens in id order (list[str]).
-
-    Raises:
-      VocabError: the file is missing, unreadable, not UTF-8, empty, has an empty line or a
-        line ending in "\\r", has duplicate tokens, or lacks one of [PAD] [UNK] [CLS] [SEP]
-        [MASK]. The message names the file and the offending lines.
-    """
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise VocabError(f"vocabulary file {path!r} does not exist") from None
-    except OSError as e:
-        raise VocabError(f"vocabulary file {path!r} cannot be read: {e}") from e
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise VocabError(f"vocabulary file {path!r} is not valid UTF-8 (byte offset {e.start})") from e
-    if text.endswith("\n"):
-        text = text[:-1]
-    tokens = text.split("\n") if text else []
-    if not tokens:
-        raise VocabError(f"vocabulary file {path!r} is empty; expected one token per line")
-    problems = []
-    for i, tok in enumerate(tokens):
-        if tok == "":
-            problems.append(f"line {i + 1} is empty")
-        elif tok.endswith("\r"):
-            problems.append(f"line {i + 1} ends with '\\r' (Windows line endings?)")
-        if len(problems) >= 5:
-            break
-    if problems:
-        raise VocabError(f"vocabulary file {path!r}: " + "; ".join(problems))
-    first_line: dict[str, int] = {}
-    dupes = []
-    for i, tok in enumerate(tokens):
-        if tok in first_line:
-            dupes.append(f"{tok!r} on lines {first_line[tok] + 1} and {i + 1}")
-        else:
-            first_line[tok] = i
-    if dupes:
-        more = f" (and {len(dupes) - 5} more)" if len(dupes) > 5 else ""
-        raise VocabError(f"vocabulary file {path!r} has duplicate tokens: {'; '.join(dupes[:5])}{more}")
-    missing = [t for t in SPECIAL_TOKENS if t not in first_line]
-    if missing:
-        raise VocabError(f"vocabulary file {path!r} lacks the special tokens {missing}; "
-                         f"a BERT vocabulary needs all of {list(SPECIAL_TOKENS)}")
-    return tokens
 
 
 # --------------------------------------------------------------------------------------
@@ -420,16 +354,13 @@ def normalizer_model(lower: bool, strip: bool, cjk: bool, mark_all_splits: bool)
     """
     import hashlib
     import sys
-    import tempfile
-
-    from data_prep import fetch
 
     key = hashlib.sha256()
     with open(__file__, "rb") as f:
         key.update(f.read())
     key.update(repr((lower, strip, cjk, mark_all_splits, unicodedata.unidata_version,
                      sys.version_info[:3])).encode())
-    path = os.path.join(fetch.cache_root(), "normalizer", key.hexdigest()[:32] + ".fb")
+    path = os.path.join(files.cache_root(), "normalizer", key.hexdigest()[:32] + ".fb")
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -437,10 +368,8 @@ def normalizer_model(lower: bool, strip: bool, cjk: bool, mark_all_splits: bool)
         pass
     model = build_normalizer_model(lower, strip, cjk, mark_all_splits)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+        with files.atomic_output(path, overwrite=True) as tmp, open(tmp, "wb") as f:
             f.write(model)
-        os.replace(f.name, path)
     except OSError:
         pass
     return model
@@ -584,6 +513,19 @@ class BertTokenizer(tf.Module):
             vocab=vocab, token_to_id=token_to_id,
             encode=tf.function(self.__call__, input_signature=spec, autograph=False),
             normalize=tf.function(self.normalize, input_signature=spec, autograph=False))
+
+    @classmethod
+    def from_config(cls, vocab_file: str | os.PathLike, config: TokenizerConfig,
+                    name: str | None = None) -> "BertTokenizer":
+        """A tokenizer for `vocab_file` with the settings of a `TokenizerConfig`."""
+        return cls(vocab_file, do_lower_case=config.do_lower_case,
+                   strip_accents=config.strip_accents,
+                   tokenize_chinese_chars=config.tokenize_chinese_chars, name=name)
+
+    @property
+    def config(self) -> TokenizerConfig:
+        """The settings this tokenizer applies (what `tokenizer_config.json` records)."""
+        return TokenizerConfig(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
 
     @property
     def vocab(self) -> list[str]:
@@ -822,3 +764,48 @@ def pretokenizer(do_lower_case: bool = True, strip_accents: bool | None = None,
                  tokenize_chinese_chars: bool = True) -> BertPreTokenizer:
     """A shared BertPreTokenizer per setting (building one compiles its normalizer)."""
     return BertPreTokenizer(do_lower_case, strip_accents, tokenize_chinese_chars)
+
+
+def load_tokenizer(vocab_file: str | os.PathLike, config: TokenizerConfig | None = None
+                   ) -> BertTokenizer:
+    """A BertTokenizer for `vocab_file`, shared per (file, modification time, settings).
+
+    Building one takes about a second (the WordPiece model is compiled from the vocabulary),
+    so tools that tokenize several files reuse it.
+
+    Args:
+      vocab_file: path of a vocab.txt.
+      config: the settings; default: those saved beside the vocabulary
+        (`tokenizer_config.read_for_vocab`), else BERT's uncased defaults. Tools resolve
+        saved settings and flags with `tokenizer_config.resolve` and pass the result.
+    """
+    from data_prep import tokenizer_config
+
+    path = os.path.abspath(os.fspath(vocab_file))
+    if config is None:
+        config = tokenizer_config.resolve(path)[0]
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        mtime = None  # load_vocab raises the error that names the file
+    return _cached_tokenizer(path, mtime, config)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_tokenizer(path: str, mtime, config: TokenizerConfig) -> BertTokenizer:
+    del mtime  # part of the cache key only
+    return BertTokenizer.from_config(path, config)
+
+
+def normalize_char(ch: str, config: TokenizerConfig) -> str:
+    """The reference normalization of one character, without whitespace.
+
+    What the tokenizer makes of `ch` before WordPiece (cleaning, accent stripping and
+    lowercasing as `config` says), with the spaces it puts around punctuation and CJK
+    ideographs removed: "" for dropped characters and whitespace, possibly several
+    characters (e.g. "ǆ" -> "dž"). SQuAD's answer alignment uses it, so that answers are
+    mapped back with exactly the tokenizer's text changes.
+    """
+    mapped = _map_char(ch, config.do_lower_case, config.effective_strip_accents,
+                       config.tokenize_chinese_chars, True)
+    return "".join(mapped.split())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +71,11 @@ def test_same_input_same_output_across_processes(tmp_path, google_vocab):
     assert "counting words in 1 file(s)" in proc.stderr and "wrote 2600 tokens" in proc.stderr
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == google_vocab
     assert bv.build_vocab([MIXED], 2600, layout="google", min_frequency=1) == google_vocab
-    assert [p.name for p in tmp_path.iterdir()] == ["cli.txt"]  # no temporary files left
+    # No temporary files left; the tokenizer settings sit beside the vocabulary.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.txt", "tokenizer_config.json"]
+    settings = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert settings["do_lower_case"] is True and settings["strip_accents"] is None
+    assert settings["bert_keras"]["vocab_file"] == "cli.txt"
 
 
 def test_main_refuses_to_overwrite_before_any_work(tmp_path):
@@ -95,7 +101,22 @@ def test_write_vocab_refuses_to_overwrite(tmp_path):
     assert path.read_text() == "keep me\n"
     bv.write_vocab(["[PAD]", "x"], str(path), overwrite=True)
     assert path.read_text() == "[PAD]\nx\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer_config.json", "vocab.txt"]
+    # Another vocabulary in the same directory would take over its tokenizer settings.
+    with pytest.raises(bv.BuildVocabError, match="tokenizer settings of another vocabulary"):
+        bv.write_vocab(["[PAD]"], str(tmp_path / "other.txt"))
+    assert not (tmp_path / "other.txt").exists()
+
+
+def test_outputs_respect_the_umask(tmp_path):
+    """A vocabulary written by one account must be readable by the serving account."""
+    old = os.umask(0o022)
+    try:
+        bv.write_vocab(["[PAD]", "x"], str(tmp_path / "vocab.txt"))
+    finally:
+        os.umask(old)
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -9,7 +9,9 @@ import pytest
 from conftest import TESTDATA
 from data_prep import classification
 from data_prep.classification import DataError
-from data_prep.packing import model_inputs, pack, pad_features, truncate_pair
+from data_prep.packing import pack, pad_features, truncate_pair
+from bert_keras.finetuning.classification import accuracy_and_f1
+from data_prep.schema import model_inputs
 from data_prep.tokenization import BertTokenizer
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
@@ -136,7 +138,7 @@ def test_unlabelled_prediction_file(tmp_path, tokenizer):
 def test_accuracy_and_f1_hand_computed():
     gold = [0, 0, 1, 1, 1, 2]
     pred = [0, 1, 1, 1, 0, 0]
-    m = classification.accuracy_and_f1(gold, pred, ["a", "b", "c"])
+    m = accuracy_and_f1(gold, pred, ["a", "b", "c"])
     assert m["accuracy"] == pytest.approx(3 / 6)
     # a: tp 1, fp 2, fn 1 -> p 1/3, r 1/2, f 0.4; b: tp 2, fp 1, fn 1 -> p r 2/3, f 2/3; c: 0.
     assert m["per_class"]["a"]["f1"] == pytest.approx(0.4)
@@ -146,7 +148,7 @@ def test_accuracy_and_f1_hand_computed():
 
 
 def test_email_text_keeps_subject_and_body_only():
-    from data_prep import datasets
+    from public_data import datasets
 
     plain = (b"From: someone@example.com\nSubject: Free money\nX-Mailer: spam\n\n"
              b"Click  here\nnow!\n")

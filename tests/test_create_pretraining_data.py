@@ -21,7 +21,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 from data_prep import create_pretraining_data as cpd
-from data_prep import features
+from data_prep import features, files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(ROOT, "tests", "testdata")
@@ -291,7 +291,7 @@ def test_command_line_exit_code_and_sigkill(tmp_path):
                      "--shuffle_buffer_size=10"]
     child = subprocess.Popen(run, env=_subprocess_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-    temp = features.temp_path(str(out))
+    temp = files.temp_path(str(out), pid=child.pid)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and child.poll() is None:
@@ -308,6 +308,11 @@ def test_command_line_exit_code_and_sigkill(tmp_path):
     assert os.path.getsize(temp) > 100_000  # the partial shard sits under its temporary name,
     with pytest.raises(ValueError, match="matches no data file"):
         features.expand_input_files(str(out.parent / "*"))
+    # ... and the next run to the same output removes what the killed one left behind.
+    rerun = [a for a in run if not a.startswith("--dupe_factor")] + ["--dupe_factor=1"]
+    proc = subprocess.run(rerun, env=_subprocess_env(), cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.exists() and not os.path.exists(temp)
 
 
 @pytest.mark.slow

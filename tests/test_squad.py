@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import TESTDATA
+from bert_keras.finetuning import squad as sq
 from data_prep import squad
+from data_prep.tokenizer_config import TokenizerConfig
 from data_prep.tokenization import BertTokenizer
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
@@ -139,7 +141,7 @@ def test_postprocess_maps_sub_tokens_back_to_original_text(tokenizer):
     ("New", "New York", False, "New"),
 ])
 def test_final_text(pred, orig, lower, expected):
-    assert squad.final_text(pred, orig, lower) == expected
+    assert squad.final_text(pred, orig, TokenizerConfig(do_lower_case=lower)) == expected
 
 
 def test_v2_null_answer(tokenizer):
@@ -172,46 +174,46 @@ def test_v2_null_answer(tokenizer):
     ("U.S.-based", "usbased"),
 ])
 def test_normalize_answer(text, normalized):
-    assert squad.normalize_answer(text) == normalized
+    assert sq.normalize_answer(text) == normalized
 
 
 def test_exact_match_and_f1_hand_computed():
-    assert squad.exact_match("the Eiffel Tower", "Eiffel Tower.") == 1.0
-    assert squad.exact_match("Eiffel", "Eiffel Tower") == 0.0
+    assert sq.exact_match("the Eiffel Tower", "Eiffel Tower.") == 1.0
+    assert sq.exact_match("Eiffel", "Eiffel Tower") == 0.0
     # pred {eiffel, tower, in, paris} vs gold {eiffel, tower}: P 2/4, R 1 -> F1 2/3.
-    assert squad.f1("Eiffel Tower in Paris", "the Eiffel Tower") == pytest.approx(2 / 3)
+    assert sq.f1("Eiffel Tower in Paris", "the Eiffel Tower") == pytest.approx(2 / 3)
     # Repeated tokens count with multiplicity: pred "a a b" -> {b}; gold "b b c": common 1,
     # P 1/1, R 1/3 -> 0.5.
-    assert squad.f1("a a b", "b b c") == pytest.approx(0.5)
-    assert squad.f1("the", "a") == 0.0  # both normalise to nothing: v1.1 scores 0
-    assert squad.f1("the", "a", version_2=True) == 1.0  # v2.0: empty == empty
+    assert sq.f1("a a b", "b b c") == pytest.approx(0.5)
+    assert sq.f1("the", "a") == 0.0  # both normalise to nothing: v1.1 scores 0
+    assert sq.f1("the", "a", version_2=True) == 1.0  # v2.0: empty == empty
 
 
 def test_evaluate_hand_computed_with_multiple_gold_answers():
     gold = {"a": ["Denver Broncos", "The Denver Broncos"], "b": ["Paris, France", "Paris"],
             "c": ["1895"]}
     preds = {"a": "the denver broncos!", "b": "in Paris France", "c": "1943"}
-    result = squad.evaluate(gold, preds)
+    result = sq.evaluate(gold, preds)
     # a: EM 1, F1 1. b: EM 0; F1 max(vs "paris france": P 2/3 R 1 -> 0.8, vs "paris": P 1/3
     # R 1 -> 0.5) = 0.8. c: 0, 0.
     assert result["exact_match"] == pytest.approx(100 / 3)
     assert result["f1"] == pytest.approx(100 * 1.8 / 3)
     assert result["total"] == 3 and result["missing"] == 0
-    result = squad.evaluate(gold, {"a": "Denver Broncos"})
+    result = sq.evaluate(gold, {"a": "Denver Broncos"})
     assert result["exact_match"] == pytest.approx(100 / 3) and result["missing"] == 2
 
 
 def test_evaluate_v2_has_and_no_answer():
-    gold = squad.gold_answers(V2, version_2_with_negative=True)
+    gold = sq.gold_answers(V2, version_2_with_negative=True)
     assert gold["q6"] == [] and gold["q4"] == ["Paris", "Paris, France"]
     preds = {"q1": "a gallon of milk", "q2": "", "q3": "1895", "q4": "Paris France",
              "q5": "Japan", "q6": ""}
-    result = squad.evaluate(gold, preds, version_2_with_negative=True)
+    result = sq.evaluate(gold, preds, version_2_with_negative=True)
     # Answerable: q1 1/1, q2 0/0, q3 1/1, q4 EM 1 ("paris france" == "paris france"), q5 1/1.
     assert result["HasAns_total"] == 5 and result["HasAns_exact"] == pytest.approx(80.0)
     assert result["NoAns_total"] == 1 and result["NoAns_exact"] == 100.0
     assert result["exact_match"] == pytest.approx(500 / 6)
-    result = squad.evaluate(gold, dict(preds, q6="John Smith"), version_2_with_negative=True)
+    result = sq.evaluate(gold, dict(preds, q6="John Smith"), version_2_with_negative=True)
     assert result["NoAns_exact"] == 0.0 and result["NoAns_f1"] == 0.0
 
 
@@ -227,7 +229,7 @@ def test_malformed_squad_names_the_element(tmp_path):
 
 def test_allennlp_squad_fixture_round_trip():
     """DATA.md's SQuAD-format fixture: windows + oracle logits + postprocessing + scoring."""
-    from data_prep import datasets, fetch
+    from public_data import datasets, fetch
 
     try:
         path = str(datasets.fetch_allennlp_fixtures() / "squad.json")
@@ -243,7 +245,7 @@ def test_allennlp_squad_fixture_round_trip():
     start, end = _logits(features, {i: (s, e) for i, (s, e) in enumerate(
         zip(arrays["start_positions"], arrays["end_positions"])) if s > 0}, 96)
     preds, _, _ = squad.postprocess(train, features, start, end)
-    result = squad.evaluate(squad.gold_answers(path), preds)
+    result = sq.evaluate(sq.gold_answers(path), preds)
     # Every answer comes back exactly, "Father Julius Nieuwl" included: it ends inside the
     # word "Nieuwland", but the WordPieces "ni ##eu ##wl" spell it, so the span is narrowed
     # to them and the text is cut inside the original word.

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import TESTDATA
+from bert_keras.finetuning.tagging import entity_f1, get_entities, token_accuracy
 from data_prep import tagging
 from data_prep.classification import DataError
 from data_prep.tagging import TaggedSentence
@@ -100,24 +101,24 @@ def test_conll2003_format_fixture():
     (["O", "O"], []),
 ])
 def test_get_entities(tags, entities):
-    assert tagging.get_entities(tags) == entities
+    assert get_entities(tags) == entities
 
 
 def test_entity_f1_hand_computed():
     # seqeval's README example: one of two entities right in each list -> P = R = F1 = 0.5.
     gold = [["O", "O", "O", "B-MISC", "I-MISC", "I-MISC", "O"], ["B-PER", "I-PER", "O"]]
     pred = [["O", "O", "B-MISC", "I-MISC", "I-MISC", "I-MISC", "O"], ["B-PER", "I-PER", "O"]]
-    m = tagging.entity_f1(gold, pred)
+    m = entity_f1(gold, pred)
     assert (m["precision"], m["recall"], m["f1"]) == (0.5, 0.5, 0.5)
     assert m["per_type"]["PER"]["f1"] == 1.0 and m["per_type"]["MISC"]["f1"] == 0.0
     # 3 gold, 2 predicted, 2 correct: P = 1, R = 2/3, F1 = 0.8.
-    m = tagging.entity_f1([["B-PER", "O", "B-LOC", "B-ORG"]], [["B-PER", "O", "B-LOC", "O"]])
+    m = entity_f1([["B-PER", "O", "B-LOC", "B-ORG"]], [["B-PER", "O", "B-LOC", "O"]])
     assert m["precision"] == 1.0 and m["recall"] == pytest.approx(2 / 3) and m["f1"] == pytest.approx(0.8)
-    assert tagging.token_accuracy(gold, pred) == pytest.approx(8 / 10)  # words 3 and 4 differ
+    assert token_accuracy(gold, pred) == pytest.approx(8 / 10)  # words 3 and 4 differ
 
 
 def test_brown_reader_and_tag_simplification(tmp_path):
-    from data_prep import datasets
+    from public_data import datasets
 
     assert [datasets.brown_tag(t) for t in ["np-tl", "FW-IN-TL", "nn$-hl", "ppss+md", "bedz*", "nn-tl-hl"]] == \
         ["np", "in", "nn$", "ppss+md", "bedz*", "nn"]

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import build_vocab, tokenization
-from data_prep.tokenization import BertTokenizer, VocabError
+from data_prep import build_vocab, schema, tokenization
+from data_prep.schema import VocabError
+from data_prep.tokenization import BertTokenizer
 import tokenizer_refs as refs
 
 SETTINGS = [  # (do_lower_case, strip_accents)
@@ -170,7 +171,7 @@ def test_every_code_point_differences_are_the_documented_ones(uncased_vocab):
 
 @pytest.mark.slow
 def test_state_of_the_union_identical(uncased_vocab):
-    from data_prep import fetch
+    from public_data import fetch
 
     try:
         files = fetch.sotu_files()
@@ -401,11 +402,11 @@ def test_bad_vocab_files(tmp_path, content, match):
 
 def test_missing_and_non_utf8_vocab(tmp_path):
     with pytest.raises(VocabError, match="does not exist") as err:
-        tokenization.load_vocab(tmp_path / "nope.txt")
+        schema.load_vocab(tmp_path / "nope.txt")
     assert "nope.txt" in str(err.value)
     (tmp_path / "latin1.txt").write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ncaf\xe9\n")
     with pytest.raises(VocabError, match="not valid UTF-8"):
-        tokenization.load_vocab(tmp_path / "latin1.txt")
+        schema.load_vocab(tmp_path / "latin1.txt")
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,217 @@
+"""The files every stage reads and writes: their names, and one safe way to write them.
+
+Every output is written under a temporary name beside its final path and renamed when
+complete (a rename within one directory is atomic), so a crash or kill never leaves a file
+that looks finished (docs/DESIGN.md section 8). Temporary names are
+`.incomplete-<pid>.<final name>` (hidden, and keeping the extension that Keras, h5py and
+numpy go by): readers skip them (`is_temp_name`), and the next write to the same path
+removes those whose process is gone (`remove_stale_temps`). Files are created
+with the ordinary open() modes, so they respect the umask (a vocabulary written by one
+account is readable by the serving account), unlike `tempfile.mkstemp`'s 0600.
+
+The file names below are the project's layout contract; modules import them instead of
+spelling the strings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from typing import Any, Iterable, Iterator
+
+# --- Names of the files a stage leaves for the next one. ---
+
+VOCAB_FILE = "vocab.txt"  # WordPiece vocabulary, one token a line (schema.load_vocab)
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # beside every vocab.txt (tokenizer_config.py)
+BERT_CONFIG_FILE = "bert_config.json"  # Google's model config (bert_keras.config)
+ENCODER_DIR = "encoder"  # run_pretraining's output for fine-tuning and export
+ENCODER_WEIGHTS_FILE = "encoder.weights.h5"
+PRETRAINER_WEIGHTS_FILE = "pretrainer.weights.h5"  # encoder + MLM/NSP heads
+RUN_CONFIG_FILE = "run_config.json"  # the flags that define a pretraining run
+TASK_MODEL_FILE = "model.keras"  # a fine-tuned task model (run_classifier, ...)
+LABELS_FILE = "labels.txt"  # its label names, one a line, in id order
+SIDECAR_SUFFIX = ".meta.json"  # pretraining shard x -> x.meta.json
+HF_WEIGHTS_FILE = "model.safetensors"  # transformers' save_pretrained
+HF_CONFIG_FILE = "config.json"
+
+CACHE_ENV = "BERT_KERAS_CACHE"  # where fetched data and compiled tokenizer models are cached
+
+TEMP_PREFIX = ".incomplete-"
+_TEMP_RE = re.compile(r"^\.incomplete-(?P<pid>\d+)\.(?P<name>.+)$")
+
+
+class OutputExistsError(FileExistsError):
+    """An output exists and the caller did not ask to replace it; the message says how."""
+
+
+def cache_root() -> str:
+    """The cache directory: $BERT_KERAS_CACHE, else ~/.cache/bert-keras."""
+    override = os.environ.get(CACHE_ENV)
+    return os.path.expanduser(override) if override else os.path.join(
+        os.path.expanduser("~"), ".cache", "bert-keras")
+
+
+def sha256_file(path: str) -> str:
+    """The hex sha256 of a file, read in 1 MiB chunks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def temp_path(final_path: str, pid: int | None = None) -> str:
+    """The temporary name `final_path` is written under: `<dir>/.incomplete-<pid>.<name>`.
+
+    Args:
+      final_path: the path the output will have.
+      pid: the writing process (default: this one). Several processes writing parts of one
+        output (create_pretraining_data's workers) pass the coordinating process's pid.
+    """
+    head, tail = os.path.split(os.fspath(final_path))
+    return os.path.join(head, f"{TEMP_PREFIX}{os.getpid() if pid is None else pid}.{tail}")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a base name is an unfinished output (or any hidden file) that readers skip."""
+    return name.startswith(".")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another account's live process
+        return True
+    return True
+
+
+def remove_stale_temps(final_path: str) -> list[str]:
+    """Removes temporaries of `final_path` left by processes that no longer run.
+
+    Returns:
+      The removed paths.
+    """
+    head, tail = os.path.split(os.path.abspath(os.fspath(final_path)))
+    removed = []
+    try:
+        names = os.listdir(head)
+    except OSError:
+        return removed
+    for name in names:
+        m = _TEMP_RE.match(name)
+        if not m or m.group("name") != tail:
+            continue
+        if _pid_alive(int(m.group("pid"))):
+            continue
+        path = os.path.join(head, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        removed.append(path)
+    return removed
+
+
+def refuse_existing(paths: Iterable[str], hint: str) -> None:
+    """Raises OutputExistsError naming the existing ones among `paths`, with `hint`."""
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise OutputExistsError(f"{existing[0]} exists{more}; {hint}")
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+@contextlib.contextmanager
+def atomic_output(final_path: str, overwrite: bool = False, directory: bool = False,
+                  hint: str = "pass the overwrite flag to replace it") -> Iterator[str]:
+    """Yields a temporary path; renames it to `final_path` when the block completes.
+
+    On an exception (or a kill) nothing appears under `final_path`; the temporary is removed
+    (a killed process's is removed by the next write to the same path).
+
+    Args:
+      final_path: where the output goes; its directory is created if needed.
+      overwrite: replace an existing `final_path`; otherwise it is an error.
+      directory: the output is a directory (created empty, to be filled by the block).
+      hint: the end of the error message when `final_path` exists.
+
+    Yields:
+      The temporary path (a file path to create, or an existing empty directory).
+
+    Raises:
+      OutputExistsError: `final_path` exists and `overwrite` is False (checked before the
+        block runs and again before the rename).
+    """
+    final_path = os.fspath(final_path)
+    if not overwrite:
+        refuse_existing([final_path], hint)
+    parent = os.path.dirname(os.path.abspath(final_path))
+    os.makedirs(parent, exist_ok=True)
+    remove_stale_temps(final_path)
+    tmp = temp_path(final_path)
+    _remove(tmp)
+    if directory:
+        os.makedirs(tmp)
+    try:
+        yield tmp
+        if not os.path.lexists(tmp):
+            raise FileNotFoundError(f"{tmp}: nothing was written for {final_path}")
+        if os.path.lexists(final_path):
+            if not overwrite:
+                refuse_existing([final_path], hint)
+            if directory or os.path.isdir(final_path):
+                old = temp_path(final_path + ".old")
+                os.rename(final_path, old)
+                os.rename(tmp, final_path)
+                _remove(old)
+                return
+        os.replace(tmp, final_path)
+    finally:
+        _remove(tmp)
+
+
+def write_text(path: str, text: str, overwrite: bool = True,
+               hint: str = "pass the overwrite flag to replace it") -> str:
+    """Writes UTF-8 text atomically; returns `path` (`hint` ends the error if it exists)."""
+    with atomic_output(path, overwrite=overwrite, hint=hint) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    return path
+
+
+def write_json(path: str, obj: Any, overwrite: bool = True, indent: int = 2) -> str:
+    """Writes `obj` as JSON (sorted keys, no NaN) atomically; returns `path`."""
+    return write_text(path, json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False,
+                                       ensure_ascii=False) + "\n", overwrite)
+
+
+def write_jsonl(path: str, records: Iterable[Any], overwrite: bool = True) -> str:
+    """Writes one JSON object per line atomically; returns `path`."""
+    return write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                      overwrite)
+
+
+def copy_file(source: str, path: str, overwrite: bool = True) -> str:
+    """Copies `source` to `path` atomically (no-op when they are the same file)."""
+    if os.path.exists(path) and os.path.samefile(source, path):
+        return path
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        shutil.copyfile(source, tmp)
+    return path

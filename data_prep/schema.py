@@ -1,0 +1,144 @@
+"""The one schema every stage shares: feature names, model input names, special tokens and
+the vocabulary file (docs/DESIGN.md section 2).
+
+Files keep Google's names (`create_pretraining_data.py`, `run_classifier.py`), so that data
+written by Google's tools, by TF Model Garden's and by ours is interchangeable; models and
+serving signatures use TF Hub's names. `FILE_TO_MODEL_NAMES` is the one bridge between the
+two: `data_prep.features.parse_pretraining_example` applies it to TFRecords and
+`model_inputs` below to in-memory arrays. Nothing else spells the rename.
+
+Special tokens are looked up in the vocabulary, never assumed at fixed ids (Google's English
+vocabularies put [PAD] [UNK] [CLS] [SEP] [MASK] at 0, 100, 101, 102, 103; build_vocab's
+compact layout at 0..4). `load_vocab` is the one reader of a vocab.txt and checks it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+# --- TFRecord feature names (Google's). ---
+
+INPUT_IDS = "input_ids"
+INPUT_MASK = "input_mask"
+SEGMENT_IDS = "segment_ids"
+MASKED_LM_POSITIONS = "masked_lm_positions"
+MASKED_LM_IDS = "masked_lm_ids"
+MASKED_LM_WEIGHTS = "masked_lm_weights"
+NEXT_SENTENCE_LABELS = "next_sentence_labels"
+
+# Values of next_sentence_labels: 0 = IsNext (B follows A), 1 = NotNext (B from another doc).
+IS_NEXT = 0
+NOT_NEXT = 1
+
+# --- Model input names (TF Hub's BERT signature). ---
+
+INPUT_WORD_IDS = "input_word_ids"
+MODEL_INPUT_MASK = "input_mask"
+INPUT_TYPE_IDS = "input_type_ids"
+MODEL_INPUT_NAMES = (INPUT_WORD_IDS, MODEL_INPUT_MASK, INPUT_TYPE_IDS)
+
+# File name -> model name. Only three names differ; the others pass through unchanged.
+FILE_TO_MODEL_NAMES = {
+    INPUT_IDS: INPUT_WORD_IDS,
+    INPUT_MASK: MODEL_INPUT_MASK,
+    SEGMENT_IDS: INPUT_TYPE_IDS,
+    MASKED_LM_POSITIONS: MASKED_LM_POSITIONS,
+    MASKED_LM_IDS: MASKED_LM_IDS,
+    MASKED_LM_WEIGHTS: MASKED_LM_WEIGHTS,
+    NEXT_SENTENCE_LABELS: NEXT_SENTENCE_LABELS,
+}
+
+# Label id that fine-tuning losses and metrics ignore: in tagging, [CLS], [SEP], padding and
+# every sub-token but a word's first.
+IGNORE_LABEL = -1
+
+# --- Special tokens and WordPiece conventions. ---
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+SUFFIX_INDICATOR = "##"  # marks a WordPiece that continues the previous one
+MAX_CHARS_PER_WORD = 100  # reference tokenizers turn longer words into one [UNK]
+
+
+def model_inputs(features: Mapping) -> dict:
+    """Renames the three input features of fine-tuning arrays to the model's input names.
+
+    Args:
+      features: mapping with int32 arrays `input_ids`, `input_mask`, `segment_ids` [N, S]
+        (other keys, e.g. labels, are left out).
+
+    Returns:
+      {"input_word_ids", "input_mask", "input_type_ids"}: the same arrays.
+    """
+    return {FILE_TO_MODEL_NAMES[k]: features[k] for k in (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)}
+
+
+class VocabError(ValueError):
+    """The vocabulary file is missing or malformed; the message names the file."""
+
+
+def load_vocab(path: str | os.PathLike) -> list[str]:
+    """Reads a WordPiece vocabulary: one token per line, the line number is the id.
+
+    Args:
+      path: a UTF-8 text file.
+
+    Returns:
+      The tokens in id order (list[str]).
+
+    Raises:
+      VocabError: the file is missing, unreadable, not UTF-8, empty, has an empty line or a
+        line ending in "\\r", has duplicate tokens, or lacks one of [PAD] [UNK] [CLS] [SEP]
+        [MASK]. The message names the file and the offending lines.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise VocabError(f"vocabulary file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise VocabError(f"vocabulary file {path!r} is a directory; expected vocab.txt") from None
+    except OSError as e:
+        raise VocabError(f"vocabulary file {path!r} cannot be read: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabError(f"vocabulary file {path!r} is not valid UTF-8 (byte offset {e.start})") from None
+    if text.endswith("\n"):
+        text = text[:-1]
+    tokens = text.split("\n") if text else []
+    if not tokens:
+        raise VocabError(f"vocabulary file {path!r} is empty; expected one token per line")
+    problems = []
+    for i, tok in enumerate(tokens):
+        if tok == "":
+            problems.append(f"line {i + 1} is empty")
+        elif tok.endswith("\r"):
+            problems.append(f"line {i + 1} ends with '\\r' (Windows line endings?)")
+        if len(problems) >= 5:
+            break
+    if problems:
+        raise VocabError(f"vocabulary file {path!r}: " + "; ".join(problems))
+    first_line: dict[str, int] = {}
+    dupes = []
+    for i, tok in enumerate(tokens):
+        if tok in first_line:
+            dupes.append(f"{tok!r} on lines {first_line[tok] + 1} and {i + 1}")
+        else:
+            first_line[tok] = i
+    if dupes:
+        more = f" (and {len(dupes) - 5} more)" if len(dupes) > 5 else ""
+        raise VocabError(f"vocabulary file {path!r} has duplicate tokens: {'; '.join(dupes[:5])}{more}")
+    missing = [t for t in SPECIAL_TOKENS if t not in first_line]
+    if missing:
+        raise VocabError(f"vocabulary file {path!r} lacks the special tokens {missing}; "
+                         f"a BERT vocabulary needs all of {list(SPECIAL_TOKENS)}")
+    return tokens
+
+
+def special_token_ids(vocab: list[str]) -> dict[str, int]:
+    """{"[PAD]": id, "[UNK]": id, ...} for a vocabulary from `load_vocab`."""
+    index = {t: i for i, t in enumerate(vocab)}
+    return {t: index[t] for t in SPECIAL_TOKENS}

@@ -1,0 +1,283 @@
+"""Tokenizer settings that travel with the vocabulary, from build_vocab to the served model.
+
+A vocabulary alone does not say how to tokenize: the same vocab.txt gives other ids with
+`do_lower_case`, `strip_accents` or `tokenize_chinese_chars` changed (a Korean vocabulary
+learned with strip_accents=false turns into [UNK]s under the uncased default, which
+decomposes Hangul). So wherever a tool writes a vocab.txt it writes `tokenizer_config.json`
+beside it, and every tool given a vocabulary or a model directory reads it back:
+
+    build_vocab            writes vocab.txt + tokenizer_config.json
+    create_pretraining_data reads them; records the settings in every shard's sidecar
+    run_pretraining        settings from the data's sidecars (or beside --vocab_file);
+                           writes them into output_dir/encoder/
+    run_classifier, ...    read them from the model directory; save them with the model
+    export_*               read them; ship them as an asset of the SavedModel
+
+The file uses the keys of Hugging Face's `tokenizer_config.json` (do_lower_case,
+strip_accents, tokenize_chinese_chars, the special tokens, tokenizer_class), so
+transformers' `BertTokenizer.from_pretrained(dir)` reads our directories, and a Hugging Face
+model directory's own file is read the same way. Google's checkpoints carry no such file:
+their casing comes from the flags, as in Google's tools. Our own extra keys sit under
+"bert_keras" (transformers keeps and ignores them).
+
+Explicit flags (`--do_lower_case`, `--strip_accents`, `--tokenize_chinese_chars`) override a
+saved setting; an override that changes the effective setting is reported in one line,
+since ids then differ from the ones the model was trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable, Mapping
+
+from data_prep import files, schema
+
+FORMAT = "bert-keras-tokenizer/1"
+SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
+_SPECIAL_KEYS = {"pad_token": schema.PAD, "unk_token": schema.UNK, "cls_token": schema.CLS,
+                 "sep_token": schema.SEP, "mask_token": schema.MASK}
+
+
+class TokenizerConfigError(ValueError):
+    """A tokenizer_config.json is malformed or asks for what the tokenizer cannot do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerConfig:
+    """How text becomes WordPieces with a given vocabulary (Hugging Face's BertTokenizer keys).
+
+    Attributes:
+      do_lower_case: lowercase the text (uncased models).
+      strip_accents: NFD + drop nonspacing marks; None follows do_lower_case (Google's and
+        Hugging Face's default). Korean: do_lower_case=True, strip_accents=False.
+      tokenize_chinese_chars: make every CJK ideograph a word of its own.
+    """
+
+    do_lower_case: bool = True
+    strip_accents: bool | None = None
+    tokenize_chinese_chars: bool = True
+
+    def __post_init__(self):
+        for name in ("do_lower_case", "tokenize_chinese_chars"):
+            if not isinstance(getattr(self, name), bool):
+                raise TokenizerConfigError(f"{name} must be true or false; received "
+                                           f"{getattr(self, name)!r}")
+        if self.strip_accents is not None and not isinstance(self.strip_accents, bool):
+            raise TokenizerConfigError(f"strip_accents must be true, false or null; received "
+                                       f"{self.strip_accents!r}")
+
+    @property
+    def effective_strip_accents(self) -> bool:
+        """strip_accents with None resolved (it follows do_lower_case)."""
+        return self.do_lower_case if self.strip_accents is None else self.strip_accents
+
+    def effective(self) -> tuple[bool, bool, bool]:
+        """(do_lower_case, strip_accents, tokenize_chinese_chars) as the tokenizer applies them."""
+        return self.do_lower_case, self.effective_strip_accents, self.tokenize_chinese_chars
+
+    def same_tokenization(self, other: "TokenizerConfig") -> bool:
+        return self.effective() == other.effective()
+
+    def describe(self) -> str:
+        lower, strip, cjk = self.effective()
+        return f"do_lower_case={lower}, strip_accents={strip}, tokenize_chinese_chars={cjk}"
+
+    def to_json_dict(self, vocab_file: str | None = None) -> dict:
+        """The tokenizer_config.json content (Hugging Face keys + ours under "bert_keras")."""
+        values: dict[str, Any] = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.do_lower_case,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars,
+            **_SPECIAL_KEYS,
+        }
+        ours: dict[str, Any] = {"format": FORMAT}
+        if vocab_file is not None:
+            ours["vocab_file"] = os.path.basename(vocab_file)
+        values["bert_keras"] = ours
+        return values
+
+    @classmethod
+    def from_json_dict(cls, values: Mapping[str, Any], source: str = "tokenizer_config.json"
+                       ) -> "TokenizerConfig":
+        """Reads the settings; absent keys take Hugging Face's defaults.
+
+        Raises:
+          TokenizerConfigError: a setting of the wrong type, or special tokens other than
+            BERT's (the in-graph tokenizer and the TFRecord tools look those up by name).
+        """
+        if not isinstance(values, Mapping):
+            raise TokenizerConfigError(f"{source}: expected a JSON object, found "
+                                       f"{type(values).__name__}")
+        for key, expected in _SPECIAL_KEYS.items():
+            token = values.get(key, expected)
+            if isinstance(token, Mapping):  # transformers' AddedToken form
+                token = token.get("content", expected)
+            if token not in (None, expected):
+                raise TokenizerConfigError(
+                    f"{source}: {key} is {token!r}; bert-keras tokenizes with BERT's special "
+                    f"tokens {list(schema.SPECIAL_TOKENS)}")
+        try:
+            return cls(do_lower_case=values.get("do_lower_case", True),
+                       strip_accents=values.get("strip_accents", None),
+                       tokenize_chinese_chars=values.get("tokenize_chinese_chars", True))
+        except TokenizerConfigError as e:
+            raise TokenizerConfigError(f"{source}: {e}") from None
+
+    def with_overrides(self, overrides: Mapping[str, Any], source: str | None,
+                       warn: Callable[[str], None] | None = None) -> "TokenizerConfig":
+        """This config with explicitly given settings replaced.
+
+        Args:
+          overrides: a subset of SETTINGS -> value (strip_accents None means "follow
+            do_lower_case"), as `overrides_from_flags` returns.
+          source: where this config was read from (named in the report), or None when it is
+            only a default (nothing is reported then).
+          warn: receives the one-line report when an override changes the effective
+            setting of a saved config.
+        """
+        unknown = set(overrides) - set(SETTINGS)
+        if unknown:
+            raise TokenizerConfigError(f"unknown tokenizer settings {sorted(unknown)}; "
+                                       f"expected some of {list(SETTINGS)}")
+        result = dataclasses.replace(self, **overrides)
+        if source is not None and warn is not None and not result.same_tokenization(self):
+            changed = [f"--{name}={_flag_text(overrides[name])}" for name in SETTINGS
+                       if name in overrides and getattr(result, name) != getattr(self, name)]
+            warn(f"{' '.join(changed)} overrides the tokenizer settings saved in {source} "
+                 f"({self.describe()}): ids will differ from those the model was trained on")
+        return result
+
+
+def _flag_text(value) -> str:
+    return "auto" if value is None else str(value).lower()
+
+
+def path_for_vocab(vocab_file: str) -> str:
+    """Where the settings of `vocab_file` live: tokenizer_config.json in its directory."""
+    return os.path.join(os.path.dirname(os.path.abspath(vocab_file)), files.TOKENIZER_CONFIG_FILE)
+
+
+def read_file(path: str) -> tuple[TokenizerConfig, dict]:
+    """Reads a tokenizer_config.json; returns (config, the raw JSON object)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerConfigError(f"{path}: cannot be read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise TokenizerConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return TokenizerConfig.from_json_dict(values, path), values
+
+
+def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
+    """The settings saved beside `vocab_file`, or None if there are none for it.
+
+    A tokenizer_config.json that names another vocabulary file of the same directory (in
+    its "bert_keras" section) does not describe this one and is ignored.
+
+    Returns:
+      (config, its path) or None.
+    """
+    path = path_for_vocab(vocab_file)
+    if not os.path.isfile(path):
+        return None
+    config, values = read_file(path)
+    named = (values.get("bert_keras") or {}).get("vocab_file") if isinstance(
+        values.get("bert_keras"), Mapping) else None
+    if named and named != os.path.basename(vocab_file):
+        return None
+    return config, path
+
+
+def write_for_vocab(vocab_file: str, config: TokenizerConfig, overwrite: bool = True) -> str:
+    """Writes `config` as tokenizer_config.json beside `vocab_file`; returns its path."""
+    path = path_for_vocab(vocab_file)
+    return files.write_json(path, config.to_json_dict(vocab_file), overwrite=overwrite)
+
+
+def resolve(vocab_file: str | None, overrides: Mapping[str, Any] | None = None,
+            saved: tuple[TokenizerConfig, str] | None = None,
+            warn: Callable[[str], None] | None = None) -> tuple[TokenizerConfig, str | None]:
+    """The settings to tokenize with: saved ones (given, or beside `vocab_file`), then flags.
+
+    Args:
+      vocab_file: the vocabulary, whose tokenizer_config.json is read when `saved` is None.
+      overrides: explicitly given settings (see `overrides_from_flags`).
+      saved: (config, source) from elsewhere (a sidecar, a model directory), if known.
+      warn: receives the one-line report of a contradicting override.
+
+    Returns:
+      (config, source of the saved settings or None when only defaults and flags applied).
+    """
+    if saved is None and vocab_file:
+        saved = read_for_vocab(vocab_file)
+    base, source = saved if saved is not None else (TokenizerConfig(), None)
+    return base.with_overrides(dict(overrides or {}), source, warn), source
+
+
+# --- Command-line flags: the same three on every tool. ---
+
+
+def define_flags(creating: bool = False) -> dict:
+    """Defines --do_lower_case, --strip_accents and --tokenize_chinese_chars; returns holders.
+
+    Args:
+      creating: the tool creates the settings (build_vocab): the flags are the settings.
+        Otherwise their defaults apply only when no settings were saved with the vocabulary
+        or model, and an explicitly given flag overrides saved ones (`overrides_from_flags`).
+    """
+    from absl import flags
+
+    from data_prep.cli import calling_module
+
+    # The same names and types on every tool (several tools share a process in tests); the
+    # flags belong to the calling tool, whose --help lists them.
+    kwargs = {"allow_override": True, "module_name": calling_module()}
+    saved = "; default " if creating else (
+        "; default: the setting saved with the vocabulary or model, else ")
+    return {
+        "do_lower_case": flags.DEFINE_boolean(
+            "do_lower_case", True, "Lowercase the text (uncased models)" + saved + "true.",
+            **kwargs),
+        "strip_accents": flags.DEFINE_enum(
+            "strip_accents", "auto", ["auto", "true", "false"],
+            "Strip accents (NFD + drop Mn); auto follows --do_lower_case; Korean: false"
+            + saved + "auto.", **kwargs),
+        "tokenize_chinese_chars": flags.DEFINE_boolean(
+            "tokenize_chinese_chars", True, "Make every CJK ideograph a word of its own"
+            + saved + "true.", **kwargs),
+    }
+
+
+def parse_strip_accents(value) -> bool | None:
+    """"auto"/"true"/"false" (or None/True/False) -> None/True/False."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", "none", "null", ""):
+        return None
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise TokenizerConfigError(f"--strip_accents must be auto, true or false; received {value!r}")
+
+
+def overrides_from_flags(holders: Mapping) -> dict:
+    """The tokenizer flags given explicitly on the command line (name -> value)."""
+    out = {}
+    for name, holder in holders.items():
+        if holder.present:
+            value = holder.value
+            out[name] = parse_strip_accents(value) if name == "strip_accents" else bool(value)
+    return out
+
+
+def from_values(do_lower_case: bool = True, strip_accents=None,
+                tokenize_chinese_chars: bool = True) -> TokenizerConfig:
+    """A config from plain values (strip_accents also as "auto"/"true"/"false")."""
+    return TokenizerConfig(bool(do_lower_case), parse_strip_accents(strip_accents),
+                           bool(tokenize_chinese_chars))

@@ -1,0 +1,65 @@
+"""The one atomic writer: nothing appears until complete, leftovers of dead processes go."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_prep import files
+
+
+def test_nothing_appears_when_the_writer_fails(tmp_path):
+    final = tmp_path / "out.txt"
+    with pytest.raises(RuntimeError):
+        with files.atomic_output(str(final)) as tmp:
+            open(tmp, "w").write("half")
+            raise RuntimeError("interrupted")
+    assert os.listdir(tmp_path) == []
+
+
+def test_refuses_existing_output_unless_asked(tmp_path):
+    final = tmp_path / "out.txt"
+    final.write_text("keep")
+    with pytest.raises(files.OutputExistsError, match="out.txt exists; pass --x to replace it"):
+        files.write_text(str(final), "new", overwrite=False, hint="pass --x to replace it")
+    assert final.read_text() == "keep"
+    files.write_text(str(final), "new")
+    assert final.read_text() == "new" and os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_directory_outputs_replace_atomically(tmp_path):
+    final = tmp_path / "model"
+    with files.atomic_output(str(final), directory=True) as tmp:
+        open(os.path.join(tmp, "a"), "w").write("1")
+    with files.atomic_output(str(final), overwrite=True, directory=True) as tmp:
+        open(os.path.join(tmp, "b"), "w").write("2")
+    assert os.listdir(final) == ["b"] and os.listdir(tmp_path) == ["model"]
+
+
+def test_leftovers_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
+    final = tmp_path / "out.txt"
+    # A process that exits without cleaning up, like one killed with SIGKILL.
+    code = ("import os, sys; from data_prep import files; "
+            "open(files.temp_path(sys.argv[1]), 'w').write('half'); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(final)], check=True,
+                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    leftovers = [n for n in os.listdir(tmp_path) if n.startswith(".incomplete-")]
+    assert len(leftovers) == 1 and files.is_temp_name(leftovers[0])
+    # A live process's temporary file is never touched.
+    mine = files.temp_path(str(tmp_path / "other.txt"))
+    open(mine, "w").write("in progress")
+    files.write_text(str(final), "done")
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(mine), "out.txt"]
+
+
+def test_outputs_respect_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        files.write_json(str(tmp_path / "a.json"), {"x": 1})
+        with files.atomic_output(str(tmp_path / "d"), directory=True):
+            pass
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750

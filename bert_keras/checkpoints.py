@@ -12,7 +12,7 @@ row serves loading and saving; no code walks the model.
 
 Three on-disk formats:
   google  a TF1 checkpoint (`<prefix>.index`, `<prefix>.data-00000-of-00001`) with names
-          as in DESIGN.md section 5, and `bert_config.json` beside it. Training checkpoints'
+          as in docs/DESIGN.md section 5, and `bert_config.json` beside it. Training checkpoints'
           `global_step` and `*/adam_m`, `*/adam_v` slots are skipped on import.
   hf      a transformers `save_pretrained` directory: `config.json` + `model.safetensors`.
           BertModel names for an encoder; BertForPreTraining names (encoder under `bert.`,
@@ -31,8 +31,6 @@ import glob
 import json
 import os
 import re
-import shutil
-import tempfile
 from typing import Callable
 
 import numpy as np
@@ -41,6 +39,7 @@ from absl import logging
 from bert_keras.config import HIDDEN_ACTIVATIONS, BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
+from data_prep import files
 
 FORMATS = ("google", "hf", "keras")
 
@@ -340,8 +339,13 @@ def _new_model(config: BertConfig, pretrainer: bool):
 # Google TF1 checkpoints
 
 
-def _checkpoint_prefix(path: str) -> str:
-    """Accepts a checkpoint prefix, one of its files, or a directory; returns the prefix."""
+def google_checkpoint_prefix(path: str) -> str | None:
+    """The TF1 checkpoint prefix `path` names, or None if it names none.
+
+    Accepts a prefix (`bert_model.ckpt`, with `.index` beside it), one of its files
+    (`.index`, `.meta`, `.data-*`), or a directory holding one checkpoint (the one its
+    `checkpoint` file names, else its only `*.index`).
+    """
     import tensorflow as tf
 
     path = os.fspath(path)
@@ -349,23 +353,31 @@ def _checkpoint_prefix(path: str) -> str:
         latest = tf.train.latest_checkpoint(path)
         if latest:
             return latest
-        indexes = sorted(glob.glob(os.path.join(path, "*.index")))
-        if len(indexes) == 1:
-            return indexes[0][: -len(".index")]
+        indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
+        return indexes[0][: -len(".index")] if len(indexes) == 1 else None
+    prefix = re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", path)
+    return prefix if os.path.exists(prefix + ".index") else None
+
+
+def _checkpoint_prefix(path: str) -> str:
+    """`google_checkpoint_prefix`, raising FileNotFoundError (naming what was expected)."""
+    prefix = google_checkpoint_prefix(path)
+    if prefix is not None:
+        return prefix
+    if os.path.isdir(path):
+        indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
         raise FileNotFoundError(
             f"{path}: expected one TF checkpoint (<prefix>.index + <prefix>.data-*) in this "
             f"directory, found {len(indexes)}: {[os.path.basename(p) for p in indexes]}"
         )
-    path = re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", path)
-    if not os.path.exists(path + ".index"):
-        raise FileNotFoundError(
-            f"Google checkpoint not found: expected {path}.index and {path}.data-00000-of-00001"
-        )
-    return path
+    path = re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", os.fspath(path))
+    raise FileNotFoundError(
+        f"Google checkpoint not found: expected {path}.index and {path}.data-00000-of-00001"
+    )
 
 
 def _bert_config_beside(prefix: str) -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(prefix)), "bert_config.json")
+    return os.path.join(os.path.dirname(os.path.abspath(prefix)), files.BERT_CONFIG_FILE)
 
 
 def _open_google_checkpoint(ckpt_prefix: str):
@@ -484,7 +496,7 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
     values = _variable_values(model)
     names = [w.google for w, _ in values]
     tensors = [tf.constant(np.ascontiguousarray(w.convert("google", v))) for w, v in values]
-    tmp = f"{prefix}.tmp-{os.getpid()}"
+    tmp = files.temp_path(prefix)
     tmp_files = [tmp + ".index", tmp + ".data-00000-of-00001"]
     try:
         tf.raw_ops.SaveV2(prefix=tmp, tensor_names=names, shape_and_slices=[""] * len(names),
@@ -518,8 +530,8 @@ def _hf_files(path: str) -> tuple[str, str | None]:
     """Returns (safetensors file, config.json or None) for a file or save_pretrained dir."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        weights = os.path.join(path, "model.safetensors")
-        config = os.path.join(path, "config.json")
+        weights = os.path.join(path, files.HF_WEIGHTS_FILE)
+        config = os.path.join(path, files.HF_CONFIG_FILE)
         if not os.path.exists(weights):
             found = sorted(os.listdir(path))
             raise FileNotFoundError(
@@ -536,7 +548,7 @@ def read_hf_config(path: str) -> BertConfig:
     """Reads a transformers BERT `config.json` (file or save_pretrained dir) as a BertConfig."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
+        path = os.path.join(path, files.HF_CONFIG_FILE)
     try:
         with open(path, encoding="utf-8") as f:
             hf = json.load(f)
@@ -691,19 +703,11 @@ def save_hf_weights(model, directory: str) -> str:
     for w, value in _variable_values(model):
         key = HF_ENCODER_PREFIX + w.hf if nest and not w.hf.startswith(HF_HEAD_PREFIX) else w.hf
         tensors[key] = np.ascontiguousarray(w.convert("hf", value))
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
-    try:
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(hf_config_dict(model), f, indent=2, sort_keys=True)
-            f.write("\n")
+    # An empty directory is replaced (check_output_free refused a non-empty one).
+    with files.atomic_output(directory, overwrite=os.path.isdir(directory), directory=True) as tmp:
+        files.write_json(os.path.join(tmp, files.HF_CONFIG_FILE), hf_config_dict(model))
         # transformers refuses safetensors files without format metadata.
-        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        os.rename(tmp, directory)  # Replaces an empty directory; fails on a non-empty one.
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
+        save_file(tensors, os.path.join(tmp, files.HF_WEIGHTS_FILE), metadata={"format": "pt"})
     return directory
 
 
@@ -729,28 +733,30 @@ def save_keras_model(model, path: str) -> str:
     if not path.endswith(".keras"):
         raise ValueError(f"Keras model files must end in .keras. Received: {path}")
     check_output_free("keras", path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}.keras")
-    try:
+    with files.atomic_output(path) as tmp:
         model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 
-def load_keras_model(path: str):
-    """Loads a `.keras` file holding a BertEncoder or BertPretrainer."""
+def read_keras_file(path: str):
+    """Loads any Keras model from a `.keras` file; errors name the file.
+
+    `safe_mode` stays on: a file a user points at cannot run code of its own (no lambdas).
+    """
     import keras
 
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Keras model file not found: {path}")
     try:
-        model = keras.saving.load_model(path)
+        return keras.saving.load_model(path)
     except Exception as e:  # zipfile, h5py and Keras errors alike: name the file.
         raise WeightLoadError(f"{path}: cannot load Keras model ({_first_line(str(e))})") from None
+
+
+def load_keras_model(path: str):
+    """Loads a `.keras` file holding a BertEncoder or BertPretrainer."""
+    model = read_keras_file(path)
     if not isinstance(model, (BertEncoder, BertPretrainer)):
         raise WeightLoadError(
             f"{path}: holds a {type(model).__name__}, expected a BertEncoder or BertPretrainer"

@@ -148,13 +148,10 @@ class BertConfig:
 
     def to_json_file(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Writes the config as bert_config.json (atomically; refuses to overwrite)."""
-        path = os.fspath(path)
-        if os.path.exists(path) and not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_json_string())
-        os.replace(tmp, path)
+        from data_prep import files
+
+        files.write_text(os.fspath(path), self.to_json_string(), overwrite=overwrite,
+                         hint="pass overwrite=True to replace it")
 
     # ----------------------------------------------------------------------------------
     # presets

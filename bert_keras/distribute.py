@@ -1,4 +1,4 @@
-"""tf.distribute strategy from a flag value (DESIGN.md section 7).
+"""tf.distribute strategy from a flag value (docs/DESIGN.md section 7).
 
     default                the default (no-op) strategy: one device
     mirrored               MirroredStrategy over the local GPUs, or over the logical CPU

@@ -6,6 +6,7 @@ from keras import ops
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock
 from bert_keras.layers.activations import clone_initializer
+from data_prep import schema
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -113,9 +114,10 @@ class BertEncoder(keras.Model):
         )
 
         # === Functional model ===
-        input_word_ids = keras.Input(shape=(None,), dtype="int32", name="input_word_ids")
-        input_mask = keras.Input(shape=(None,), dtype="int32", name="input_mask")
-        input_type_ids = keras.Input(shape=(None,), dtype="int32", name="input_type_ids")
+        # TF Hub's input names, from the one schema (docs/DESIGN.md section 2).
+        input_word_ids = keras.Input(shape=(None,), dtype="int32", name=schema.INPUT_WORD_IDS)
+        input_mask = keras.Input(shape=(None,), dtype="int32", name=schema.MODEL_INPUT_MASK)
+        input_type_ids = keras.Input(shape=(None,), dtype="int32", name=schema.INPUT_TYPE_IDS)
 
         x = embeddings(input_word_ids, input_type_ids)  # [B, S, H]
         encoder_outputs = []
@@ -127,9 +129,9 @@ class BertEncoder(keras.Model):
 
         super().__init__(
             inputs={
-                "input_word_ids": input_word_ids,
-                "input_mask": input_mask,
-                "input_type_ids": input_type_ids,
+                schema.INPUT_WORD_IDS: input_word_ids,
+                schema.MODEL_INPUT_MASK: input_mask,
+                schema.INPUT_TYPE_IDS: input_type_ids,
             },
             outputs={
                 "sequence_output": x,
@@ -213,8 +215,8 @@ class BertEncoder(keras.Model):
           inputs: dict with input_word_ids, input_mask, input_type_ids ([B, S]).
           positions: int Tensor [B, Q] of indices into S.
         """
-        mask = inputs["input_mask"]
-        x = self.embeddings_layer(inputs["input_word_ids"], inputs["input_type_ids"])
+        mask = inputs[schema.MODEL_INPUT_MASK]
+        x = self.embeddings_layer(inputs[schema.INPUT_WORD_IDS], inputs[schema.INPUT_TYPE_IDS])
         for block in self.transformer_layers[:-1]:
             x = block(x, attention_mask=mask)
         return self.transformer_layers[-1](x, attention_mask=mask, output_positions=positions)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from data_prep import features as schema
+from data_prep import features, schema
 
 # Records shuffled together; Google's run_pretraining.py uses 100 after a file-level
 # shuffle and a parallel interleave. A larger buffer mixes documents better at ~1 KB a record.
@@ -68,9 +68,9 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) 
     """
     compressions = {}
     for path in files:
-        meta = schema.read_sidecar(path)
-        schema.check_sidecar(meta, max_seq_length, max_predictions_per_seq, source=path)
-        compression = schema.compression_type(path)
+        meta = features.read_sidecar(path)
+        features.check_sidecar(meta, max_seq_length, max_predictions_per_seq, source=path)
+        compression = features.compression_type(path)
         compressions.setdefault(compression, path)
         if meta is not None:
             continue
@@ -83,7 +83,7 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) 
         if first is None:
             continue  # An empty shard contributes nothing and breaks nothing.
         try:
-            schema.parse_pretraining_example(first, max_seq_length, max_predictions_per_seq)
+            features.parse_pretraining_example(first, max_seq_length, max_predictions_per_seq)
         except (tf.errors.InvalidArgumentError, ValueError):
             raise ValueError(
                 f"pretraining data {path} (no sidecar) does not parse with "
@@ -99,19 +99,15 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) 
 
 
 def _to_fit_triple(parsed):
-    features = {
-        "input_word_ids": parsed["input_word_ids"],
-        "input_mask": parsed["input_mask"],
-        "input_type_ids": parsed["input_type_ids"],
-        "masked_lm_positions": parsed["masked_lm_positions"],
-    }
-    nsp_labels = tf.reshape(parsed["next_sentence_labels"], [-1])  # [B, 1] -> [B]
-    labels = {"mlm_logits": parsed["masked_lm_ids"], "nsp_logits": nsp_labels}
+    inputs = {name: parsed[name] for name in schema.MODEL_INPUT_NAMES}
+    inputs[schema.MASKED_LM_POSITIONS] = parsed[schema.MASKED_LM_POSITIONS]
+    nsp_labels = tf.reshape(parsed[schema.NEXT_SENTENCE_LABELS], [-1])  # [B, 1] -> [B]
+    labels = {"mlm_logits": parsed[schema.MASKED_LM_IDS], "nsp_logits": nsp_labels}
     weights = {
-        "mlm_logits": parsed["masked_lm_weights"],
+        "mlm_logits": parsed[schema.MASKED_LM_WEIGHTS],
         "nsp_logits": tf.ones_like(nsp_labels, dtype=tf.float32),
     }
-    return features, labels, weights
+    return inputs, labels, weights
 
 
 def pretraining_dataset(
@@ -148,7 +144,7 @@ def pretraining_dataset(
       shuffle_buffer_size: records in the shuffle buffer.
       cycle_length: files read concurrently.
       autotune: False fixes parallelism and prefetch at 2 and disables tf.data autotuning
-        (tests: autotune can delay the end of `fit` by seconds; DESIGN.md s9).
+        (tests: autotune can delay the end of `fit` by seconds; docs/DESIGN.md section 9).
 
     Returns:
       A `tf.data.Dataset` of `(features, labels, sample_weights)` with static shapes.
@@ -157,7 +153,7 @@ def pretraining_dataset(
       ValueError: no file matches, or a file does not fit S and P (see
         `check_input_files`).
     """
-    files = schema.expand_input_files(input_files)
+    files = features.expand_input_files(input_files)
     compression = check_input_files(files, max_seq_length, max_predictions_per_seq)
     parallel = tf.data.AUTOTUNE if autotune else 2
 
@@ -192,7 +188,7 @@ def pretraining_dataset(
         dataset = dataset.skip(skip_batches)  # Before parsing: skipped batches cost only I/O.
     dataset = dataset.map(
         lambda serialized: _to_fit_triple(
-            schema.parse_pretraining_example(serialized, max_seq_length, max_predictions_per_seq)
+            features.parse_pretraining_example(serialized, max_seq_length, max_predictions_per_seq)
         ),
         num_parallel_calls=parallel,
         deterministic=True,

@@ -2,7 +2,7 @@
 
 Shapes: B = batch, P = max_predictions_per_seq, V = vocabulary size.
 
-    masked-LM loss = sum(w * CE) / (sum(w) + 1e-5)   over the B*P predictions (DESIGN.md s3)
+    masked-LM loss = sum(w * CE) / (sum(w) + 1e-5)   over the B*P predictions (docs/DESIGN.md section 3)
     NSP loss       = mean CE                          over the B pairs
     total          = masked-LM loss + NSP loss
 

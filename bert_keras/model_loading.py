@@ -1,24 +1,32 @@
-"""Builds an encoder (or pretrainer) from whatever checkpoint a user points at.
+"""The one loader: every form `--init_checkpoint` / `--model_dir` accepts, and our layouts.
 
-One resolver for every entry point (export, fine-tuning, verify), so that
-`--init_checkpoint` means the same thing everywhere. Accepted forms:
+`load_checkpoint(path)` resolves a path once and returns what it holds: the model, its
+BertConfig, its vocabulary and its saved tokenizer settings (docs/DESIGN.md section 5).
+Every entry point (pretraining, fine-tuning, feature extraction, exports, verify) uses it,
+so a path means the same thing everywhere. Accepted forms, tried in this order:
 
-  a .keras file             a saved BertEncoder or BertPretrainer (model.save)
-  a .weights.h5 file        encoder weights; bert_config.json beside it or given
-  a directory with model.safetensors + config.json   Hugging Face save_pretrained
-  a directory with encoder.weights.h5 + bert_config.json   our weights directory
-                            (run_pretraining's output_dir/encoder/)
-  a run_pretraining output directory (its encoder/ subdirectory is used)
-  a Google TF1 checkpoint prefix (bert_model.ckpt, with .index beside it)
+  run directory     run_pretraining's --output_dir: encoder/ (weights, bert_config.json,
+                    vocab.txt, tokenizer_config.json) and pretrainer.weights.h5 (heads)
+  encoder directory encoder.weights.h5 + bert_config.json (+ vocab.txt, tokenizer_config.json)
+  task directory    a fine-tuned model: model.keras + labels.txt + vocab.txt (+ settings),
+                    what run_classifier / run_tagger / run_squad write
+  .keras file       any of our models saved with model.save
+  .weights.h5 file  pretrainer or encoder weights; bert_config.json beside it (or in the
+                    run directory of a checkpoints/ckpt-<step>.weights.h5) or given
+  Hugging Face dir  config.json + model.safetensors (+ vocab.txt, tokenizer_config.json)
+  Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
+                    directory holding one; bert_config.json beside it or given; casing
+                    from the flags, as in Google's tools
 
-The vocabulary is looked for beside the checkpoint (vocab.txt) unless given.
+`save_encoder_dir` and `save_task_dir` write our two layouts; both put the vocabulary and
+its tokenizer_config.json beside the weights, so the settings travel with the model.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
+from typing import Callable
 
 import keras
 
@@ -26,102 +34,284 @@ from bert_keras import checkpoints
 from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
+from data_prep import files, schema, tokenizer_config
+from data_prep.tokenizer_config import TokenizerConfig
 
-ENCODER_WEIGHTS = "encoder.weights.h5"
-CONFIG_FILE = "bert_config.json"
-VOCAB_FILE = "vocab.txt"
+WANTS = ("auto", "encoder", "pretrainer")
+
+
+class CheckpointError(ValueError):
+    """Nothing usable at a checkpoint path; the message names the path and the forms."""
 
 
 @dataclasses.dataclass
-class LoadedModel:
-    encoder: BertEncoder
-    pretrainer: BertPretrainer | None
-    vocab_file: str | None
+class Checkpoint:
+    """What a checkpoint path holds.
+
+    Attributes:
+      model: a BertEncoder, a BertPretrainer, or a fine-tuned task model (BertClassifier,
+        BertTagger, BertSpanQA).
+      config: the encoder's BertConfig.
+      path: the path as given; `form`: which of the module docstring's forms it is.
+      vocab_file: the vocabulary found with the weights, or None.
+      saved_tokenizer: (settings, the file they came from) found with the weights, or None.
+      labels: label names in id order for a task directory, else None.
+    """
+
+    model: keras.Model
+    config: BertConfig
+    path: str
+    form: str
+    vocab_file: str | None = None
+    saved_tokenizer: tuple[TokenizerConfig, str] | None = None
+    labels: list[str] | None = None
+
+    @property
+    def encoder(self) -> BertEncoder:
+        return self.model if isinstance(self.model, BertEncoder) else self.model.encoder
+
+    def tokenizer_settings(self, overrides=None, warn: Callable[[str], None] | None = None
+                           ) -> tuple[TokenizerConfig, str | None]:
+        """(settings, their source): the saved ones with explicit `overrides` applied."""
+        return tokenizer_config.resolve(None, overrides, self.saved_tokenizer, warn)
 
 
-def _config_beside(path, bert_config_file):
-    if bert_config_file:
-        return BertConfig.from_json_file(bert_config_file)
-    candidate = os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG_FILE)
-    if os.path.isdir(path):
-        candidate = os.path.join(path, CONFIG_FILE)
-    if not os.path.exists(candidate):
-        raise FileNotFoundError(
-            f"{path}: no {CONFIG_FILE} beside the weights; pass --bert_config_file"
-        )
-    return BertConfig.from_json_file(candidate)
+def _first_existing(*paths: str) -> str | None:
+    return next((p for p in paths if p and os.path.isfile(p)), None)
 
 
-def google_checkpoint_prefix(path: str) -> str | None:
-    """The TF1 checkpoint prefix `path` names (prefix, .index file, or a directory holding
-    exactly one checkpoint), or None if it names none."""
-    if path.endswith(".index") and os.path.exists(path):
-        return path[: -len(".index")]
-    if os.path.exists(path + ".index"):
-        return path
-    if os.path.isdir(path):
-        indexes = glob.glob(os.path.join(path, "*.index"))
-        if len(indexes) == 1:
-            return indexes[0][: -len(".index")]
-    return None
+def _vocab_and_settings(directory: str):
+    vocab = _first_existing(os.path.join(directory, files.VOCAB_FILE))
+    saved = tokenizer_config.read_for_vocab(vocab) if vocab else None
+    return vocab, saved
 
 
-def load_model(path: str, bert_config_file: str | None = None) -> keras.Model:
-    """Returns a BertEncoder or BertPretrainer with the weights at `path` (see module doc)."""
-    if not path:
-        raise ValueError("no checkpoint given (--init_checkpoint is empty)")
-    path = os.fspath(path)
-    run_encoder = os.path.join(path, "encoder")
-    if os.path.isdir(run_encoder) and os.path.exists(os.path.join(run_encoder, ENCODER_WEIGHTS)):
-        path = run_encoder  # a run_pretraining output directory
-    if path.endswith(".keras"):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"Keras model file not found: {path}")
-        model = keras.models.load_model(path)
-        if not isinstance(model, (BertEncoder, BertPretrainer)):
-            raise ValueError(f"{path} holds a {type(model).__name__}, not a BERT encoder")
-        return model
-    if path.endswith(".weights.h5") or (
-        os.path.isdir(path) and os.path.exists(os.path.join(path, ENCODER_WEIGHTS))
-    ):
-        weights = path if path.endswith(".weights.h5") else os.path.join(path, ENCODER_WEIGHTS)
-        if not os.path.exists(weights):
-            raise FileNotFoundError(f"weights file not found: {weights}")
-        encoder = BertEncoder.from_bert_config(_config_beside(path, bert_config_file))
+def _config_from(path: str, bert_config_file: str | None, directory: str) -> tuple[BertConfig, str]:
+    config_file = bert_config_file or os.path.join(directory, files.BERT_CONFIG_FILE)
+    parent = os.path.dirname(os.path.abspath(directory))
+    if not bert_config_file and not os.path.isfile(config_file) and os.path.isfile(
+            os.path.join(parent, files.RUN_CONFIG_FILE)):
+        # A run's checkpoints/ckpt-<step>.weights.h5: the config is the run's.
+        config_file = os.path.join(parent, files.BERT_CONFIG_FILE)
+    if not os.path.isfile(config_file):
+        raise CheckpointError(f"{path}: no {files.BERT_CONFIG_FILE} beside the weights; pass "
+                              "--bert_config_file")
+    return BertConfig.from_json_file(config_file), config_file
+
+
+def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
+    """A pretrainer or an encoder with a `.weights.h5` file, whichever layout it has."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such weights file")
+    targets = [] if want == "encoder" else [BertPretrainer.from_bert_config(config)]
+    if want != "pretrainer":
+        targets.append(BertEncoder.from_bert_config(config))
+    errors = []
+    for model in targets:
         try:
-            encoder.load_weights(weights)
-        except ValueError as e:
-            raise ValueError(f"{weights}: does not fit the config: {e}") from None
-        return encoder
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "model.safetensors")):
-        return checkpoints.load_model("hf", path, model="auto")
-    prefix = google_checkpoint_prefix(path)
+            model.load_weights(path)
+            return model
+        except ValueError as e:  # Keras: the file's layers do not fit this model
+            errors.append(f"{type(model).__name__}: {str(e).strip().splitlines()[0]}")
+        except OSError as e:  # h5py: not an HDF5 file, truncated, ...
+            raise CheckpointError(f"{path}: cannot read the weights file ({e})") from None
+    raise CheckpointError(f"{path}: the weights fit no model of its bert_config.json "
+                          f"({'; '.join(errors)})")
+
+
+def _from_keras_file(path: str) -> keras.Model:
+    try:
+        return checkpoints.read_keras_file(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such Keras model file") from None
+
+
+def _narrow(model: keras.Model, want: str, path: str) -> keras.Model:
+    if want == "encoder":
+        return model if isinstance(model, BertEncoder) else model.encoder
+    if want == "pretrainer" and not isinstance(model, BertPretrainer):
+        raise CheckpointError(f"{path}: holds a {type(model).__name__}, not a BertPretrainer "
+                              "(no pretraining heads)")
+    return model
+
+
+def _read_labels_if_any(directory: str) -> list[str] | None:
+    path = os.path.join(directory, files.LABELS_FILE)
+    return read_labels(path) if os.path.isfile(path) else None
+
+
+def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = "auto"
+                    ) -> Checkpoint:
+    """Resolves `path` (any form of the module docstring) and loads what it holds.
+
+    Args:
+      path: the checkpoint.
+      bert_config_file: bert_config.json for forms that need one and have none beside them.
+      want: "auto" (the model the path holds), "encoder" (its encoder) or "pretrainer"
+        (pretraining heads required).
+
+    Returns:
+      A Checkpoint.
+
+    Raises:
+      CheckpointError: nothing usable at `path`; checkpoints.WeightLoadError: weights that
+        do not fit their config (every offending tensor named).
+    """
+    if want not in WANTS:
+        raise ValueError(f"want must be one of {WANTS}; received {want!r}")
+    if not path:
+        raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
+    path = os.fspath(path)
+    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+    def result(model, form, config=None, vocab_dir=directory, labels=None):
+        vocab, saved = _vocab_and_settings(vocab_dir)
+        model = _narrow(model, want, path)
+        encoder = model if isinstance(model, BertEncoder) else model.encoder
+        return Checkpoint(model, config or encoder.to_bert_config(), path, form, vocab, saved,
+                          labels)
+
+    if os.path.isdir(path):
+        encoder_dir = os.path.join(path, files.ENCODER_DIR)
+        if os.path.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
+            config, _ = _config_from(path, bert_config_file, encoder_dir)
+            heads = os.path.join(path, files.PRETRAINER_WEIGHTS_FILE)
+            if want != "encoder" and os.path.isfile(heads):
+                model = _load_weights_file(heads, config, "pretrainer")
+            else:
+                model = _load_weights_file(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE),
+                                           config, "encoder")
+            return result(model, "run", config, vocab_dir=encoder_dir)
+        if os.path.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
+            config, _ = _config_from(path, bert_config_file, path)
+            model = _load_weights_file(os.path.join(path, files.ENCODER_WEIGHTS_FILE), config,
+                                       "encoder")
+            return result(model, "encoder_dir", config)
+        if os.path.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
+            model = _from_keras_file(os.path.join(path, files.TASK_MODEL_FILE))
+            return result(model, "task_dir", labels=_read_labels_if_any(path))
+        if os.path.isfile(os.path.join(path, files.HF_WEIGHTS_FILE)):
+            model = checkpoints.load_model("hf", path, model="pretrainer" if want == "pretrainer"
+                                           else "auto")
+            return result(model, "hf")
+        if os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
+            raise CheckpointError(
+                f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "
+                f"rerun its command to complete it, or pass one of its "
+                f"checkpoints/ckpt-*.weights.h5 files")
+    if path.endswith(".keras"):
+        model = _from_keras_file(path)
+        return result(model, "keras", labels=_read_labels_if_any(directory))
+    if path.endswith(".weights.h5"):
+        config, _ = _config_from(path, bert_config_file, directory)
+        return result(_load_weights_file(path, config, want), "weights_h5", config)
+    prefix = checkpoints.google_checkpoint_prefix(path)
     if prefix is not None:
-        return checkpoints.load_model("google", prefix, model="auto", config_file=bert_config_file)
-    raise FileNotFoundError(
-        f"{path}: not a recognised checkpoint. Expected a .keras file, a .weights.h5 file, "
-        f"a directory with {ENCODER_WEIGHTS} + {CONFIG_FILE}, a run_pretraining output "
-        "directory, a Hugging Face directory with model.safetensors + config.json, or a "
-        "Google checkpoint prefix (bert_model.ckpt with bert_model.ckpt.index beside it)."
-    )
+        model = checkpoints.load_model(
+            "google", prefix, model="pretrainer" if want == "pretrainer" else "auto",
+            config_file=bert_config_file)
+        return result(model, "google", vocab_dir=os.path.dirname(os.path.abspath(prefix)))
+    what = "does not exist" if not os.path.exists(path) else "is not a recognised checkpoint"
+    raise CheckpointError(
+        f"{path} {what}. Expected a run_pretraining output directory, a directory with "
+        f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model directory "
+        f"({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging Face directory "
+        f"({files.HF_WEIGHTS_FILE} + {files.HF_CONFIG_FILE}), or a Google checkpoint prefix "
+        "(bert_model.ckpt with bert_model.ckpt.index beside it)")
 
 
 def load_encoder(path: str, bert_config_file: str | None = None) -> BertEncoder:
-    """The encoder inside whatever `load_model` finds at `path`."""
-    model = load_model(path, bert_config_file)
-    return model.encoder if isinstance(model, BertPretrainer) else model
+    """The BertEncoder inside whatever `path` holds (any form of the module docstring)."""
+    return load_checkpoint(path, bert_config_file, want="encoder").model
 
 
-def load_for_export(path, bert_config_file=None, vocab_file=None, with_mlm=False) -> LoadedModel:
-    """Encoder, optional pretrainer and vocabulary for an export."""
-    model = load_model(path, bert_config_file)
-    pretrainer = model if isinstance(model, BertPretrainer) else None
-    if with_mlm and pretrainer is None:
-        raise ValueError(f"{path}: --mlm needs a pretraining checkpoint (a saved BertPretrainer)")
-    if vocab_file is None:
-        base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-        vocab_file = os.path.join(base, VOCAB_FILE)
-        if not os.path.exists(vocab_file):
-            raise FileNotFoundError(f"no {VOCAB_FILE} beside {path}; pass --vocab_file")
-    encoder = pretrainer.encoder if pretrainer is not None else model
-    return LoadedModel(encoder, pretrainer if with_mlm else None, vocab_file)
+def check_vocab_fits(encoder: BertEncoder, vocab_file: str) -> list[str]:
+    """Loads `vocab_file` and checks it against the encoder; returns the tokens.
+
+    Raises:
+      schema.VocabError: a malformed file, or a size other than the encoder's vocab_size.
+    """
+    vocab = schema.load_vocab(vocab_file)
+    if len(vocab) != encoder.vocab_size:
+        raise schema.VocabError(
+            f"vocabulary file {vocab_file!r} has {len(vocab)} tokens but the model's vocab_size "
+            f"is {encoder.vocab_size}: wrong vocabulary for this checkpoint")
+    return vocab
+
+
+# --- Our two layouts. ---
+
+
+def read_labels(path: str) -> list[str]:
+    """labels.txt: one label per line, in id order (no empty or duplicate labels)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            labels = [line.rstrip("\n") for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: cannot be read ({e})") from None
+    for number, label in enumerate(labels, 1):
+        if not label.strip():
+            raise CheckpointError(f"{path}:{number}: empty label")
+    if len(set(labels)) != len(labels):
+        raise CheckpointError(f"{path}: duplicate labels")
+    if not labels:
+        raise CheckpointError(f"{path}: no labels")
+    return labels
+
+
+def _write_vocab_and_settings(directory: str, vocab_file: str | None,
+                              settings: TokenizerConfig | None) -> None:
+    if vocab_file:
+        target = os.path.join(directory, files.VOCAB_FILE)
+        files.copy_file(vocab_file, target)
+        tokenizer_config.write_for_vocab(target, settings or TokenizerConfig())
+
+
+def save_encoder_dir(encoder: BertEncoder, directory: str, vocab_file: str | None = None,
+                     settings: TokenizerConfig | None = None, overwrite: bool = False) -> str:
+    """Writes encoder.weights.h5, bert_config.json, vocab.txt and tokenizer_config.json.
+
+    The directory is assembled under a temporary name and renamed when complete.
+    """
+    with files.atomic_output(directory, overwrite=overwrite, directory=True,
+                             hint="choose another directory") as tmp:
+        encoder.save_weights(os.path.join(tmp, files.ENCODER_WEIGHTS_FILE))
+        encoder.to_bert_config().to_json_file(os.path.join(tmp, files.BERT_CONFIG_FILE))
+        _write_vocab_and_settings(tmp, vocab_file, settings)
+    return directory
+
+
+def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
+                  vocab_file: str, settings: TokenizerConfig, overwrite: bool = False,
+                  include_optimizer: bool = False) -> str:
+    """Writes a fine-tuned model's directory: model.keras, labels.txt, bert_config.json,
+    vocab.txt and tokenizer_config.json (what the loader's "task directory" form reads).
+
+    Args:
+      model: the task model.
+      directory: created if needed; existing files of the layout are replaced only with
+        `overwrite`.
+      labels: label names in id order (None for span QA).
+      vocab_file: the vocabulary the model was fine-tuned with.
+      settings: the tokenizer settings it was fine-tuned with.
+      include_optimizer: keep the optimizer state in model.keras (to resume training);
+        without it the file holds the weights only (3x smaller with Adam's slots).
+    """
+    os.makedirs(directory, exist_ok=True)
+    model_path = os.path.join(directory, files.TASK_MODEL_FILE)
+    if not include_optimizer and getattr(model, "optimizer", None) is not None:
+        # A fresh, uncompiled copy holds no optimizer state: weights and architecture only.
+        clean = type(model).from_config(model.get_config())
+        clean.set_weights(model.get_weights())
+        model = clean
+    with files.atomic_output(model_path, overwrite=overwrite,
+                             hint="pass --overwrite_output to replace it") as tmp:
+        model.save(tmp)
+    if labels is not None:
+        files.write_text(os.path.join(directory, files.LABELS_FILE),
+                         "".join(f"{label}\n" for label in labels))
+    encoder = model.encoder if not isinstance(model, BertEncoder) else model
+    files.write_text(os.path.join(directory, files.BERT_CONFIG_FILE),
+                     encoder.to_bert_config().to_json_string().rstrip("\n") + "\n")
+    _write_vocab_and_settings(directory, vocab_file, settings)
+    return directory

@@ -1,4 +1,4 @@
-"""BERT's optimizers on Keras' own: AdamW and LAMB, warmup + linear decay (DESIGN.md s7).
+"""BERT's optimizers on Keras' own: AdamW and LAMB, warmup + linear decay (docs/DESIGN.md section 7).
 
     AdamW  keras.optimizers.AdamW (its Adam step fused into one TensorFlow kernel: `AdamW`
            below), epsilon 1e-6, weight decay 0.01, global-norm clip 1.0

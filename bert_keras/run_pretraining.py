@@ -25,6 +25,9 @@ Layout of --output_dir:
         encoder.weights.h5    BertEncoder weights
         bert_config.json      its config
         vocab.txt             copied from --vocab_file (if given)
+        tokenizer_config.json the tokenizer settings: from the data's sidecars (what
+                              create_pretraining_data used), else beside --vocab_file,
+                              else the flags
     eval_results.json         final held-out metrics (if --eval_input_file)
 
 Resumption: rerunning the same command after a crash (even kill -9) resumes from the last
@@ -44,129 +47,85 @@ import sys
 
 from absl import app, flags, logging
 
-# The flags are defined at import; TensorFlow is imported lazily in `train`. Names are
-# Google's, shared with other tools (input_file, vocab_file, max_seq_length, ...):
-# allow_override lets several tools be imported into one process (a test session) without
-# absl's DuplicateFlagError; each process still runs one tool.
-_SHARED = {"allow_override": True}
-_INPUT_FILE = flags.DEFINE_string(
-    "input_file", None, "Training TFRecords: comma-separated files or globs.",
-    **_SHARED)
-_EVAL_INPUT_FILE = flags.DEFINE_string(
-    "eval_input_file", None, "Held-out TFRecords evaluated after every checkpoint interval.",
-    **_SHARED)
-_BERT_CONFIG_FILE = flags.DEFINE_string(
-    "bert_config_file", None, "bert_config.json of the model (or use --preset).", **_SHARED)
-_PRESET = flags.DEFINE_string(
-    "preset", None, "Model size instead of --bert_config_file: tiny, mini, small, medium, "
-    "base, large (vocab_size from --vocab_file if given).", **_SHARED)
-_VOCAB_FILE = flags.DEFINE_string(
-    "vocab_file", None, "WordPiece vocab; copied into output_dir/encoder/ for fine-tuning.",
-    **_SHARED)
-_INIT_CHECKPOINT = flags.DEFINE_string(
-    "init_checkpoint", None, "Initial weights: a run's output_dir, an encoder/ dir, a "
-    ".weights.h5 file (pretrainer or encoder), a .keras file, a Hugging Face BERT dir or a "
-    "Google checkpoint (bert_model.ckpt; its MLM/NSP heads are used too). Ignored when "
-    "resuming.", **_SHARED)
-_OUTPUT_DIR = flags.DEFINE_string(
-    "output_dir", None, "Where checkpoints, logs and the final weights go.",
-    **_SHARED)
-_MAX_SEQ_LENGTH = flags.DEFINE_integer(
-    "max_seq_length", 128, "Sequence length the data was written with.", **_SHARED)
-_MAX_PREDICTIONS = flags.DEFINE_integer(
-    "max_predictions_per_seq", 20, "Masked positions per sequence the data was written with.",
-    **_SHARED)
-_TRAIN_BATCH_SIZE = flags.DEFINE_integer(
-    "train_batch_size", 32, "Global batch size of one micro-batch (all replicas together).",
-    **_SHARED)
-_EVAL_BATCH_SIZE = flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.",
-    **_SHARED)
-_NUM_TRAIN_STEPS = flags.DEFINE_integer(
-    "num_train_steps", 100000, "Optimizer updates in total.", **_SHARED)
-_NUM_WARMUP_STEPS = flags.DEFINE_integer(
-    "num_warmup_steps", 10000, "Updates of linear learning-rate warmup.", **_SHARED)
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.", **_SHARED)
-_OPTIMIZER = flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "Optimizer.", **_SHARED)
-_WEIGHT_DECAY = flags.DEFINE_float(
-    "weight_decay", 0.01, "Decoupled weight decay (not on LayerNorm and biases).", **_SHARED)
-_SAVE_CHECKPOINTS_STEPS = flags.DEFINE_integer(
-    "save_checkpoints_steps", 1000, "Updates between checkpoints (and evaluations); must "
-    "divide num_train_steps.", **_SHARED)
-_KEEP_CHECKPOINT_MAX = flags.DEFINE_integer(
-    "keep_checkpoint_max", 3, "Periodic checkpoints kept in output_dir/checkpoints.", **_SHARED)
-_STEPS_PER_EXECUTION = flags.DEFINE_integer(
-    "steps_per_execution", 1, "Micro-batches run per tf.function call (fewer host round trips).",
-    **_SHARED)
-_GRADIENT_ACCUMULATION_STEPS = flags.DEFINE_integer(
-    "gradient_accumulation_steps", 1, "Micro-batches averaged into one update.", **_SHARED)
-_DISTRIBUTION_STRATEGY = flags.DEFINE_enum(
-    "distribution_strategy", "default", ["default", "mirrored", "multi_worker_mirrored", "tpu"],
-    "tf.distribute strategy (multi_worker_mirrored reads the cluster from TF_CONFIG).", **_SHARED)
-_TPU = flags.DEFINE_string(
-    "tpu", "", "For --distribution_strategy=tpu: empty/'local' on a TPU VM, or grpc://host:port.",
-    **_SHARED)
-_NUM_CPU_DEVICES = flags.DEFINE_integer(
-    "num_cpu_devices", 1, "Split the CPU into this many logical devices (mirrored on CPU).",
-    **_SHARED)
-_MIXED_PRECISION = flags.DEFINE_enum(
-    "mixed_precision", "float32", ["float32", "mixed_bfloat16", "mixed_float16"],
-    "Keras dtype policy.", **_SHARED)
-_JIT_COMPILE = flags.DEFINE_bool("jit_compile", False, "Compile the train step with XLA.",
-    **_SHARED)
-_MAX_EVAL_STEPS = flags.DEFINE_integer(
-    "max_eval_steps", 100, "Evaluation batches per evaluation (the eval files are cycled).",
-    **_SHARED)
-_SEED = flags.DEFINE_integer("seed", 12345, "Seed for initialization, dropout and data order.",
-    **_SHARED)
-_DETERMINISTIC = flags.DEFINE_bool(
-    "deterministic", False, "Enable TF op determinism (bit-reproducible runs; slower).", **_SHARED)
-_LOG_STEPS = flags.DEFINE_integer("log_steps", 100, "Micro-batches between TensorBoard points.",
-    **_SHARED)
+
+from data_prep import cli, files, tokenizer_config
+
+# TensorFlow is imported lazily in `train`, so that --help and flag errors are instant.
 
 
 class PretrainingError(ValueError):
     """A problem with the flags, the data or output_dir; the message is meant for users."""
 
 
+opt = cli.option
+
+
 @dataclasses.dataclass(frozen=True)
 class PretrainingOptions:
-    """Everything a pretraining run needs (one field per flag; see the flag help)."""
+    """Everything a pretraining run needs; each field with help text is a flag (Google's names)."""
 
-    input_file: str
-    output_dir: str
-    bert_config_file: str | None = None
-    preset: str | None = None
-    vocab_file: str | None = None
-    init_checkpoint: str | None = None
-    eval_input_file: str | None = None
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    train_batch_size: int = 32
-    eval_batch_size: int = 8
-    num_train_steps: int = 100000
-    num_warmup_steps: int = 10000
-    learning_rate: float = 1e-4
-    optimizer: str = "adamw"
-    weight_decay: float = 0.01
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 3
-    steps_per_execution: int = 1
-    gradient_accumulation_steps: int = 1
-    distribution_strategy: str = "default"
-    tpu: str = ""
-    num_cpu_devices: int = 1
-    mixed_precision: str = "float32"
-    jit_compile: bool = False
-    max_eval_steps: int = 100
-    seed: int = 12345
-    deterministic: bool = False
-    log_steps: int = 100
+    input_file: str = opt(None, "Training TFRecords: comma-separated files or globs.",
+                          required=True)
+    output_dir: str = opt(None, "Where checkpoints, logs and the final weights go.",
+                          required=True)
+    bert_config_file: str | None = opt(None, "bert_config.json of the model (or use --preset).")
+    preset: str | None = opt(None, "Model size instead of --bert_config_file: tiny, mini, small, "
+                             "medium, base, large (vocab_size from --vocab_file if given).")
+    vocab_file: str | None = opt(None, "WordPiece vocab the data was made with; saved into "
+                                 "output_dir/encoder/ with its tokenizer settings.")
+    init_checkpoint: str | None = opt(
+        None, "Initial weights: a run's output_dir, an encoder/ dir, a .weights.h5 file "
+        "(pretrainer or encoder), a .keras file, a Hugging Face BERT dir or a Google checkpoint "
+        "(bert_model.ckpt; its MLM/NSP heads are used too). Ignored when resuming.")
+    eval_input_file: str | None = opt(
+        None, "Held-out TFRecords evaluated after every checkpoint interval.")
+    max_seq_length: int = opt(128, "Sequence length the data was written with.")
+    max_predictions_per_seq: int = opt(20, "Masked positions per sequence the data was "
+                                       "written with.")
+    train_batch_size: int = opt(32, "Global batch size of one micro-batch (all replicas "
+                                "together).")
+    eval_batch_size: int = opt(8, "Global evaluation batch size.")
+    num_train_steps: int = opt(100000, "Optimizer updates in total.")
+    num_warmup_steps: int = opt(10000, "Updates of linear learning-rate warmup.")
+    learning_rate: float = opt(1e-4, "Peak learning rate.")
+    optimizer: str = opt("adamw", "Optimizer.", enum=["adamw", "lamb"])
+    weight_decay: float = opt(0.01, "Decoupled weight decay (not on LayerNorm and biases).")
+    save_checkpoints_steps: int = opt(1000, "Updates between checkpoints (and evaluations); "
+                                      "must divide num_train_steps.")
+    keep_checkpoint_max: int = opt(3, "Periodic checkpoints kept in output_dir/checkpoints.")
+    steps_per_execution: int = opt(1, "Micro-batches run per tf.function call (fewer host "
+                                   "round trips).")
+    gradient_accumulation_steps: int = opt(1, "Micro-batches averaged into one update.")
+    distribution_strategy: str = opt(
+        "default", "tf.distribute strategy (multi_worker_mirrored reads the cluster from "
+        "TF_CONFIG).", enum=["default", "mirrored", "multi_worker_mirrored", "tpu"])
+    tpu: str = opt("", "For --distribution_strategy=tpu: empty/'local' on a TPU VM, or "
+                   "grpc://host:port.")
+    num_cpu_devices: int = opt(1, "Split the CPU into this many logical devices (mirrored on "
+                               "CPU).")
+    mixed_precision: str = opt("float32", "Keras dtype policy.",
+                               enum=["float32", "mixed_bfloat16", "mixed_float16"])
+    jit_compile: bool = opt(False, "Compile the train step with XLA.")
+    max_eval_steps: int = opt(100, "Evaluation batches per evaluation (the eval files are "
+                              "cycled).")
+    seed: int = opt(12345, "Seed for initialization, dropout and data order.")
+    deterministic: bool = opt(False, "Enable TF op determinism (bit-reproducible runs; slower).")
+    log_steps: int = opt(100, "Micro-batches between TensorBoard points.")
+    # Tokenizer settings for output_dir/encoder/: None = as the data's sidecars (or the
+    # vocabulary's tokenizer_config.json) say; the flags come from tokenizer_config.
+    do_lower_case: bool | None = None
+    strip_accents: bool | None = None
+    tokenize_chinese_chars: bool | None = None
     verbose: int | str = "auto"  # Keras progress: "auto" = bar on a terminal, lines otherwise.
-    autotune: bool = True  # tf.data autotuning (tests turn it off; DESIGN.md s9).
+    autotune: bool = True  # tf.data autotuning (tests turn it off; docs/DESIGN.md section 9).
 
     # Fields that may differ between the first run and a resumed one.
     _RESUMABLE_CHANGES = ("verbose", "autotune", "log_steps", "keep_checkpoint_max",
                           "max_eval_steps", "eval_batch_size", "eval_input_file")
+
+    def tokenizer_overrides(self) -> dict:
+        return {name: getattr(self, name) for name in tokenizer_config.SETTINGS
+                if getattr(self, name) is not None}
 
     def run_identity(self) -> dict:
         """The fields a resumed run must share with the interrupted one."""
@@ -175,6 +134,9 @@ class PretrainingOptions:
 
     def validate(self) -> None:
         """Raises PretrainingError for inconsistent values (before anything is built)."""
+        for name in ("input_file", "output_dir"):
+            if not getattr(self, name):
+                raise PretrainingError(f"--{name} is required")
         if (self.bert_config_file is None) == (self.preset is None):
             raise PretrainingError("give exactly one of --bert_config_file and --preset")
         positive = ("max_seq_length", "max_predictions_per_seq", "train_batch_size",
@@ -184,6 +146,10 @@ class PretrainingOptions:
         for name in positive:
             if getattr(self, name) < 1:
                 raise PretrainingError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise PretrainingError(f"--learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 <= self.weight_decay < 1:
+            raise PretrainingError(f"--weight_decay must be in [0, 1), got {self.weight_decay}")
         if not 0 <= self.num_warmup_steps <= self.num_train_steps:
             raise PretrainingError(
                 f"--num_warmup_steps={self.num_warmup_steps} must be in [0, "
@@ -244,20 +210,22 @@ def load_bert_config(options: PretrainingOptions):
         return BertConfig.from_json_file(options.bert_config_file)
     overrides = {}
     if options.vocab_file:
-        overrides["vocab_size"] = _count_vocab(options.vocab_file)
+        overrides["vocab_size"] = len(_load_vocab(options.vocab_file))
     return BertConfig.from_preset(options.preset, **overrides)
 
 
-def _count_vocab(path: str) -> int:
-    if not os.path.isfile(path):
-        raise PretrainingError(f"--vocab_file {path} does not exist")
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+def _load_vocab(path: str) -> list[str]:
+    from data_prep.schema import VocabError, load_vocab
+
+    try:
+        return load_vocab(path)
+    except VocabError as e:
+        raise PretrainingError(f"--vocab_file: {e}") from None
 
 
 def _check_vocab_fits(options, config) -> None:
     if options.vocab_file and options.bert_config_file:
-        size = _count_vocab(options.vocab_file)
+        size = len(_load_vocab(options.vocab_file))
         if size != config.vocab_size:
             raise PretrainingError(
                 f"--vocab_file {options.vocab_file} has {size} tokens but "
@@ -268,48 +236,64 @@ def _check_vocab_fits(options, config) -> None:
             f"max_position_embeddings={config.max_position_embeddings}")
 
 
-def load_initial_weights(pretrainer, path: str) -> str:
-    """Loads --init_checkpoint into `pretrainer` (weights only); returns what was loaded.
+def tokenizer_settings(options: PretrainingOptions, input_files: list[str]):
+    """The tokenizer settings to save with the encoder, and where they came from.
 
-    A run's output_dir (pretrainer.weights.h5: heads included) and `.weights.h5` files of a
-    pretrainer or an encoder load directly; every other form `bert_keras.model_loading`
-    resolves (our encoder/ directory, a `.keras` file, a Hugging Face directory, a Google
-    TF1 checkpoint such as bert_model.ckpt) is loaded by it and copied in: the whole
-    pretrainer when the checkpoint has pretraining heads, else the encoder.
+    From the data's sidecars when it has them (create_pretraining_data records them), else
+    from the tokenizer_config.json beside --vocab_file, else BERT's defaults (Google's files
+    carry none); explicit flags override. The data's vocabulary checksum must match
+    --vocab_file: a model trained on ids of one vocabulary is useless with another.
     """
-    from bert_keras import model_loading
+    from data_prep import features
+
+    try:
+        recorded = features.data_tokenizer_settings(input_files)
+    except ValueError as e:
+        raise PretrainingError(f"--input_file: {e}") from None
+    saved = None
+    if recorded is not None:
+        config, source, vocab_sha = recorded
+        saved = (config, source)
+        if options.vocab_file and vocab_sha and files.sha256_file(options.vocab_file) != vocab_sha:
+            raise PretrainingError(
+                f"--vocab_file {options.vocab_file} is not the vocabulary the data was made "
+                f"with (its sha256 differs from the one recorded in {source}); pass the "
+                "vocab_file given to create_pretraining_data")
+    elif options.vocab_file:
+        saved = tokenizer_config.read_for_vocab(options.vocab_file)
+    return tokenizer_config.resolve(None, options.tokenizer_overrides(), saved,
+                                    warn=logging.warning)
+
+
+def load_initial_weights(path: str, bert_config_file: str | None = None):
+    """Loads --init_checkpoint (any form `model_loading` accepts): a pretrainer when the
+    checkpoint has pretraining heads (a run's output_dir, a pretrainer's .weights.h5 or .keras
+    file, Google's and Hugging Face's pretraining checkpoints), else an encoder."""
+    from bert_keras import checkpoints, model_loading
+
+    try:
+        return model_loading.load_checkpoint(path, bert_config_file).model
+    except (model_loading.CheckpointError, checkpoints.WeightLoadError, FileNotFoundError) as e:
+        raise PretrainingError(f"--init_checkpoint {e}") from None
+
+
+def apply_initial_weights(loaded, pretrainer, path: str) -> str:
+    """Copies the weights of `load_initial_weights` into `pretrainer` (weights only: the
+    optimizer starts afresh); returns a description for the log."""
+    from bert_keras.encoder import BertEncoder
     from bert_keras.pretrainer import BertPretrainer
 
-    run_state = os.path.join(path, "pretrainer.weights.h5")
-    if os.path.isdir(path) and os.path.isfile(run_state):
-        pretrainer.load_weights(run_state)
-        return run_state
-    if path.endswith(".weights.h5"):
-        if not os.path.isfile(path):
-            raise PretrainingError(f"--init_checkpoint {path}: no such file")
-        errors = []
-        for target in (pretrainer, pretrainer.encoder):
-            try:
-                target.load_weights(path)
-                return path
-            except ValueError as e:  # Keras: the file's layers do not match this model.
-                errors.append(str(e).splitlines()[0])
-        raise PretrainingError(f"--init_checkpoint {path} fits neither the pretrainer nor "
-                               f"its encoder: {errors[-1]}")
-    try:
-        loaded = model_loading.load_model(path)
-    except (FileNotFoundError, ValueError) as e:
-        raise PretrainingError(f"--init_checkpoint {path}: {e}") from None
     if isinstance(loaded, BertPretrainer):
         _copy_weights(loaded, pretrainer, path)
         return f"{path} (encoder and pretraining heads)"
-    _copy_weights(loaded, pretrainer.encoder, path)
+    encoder = loaded if isinstance(loaded, BertEncoder) else loaded.encoder
+    _copy_weights(encoder, pretrainer.encoder, path)
     return f"{path} (encoder only)"
 
 
 def _copy_weights(source, target, path: str) -> None:
-    want = [w.shape for w in target.weights]
-    got = [w.shape for w in source.weights]
+    want = [tuple(w.shape) for w in target.weights]
+    got = [tuple(w.shape) for w in source.weights]
     if want != got:
         raise PretrainingError(
             f"--init_checkpoint {path}: its {type(source).__name__} does not match this run's "
@@ -328,8 +312,8 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
       PretrainingError: output_dir holds a finished run, another run, or unrelated files.
     """
     out = options.output_dir
-    record = os.path.join(out, "run_config.json")
-    if os.path.isdir(os.path.join(out, "encoder")):
+    record = os.path.join(out, files.RUN_CONFIG_FILE)
+    if os.path.isdir(os.path.join(out, files.ENCODER_DIR)):
         raise PretrainingError(f"--output_dir {out} holds a finished run (encoder/ exists); "
                                "choose a new output_dir")
     if os.path.isfile(record):
@@ -348,42 +332,23 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
     if os.path.isdir(out) and os.listdir(out):
         raise PretrainingError(f"--output_dir {out} exists and is not a pretraining run; "
                                "choose a new or empty output_dir")
-    os.makedirs(out, exist_ok=True)
-    _write_json_atomic(record, options.run_identity())
+    files.write_json(record, options.run_identity())
     return False
 
 
-def _write_json_atomic(path: str, values: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str:
+    """Writes pretrainer.weights.h5 and encoder/ (weights, bert_config.json, vocab.txt,
+    tokenizer_config.json), each under a temporary name renamed when complete."""
+    from bert_keras import model_loading
 
-
-def save_final_outputs(pretrainer, options: PretrainingOptions) -> str:
-    """Writes pretrainer.weights.h5 and encoder/ (weights, bert_config.json, vocab.txt).
-
-    encoder/ is assembled under a temporary name and renamed when complete.
-    """
     out = options.output_dir
-    tmp_weights = os.path.join(out, "pretrainer.tmp.weights.h5")
     # A fresh, uncompiled copy holds no optimizer state: the final file is weights only.
     clean = type(pretrainer).from_config(pretrainer.get_config())
     clean.set_weights(pretrainer.get_weights())
-    clean.save_weights(tmp_weights)
-    os.replace(tmp_weights, os.path.join(out, "pretrainer.weights.h5"))
-
-    final = os.path.join(out, "encoder")
-    tmp = os.path.join(out, ".encoder.incomplete")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    clean.encoder.save_weights(os.path.join(tmp, "encoder.weights.h5"))
-    clean.encoder.to_bert_config().to_json_file(os.path.join(tmp, "bert_config.json"))
-    if options.vocab_file:
-        shutil.copyfile(options.vocab_file, os.path.join(tmp, "vocab.txt"))
-    os.replace(tmp, final)
-    return final
+    with files.atomic_output(os.path.join(out, files.PRETRAINER_WEIGHTS_FILE), overwrite=True) as tmp:
+        clean.save_weights(tmp)
+    return model_loading.save_encoder_dir(clean.encoder, os.path.join(out, files.ENCODER_DIR),
+                                          options.vocab_file, settings)
 
 
 # ---------------------------------------------------------------------------------------
@@ -411,9 +376,9 @@ def _callbacks(options, chief, backup_dir, num_train_steps):
         def on_epoch_end(self, epoch, logs=None):
             os.makedirs(self.directory, exist_ok=True)
             step = _updates_done(self.model)
-            tmp = os.path.join(self.directory, f"tmp-{step}.weights.h5")
-            self.model.save_weights(tmp)
-            os.replace(tmp, os.path.join(self.directory, f"ckpt-{step:08d}.weights.h5"))
+            path = os.path.join(self.directory, f"ckpt-{step:08d}.weights.h5")
+            with files.atomic_output(path, overwrite=True) as tmp:
+                self.model.save_weights(tmp)
             kept = sorted(n for n in os.listdir(self.directory) if n.startswith("ckpt-"))
             for name in kept[: -self.keep]:
                 os.remove(os.path.join(self.directory, name))
@@ -463,16 +428,34 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     import tensorflow as tf
 
     from bert_keras import distribute, multi_worker_fix
-    from bert_keras.inputs import pretraining_dataset
+    from bert_keras.inputs import check_input_files, pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.optimization import create_optimizer
     from bert_keras.pretrainer import BertPretrainer
+    from data_prep import features
 
     try:
         config = load_bert_config(options)
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None
     _check_vocab_fits(options, config)
+    # The data, the tokenizer settings and the initial weights are checked before anything
+    # is written, so a corrected rerun is not refused as "a run with other flags".
+    try:
+        input_files = features.expand_input_files(options.input_file)
+        check_input_files(input_files, options.max_seq_length, options.max_predictions_per_seq)
+        if options.eval_input_file:
+            check_input_files(features.expand_input_files(options.eval_input_file),
+                              options.max_seq_length, options.max_predictions_per_seq)
+    except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
+        raise PretrainingError(str(e)) from None
+    settings, settings_source = tokenizer_settings(options, input_files)
+    logging.info("Tokenizer settings: %s (%s)", settings.describe(),
+                 settings_source or "defaults and flags")
+    initial = None
+    if options.init_checkpoint and not os.path.isfile(
+            os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
+        initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
     if options.deterministic:
         tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(options.seed)
@@ -485,8 +468,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     check_replicas(options, strategy.num_replicas_in_sync)
     resuming = prepare_output_dir(options, chief)
     if chief:
-        os.makedirs(options.output_dir, exist_ok=True)
-        path = os.path.join(options.output_dir, "bert_config.json")
+        path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):
             config.to_json_file(path)
         backup_dir = os.path.join(options.output_dir, "backup")
@@ -524,9 +506,9 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     if done_steps:
         logging.info("Resuming from %s at step %d of %d", backup_dir, done_steps,
                      options.num_train_steps)
-    elif options.init_checkpoint:
-        logging.info("Initialized from %s",
-                     load_initial_weights(pretrainer, options.init_checkpoint))
+    elif initial is not None:
+        logging.info("Initialized from %s", apply_initial_weights(
+            initial, pretrainer, options.init_checkpoint))
     elif resuming:
         logging.info("No backup in %s yet: starting from step 0", backup_dir)
     if done_steps % options.save_checkpoints_steps:
@@ -584,9 +566,9 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
             results = pretrainer.evaluate(eval_data, steps=options.max_eval_steps,
                                           return_dict=True, verbose=0)
             results["global_step"] = options.num_train_steps
-            _write_json_atomic(os.path.join(options.output_dir, "eval_results.json"), results)
+            files.write_json(os.path.join(options.output_dir, "eval_results.json"), results)
             logs.update({f"final_val_{k}": v for k, v in results.items()})
-        final = save_final_outputs(pretrainer, options)
+        final = save_final_outputs(pretrainer, options, settings)
         logging.info("Encoder for fine-tuning and export: %s", final)
     elif eval_data is not None:
         pretrainer.evaluate(eval_data, steps=options.max_eval_steps, verbose=0)  # Collectives.
@@ -599,25 +581,8 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     return logs
 
 
-def _options_from_flags() -> PretrainingOptions:
-    return PretrainingOptions(
-        input_file=_INPUT_FILE.value, output_dir=_OUTPUT_DIR.value,
-        bert_config_file=_BERT_CONFIG_FILE.value, preset=_PRESET.value,
-        vocab_file=_VOCAB_FILE.value, init_checkpoint=_INIT_CHECKPOINT.value,
-        eval_input_file=_EVAL_INPUT_FILE.value, max_seq_length=_MAX_SEQ_LENGTH.value,
-        max_predictions_per_seq=_MAX_PREDICTIONS.value,
-        train_batch_size=_TRAIN_BATCH_SIZE.value, eval_batch_size=_EVAL_BATCH_SIZE.value,
-        num_train_steps=_NUM_TRAIN_STEPS.value, num_warmup_steps=_NUM_WARMUP_STEPS.value,
-        learning_rate=_LEARNING_RATE.value, optimizer=_OPTIMIZER.value,
-        weight_decay=_WEIGHT_DECAY.value, save_checkpoints_steps=_SAVE_CHECKPOINTS_STEPS.value,
-        keep_checkpoint_max=_KEEP_CHECKPOINT_MAX.value,
-        steps_per_execution=_STEPS_PER_EXECUTION.value,
-        gradient_accumulation_steps=_GRADIENT_ACCUMULATION_STEPS.value,
-        distribution_strategy=_DISTRIBUTION_STRATEGY.value, tpu=_TPU.value,
-        num_cpu_devices=_NUM_CPU_DEVICES.value, mixed_precision=_MIXED_PRECISION.value,
-        jit_compile=_JIT_COMPILE.value, max_eval_steps=_MAX_EVAL_STEPS.value,
-        seed=_SEED.value, deterministic=_DETERMINISTIC.value, log_steps=_LOG_STEPS.value,
-    )
+_FLAGS = cli.define_flags(PretrainingOptions)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
@@ -625,13 +590,18 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from bert_keras.distribute import StrategyError
 
-    try:
-        train(_options_from_flags())
-    except (PretrainingError, StrategyError, FileNotFoundError, FileExistsError) as e:
-        # One line naming the file or flag, not a TensorFlow traceback.
-        sys.exit(f"run_pretraining: error: {e}")
+    values = cli.values_from_flags(_FLAGS)
+    values.update(tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))
+
+    def body() -> int:
+        train(PretrainingOptions(**values))
+        return 0
+
+    # One line naming the file or flag, not a TensorFlow traceback.
+    return cli.report_errors(body, (PretrainingError, StrategyError, FileNotFoundError,
+                                    files.OutputExistsError), "run_pretraining")
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(['input_file', 'output_dir'])
+    flags.mark_flags_as_required(cli.required_flags(PretrainingOptions))
     app.run(main)

@@ -22,9 +22,10 @@ from keras import ops
 
 from bert_keras.encoder import BertEncoder, ListsEncoderWhole
 from bert_keras.layers.activations import clone_initializer
-
-# Label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP], pad).
-IGNORE_LABEL = -1
+# The label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP],
+# padding); defined once in the schema, which the data converters share.
+from data_prep import schema
+from data_prep.schema import IGNORE_LABEL
 
 
 def _check_encoder(encoder):
@@ -96,7 +97,7 @@ class BertClassifier(_TaskModel):
         inputs = dict(encoder.input)
         # Only [CLS] is read, so the last layer runs at that one position (same values as
         # the full encoder's pooled_output, at about 1/S of the last layer's cost).
-        cls_position = ops.zeros_like(inputs["input_word_ids"][:, :1])  # [B, 1]
+        cls_position = ops.zeros_like(inputs[schema.INPUT_WORD_IDS][:, :1])  # [B, 1]
         cls_vector = encoder.last_layer_at(inputs, cls_position)[:, 0, :]  # [B, H]
         pooled = encoder.pooler_layer(cls_vector)  # [B, H]
         logits = ops.cast(head(head_dropout(pooled)), "float32")  # [B, C]

@@ -17,7 +17,7 @@ from pretraining_data import write_dataset
 from bert_keras import BertEncoder, BertPretrainer
 from bert_keras.config import BertConfig
 from bert_keras.run_pretraining import (PretrainingError, PretrainingOptions,
-                                        load_initial_weights, train)
+                                        load_initial_weights, train, apply_initial_weights)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S, P, VOCAB = 16, 4, 99
@@ -37,7 +37,8 @@ def data(tmp_path_factory):
     config = directory / "bert_config.json"
     config.write_text(json.dumps(CONFIG))
     vocab = directory / "vocab.txt"
-    vocab.write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # a BERT vocabulary has them
+    vocab.write_text("".join(f"{t}\n" for t in specials + [f"tok{i}" for i in range(5, VOCAB)]))
     return dict(dir=directory, train=train_glob, eval=eval_glob, config=str(config),
                 vocab=str(vocab))
 
@@ -82,7 +83,7 @@ def test_output_layout_for_fine_tuning_and_export(finished_run, data):
     options, _ = finished_run
     out = options.output_dir
     assert sorted(os.listdir(os.path.join(out, "encoder"))) == [
-        "bert_config.json", "encoder.weights.h5", "vocab.txt"]
+        "bert_config.json", "encoder.weights.h5", "tokenizer_config.json", "vocab.txt"]
     assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == [
         "ckpt-00000100.weights.h5", "ckpt-00000200.weights.h5", "ckpt-00000300.weights.h5"]
     assert not os.path.exists(os.path.join(out, "backup"))  # Removed once complete.
@@ -182,11 +183,11 @@ def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):
     for source in (options.output_dir, os.path.join(options.output_dir, "encoder"),
                    os.path.join(options.output_dir, "checkpoints", "ckpt-00000300.weights.h5")):
         fresh = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
-        load_initial_weights(fresh, source)
+        apply_initial_weights(load_initial_weights(source), fresh, source)
         for a, b in zip(fresh.encoder.get_weights(), trained.encoder.get_weights()):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(PretrainingError, match="not a recognised checkpoint"):
-        load_initial_weights(fresh, str(data["dir"]))
+        load_initial_weights(str(data["dir"]))
 
 
 def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
@@ -198,7 +199,8 @@ def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
     trained.load_weights(os.path.join(options.output_dir, "pretrainer.weights.h5"))
     checkpoints.save_model(trained, "google", str(tmp_path / "bert_model.ckpt"))
     fresh = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
-    assert "pretraining heads" in load_initial_weights(fresh, str(tmp_path / "bert_model.ckpt"))
+    google = str(tmp_path / "bert_model.ckpt")
+    assert "pretraining heads" in apply_initial_weights(load_initial_weights(google), fresh, google)
     for a, b in zip(fresh.get_weights(), trained.get_weights()):
         np.testing.assert_array_equal(a, b)
     # A checkpoint of another size is refused with a message, not a Keras shape error.
@@ -206,8 +208,9 @@ def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
                                 num_attention_heads=2))
     other = BertPretrainer(BertEncoder.from_bert_config(smaller))
     checkpoints.save_model(other, "google", str(tmp_path / "small" / "bert_model.ckpt"))
+    small = str(tmp_path / "small" / "bert_model.ckpt")
     with pytest.raises(PretrainingError, match="does not match this run's model"):
-        load_initial_weights(fresh, str(tmp_path / "small" / "bert_model.ckpt"))
+        apply_initial_weights(load_initial_weights(small), fresh, small)
 
 
 def test_flag_errors_are_clear(data, tmp_path):

@@ -1,0 +1,148 @@
+"""Sentence (pair) classification as a fine-tuning task: TSV/CSV/JSONL in, labels out.
+
+Reading and conversion are `data_prep.classification`'s; this adapter adds the head
+(`BertClassifier`), the scores (accuracy, macro F1, per-class precision/recall/F1) and the
+predictions file (one {"where", "label", "probabilities"} per input row).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+import numpy as np
+from absl import logging
+
+from bert_keras.finetuning.runner import Features, FinetuneError, Task, labels_from_flags
+from bert_keras.tasks import BertClassifier
+from data_prep import classification, files
+from data_prep.cli import option
+
+PREDICTIONS_FILE = "predictions.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierOptions:
+    data_dir: str | None = option(None, "Directory the *_file flags are relative to.")
+    train_file: str | None = option(None, "Training data (.tsv/.csv with a header row, or .jsonl).")
+    eval_file: str | None = option(None, "Labelled evaluation data.")
+    predict_file: str | None = option(None, "Data to predict (labels optional).")
+    text_a_column: str = option("text", "Column / JSON key of the (first) text.")
+    text_b_column: str | None = option(None, "Column / JSON key of the second text (pairs).")
+    label_column: str = option("label", "Column / JSON key of the label.")
+    input_format: str | None = option(None, "File format; default: from the file extension.",
+                                      enum=["tsv", "csv", "jsonl"])
+    label_list: list | None = option(None, "Labels in id order; default: the sorted labels of "
+                                     "--train_file (or labels.txt of the model).")
+    label_list_file: str | None = option(None, "Labels in id order, one a line.")
+    classifier_dropout: float = option(0.1, "Dropout on the pooled output.")
+
+
+def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
+                    label_list: Sequence[str]) -> dict:
+    """Accuracy, macro-averaged F1 and per-class precision/recall/F1.
+
+    Args:
+      label_ids: int gold label ids [N].
+      predicted_ids: int predicted label ids [N].
+      label_list: label names in id order.
+
+    Returns:
+      {"accuracy", "macro_f1", "num_examples", "per_class": {label: {"precision", "recall",
+      "f1", "support"}}}; a class with no predictions (or no gold) has precision (recall) 0.
+    """
+    gold = np.asarray(label_ids)
+    pred = np.asarray(predicted_ids)
+    if gold.shape != pred.shape:
+        raise ValueError(f"label_ids {gold.shape} and predicted_ids {pred.shape} differ in shape")
+    if gold.size == 0:
+        raise ValueError("no examples to score")
+    per_class = {}
+    for i, name in enumerate(label_list):
+        tp = int(np.sum((pred == i) & (gold == i)))
+        fp = int(np.sum((pred == i) & (gold != i)))
+        fn = int(np.sum((pred != i) & (gold == i)))
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        f = 2 * p * r / (p + r) if p + r else 0.0
+        per_class[name] = {"precision": p, "recall": r, "f1": f, "support": tp + fn}
+    return {
+        "accuracy": float(np.mean(gold == pred)),
+        "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
+        "num_examples": int(gold.size),
+        "per_class": per_class,
+    }
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+class ClassificationTask(Task):
+    name = "classifier"
+    model_class = BertClassifier
+
+    def options_class(self):
+        return ClassifierOptions
+
+    def input_flag(self, split):
+        return f"--{split}_file"
+
+    def input_file(self, split, opts):
+        path = getattr(opts, f"{split}_file")
+        if path and opts.data_dir and not os.path.isabs(path):
+            return os.path.join(opts.data_dir, path)
+        return path
+
+    def output_files(self, common, opts):
+        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
+                if common.do_train else []) + \
+            (["eval_results.json"] if common.do_eval else []) + \
+            ([PREDICTIONS_FILE] if common.do_predict else [])
+
+    def read(self, path, split, opts):
+        return classification.read_examples(
+            path, opts.text_a_column, opts.text_b_column, opts.label_column,
+            fmt=opts.input_format, require_label=split != "predict")
+
+    def given_labels(self, opts):
+        return labels_from_flags(opts.label_list, opts.label_list_file)
+
+    def labels_from(self, examples):
+        return classification.label_list_from(examples)
+
+    def build(self, encoder, labels, opts):
+        if labels is None:
+            raise FinetuneError("no label list to build a classifier head")
+        return BertClassifier(encoder, len(labels), dropout=opts.classifier_dropout)
+
+    def convert(self, examples, tokenizer, labels, common, opts, split):
+        arrays, stats = classification.convert_examples(examples, tokenizer, labels,
+                                                        common.max_seq_length)
+        logging.info("%s: %s", split, stats.summary())
+        return Features(arrays, None, stats)
+
+    def targets(self, features):
+        return {"logits": features.arrays["label_ids"]}
+
+    def train_summary(self, features, read_info):
+        return {"truncated": features.stats.truncated}
+
+    def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
+        predicted = outputs["logits"].argmax(-1)
+        metrics = accuracy_and_f1(features.arrays["label_ids"], predicted, labels)
+        metrics["truncated"] = features.stats.truncated
+        logging.info("eval: accuracy %.4f  macro F1 %.4f  (%d examples)", metrics["accuracy"],
+                     metrics["macro_f1"], metrics["num_examples"])
+        return metrics
+
+    def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):
+        probs = softmax(outputs["logits"])
+        records = [{"where": e.where, "label": labels[int(p.argmax())],
+                    "probabilities": {label: round(float(q), 6) for label, q in zip(labels, p)}}
+                   for e, p in zip(examples, probs)]
+        files.write_jsonl(os.path.join(common.output_dir, PREDICTIONS_FILE), records)
+        return {"num_examples": len(records), "truncated": features.stats.truncated}

@@ -1,0 +1,140 @@
+"""The fine-tuning loop every task shares: tf.data over arrays, `fit` with BERT's optimizer,
+and batched prediction, with the step counts and timings the results files report.
+
+Google's step count: num_train_steps = int(N / batch_size * num_train_epochs) updates on
+full batches (drop_remainder, static shapes), warmup = int(steps * warmup_proportion);
+an explicit num_train_steps replaces the epoch count.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from bert_keras.optimization import create_optimizer
+from bert_keras.tasks import compile_args
+
+
+def num_examples(x: Mapping[str, np.ndarray]) -> int:
+    return len(next(iter(x.values())))
+
+
+def make_dataset(x: dict, y: dict | None, batch_size: int, shuffle: bool = False,
+                 seed: int = 0, repeat: bool = False, drop_remainder: bool = False) -> tf.data.Dataset:
+    """tf.data over in-memory arrays (all int32 [N, ...]); deterministic for a seed.
+
+    Autotune is off and prefetch fixed: with autotune, `fit` can wait seconds for a
+    background thread after its last step (docs/DESIGN.md section 9).
+    """
+    data = (x, y) if y is not None else x
+    ds = tf.data.Dataset.from_tensor_slices(data)
+    if shuffle:
+        ds = ds.shuffle(num_examples(x), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(2)
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    options.deterministic = True
+    return ds.with_options(options)
+
+
+class StepLogger(keras.callbacks.Callback):
+    """Logs the mean loss of each interval of `every` steps, learning rate and speed.
+
+    Keras reports the running mean since the first step of the epoch; the mean of the last
+    interval is what shows whether training still improves.
+    """
+
+    def __init__(self, total_steps: int, every: int = 50):
+        super().__init__()
+        self.total_steps, self.every = total_steps, max(1, every)
+        self.history: list[dict] = []
+
+    def on_train_begin(self, logs=None):
+        self._start = time.time()
+        self._last = (0, 0.0)  # (step, running mean at that step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = batch + 1
+        if step % self.every and step != self.total_steps:
+            return
+        running = float((logs or {}).get("loss", float("nan")))
+        last_step, last_mean = self._last
+        interval = (running * step - last_mean * last_step) / (step - last_step)
+        self._last = (step, running)
+        lr = self.model.optimizer.learning_rate
+        lr = float(lr.numpy() if hasattr(lr, "numpy") else lr)
+        elapsed = time.time() - self._start
+        self.history.append({"step": step, "loss": interval, "learning_rate": lr,
+                             "seconds": round(elapsed, 3)})
+        logging.info("step %d/%d  loss %.4f (steps %d-%d)  lr %.3g  %.2f s/step", step,
+                     self.total_steps, interval, last_step + 1, step, lr, elapsed / step)
+
+
+def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epochs: float,
+          learning_rate: float, warmup_proportion: float, seed: int = 0,
+          log_every: int = 50, jit_compile: bool = False, num_train_steps: int | None = None,
+          callbacks=(), **optimizer_kwargs: Any) -> dict:
+    """Fine-tunes `model` with AdamW + warmup/linear decay (BERT's optimizer), plain fit.
+
+    XLA (`jit_compile`) is 5-20% faster per step here but costs seconds of compilation per
+    model (docs/DESIGN.md section 9): worth it for real runs, not for tiny ones.
+
+    Args:
+      model: a task model (its loss comes from `tasks.compile_args`).
+      x, y: input and target arrays.
+      num_train_steps: optimizer updates; default from `num_train_epochs`.
+      callbacks: extra Keras callbacks (e.g. TensorBoard).
+      **optimizer_kwargs: passed to `create_optimizer` (e.g. weight_decay).
+
+    Returns:
+      {"num_examples", "num_train_steps", "num_warmup_steps", "seconds",
+       "examples_per_second", "loss_history"}.
+    """
+    n = num_examples(x)
+    if n < batch_size:
+        raise ValueError(f"{n} training examples is fewer than train_batch_size={batch_size}")
+    if num_train_steps is None:
+        num_train_steps = max(1, int(n / batch_size * num_train_epochs))
+    num_warmup_steps = int(num_train_steps * warmup_proportion)
+    optimizer = create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
+                                 **optimizer_kwargs)
+    model.compile(optimizer=optimizer, jit_compile=jit_compile, **compile_args(model))
+    ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
+                      drop_remainder=True).take(num_train_steps)
+    logger = StepLogger(num_train_steps, log_every)
+    logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g", n,
+                 batch_size, num_train_steps, num_warmup_steps, learning_rate)
+    start = time.time()
+    model.fit(ds, epochs=1, verbose=0, shuffle=False,  # tf.data shuffles
+              callbacks=[logger, *callbacks])
+    seconds = time.time() - start
+    return {"num_examples": n, "num_train_steps": num_train_steps,
+            "num_warmup_steps": num_warmup_steps, "seconds": round(seconds, 1),
+            "examples_per_second": round(num_train_steps * batch_size / max(seconds, 1e-9), 2),
+            "loss_history": logger.history}
+
+
+def predict(model: keras.Model, x: dict, batch_size: int) -> tuple[dict[str, np.ndarray], dict]:
+    """Runs the model in inference mode over arrays.
+
+    Returns:
+      (outputs as numpy, {"seconds", "examples_per_second"}).
+    """
+    n = num_examples(x)
+    outputs: dict[str, list] = {}
+    start = time.time()
+    for begin in range(0, n, batch_size):
+        batch = {k: v[begin:begin + batch_size] for k, v in x.items()}
+        for key, value in model.predict_on_batch(batch).items():
+            outputs.setdefault(key, []).append(np.asarray(value))
+    seconds = time.time() - start
+    timing = {"seconds": round(seconds, 3),
+              "examples_per_second": round(n / max(seconds, 1e-9), 2)}
+    return {k: np.concatenate(v) for k, v in outputs.items()}, timing

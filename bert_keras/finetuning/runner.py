@@ -1,0 +1,355 @@
+"""The one train / evaluate / predict skeleton behind run_classifier, run_tagger and run_squad.
+
+    check flags -> read every input -> load model, vocabulary and tokenizer settings
+    -> convert -> train -> save the model directory -> evaluate -> predict
+
+A task (classification.py, tagging.py, squad.py) supplies only what differs: how to read
+its files, build its head, convert examples, score and write predictions. Inputs are read
+and checked before anything is loaded or trained, so a bad row fails in seconds, and
+nothing is written until the inputs are accepted. Results are never replaced without
+--overwrite_output.
+
+Tokenizer settings come with the model (`model_loading`): from the tokenizer_config.json
+beside the vocabulary in use, else the one saved with the checkpoint, else BERT's uncased
+defaults; --do_lower_case / --strip_accents / --tokenize_chinese_chars override them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Sequence
+
+import keras
+from absl import logging
+
+from bert_keras import model_loading
+from bert_keras.config import BertConfig
+from bert_keras.encoder import BertEncoder
+from bert_keras.finetuning import loop
+from data_prep import files, tokenizer_config
+from data_prep.cli import option, split_values
+from data_prep.tokenization import load_tokenizer
+
+
+class FinetuneError(ValueError):
+    """Bad flags, inputs or model for a fine-tuning run; the message names the flag or file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneOptions:
+    """The flags every fine-tuning tool shares (Google's names)."""
+
+    output_dir: str | None = option(None, "Where the model and results go.", required=True)
+    init_checkpoint: str | None = option(
+        None, "Initial weights: a run_pretraining output directory, an encoder directory, a "
+        "fine-tuned model directory, a .keras or .weights.h5 file, a Hugging Face directory or "
+        "a Google checkpoint prefix. Empty: random initialisation of --bert_config_file.")
+    bert_config_file: str | None = option(
+        None, "bert_config.json: for random initialisation, or for a checkpoint without one "
+        "beside it.")
+    vocab_file: str | None = option(
+        None, "WordPiece vocabulary (default: the one saved with --init_checkpoint, or in "
+        "--output_dir when not training).")
+    do_train: bool = option(False, "Fine-tune on --train_file.")
+    do_eval: bool = option(False, "Score the model on the evaluation data.")
+    do_predict: bool = option(False, "Write predictions for --predict_file.")
+    max_seq_length: int = option(128, "WordPieces per sequence, [CLS]/[SEP] included; longer "
+                                 "input is truncated (and counted).")
+    train_batch_size: int = option(32, "Training batch size.")
+    eval_batch_size: int = option(64, "Batch size for eval and predict.")
+    learning_rate: float = option(5e-5, "Peak learning rate of AdamW.")
+    num_train_epochs: float = option(3.0, "Training epochs.")
+    num_train_steps: int | None = option(
+        None, "Optimizer updates; overrides --num_train_epochs when given.")
+    warmup_proportion: float = option(0.1, "Fraction of training steps with linear "
+                                      "learning-rate warmup.")
+    seed: int = option(12345, "Seed for initialisation, dropout and shuffling.")
+    jit_compile: bool = option(False, "Compile the training step with XLA (faster steps, "
+                               "slower start).")
+    overwrite_output: bool = option(False, "Replace results already in --output_dir instead "
+                                    "of refusing.")
+    save_optimizer_state: bool = option(
+        False, "Keep the optimizer state in model.keras (to train it further later); by default "
+        "the model file holds the weights only.")
+    # Tokenizer settings: None = as saved with the vocabulary / model (flags: tokenizer_config).
+    do_lower_case: bool | None = None
+    strip_accents: Any = None
+    tokenize_chinese_chars: bool | None = None
+
+    def tokenizer_overrides(self) -> dict:
+        out = {}
+        for name in tokenizer_config.SETTINGS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = (tokenizer_config.parse_strip_accents(value) if name == "strip_accents"
+                             else bool(value))
+        return out
+
+    def validate(self) -> None:
+        if not (self.do_train or self.do_eval or self.do_predict):
+            raise FinetuneError("nothing to do: set at least one of --do_train, --do_eval, "
+                                "--do_predict")
+        if not self.output_dir:
+            raise FinetuneError("--output_dir is required")
+        for name in ("train_batch_size", "eval_batch_size", "max_seq_length"):
+            if getattr(self, name) < 1:
+                raise FinetuneError(f"--{name} must be >= 1; received {getattr(self, name)}")
+        if self.do_train:
+            if not self.learning_rate > 0:
+                raise FinetuneError(f"--learning_rate must be > 0; received {self.learning_rate}")
+            if self.num_train_steps is None and not self.num_train_epochs > 0:
+                raise FinetuneError(f"--num_train_epochs must be > 0; received "
+                                    f"{self.num_train_epochs}")
+            if self.num_train_steps is not None and self.num_train_steps < 1:
+                raise FinetuneError(f"--num_train_steps must be >= 1; received "
+                                    f"{self.num_train_steps}")
+            if not 0 <= self.warmup_proportion <= 1:
+                raise FinetuneError(f"--warmup_proportion must be in [0, 1]; received "
+                                    f"{self.warmup_proportion}")
+
+
+@dataclasses.dataclass
+class Features:
+    """A split after conversion: model arrays, what a task needs to map outputs back, stats."""
+
+    arrays: dict
+    extra: Any = None
+    stats: Any = None
+
+
+class Task:
+    """What a fine-tuning task supplies to `run` (subclasses override every method)."""
+
+    name = "task"
+    model_class: type = keras.Model
+    uses_labels = True  # the head has one output per label (classification, tagging)
+
+    def options_class(self):
+        raise NotImplementedError
+
+    def input_file(self, split: str, opts) -> str | None:
+        """The file of a split ("train", "eval", "predict"), or None if not given."""
+        raise NotImplementedError
+
+    def input_flag(self, split: str) -> str:
+        """The flag naming a split's file (for messages)."""
+        return f"--{split}_file"
+
+    def output_files(self, common: FinetuneOptions, opts) -> list[str]:
+        """Files this run writes into --output_dir (refused if present)."""
+        raise NotImplementedError
+
+    def read(self, path: str, split: str, opts):
+        raise NotImplementedError
+
+    def labels_from(self, examples) -> list[str] | None:
+        return None
+
+    def given_labels(self, opts) -> list[str] | None:
+        return None
+
+    def build(self, encoder: BertEncoder, labels: list[str] | None, opts) -> keras.Model:
+        raise NotImplementedError
+
+    def convert(self, examples, tokenizer, labels, common: FinetuneOptions, opts,
+                split: str) -> Features:
+        raise NotImplementedError
+
+    def targets(self, features: Features) -> dict:
+        raise NotImplementedError
+
+    def train_summary(self, features: Features, read_info) -> dict:
+        return {}
+
+    def evaluate(self, examples, features: Features, outputs: dict, labels, tokenizer,
+                 common: FinetuneOptions, opts) -> dict:
+        raise NotImplementedError
+
+    def write_predictions(self, examples, features: Features, outputs: dict, labels, tokenizer,
+                          common: FinetuneOptions, opts) -> dict:
+        raise NotImplementedError
+
+
+def _load_model(task: Task, common: FinetuneOptions, opts, labels):
+    """(model, checkpoint or None): what to train or run."""
+    init = common.init_checkpoint
+    if common.do_train:
+        if not init:
+            if not common.bert_config_file:
+                raise FinetuneError("give --init_checkpoint, or --bert_config_file for a randomly "
+                                    "initialised encoder")
+            logging.info("Random initialisation from %s", common.bert_config_file)
+            encoder = BertEncoder.from_bert_config(BertConfig.from_json_file(common.bert_config_file))
+            return task.build(encoder, labels, opts), None
+        ckpt = model_loading.load_checkpoint(init, common.bert_config_file)
+        if isinstance(ckpt.model, task.model_class):
+            logging.info("Training further the fine-tuned %s of %s", task.model_class.__name__, init)
+            return ckpt.model, ckpt
+        if not isinstance(ckpt.model, BertEncoder):
+            logging.info("%s holds a %s: using its encoder", init, type(ckpt.model).__name__)
+        return task.build(ckpt.encoder, labels or ckpt.labels, opts), ckpt
+    # Evaluation / prediction only: a fine-tuned model of this task.
+    source = init
+    if source:
+        ckpt = model_loading.load_checkpoint(source, common.bert_config_file)
+        if isinstance(ckpt.model, task.model_class):
+            return ckpt.model, ckpt
+    source = common.output_dir
+    if not os.path.isfile(os.path.join(source, files.TASK_MODEL_FILE)):
+        raise FinetuneError(
+            f"nothing to evaluate: no {files.TASK_MODEL_FILE} in --output_dir {source} (train "
+            f"with --do_train, or point --init_checkpoint at a fine-tuned {task.name} model)")
+    ckpt = model_loading.load_checkpoint(source)
+    if not isinstance(ckpt.model, task.model_class):
+        raise FinetuneError(f"{source} holds a {type(ckpt.model).__name__}, expected a "
+                            f"{task.model_class.__name__}")
+    return ckpt.model, ckpt
+
+
+def run(task: Task, values: dict) -> dict:
+    """Train / eval / predict as `values` (flag names) say; returns {"train", "eval",
+    "predict"} summaries, also written to the results files."""
+    common_values, task_values = split_values(values, FinetuneOptions, task.options_class())
+    common = FinetuneOptions(**common_values)
+    opts = task.options_class()(**task_values)
+    common.validate()
+    for split, wanted in (("train", common.do_train), ("eval", common.do_eval),
+                          ("predict", common.do_predict)):
+        if wanted and not task.input_file(split, opts):
+            raise FinetuneError(f"{task.input_flag(split)} is required with --do_{split}")
+    out = common.output_dir
+    names = task.output_files(common, opts)
+    if not common.overwrite_output:
+        files.refuse_existing([os.path.join(out, n) for n in names],
+                              "refusing to overwrite (choose another --output_dir or pass "
+                              "--overwrite_output)")
+    keras.utils.set_random_seed(common.seed)
+
+    # Every input is read before anything is loaded or trained; a split reading the same
+    # file as an earlier one (eval and predict often do) shares its examples and features.
+    wanted = [split for split, on in (("train", common.do_train), ("eval", common.do_eval),
+                                      ("predict", common.do_predict)) if on]
+    same_as = {}
+    for split in wanted:
+        path = task.input_file(split, opts)
+        earlier = next((s for s in wanted[:wanted.index(split)] if s != "train"
+                        and split != "train" and task.input_file(s, opts) == path), None)
+        if earlier is not None:
+            same_as[split] = earlier
+    examples = {split: task.read(task.input_file(split, opts), split, opts)
+                for split in wanted if split not in same_as}
+    read_info = None
+    if "train" in examples and isinstance(examples["train"], tuple):
+        examples["train"], read_info = examples["train"]
+    labels = task.given_labels(opts)
+    if labels is None and common.do_train:
+        labels = task.labels_from(examples["train"])
+
+    model, ckpt = _load_model(task, common, opts, labels)
+    if labels is None and ckpt is not None:
+        labels = ckpt.labels
+    if task.uses_labels:
+        if labels is None:
+            raise FinetuneError(f"no label list: the model has no {files.LABELS_FILE} beside it; "
+                                "pass --label_list_file")
+        if model.num_classes != len(labels):
+            raise FinetuneError(f"the model has {model.num_classes} classes but the label list "
+                                f"has {len(labels)}: {labels}")
+    encoder = model.encoder
+    vocab_file = common.vocab_file or (ckpt.vocab_file if ckpt is not None else None)
+    if not vocab_file:
+        raise FinetuneError("no --vocab_file given and none saved with the checkpoint")
+    model_loading.check_vocab_fits(encoder, vocab_file)
+    saved = tokenizer_config.read_for_vocab(vocab_file) or (
+        ckpt.saved_tokenizer if ckpt is not None else None)
+    settings, source = tokenizer_config.resolve(None, common.tokenizer_overrides(), saved,
+                                                warn=logging.warning)
+    logging.info("Tokenizer: %s, settings %s (%s)", vocab_file, settings.describe(),
+                 source or "defaults and flags")
+    tokenizer = load_tokenizer(vocab_file, settings)
+    if common.max_seq_length > encoder.max_sequence_length:
+        raise FinetuneError(f"--max_seq_length={common.max_seq_length} exceeds the model's "
+                            f"position table ({encoder.max_sequence_length} positions)")
+    if labels is not None:
+        logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
+
+    features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
+                for split, ex in examples.items()}
+    for split, earlier in same_as.items():
+        examples[split], features[split] = examples[earlier], features[earlier]
+    results: dict[str, dict] = {}
+    if common.do_train:
+        data = features["train"]
+        summary = loop.train(model, _model_inputs(data), task.targets(data),
+                             common.train_batch_size, common.num_train_epochs,
+                             common.learning_rate, common.warmup_proportion, seed=common.seed,
+                             jit_compile=common.jit_compile,
+                             num_train_steps=common.num_train_steps)
+        summary.update(task.train_summary(data, read_info))
+        if labels is not None:
+            summary["label_list"] = labels
+        summary["tokenizer"] = settings.to_json_dict()
+        model_loading.save_task_dir(model, out, labels, vocab_file, settings,
+                                    overwrite=common.overwrite_output,
+                                    include_optimizer=common.save_optimizer_state)
+        files.write_json(os.path.join(out, "train_results.json"), summary)
+        results["train"] = summary
+    outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
+    for split, writer in (("eval", task.evaluate), ("predict", task.write_predictions)):
+        if split not in features:
+            continue
+        data = features[split]
+        if id(data) not in outputs_of:
+            outputs_of[id(data)] = loop.predict(model, _model_inputs(data), common.eval_batch_size)
+        outputs, timing = outputs_of[id(data)]
+        summary = writer(examples[split], data, outputs, labels, tokenizer, common, opts)
+        summary[f"{split}_seconds"] = timing["seconds"]
+        summary[f"{split}_examples_per_second"] = timing["examples_per_second"]
+        results[split] = summary
+        if split == "eval":
+            files.write_json(os.path.join(out, "eval_results.json"), summary)
+    return results
+
+
+def _model_inputs(features: Features) -> dict:
+    from data_prep.schema import model_inputs
+
+    return model_inputs(features.arrays)
+
+
+def labels_from_flags(label_list: Sequence[str] | None, label_list_file: str | None):
+    """--label_list or --label_list_file (one label a line), else None."""
+    if label_list_file:
+        return model_loading.read_labels(label_list_file)
+    return list(label_list) if label_list else None
+
+
+def expected_errors() -> tuple:
+    """The errors a fine-tuning tool reports in one line (bad flags, files, data, models)."""
+    from bert_keras.checkpoints import WeightLoadError
+    from data_prep.classification import DataError
+    from data_prep.schema import VocabError
+
+    return (FinetuneError, DataError, model_loading.CheckpointError, WeightLoadError,
+            VocabError, tokenizer_config.TokenizerConfigError, files.OutputExistsError,
+            FileNotFoundError)
+
+
+def main(task: Task, argv, holders: dict, tokenizer_flags: dict) -> int:
+    """The body of a fine-tuning tool's absl main: flags -> `run`, errors in one line."""
+    from absl import app
+
+    from data_prep.cli import report_errors, values_from_flags
+
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    values = values_from_flags(holders)
+    values.update(tokenizer_config.overrides_from_flags(tokenizer_flags))
+    prog = os.path.basename(argv[0]).removesuffix(".py")
+
+    def body() -> int:
+        run(task, values)
+        return 0
+
+    return report_errors(body, expected_errors(), prog)

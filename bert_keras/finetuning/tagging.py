@@ -1,0 +1,208 @@
+"""Token tagging (NER, POS) as a fine-tuning task: CoNLL files in, one tag per word out.
+
+Reading and conversion are `data_prep.tagging`'s (each word's tag on its first WordPiece);
+this adapter adds the head (`BertTagger`), the scores and the predictions file
+("word predicted_tag" lines, blank line between sentences). Scores: token accuracy, and
+for IOB/IOE/IOBES tag sets entity precision/recall/F1 (seqeval's default, conlleval-
+compatible chunking, micro-averaged over entity spans).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+from absl import logging
+
+from bert_keras.finetuning.runner import Features, FinetuneError, Task, labels_from_flags
+from bert_keras.tasks import BertTagger
+from data_prep import files, tagging
+from data_prep.cli import option
+
+PREDICTIONS_FILE = "predictions.conll"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggerOptions:
+    data_dir: str | None = option(None, "Directory the *_file flags are relative to.")
+    train_file: str | None = option(None, "Training data (CoNLL format: word ... tag per line).")
+    eval_file: str | None = option(None, "Tagged evaluation data.")
+    predict_file: str | None = option(None, "Data to tag (tag column optional).")
+    token_column: int = option(0, "Column of the word.")
+    tag_column: int = option(-1, "Column of the tag (negative: from the end).")
+    label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "
+                                         "sorted tags of --train_file.")
+    tagger_dropout: float = option(0.1, "Dropout on the sequence output.")
+
+
+def token_accuracy(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:
+    """Fraction of words whose predicted tag equals the gold tag (over all sentences)."""
+    total = correct = 0
+    for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+        total += len(g)
+        correct += sum(a == b for a, b in zip(g, p))
+    if total == 0:
+        raise ValueError("no words to score")
+    return correct / total
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """("B", "PER") for "B-PER"; ("O", "") for "O"; a bare tag "X" is treated as ("I", "X")."""
+    if tag == "O":
+        return "O", ""
+    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
+        return tag[0], tag[2:]
+    return "I", tag
+
+
+def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval's endOfChunk: does a chunk end at the previous word?"""
+    if prev_tag in ("E", "S"):
+        return True
+    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev_tag != "O" and prev_type != type_
+
+
+def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval's startOfChunk: does a chunk start at this word?"""
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag != "O" and prev_type != type_
+
+
+def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Entity chunks (type, first word, last word) in one sentence, conlleval-style.
+
+    Accepts IOB1 ("I-X" after "O" or another type opens a chunk), IOB2, IOE and IOBES
+    (S- = single, E-/L- = end, U- = unit); a tag without prefix counts as "I-" of itself.
+    """
+    chunks = []
+    prev_tag, prev_type, start = "O", "", None
+    for i, tag in enumerate(list(tags) + ["O"]):  # the sentinel closes a final chunk
+        prefix, type_ = _split_tag(tag)
+        prefix = {"L": "E", "U": "S"}.get(prefix, prefix)
+        if start is not None and _end_of_chunk(prev_tag, prefix, prev_type, type_):
+            chunks.append((prev_type, start, i - 1))
+            start = None
+        if _start_of_chunk(prev_tag, prefix, prev_type, type_):
+            start = i
+        prev_tag, prev_type = prefix, type_
+    return chunks
+
+
+def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
+    """Entity-level precision, recall and F1, micro-averaged over all sentences (seqeval default).
+
+    An entity counts as correct only if its type, first and last word all match.
+
+    Returns:
+      {"precision", "recall", "f1", "num_gold", "num_predicted", "num_correct",
+       "per_type": {type: {"precision", "recall", "f1", "support"}}}.
+    """
+    gold_set, pred_set = set(), set()
+    for i, (g, p) in enumerate(zip(gold, predicted, strict=True)):
+        if len(g) != len(p):
+            raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
+        gold_set |= {(i, *c) for c in get_entities(g)}
+        pred_set |= {(i, *c) for c in get_entities(p)}
+
+    def prf(g, p):
+        correct = len(g & p)
+        precision = correct / len(p) if p else 0.0
+        recall = correct / len(g) if g else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return precision, recall, f1, correct
+
+    precision, recall, f1, correct = prf(gold_set, pred_set)
+    per_type = {}
+    for type_ in sorted({c[1] for c in gold_set | pred_set}):
+        g = {c for c in gold_set if c[1] == type_}
+        p = {c for c in pred_set if c[1] == type_}
+        tp, tr, tf, _ = prf(g, p)
+        per_type[type_] = {"precision": tp, "recall": tr, "f1": tf, "support": len(g)}
+    return {"precision": precision, "recall": recall, "f1": f1, "num_gold": len(gold_set),
+            "num_predicted": len(pred_set), "num_correct": correct, "per_type": per_type}
+
+
+class TaggingTask(Task):
+    name = "tagger"
+    model_class = BertTagger
+
+    def options_class(self):
+        return TaggerOptions
+
+    def input_flag(self, split):
+        return f"--{split}_file"
+
+    def input_file(self, split, opts):
+        path = getattr(opts, f"{split}_file")
+        if path and opts.data_dir and not os.path.isabs(path):
+            return os.path.join(opts.data_dir, path)
+        return path
+
+    def output_files(self, common, opts):
+        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
+                if common.do_train else []) + \
+            (["eval_results.json"] if common.do_eval else []) + \
+            ([PREDICTIONS_FILE] if common.do_predict else [])
+
+    def read(self, path, split, opts):
+        return tagging.read_conll(path, opts.token_column, opts.tag_column,
+                                  has_tags=split != "predict")
+
+    def given_labels(self, opts):
+        return labels_from_flags(None, opts.label_list_file)
+
+    def labels_from(self, sentences):
+        return tagging.label_list_from(sentences)
+
+    def build(self, encoder, labels, opts):
+        if labels is None:
+            raise FinetuneError("no tag list to build a tagger head")
+        return BertTagger(encoder, len(labels), dropout=opts.tagger_dropout)
+
+    def convert(self, sentences, tokenizer, labels, common, opts, split):
+        arrays, positions, stats = tagging.convert_sentences(
+            sentences, tokenizer, labels if split != "predict" else None, common.max_seq_length)
+        logging.info("%s: %s", split, stats.summary())
+        return Features(arrays, positions, stats)
+
+    def targets(self, features):
+        return {"logits": features.arrays["label_ids"]}
+
+    def train_summary(self, features, read_info):
+        return {"truncated_sentences": features.stats.truncated_sentences,
+                "truncated_words": features.stats.truncated_words}
+
+    def _tags(self, features, outputs, labels):
+        return tagging.predictions_to_tags(outputs["logits"].argmax(-1), features.extra, labels)
+
+    def evaluate(self, sentences, features, outputs, labels, tokenizer, common, opts):
+        predicted = self._tags(features, outputs, labels)
+        gold = [list(s.tags) for s in sentences]
+        stats = features.stats
+        metrics = {"token_accuracy": token_accuracy(gold, predicted),
+                   "num_sentences": len(sentences), "num_words": stats.words,
+                   "truncated_sentences": stats.truncated_sentences,
+                   # Words cut off by max_seq_length count as wrong (tagged "O").
+                   "truncated_words": stats.truncated_words}
+        if any(t[:2] in ("B-", "I-", "E-", "S-") for s in gold for t in s):
+            metrics["entity"] = entity_f1(gold, predicted)
+        logging.info("eval: token accuracy %.4f%s (%d words)", metrics["token_accuracy"],
+                     f", entity F1 {metrics['entity']['f1']:.4f}" if "entity" in metrics else "",
+                     stats.words)
+        return metrics
+
+    def write_predictions(self, sentences, features, outputs, labels, tokenizer, common, opts):
+        predicted = self._tags(features, outputs, labels)
+        text = "\n".join("".join(f"{w} {t}\n" for w, t in zip(s.words, tags))
+                         for s, tags in zip(sentences, predicted))
+        files.write_text(os.path.join(common.output_dir, PREDICTIONS_FILE), text)
+        return {"num_sentences": len(sentences),
+                "truncated_words": features.stats.truncated_words}

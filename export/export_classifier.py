@@ -1,64 +1,191 @@
-"""Exports a fine-tuned classifier as an end-to-end SavedModel: text in, labels out.
+r"""Exports a fine-tuned classifier as an end-to-end SavedModel: text in, labels out.
 
     python -m export.export_classifier --model_dir=runs/spam \
         --export_dir=/models/spam [--version=1] [--max_seq_length=128] [--pair]
 
 --model_dir is what `python -m bert_keras.run_classifier --do_train` wrote: model.keras,
-labels.txt, vocab.txt and bert_config.json. See export/classifier_export.py for the
-signatures (serving_default, pair, serve_examples for TF Serving's Classify API).
+labels.txt, vocab.txt and tokenizer_config.json (the tokenizer settings the classifier was
+fine-tuned with; --do_lower_case / --strip_accents / --tokenize_chinese_chars override).
+
+Signatures:
+  serving_default  text: string [batch] -> probabilities float32 [batch, C],
+                   label string [batch], label_id int32 [batch], logits float32 [batch, C]
+  pair             text_a, text_b: string [batch] -> the same, for sentence-pair tasks
+  serve_examples   inputs: serialized tf.Example string [batch] (features "text" and, for
+                   pair models, "text_b") -> classes string [batch, C], scores float32
+                   [batch, C]; its method name is tensorflow/serving/classify, so TF
+                   Serving's Classify API (gRPC Classify, REST :classify) accepts it.
+
+Tokenization and packing run inside the graph with the same code as the preprocessor
+export (`export_preprocessor.PreprocessorModule`), so there is one text path.
 """
 
-import os
+from __future__ import annotations
 
-from absl import app, flags
+import tempfile
 
-from data_prep.tokenization import BertTokenizer
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from data_prep import tokenizer_config
 from export import saved_model_writer
-from export.classifier_export import export_classifier
+from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+
+
+class ClassifierModule(tf.Module):
+    """Root object: preprocessor + fine-tuned BertClassifier + label names."""
+
+    def __init__(self, preprocessor: PreprocessorModule, classifier, labels, pair: bool):
+        super().__init__()
+        if len(labels) != classifier.num_classes:
+            raise saved_model_writer.ExportError(
+                f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
+        self.preprocessor = preprocessor
+        self.classifier = saved_model_writer.Untracked(classifier)
+        self.labels = tf.constant(list(labels), tf.string)
+        self.pair = pair
+
+    def _predict(self, inputs):
+        logits = self.classifier(inputs, training=False)["logits"]  # [B, C]
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {
+            "probabilities": probabilities,
+            "label": tf.gather(self.labels, label_id),
+            "label_id": label_id,
+            "logits": logits,
+        }
+
+    def _classify(self, texts):
+        """texts: one or two string [B] tensors -> the prediction dict."""
+        pre = self.preprocessor
+        return self._predict(pre._pack([pre._tokenize(t) for t in texts]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return self._classify([text])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
+                                  tf.TensorSpec([None], tf.string, name="text_b")])
+    def serve_pair(self, text_a, text_b):
+        return self._classify([text_a, text_b])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve_examples(self, inputs):
+        spec = {"text": tf.io.FixedLenFeature([], tf.string)}
+        if self.pair:
+            spec["text_b"] = tf.io.FixedLenFeature([], tf.string)
+        features = tf.io.parse_example(inputs, spec)
+        texts = [features["text"], features["text_b"]] if self.pair else [features["text"]]
+        out = self._classify(texts)
+        batch = tf.shape(inputs)[0]
+        return {
+            "classes": tf.tile(self.labels[None, :], [batch, 1]),
+            "scores": out["probabilities"],
+        }
+
+
+def _example(text, text_b=None) -> bytes:
+    feature = {"text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[text.encode()]))}
+    if text_b is not None:
+        feature["text_b"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[text_b.encode()]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length: int = 128,
+                      pair: bool = False, version: int | None = None) -> str:
+    """Writes the end-to-end classifier to `<export_dir>/<version>`; returns that path.
+
+    Args:
+      classifier: a fine-tuned `bert_keras.tasks.BertClassifier`.
+      tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
+      labels: label names, index i = class i.
+      seq_length: the fine-tuning max_seq_length.
+      pair: whether the task classifies sentence pairs (decides what serve_examples parses).
+    """
+    if seq_length > classifier.encoder.max_sequence_length:
+        raise saved_model_writer.ExportError(
+            f"--max_seq_length={seq_length} exceeds the encoder's position table "
+            f"({classifier.encoder.max_sequence_length} positions)")
+    path = saved_model_writer.version_dir(export_dir, version)
+    with tempfile.TemporaryDirectory() as assets:
+        module = ClassifierModule(PreprocessorModule(tokenizer, seq_length, assets), classifier,
+                                  labels, pair)
+        signatures = {
+            "serving_default": module.serve.get_concrete_function(),
+            "pair": module.serve_pair.get_concrete_function(),
+            "serve_examples": module.serve_examples.get_concrete_function(),
+        }
+        texts = np.array(WARMUP_TEXTS, dtype=object)
+        examples = [_example(t, t if pair else None) for t in WARMUP_TEXTS]
+        warmup = [
+            ("serving_default", {"text": texts[:1]}),
+            ("serving_default", {"text": texts}),
+            ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
+            ("serve_examples", {"inputs": np.array(examples, dtype=object)}),
+        ]
+        saved_model_writer.write_saved_model(module, path, signatures, warmup,
+                                             method_names={"serve_examples": CLASSIFY_METHOD})
+    logging.info("Wrote classifier export %s (tokenizer %s)", path, tokenizer.config.describe())
+    return path
+
+
+# --- Command line. ---
 
 _MODEL_DIR = flags.DEFINE_string(
-    "model_dir", None, "run_classifier's --output_dir (model.keras, labels.txt, vocab.txt).")
+    "model_dir", None, "A fine-tuned classifier: run_classifier's --output_dir (model.keras, "
+    "labels.txt, vocab.txt, tokenizer_config.json).", allow_override=True)
 _EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.")
-_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.")
+    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
+    allow_override=True)
+_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
+                                allow_override=True)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer(
-    "max_seq_length", 128, "Sequence length the classifier was fine-tuned with.")
-_DO_LOWER_CASE = flags.DEFINE_boolean("do_lower_case", True, "Lowercase input (uncased models).")
-_STRIP_ACCENTS = flags.DEFINE_enum(
-    "strip_accents", "auto", ["auto", "true", "false"],
-    "Strip accents (NFD + drop Mn); auto follows --do_lower_case. Korean: false.")
+    "max_seq_length", 128, "Sequence length the classifier was fine-tuned with.",
+    allow_override=True)
 _PAIR = flags.DEFINE_boolean(
-    "pair", False, "The task classifies sentence pairs (serve_examples reads text and text_b).")
+    "pair", False, "The task classifies sentence pairs (serve_examples reads text and text_b).",
+    allow_override=True)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    import keras
-
-    from bert_keras.finetune import LABELS_FILE, TASK_MODEL_FILE, read_labels
+    from bert_keras import checkpoints, model_loading
     from bert_keras.tasks import BertClassifier
+    from data_prep.cli import report_errors
+    from data_prep.schema import VocabError
+    from data_prep.tokenization import BertTokenizer
 
-    model_path = os.path.join(_MODEL_DIR.value, TASK_MODEL_FILE)
-    try:
-        for name in (TASK_MODEL_FILE, LABELS_FILE, "vocab.txt"):
-            if not os.path.exists(os.path.join(_MODEL_DIR.value, name)):
-                raise FileNotFoundError(f"{_MODEL_DIR.value}: no {name} (expected run_classifier's "
-                                        "output directory)")
-        classifier = keras.saving.load_model(model_path)
-        if not isinstance(classifier, BertClassifier):
-            raise ValueError(f"{model_path} holds a {type(classifier).__name__}, not a BertClassifier")
-        strip = {"auto": None, "true": True, "false": False}[_STRIP_ACCENTS.value]
-        tokenizer = BertTokenizer(os.path.join(_MODEL_DIR.value, "vocab.txt"),
-                                  do_lower_case=_DO_LOWER_CASE.value, strip_accents=strip)
-        labels = read_labels(os.path.join(_MODEL_DIR.value, LABELS_FILE))
-        path = export_classifier(classifier, tokenizer, labels, _EXPORT_DIR.value,
-                                 _MAX_SEQ_LENGTH.value, pair=_PAIR.value, version=_VERSION.value)
-    except (saved_model_writer.ExportError, ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from None
-    print(path)
+    def body() -> int:
+        ckpt = model_loading.load_checkpoint(_MODEL_DIR.value)
+        if not isinstance(ckpt.model, BertClassifier):
+            raise saved_model_writer.ExportError(
+                f"--model_dir {_MODEL_DIR.value} holds a {type(ckpt.model).__name__}, not a "
+                "BertClassifier (expected run_classifier's output directory)")
+        if ckpt.labels is None or ckpt.vocab_file is None:
+            raise saved_model_writer.ExportError(
+                f"--model_dir {_MODEL_DIR.value}: no labels.txt or vocab.txt beside the model "
+                "(expected run_classifier's output directory)")
+        settings, source = ckpt.tokenizer_settings(
+            tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), warn=logging.warning)
+        logging.info("Tokenizer settings: %s (%s)", settings.describe(),
+                     source or "defaults and flags")
+        tokenizer = BertTokenizer.from_config(ckpt.vocab_file, settings)
+        print(export_classifier(ckpt.model, tokenizer, ckpt.labels, _EXPORT_DIR.value,
+                                _MAX_SEQ_LENGTH.value, pair=_PAIR.value, version=_VERSION.value))
+        return 0
+
+    return report_errors(body, (saved_model_writer.ExportError, model_loading.CheckpointError,
+                                checkpoints.WeightLoadError, VocabError,
+                                tokenizer_config.TokenizerConfigError, FileNotFoundError),
+                         "export_classifier")
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(['model_dir', 'export_dir'])
+    flags.mark_flags_as_required(["model_dir", "export_dir"])
     app.run(main)

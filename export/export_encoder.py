@@ -1,56 +1,227 @@
-"""Exports a BertEncoder as a SavedModel for TF Serving (signatures: export/encoder_export.py).
+r"""Exports a BertEncoder as a SavedModel for TF Serving and TF Hub-style reuse.
 
-    python -m export.export_encoder --init_checkpoint=DIR_OR_FILE --vocab_file=vocab.txt \
+    python -m export.export_encoder --init_checkpoint=runs/phase1 \
         --export_dir=/models/bert_encoder [--version=1] [--seq_length=128] [--mlm]
+
+Signatures (`serving_default` and `encoder`, the same function):
+  inputs   input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
+  outputs  pooled_output [batch, H], sequence_output [batch, seq, H],
+           encoder_outputs [batch, L, seq, H] (every layer; stacked so that a REST row
+           request keeps batch as the first dimension), default = pooled_output.
+With --mlm and a pretraining checkpoint, an `mlm` signature adds masked_lm_positions
+[batch, P] -> mlm_logits [batch, P, V].
+
+The saved object is also callable TF Hub-style: `obj(inputs_dict)` returns the dict with
+`encoder_outputs` as a list (inference only). `assets/vocab.txt`,
+`assets/tokenizer_config.json` and `assets/bert_config.json` travel with it
+(docs/DESIGN.md section 6).
 """
 
-from absl import app, flags
+from __future__ import annotations
 
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from data_prep import files, schema, tokenizer_config
+from data_prep.tokenizer_config import TokenizerConfig
 from export import saved_model_writer
-from export.encoder_export import export_encoder
 
+INPUT_NAMES = schema.MODEL_INPUT_NAMES
+
+
+def _input_signature(seq_length=None):
+    return {name: tf.TensorSpec([None, seq_length], tf.int32, name=name) for name in INPUT_NAMES}
+
+
+class EncoderModule(tf.Module):
+    """What the encoder SavedModel holds: the encoder, its vocab and config as assets."""
+
+    def __init__(self, encoder, vocab_file, config_file, pretrainer=None,
+                 tokenizer_config_file=None):
+        super().__init__()
+        self.encoder = saved_model_writer.Untracked(encoder)
+        self.pretrainer = saved_model_writer.Untracked(pretrainer) if pretrainer else None
+        self.vocab_file = tf.saved_model.Asset(vocab_file)
+        self.bert_config_file = tf.saved_model.Asset(config_file)
+        if tokenizer_config_file is not None:
+            self.tokenizer_config_file = tf.saved_model.Asset(tokenizer_config_file)
+        if pretrainer is not None:
+            # Only with a pretrainer: a function with an input signature is traced at save.
+            self.mlm = tf.function(self._mlm, input_signature=[dict(
+                _input_signature(),
+                masked_lm_positions=tf.TensorSpec([None, None], tf.int32, name="masked_lm_positions"),
+            )])
+
+    @tf.function(input_signature=[_input_signature()])
+    def serve(self, inputs):
+        """The serving signature: a flat dict of tensors."""
+        out = self.encoder(inputs, training=False)
+        return {
+            "pooled_output": out["pooled_output"],
+            "default": out["pooled_output"],
+            "sequence_output": out["sequence_output"],
+            # [L, B, S, H] -> [B, L, S, H]
+            "encoder_outputs": tf.stack(out["encoder_outputs"], axis=1),
+        }
+
+    @tf.function(input_signature=[_input_signature()])
+    def __call__(self, inputs):
+        """TF Hub reusable-SavedModel call, inference only: dict in, dict (with a list) out.
+
+        Training mode is not exported: Keras' dropout keeps its random state outside the
+        trackable object graph, and fine-tuning belongs in Keras (load the checkpoint).
+        """
+        return self.encoder(inputs, training=False)
+
+    def _mlm(self, inputs):
+        return {"mlm_logits": self.pretrainer(inputs, training=False)["mlm_logits"]}
+
+
+def example_inputs(batch_size: int, seq_length: int, cls_id: int, sep_id: int, vocab_size: int):
+    """A padded batch ([CLS] w ... [SEP] 0 ...) of varying lengths, for warmup and checks."""
+    rng = np.random.default_rng(0)
+    ids = np.zeros((batch_size, seq_length), np.int32)
+    mask = np.zeros((batch_size, seq_length), np.int32)
+    for row in range(batch_size):
+        length = max(2, seq_length - row * max(1, seq_length // (batch_size + 1)))
+        ids[row, :length] = rng.integers(1, vocab_size, size=length)
+        ids[row, 0], ids[row, length - 1] = cls_id, sep_id
+        mask[row, :length] = 1
+    return dict(zip(schema.MODEL_INPUT_NAMES, (ids, mask, np.zeros_like(ids))))
+
+
+def special_ids(vocab_file):
+    """([CLS] id, [SEP] id, vocabulary size) of a vocab.txt (checked by schema.load_vocab)."""
+    vocab = schema.load_vocab(vocab_file)
+    ids = schema.special_token_ids(vocab)
+    return ids[schema.CLS], ids[schema.SEP], len(vocab)
+
+
+def export_encoder(
+    encoder,
+    export_dir: str,
+    vocab_file: str,
+    version: int | None = None,
+    pretrainer=None,
+    warmup_seq_length: int = 128,
+    settings: TokenizerConfig | None = None,
+) -> str:
+    """Writes `encoder` (and optionally an `mlm` endpoint) as `<export_dir>/<version>`.
+
+    Args:
+      encoder: a BertEncoder.
+      export_dir: base directory; the version is a subdirectory.
+      vocab_file: the vocabulary the encoder was trained with (copied as an asset).
+      version: positive int, or None for the next free version.
+      pretrainer: a BertPretrainer sharing `encoder`, to add the `mlm` signature.
+      warmup_seq_length: sequence length of the warmup requests (use the serving length);
+        at most the encoder's max_sequence_length.
+      settings: the tokenizer settings of the vocabulary (saved as
+        assets/tokenizer_config.json); default: those saved beside `vocab_file`.
+
+    Returns:
+      The written version directory.
+    """
+    path = saved_model_writer.version_dir(export_dir, version)
+    if pretrainer is not None and pretrainer.encoder is not encoder:
+        raise saved_model_writer.ExportError("pretrainer must wrap the exported encoder")
+    cls_id, sep_id, vocab_size = special_ids(vocab_file)
+    if vocab_size != encoder.vocab_size:
+        raise saved_model_writer.ExportError(
+            f"{vocab_file} has {vocab_size} entries but the encoder's vocab_size is "
+            f"{encoder.vocab_size}: wrong vocabulary for this checkpoint?"
+        )
+    if warmup_seq_length > encoder.max_sequence_length:
+        raise saved_model_writer.ExportError(
+            f"--seq_length={warmup_seq_length} exceeds the encoder's position table "
+            f"({encoder.max_sequence_length} positions): requests that long would fail")
+    seq_length = warmup_seq_length
+    if settings is None:
+        settings = tokenizer_config.resolve(vocab_file)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        config_file = os.path.join(tmp, files.BERT_CONFIG_FILE)
+        encoder.to_bert_config().to_json_file(config_file)
+        vocab_copy = files.copy_file(vocab_file, os.path.join(tmp, files.VOCAB_FILE))
+        settings_file = tokenizer_config.write_for_vocab(vocab_copy, settings)
+        module = EncoderModule(encoder, vocab_copy, config_file, pretrainer, settings_file)
+        serve = module.serve.get_concrete_function()
+        signatures = {"serving_default": serve, "encoder": serve}
+        warmup = []
+        for batch in (1, 8):
+            inputs = example_inputs(batch, seq_length, cls_id, sep_id, vocab_size)
+            warmup.append(("serving_default", inputs))
+        if pretrainer is not None:
+            signatures["mlm"] = module.mlm.get_concrete_function()
+            inputs = example_inputs(2, seq_length, cls_id, sep_id, vocab_size)
+            inputs["masked_lm_positions"] = np.tile(np.arange(1, 3, dtype=np.int32), (2, 1))
+            warmup.append(("mlm", inputs))
+        saved_model_writer.write_saved_model(module, path, signatures, warmup)
+    logging.info("Wrote encoder export %s", path)
+    return path
+
+
+# --- Command line. ---
 
 _INIT_CHECKPOINT = flags.DEFINE_string(
     "init_checkpoint", None,
-    "Encoder weights: a run_pretraining output directory, a Hugging Face save_pretrained "
-    "directory, a Google checkpoint prefix, or a .keras / .weights.h5 file.")
+    "Encoder weights: any form model_loading accepts (a run_pretraining output directory, an "
+    "encoder directory, a Hugging Face save_pretrained directory, a Google checkpoint prefix, "
+    "a .keras or .weights.h5 file).", allow_override=True)
 _BERT_CONFIG_FILE = flags.DEFINE_string(
-    "bert_config_file", None, "bert_config.json, when the checkpoint does not carry its own.")
+    "bert_config_file", None, "bert_config.json, when the checkpoint does not carry its own.",
+    allow_override=True)
 _VOCAB_FILE = flags.DEFINE_string(
-    "vocab_file", None, "vocab.txt; defaults to the one beside the checkpoint.")
+    "vocab_file", None, "vocab.txt; defaults to the one saved with the checkpoint.",
+    allow_override=True)
 _EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.")
+    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
+    allow_override=True)
 _VERSION = flags.DEFINE_integer(
-    "version", None, "Version subdirectory (positive); default: next free number.")
+    "version", None, "Version subdirectory (positive); default: next free number.",
+    allow_override=True)
 _MLM = flags.DEFINE_boolean(
-    "mlm", False, "Also export an `mlm` signature (needs a pretraining checkpoint).")
+    "mlm", False, "Also export an `mlm` signature (needs a pretraining checkpoint).",
+    allow_override=True)
 _SEQ_LENGTH = flags.DEFINE_integer(
-    "seq_length", 128, "Sequence length of the warmup requests (your serving length).")
+    "seq_length", 128, "Sequence length of the warmup requests (your serving length).",
+    allow_override=True)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras import model_loading
+    from bert_keras import checkpoints, model_loading
+    from bert_keras.pretrainer import BertPretrainer
+    from data_prep.cli import report_errors
 
-    try:
-        loaded = model_loading.load_for_export(
-            _INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value, _VOCAB_FILE.value, with_mlm=_MLM.value
-        )
-        path = export_encoder(
-            loaded.encoder,
-            _EXPORT_DIR.value,
-            loaded.vocab_file,
-            version=_VERSION.value,
-            pretrainer=loaded.pretrainer,
-            warmup_seq_length=_SEQ_LENGTH.value,
-        )
-    except (saved_model_writer.ExportError, ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from None
-    print(path)
+    def body() -> int:
+        ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
+                                             want="pretrainer" if _MLM.value else "auto")
+        vocab_file = _VOCAB_FILE.value or ckpt.vocab_file
+        if not vocab_file:
+            raise saved_model_writer.ExportError(
+                f"no vocab.txt saved with {_INIT_CHECKPOINT.value}; pass --vocab_file")
+        saved = tokenizer_config.read_for_vocab(vocab_file) or ckpt.saved_tokenizer
+        settings, source = tokenizer_config.resolve(
+            None, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), saved,
+            warn=logging.warning)
+        pretrainer = ckpt.model if isinstance(ckpt.model, BertPretrainer) and _MLM.value else None
+        print(export_encoder(ckpt.encoder, _EXPORT_DIR.value, vocab_file, version=_VERSION.value,
+                             pretrainer=pretrainer, warmup_seq_length=_SEQ_LENGTH.value,
+                             settings=settings))
+        return 0
+
+    return report_errors(body, (saved_model_writer.ExportError, model_loading.CheckpointError,
+                                checkpoints.WeightLoadError, schema.VocabError,
+                                tokenizer_config.TokenizerConfigError, FileNotFoundError),
+                         "export_encoder")
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(['export_dir'])
-    flags.mark_flag_as_required("init_checkpoint")
+    flags.mark_flags_as_required(["init_checkpoint", "export_dir"])
     app.run(main)

@@ -1,40 +1,192 @@
-"""Exports the BERT text preprocessor (signatures: export/preprocessor_export.py).
+r"""Exports the BERT text preprocessor: strings in, the encoder's three int32 inputs out.
 
-    python -m export.export_preprocessor --vocab_file=vocab.txt --do_lower_case \
+    python -m export.export_preprocessor --vocab_file=runs/phase1/encoder/vocab.txt \
         --seq_length=128 --export_dir=/models/bert_preprocess [--version=1]
+
+The tokenizer settings are those saved beside the vocabulary (tokenizer_config.json, written
+by build_vocab, run_pretraining and the fine-tuning tools); --do_lower_case,
+--strip_accents and --tokenize_chinese_chars override them. The export carries them as
+assets/vocab.txt and assets/tokenizer_config.json.
+
+Signatures:
+  serving_default   text: string [batch] -> input_word_ids, input_mask, input_type_ids
+                    int32 [batch, seq_length] ("[CLS] text [SEP]", truncated to fit)
+  pair              text_a, text_b: string [batch] -> the same, "[CLS] a [SEP] b [SEP]",
+                    truncated fairly (the longer segment loses tokens first)
+  tokenize          text: string [batch] -> token_ids int32 [batch, max_tokens] (0-padded)
+                    and num_tokens int32 [batch]
+  special_tokens    no input -> cls_id, sep_id, pad_id, mask_id, unk_id, vocab_size
+TF Hub-style callables on the loaded object: `tokenize(strings) -> RaggedTensor` and
+`bert_pack_inputs([ragged_a(, ragged_b)]) -> dict` at the exported seq_length.
+
+Only core TF ops and tensorflow-text's FastBertNormalize / FastWordpieceTokenizeWithOffsets
+(both in stock TF Serving's tensorflow-text 2.12) are used; a loader must
+`import tensorflow_text` before `tf.saved_model.load` (docs/DESIGN.md section 6).
 """
 
-from absl import app, flags
+from __future__ import annotations
 
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from data_prep import files, tokenizer_config
 from data_prep.tokenization import BertTokenizer
 from export import saved_model_writer
-from export.preprocessor_export import export_preprocessor
+from export.text_preprocessing import bert_pack_inputs
 
-_VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt.")
-_DO_LOWER_CASE = flags.DEFINE_boolean("do_lower_case", True, "Lowercase input (uncased models).")
-_STRIP_ACCENTS = flags.DEFINE_enum(
-    "strip_accents", "auto", ["auto", "true", "false"],
-    "Strip accents (NFD + drop Mn); auto follows --do_lower_case. Korean: false.")
-_SEQ_LENGTH = flags.DEFINE_integer("seq_length", 128, "Output sequence length.")
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+
+# Warmup texts: empty, short, long, mixed scripts (what real traffic looks like).
+WARMUP_TEXTS = [
+    "",
+    "Hello world!",
+    "BERT pretrains deep bidirectional representations from unlabeled text. " * 20,
+    "Mixed scripts: naïve café, 東京, 서울, Москва, 🙂.",
+]
+
+
+class PreprocessorModule(tf.Module):
+    """The preprocessor SavedModel's root object."""
+
+    def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None):
+        """Args:
+          tokenizer: the BertTokenizer (vocabulary and settings) to serve.
+          seq_length: output length of the packed inputs.
+          assets_dir: a directory that exists until the module is saved; the vocabulary and
+            tokenizer_config.json are written there and saved as the export's assets.
+        """
+        super().__init__()
+        if seq_length < 5:
+            raise saved_model_writer.ExportError(
+                f"--seq_length must be at least 5 (room for a pair). Received: {seq_length}"
+            )
+        self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
+        self.seq_length = seq_length
+        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+        self.mask_id, self.unk_id = tokenizer.mask_id, tokenizer.unk_id
+        self.vocab_size = tokenizer.vocab_size
+        if assets_dir is not None:
+            # assets/vocab.txt and assets/tokenizer_config.json: what the export tokenizes with.
+            vocab = files.copy_file(tokenizer.vocab_file, os.path.join(assets_dir, files.VOCAB_FILE))
+            self.vocab_file = tf.saved_model.Asset(vocab)
+            self.tokenizer_config_file = tf.saved_model.Asset(
+                tokenizer_config.write_for_vocab(vocab, tokenizer.config))
+
+    @tf.function(input_signature=[_TEXT])
+    def tokenize(self, text):
+        """string [B] -> int32 RaggedTensor [B, None] of WordPiece ids (no special tokens)."""
+        return self._tokenize(text)
+
+    def _pack(self, segments):
+        return bert_pack_inputs(list(segments), self.seq_length, self.cls_id, self.sep_id,
+                                self.pad_id)
+
+    @tf.function
+    def bert_pack_inputs(self, segments):
+        """A list of 1 or 2 RaggedTensors [B, None] -> the encoder inputs [B, seq_length].
+
+        The TF Hub-style callable. The signatures below call the packing code directly
+        rather than through this function: a tf.function taking a list of RaggedTensors,
+        called from inside another trace, can receive a decomposed placeholder.
+        """
+        return self._pack(segments)
+
+    def _tokenize(self, text):
+        return tf.cast(self.tokenizer(text), tf.int32)
+
+    @tf.function(input_signature=[_TEXT])
+    def serve(self, text):
+        return self._pack([self._tokenize(text)])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
+                                  tf.TensorSpec([None], tf.string, name="text_b")])
+    def serve_pair(self, text_a, text_b):
+        return self._pack([self._tokenize(text_a), self._tokenize(text_b)])
+
+    @tf.function(input_signature=[_TEXT])
+    def serve_tokenize(self, text):
+        ids = self._tokenize(text)
+        return {"token_ids": ids.to_tensor(default_value=self.pad_id),
+                "num_tokens": tf.cast(ids.row_lengths(), tf.int32)}
+
+    @tf.function(input_signature=[])
+    def serve_special_tokens(self):
+        ids = dict(cls_id=self.cls_id, sep_id=self.sep_id, pad_id=self.pad_id,
+                   mask_id=self.mask_id, unk_id=self.unk_id, vocab_size=self.vocab_size)
+        return {k: tf.constant(v, tf.int32) for k, v in ids.items()}
+
+
+def preprocessor_signatures(module: PreprocessorModule) -> dict:
+    """The signatures above, as concrete functions (shared with the end-to-end exports)."""
+    ragged = tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)
+    module.bert_pack_inputs.get_concrete_function([ragged])
+    module.bert_pack_inputs.get_concrete_function([ragged, ragged])
+    return {
+        "serving_default": module.serve.get_concrete_function(),
+        "pair": module.serve_pair.get_concrete_function(),
+        "tokenize": module.serve_tokenize.get_concrete_function(),
+        "special_tokens": module.serve_special_tokens.get_concrete_function(),
+    }
+
+
+def export_preprocessor(tokenizer: BertTokenizer, export_dir: str, seq_length: int = 128,
+                        version: int | None = None) -> str:
+    """Writes the preprocessor SavedModel to `<export_dir>/<version>` and returns that path."""
+    path = saved_model_writer.version_dir(export_dir, version)
+    with tempfile.TemporaryDirectory() as assets:
+        module = PreprocessorModule(tokenizer, seq_length, assets)
+        signatures = preprocessor_signatures(module)
+        texts = np.array(WARMUP_TEXTS, dtype=object)
+        warmup = [
+            ("serving_default", {"text": texts}),
+            ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
+            ("tokenize", {"text": texts}),
+        ]
+        saved_model_writer.write_saved_model(module, path, signatures, warmup)
+    logging.info("Wrote preprocessor export %s (tokenizer %s)", path, tokenizer.config.describe())
+    return path
+
+
+# --- Command line. ---
+
+_VOCAB_FILE = flags.DEFINE_string(
+    "vocab_file", None, "WordPiece vocab.txt; its tokenizer_config.json (beside it) gives the "
+    "tokenizer settings.", allow_override=True)
+_SEQ_LENGTH = flags.DEFINE_integer("seq_length", 128, "Output sequence length.",
+                                   allow_override=True)
 _EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.")
-_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.")
+    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
+    allow_override=True)
+_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
+                                allow_override=True)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    strip = {"auto": None, "true": True, "false": False}[_STRIP_ACCENTS.value]
-    try:
-        tokenizer = BertTokenizer(_VOCAB_FILE.value, do_lower_case=_DO_LOWER_CASE.value,
-                                  strip_accents=strip)
-        path = export_preprocessor(tokenizer, _EXPORT_DIR.value, _SEQ_LENGTH.value,
-                                   _VERSION.value)
-    except (saved_model_writer.ExportError, ValueError, FileNotFoundError) as e:
-        raise app.UsageError(str(e)) from None
-    print(path)
+    from data_prep.cli import report_errors
+    from data_prep.schema import VocabError
+
+    def body() -> int:
+        settings, source = tokenizer_config.resolve(
+            _VOCAB_FILE.value, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS),
+            warn=logging.warning)
+        logging.info("Tokenizer settings: %s (%s)", settings.describe(),
+                     source or "defaults and flags")
+        tokenizer = BertTokenizer.from_config(_VOCAB_FILE.value, settings)
+        print(export_preprocessor(tokenizer, _EXPORT_DIR.value, _SEQ_LENGTH.value, _VERSION.value))
+        return 0
+
+    return report_errors(body, (saved_model_writer.ExportError, VocabError,
+                                tokenizer_config.TokenizerConfigError, FileNotFoundError),
+                         "export_preprocessor")
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(['vocab_file', 'export_dir'])
+    flags.mark_flags_as_required(["vocab_file", "export_dir"])
     app.run(main)

@@ -1,6 +1,6 @@
 """Checks that a graph only uses ops stock TensorFlow Serving can run.
 
-Stock TF Serving links core TensorFlow plus tensorflow-text 2.12.1 (DESIGN.md section 6). So
+Stock TF Serving links core TensorFlow plus tensorflow-text 2.12.1 (docs/DESIGN.md section 6). So
 an export may use any op registered by core TensorFlow, and from tensorflow-text only the
 ops listed in `tf_text_2_12_ops.txt` (e.g. FastBertNormalize, FastWordpieceTokenizeWithOffsets;
 not TFText>RoundRobinTrim, which keras-hub's packer uses).

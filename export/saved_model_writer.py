@@ -1,9 +1,9 @@
 """Writing SavedModels for TF Serving: the one place every export goes through.
 
 TF Serving watches `<export_dir>/<version>/` and loads a version as soon as its directory
-appears, so a version is written under a temporary name beside it and renamed when
-complete (a rename within one directory is atomic); an existing version is never
-overwritten. Warmup requests go to `<version>/assets.extra/tf_serving_warmup_requests`
+appears, so a version is written under a temporary (hidden) name beside it and renamed
+when complete (`data_prep.files.atomic_output`; a killed export's leftover is removed by
+the next export there); an existing version is never overwritten. Warmup requests go to `<version>/assets.extra/tf_serving_warmup_requests`
 as PredictionLog records (TF Serving replays them before it marks the model available,
 so the first real request does not pay for graph optimisation).
 """
@@ -139,15 +139,15 @@ def write_saved_model(
     Returns:
       `path`.
     """
+    # Imported here: serving_probe reads warmup records with this module in a process that
+    # must not import the project's other packages.
+    from data_prep import files
+
     if os.path.exists(path):
         raise ExportError(f"{path} exists: refusing to overwrite an export")
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".tmp-{os.path.basename(path)}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     # The variables the serving functions read, tracked directly (see `Untracked`).
     module.serving_variables = captured_variables(signatures.values())
-    try:
+    with files.atomic_output(path, directory=True) as tmp:
         tf.saved_model.save(module, tmp, signatures=dict(signatures))
         if method_names:
             _set_method_names(tmp, dict(method_names))
@@ -159,10 +159,6 @@ def write_saved_model(
             with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as writer:
                 for signature_name, inputs in warmup:
                     writer.write(warmup_record(signature_name, inputs))
-        os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

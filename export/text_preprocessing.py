@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from data_prep import schema
+
 
 def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """Keeps the first lengths[i] items of row i of `ragged`."""
@@ -80,7 +82,7 @@ def bert_pack_inputs(segments, seq_length: int, cls_id: int, sep_id: int, pad_id
     type_ids = tf.concat(types, axis=1)
     shape = tf.stack([batch, tf.constant(seq_length, tf.int64)])
     return {
-        "input_word_ids": ids.to_tensor(default_value=pad_id, shape=shape),
-        "input_mask": tf.ones_like(ids).to_tensor(default_value=0, shape=shape),
-        "input_type_ids": type_ids.to_tensor(default_value=0, shape=shape),
+        schema.INPUT_WORD_IDS: ids.to_tensor(default_value=pad_id, shape=shape),
+        schema.MODEL_INPUT_MASK: tf.ones_like(ids).to_tensor(default_value=0, shape=shape),
+        schema.INPUT_TYPE_IDS: type_ids.to_tensor(default_value=0, shape=shape),
     }

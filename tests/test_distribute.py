@@ -139,8 +139,8 @@ _MIRRORED_EXPORT = textwrap.dedent("""
     import numpy as np
     from bert_keras import BertEncoder, BertPretrainer, distribute
     from bert_keras.losses import pretraining_losses_and_metrics
-    from export.encoder_export import export_encoder
-    from export.verification import verify
+    from export.export_encoder import export_encoder
+    from export.verify import verify
     distribute.configure_cpu_devices(2)
     strategy = distribute.get_strategy("mirrored")
     with strategy.scope():

@@ -12,10 +12,10 @@ import tensorflow as tf
 from bert_keras import BertEncoder, BertPretrainer
 from conftest import TINY, make_inputs
 from export import saved_model_writer
-from export.encoder_export import export_encoder
+from export.export_encoder import export_encoder
 from export.saved_model_writer import ExportError, read_warmup_requests
 from export.text_preprocessing import bert_pack_inputs
-from export.verification import verify
+from export.verify import verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -226,7 +226,7 @@ def test_verify_preprocessor_and_reject_round_robin(tmp_path):
     import tensorflow_text as tf_text
 
     from data_prep.tokenization import BertTokenizer
-    from export.preprocessor_export import export_preprocessor
+    from export.export_preprocessor import export_preprocessor
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     path = export_preprocessor(BertTokenizer(vocab), str(tmp_path / "pre"), seq_length=8)
@@ -256,7 +256,7 @@ def test_verify_preprocessor_and_reject_round_robin(tmp_path):
 def classifier_export(tmp_path_factory):
     from bert_keras.tasks import BertClassifier
     from data_prep.tokenization import BertTokenizer
-    from export.classifier_export import export_classifier
+    from export.export_classifier import export_classifier
 
     tmp = tmp_path_factory.mktemp("classifier")
     vocab = write_vocab(tmp / "vocab.txt")
@@ -303,7 +303,7 @@ def test_classifier_export_equals_keras(classifier_export):
 
 @pytest.mark.parametrize("batch", [1, 64])
 def test_classifier_batch_sizes_and_examples(classifier_export, batch):
-    from export.classifier_export import _example
+    from export.export_classifier import _example
 
     _, _, loaded, _ = classifier_export
     texts = [SERVING_TEXTS[i % len(SERVING_TEXTS)] for i in range(batch)]
@@ -317,7 +317,7 @@ def test_classifier_batch_sizes_and_examples(classifier_export, batch):
 
 
 def test_preprocessor_long_and_empty_inputs(classifier_export):
-    from export.preprocessor_export import PreprocessorModule
+    from export.export_preprocessor import PreprocessorModule
 
     _, tokenizer, _, _ = classifier_export
     module = PreprocessorModule(tokenizer, seq_length=16)

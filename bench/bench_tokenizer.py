@@ -34,7 +34,7 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 
 import tensorflow_text as tf_text  # noqa: E402
 
-from data_prep import fetch  # noqa: E402
+from public_data import fetch  # noqa: E402
 from data_prep.tokenization import BertTokenizer  # noqa: E402
 
 

@@ -96,7 +96,7 @@ def main() -> None:
         child(name, files.split(","), args.vocab_size, out)
         return
 
-    from data_prep import fetch
+    from public_data import fetch
 
     all_files = fetch.sotu_files()
     train_files, size = [], 0

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
 
 import tokenizer_refs as refs  # noqa: E402
-from data_prep import fetch  # noqa: E402
+from public_data import fetch  # noqa: E402
 from data_prep.tokenization import BertTokenizer  # noqa: E402
 
 SETTINGS = [  # do_lower_case, strip_accents, tokenize_chinese_chars

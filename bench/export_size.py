@@ -14,7 +14,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_keras import BertEncoder, BertPretrainer  # noqa: E402
-from export.encoder_export import export_encoder  # noqa: E402
+from export.export_encoder import export_encoder  # noqa: E402
 from export.saved_model_writer import saved_model_size  # noqa: E402
 
 

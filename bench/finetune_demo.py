@@ -13,8 +13,8 @@ Every step is resumable: finished outputs are kept and skipped. Each fine-tuning
 `python -m bert_keras.run_classifier|run_tagger` command, printed and saved in
 <work_dir>/commands.txt, so any row of the table can be rerun by hand.
 
-Data (DATA.md; fetched through data_prep.datasets, checksummed, cached):
-  spam   6,046 emails -> Subject + body text (data_prep.datasets.email_text); exact duplicate
+Data (DATA.md; fetched through public_data.datasets, checksummed, cached):
+  spam   6,046 emails -> Subject + body text (public_data.datasets.email_text); exact duplicate
          texts dropped (the first in group/file order is kept); seeded shuffle, 20% test.
   pos    Brown corpus, 500 documents; every 10th document (ca10, ca20, ...) is test, the rest
          train, so no sentence of a test document is seen in training; seeded samples of
@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from data_prep import datasets, fetch  # noqa: E402
+from public_data import datasets, fetch  # noqa: E402
 
 INITS = ("minilm", "ours", "random", "random_mini")
 TASKS = ("spam", "pos")

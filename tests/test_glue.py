@@ -1,0 +1,340 @@
+"""GLUE / XNLI processors on hand-written fixtures in the official layouts (tests/testdata/glue)."""
+
+import logging
+import os
+
+import pytest
+
+from conftest import TESTDATA
+from data_prep import classification, glue
+from data_prep.classification import DataError, Example
+from data_prep.tokenization import BertTokenizer
+
+GLUE = os.path.join(TESTDATA, "glue")
+
+
+def task_dir(name):
+    return os.path.join(GLUE, name)
+
+
+def where(task, file, line):
+    return f"{os.path.join(GLUE, task, file)}:{line}"
+
+
+# --- registry -------------------------------------------------------------------------------
+
+def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
+    assert glue.TASKS == ("cola", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2",
+                          "wnli", "xnli")
+    for given, name in [("CoLA", "cola"), ("MNLI", "mnli"), ("mnli-MM", "mnli-mm"),
+                        ("MRPC", "mrpc"), ("SST-2", "sst-2"), ("sst2", "sst-2"),
+                        ("QQP", "qqp"), ("QNLI", "qnli"), ("RTE", "rte"), ("WNLI", "wnli"),
+                        ("XNLI", "xnli"), (" cola ", "cola")]:
+        assert glue.get_processor(given).name == name
+
+
+def test_label_lists_in_googles_order():
+    expected = {
+        "cola": ["0", "1"], "sst-2": ["0", "1"], "mrpc": ["0", "1"], "qqp": ["0", "1"],
+        "wnli": ["0", "1"],
+        "mnli": ["contradiction", "entailment", "neutral"],
+        "mnli-mm": ["contradiction", "entailment", "neutral"],
+        "xnli": ["contradiction", "entailment", "neutral"],
+        "qnli": ["entailment", "not_entailment"], "rte": ["entailment", "not_entailment"],
+    }
+    assert {name: glue.get_processor(name).labels() for name in glue.TASKS} == expected
+
+
+def test_pair_tasks():
+    assert {n for n in glue.TASKS if glue.get_processor(n).is_pair()} == {
+        "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "wnli", "xnli"}
+
+
+@pytest.mark.parametrize("name", ["sts-b", "STS-B", "stsb"])
+def test_sts_b_is_refused_as_regression_in_one_line(name):
+    with pytest.raises(glue.TaskError) as info:
+        glue.get_processor(name)
+    message = str(info.value)
+    assert "regression" in message and "run_classifier" in message and "\n" not in message
+    assert isinstance(info.value, DataError)
+
+
+def test_unknown_task_lists_the_known_ones():
+    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, mnli, mnli-mm"):
+        glue.get_processor("squad")
+
+
+def test_googles_flags_map_to_splits_and_files():
+    assert glue.SPLIT_FOR_FLAG == {"do_train": "train", "do_eval": "dev", "do_predict": "test"}
+    files = {name: [glue.get_processor(name).file(s) for s in glue.SPLITS] for name in glue.TASKS}
+    assert files["cola"] == ["train.tsv", "dev.tsv", "test.tsv"]
+    assert files["mnli"] == ["train.tsv", "dev_matched.tsv", "test_matched.tsv"]
+    assert files["mnli-mm"] == ["train.tsv", "dev_mismatched.tsv", "test_mismatched.tsv"]
+    assert files["xnli"] == ["multinli/multinli.train.zh.tsv", "xnli.dev.tsv", "xnli.test.tsv"]
+    assert glue.get_processor("xnli", language="de").file("train") == \
+        "multinli/multinli.train.de.tsv"
+    with pytest.raises(ValueError, match="split must be one of"):
+        glue.get_processor("cola").file("validation")
+
+
+# --- the tasks, one by one ------------------------------------------------------------------
+
+def test_cola_train_has_no_header_and_the_sentence_in_column_3():
+    examples = glue.get_processor("cola").train_examples(task_dir("CoLA"))
+    assert examples == [
+        Example(where("CoLA", "train.tsv", 1), "The cat sat on the mat.", None, "1"),
+        Example(where("CoLA", "train.tsv", 2), "Cat the on mat sat.", None, "0"),
+        # quoting is off: the quotes are text, as in Google's reader
+        Example(where("CoLA", "train.tsv", 3), '"Stop," she said.', None, "1"),
+    ]
+    dev = glue.get_processor("cola").load(task_dir("CoLA"), "dev")
+    assert [(e.where, e.text_a, e.label) for e in dev.examples] == [
+        (where("CoLA", "dev.tsv", 1), "Birds fly south in winter.", "1"),
+        (where("CoLA", "dev.tsv", 2), "South birds the fly.", "0"),
+    ]
+    assert dev.ids == ["0", "1"] and dev.skipped == []
+
+
+def test_cola_test_has_a_header_ids_and_no_labels():
+    test = glue.get_processor("cola").load(task_dir("CoLA"), "test")
+    assert test.examples == [
+        Example(where("CoLA", "test.tsv", 2), "The dog barked at the moon.", None, None),
+        Example(where("CoLA", "test.tsv", 3), "Barked dog the.", None, None),
+    ]
+    assert test.ids == ["0", "1"]
+
+
+def test_sst2_bare_quote_does_not_swallow_the_next_rows():
+    examples = glue.get_processor("sst2").train_examples(task_dir("SST-2"))
+    assert [(e.where, e.text_a, e.text_b, e.label) for e in examples] == [
+        (where("SST-2", "train.tsv", 2), "a gentle , funny little film ", None, "1"),
+        (where("SST-2", "train.tsv", 3), '" dull from start to finish ', None, "0"),
+        (where("SST-2", "train.tsv", 4), "the actors look bored ", None, "0"),
+    ]
+    test = glue.get_processor("sst-2").load(task_dir("SST-2"), "test")
+    assert [e.text_a for e in test.examples] == ["an uneven but rewarding movie .",
+                                                 "the plot goes nowhere ."]
+    assert test.ids == ["0", "1"] and {e.label for e in test.examples} == {None}
+
+
+def test_mrpc_columns_3_and_4_label_first_header_skipped():
+    examples = glue.get_processor("mrpc").train_examples(task_dir("MRPC"))
+    assert examples[0] == Example(where("MRPC", "train.tsv", 2), "The company posted a profit.",
+                                  "The firm reported a profit.", "1")
+    assert [e.label for e in examples] == ["1", "0"]
+    assert glue.get_processor("mrpc").dev_examples(task_dir("MRPC"))[0].text_b == \
+        "He departed ahead of time."
+    test = glue.get_processor("mrpc").load(task_dir("MRPC"), "test")
+    assert [(e.text_a, e.text_b, e.label) for e in test.examples] == [
+        ("Prices rose.", "Prices went up.", None), ("The vote failed.", "Lunch was late.", None)]
+    assert test.ids == ["0", "1"]
+
+
+def test_qqp_skips_rows_with_missing_fields_and_reports_each(caplog):
+    processor = glue.get_processor("qqp")
+    train = processor.load(task_dir("QQP"), "train")
+    assert [(e.where, e.text_a, e.text_b, e.label) for e in train.examples] == [
+        (where("QQP", "train.tsv", 2), "How do I learn Python?",
+         "What is the best way to learn Python?", "1"),
+        (where("QQP", "train.tsv", 3), "Why is the sky blue?", "How tall is Everest?", "0"),
+        (where("QQP", "train.tsv", 6), "Is tea healthy?", "Is green tea good for you?", "1"),
+    ]
+    assert train.ids == ["10", "11", "13"]
+    assert train.skipped == [
+        f"{where('QQP', 'train.tsv', 4)}: found 4 fields, expected 6",
+        f"{where('QQP', 'train.tsv', 5)}: found 3 fields, expected 6",
+    ]
+    assert "3 examples" in train.summary() and "2 malformed rows skipped" in train.summary()
+    with caplog.at_level(logging.WARNING):
+        assert len(processor.train_examples(task_dir("QQP"))) == 3
+    assert "2 malformed rows skipped" in caplog.text and "train.tsv:4" in caplog.text
+
+    dev = processor.load(task_dir("QQP"), "dev")
+    assert dev.examples[0].text_a == '"Free" trials: are they really free?'
+    assert dev.skipped == []
+    test = processor.load(task_dir("QQP"), "test")
+    assert [(e.text_a, e.text_b, e.label) for e in test.examples] == [
+        ("Can dogs eat grapes?", "Are grapes safe for dogs?", None),
+        ("Who wrote Hamlet?", "When was Hamlet written?", None)]
+    assert test.ids == ["0", "1"]
+
+
+def test_mnli_columns_8_and_9_and_the_label_is_the_last_column():
+    train = glue.get_processor("mnli").load(task_dir("MNLI"), "train")
+    assert train.examples[1] == Example(where("MNLI", "train.tsv", 3), "You know the rules.",
+                                        "You are aware of the rules.", "entailment")  # not label1
+    assert [e.label for e in train.examples] == ["contradiction", "entailment", "neutral"]
+    assert train.examples[2].text_a == '"Wait here," he said.'
+    assert train.ids == ["0", "1", "2"]
+    # mnli-mm trains on the same file
+    assert glue.get_processor("mnli-mm").train_examples(task_dir("MNLI")) == train.examples
+
+
+def test_mnli_matched_and_mismatched_dev_and_test():
+    matched, mismatched = glue.get_processor("mnli"), glue.get_processor("MNLI-MM")
+    dev_m = matched.load(task_dir("MNLI"), "dev")
+    dev_mm = mismatched.load(task_dir("MNLI"), "dev")
+    assert dev_m.path.endswith("dev_matched.tsv") and dev_mm.path.endswith("dev_mismatched.tsv")
+    assert [(e.text_a, e.label) for e in dev_m.examples] == [
+        ("The hotel is by the sea.", "contradiction"), ("Critics liked the play.", "entailment")]
+    assert [e.label for e in dev_mm.examples] == ["entailment", "neutral", "contradiction"]
+    assert dev_mm.examples[0].where == where("MNLI", "dev_mismatched.tsv", 2)
+    test_m = matched.load(task_dir("MNLI"), "test")
+    test_mm = mismatched.load(task_dir("MNLI"), "test")
+    assert [(e.text_a, e.label) for e in test_m.examples] == [("The museum opens at nine.", None)]
+    assert [e.text_b for e in test_mm.examples] == ["Your support is appreciated.",
+                                                    "Nobody read the report."]
+    assert test_mm.ids == ["0", "1"]
+
+
+@pytest.mark.parametrize("task,labels", [("QNLI", ["entailment", "not_entailment"]),
+                                         ("RTE", ["entailment", "not_entailment"]),
+                                         ("WNLI", ["1", "0"])])
+def test_index_a_b_label_tasks(task, labels):
+    processor = glue.get_processor(task)
+    train = processor.load(task_dir(task), "train")
+    assert [e.label for e in train.examples] == labels
+    assert train.ids == ["0", "1"] and train.examples[0].where == where(task, "train.tsv", 2)
+    assert all(e.text_a and e.text_b for e in train.examples)
+    assert len(processor.dev_examples(task_dir(task))) == 1
+    test = processor.load(task_dir(task), "test")
+    assert len(test.examples) == 1 and test.examples[0].label is None and test.ids == ["0"]
+    assert test.examples[0].text_b
+
+
+def test_qnli_question_then_sentence():
+    example = glue.get_processor("qnli").train_examples(task_dir("QNLI"))[0]
+    assert (example.text_a, example.text_b) == ("Where is the Eiffel Tower?",
+                                                "The Eiffel Tower stands in Paris.")
+
+
+def test_xnli_defaults_to_chinese_as_google_does():
+    processor = glue.get_processor("xnli")
+    assert processor.language == "zh"
+    train = processor.train_examples(task_dir("XNLI"))
+    file = "multinli/multinli.train.zh.tsv"
+    assert train == [
+        Example(where("XNLI", file, 2), "他去了商店。", "他待在家里。", "contradiction"),  # "contradictory"
+        Example(where("XNLI", file, 3), "天气很好。", "今天是晴天。", "entailment"),
+        Example(where("XNLI", file, 4), "她在读书。", "她喜欢小说。", "neutral"),
+    ]
+    dev = processor.load(task_dir("XNLI"), "dev")  # only the zh rows of xnli.dev.tsv
+    assert [(e.where, e.text_a, e.text_b, e.label) for e in dev.examples] == [
+        (where("XNLI", "xnli.dev.tsv", 3), "他回来得很晚。", "他累了。", "neutral"),
+        (where("XNLI", "xnli.dev.tsv", 5), "门开着。", "门关着。", "contradiction"),
+    ]
+    assert dev.ids == ["1-1", "2-2"]
+
+
+def test_xnli_other_language_and_labelled_test():
+    processor = glue.get_processor("XNLI", language="de")
+    assert [e.label for e in processor.train_examples(task_dir("XNLI"))] == [
+        "contradiction", "entailment"]
+    assert [e.text_a for e in processor.dev_examples(task_dir("XNLI"))] == [
+        "Er kam spät zurück.", "Die Tür ist offen."]
+    test = processor.load(task_dir("XNLI"), "test")
+    assert [(e.text_a, e.label) for e in test.examples] == [
+        ("Wir haben zu Abend gegessen.", "entailment")]
+    assert test.ids == ["7-7"]
+
+
+def test_xnli_language_without_data():
+    processor = glue.get_processor("xnli", language="fr")
+    with pytest.raises(DataError) as info:
+        processor.train_examples(task_dir("XNLI"))
+    message = str(info.value)
+    assert message.startswith(task_dir("XNLI") + ": no multinli/multinli.train.fr.tsv there")
+    assert message.endswith(f"{os.path.join(task_dir('XNLI'), 'multinli')} holds "
+                            "multinli.train.de.tsv, multinli.train.zh.tsv)")
+    with pytest.raises(DataError, match=r"xnli.dev.tsv: no rows for language 'fr' \(column 0; "
+                                        r"languages there: \['de', 'en', 'zh'\]\)"):
+        processor.dev_examples(task_dir("XNLI"))
+    with pytest.raises(glue.TaskError, match="language code"):
+        glue.get_processor("xnli", language="../zh")
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+
+
+def test_missing_directory_and_missing_file_are_named(tmp_path):
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(DataError, match=r"nowhere: --data_dir is not a directory \(task mnli "
+                                        r"reads train.tsv there"):
+        glue.get_processor("mnli").train_examples(missing)
+    write(str(tmp_path / "dev.tsv"), "x\n")
+    with pytest.raises(DataError) as info:
+        glue.get_processor("mnli").dev_examples(str(tmp_path))
+    assert str(info.value) == (
+        f"{tmp_path}: no dev_matched.tsv there for the mnli dev set (expected "
+        f"{tmp_path / 'dev_matched.tsv'}; {tmp_path} holds dev.tsv)")
+
+
+def test_wrong_field_count_names_file_line_found_and_expected(tmp_path):
+    # SST-2's layout given as CoLA: CoLA's train.tsv has 4 fields and no header
+    with pytest.raises(DataError) as info:
+        glue.get_processor("cola").train_examples(task_dir("SST-2"))
+    assert str(info.value) == (f"{where('SST-2', 'train.tsv', 1)}: found 2 fields, expected 4 "
+                               "(tab-separated; row of the cola train file train.tsv, which has "
+                               "no header)")
+    write(str(tmp_path / "dev.tsv"), "index\tsentence1\tsentence2\tlabel\n"
+                                     "0\ta\tb\tentailment\n"
+                                     "1\ta b\tentailment\n")
+    with pytest.raises(DataError, match=r"dev.tsv:3: found 3 fields, expected 4 \(tab-separated; "
+                                        r"row of the rte dev file dev.tsv\)$"):
+        glue.get_processor("rte").dev_examples(str(tmp_path))
+    # a header with the wrong count is an error even for QQP, which skips malformed rows
+    write(str(tmp_path / "test.tsv"), "id\tquestion1\n0\ta\tb\n")
+    with pytest.raises(DataError, match=r"test.tsv:1: found 2 fields, expected 3 "
+                                        r"\(tab-separated; header of the qqp test file"):
+        glue.get_processor("qqp").test_examples(str(tmp_path))
+
+
+def test_label_outside_the_label_list(tmp_path):
+    write(str(tmp_path / "train.tsv"), "src\t1\t\tGood.\nsrc\t2\t\tBad.\n")
+    with pytest.raises(DataError, match=r"train.tsv:2: label '2' \(column 1\) is not one of "
+                                        r"\['0', '1'\]"):
+        glue.get_processor("cola").train_examples(str(tmp_path))
+    write(str(tmp_path / "train.tsv"), "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                                       "1\t1\t2\ta?\tb?\tyes\n")
+    with pytest.raises(DataError, match=r"train.tsv:2: label 'yes' \(column 5\)"):
+        glue.get_processor("qqp").train_examples(str(tmp_path))
+
+
+def test_empty_files_blank_lines_and_bad_utf8(tmp_path):
+    write(str(tmp_path / "train.tsv"), "")
+    with pytest.raises(DataError, match=r"train.tsv: no examples for the sst-2 train set$"):
+        glue.get_processor("sst-2").train_examples(str(tmp_path))
+    write(str(tmp_path / "train.tsv"), "sentence\tlabel\n")
+    with pytest.raises(DataError, match="no examples for the sst-2 train set"):
+        glue.get_processor("sst-2").train_examples(str(tmp_path))
+    # blank lines are skipped; line numbers stay those of the file
+    write(str(tmp_path / "train.tsv"), "\nsentence\tlabel\n\nfine .\t1\n")
+    examples = glue.get_processor("sst-2").train_examples(str(tmp_path))
+    assert examples == [Example(f"{tmp_path / 'train.tsv'}:4", "fine .", None, "1")]
+    # QQP with nothing but malformed rows
+    write(str(tmp_path / "test.tsv"), "id\tquestion1\tquestion2\n0\tonly one\n")
+    with pytest.raises(DataError, match=r"no examples for the qqp test set \(1 malformed rows"):
+        glue.get_processor("qqp").test_examples(str(tmp_path))
+    with open(tmp_path / "dev.tsv", "wb") as f:
+        f.write(b"sentence\tlabel\nok .\t1\nbad \xff .\t0\n")
+    with pytest.raises(DataError, match=r"dev.tsv:3: not valid UTF-8"):
+        glue.get_processor("sst-2").dev_examples(str(tmp_path))
+
+
+# --- into features --------------------------------------------------------------------------
+
+def test_examples_convert_with_the_task_label_list():
+    tokenizer = BertTokenizer(os.path.join(TESTDATA, "ft_vocab.txt"))
+    processor = glue.get_processor("mnli-mm")
+    features, stats = classification.convert_examples(
+        processor.dev_examples(task_dir("MNLI")), tokenizer, processor.labels(), 16)
+    assert features["label_ids"].tolist() == [1, 2, 0]
+    assert features["segment_ids"].max() == 1 and stats.examples == 3
+    features, _ = classification.convert_examples(
+        processor.test_examples(task_dir("MNLI")), tokenizer, processor.labels(), 16)
+    assert features["label_ids"].tolist() == [-1, -1]

@@ -205,3 +205,24 @@ def test_absl_entry_point_trains(tmp_path, encoder_file, module):
                 f"--output_dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(out / "model.keras") and os.path.exists(out / "eval_results.json")
+
+
+def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
+    """--task_name=mrpc --data_dir: Google's files per split, label list and test ids."""
+    data_dir = os.path.join(TESTDATA, "glue", "MRPC")
+    out = tmp_path / "mrpc"
+    results = run_classifier.run(task_name="MRPC", data_dir=data_dir,
+                                 **common(out, encoder_file, train_batch_size=2))
+    assert results["train"]["label_list"] == ["0", "1"]  # Google's MrpcProcessor order
+    assert open(out / "labels.txt").read() == "0\n1\n"
+    predictions = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    from data_prep import glue
+
+    test = glue.get_processor("mrpc").load(data_dir, "test")
+    assert [p["id"] for p in predictions] == test.ids
+    assert results["eval"]["num_examples"] == len(glue.get_processor("mrpc").load(data_dir, "dev").examples)
+    with pytest.raises(ValueError, match="regression"):
+        run_classifier.run(task_name="sts-b", data_dir=data_dir, **common(tmp_path / "x", encoder_file))
+    with pytest.raises(ValueError, match="drop --train_file"):
+        run_classifier.run(task_name="mrpc", data_dir=data_dir, train_file="t.tsv",
+                           **common(tmp_path / "y", encoder_file))

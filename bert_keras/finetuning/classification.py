@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from bert_keras.finetuning.runner import Features, FinetuneError, Task, labels_from_flags
+from bert_keras.finetuning.runner import (Features, FinetuneError, LabelledFileTask,
+                                          labels_from_flags)
 from bert_keras.tasks import BertClassifier
 from data_prep import classification, files
 from data_prep.cli import option
@@ -92,18 +93,16 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-class ClassificationTask(Task):
+class ClassificationTask(LabelledFileTask):
     name = "classifier"
     model_class = BertClassifier
+    predictions_file = PREDICTIONS_FILE
 
     def __init__(self):
         self._glue_ids: dict[int, list[str]] = {}
 
     def options_class(self):
         return ClassifierOptions
-
-    def input_flag(self, split):
-        return f"--{split}_file"
 
     def input_flag(self, split):
         return f"--{split}_file (or --task_name with --data_dir)"
@@ -114,10 +113,7 @@ class ClassificationTask(Task):
                 raise FinetuneError("--task_name needs --data_dir (the task's directory of "
                                     "the GLUE download)")
             return self._processor(opts).path(opts.data_dir, _GLUE_SPLIT[split])
-        path = getattr(opts, f"{split}_file")
-        if path and opts.data_dir and not os.path.isabs(path):
-            return os.path.join(opts.data_dir, path)
-        return path
+        return super().input_file(split, opts)
 
     @staticmethod
     def _processor(opts):
@@ -127,12 +123,6 @@ class ClassificationTask(Task):
             raise FinetuneError("--task_name reads its files from --data_dir; drop "
                                 "--train_file / --eval_file / --predict_file")
         return glue.get_processor(opts.task_name, language=opts.xnli_language)
-
-    def output_files(self, common, opts):
-        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
-                if common.do_train else []) + \
-            (["eval_results.json"] if common.do_eval else []) + \
-            ([PREDICTIONS_FILE] if common.do_predict else [])
 
     def read(self, path, split, opts):
         if opts.task_name:
@@ -152,19 +142,14 @@ class ClassificationTask(Task):
     def labels_from(self, examples):
         return classification.label_list_from(examples)
 
-    def build(self, encoder, labels, opts):
-        if labels is None:
-            raise FinetuneError("no label list to build a classifier head")
-        return BertClassifier(encoder, len(labels), dropout=opts.classifier_dropout)
+    def head_dropout(self, opts):
+        return opts.classifier_dropout
 
     def convert(self, examples, tokenizer, labels, common, opts, split):
         arrays, stats = classification.convert_examples(examples, tokenizer, labels,
                                                         common.max_seq_length)
         logging.info("%s: %s", split, stats.summary())
         return Features(arrays, None, stats)
-
-    def targets(self, features):
-        return {"logits": features.arrays["label_ids"]}
 
     def train_summary(self, features, read_info):
         return {"truncated": features.stats.truncated}

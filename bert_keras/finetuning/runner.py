@@ -171,6 +171,36 @@ class Task:
         raise NotImplementedError
 
 
+class LabelledFileTask(Task):
+    """A task with one label per example or token, read from --{train,eval,predict}_file
+    (relative to --data_dir), whose predictions go to one file (classification, tagging)."""
+
+    predictions_file = "predictions"
+
+    def input_file(self, split, opts):
+        path = getattr(opts, f"{split}_file")
+        if path and opts.data_dir and not os.path.isabs(path):
+            return os.path.join(opts.data_dir, path)
+        return path
+
+    def output_files(self, common, opts):
+        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
+                if common.do_train else []) + \
+            (["eval_results.json"] if common.do_eval else []) + \
+            ([self.predictions_file] if common.do_predict else [])
+
+    def targets(self, features):
+        return {"logits": features.arrays["label_ids"]}
+
+    def build(self, encoder, labels, opts):
+        if labels is None:
+            raise FinetuneError(f"no label list to build a {self.name} head")
+        return self.model_class(encoder, len(labels), dropout=self.head_dropout(opts))
+
+    def head_dropout(self, opts) -> float:
+        raise NotImplementedError
+
+
 def _load_model(task: Task, common: FinetuneOptions, opts, labels):
     """(model, checkpoint or None): what to train or run."""
     init = common.init_checkpoint

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from absl import logging
 
-from bert_keras.finetuning.runner import Features, FinetuneError, Task, labels_from_flags
+from bert_keras.finetuning.runner import Features, LabelledFileTask, labels_from_flags
 from bert_keras.tasks import BertTagger
 from data_prep import files, tagging
 from data_prep.cli import option
@@ -130,27 +130,13 @@ def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
             "num_predicted": len(pred_set), "num_correct": correct, "per_type": per_type}
 
 
-class TaggingTask(Task):
+class TaggingTask(LabelledFileTask):
     name = "tagger"
     model_class = BertTagger
+    predictions_file = PREDICTIONS_FILE
 
     def options_class(self):
         return TaggerOptions
-
-    def input_flag(self, split):
-        return f"--{split}_file"
-
-    def input_file(self, split, opts):
-        path = getattr(opts, f"{split}_file")
-        if path and opts.data_dir and not os.path.isabs(path):
-            return os.path.join(opts.data_dir, path)
-        return path
-
-    def output_files(self, common, opts):
-        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
-                if common.do_train else []) + \
-            (["eval_results.json"] if common.do_eval else []) + \
-            ([PREDICTIONS_FILE] if common.do_predict else [])
 
     def read(self, path, split, opts):
         return tagging.read_conll(path, opts.token_column, opts.tag_column,
@@ -162,19 +148,14 @@ class TaggingTask(Task):
     def labels_from(self, sentences):
         return tagging.label_list_from(sentences)
 
-    def build(self, encoder, labels, opts):
-        if labels is None:
-            raise FinetuneError("no tag list to build a tagger head")
-        return BertTagger(encoder, len(labels), dropout=opts.tagger_dropout)
+    def head_dropout(self, opts):
+        return opts.tagger_dropout
 
     def convert(self, sentences, tokenizer, labels, common, opts, split):
         arrays, positions, stats = tagging.convert_sentences(
             sentences, tokenizer, labels if split != "predict" else None, common.max_seq_length)
         logging.info("%s: %s", split, stats.summary())
         return Features(arrays, positions, stats)
-
-    def targets(self, features):
-        return {"logits": features.arrays["label_ids"]}
 
     def train_summary(self, features, read_info):
         return {"truncated_sentences": features.stats.truncated_sentences,

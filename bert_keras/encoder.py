@@ -221,6 +221,18 @@ class BertEncoder(keras.Model):
             x = block(x, attention_mask=mask)
         return self.transformer_layers[-1](x, attention_mask=mask, output_positions=positions)
 
+    def sequence_output_only(self, inputs):
+        """The last layer's output [B, S, H], without computing the pooler.
+
+        For heads that read every token (tagging, span QA). Like `last_layer_at`, call it
+        on Keras inputs inside a functional model (with `ListsEncoderWhole`) or eagerly.
+        """
+        mask = inputs[schema.MODEL_INPUT_MASK]
+        x = self.embeddings_layer(inputs[schema.INPUT_WORD_IDS], inputs[schema.INPUT_TYPE_IDS])
+        for block in self.transformer_layers:
+            x = block(x, attention_mask=mask)
+        return x
+
     def get_embedding_table(self):
         """The word-embedding variable [V, H]; the masked-LM head ties its output to it."""
         return self.embeddings_layer.get_embedding_table()
@@ -253,7 +265,8 @@ class BertEncoder(keras.Model):
 
 
 class ListsEncoderWhole:
-    """Mixin for functional models whose graph calls `encoder.last_layer_at`.
+    """Mixin for functional models whose graph calls `encoder.last_layer_at` (or
+    `sequence_output_only`).
 
     Such a graph holds the encoder's layers one by one. Keras saves a functional model's
     weights by its `layers`, so this lists them instead as the one `self.encoder` (as a

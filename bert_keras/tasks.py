@@ -49,9 +49,25 @@ def _initializer(encoder):
 
 
 class _TaskModel(ListsEncoderWhole, keras.Model):
-    """Shared config plumbing: every task stores `encoder` and serializes it. (A classifier's
-    graph calls the encoder's layers one by one: `ListsEncoderWhole` keeps its weight files
-    in the whole-encoder layout.)"""
+    """Shared config plumbing: every task stores `encoder` and serializes it. (The graphs
+    call the encoder's layers one by one: `ListsEncoderWhole` keeps the weight files in the
+    whole-encoder layout.)
+
+    A head that never reads the pooled output (tagging, span QA) neither computes the
+    pooler nor trains it: its weights stay in the model (files keep their layout) but not
+    among the trainable weights, so the optimizer holds no state for them and Keras does
+    not warn about missing gradients.
+    """
+
+    reads_pooler = True
+
+    @property
+    def trainable_weights(self):
+        weights = super().trainable_weights
+        if self.reads_pooler or "encoder" not in self.__dict__:
+            return weights
+        pooler = {id(v) for v in self.encoder.pooler_layer.weights}
+        return [w for w in weights if id(w) not in pooler]
 
     def _base_config(self):
         return {
@@ -115,7 +131,7 @@ class BertClassifier(_TaskModel):
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertTagger(_TaskModel):
-    """Token tagger (POS, NER): Dense(C) on every token of the last layer.
+    """Token tagger (POS, NER): Dense(C) on every token of the last layer (no pooler).
 
     Inputs: the encoder's dict of int32 [B, S] tensors.
 
@@ -127,6 +143,8 @@ class BertTagger(_TaskModel):
       num_classes: C, the number of tags.
       dropout: dropout rate on the sequence output.
     """
+
+    reads_pooler = False
 
     def __init__(self, encoder, num_classes, dropout=0.1, **kwargs):
         _check_encoder(encoder)
@@ -141,7 +159,7 @@ class BertTagger(_TaskModel):
         )
 
         inputs = dict(encoder.input)
-        sequence = encoder(inputs)["sequence_output"]  # [B, S, H]
+        sequence = encoder.sequence_output_only(inputs)  # [B, S, H], no pooler
         logits = ops.cast(head(head_dropout(sequence)), "float32")  # [B, S, C]
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 
@@ -157,7 +175,7 @@ class BertTagger(_TaskModel):
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertSpanQA(_TaskModel):
-    """Extractive question answering (SQuAD): start and end logits for every token.
+    """Extractive question answering (SQuAD): start and end logits for every token (no pooler).
 
     Inputs: the encoder's dict of int32 [B, S] tensors for "[CLS] question [SEP] context
     [SEP]" windows (see `data_prep.squad`).
@@ -170,6 +188,8 @@ class BertSpanQA(_TaskModel):
       encoder: a `BertEncoder`; its weights are shared, not copied.
     """
 
+    reads_pooler = False
+
     def __init__(self, encoder, **kwargs):
         _check_encoder(encoder)
         head = keras.layers.Dense(
@@ -180,7 +200,7 @@ class BertSpanQA(_TaskModel):
         )
 
         inputs = dict(encoder.input)
-        sequence = encoder(inputs)["sequence_output"]  # [B, S, H]
+        sequence = encoder.sequence_output_only(inputs)  # [B, S, H], no pooler
         logits = ops.cast(head(sequence), "float32")  # [B, S, 2]
         start_logits = keras.layers.Identity(name="start_logits")(logits[..., 0])  # [B, S]
         end_logits = keras.layers.Identity(name="end_logits")(logits[..., 1])  # [B, S]

@@ -152,3 +152,48 @@ def test_classifier_last_layer_at_cls_matches_full_encoder(tmp_path):
     fresh = build(BertClassifier)
     fresh.load_weights(theirs)
     np.testing.assert_allclose(fresh(x)["logits"], model(x)["logits"], atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [BertTagger, BertSpanQA])
+def test_heads_without_pooler_neither_compute_nor_train_it(cls, tmp_path):
+    """Tagging and span QA never read the pooled output: the pooler is not in the graph,
+    holds no optimizer state and draws no "Gradients do not exist" warning, while weight
+    files keep the whole-encoder layout (pooler included)."""
+    import warnings
+
+    model = build(cls, dropout=0.0, attention_dropout=0.0)
+    pooler = {v.path for v in model.encoder.pooler_layer.weights}
+    assert pooler and not pooler & {v.path for v in model.trainable_weights}
+    assert pooler <= {v.path for v in model.weights}
+    graph = {id(layer) for layer in keras.Model.layers.fget(model)}  # the graph's own layers
+    assert id(model.encoder.pooler_layer) not in graph
+    x = make_inputs(batch=4, seq=9)
+    y = ({"logits": np.where(x["input_mask"] == 1, 1, IGNORE_LABEL)} if cls is BertTagger else
+         {"start_logits": np.array([1, 2, 3, 1]), "end_logits": np.array([2, 3, 4, 1])})
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), **compile_args(model))
+    before = [w.numpy() for w in model.encoder.pooler_layer.weights]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Gradients do not exist")
+        model.train_on_batch(x, y)
+    for old, new in zip(before, model.encoder.pooler_layer.weights):
+        np.testing.assert_array_equal(old, new.numpy())
+    assert not any("pooler" in v.path for v in model.optimizer.variables)
+    # Same layout as the graph that calls the encoder whole: files load either way.
+    model = build(cls)  # uncompiled: the files then hold the model's weights only
+    inputs = dict(model.encoder.input)
+    sequence = model.encoder(inputs)["sequence_output"]
+    if cls is BertTagger:
+        outputs = {"logits": model.tagger(model.tagger_dropout(sequence))}
+    else:
+        both = model.span_logits(sequence)
+        outputs = {name: model.get_layer(name)(both[..., i])
+                   for i, name in enumerate(("start_logits", "end_logits"))}
+    reference = keras.Model(inputs, outputs)
+    ours, theirs = str(tmp_path / "ours.weights.h5"), str(tmp_path / "ref.weights.h5")
+    model.save_weights(ours)
+    reference.save_weights(theirs)
+    assert h5_keys(ours) == h5_keys(theirs)
+    fresh = build(cls)
+    fresh.load_weights(theirs)
+    for a, b in zip(fresh.weights, model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -16,8 +16,11 @@ Signatures:
   tokenize          text: string [batch] -> token_ids int32 [batch, max_tokens] (0-padded)
                     and num_tokens int32 [batch]
   special_tokens    no input -> cls_id, sep_id, pad_id, mask_id, unk_id, vocab_size
-TF Hub-style callables on the loaded object: `tokenize(strings) -> RaggedTensor` and
-`bert_pack_inputs([ragged_a(, ragged_b)]) -> dict` at the exported seq_length.
+TF Hub's preprocessor API on the loaded object (tensorflow.org/hub/common_saved_model_apis/text):
+  obj(strings)                      -> the three inputs at the exported seq_length
+  obj.tokenize(strings)             -> int32 RaggedTensor [batch, (words), (wordpieces)]
+  obj.tokenize.get_special_tokens_dict() -> start_of_sequence_id, end_of_segment_id, ...
+  obj.bert_pack_inputs([tok_a(, tok_b)], seq_length=S) -> the three inputs at length S
 
 Only core TF ops and tensorflow-text's FastBertNormalize / FastWordpieceTokenizeWithOffsets
 (both in stock TF Serving's tensorflow-text 2.12) are used; a loader must
@@ -49,8 +52,62 @@ WARMUP_TEXTS = [
 ]
 
 
+class HubTokenize(tf.Module):
+    """`preprocessor.tokenize`, as TF Hub's BERT preprocessors have it.
+
+    Called on a string batch it returns WordPiece ids grouped by word: int32 RaggedTensor
+    [B, (words), (pieces)] (a word is a first piece and the "##" pieces after it);
+    `get_special_tokens_dict()` gives the ids a packer needs.
+    """
+
+    def __init__(self, tokenizer: BertTokenizer):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.special = {"vocab_size": tokenizer.vocab_size, "start_of_sequence_id": tokenizer.cls_id,
+                        "end_of_segment_id": tokenizer.sep_id, "padding_id": tokenizer.pad_id,
+                        "mask_id": tokenizer.mask_id}
+
+    @tf.function(input_signature=[_TEXT])
+    def __call__(self, text):
+        pieces = tf.cast(self.tokenizer(text), tf.int32)  # [B, (T)]
+        flat = pieces.flat_values
+        starts = tf.gather(self.tokenizer._piece_starts_word, flat) > 0  # [T]
+        words = tf.RaggedTensor.from_row_starts(
+            flat, tf.where(starts)[:, 0], validate=False)  # [W, (P)]
+        per_row = tf.math.unsorted_segment_sum(tf.cast(starts, tf.int64), pieces.value_rowids(),
+                                               pieces.nrows())  # [B]
+        return tf.RaggedTensor.from_row_lengths(words, per_row, validate=False)  # [B, (W), (P)]
+
+    @tf.function(input_signature=[])
+    def get_special_tokens_dict(self):
+        return {k: tf.constant(v, tf.int32) for k, v in self.special.items()}
+
+
+class HubPackInputs(tf.Module):
+    """`preprocessor.bert_pack_inputs(segments, seq_length=...)`, as TF Hub's have it.
+
+    `segments` is a list of one or two int32 RaggedTensors, of ragged rank 1 ([B, (pieces)])
+    or 2 (`tokenize`'s [B, (words), (pieces)]); `seq_length` (an int32 scalar) defaults to
+    the exported one. A function is traced for each of the four input structures.
+    """
+
+    def __init__(self, cls_id: int, sep_id: int, pad_id: int, default_seq_length: int):
+        super().__init__()
+
+        @tf.function(autograph=False)
+        def pack(segments, seq_length=default_seq_length):
+            return bert_pack_inputs(list(segments), seq_length, cls_id, sep_id, pad_id)
+
+        self.__call__ = pack
+        for ragged_rank in (1, 2):
+            spec = tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32)
+            for count in (1, 2):
+                pack.get_concrete_function([spec] * count)
+                pack.get_concrete_function([spec] * count, tf.TensorSpec([], tf.int32))
+
+
 class PreprocessorModule(tf.Module):
-    """The preprocessor SavedModel's root object."""
+    """The preprocessor SavedModel's root object, callable TF Hub-style on a string batch."""
 
     def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None):
         """Args:
@@ -76,24 +133,21 @@ class PreprocessorModule(tf.Module):
             self.tokenizer_config_file = tf.saved_model.Asset(
                 tokenizer_config.write_for_vocab(vocab, tokenizer.config))
 
+        # TF Hub's preprocessor API: obj(texts), obj.tokenize(texts),
+        # obj.bert_pack_inputs(segments, seq_length=...). The signatures below call the
+        # packing code directly: a tf.function taking a list of RaggedTensors, called from
+        # inside another trace, can receive a decomposed placeholder.
+        self.tokenize = HubTokenize(tokenizer)
+        self.bert_pack_inputs = HubPackInputs(self.cls_id, self.sep_id, self.pad_id, seq_length)
+
     @tf.function(input_signature=[_TEXT])
-    def tokenize(self, text):
-        """string [B] -> int32 RaggedTensor [B, None] of WordPiece ids (no special tokens)."""
-        return self._tokenize(text)
+    def __call__(self, text):
+        """string [B] -> the encoder inputs at the exported seq_length (TF Hub's root call)."""
+        return self._pack([self._tokenize(text)])
 
     def _pack(self, segments):
         return bert_pack_inputs(list(segments), self.seq_length, self.cls_id, self.sep_id,
                                 self.pad_id)
-
-    @tf.function
-    def bert_pack_inputs(self, segments):
-        """A list of 1 or 2 RaggedTensors [B, None] -> the encoder inputs [B, seq_length].
-
-        The TF Hub-style callable. The signatures below call the packing code directly
-        rather than through this function: a tf.function taking a list of RaggedTensors,
-        called from inside another trace, can receive a decomposed placeholder.
-        """
-        return self._pack(segments)
 
     def _tokenize(self, text):
         return tf.cast(self.tokenizer(text), tf.int32)
@@ -122,9 +176,6 @@ class PreprocessorModule(tf.Module):
 
 def preprocessor_signatures(module: PreprocessorModule) -> dict:
     """The signatures above, as concrete functions (shared with the end-to-end exports)."""
-    ragged = tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)
-    module.bert_pack_inputs.get_concrete_function([ragged])
-    module.bert_pack_inputs.get_concrete_function([ragged, ragged])
     return {
         "serving_default": module.serve.get_concrete_function(),
         "pair": module.serve_pair.get_concrete_function(),

@@ -25,18 +25,18 @@ def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
 
 
-def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor | None, budget: int):
+def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor | None, budget):
     """Lengths kept of A (and B) so that they fit `budget` tokens, fairly.
 
     Args:
       len_a: int64 [B], lengths of the first segments.
       len_b: int64 [B] or None for single segments.
-      budget: tokens available for content (S - 2 or S - 3).
+      budget: tokens available for content (S - 2 or S - 3): a Python int or an int scalar.
 
     Returns:
       (kept_a, kept_b) int64 [B] each; kept_b is None for single segments.
     """
-    budget = tf.constant(budget, tf.int64)
+    budget = tf.cast(budget, tf.int64)
     if len_b is None:
         return tf.minimum(len_a, budget), None
     half_up = (budget + 1) // 2
@@ -45,12 +45,15 @@ def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor | None, budget: int):
     return kept_a, kept_b
 
 
-def bert_pack_inputs(segments, seq_length: int, cls_id: int, sep_id: int, pad_id: int = 0):
+def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int, pad_id: int = 0):
     """Packs one or two batches of token ids as "[CLS] A [SEP] (B [SEP])", padded to S.
 
     Args:
-      segments: a list of one or two int RaggedTensors [B, None] (token ids, no specials).
-      seq_length: S, the fixed output length (at least 3 for one segment, 5 for two).
+      segments: a list of one or two int RaggedTensors [B, None] of token ids, or
+        [B, (words), (pieces)] as `tokenize` returns them (words are merged); no specials.
+      seq_length: S, the fixed output length (at least 3 for one segment, 5 for two): a
+        Python int (static output shape), or an int32 scalar Tensor (TF Hub's
+        `bert_pack_inputs(segments, seq_length=...)`).
       cls_id, sep_id, pad_id: special-token ids from the vocabulary.
 
     Returns:
@@ -59,15 +62,24 @@ def bert_pack_inputs(segments, seq_length: int, cls_id: int, sep_id: int, pad_id
     if len(segments) not in (1, 2):
         raise ValueError(f"bert_pack_inputs takes 1 or 2 segments. Received: {len(segments)}")
     specials = len(segments) + 1
-    if seq_length < specials + 1:
-        raise ValueError(f"seq_length={seq_length} leaves no room for text with "
-                         f"{len(segments)} segment(s)")
+    if isinstance(seq_length, int):
+        if seq_length < specials + 1:
+            raise ValueError(f"seq_length={seq_length} leaves no room for text with "
+                             f"{len(segments)} segment(s)")
+        length = tf.constant(seq_length, tf.int64)
+        checks = []
+    else:
+        length = tf.cast(seq_length, tf.int64)
+        checks = [tf.debugging.assert_greater_equal(
+            length, tf.constant(specials + 1, tf.int64),
+            message=f"seq_length leaves no room for text with {len(segments)} segment(s)")]
+    segments = [s.merge_dims(1, -1) if s.ragged_rank > 1 else s for s in segments]
     segments = [tf.cast(s, tf.int32) for s in segments]
     a = segments[0]
     b = segments[1] if len(segments) == 2 else None
-    kept_a, kept_b = truncated_lengths(
-        a.row_lengths(), None if b is None else b.row_lengths(), seq_length - specials
-    )
+    with tf.control_dependencies(checks):
+        kept_a, kept_b = truncated_lengths(
+            a.row_lengths(), None if b is None else b.row_lengths(), length - specials)
     a = _keep_first(a, kept_a)
     batch = a.nrows()
     cls = tf.fill([batch, 1], tf.constant(cls_id, tf.int32))
@@ -80,7 +92,7 @@ def bert_pack_inputs(segments, seq_length: int, cls_id: int, sep_id: int, pad_id
         types += [tf.ones_like(b), tf.ones_like(sep)]
     ids = tf.concat(pieces, axis=1)  # ragged [B, None]
     type_ids = tf.concat(types, axis=1)
-    shape = tf.stack([batch, tf.constant(seq_length, tf.int64)])
+    shape = tf.stack([batch, length])
     return {
         schema.INPUT_WORD_IDS: ids.to_tensor(default_value=pad_id, shape=shape),
         schema.MODEL_INPUT_MASK: tf.ones_like(ids).to_tensor(default_value=0, shape=shape),

@@ -1,6 +1,7 @@
 """Encoder export: signatures, warmup, refusal to overwrite, clean-process verification."""
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -250,6 +251,64 @@ def test_verify_preprocessor_and_reject_round_robin(tmp_path):
     assert not report.ok
     failed = {c: detail for c, ok, detail in report.lines if not ok}
     assert "TFText>RoundRobinTrim" in failed["ops"]
+
+
+_HUB_PROBE = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (what TF Hub users import before hub.load)
+pre = tf.saved_model.load(sys.argv[1])
+texts = tf.constant(json.loads(sys.argv[2]))
+tok = pre.tokenize(texts)
+out = {"root": pre(texts)["input_word_ids"].numpy().tolist(),
+       "ragged_rank": tok.ragged_rank,
+       "words": tok.to_list(),
+       "special": {k: int(v) for k, v in pre.tokenize.get_special_tokens_dict().items()},
+       "pair": pre.bert_pack_inputs([tok, tok], seq_length=9)["input_word_ids"].numpy().tolist(),
+       "flat": pre.bert_pack_inputs([tok.merge_dims(1, 2)],
+                                    seq_length=tf.constant(7))["input_word_ids"].numpy().tolist()}
+assert not [m for m in sys.modules if m.split(".")[0] in ("bert_keras", "data_prep", "export")]
+json.dump(out, sys.stdout)
+"""
+
+
+def test_preprocessor_follows_the_tf_hub_api_in_a_fresh_process(tmp_path):
+    """obj(texts), obj.tokenize (words x pieces), get_special_tokens_dict and
+    bert_pack_inputs(segments, seq_length=...) behave like TF Hub's BERT preprocessors."""
+    from data_prep.packing import pack
+    from data_prep.tokenization import BertTokenizer
+    from export.export_preprocessor import export_preprocessor
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(t + "\n" for t in [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "the", "cat",
+        ",", "sat"]), encoding="utf-8")
+    tokenizer = BertTokenizer(str(vocab))
+    path = export_preprocessor(tokenizer, str(tmp_path / "pre"), seq_length=8)
+    texts = ["unaffable cat, the cat sat", "", "zzz the"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    probe = tmp_path / "probe.py"
+    probe.write_text(_HUB_PROBE)
+    proc = subprocess.run([sys.executable, str(probe), path, json.dumps(texts)], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    ids = tokenizer.encode(texts)
+    # tokenize: one inner list per word, "##" pieces with the piece before them.
+    assert got["ragged_rank"] == 2
+    assert got["words"][0] == [[5, 6, 7], [9], [10], [8], [9], [11]] and got["words"][1] == []
+    assert [sum(row, []) for row in got["words"]] == ids
+    assert got["special"] == {"vocab_size": 12, "start_of_sequence_id": 2,
+                              "end_of_segment_id": 3, "padding_id": 0, "mask_id": 4}
+
+    def packed(a, b, length):
+        p = pack(a, b, length, tokenizer.cls_id, tokenizer.sep_id)
+        return p.tokens + [0] * (length - len(p.tokens))
+
+    assert got["root"] == [packed(t, None, 8) for t in ids]
+    assert got["pair"] == [packed(t, t, 9) for t in ids]
+    assert got["flat"] == [packed(t, None, 7) for t in ids]
+    assert verify(path).ok
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
@@ -87,11 +88,45 @@ class CorpusError(ValueError):
 # --- Sentence splitting. ---
 
 
-def sentence_splitter(language: str) -> Callable[[str], list[str]]:
+# A sentence longer than this is re-split (sentencex leaves some runs of sentences joined,
+# e.g. after a closing quote); create_pretraining_data warns about lines over 10,000 bytes.
+MAX_SENTENCE_CHARS = 1000
+# Where a second pass may end a sentence: terminal punctuation, optional closing quotes or
+# brackets, whitespace, then an opening quote/bracket, capital letter or digit.
+_FALLBACK_BOUNDARY = re.compile(r"""(?<=[.!?])["'\u201d\u2019)\]]*\s+(?=["'\u201c\u2018(\[]?[A-Z0-9])""")
+_CLOSING = "\"'\u201d\u2019)]"
+
+
+def _resplit_long(sentence: str, limit: int) -> list[str]:
+    """Splits an over-long "sentence" at the fallback boundaries, then, if a piece is still
+    over `limit` characters (a table or list without punctuation), at whitespace."""
+    pieces, start = [], 0
+    for m in _FALLBACK_BOUNDARY.finditer(sentence):
+        end = m.start() + len(m.group(0).rstrip())  # keep closing quotes with the sentence
+        pieces.append(sentence[start:end].strip())
+        start = m.end()
+    pieces.append(sentence[start:].strip())
+    out = []
+    for piece in pieces:
+        while len(piece) > limit:
+            cut = piece.rfind(" ", 0, limit)
+            cut = cut if cut > 0 else limit
+            out.append(piece[:cut].strip())
+            piece = piece[cut:].strip()
+        if piece:
+            out.append(piece)
+    return out
+
+
+def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Callable[[str], list[str]]:
     """Returns text -> sentences for an ISO 639 language code.
 
     Newlines always end a sentence (each line is split on its own); whitespace runs become
-    one space; a "sentence" without any letter or digit is dropped.
+    one space; a "sentence" without any letter or digit is dropped. sentencex's output is
+    mended in two ways: a closing quote it put at the start of the next sentence goes back
+    to the end of the previous one, and a sentence over `max_chars` characters is split
+    again at terminal punctuation followed by a capital, and as a last resort at whitespace,
+    so that every output line is one sentence of bounded length.
 
     Raises:
       CorpusError: sentencex is not installed or the code is not a language name.
@@ -113,7 +148,17 @@ def sentence_splitter(language: str) -> Callable[[str], list[str]]:
                 continue
             for sentence in sentencex.segment(language, line):
                 sentence = sentence.strip()
-                if any(c.isalnum() for c in sentence):  # drops stray "." or markup debris
+                # sentencex ends a sentence before its closing quote: `thereof.` / `" Such`.
+                lead = len(sentence) - len(sentence.lstrip(_CLOSING))
+                if lead and out and sentence[lead:lead + 1] in (" ", ""):
+                    out[-1] += sentence[:lead]
+                    sentence = sentence[lead:].strip()
+                if not any(c.isalnum() for c in sentence):  # stray "." or markup debris
+                    continue
+                if len(sentence) > max_chars:
+                    out.extend(p for p in _resplit_long(sentence, max_chars)
+                               if any(c.isalnum() for c in p))
+                else:
                     out.append(sentence)
         return out
 

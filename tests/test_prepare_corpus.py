@@ -168,3 +168,32 @@ def test_errors(tmp_path, capsys, case):
     else:
         assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".incomplete")]
+
+
+def test_closing_quotes_stay_with_their_sentence_and_long_runs_are_split():
+    split = pc.sentence_splitter("en", max_chars=200)
+    text = ('They shall lay and collect taxes thereof." Such a provision would be wise. '
+            "Then he left.")
+    assert split(text) == ['They shall lay and collect taxes thereof."',
+                           "Such a provision would be wise.", "Then he left."]
+    # A run sentencex leaves joined (here: no space after the periods inside) is split again
+    # at terminal punctuation + capital; a piece without any boundary at whitespace.
+    run = " ".join(f"Clause {i} of the act applies to everyone;it is law.Part" for i in range(8))
+    pieces = split(run + " " + "word " * 100)
+    assert max(len(p) for p in pieces) <= 200
+    nospace = lambda t: "".join(t.split())  # noqa: E731
+    assert nospace("".join(pieces)) == nospace(run + "word " * 100)  # nothing lost
+
+
+@pytest.mark.slow
+def test_public_corpus_has_no_over_long_lines(tmp_path):
+    """The State of the Union corpus the demo fetches: every line one bounded sentence, so
+    create_pretraining_data's long-line warning (10,000 bytes) cannot fire."""
+    from public_data.fetch import sotu_files
+
+    out = tmp_path / "sotu.txt"
+    docs = ((p.name, p.read_text(encoding="utf-8")) for p in sotu_files())
+    stats = pc.write_corpus(docs, str(out), pc.sentence_splitter("en"))
+    assert stats.documents_out > 200
+    lengths = [len(line) for line in out.read_text(encoding="utf-8").split("\n")]
+    assert max(lengths) <= pc.MAX_SENTENCE_CHARS

@@ -349,8 +349,13 @@ class Pipeline:
         for artefact in ("vocab.txt", "data", "pretrain/encoder", "classifier",
                          "models/bert_encoder/1", "models/bert_preprocess/1", f"models/{name}/1"):
             print(f"  {artefact:<26} {self.path(artefact)}")
-        print(f"Serve it: tensorflow_model_server --rest_api_port=8501 --model_name={self.task} "
-              f"--model_base_path={self.path('models', name)}")
+        # No serving binary is installed here: the route is TF Serving's container.
+        print("Serve it with TF Serving's container (README: Serve with TF Serving):\n"
+              f"  docker run --rm -p 8501:8501 --mount type=bind,source="
+              f"{self.path('models', name)},target=/models/{self.task} "
+              f"-e MODEL_NAME={self.task} tensorflow/serving\n"
+              f"  curl -d '{{\"instances\": [{{\"text\": \"Win a FREE cruise!\"}}]}}' "
+              f"http://localhost:8501/v1/models/{self.task}:predict")
 
 
 def _count_documents(path: str) -> int:

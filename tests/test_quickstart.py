@@ -3,6 +3,7 @@ command-line tool. The fast test feeds it a tiny fixture (tests/testdata/quickst
 and a generated labelled set) at toy sizes; the slow one runs `--small` on real public text
 fetched from the npm registry."""
 
+import dataclasses
 import json
 import os
 import random
@@ -101,10 +102,39 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "$ python -m" not in again.stdout
     assert _predictions(again.stdout) == predictions
-    # Other settings in the same workdir are refused, naming what changed.
-    other = subprocess.run(cmd[:-2] + ["--pretrain_steps=8", "--finetune_epochs=1"],
-                           capture_output=True, text=True, env=env, timeout=60)
-    assert other.returncode != 0 and "pretrain_steps: 4 -> 8" in other.stderr
+    # Other settings in the same workdir redo only the stages they affect.
+    other = subprocess.run(cmd + ["--finetune_epochs=2", "--stage=finetune"],
+                           capture_output=True, text=True, env=env, timeout=600)
+    assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+    assert "finetune_epochs: 1.0 -> 2.0): redoing finetune, export, verify, serve" in other.stdout
+    assert "$ python -m bert_keras.run_classifier" in other.stdout
+    assert (work / "pretrain").exists() and not (work / "models").exists()
+
+
+def test_changed_settings_invalidate_their_stages_and_the_ones_after(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    assert quickstart.stages_to_redo(["finetune_epochs"]) == ["finetune", "export", "verify",
+                                                               "serve"]
+    assert quickstart.stages_to_redo(["vocab_size"]) == ["vocab", "data", "pretrain", "finetune",
+                                                          "export", "verify", "serve"]
+    assert quickstart.stages_to_redo(["test_emails"]) == ["spam", "finetune", "export", "verify",
+                                                           "serve"]
+    assert quickstart.stages_to_redo([]) == []
+    pipeline = quickstart.Pipeline(str(tmp_path), quickstart.SMALL)
+    pipeline.check_settings()
+    for output in ("corpus/train.txt", "vocab.txt", "data/x", "pretrain/x", "classifier/x"):
+        (tmp_path / output).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / output).write_text("x")
+    bigger = quickstart.Pipeline(str(tmp_path), dataclasses.replace(quickstart.SMALL,
+                                                                    vocab_size=5000))
+    bigger.check_settings()
+    assert (tmp_path / "corpus" / "train.txt").exists()
+    assert not any((tmp_path / o).exists() for o in ("vocab.txt", "data", "pretrain",
+                                                     "classifier"))
+    bigger.check_settings(restart=True)
+    assert not (tmp_path / "corpus").exists()
 
 
 @pytest.mark.slow

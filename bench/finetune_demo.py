@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from public_data import datasets, fetch  # noqa: E402
+from public_data import prepare as prepare_data  # noqa: E402
 
 INITS = ("minilm", "ours", "random", "random_mini")
 TASKS = ("spam", "pos")
@@ -54,15 +55,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def prepare_spam(out: Path, seed: int, test_fraction: float) -> dict:
-    emails = datasets.spam_assassin_emails()
-    seen, rows, duplicates = {}, [], 0
-    for e in emails:
-        text = datasets.email_text(e.raw)
-        if text in seen:
-            duplicates += 1
-            continue
-        seen[text] = e.label
-        rows.append({"id": e.where, "text": text, "label": e.label})
+    # The first `test_fraction` of the shuffled deduplicated emails is the test set (the
+    # split of the figures in BUILD_NOTES; public_data.prepare takes sizes instead).
+    rows = prepare_data.spam_rows()
     rng = random.Random(seed)
     rng.shuffle(rows)
     n_test = round(len(rows) * test_fraction)
@@ -70,34 +65,14 @@ def prepare_spam(out: Path, seed: int, test_fraction: float) -> dict:
     for name, part in (("train", train), ("test", test)):
         _write_atomic(out / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in part))
     count = lambda part, label: sum(r["label"] == label for r in part)  # noqa: E731
-    return {"emails": len(emails), "duplicates_dropped": duplicates,
+    return {"emails": len(datasets.spam_assassin_emails()), "deduplicated": len(rows),
             "train": {"ham": count(train, "ham"), "spam": count(train, "spam")},
             "test": {"ham": count(test, "ham"), "spam": count(test, "spam")}}
 
 
 def prepare_pos(out: Path, seed: int, n_train: int, n_test: int) -> dict:
-    documents = datasets.brown_documents()
-    names = sorted(documents)
-    test_docs = [n for i, n in enumerate(names) if i % 10 == 9]
-    train_docs = [n for n in names if n not in set(test_docs)]
-    tags = sorted({t for doc in documents.values() for s in doc for t in s.tags})
-    rng = random.Random(seed)
-
-    def sample(docs, n):
-        sentences = [s for d in docs for s in documents[d]]
-        return rng.sample(sentences, min(n, len(sentences))), len(sentences)
-
-    train, train_pool = sample(train_docs, n_train)
-    test, test_pool = sample(test_docs, n_test)
-    for name, part in (("train", train), ("test", test)):
-        text = "\n".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) for s in part)
-        _write_atomic(out / f"{name}.conll", text)
-    _write_atomic(out / "tags.txt", "".join(f"{t}\n" for t in tags))
-    return {"documents": {"train": len(train_docs), "test": len(test_docs)},
-            "sentences": {"train": len(train), "train_pool": train_pool, "test": len(test),
-                          "test_pool": test_pool},
-            "words": {"train": sum(len(s.words) for s in train), "test": sum(len(s.words) for s in test)},
-            "tags": len(tags)}
+    summary = prepare_data.prepare("brown_pos", str(out), n_train, n_test, seed, overwrite=True)
+    return {k: summary[k] for k in ("sentences", "words", "tags")}
 
 
 def prepare(args) -> None:

@@ -44,7 +44,6 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -268,22 +267,12 @@ class Pipeline:
         if self.done("spam/train.jsonl", "spam/test.jsonl"):
             return
         sys.path.insert(0, ROOT)
-        from public_data.datasets import email_text, spam_assassin_emails
+        from public_data.prepare import prepare
 
         # Exact duplicate texts (138 of 6,046) are dropped, the first kept, so no test email
         # is also a training email.
-        rows, seen = [], set()
-        for e in spam_assassin_emails():
-            text = email_text(e.raw)
-            if text not in seen:
-                seen.add(text)
-                rows.append({"text": text, "label": e.label})
-        random.Random(12345).shuffle(rows)
         n_train, n_test = self.sizes.train_emails, self.sizes.test_emails
-        from data_prep import files
-
-        for name, part in (("train", rows[:n_train]), ("test", rows[n_train:n_train + n_test])):
-            files.write_jsonl(self.path(f"spam/{name}.jsonl"), part)
+        prepare("spam", self.path("spam"), n_train, n_test, seed=12345, overwrite=True)
         print(f"spam: {n_train} training and {n_test} test emails (seed 12345)")
 
     def finetune(self):

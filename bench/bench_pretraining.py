@@ -151,14 +151,21 @@ def keras_runner(model, dataset):
     return run
 
 
-def ours(args, data, mlm_only, jit_compile):
+def ours_model(args, data, mlm_only, jit_compile, config=None):
+    """Our BertPretrainer compiled for pretraining on the synthetic batch `data`.
+
+    Returns (model, dataset): the compiled model and a dataset repeating the one batch as
+    (features, labels, sample_weights). `config` (a BertConfig) replaces the one of
+    `args.preset`, e.g. with other dropout rates. bench/ab_library_parts.py builds its
+    variants with this function.
+    """
     import keras
     import tensorflow as tf
 
     from bert_keras import BertConfig, BertPretrainer
     from bert_keras.losses import pretraining_losses_and_metrics
 
-    config = BertConfig.from_preset(args.preset)
+    config = config or BertConfig.from_preset(args.preset)
     pretrainer = BertPretrainer.from_bert_config(config)
     features = {"input_word_ids": data["ids"], "input_mask": data["mask"],
                 "input_type_ids": data["types"], "masked_lm_positions": data["positions"]}
@@ -173,7 +180,11 @@ def ours(args, data, mlm_only, jit_compile):
     model.compile(optimizer=_keras_optimizer(), jit_compile=jit_compile,
                   **pretraining_losses_and_metrics(mlm_only=mlm_only))
     dataset = tf.data.Dataset.from_tensors((features, labels, weights)).repeat()
-    return keras_runner(model, dataset)
+    return model, dataset
+
+
+def ours(args, data, mlm_only, jit_compile):
+    return keras_runner(*ours_model(args, data, mlm_only, jit_compile))
 
 
 def keras_hub_masked_lm(args, data, jit_compile, our_optimizer=False):
@@ -262,14 +273,25 @@ RATIOS = [  # (numerator, denominator): the issue's goals and what explains them
 ]
 
 
+def ratios(seconds_a, seconds_b):
+    """Speed of A over B from per-round times (same length, round i of A and B back to back).
+
+    Returns (best, median, paired median): B's best time / A's best, B's median / A's
+    median, and the median over rounds of B's time / A's time in that round (which cancels
+    most drift of a shared machine). Above 1, A is faster.
+    """
+    best = min(seconds_b) / min(seconds_a)
+    median = float(np.median(seconds_b) / np.median(seconds_a))
+    paired = float(np.median([tb / ta for ta, tb in zip(seconds_a, seconds_b)]))
+    return best, median, paired
+
+
 def print_ratios(seconds):
     """Throughput ratios of row pairs: of best rounds, of medians, and the median of the
     per-round ratios (rows run back to back in each round, so that one cancels most drift)."""
     for a, b in RATIOS:
         if a in seconds and b in seconds:
-            best = min(seconds[b]) / min(seconds[a])
-            median = float(np.median(seconds[b]) / np.median(seconds[a]))
-            paired = float(np.median([tb / ta for ta, tb in zip(seconds[a], seconds[b])]))
+            best, median, paired = ratios(seconds[a], seconds[b])
             print(f"# {a} / {b}: {best:.3f}x best, {median:.3f}x median, "
                   f"{paired:.3f}x paired median")
 

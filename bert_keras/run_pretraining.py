@@ -113,6 +113,9 @@ class PretrainingOptions:
     jit_compile: bool = opt(False, "Compile the train step with XLA.")
     max_eval_steps: int = opt(100, "Evaluation batches per evaluation (the eval files are "
                               "cycled).")
+    skip_damaged_shards: bool = opt(
+        False, "Leave out input or eval shards that are cut short or corrupt, or hold other "
+        "records than their sidecar says (each is logged), instead of refusing to start.")
     seed: int = opt(12345, "Seed for initialization, dropout and data order.")
     deterministic: bool = opt(False, "Enable TF op determinism (bit-reproducible runs; slower).")
     log_steps: int = opt(100, "Micro-batches between TensorBoard points.")
@@ -243,6 +246,25 @@ def _check_vocab_fits(options, config) -> None:
         raise PretrainingError(
             f"--max_seq_length={options.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}")
+
+
+def _sound_files(flag: str, paths: list[str], skip_damaged: bool) -> list[str]:
+    """The shards of --`flag` whose framing and record counts are whole (inputs.check_integrity).
+
+    Raises:
+      PretrainingError: a damaged shard (without --skip_damaged_shards), naming the file, the
+        records expected and found, and both ways on.
+    """
+    from bert_keras.inputs import check_integrity
+    from data_prep.features import DamagedDataError
+
+    try:
+        return check_integrity(paths, skip_damaged=skip_damaged, warn=logging.warning)
+    except DamagedDataError as e:
+        how = ("rewrite it (rerun create_pretraining_data with the same flags) or pass "
+               "--skip_damaged_shards to train without it" if not skip_damaged else
+               "rewrite the data (rerun create_pretraining_data)")
+        raise PretrainingError(f"--{flag}: {e}. {how.capitalize()}") from None
 
 
 def tokenizer_settings(options: PretrainingOptions, input_files: list[str]):
@@ -456,14 +478,19 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     _check_vocab_fits(options, config)
     # The data, the tokenizer settings and the initial weights are checked before anything
     # is written, so a corrected rerun is not refused as "a run with other flags".
+    eval_files = None
     try:
         input_files = features.expand_input_files(options.input_file)
         check_input_files(input_files, options.max_seq_length, options.max_predictions_per_seq)
         if options.eval_input_file:
-            check_input_files(features.expand_input_files(options.eval_input_file),
-                              options.max_seq_length, options.max_predictions_per_seq)
+            eval_files = features.expand_input_files(options.eval_input_file)
+            check_input_files(eval_files, options.max_seq_length,
+                              options.max_predictions_per_seq)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
+    input_files = _sound_files("input_file", input_files, options.skip_damaged_shards)
+    if eval_files:
+        eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)
     settings, settings_source = tokenizer_settings(options, input_files)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(),
                  settings_source or "defaults and flags")
@@ -550,7 +577,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         per_replica = context.get_per_replica_batch_size(options.train_batch_size)
         replicas_per_pipeline = strategy.num_replicas_in_sync // context.num_input_pipelines
         return pretraining_dataset(
-            options.input_file, per_replica, options.max_seq_length,
+            input_files, per_replica, options.max_seq_length,
             options.max_predictions_per_seq, is_training=True, seed=options.seed,
             input_context=context, autotune=options.autotune,
             skip_batches=done_steps * accumulation * replicas_per_pipeline)
@@ -560,7 +587,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         # Repeated, so every worker runs exactly max_eval_steps (uneven shards would hang
         # the collectives of a multi-worker evaluation).
         return pretraining_dataset(
-            options.eval_input_file, per_replica, options.max_seq_length,
+            eval_files, per_replica, options.max_seq_length,
             options.max_predictions_per_seq, is_training=False, repeat=True,
             input_context=context, autotune=options.autotune)
 
@@ -568,7 +595,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     try:
         train_data = strategy.distribute_datasets_from_function(train_input)
         eval_data = None
-        if options.eval_input_file:
+        if eval_files:
             eval_data = strategy.distribute_datasets_from_function(eval_input)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None

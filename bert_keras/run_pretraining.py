@@ -473,6 +473,11 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
 
     try:
         config = load_bert_config(options)
+        # Weights, gradients, Adam's slots (and the accumulated gradients): refuse a model
+        # that cannot fit before TensorFlow fails allocating it.
+        config.check_fits_memory(
+            bytes_per_parameter=16 + (4 if options.gradient_accumulation_steps > 1 else 0),
+            source=options.bert_config_file or f"--preset={options.preset}")
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None
     _check_vocab_fits(options, config)

@@ -24,7 +24,8 @@ S, P, VOCAB = 16, 4, 99
 # Sizes that all differ; no dropout, so a few dozen instances are memorized quickly.
 CONFIG = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=40, hidden_dropout_prob=0.0,
-              attention_probs_dropout_prob=0.0)
+              attention_probs_dropout_prob=0.0, hidden_act="gelu", type_vocab_size=2,
+              initializer_range=0.02)
 # For exact resumption: dropout's random state must survive a crash too.
 DROPOUT_CONFIG = dict(CONFIG, num_hidden_layers=1, hidden_dropout_prob=0.1,
                       attention_probs_dropout_prob=0.1)
@@ -292,6 +293,19 @@ def test_flag_errors_are_clear(data, tmp_path):
         train(_options(data, tmp_path / "b", preset="tiny"))
     with pytest.raises(PretrainingError, match=r"train-0.tfrecord.*max_seq_length=32"):
         train(_options(data, tmp_path / "c", max_seq_length=32))
+    # An impossible size: one line naming the field and the memory, not a
+    # ResourceExhaustedError traceback from initialising the embedding.
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(dict(CONFIG, vocab_size=10**9)))
+    with pytest.raises(PretrainingError, match=r"huge.json: vocab_size=1000000000 makes a model "
+                                               r"of .* GiB .*available; reduce vocab_size"):
+        train(_options(data, tmp_path / "d", bert_config_file=str(huge), vocab_file=None))
+    no_heads = tmp_path / "no_heads.json"
+    no_heads.write_text(json.dumps({k: v for k, v in CONFIG.items()
+                                    if k != "num_attention_heads"}))
+    with pytest.raises(PretrainingError, match=r"missing key\(s\) \['num_attention_heads'\]"):
+        train(_options(data, tmp_path / "e", bert_config_file=str(no_heads)))
+    assert not any((tmp_path / name).exists() for name in "abcde")
 
 
 def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):

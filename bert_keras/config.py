@@ -18,6 +18,20 @@ from typing import Any
 # "gelu_tanh" and "gelu_pytorch_tanh" are the tanh approximation.
 HIDDEN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_tanh", "gelu_pytorch_tanh", "relu", "tanh")
 
+# Every key of Google's released bert_config.json files. A file must have them all: a missing
+# key silently taking a default is how a model ends up the wrong shape (a file without
+# num_attention_heads took 12, and the error then blamed hidden_size). `layer_norm_eps` is
+# ours and Hugging Face's; Google's files omit it (1e-12).
+REQUIRED_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+    "max_position_embeddings", "type_vocab_size", "initializer_range",
+)
+
+# Bytes of memory per parameter when training with Adam-style optimizers: float32 weights,
+# gradients and the two moment slots (4 x 4 bytes). Activations come on top.
+TRAINING_BYTES_PER_PARAMETER = 16
+
 # Keys found in some of Google's released bert_config.json files (the multilingual and
 # Chinese models) that describe nothing this encoder has: the pooler in those models is the
 # standard [CLS] dense + tanh. They are accepted and dropped; every other unknown key is an
@@ -102,15 +116,19 @@ class BertConfig:
     # dict / JSON
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
+    def from_dict(cls, values: dict[str, Any], source: str = "config",
+                  require_all: bool = False) -> "BertConfig":
         """Builds a config from a bert_config.json-style dict.
 
         Args:
           values: mapping of Google's bert_config.json keys to values.
           source: what the dict came from, used in error messages (e.g. a file path).
+          require_all: every key of `REQUIRED_KEYS` must be present (a bert_config.json
+            file); otherwise missing keys take the defaults (presets, overrides).
 
         Raises:
-          ValueError: a key is unknown or a value is invalid; the message names the key.
+          ValueError: a key is unknown or missing or a value is invalid; the message names
+            the key.
         """
         if not isinstance(values, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(values).__name__}")
@@ -119,6 +137,12 @@ class BertConfig:
         if unknown:
             raise ValueError(
                 f"{source}: unknown BertConfig key(s) {unknown}. Known keys: {sorted(known)}"
+            )
+        missing = [k for k in REQUIRED_KEYS if k not in values] if require_all else []
+        if missing:
+            raise ValueError(
+                f"{source}: missing key(s) {missing}; a bert_config.json must give every one "
+                f"of {list(REQUIRED_KEYS)} (only layer_norm_eps may be left out, for 1e-12)"
             )
         kwargs = {k: v for k, v in values.items() if k in known}
         try:
@@ -132,7 +156,7 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
-        """Reads a Google-style bert_config.json."""
+        """Reads a Google-style bert_config.json (every key of `REQUIRED_KEYS` present)."""
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:
@@ -141,7 +165,7 @@ class BertConfig:
             raise FileNotFoundError(f"BERT config file not found: {path}") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_dict(values, source=path)
+        return cls.from_dict(values, source=path, require_all=True)
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
@@ -152,6 +176,72 @@ class BertConfig:
 
         files.write_text(os.fspath(path), self.to_json_string(), overwrite=overwrite,
                          hint="pass overwrite=True to replace it")
+
+    # ----------------------------------------------------------------------------------
+    # size
+
+    def parameter_counts(self, pretraining_heads: bool = False) -> dict[str, int]:
+        """Parameters by the config field that scales them (they sum to the model's count).
+
+        Keys: "vocab_size" (word embeddings, and the MLM output bias with heads),
+        "max_position_embeddings", "type_vocab_size", "num_hidden_layers" (the transformer
+        blocks), "hidden_size" (embedding LayerNorm, pooler, MLM transform and NSP head).
+        `sum(...)` equals `count_params()` of BertEncoder (with the pooler) or, with
+        `pretraining_heads`, of BertPretrainer: BERT-base 109,482,240 / 110,106,428.
+        """
+        h, i = self.hidden_size, self.intermediate_size
+        block = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
+        counts = {
+            "vocab_size": self.vocab_size * h,
+            "max_position_embeddings": self.max_position_embeddings * h,
+            "type_vocab_size": self.type_vocab_size * h,
+            "num_hidden_layers": self.num_hidden_layers * block,
+            "hidden_size": 2 * h + (h * h + h),  # embedding LayerNorm, pooler
+        }
+        if pretraining_heads:
+            counts["vocab_size"] += self.vocab_size  # MLM output bias (the matrix is tied)
+            counts["hidden_size"] += (h * h + h) + 2 * h + (2 * h + 2)  # transform, LN, NSP
+        return counts
+
+    def check_fits_memory(self, available_bytes: int | None = None,
+                          bytes_per_parameter: int = TRAINING_BYTES_PER_PARAMETER,
+                          pretraining_heads: bool = True, source: str = "config") -> int:
+        """Refuses a model whose training state alone cannot fit the available memory.
+
+        Weights, gradients and Adam's two slots need `bytes_per_parameter` (16) bytes per
+        parameter before any activation; a config asking for more than the machine has
+        would otherwise fail deep inside TensorFlow (a ResourceExhaustedError while
+        initialising the embedding).
+
+        Args:
+          available_bytes: memory to compare with; None measures it
+            (`available_memory_bytes`); when that is unknown nothing is checked.
+          bytes_per_parameter: 16 for training with Adam; 4 for inference.
+          pretraining_heads: count the MLM/NSP heads too.
+          source: the config's file, named in the error.
+
+        Returns:
+          The estimated bytes.
+
+        Raises:
+          ValueError: one line naming the field that makes the model largest, its value,
+            the parameters and the memory needed and available.
+        """
+        counts = self.parameter_counts(pretraining_heads)
+        total = sum(counts.values())
+        needed = total * bytes_per_parameter
+        if available_bytes is None:
+            available_bytes = available_memory_bytes()
+        if available_bytes is None or needed <= available_bytes:
+            return needed
+        field = max(counts, key=counts.get)
+        raise ValueError(
+            f"{source}: {field}={getattr(self, field)} makes a model of {total:,} parameters "
+            f"({100 * counts[field] / total:.0f}% from {field}), which needs at least "
+            f"{_gib(needed)} for its weights, gradients and Adam's two slots "
+            f"({bytes_per_parameter} bytes per parameter), but {_gib(available_bytes)} of "
+            f"memory is available; reduce {field}"
+        )
 
     # ----------------------------------------------------------------------------------
     # presets
@@ -186,3 +276,41 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "base": (12, 768, 12),
     "large": (24, 1024, 16),
 }
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still get: the smaller of the system's available memory
+    (/proc/meminfo MemAvailable, else free pages) and the cgroup limit left; None if unknown.
+    """
+    found = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not found:
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (OSError, ValueError, AttributeError):
+            pass
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file, encoding="ascii") as f:
+                limit = f.read().strip()
+            with open(usage_file, encoding="ascii") as f:
+                usage = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2**60:  # "max" / huge values: no limit
+            found.append(max(0, int(limit) - usage))
+        break
+    return min(found) if found else None

@@ -1,7 +1,7 @@
 """tf.data pipelines for BERT pretraining over TFRecord files (schema: data_prep.features).
 
-    files --(shard per input pipeline)--> shuffle files --> repeat --> interleave records
-    --> shuffle records --> batch(drop_remainder) --> [skip] --> parse --> prefetch
+    files --(shard per input pipeline)--> per pass: shuffle files by (seed, pass) --> interleave
+    records --> shuffle records --> batch(drop_remainder) --> [skip] --> parse --> prefetch
 
 Elements are `(features, labels, sample_weights)` as `BertPretrainer.fit` wants them
 (B = per-replica batch, S = max_seq_length, P = max_predictions_per_seq):
@@ -17,11 +17,18 @@ Before reading, every file is checked against the trainer's S and P: through its
 with the file, both lengths and the fix, not with a parse error deep inside `fit` (the most
 common BERT data error: google-research/bert issues 752 and 1365).
 
-Order is deterministic for a given `seed` and input-pipeline layout, so a resumed run can
-skip exactly the batches it already trained on (`skip_batches`).
+`check_integrity` walks each file's record framing to its end and compares its record
+count with its sidecar (a truncated shard is otherwise read silently up to the cut); the
+trainer runs it once before building pipelines.
+
+Order is deterministic for a given `seed` and input-pipeline layout, and the same for every
+iterator of a dataset, so a resumed run can skip exactly the batches it already trained on
+(`skip_batches`), whatever iterators Keras makes.
 """
 
 from __future__ import annotations
+
+import random
 
 import tensorflow as tf
 
@@ -98,6 +105,50 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) 
     return next(iter(compressions), "")
 
 
+def check_integrity(files, skip_damaged: bool = False, warn=None) -> list[str]:
+    """Checks that every file is whole: framing to its end, record count against its sidecar.
+
+    TensorFlow's TFRecord reader stops silently at a record cut short, so a shard truncated
+    by an interrupted copy would be trained on (and cycled) without a word; this walks each
+    file's record headers first (`data_prep.features.check_shard`: about 1.4 s per GB of
+    uncompressed data in the page cache; GZIP files are decompressed).
+
+    Args:
+      files: list of TFRecord paths (from `data_prep.features.expand_input_files`).
+      skip_damaged: leave damaged files out (each reported through `warn`) instead of
+        raising; still an error when every file is damaged.
+      warn: called with one line per skipped file (default: absl logging.warning).
+
+    Returns:
+      The files to read: all of them, or the sound ones with `skip_damaged`.
+
+    Raises:
+      data_prep.features.DamagedDataError (a ValueError): the first damaged file, naming it,
+        what is wrong and the records expected and found; or, with `skip_damaged`, every
+        file is damaged.
+    """
+    if warn is None:
+        from absl import logging
+
+        warn = logging.warning
+    sound, damaged = [], []
+    for path in files:
+        try:
+            features.check_shard(path, features.read_sidecar(path))
+        except features.DamagedDataError as e:
+            if not skip_damaged:
+                raise
+            damaged.append(path)
+            warn(f"skipping damaged data: {e}")
+            continue
+        sound.append(path)
+    if damaged and not sound:
+        raise features.DamagedDataError(
+            f"all {len(files)} data files are damaged (the first: {damaged[0]}); nothing is "
+            "left to read")
+    return sound
+
+
 def _to_fit_triple(parsed):
     inputs = {name: parsed[name] for name in schema.MODEL_INPUT_NAMES}
     inputs[schema.MASKED_LM_POSITIONS] = parsed[schema.MASKED_LM_POSITIONS]
@@ -157,19 +208,29 @@ def pretraining_dataset(
     compression = check_input_files(files, max_seq_length, max_predictions_per_seq)
     parallel = tf.data.AUTOTUNE if autotune else 2
 
-    dataset = tf.data.Dataset.from_tensor_slices(files)
     shard_records = False
     if input_context is not None and input_context.num_input_pipelines > 1:
         if len(files) >= input_context.num_input_pipelines:
-            dataset = dataset.shard(
-                input_context.num_input_pipelines, input_context.input_pipeline_id
-            )
+            files = files[input_context.input_pipeline_id::input_context.num_input_pipelines]
         else:
             shard_records = True
+    repeat = is_training if repeat is None else repeat
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    if is_training if repeat is None else repeat:
-        dataset = dataset.repeat()
+        # Every pass over the files in its own order, a pure function of (seed, pass): every
+        # iterator of this dataset yields the same stream. (With reshuffle_each_iteration
+        # the stream depended on how many iterators had been made before, and Keras' fit
+        # under a tf.distribute strategy makes two: one it takes a batch from to build the
+        # model, then the one it trains on, so a resumed run read other data.)
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**31)
+        names = tf.constant(files)
+        passes = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+        dataset = passes.map(lambda p: tf.random.experimental.stateless_shuffle(
+            names, seed=tf.stack([tf.constant(seed, tf.int64), p]))).unbatch()
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(files)
+        if repeat:
+            dataset = dataset.repeat()
     cycle = max(1, min(cycle_length, len(files)))
     dataset = dataset.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
@@ -181,7 +242,8 @@ def pretraining_dataset(
     if shard_records:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if is_training:
-        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+        # One shuffle over the endless stream: the same for every iterator.
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=False)
     # Static batch dimension for TPUs and XLA.
     dataset = dataset.batch(batch_size, drop_remainder=True)
     if skip_batches:

@@ -16,8 +16,9 @@ Layout of --output_dir:
     bert_config.json          the model config
     logs/                     TensorBoard (train/ and validation/)
     history.csv               train and held-out metrics after every checkpoint interval
-    backup/                   Keras BackupAndRestore state: weights + optimizer, every
-                              save_checkpoints_steps (removed when the run completes)
+    backup/                   resumption state (bert_keras.backup): weights, optimizer,
+                              dropout random state and step, every save_checkpoints_steps,
+                              plus the previous one (removed when the run completes)
     checkpoints/              ckpt-<step>.weights.h5: periodic checkpoints (weights + optimizer),
                               the last --keep_checkpoint_max of them
     pretrainer.weights.h5     final pretrainer weights (encoder + heads, no optimizer state)
@@ -30,11 +31,14 @@ Layout of --output_dir:
                               else the flags
     eval_results.json         final held-out metrics (if --eval_input_file)
 
-Resumption: rerunning the same command after a crash (even kill -9) resumes from the last
-backup. Epochs are checkpoint intervals (`save_checkpoints_steps` optimizer steps), so the
-backup is always at an epoch boundary; the number of finished steps is read from the
-restored optimizer, and the input pipeline (deterministic for a given --seed) skips exactly
-the batches those steps consumed. Nothing is repeated or skipped.
+Resumption: rerunning the same command after a crash (even kill -9, at any moment: during
+a step, an evaluation or a backup write) resumes from the last backup. Epochs are checkpoint
+intervals (`save_checkpoints_steps` optimizer steps; the last one is shorter when it does
+not divide num_train_steps), so the backup is always at an epoch boundary; the number of
+finished steps is read from the restored optimizer, and the input pipeline (deterministic
+for a given --seed) skips exactly the batches those steps consumed. The backup also holds
+the dropout random state, so nothing is repeated or skipped and, with --deterministic, the
+final weights are bit-identical to an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ class PretrainingOptions:
     optimizer: str = opt("adamw", "Optimizer.", enum=["adamw", "lamb"])
     weight_decay: float = opt(0.01, "Decoupled weight decay (not on LayerNorm and biases).")
     save_checkpoints_steps: int = opt(1000, "Updates between checkpoints (and evaluations); "
-                                      "must divide num_train_steps.")
+                                      "the last interval is shorter if it does not divide "
+                                      "num_train_steps.")
     keep_checkpoint_max: int = opt(3, "Periodic checkpoints kept in output_dir/checkpoints.")
     steps_per_execution: int = opt(1, "Micro-batches run per tf.function call (fewer host "
                                    "round trips).")
@@ -108,6 +113,9 @@ class PretrainingOptions:
     jit_compile: bool = opt(False, "Compile the train step with XLA.")
     max_eval_steps: int = opt(100, "Evaluation batches per evaluation (the eval files are "
                               "cycled).")
+    skip_damaged_shards: bool = opt(
+        False, "Leave out input or eval shards that are cut short or corrupt, or hold other "
+        "records than their sidecar says (each is logged), instead of refusing to start.")
     seed: int = opt(12345, "Seed for initialization, dropout and data order.")
     deterministic: bool = opt(False, "Enable TF op determinism (bit-reproducible runs; slower).")
     log_steps: int = opt(100, "Micro-batches between TensorBoard points.")
@@ -154,17 +162,21 @@ class PretrainingOptions:
             raise PretrainingError(
                 f"--num_warmup_steps={self.num_warmup_steps} must be in [0, "
                 f"num_train_steps={self.num_train_steps}]")
+        # Any --num_train_steps with any --save_checkpoints_steps: the last interval is
+        # shorter when they do not divide. A tf.function call runs steps_per_execution
+        # micro-batches, so it must fit every interval, the last one included.
+        accumulation = self.gradient_accumulation_steps
+        intervals = {self.save_checkpoints_steps * accumulation}
         if self.num_train_steps % self.save_checkpoints_steps:
-            raise PretrainingError(
-                f"--save_checkpoints_steps={self.save_checkpoints_steps} must divide "
-                f"--num_train_steps={self.num_train_steps} (checkpoints mark the epochs a "
-                "resumed run restarts from)")
-        micro_per_checkpoint = self.save_checkpoints_steps * self.gradient_accumulation_steps
-        if micro_per_checkpoint % self.steps_per_execution:
-            raise PretrainingError(
-                f"--steps_per_execution={self.steps_per_execution} must divide the "
-                f"{micro_per_checkpoint} micro-batches between checkpoints "
-                "(save_checkpoints_steps * gradient_accumulation_steps)")
+            intervals.add(self.num_train_steps % self.save_checkpoints_steps * accumulation)
+        for micro_batches in sorted(intervals, reverse=True):
+            if micro_batches % self.steps_per_execution:
+                raise PretrainingError(
+                    f"--steps_per_execution={self.steps_per_execution} must divide the "
+                    f"{micro_batches} micro-batches of a checkpoint interval "
+                    f"(--save_checkpoints_steps={self.save_checkpoints_steps}, last interval "
+                    f"of --num_train_steps={self.num_train_steps}, times "
+                    f"--gradient_accumulation_steps={accumulation})")
         if self.max_predictions_per_seq > self.max_seq_length:
             raise PretrainingError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} exceeds "
@@ -234,6 +246,25 @@ def _check_vocab_fits(options, config) -> None:
         raise PretrainingError(
             f"--max_seq_length={options.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}")
+
+
+def _sound_files(flag: str, paths: list[str], skip_damaged: bool) -> list[str]:
+    """The shards of --`flag` whose framing and record counts are whole (inputs.check_integrity).
+
+    Raises:
+      PretrainingError: a damaged shard (without --skip_damaged_shards), naming the file, the
+        records expected and found, and both ways on.
+    """
+    from bert_keras.inputs import check_integrity
+    from data_prep.features import DamagedDataError
+
+    try:
+        return check_integrity(paths, skip_damaged=skip_damaged, warn=logging.warning)
+    except DamagedDataError as e:
+        how = ("rewrite it (rerun create_pretraining_data with the same flags) or pass "
+               "--skip_damaged_shards to train without it" if not skip_damaged else
+               "rewrite the data (rerun create_pretraining_data)")
+        raise PretrainingError(f"--{flag}: {e}. {how.capitalize()}") from None
 
 
 def tokenizer_settings(options: PretrainingOptions, input_files: list[str]):
@@ -384,24 +415,29 @@ def _callbacks(options, chief, backup_dir, num_train_steps):
                 os.remove(os.path.join(self.directory, name))
 
     class StopAtStep(keras.callbacks.Callback):
-        """Ends training at exactly num_train_steps updates, whatever epoch Keras resumed at
-        (BackupAndRestore writes weights and its epoch counter in two steps; a kill between
-        them leaves the counter one epoch behind the weights, which hold the true step)."""
+        """Ends training at exactly num_train_steps updates, in the middle of an epoch when
+        the last checkpoint interval is shorter (Keras still evaluates and runs on_epoch_end,
+        so the last interval gets its evaluation, checkpoint and backup)."""
 
-        def on_epoch_end(self, epoch, logs=None):
+        def on_train_batch_end(self, batch, logs=None):
             if _updates_done(self.model) >= num_train_steps:
                 self.model.stop_training = True
 
-    backup = keras.callbacks.BackupAndRestore(
-        backup_dir, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False)
-    callbacks = [backup, StopAtStep()]
+    from bert_keras.backup import ExactBackupAndRestore
+
+    backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False)
+    callbacks = [StopAtStep()]
     if chief:
+        # Before the backup: a kill between the two repeats the interval, which rewrites the
+        # same checkpoint, instead of skipping it.
         callbacks.append(PeriodicCheckpoint(os.path.join(options.output_dir, "checkpoints"),
                                             options.keep_checkpoint_max))
+    callbacks.append(backup)
+    if chief:
         callbacks.append(keras.callbacks.TensorBoard(
             log_dir=os.path.join(options.output_dir, "logs"), update_freq=options.log_steps))
-        # One row per checkpoint interval (epoch e ends at update (e + 1) * save_steps);
-        # appended to on resumption.
+        # One row per checkpoint interval (epoch e ends at update (e + 1) * save_steps, or
+        # at num_train_steps); appended to on resumption.
         callbacks.append(keras.callbacks.CSVLogger(
             os.path.join(options.output_dir, "history.csv"), append=True))
     return backup, callbacks
@@ -428,6 +464,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     import tensorflow as tf
 
     from bert_keras import distribute, multi_worker_fix
+    from bert_keras.backup import BackupError
     from bert_keras.inputs import check_input_files, pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.optimization import create_optimizer
@@ -436,19 +473,29 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
 
     try:
         config = load_bert_config(options)
+        # Weights, gradients, Adam's slots (and the accumulated gradients): refuse a model
+        # that cannot fit before TensorFlow fails allocating it.
+        config.check_fits_memory(
+            bytes_per_parameter=16 + (4 if options.gradient_accumulation_steps > 1 else 0),
+            source=options.bert_config_file or f"--preset={options.preset}")
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None
     _check_vocab_fits(options, config)
     # The data, the tokenizer settings and the initial weights are checked before anything
     # is written, so a corrected rerun is not refused as "a run with other flags".
+    eval_files = None
     try:
         input_files = features.expand_input_files(options.input_file)
         check_input_files(input_files, options.max_seq_length, options.max_predictions_per_seq)
         if options.eval_input_file:
-            check_input_files(features.expand_input_files(options.eval_input_file),
-                              options.max_seq_length, options.max_predictions_per_seq)
+            eval_files = features.expand_input_files(options.eval_input_file)
+            check_input_files(eval_files, options.max_seq_length,
+                              options.max_predictions_per_seq)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
+    input_files = _sound_files("input_file", input_files, options.skip_damaged_shards)
+    if eval_files:
+        eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)
     settings, settings_source = tokenizer_settings(options, input_files)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(),
                  settings_source or "defaults and flags")
@@ -482,7 +529,9 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
 
     accumulation = options.gradient_accumulation_steps
     steps_per_epoch = options.save_checkpoints_steps * accumulation  # micro-batches
-    epochs = options.num_train_steps // options.save_checkpoints_steps
+    # Epochs are checkpoint intervals; the last one is cut short by StopAtStep when
+    # save_checkpoints_steps does not divide num_train_steps.
+    epochs = -(-options.num_train_steps // options.save_checkpoints_steps)
 
     with strategy.scope():
         pretrainer = BertPretrainer.from_bert_config(config)
@@ -499,27 +548,41 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         backup, callbacks = _callbacks(options, chief, backup_dir, options.num_train_steps)
         # Restore now (fit would do it too, later) to know how many steps are done before
         # the input pipeline is built. The optimizer's step counter is saved in the same
-        # file as the weights, so it is the source of truth.
+        # file as the weights and the dropout random state, so it is the source of truth.
         backup.set_model(pretrainer)
-        backup.on_train_begin()
+        try:
+            backup.on_train_begin()
+        except BackupError as e:
+            raise PretrainingError(str(e)) from None
     done_steps = _updates_done(pretrainer)
-    if done_steps:
-        logging.info("Resuming from %s at step %d of %d", backup_dir, done_steps,
+    if backup.restored_from:
+        logging.info("Resuming from %s at step %d of %d", backup.restored_from, done_steps,
                      options.num_train_steps)
+        if not backup.exact:
+            logging.warning(
+                "%s was written without the dropout random state (by an older version): "
+                "the resumed run continues from its weights and data position but will not "
+                "be bit-identical to an uninterrupted run", backup.restored_from)
+        elif not options.deterministic:
+            logging.info(
+                "Resumed with the exact weights, optimizer, dropout state and data position; "
+                "results are bit-identical to an uninterrupted run only with --deterministic "
+                "(TensorFlow's parallel kernels otherwise differ run to run)")
     elif initial is not None:
         logging.info("Initialized from %s", apply_initial_weights(
             initial, pretrainer, options.init_checkpoint))
     elif resuming:
         logging.info("No backup in %s yet: starting from step 0", backup_dir)
-    if done_steps % options.save_checkpoints_steps:
+    if done_steps % options.save_checkpoints_steps and done_steps != options.num_train_steps:
         raise PretrainingError(f"backup in {backup_dir} is at step {done_steps}, not at a "
-                               f"multiple of save_checkpoints_steps")
+                               f"multiple of --save_checkpoints_steps="
+                               f"{options.save_checkpoints_steps}")
 
     def train_input(context):
         per_replica = context.get_per_replica_batch_size(options.train_batch_size)
         replicas_per_pipeline = strategy.num_replicas_in_sync // context.num_input_pipelines
         return pretraining_dataset(
-            options.input_file, per_replica, options.max_seq_length,
+            input_files, per_replica, options.max_seq_length,
             options.max_predictions_per_seq, is_training=True, seed=options.seed,
             input_context=context, autotune=options.autotune,
             skip_batches=done_steps * accumulation * replicas_per_pipeline)
@@ -529,7 +592,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         # Repeated, so every worker runs exactly max_eval_steps (uneven shards would hang
         # the collectives of a multi-worker evaluation).
         return pretraining_dataset(
-            options.eval_input_file, per_replica, options.max_seq_length,
+            eval_files, per_replica, options.max_seq_length,
             options.max_predictions_per_seq, is_training=False, repeat=True,
             input_context=context, autotune=options.autotune)
 
@@ -537,14 +600,14 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     try:
         train_data = strategy.distribute_datasets_from_function(train_input)
         eval_data = None
-        if options.eval_input_file:
+        if eval_files:
             eval_data = strategy.distribute_datasets_from_function(eval_input)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
 
     logs = {}
     initial_epoch = done_steps // options.save_checkpoints_steps
-    if initial_epoch < epochs:
+    if done_steps < options.num_train_steps:
         history = pretrainer.fit(
             train_data,
             epochs=epochs,

@@ -79,9 +79,11 @@ def session_replay(export_dir, requests, expected):
     """Runs `requests` through a TF1 Session loaded by `tf.compat.v1.saved_model.load`.
 
     Returns {"requests": n, "max_abs_diff": largest float difference from `expected`
-    (the TF2 outputs), "error": None or the first failure}.
+    (the TF2 outputs), "worst": the float output whose difference is largest relative to
+    its scale, as {"output", "diff", "scale"} (scale = max |TF2 output|), or None,
+    "error": None or the first failure}.
     """
-    result = {"requests": 0, "max_abs_diff": 0.0, "error": None}
+    result = {"requests": 0, "max_abs_diff": 0.0, "worst": None, "error": None}
     graph = tf.Graph()
     try:
         with tf.compat.v1.Session(graph=graph) as sess:
@@ -94,7 +96,13 @@ def session_replay(export_dir, requests, expected):
                 for key, value in got.items():
                     if np.issubdtype(np.asarray(value).dtype, np.floating):
                         diff = float(np.abs(value - want[key]).max()) if value.size else 0.0
+                        scale = float(np.abs(want[key]).max()) if value.size else 0.0
                         result["max_abs_diff"] = max(result["max_abs_diff"], diff)
+                        worst = result["worst"]
+                        if worst is None or diff * max(worst["scale"], 1e-30) > \
+                                worst["diff"] * max(scale, 1e-30):
+                            result["worst"] = {"output": f"{name}/{key}", "diff": diff,
+                                               "scale": scale}
                     elif not np.array_equal(value, want[key]):
                         raise ValueError(f"signature {name!r} output {key!r} differs from TF2's")
                 result["requests"] += 1

@@ -70,6 +70,7 @@ def write_dataset(directory, num_files=2, per_file=16, max_seq_length=16,
                                    seed=seed * 1000 + i)
         meta = {"max_seq_length": max_seq_length,
                 "max_predictions_per_seq": max_predictions_per_seq,
-                "num_instances": per_file} if sidecar else None
+                "shard": {"index": i, "num_shards": num_files,
+                          "instances": per_file}} if sidecar else None
         write_records(f"{directory}/{prefix}-{i}.tfrecord", instances, meta)
     return f"{directory}/{prefix}-*.tfrecord"

@@ -117,3 +117,55 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="bad.json"):
         BertConfig.from_json_file(bad)
+
+
+@pytest.mark.parametrize("key", ["num_attention_heads", "hidden_act", "initializer_range"])
+def test_a_file_missing_a_key_is_an_error_naming_it(tmp_path, key):
+    """Never a silent default: without num_attention_heads a file used to take 12 heads,
+    and the error then blamed hidden_size for not dividing by 12."""
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps({k: v for k, v in dict(GOOGLE_BASE, hidden_size=256).items()
+                                if k != key}))
+    with pytest.raises(ValueError) as e:
+        BertConfig.from_json_file(path)
+    message = str(e.value)
+    assert f"missing key(s) ['{key}']" in message and str(path) in message
+    assert "\n" not in message and "divisible" not in message
+
+
+def test_layer_norm_eps_and_preset_fields_may_be_left_out():
+    assert BertConfig.from_dict(GOOGLE_BASE, require_all=True).layer_norm_eps == 1e-12
+    assert BertConfig.from_dict({"hidden_size": 64, "num_attention_heads": 2}).num_hidden_layers == 12
+
+
+def test_parameter_counts_equal_the_models():
+    from bert_keras import BertEncoder, BertPretrainer
+
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=40, type_vocab_size=3)
+    encoder = BertEncoder.from_bert_config(config)
+    assert sum(config.parameter_counts().values()) == encoder.count_params()
+    pretrainer = BertPretrainer(encoder)
+    assert sum(config.parameter_counts(pretraining_heads=True).values()) == \
+        pretrainer.count_params()
+    base = BertConfig.from_preset("base")  # docs/DESIGN.md section 3, without building it
+    assert sum(base.parameter_counts().values()) == 109_482_240
+    assert sum(base.parameter_counts(pretraining_heads=True).values()) == 110_106_428
+
+
+def test_a_model_that_cannot_fit_memory_is_refused_naming_the_field():
+    huge = BertConfig.from_preset("tiny", vocab_size=10**9)
+    with pytest.raises(ValueError) as e:
+        huge.check_fits_memory(available_bytes=64 * 2**30, source="bert_config.json")
+    message = str(e.value)
+    assert message.startswith("bert_config.json: vocab_size=1000000000 makes a model of")
+    assert "1,922.3 GiB" in message and "64.0 GiB" in message and "\n" not in message
+    # The threshold: 16 bytes per parameter, compared with what is available.
+    base = BertConfig.from_preset("base")
+    needed = 16 * 110_106_428
+    assert base.check_fits_memory(available_bytes=needed) == needed
+    with pytest.raises(ValueError, match="reduce num_hidden_layers"):
+        base.check_fits_memory(available_bytes=needed - 1)
+    from bert_keras.config import available_memory_bytes
+
+    assert available_memory_bytes() is None or available_memory_bytes() > 0

@@ -22,7 +22,9 @@ from bert_keras.run_pretraining import PretrainingError, PretrainingOptions, che
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S, P = 16, 4
 CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-              intermediate_size=37, max_position_embeddings=40)
+              intermediate_size=37, max_position_embeddings=40, hidden_act="gelu",
+              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, type_vocab_size=2,
+              initializer_range=0.02)  # Every key of a bert_config.json is required.
 
 
 def _env(**extra):

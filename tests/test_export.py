@@ -121,6 +121,81 @@ def test_verify_fails_on_other_weights(exported, tmp_path):
     assert [c for c, ok, _ in report.lines if not ok] == ["parity"]
 
 
+def perturb_one_weight(encoder, factor=1.01, name="intermediate"):
+    """Encoder weights with one weight (the middle layer's feed-forward kernel) off by 1%:
+    a wrong weight the verifier must catch (module docstring of export/verify.py)."""
+    weights = encoder.get_weights()
+    paths = [v.path for v in encoder.weights]
+    middle = f"transformer_layer_{encoder.num_layers // 2}/"
+    index = next(i for i, p in enumerate(paths) if middle in p and name in p)
+    weights[index] = weights[index] * np.float32(factor)
+    return weights
+
+
+def test_tolerance_is_relative_to_each_outputs_scale():
+    from export.verify import RTOL, within_tolerance
+
+    assert RTOL == 1e-4
+    assert within_tolerance(2.0e-5, 10.5)  # MiniLM's largest session difference
+    assert not within_tolerance(2.0e-5, 0.1)  # the same error on a small output is not noise
+    assert within_tolerance(0.0, 0.0) and not within_tolerance(1e-9, 0.0)
+
+
+def test_verify_fails_on_one_perturbed_weight(exported, tmp_path):
+    """Both directions of the tolerance on the tiny model: its export passes (above), and
+    the same export compared with weights of which one is off by 10% fails. (1% moves this
+    random model's outputs by only 7e-5 of their scale; MiniLM's by 3e-3, see the slow
+    tests.)"""
+    _, encoder, _, path = exported
+    other = BertEncoder(**TINY)
+    other.set_weights(perturb_one_weight(encoder, factor=1.1))
+    other.save_weights(str(tmp_path / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(tmp_path / "bert_config.json"))
+    report = verify(path, init_checkpoint=str(tmp_path / "encoder.weights.h5"))
+    assert [c for c, ok, _ in report.lines if not ok] == ["parity"], str(report)
+
+
+@pytest.mark.slow
+def test_verify_a_base_size_model_with_trained_like_weights(tmp_path):
+    """BERT-base's shape with weights of a trained model's statistics: nonzero biases,
+    LayerNorm gammas in [0.3, 3] and betas, kernels at twice the initializer's spread.
+    (Freshly initialized models agree bit for bit across runtimes: their biases are 0.)
+    Here the session loader differs by up to 5.9e-6 of the output scale; the export passes,
+    and the same export compared with one weight off by 1% fails."""
+    from bert_keras import BertConfig
+
+    rng = np.random.default_rng(1)
+    encoder = BertEncoder.from_bert_config(BertConfig.from_preset("base"))
+    weights = []
+    for variable, value in zip(encoder.weights, encoder.get_weights()):
+        if variable.path.endswith("gamma"):
+            value = rng.uniform(0.3, 3.0, value.shape)
+        elif variable.path.endswith(("beta", "bias")):
+            value = rng.normal(0.0, 0.2, value.shape)
+        else:
+            value = value * 2
+        weights.append(value.astype("float32"))
+    encoder.set_weights(weights)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                               + [f"w{i}" for i in range(30522 - 5)]) + "\n")
+    encoder.save_weights(str(tmp_path / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(tmp_path / "bert_config.json"))
+    path = export_encoder(encoder, str(tmp_path / "models"), str(vocab))
+    report = verify(path, init_checkpoint=str(tmp_path / "encoder.weights.h5"))
+    print(report)
+    assert report.ok, str(report)
+
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    encoder.set_weights(perturb_one_weight(encoder))
+    encoder.save_weights(str(wrong / "encoder.weights.h5"))
+    encoder.to_bert_config().to_json_file(str(wrong / "bert_config.json"))
+    report = verify(path, init_checkpoint=str(wrong / "encoder.weights.h5"))
+    print(report)
+    assert [c for c, ok, _ in report.lines if not ok] == ["parity"], str(report)
+
+
 def _saved_model_cli(args, text=False):
     """Runs TensorFlow's saved_model_cli in a fresh interpreter (TF Serving's loader path).
 

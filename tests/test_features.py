@@ -166,3 +166,83 @@ def test_compression_type(tmp_path):
         features.write_sidecar(path, {"compression": compression})
         assert features.compression_type(path) == compression
         assert json.load(open(path + ".meta.json"))["compression"] == compression
+
+
+# --- Integrity: record framing to the end of the file, counts against the sidecar. ---
+
+
+def _write_records(path, sizes, compression=""):
+    rng = np.random.default_rng(len(sizes))
+    with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=compression)) as w:
+        for size in sizes:
+            w.write(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    return str(path)
+
+
+def _cut(path, fraction=None, size=None):
+    data = open(path, "rb").read()
+    cut = data[: int(len(data) * fraction) if size is None else size]
+    with open(path, "wb") as f:
+        f.write(cut)
+
+
+def test_length_checksum_matches_tensorflows(tmp_path):
+    sizes = [0, 1, 127, 128, 300, 70000]
+    path = _write_records(tmp_path / "x.tfrecord", sizes)
+    data = open(path, "rb").read()
+    offset = 0
+    for size in sizes:
+        length, crc = np.frombuffer(data[offset:offset + 8], "<u8")[0], data[offset + 8:offset + 12]
+        assert int(length) == size
+        assert features.masked_crc32c_of_uint64(size) == int.from_bytes(crc, "little")
+        offset += size + 16
+    assert features.scan_tfrecord(path) == features.RecordScan(path, len(sizes))
+
+
+@pytest.mark.parametrize("compression", ["", "GZIP"])
+def test_a_cut_shard_is_found(tmp_path, compression):
+    """The issue's case: a shard cut to 60% of its size, as an interrupted copy leaves it."""
+    path = _write_records(tmp_path / "x.tfrecord", [301] * 99, compression)
+    _cut(path, 0.6)
+    scan = features.scan_tfrecord(path, compression)
+    assert scan.problem is not None and scan.records <= 59, scan
+    with pytest.raises(features.DamagedDataError) as e:
+        features.check_shard(path, {"shard": {"instances": 99}}, compression)
+    message = str(e.value)
+    assert "\n" not in message and path in message
+    assert f"expected 99 records (its sidecar), found {scan.records}" in message
+
+
+def test_cuts_inside_a_header_and_on_a_record_boundary(tmp_path):
+    path = _write_records(tmp_path / "x.tfrecord", [100] * 10)
+    _cut(path, size=5 * 116 + 5)
+    scan = features.scan_tfrecord(path)
+    assert scan.records == 5 and "header of record 6" in scan.problem
+    _cut(path, size=5 * 116)  # On a boundary: only the sidecar's count can tell.
+    assert features.scan_tfrecord(path) == features.RecordScan(path, 5)
+    features.check_shard(path, None)  # No sidecar (Google's files): the framing is sound.
+    with pytest.raises(features.DamagedDataError, match="expected 10 records .*found 5"):
+        features.check_shard(path, {"shard": {"instances": 10}})
+
+
+def test_a_corrupt_length_header_is_found(tmp_path):
+    path = _write_records(tmp_path / "x.tfrecord", [100] * 10)
+    data = bytearray(open(path, "rb").read())
+    data[3 * 116 + 1] ^= 0x40  # A flipped bit in record 4's length.
+    open(path, "wb").write(bytes(data))
+    scan = features.scan_tfrecord(path)
+    assert scan.records == 3 and "length header of record 4 is corrupt" in scan.problem
+
+
+def test_gzip_corruption_and_empty_files(tmp_path):
+    path = _write_records(tmp_path / "x.tfrecord.gz", [100] * 50, "GZIP")
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    assert "GZIP" in features.scan_tfrecord(path, "GZIP").problem
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    for compression in ("", "GZIP"):
+        assert features.scan_tfrecord(str(empty), compression).problem is None
+    with pytest.raises(features.DamagedDataError, match="expected 3 records .*found 0"):
+        features.check_shard(str(empty), {"shard": {"instances": 3}})

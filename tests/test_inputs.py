@@ -125,3 +125,37 @@ def test_gzip_files_are_read(tmp_path):
 def test_no_matching_file_fails_clearly(tmp_path):
     with pytest.raises(ValueError, match="matches no data file"):
         pretraining_dataset(f"{tmp_path}/nothing-*", BATCH, S, P)
+
+
+def test_check_integrity_refuses_or_skips_damaged_files(tmp_path):
+    from bert_keras.inputs import check_integrity
+
+    pattern = write_dataset(tmp_path, num_files=3, per_file=12, max_seq_length=S,
+                            max_predictions_per_seq=P)
+    paths = features.expand_input_files(pattern)
+    assert check_integrity(paths) == paths
+    with open(paths[1], "r+b") as f:
+        f.truncate(int(f.seek(0, 2) * 0.6))
+    with pytest.raises(features.DamagedDataError, match=r"train-1.tfrecord is damaged.*"
+                                                        r"expected 12 records"):
+        check_integrity(paths)
+    skipped = []
+    assert check_integrity(paths, skip_damaged=True, warn=skipped.append) == [paths[0], paths[2]]
+    assert len(skipped) == 1 and "train-1.tfrecord" in skipped[0]
+    with pytest.raises(features.DamagedDataError, match="all 1 data files are damaged"):
+        check_integrity([paths[1]], skip_damaged=True, warn=skipped.append)
+
+
+def test_every_iterator_yields_the_same_stream(data_dir):
+    """Keras' fit under a tf.distribute strategy takes a batch from one iterator to build the
+    model and trains on a second one; with reshuffle_each_iteration the second stream differed
+    from the first, so a resumed run (which skips batches of a fresh dataset) read other data
+    than the run it resumed (max |dw| 3.2e-3 under MirroredStrategy on 2 CPUs)."""
+    dataset = pretraining_dataset(f"{data_dir}/train-*", BATCH, S, P, seed=7, autotune=False)
+    first, second = iter(dataset), iter(dataset)
+    a = [next(first)[0]["input_word_ids"].numpy() for _ in range(10)]
+    b = [next(second)[0]["input_word_ids"].numpy() for _ in range(10)]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    # Yet the stream does not repeat itself pass after pass (36 records: 7 batches a pass).
+    assert not np.array_equal(np.concatenate(a[0:3]), np.concatenate(a[7:10]))

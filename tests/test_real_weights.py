@@ -133,3 +133,27 @@ def test_minilm_matches_transformers(minilm_dir):
     print(f"MiniLM-L6 vs transformers, {len(rows)} rows, seq {mask.shape[1]}: max abs diff "
           f"sequence_output {seq_diff:.2e}, pooled_output {pooled_diff:.2e}")
     assert seq_diff < 1e-4 and pooled_diff < 1e-4
+
+
+@pytest.mark.slow
+def test_verify_passes_the_minilm_export_and_fails_one_perturbed_weight(minilm_dir, tmp_path):
+    """The verifier used to fail this correct export ([FAIL] session ... 1.1e-05: real weights
+    round differently in TF Serving's session loader); its tolerance is now relative to each
+    output's scale. It must still catch one weight off by 1%."""
+    from test_export import perturb_one_weight
+
+    from bert_keras.model_loading import save_encoder_dir
+    from export.export_encoder import export_encoder
+    from export.verify import verify
+
+    encoder = load_hf_encoder(minilm_dir)
+    path = export_encoder(encoder, str(tmp_path / "minilm"), os.path.join(minilm_dir, "vocab.txt"))
+    report = verify(path, init_checkpoint=minilm_dir)
+    print(report)
+    assert report.ok, str(report)
+
+    encoder.set_weights(perturb_one_weight(encoder))
+    wrong = save_encoder_dir(encoder, str(tmp_path / "perturbed"))
+    report = verify(path, init_checkpoint=wrong)
+    print(report)
+    assert [c for c, ok, _ in report.lines if not ok] == ["parity"], str(report)

@@ -24,7 +24,11 @@ S, P, VOCAB = 16, 4, 99
 # Sizes that all differ; no dropout, so a few dozen instances are memorized quickly.
 CONFIG = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, max_position_embeddings=40, hidden_dropout_prob=0.0,
-              attention_probs_dropout_prob=0.0)
+              attention_probs_dropout_prob=0.0, hidden_act="gelu", type_vocab_size=2,
+              initializer_range=0.02)
+# For exact resumption: dropout's random state must survive a crash too.
+DROPOUT_CONFIG = dict(CONFIG, num_hidden_layers=1, hidden_dropout_prob=0.1,
+                      attention_probs_dropout_prob=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +40,13 @@ def data(tmp_path_factory):
                               max_predictions_per_seq=P, vocab_size=VOCAB, seed=9, prefix="eval")
     config = directory / "bert_config.json"
     config.write_text(json.dumps(CONFIG))
+    dropout_config = directory / "dropout_config.json"
+    dropout_config.write_text(json.dumps(DROPOUT_CONFIG))
     vocab = directory / "vocab.txt"
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # a BERT vocabulary has them
     vocab.write_text("".join(f"{t}\n" for t in specials + [f"tok{i}" for i in range(5, VOCAB)]))
     return dict(dir=directory, train=train_glob, eval=eval_glob, config=str(config),
-                vocab=str(vocab))
+                dropout_config=str(dropout_config), vocab=str(vocab))
 
 
 def _options(data, output_dir, **overrides):
@@ -164,6 +170,69 @@ def test_resume_neither_repeats_nor_skips_steps(finished_run, tmp_path):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+# With dropout (whose random state Keras' own BackupAndRestore loses), deterministic ops
+# and a last checkpoint interval shorter than the others (25 = 10 + 10 + 5).
+def _dropout_options(data, output_dir, **overrides):
+    values = dict(bert_config_file=data["dropout_config"], num_train_steps=25,
+                  num_warmup_steps=3, learning_rate=1e-3, save_checkpoints_steps=10,
+                  deterministic=True, seed=5)
+    values.update(overrides)
+    return _options(data, output_dir, **values)
+
+
+@pytest.fixture(scope="module")
+def dropout_run(data, tmp_path_factory):
+    options = _dropout_options(data, tmp_path_factory.mktemp("dropout") / "out",
+                               eval_input_file=data["eval"], eval_batch_size=4, max_eval_steps=2)
+    train(options)
+    return options
+
+
+def test_a_shorter_last_interval_is_checkpointed_and_evaluated(dropout_run):
+    out = dropout_run.output_dir
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == [
+        "ckpt-00000010.weights.h5", "ckpt-00000020.weights.h5", "ckpt-00000025.weights.h5"]
+    history = open(os.path.join(out, "history.csv")).read().splitlines()
+    assert len(history) == 4 and "val_loss" in history[0]
+    assert json.load(open(os.path.join(out, "eval_results.json")))["global_step"] == 25
+
+
+class _CrashInInterval(keras.callbacks.Callback):
+    """Raises after micro-batch `batch` of epoch (checkpoint interval) `epoch`."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at, self.epoch = (epoch, batch), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            raise _SimulatedCrash(f"crash in epoch {self.epoch} after batch {batch}")
+
+
+def _assert_bit_identical(output_dir, reference_dir):
+    got = _weights(os.path.join(output_dir, "pretrainer.weights.h5"))
+    want = _weights(os.path.join(reference_dir, "pretrainer.weights.h5"))
+    assert got.keys() == want.keys()
+    worst = max(float(np.abs(got[k] - want[k]).max()) for k in want)
+    assert worst == 0.0, f"resumed run differs from the uninterrupted one: max |dw| = {worst}"
+
+
+def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
+    """Killed in the middle of the second interval: the rerun restores weights, optimizer,
+    dropout random state and data position, and ends exactly where the uninterrupted run
+    ended (before the dropout state was backed up: max |dw| 6.8e-3 after 60 steps)."""
+    options = dataclasses.replace(dropout_run, output_dir=str(tmp_path / "out"))
+    with pytest.raises(_SimulatedCrash):
+        train(options, extra_callbacks=[_CrashInInterval(epoch=1, batch=4)])
+    counter = _CountBatches()
+    train(options, extra_callbacks=[counter])
+    assert counter.batches == 15  # Updates 11..25.
+    _assert_bit_identical(options.output_dir, dropout_run.output_dir)
+
+
 def test_train_step_compiles_with_xla(data, tmp_path):
     """jit_compile=True: the whole train step is one XLA computation at static shapes."""
     config = tmp_path / "one_layer.json"
@@ -214,13 +283,61 @@ def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
 
 
 def test_flag_errors_are_clear(data, tmp_path):
-    with pytest.raises(PretrainingError, match="must divide --num_train_steps"):
+    # Any interval works, but a tf.function call of 4 micro-batches cannot end a 2-update
+    # last interval (10 = 4 + 4 + 2).
+    with pytest.raises(PretrainingError, match=r"--steps_per_execution=4 must divide the 2 "
+                                               r"micro-batches .*--num_train_steps=10"):
         train(_options(data, tmp_path / "a", num_train_steps=10, num_warmup_steps=1,
-                             save_checkpoints_steps=3))
+                       save_checkpoints_steps=4, steps_per_execution=4))
     with pytest.raises(PretrainingError, match="exactly one of --bert_config_file and --preset"):
         train(_options(data, tmp_path / "b", preset="tiny"))
     with pytest.raises(PretrainingError, match=r"train-0.tfrecord.*max_seq_length=32"):
         train(_options(data, tmp_path / "c", max_seq_length=32))
+    # An impossible size: one line naming the field and the memory, not a
+    # ResourceExhaustedError traceback from initialising the embedding.
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(dict(CONFIG, vocab_size=10**9)))
+    with pytest.raises(PretrainingError, match=r"huge.json: vocab_size=1000000000 makes a model "
+                                               r"of .* GiB .*available; reduce vocab_size"):
+        train(_options(data, tmp_path / "d", bert_config_file=str(huge), vocab_file=None))
+    no_heads = tmp_path / "no_heads.json"
+    no_heads.write_text(json.dumps({k: v for k, v in CONFIG.items()
+                                    if k != "num_attention_heads"}))
+    with pytest.raises(PretrainingError, match=r"missing key\(s\) \['num_attention_heads'\]"):
+        train(_options(data, tmp_path / "e", bert_config_file=str(no_heads)))
+    assert not any((tmp_path / name).exists() for name in "abcde")
+
+
+def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):
+    """A shard cut to 60% (an interrupted copy) used to train silently to exit 0."""
+    import shutil
+
+    for name in ("train-0.tfrecord", "train-1.tfrecord", "eval-0.tfrecord"):
+        shutil.copy(data["dir"] / name, tmp_path / name)
+        shutil.copy(data["dir"] / (name + ".meta.json"), tmp_path / (name + ".meta.json"))
+    cut = tmp_path / "train-1.tfrecord"
+    with open(cut, "r+b") as f:
+        f.truncate(int(cut.stat().st_size * 0.6))
+    options = _options(data, tmp_path / "out", input_file=str(tmp_path / "train-*.tfrecord"),
+                       num_train_steps=1, num_warmup_steps=0, save_checkpoints_steps=1)
+    with pytest.raises(PretrainingError) as e:
+        train(options)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"--input_file: {cut} is damaged")
+    assert "expected 16 records (its sidecar), found 9" in message
+    assert "create_pretraining_data" in message and "--skip_damaged_shards" in message
+    assert not (tmp_path / "out").exists()  # Refused before anything was written.
+
+    # The same for held-out data.
+    with pytest.raises(PretrainingError, match=r"^--eval_input_file: .*train-1.tfrecord is dam"):
+        train(dataclasses.replace(options, input_file=str(tmp_path / "train-0.tfrecord"),
+                                  eval_input_file=str(cut)))
+
+    # Going on without it, as asked: the skipped shard is logged.
+    with caplog.at_level("WARNING"):
+        train(dataclasses.replace(options, skip_damaged_shards=True))
+    assert f"skipping damaged data: {cut} is damaged" in caplog.text
+    assert (tmp_path / "out" / "encoder").is_dir()
 
 
 def _cli(args, **kwargs):
@@ -251,10 +368,11 @@ def _kill_when(process, condition, timeout):
 
 @pytest.mark.slow
 def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
-    """kill -9 during a run, rerun the same command: it resumes and matches a clean run."""
+    """kill -9 during a run, rerun the same command: it resumes and ends bit-identical to a
+    clean run (with dropout)."""
     def args(out):
         return [f"--input_file={data['train']}", f"--output_dir={out}",
-                f"--bert_config_file={data['config']}", f"--max_seq_length={S}",
+                f"--bert_config_file={data['dropout_config']}", f"--max_seq_length={S}",
                 f"--max_predictions_per_seq={P}", "--train_batch_size=8",
                 "--num_train_steps=60", "--num_warmup_steps=6", "--save_checkpoints_steps=10",
                 "--learning_rate=1e-3", "--deterministic", "--seed=5"]
@@ -286,7 +404,110 @@ def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
     resumed = _cli(args(out), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from" in resumed.stderr
-    got = _weights(out / "pretrainer.weights.h5")
-    want = _weights(tmp_path / "clean" / "pretrainer.weights.h5")
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    _assert_bit_identical(out, tmp_path / "clean")
+
+
+class _CrashDuringEvaluation(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.crash_epoch, self.epoch = epoch, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_test_batch_end(self, batch, logs=None):
+        if self.epoch == self.crash_epoch:
+            raise _SimulatedCrash(f"crash while evaluating epoch {self.epoch}")
+
+
+class _CrashWritingBackup(keras.callbacks.Callback):
+    """At the end of epoch `epoch`, the backup's save_weights writes half a file and dies
+    (after the previous backup was renamed aside: the moment a kill hurts most)."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch != self.epoch:
+            return
+        real = self.model.save_weights
+
+        def torn_save(filepath, *args, **kwargs):
+            real(filepath, *args, **kwargs)
+            if "latest.weights.h5" in os.path.basename(filepath):
+                with open(filepath, "r+b") as f:
+                    f.truncate(os.path.getsize(filepath) // 2)
+                raise _SimulatedCrash("crash while writing the backup")
+
+        self.model.save_weights = torn_save
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_files", [1, 2])
+def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path, num_files):
+    """One run killed five times: during a step, during an evaluation, while writing the
+    backup, in the shorter last interval and then with its latest backup torn on disk.
+    Each rerun resumes where the surviving backup says; the end is bit-identical."""
+    reference = dropout_run
+    if num_files == 1:
+        reference = dataclasses.replace(
+            dropout_run, input_file=data["train"].replace("*", "0"),
+            output_dir=str(tmp_path / "reference"))
+        train(reference)
+    options = dataclasses.replace(reference, output_dir=str(tmp_path / "out"))
+    backup = tmp_path / "out" / "backup"
+
+    def step_of(path):
+        with h5py.File(path) as f:
+            return int(f["bert_keras_resume"].attrs["step"])
+
+    for crash in (_CrashInInterval(epoch=1, batch=4), _CrashDuringEvaluation(epoch=1),
+                  _CrashWritingBackup(epoch=1), _CrashInInterval(epoch=2, batch=2)):
+        with pytest.raises(_SimulatedCrash):
+            train(options, extra_callbacks=[crash])
+        latest = backup / "latest.weights.h5"
+        surviving = latest if latest.exists() else backup / "previous.weights.h5"
+        expected = 20 if isinstance(crash, _CrashInInterval) and crash.at[0] == 2 else 10
+        assert step_of(surviving) == expected, type(crash).__name__
+    # The last crash left latest = step 20, previous = step 10; tear the latest.
+    latest = backup / "latest.weights.h5"
+    with open(latest, "r+b") as f:
+        f.truncate(int(latest.stat().st_size * 0.6))
+    counter = _CountBatches()
+    train(options, extra_callbacks=[counter])
+    assert counter.batches == 15  # From the previous backup, step 10.
+    _assert_bit_identical(options.output_dir, reference.output_dir)
+
+
+@pytest.mark.slow
+def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
+    """Two replicas (MirroredStrategy on 2 logical CPUs), killed after the first backup: the
+    rerun ends bit-identical. Keras' fit under a strategy trains on a second iterator of the
+    dataset, so this needs a pipeline whose every iterator yields the same stream."""
+    def args(out):
+        return [f"--input_file={data['train']}", f"--output_dir={out}",
+                f"--bert_config_file={data['dropout_config']}", f"--max_seq_length={S}",
+                f"--max_predictions_per_seq={P}", "--train_batch_size=8",
+                "--num_train_steps=15", "--num_warmup_steps=2", "--save_checkpoints_steps=6",
+                "--learning_rate=1e-3", "--deterministic", "--seed=5",
+                "--distribution_strategy=mirrored", "--num_cpu_devices=2"]
+
+    clean = _cli(args(tmp_path / "clean"), timeout=600)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    out = tmp_path / "killed"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    latest = out / "backup" / "latest.weights.h5"
+    process = subprocess.Popen([sys.executable, "-m", "bert_keras.run_pretraining", *args(out)],
+                               cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        killed = _kill_when(process, latest.exists, timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert killed, "the run ended before it could be killed"
+    resumed = _cli(args(out), timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from" in resumed.stderr
+    _assert_bit_identical(out, tmp_path / "clean")

@@ -1,0 +1,163 @@
+"""ExactBackupAndRestore: a run interrupted anywhere resumes to bit-identical weights.
+
+A small Keras model with dropout (whose random state Keras' own BackupAndRestore loses) is
+trained for 4 epochs without interruption, and again with a crash at each point where a
+kill can land: inside an epoch, while the backup file is being written, after the previous
+backup was renamed aside and before the new one exists, and with a torn backup file on
+disk. Every resumed run must end with exactly the uninterrupted run's weights.
+"""
+
+import json
+import os
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from bert_keras.backup import (RESUME_GROUP, BackupError, ExactBackupAndRestore,
+                               random_state_variables)
+from bert_keras.layers.dropout import Dropout
+
+EPOCHS, BATCH = 4, 8
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(48, 6)).astype("float32")
+Y = RNG.normal(size=(48, 1)).astype("float32")
+
+
+def _model():
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="relu"),
+                              Dropout(0.3), keras.layers.Dense(16, activation="relu"),
+                              Dropout(0.3), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    return model
+
+
+def _fit(model, backup_dir, callbacks=()):
+    backup = ExactBackupAndRestore(str(backup_dir), delete_checkpoint=False)
+    model.fit(X, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+              callbacks=[backup, *callbacks])
+    return backup
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAtBatch(keras.callbacks.Callback):
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at, self.epoch = (epoch, batch), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            raise _Crash()
+
+
+class _CrashWhileWritingBackup(keras.callbacks.Callback):
+    """In epoch `epoch`, the backup's save_weights writes half a file and dies."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch != self.epoch:
+            return
+        model, real = self.model, self.model.save_weights
+
+        def torn_save(filepath, *args, **kwargs):
+            real(filepath, *args, **kwargs)
+            size = os.path.getsize(filepath)
+            with open(filepath, "r+b") as f:
+                f.truncate(size // 2)
+            raise _Crash()
+
+        model.save_weights = torn_save
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    model = _model()
+    _fit(model, tmp_path_factory.mktemp("reference") / "backup")
+    return model.get_weights()
+
+
+def _assert_same(model, reference):
+    for got, want in zip(model.get_weights(), reference, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def _crash(backup_dir, crasher):
+    with pytest.raises(_Crash):
+        _fit(_model(), backup_dir, [crasher])
+
+
+def test_random_state_is_what_save_weights_leaves_out():
+    model = _model()
+    states = random_state_variables(model)
+    assert len(states) == 2 and all("seed_generator_state" in v.path for v in states)
+
+
+def test_kill_inside_an_epoch_resumes_bit_identically(reference, tmp_path):
+    _crash(tmp_path, _CrashAtBatch(epoch=2, batch=3))
+    model = _model()
+    backup = _fit(model, tmp_path)
+    assert backup.restored_step == 2 * len(X) // BATCH and backup.exact
+    _assert_same(model, reference)
+    with h5py.File(tmp_path / "latest.weights.h5") as f:
+        assert f[RESUME_GROUP].attrs["epoch"] == EPOCHS
+        assert f[RESUME_GROUP]["random_state"].shape == (2, 2)
+    assert json.loads((tmp_path / "training_metadata.json").read_text())["epoch"] == EPOCHS
+
+
+def test_kill_while_writing_the_backup_resumes_from_the_previous_one(reference, tmp_path):
+    _crash(tmp_path, _CrashWhileWritingBackup(epoch=2))
+    # The torn file never got the final name; the epoch-1 backup was renamed aside.
+    assert not (tmp_path / "latest.weights.h5").exists()
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".incomplete")] == []
+    model = _model()
+    backup = _fit(model, tmp_path)
+    assert backup.restored_from.endswith("previous.weights.h5") and backup.restored_step == 12
+    _assert_same(model, reference)
+
+
+def test_torn_latest_file_falls_back_to_the_previous_backup(reference, tmp_path):
+    _crash(tmp_path, _CrashAtBatch(epoch=3, batch=0))
+    latest = tmp_path / "latest.weights.h5"
+    size = latest.stat().st_size
+    with open(latest, "r+b") as f:  # A disk or copy that tore the file.
+        f.truncate(int(size * 0.6))
+    (tmp_path / "training_metadata.json").write_text("")  # Keras' kill-while-writing leftover.
+    model = _model()
+    backup = _fit(model, tmp_path)
+    assert backup.restored_from.endswith("previous.weights.h5") and backup.restored_step == 12
+    _assert_same(model, reference)
+
+
+def test_unreadable_backups_are_one_clear_error(tmp_path):
+    for name in ("latest.weights.h5", "previous.weights.h5"):
+        (tmp_path / name).write_bytes(b"not hdf5")
+    with pytest.raises(BackupError) as e:
+        _fit(_model(), tmp_path)
+    message = str(e.value)
+    assert "\n" not in message and "previous.weights.h5" in message
+    assert f"remove {tmp_path} to start the run over" in message
+
+
+def test_a_backup_from_keras_own_callback_resumes_but_not_exactly(tmp_path):
+    model = _model()
+    model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), delete_checkpoint=False)])
+    resumed = _model()
+    backup = _fit(resumed, tmp_path)
+    assert backup.restored_step == len(X) // BATCH and not backup.exact
+
+
+def test_only_epoch_backups():
+    with pytest.raises(ValueError, match="save_freq"):
+        ExactBackupAndRestore("x", save_freq=10)

@@ -441,7 +441,8 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
         changed = sorted(k for k in set(previous) | set(current)
                          if previous.get(k, defaults.get(k)) != current.get(k))
         if changed:
-            details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
+            details = ", ".join(f"{k}: {previous.get(k, defaults.get(k))!r} -> "
+                                f"{current.get(k)!r}" for k in changed)
             raise PretrainingError(f"--output_dir {out} holds a run with other flags ({details}); "
                                    "rerun it with its own flags or choose a new output_dir")
         return True

@@ -579,6 +579,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         check_input_files(input_files, options.max_seq_length,
                           options.max_predictions_per_seq if masking is None else None)
         eval_masking = None
+        eval_predictions = options.max_predictions_per_seq
         if options.eval_input_file:
             eval_files = features.expand_input_files(options.eval_input_file)
             if input_masking(eval_files) == features.DYNAMIC_MASKING:
@@ -587,8 +588,14 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
                     dataclasses.replace(options, max_predictions_per_seq=None,
                                         masked_lm_prob=None),
                     features.DYNAMIC_MASKING, eval_files[0])[1]
+                eval_predictions = eval_masking.max_predictions_per_seq
+            elif masking is not None:
+                # Masked held-out data beside training data without masks (e.g. the same
+                # 15% held-out masks for every recipe): its own P, from its sidecar.
+                meta = features.read_sidecar(eval_files[0]) or {}
+                eval_predictions = int(meta.get("max_predictions_per_seq") or eval_predictions)
             check_input_files(eval_files, options.max_seq_length,
-                              None if eval_masking else options.max_predictions_per_seq)
+                              None if eval_masking else eval_predictions)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
     if masking is not None:
@@ -701,8 +708,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         # the collectives of a multi-worker evaluation).
         return pretraining_dataset(
             eval_files, per_replica, options.max_seq_length,
-            eval_masking.max_predictions_per_seq if eval_masking else
-            options.max_predictions_per_seq, is_training=False, repeat=True,
+            eval_predictions, is_training=False, repeat=True,
             input_context=context, autotune=options.autotune, masking=eval_masking)
 
     # Building the pipelines checks the data (sidecars, shapes) before anything slow runs.

@@ -214,7 +214,7 @@ def _pretrain_flags(work: Path, s: dict, recipe: str, steps: int, output_dir: Pa
              f"--max_seq_length={s['seq_length']}", f"--train_batch_size={s['batch']}",
              f"--num_train_steps={steps}", f"--num_warmup_steps={max(1, steps // 10)}",
              f"--save_checkpoints_steps={interval}", "--max_eval_steps=50",
-             "--eval_batch_size=32", "--seed=12345", "--verbose=2"]
+             "--eval_batch_size=32", "--seed=12345"]
     if data == "static":
         flags.append(f"--max_predictions_per_seq={s['predictions']}")
     return flags + RECIPES[recipe]["flags"]
@@ -270,7 +270,7 @@ def calibrate(args) -> dict:
             self.times.append(time.perf_counter() - self.start)
 
     flags = [f for f in _pretrain_flags(work, s, "bert", pilot_steps, pilot_dir)
-             if not f.startswith(("--eval_input_file", "--verbose", "--save_checkpoints"))]
+             if not f.startswith(("--eval_input_file", "--save_checkpoints"))]
     values = _option_values(flags)
     values.update(save_checkpoints_steps=pilot_steps, verbose=0)
     timer = Timer()

@@ -278,7 +278,8 @@ def calibrate(args) -> dict:
     shutil.rmtree(pilot_dir, ignore_errors=True)
     warm = timer.times[min(5, len(timer.times) - 1):]
     seconds = statistics.median(warm)
-    steps = max(s["evaluations"], int(s["budget_minutes"] * 60 / seconds))
+    # A multiple of the evaluations: every checkpoint interval has the same length.
+    steps = s["evaluations"] * max(1, int(s["budget_minutes"] * 60 / seconds) // s["evaluations"])
     result = {"seconds_per_step": seconds, "pilot_steps": pilot_steps,
               "budget_minutes": s["budget_minutes"], "steps": steps,
               "command": "python " + " ".join(shlex.quote(a) for a in sys.argv)}
@@ -333,8 +334,10 @@ def finetune(args) -> None:
                 if (out / "eval_results.json").exists():
                     print(f"exists, skipped: {out}")
                     continue
-                _run(_finetune_command(work, s, task, init, seed),
-                     work / "logs" / f"finetune-{task}-{init}-{seed}.log", work)
+                cmd = _finetune_command(work, s, task, init, seed)
+                if out.exists():  # an interrupted run: start it again
+                    cmd.append("--overwrite_output")
+                _run(cmd, work / "logs" / f"finetune-{task}-{init}-{seed}.log", work)
 
 
 # ------------------------------------------------------------------------------------------
@@ -363,14 +366,15 @@ def table(args) -> None:
     lines = [f"Budget: {calibration['budget_minutes']} minutes of pretraining per recipe = "
              f"{calibration['steps']} steps at {calibration['seconds_per_step'] * 1000:.0f} ms "
              f"(preset {s['preset']}, batch {s['batch']}, sequence length {s['seq_length']}).",
-             "", "Held-out MLM accuracy (static 15% masks, the same file for every recipe), "
-             "per checkpoint interval:", "",
-             "| recipe | " + " | ".join(f"{i}/{s['evaluations']}" for i in
-                                       range(1, s["evaluations"] + 1)) + " |",
-             "| --- |" + " --- |" * s["evaluations"]]
-    curves = {}
+             "", "Held-out MLM accuracy (static 15% masks, the same file for every recipe) "
+             "after each checkpoint interval, by pretraining step:", ""]
+    curves = {recipe: _curve(work, recipe) for recipe in recipes}
+    interval = calibration["steps"] // s["evaluations"]
+    intervals = max([len(c) for c in curves.values()] + [1])
+    lines += ["| recipe | " + " | ".join(str(min(i * interval, calibration["steps"]))
+                                         for i in range(1, intervals + 1)) + " |",
+              "| --- |" + " --- |" * intervals]
     for recipe in recipes:
-        curves[recipe] = _curve(work, recipe)
         lines.append(f"| {recipe} | " + " | ".join(f"{100 * a:.1f}%" for _, a in curves[recipe])
                      + " |")
     lines += ["", f"Fine-tuning (test sets of {s['test']}; {s['train']} labelled examples; "
@@ -417,7 +421,7 @@ def table(args) -> None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     for recipe, points in curves.items():
-        ax.plot([i * calibration["steps"] / s["evaluations"] for i, _ in points],
+        ax.plot([min(i * interval, calibration["steps"]) for i, _ in points],
                 [100 * a for _, a in points], marker="o", label=recipe)
     ax.set_xlabel("pretraining steps")
     ax.set_ylabel("held-out MLM accuracy (%)")

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import shlex
 import statistics
@@ -53,7 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from public_data import datasets, fetch  # noqa: E402
+from public_data import fetch  # noqa: E402
 from public_data import prepare as prepare_data  # noqa: E402
 
 # The recipes compared. Every one trains the same model for the same number of steps at

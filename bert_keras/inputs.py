@@ -1,7 +1,8 @@
 """tf.data pipelines for BERT pretraining over TFRecord files (schema: data_prep.features).
 
     files --(shard per input pipeline)--> per pass: shuffle files by (seed, pass) --> interleave
-    records --> shuffle records --> batch(drop_remainder) --> [skip] --> parse --> prefetch
+    records --> shuffle records --> batch(drop_remainder) --> [skip] --> parse --> [mask]
+    --> prefetch
 
 Elements are `(features, labels, sample_weights)` as `BertPretrainer.fit` wants them
 (B = per-replica batch, S = max_seq_length, P = max_predictions_per_seq):
@@ -24,6 +25,13 @@ trainer runs it once before building pipelines.
 Order is deterministic for a given `seed` and input-pipeline layout, and the same for every
 iterator of a dataset, so a resumed run can skip exactly the batches it already trained on
 (`skip_batches`), whatever iterators Keras makes.
+
+Data without masks (`create_pretraining_data --dynamic_masking`; `input_masking` tells from
+the sidecars, or from the first record of files without one) is masked after parsing by
+`bert_keras.masking.mask_batch`, seeded by (seed, input pipeline, batch index in the
+stream): the same masks from every iterator and after a resumption, new ones on every pass.
+Evaluation pipelines mask with seed 0 unless given one, so every evaluation scores the same
+predictions.
 """
 
 from __future__ import annotations
@@ -58,13 +66,53 @@ def _describe_record(record: bytes) -> str:
     return "its first record has " + " and ".join(lengths)
 
 
-def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) -> str:
+def _first_record(path: str, compression: str):
+    try:
+        return next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
+    except tf.errors.OpError as e:
+        raise ValueError(f"pretraining data {path} is not a readable TFRecord file "
+                         f"({e.message.splitlines()[0]})") from None
+
+
+def input_masking(files) -> str:
+    """Whether pretraining files hold masks: "static" (Google's layout) or "dynamic" (none).
+
+    From each file's sidecar (`"masking"`), else from its first record (files of Google's
+    tool have the masked_lm_* features). Empty files without a sidecar say nothing.
+
+    Raises:
+      ValueError: the files mix the two kinds (naming one of each), or a file is unreadable.
+    """
+    found = {}
+    for path in files:
+        kind = features.sidecar_masking(features.read_sidecar(path))
+        if kind is None:
+            first = _first_record(path, features.compression_type(path))
+            if first is None:
+                continue
+            try:
+                example = tf.train.Example.FromString(first.numpy())
+                has_masks = schema.MASKED_LM_POSITIONS in example.features.feature
+            except Exception:  # noqa: BLE001 - check_input_files names the problem.
+                has_masks = True
+            kind = features.STATIC_MASKING if has_masks else features.DYNAMIC_MASKING
+        found.setdefault(kind, path)
+        if len(found) > 1:
+            raise ValueError(
+                f"pretraining files mix statically masked data ({found[features.STATIC_MASKING]}) "
+                f"and data without masks ({found[features.DYNAMIC_MASKING]}, from "
+                "create_pretraining_data --dynamic_masking); use one kind per run")
+    return next(iter(found), features.STATIC_MASKING)
+
+
+def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int | None) -> str:
     """Checks pretraining files against the trainer's lengths; returns their compression.
 
     Args:
       files: list of TFRecord paths (from `data_prep.features.expand_input_files`).
       max_seq_length: S the model will be fed.
-      max_predictions_per_seq: P the model will be fed.
+      max_predictions_per_seq: P the model will be fed; None for data without masks (only S
+        is checked).
 
     Returns:
       The TFRecord compression type shared by all files ("" or "GZIP").
@@ -82,11 +130,7 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int) 
         if meta is not None:
             continue
         # No sidecar: the first record must parse at the trainer's lengths.
-        try:
-            first = next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
-        except tf.errors.OpError as e:
-            raise ValueError(f"pretraining data {path} is not a readable TFRecord file "
-                             f"({e.message.splitlines()[0]})") from None
+        first = _first_record(path, compression)
         if first is None:
             continue  # An empty shard contributes nothing and breaks nothing.
         try:
@@ -149,6 +193,16 @@ def check_integrity(files, skip_damaged: bool = False, warn=None) -> list[str]:
     return sound
 
 
+def _mask_dynamically(parsed, masking, seed):
+    """Adds the masks of `bert_keras.masking.mask_batch` to a parsed batch without them."""
+    from bert_keras.masking import mask_batch
+
+    parsed = dict(parsed)
+    parsed.update(mask_batch(parsed[schema.INPUT_WORD_IDS], parsed[schema.MODEL_INPUT_MASK],
+                             masking, seed))
+    return parsed
+
+
 def _to_fit_triple(parsed):
     inputs = {name: parsed[name] for name in schema.MODEL_INPUT_NAMES}
     inputs[schema.MASKED_LM_POSITIONS] = parsed[schema.MASKED_LM_POSITIONS]
@@ -175,6 +229,7 @@ def pretraining_dataset(
     shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER,
     cycle_length: int = DEFAULT_CYCLE_LENGTH,
     autotune: bool = True,
+    masking=None,
 ) -> tf.data.Dataset:
     """The pretraining input pipeline.
 
@@ -196,19 +251,37 @@ def pretraining_dataset(
       cycle_length: files read concurrently.
       autotune: False fixes parallelism and prefetch at 2 and disables tf.data autotuning
         (tests: autotune can delay the end of `fit` by seconds; docs/DESIGN.md section 9).
+      masking: a `bert_keras.masking.DynamicMasking`, required for data without masks
+        (`input_masking` says "dynamic") and refused for statically masked data; its
+        max_predictions_per_seq must equal `max_predictions_per_seq`.
 
     Returns:
       A `tf.data.Dataset` of `(features, labels, sample_weights)` with static shapes.
 
     Raises:
-      ValueError: no file matches, or a file does not fit S and P (see
-        `check_input_files`).
+      ValueError: no file matches, a file does not fit S and P (see `check_input_files`),
+        or `masking` does not fit the data.
     """
     files = features.expand_input_files(input_files)
-    compression = check_input_files(files, max_seq_length, max_predictions_per_seq)
+    dynamic = input_masking(files) == features.DYNAMIC_MASKING
+    if dynamic and masking is None:
+        raise ValueError(f"pretraining data {files[0]} has no masks (create_pretraining_data "
+                         "--dynamic_masking): masking needs the vocabulary (--vocab_file)")
+    if not dynamic and masking is not None:
+        raise ValueError(f"pretraining data {files[0]} is already masked; dynamic masking "
+                         "applies to data from create_pretraining_data --dynamic_masking")
+    if dynamic and masking.max_predictions_per_seq != max_predictions_per_seq:
+        raise ValueError(f"masking.max_predictions_per_seq={masking.max_predictions_per_seq} "
+                         f"differs from max_predictions_per_seq={max_predictions_per_seq}")
+    file_predictions = None if dynamic else max_predictions_per_seq
+    compression = check_input_files(files, max_seq_length, file_predictions)
     parallel = tf.data.AUTOTUNE if autotune else 2
 
     shard_records = False
+    pipeline_id, num_pipelines = 0, 1
+    if input_context is not None:
+        pipeline_id = input_context.input_pipeline_id
+        num_pipelines = input_context.num_input_pipelines
     if input_context is not None and input_context.num_input_pipelines > 1:
         if len(files) >= input_context.num_input_pipelines:
             files = files[input_context.input_pipeline_id::input_context.num_input_pipelines]
@@ -246,15 +319,23 @@ def pretraining_dataset(
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=False)
     # Static batch dimension for TPUs and XLA.
     dataset = dataset.batch(batch_size, drop_remainder=True)
+    if dynamic:
+        # The batch's index in this pipeline's stream (counted before the skip, so a resumed
+        # run masks its batches as the uninterrupted run did) seeds its masks.
+        mask_seed = tf.constant(seed if seed is not None else 0, tf.int64)
+        dataset = dataset.enumerate()
+
+        def parse(index, serialized):
+            parsed = features.parse_pretraining_example(serialized, max_seq_length, None)
+            batch_seed = tf.stack([mask_seed, index * num_pipelines + pipeline_id])
+            return _to_fit_triple(_mask_dynamically(parsed, masking, batch_seed))
+    else:
+        def parse(serialized):
+            return _to_fit_triple(features.parse_pretraining_example(
+                serialized, max_seq_length, max_predictions_per_seq))
     if skip_batches:
         dataset = dataset.skip(skip_batches)  # Before parsing: skipped batches cost only I/O.
-    dataset = dataset.map(
-        lambda serialized: _to_fit_triple(
-            features.parse_pretraining_example(serialized, max_seq_length, max_predictions_per_seq)
-        ),
-        num_parallel_calls=parallel,
-        deterministic=True,
-    )
+    dataset = dataset.map(parse, num_parallel_calls=parallel, deterministic=True)
     dataset = dataset.prefetch(parallel)
 
     options = tf.data.Options()

@@ -7,7 +7,13 @@ r"""Pretrains BERT (masked LM + next sentence) with Keras `fit` on any tf.distri
       --num_train_steps=10000 --num_warmup_steps=1000 --learning_rate=1e-4 \
       --save_checkpoints_steps=1000
 
-Flag names follow Google's run_pretraining.py. Phase 2 (sequence length 512) is a new run
+Flag names follow Google's run_pretraining.py. Data from `create_pretraining_data
+--dynamic_masking` holds no masks: this trainer masks it anew on every pass
+(bert_keras/masking.py) at --masked_lm_prob (default 0.15; e.g. 0.3 as in MosaicBERT and
+Wettig et al.), with --do_whole_word_mask for whole words; --max_predictions_per_seq then
+defaults to ceil(max_seq_length * masked_lm_prob). --next_sentence_prediction=false trains
+the masked LM alone (RoBERTa): no NSP loss or metric (the NSP head stays in the saved
+weights, untrained). Phase 2 (sequence length 512) is a new run
 with `--init_checkpoint=runs/phase1` (its weights, not its optimizer state) and the phase-2
 data's lengths.
 
@@ -84,8 +90,19 @@ class PretrainingOptions:
     eval_input_file: str | None = opt(
         None, "Held-out TFRecords evaluated after every checkpoint interval.")
     max_seq_length: int = opt(128, "Sequence length the data was written with.")
-    max_predictions_per_seq: int = opt(20, "Masked positions per sequence the data was "
-                                       "written with.")
+    max_predictions_per_seq: int | None = opt(
+        None, "Masked positions per sequence: what masked data was written with (default "
+        "20); for data without masks the prediction slots, default ceil(max_seq_length * "
+        "masked_lm_prob).")
+    masked_lm_prob: float | None = opt(
+        None, "For data without masks (create_pretraining_data --dynamic_masking): share of "
+        "tokens predicted, chosen anew on every pass (default 0.15). Masked data fixed it "
+        "when it was written.")
+    do_whole_word_mask: bool = opt(
+        False, "For data without masks: mask whole words (a piece and its '##' pieces).")
+    next_sentence_prediction: bool = opt(
+        True, "Train the next-sentence head (BERT); false: masked LM only (RoBERTa), no NSP "
+        "loss or metric.")
     train_batch_size: int = opt(32, "Global batch size of one micro-batch (all replicas "
                                 "together).")
     eval_batch_size: int = opt(8, "Global evaluation batch size.")
@@ -147,7 +164,13 @@ class PretrainingOptions:
                 raise PretrainingError(f"--{name} is required")
         if (self.bert_config_file is None) == (self.preset is None):
             raise PretrainingError("give exactly one of --bert_config_file and --preset")
-        positive = ("max_seq_length", "max_predictions_per_seq", "train_batch_size",
+        if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
+            raise PretrainingError(f"--max_predictions_per_seq must be >= 1, got "
+                                   f"{self.max_predictions_per_seq}")
+        if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob <= 1:
+            raise PretrainingError(f"--masked_lm_prob must be in (0, 1], got "
+                                   f"{self.masked_lm_prob}")
+        positive = ("max_seq_length", "train_batch_size",
                     "eval_batch_size", "num_train_steps", "save_checkpoints_steps",
                     "steps_per_execution", "gradient_accumulation_steps", "keep_checkpoint_max",
                     "max_eval_steps", "num_cpu_devices", "log_steps")
@@ -177,10 +200,71 @@ class PretrainingOptions:
                     f"(--save_checkpoints_steps={self.save_checkpoints_steps}, last interval "
                     f"of --num_train_steps={self.num_train_steps}, times "
                     f"--gradient_accumulation_steps={accumulation})")
-        if self.max_predictions_per_seq > self.max_seq_length:
+        if (self.max_predictions_per_seq or 0) > self.max_seq_length:
             raise PretrainingError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} exceeds "
                 f"--max_seq_length={self.max_seq_length}")
+
+
+# Google's defaults, for statically masked data and for data masked here.
+DEFAULT_MAX_PREDICTIONS_PER_SEQ = 20
+DEFAULT_MASKED_LM_PROB = 0.15
+
+
+def resolve_masking(options: PretrainingOptions, kind: str, source: str):
+    """Fills in the masking flags for the data's kind; returns (options, DynamicMasking or None).
+
+    Statically masked data ("static") fixed its masks when it was written: --masked_lm_prob
+    and --do_whole_word_mask are refused, --max_predictions_per_seq defaults to 20. Data
+    without masks ("dynamic") is masked here: it needs --vocab_file (for [MASK], [CLS],
+    [SEP], [PAD] and the "##" pieces), --masked_lm_prob defaults to 0.15 and
+    --max_predictions_per_seq to ceil(max_seq_length * masked_lm_prob); a smaller value that
+    would cap the masking rate is refused.
+
+    Args:
+      options: the run's settings.
+      kind: "static" or "dynamic" (`inputs.input_masking` of the training files).
+      source: a training file, named in errors.
+
+    Raises:
+      PretrainingError: one line naming the flag and why it does not fit the data.
+    """
+    from bert_keras import masking
+    from data_prep import features
+
+    if kind != features.DYNAMIC_MASKING:
+        for flag, given in (("masked_lm_prob", options.masked_lm_prob is not None),
+                            ("do_whole_word_mask", options.do_whole_word_mask)):
+            if given:
+                raise PretrainingError(
+                    f"--{flag} applies to data without masks (create_pretraining_data "
+                    f"--dynamic_masking); {source} was masked when it was written")
+        if options.max_predictions_per_seq is None:
+            options = dataclasses.replace(
+                options, max_predictions_per_seq=DEFAULT_MAX_PREDICTIONS_PER_SEQ)
+        return options, None
+    if not options.vocab_file:
+        raise PretrainingError(f"{source} has no masks (create_pretraining_data "
+                               "--dynamic_masking): pass --vocab_file, masking needs its "
+                               "[MASK] and '##' ids")
+    prob = options.masked_lm_prob or DEFAULT_MASKED_LM_PROB
+    needed = masking.budget(options.max_seq_length - 3, prob, options.max_seq_length)
+    predictions = options.max_predictions_per_seq
+    if predictions is None:
+        predictions = masking.derived_max_predictions(options.max_seq_length, prob)
+    elif predictions < needed:
+        raise PretrainingError(
+            f"--max_predictions_per_seq={predictions} would cap --masked_lm_prob={prob} at "
+            f"--max_seq_length={options.max_seq_length} (a full sequence needs {needed}); "
+            "leave it out to derive it or raise it")
+    options = dataclasses.replace(options, masked_lm_prob=prob,
+                                  max_predictions_per_seq=predictions)
+    try:
+        dynamic = masking.DynamicMasking.from_vocab(
+            _load_vocab(options.vocab_file), prob, predictions, options.do_whole_word_mask)
+    except ValueError as e:
+        raise PretrainingError(str(e)) from None
+    return options, dynamic
 
 
 def check_replicas(options: PretrainingOptions, num_replicas: int) -> None:
@@ -351,10 +435,14 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
         with open(record, encoding="utf-8") as f:
             previous = json.load(f)
         current = json.loads(json.dumps(options.run_identity()))
+        defaults = json.loads(json.dumps(dataclasses.asdict(PretrainingOptions(
+            input_file="", output_dir=""))))
+        # A run recorded before a flag existed ran with its default.
         changed = sorted(k for k in set(previous) | set(current)
-                         if previous.get(k) != current.get(k))
+                         if previous.get(k, defaults.get(k)) != current.get(k))
         if changed:
-            details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
+            details = ", ".join(f"{k}: {previous.get(k, defaults.get(k))!r} -> "
+                                f"{current.get(k)!r}" for k in changed)
             raise PretrainingError(f"--output_dir {out} holds a run with other flags ({details}); "
                                    "rerun it with its own flags or choose a new output_dir")
         return True
@@ -465,7 +553,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
 
     from bert_keras import distribute, multi_worker_fix
     from bert_keras.backup import BackupError
-    from bert_keras.inputs import check_input_files, pretraining_dataset
+    from bert_keras.inputs import check_input_files, input_masking, pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.optimization import create_optimizer
     from bert_keras.pretrainer import BertPretrainer
@@ -486,13 +574,34 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     eval_files = None
     try:
         input_files = features.expand_input_files(options.input_file)
-        check_input_files(input_files, options.max_seq_length, options.max_predictions_per_seq)
+        kind = input_masking(input_files)
+        options, masking = resolve_masking(options, kind, input_files[0])
+        check_input_files(input_files, options.max_seq_length,
+                          options.max_predictions_per_seq if masking is None else None)
+        eval_masking = None
+        eval_predictions = options.max_predictions_per_seq
         if options.eval_input_file:
             eval_files = features.expand_input_files(options.eval_input_file)
+            if input_masking(eval_files) == features.DYNAMIC_MASKING:
+                # Held-out data without masks is masked like the training data (fixed seed).
+                eval_masking = masking or resolve_masking(
+                    dataclasses.replace(options, max_predictions_per_seq=None,
+                                        masked_lm_prob=None),
+                    features.DYNAMIC_MASKING, eval_files[0])[1]
+                eval_predictions = eval_masking.max_predictions_per_seq
+            elif masking is not None:
+                # Masked held-out data beside training data without masks (e.g. the same
+                # 15% held-out masks for every recipe): its own P, from its sidecar.
+                meta = features.read_sidecar(eval_files[0]) or {}
+                eval_predictions = int(meta.get("max_predictions_per_seq") or eval_predictions)
             check_input_files(eval_files, options.max_seq_length,
-                              options.max_predictions_per_seq)
+                              None if eval_masking else eval_predictions)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
+    if masking is not None:
+        logging.info("Dynamic masking: %.3g of the tokens, at most %d a sequence%s, anew on "
+                     "every pass", masking.masked_lm_prob, masking.max_predictions_per_seq,
+                     ", whole words" if masking.whole_word else "")
     input_files = _sound_files("input_file", input_files, options.skip_damaged_shards)
     if eval_files:
         eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)
@@ -542,9 +651,15 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
                 gradient_accumulation_steps=accumulation),
             steps_per_execution=options.steps_per_execution,
             jit_compile=options.jit_compile,
-            **pretraining_losses_and_metrics(),
+            **pretraining_losses_and_metrics(mlm_only=not options.next_sentence_prediction),
         )
         multi_worker_fix.apply(pretrainer)
+        if not options.next_sentence_prediction:
+            import warnings
+
+            # The pooler and the NSP head get no gradient without the NSP loss (they stay in
+            # the weights so every file keeps the pretrainer's layout); Keras warns each trace.
+            warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
         backup, callbacks = _callbacks(options, chief, backup_dir, options.num_train_steps)
         # Restore now (fit would do it too, later) to know how many steps are done before
         # the input pipeline is built. The optimizer's step counter is saved in the same
@@ -585,7 +700,7 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
             input_files, per_replica, options.max_seq_length,
             options.max_predictions_per_seq, is_training=True, seed=options.seed,
             input_context=context, autotune=options.autotune,
-            skip_batches=done_steps * accumulation * replicas_per_pipeline)
+            skip_batches=done_steps * accumulation * replicas_per_pipeline, masking=masking)
 
     def eval_input(context):
         per_replica = context.get_per_replica_batch_size(options.eval_batch_size)
@@ -593,8 +708,8 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         # the collectives of a multi-worker evaluation).
         return pretraining_dataset(
             eval_files, per_replica, options.max_seq_length,
-            options.max_predictions_per_seq, is_training=False, repeat=True,
-            input_context=context, autotune=options.autotune)
+            eval_predictions, is_training=False, repeat=True,
+            input_context=context, autotune=options.autotune, masking=eval_masking)
 
     # Building the pipelines checks the data (sidecars, shapes) before anything slow runs.
     try:

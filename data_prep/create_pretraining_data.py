@@ -17,6 +17,11 @@ Example:
     --output_file=out/pretrain --num_output_shards=4 --num_workers=2 \
     --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=10
 
+With --dynamic_masking the instances are written without masks (input_ids, input_mask,
+segment_ids, next_sentence_labels; --dupe_factor then defaults to 1) and the trainer masks
+them anew on every pass, at its own --masked_lm_prob (RoBERTa's dynamic masking); the
+sidecars record `"masking": "dynamic"`.
+
 Shards are written as `.<name>.incomplete` and renamed when the whole run has succeeded;
 existing outputs are never replaced unless --overwrite is given.
 """
@@ -69,8 +74,11 @@ _MAX_PREDICTIONS = flags.DEFINE_integer(
 _RANDOM_SEED = flags.DEFINE_integer(
     "random_seed", 12345, "Random seed for data generation.", **_SHARED)
 _DUPE_FACTOR = flags.DEFINE_integer(
-    "dupe_factor", 10, "Number of times to duplicate the input data (with different masks).",
-    **_SHARED)
+    "dupe_factor", 10, "Number of times to duplicate the input data (with different masks); "
+    "1 by default with --dynamic_masking.", **_SHARED)
+_DYNAMIC_MASKING = flags.DEFINE_bool(
+    "dynamic_masking", False, "Write instances without masks; run_pretraining masks them "
+    "anew on every pass (its --masked_lm_prob, --do_whole_word_mask).", **_SHARED)
 _MASKED_LM_PROB = flags.DEFINE_float(
     "masked_lm_prob", 0.15, "Masked LM probability.", **_SHARED)
 _SHORT_SEQ_PROB = flags.DEFINE_float(
@@ -449,9 +457,11 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
             if to_print > 0:
                 report(("examples", _decode_examples(batch, vocab, to_print)))
                 to_print = 0
+            masks = ((None,) * 3 if spec.config.dynamic_masking else
+                     (batch.masked_lm_positions, batch.masked_lm_ids, batch.masked_lm_weights))
             records = features.serialize_examples(
-                batch.input_ids, batch.input_mask, batch.segment_ids, batch.masked_lm_positions,
-                batch.masked_lm_ids, batch.masked_lm_weights, batch.next_sentence_labels)
+                batch.input_ids, batch.input_mask, batch.segment_ids, *masks,
+                batch.next_sentence_labels)
             write(shuffler.push(records))
             now = time.monotonic()
             if now - last_report >= _PROGRESS_SECONDS:
@@ -694,11 +704,13 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
         _remove_quietly(temps)
         raise
     mb = input_bytes / 1e6
+    masked = ("masks left to the trainer (--dynamic_masking)" if spec.config.dynamic_masking
+              else f"masked {100.0 * totals.masked / max(totals.real_tokens, 1):.2f}% of real "
+                   "tokens")
     log("wrote %s instances from %s documents (%.1f MB of text) to %d shard(s) in %.1f s "
-        "(%.2f MB/s); NotNext %.1f%%, masked %.2f%% of real tokens",
+        "(%.2f MB/s); NotNext %.1f%%, %s",
         f"{totals.instances:,}", f"{totals.documents:,}", mb, len(spec.output_files), seconds,
-        mb / max(seconds, 1e-9), 100.0 * totals.not_next / max(totals.instances, 1),
-        100.0 * totals.masked / max(totals.real_tokens, 1))
+        mb / max(seconds, 1e-9), 100.0 * totals.not_next / max(totals.instances, 1), masked)
     work = max(r.work_seconds for r in results)
     cpu = sum(r.work_cpu_seconds for r in results)
     log("timing: start-up (TensorFlow, tokenizer) %.1f s; work %.1f s wall (%.2f MB/s), "
@@ -737,13 +749,16 @@ def _check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spe
 
 def _sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,
                     vocab_sha: str) -> dict:
-    spec_lengths = features.feature_spec(spec.config.max_seq_length,
-                                         spec.config.max_predictions_per_seq)
+    dynamic = spec.config.dynamic_masking
+    predictions = None if dynamic else spec.config.max_predictions_per_seq
+    spec_lengths = features.feature_spec(spec.config.max_seq_length, predictions)
     return {
         "format": features.SIDECAR_FORMAT,
         "created_by": "data_prep.create_pretraining_data",
         "max_seq_length": spec.config.max_seq_length,
-        "max_predictions_per_seq": spec.config.max_predictions_per_seq,
+        "max_predictions_per_seq": predictions,
+        # "dynamic": no masked_lm_* features; the trainer masks on every pass.
+        "masking": features.DYNAMIC_MASKING if dynamic else features.STATIC_MASKING,
         "features": {name: {"dtype": f.dtype.name, "length": int(f.shape[0])}
                      for name, f in spec_lengths.items()},
         "compression": "GZIP" if spec.gzip else "",
@@ -796,15 +811,27 @@ def spec_from_flags() -> JobSpec:
         raise InputError(f"--vocab_file: {vocab_file} does not exist")
     tokenizer, tokenizer_source = tokenizer_config.resolve(
         vocab_file, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), warn=logging.warning)
+    dynamic = _DYNAMIC_MASKING.value
+    if dynamic:
+        given = [h.name for h in (_MASKED_LM_PROB, _MAX_PREDICTIONS, _DO_WHOLE_WORD_MASK)
+                 if flags.FLAGS[h.name].present]
+        if given:
+            raise InputError(
+                f"--{given[0]} does not apply with --dynamic_masking: masks are chosen at "
+                f"training time (run_pretraining --{given[0]})")
+    dupe_factor = _DUPE_FACTOR.value
+    if dynamic and not flags.FLAGS[_DUPE_FACTOR.name].present:
+        dupe_factor = 1  # Every pass of the trainer masks anew: copies add nothing.
     try:
         config = pi.InstanceConfig(
             max_seq_length=_MAX_SEQ_LENGTH.value,
             max_predictions_per_seq=_MAX_PREDICTIONS.value,
             masked_lm_prob=_MASKED_LM_PROB.value,
             short_seq_prob=_SHORT_SEQ_PROB.value,
-            dupe_factor=_DUPE_FACTOR.value,
+            dupe_factor=dupe_factor,
             do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
-            pool_size=_RANDOM_DOC_POOL_SIZE.value)
+            pool_size=_RANDOM_DOC_POOL_SIZE.value,
+            dynamic_masking=dynamic)
     except ValueError as e:
         raise InputError(f"bad flags: {e}") from None
     if _NUM_WORKERS.value < 1:
@@ -817,7 +844,9 @@ def spec_from_flags() -> JobSpec:
     holders = [v for k, v in globals().items()
                if k.startswith("_") and isinstance(v, flags.FlagHolder)]
     holders += list(_TOKENIZER_FLAGS.values())
-    flag_values = tuple(sorted((h.name, h.value) for h in holders))
+    flag_values = dict((h.name, h.value) for h in holders)
+    flag_values["dupe_factor"] = dupe_factor
+    flag_values = tuple(sorted(flag_values.items()))
     return JobSpec(
         input_files=tuple(input_files), output_files=tuple(outputs), vocab_file=vocab_file,
         tokenizer=tokenizer, tokenizer_source=tokenizer_source, config=config,

@@ -17,6 +17,12 @@ Schema, per serialized `tf.train.Example` (S = max_seq_length, P = max_predictio
 | masked_lm_weights    | float32 | P      | 1.0 real, 0.0 pad                              |
 | next_sentence_labels | int64   | 1      | 0 = IsNext, 1 = NotNext                        |
 
+Data for dynamic masking (`create_pretraining_data --dynamic_masking`) keeps only the four
+features that do not depend on the mask: input_ids (unmasked), input_mask, segment_ids and
+next_sentence_labels; the trainer masks anew on every pass (bert_keras/masking.py). Its
+sidecar says `"masking": "dynamic"` and `"max_predictions_per_seq": null`; everywhere below
+P = None means such data.
+
 Two writers produce identical parses: `to_example` builds a `tf.train.Example` (clear, slow:
 about 58 us per instance here) and `serialize_examples` encodes a whole batch with numpy
 straight into the protobuf wire format (a few us per instance), which is what the
@@ -51,40 +57,51 @@ from data_prep.schema import (FILE_TO_MODEL_NAMES, INPUT_IDS, INPUT_MASK, MASKED
 
 SIDECAR_FORMAT = "bert-keras-pretraining-data/1"
 
+# Sidecar key "masking": masks written into the data (Google's layout) or left to the trainer.
+STATIC_MASKING = "static"
+DYNAMIC_MASKING = "dynamic"
+# The features that only statically masked data has.
+MASK_FEATURES = (MASKED_LM_POSITIONS, MASKED_LM_IDS, MASKED_LM_WEIGHTS)
+
 
 def feature_spec(max_seq_length: int,
-                 max_predictions_per_seq: int) -> dict[str, tf.io.FixedLenFeature]:
+                 max_predictions_per_seq: int | None) -> dict[str, tf.io.FixedLenFeature]:
     """Returns the FixedLenFeature spec of one example, keyed by the names in files.
 
     Args:
       max_seq_length: S, length of input_ids / input_mask / segment_ids.
-      max_predictions_per_seq: P, length of the masked_lm_* features.
+      max_predictions_per_seq: P, length of the masked_lm_* features; None for data without
+        masks (dynamic masking), whose spec leaves the masked_lm_* features out.
 
     Returns:
       dict name -> tf.io.FixedLenFeature (int64, except masked_lm_weights float32).
     """
     _check_lengths(max_seq_length, max_predictions_per_seq)
-    s, p = int(max_seq_length), int(max_predictions_per_seq)
-    return {
+    s = int(max_seq_length)
+    spec = {
         INPUT_IDS: tf.io.FixedLenFeature([s], tf.int64),
         INPUT_MASK: tf.io.FixedLenFeature([s], tf.int64),
         SEGMENT_IDS: tf.io.FixedLenFeature([s], tf.int64),
-        MASKED_LM_POSITIONS: tf.io.FixedLenFeature([p], tf.int64),
-        MASKED_LM_IDS: tf.io.FixedLenFeature([p], tf.int64),
-        MASKED_LM_WEIGHTS: tf.io.FixedLenFeature([p], tf.float32),
-        NEXT_SENTENCE_LABELS: tf.io.FixedLenFeature([1], tf.int64),
     }
+    if max_predictions_per_seq is not None:
+        p = int(max_predictions_per_seq)
+        spec[MASKED_LM_POSITIONS] = tf.io.FixedLenFeature([p], tf.int64)
+        spec[MASKED_LM_IDS] = tf.io.FixedLenFeature([p], tf.int64)
+        spec[MASKED_LM_WEIGHTS] = tf.io.FixedLenFeature([p], tf.float32)
+    spec[NEXT_SENTENCE_LABELS] = tf.io.FixedLenFeature([1], tf.int64)
+    return spec
 
 
-def _check_lengths(max_seq_length: int, max_predictions_per_seq: int) -> None:
-    if int(max_seq_length) < 1 or int(max_predictions_per_seq) < 1:
+def _check_lengths(max_seq_length: int, max_predictions_per_seq: int | None) -> None:
+    if int(max_seq_length) < 1 or (max_predictions_per_seq is not None
+                                   and int(max_predictions_per_seq) < 1):
         raise ValueError(
             f"max_seq_length and max_predictions_per_seq must be >= 1; received "
             f"max_seq_length={max_seq_length}, max_predictions_per_seq={max_predictions_per_seq}")
 
 
 def parse_pretraining_example(serialized: tf.Tensor, max_seq_length: int,
-                              max_predictions_per_seq: int) -> dict[str, tf.Tensor]:
+                              max_predictions_per_seq: int | None) -> dict[str, tf.Tensor]:
     """Parses serialized examples into model inputs and labels (the one name bridge).
 
     Works on one record (a scalar string) or a batch (a [B] string vector, parsed with
@@ -94,13 +111,14 @@ def parse_pretraining_example(serialized: tf.Tensor, max_seq_length: int,
     Args:
       serialized: tf.string Tensor of shape [] or [B].
       max_seq_length: S the data was written with (check the sidecar first).
-      max_predictions_per_seq: P the data was written with.
+      max_predictions_per_seq: P the data was written with; None for data without masks
+        (dynamic masking).
 
     Returns:
       dict with model names:
         input_word_ids, input_mask, input_type_ids: int32 [..., S]
-        masked_lm_positions, masked_lm_ids: int32 [..., P]
-        masked_lm_weights: float32 [..., P]
+        masked_lm_positions, masked_lm_ids: int32 [..., P] (not for P = None)
+        masked_lm_weights: float32 [..., P] (not for P = None)
         next_sentence_labels: int32 [..., 1] (0 = IsNext, 1 = NotNext; Google's shape)
 
     Raises:
@@ -119,6 +137,8 @@ def parse_pretraining_example(serialized: tf.Tensor, max_seq_length: int,
             f"examples; received shape {serialized.shape}")
     out = {}
     for file_name, model_name in FILE_TO_MODEL_NAMES.items():
+        if file_name not in parsed:
+            continue  # masked_lm_* of data without masks
         value = parsed[file_name]
         # TPUs want int32; weights stay float32.
         out[model_name] = value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
@@ -199,15 +219,16 @@ def _varint_cells(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def serialize_examples(input_ids: np.ndarray, input_mask: np.ndarray, segment_ids: np.ndarray,
-                       masked_lm_positions: np.ndarray, masked_lm_ids: np.ndarray,
-                       masked_lm_weights: np.ndarray,
+                       masked_lm_positions: np.ndarray | None, masked_lm_ids: np.ndarray | None,
+                       masked_lm_weights: np.ndarray | None,
                        next_sentence_labels: np.ndarray) -> list[bytes]:
     """Serializes a batch of examples in the schema; fast (vectorized) writer.
 
     Args:
       input_ids, input_mask, segment_ids: integer arrays [B, S], values in [0, 2**31).
       masked_lm_positions, masked_lm_ids: integer arrays [B, P], values in [0, 2**31).
-      masked_lm_weights: float array [B, P].
+      masked_lm_weights: float array [B, P]. All three None: records without masks (for
+        dynamic masking), which parse with `feature_spec(S, None)`.
       next_sentence_labels: integer array [B] (or [B, 1]).
 
     Returns:
@@ -221,7 +242,11 @@ def serialize_examples(input_ids: np.ndarray, input_mask: np.ndarray, segment_id
     if ids.ndim != 2:
         raise ValueError(f"serialize_examples: input_ids must be [B, S]; received {ids.shape}")
     b, s = ids.shape
-    weights = np.asarray(masked_lm_weights, dtype="<f4")
+    unmasked = masked_lm_weights is None
+    if unmasked != (masked_lm_positions is None) or unmasked != (masked_lm_ids is None):
+        raise ValueError("serialize_examples: give all three masked_lm_* arrays, or none of "
+                         "them (data for dynamic masking)")
+    weights = np.zeros((b, 1), "<f4") if unmasked else np.asarray(masked_lm_weights, "<f4")
     p = weights.shape[1] if weights.ndim == 2 else -1
     if weights.shape != (b, p) or p < 1:
         raise ValueError(f"serialize_examples: masked_lm_weights has shape {weights.shape}; "
@@ -234,10 +259,11 @@ def serialize_examples(input_ids: np.ndarray, input_mask: np.ndarray, segment_id
         INPUT_IDS: (np.asarray(input_ids), s),
         INPUT_MASK: (np.asarray(input_mask), s),
         SEGMENT_IDS: (np.asarray(segment_ids), s),
-        MASKED_LM_POSITIONS: (np.asarray(masked_lm_positions), p),
-        MASKED_LM_IDS: (np.asarray(masked_lm_ids), p),
-        NEXT_SENTENCE_LABELS: (nsp.reshape(b, 1), 1),
     }
+    if not unmasked:
+        int_features[MASKED_LM_POSITIONS] = (np.asarray(masked_lm_positions), p)
+        int_features[MASKED_LM_IDS] = (np.asarray(masked_lm_ids), p)
+    int_features[NEXT_SENTENCE_LABELS] = (nsp.reshape(b, 1), 1)
     for name, (arr, length) in int_features.items():
         if arr.shape != (b, length):
             raise ValueError(f"serialize_examples: {name} has shape {arr.shape}; expected "
@@ -251,11 +277,14 @@ def serialize_examples(input_ids: np.ndarray, input_mask: np.ndarray, segment_id
     # Payloads in the order of `to_example` (the order is not part of the format).
     payloads = []  # (key, list tag, bytes [B, w], keep [B, w], payload length [B])
     for name in (INPUT_IDS, INPUT_MASK, SEGMENT_IDS, MASKED_LM_POSITIONS, MASKED_LM_IDS):
+        if name not in int_features:
+            continue
         cells, keep = _varint_cells(int_features[name][0])
         payloads.append((name, _TAG_LEN3, cells, keep, keep.sum(axis=1)))
-    float_bytes = weights.view(np.uint8).reshape(b, 4 * p)
-    payloads.append((MASKED_LM_WEIGHTS, _TAG_LEN2, float_bytes, np.ones_like(float_bytes, bool),
-                     np.full(b, 4 * p, np.int64)))
+    if not unmasked:
+        float_bytes = weights.view(np.uint8).reshape(b, 4 * p)
+        payloads.append((MASKED_LM_WEIGHTS, _TAG_LEN2, float_bytes,
+                         np.ones_like(float_bytes, bool), np.full(b, 4 * p, np.int64)))
     cells, keep = _varint_cells(int_features[NEXT_SENTENCE_LABELS][0])
     payloads.append((NEXT_SENTENCE_LABELS, _TAG_LEN3, cells, keep, keep.sum(axis=1)))
 
@@ -349,13 +378,22 @@ def read_sidecar(tfrecord_path: str) -> dict | None:
     return meta
 
 
+def sidecar_masking(meta: Mapping[str, Any] | None) -> str | None:
+    """"static" or "dynamic" as a sidecar says (sidecars before dynamic masking: static);
+    None without a sidecar."""
+    if meta is None:
+        return None
+    return str(meta.get("masking", STATIC_MASKING))
+
+
 def check_sidecar(meta: Mapping[str, Any] | None, max_seq_length: int,
-                  max_predictions_per_seq: int, source: str) -> None:
+                  max_predictions_per_seq: int | None, source: str) -> None:
     """Checks that data described by `meta` fits a trainer's lengths.
 
     Args:
       meta: a sidecar dict (from read_sidecar), or None (no sidecar: nothing to check).
-      max_seq_length, max_predictions_per_seq: what the trainer will parse with.
+      max_seq_length, max_predictions_per_seq: what the trainer will parse with. Data
+        without masks (sidecar `"masking": "dynamic"`) has no P: only S is checked.
       source: the shard path, named in the error.
 
     Raises:
@@ -365,8 +403,10 @@ def check_sidecar(meta: Mapping[str, Any] | None, max_seq_length: int,
     if meta is None:
         return
     problems = []
-    for key, wanted in (("max_seq_length", max_seq_length),
-                        ("max_predictions_per_seq", max_predictions_per_seq)):
+    lengths = [("max_seq_length", max_seq_length)]
+    if sidecar_masking(meta) != DYNAMIC_MASKING:
+        lengths.append(("max_predictions_per_seq", max_predictions_per_seq))
+    for key, wanted in lengths:
         if key not in meta:
             problems.append(f"its sidecar has no {key} (trainer uses {key}={wanted})")
         elif int(meta[key]) != int(wanted):

@@ -17,6 +17,8 @@ The algorithm, per document and per `dupe_factor` pass (as Google's create_pretr
     non-special tokens ([CLS]/[SEP] never); each becomes [MASK] (80%), a random vocabulary
     entry (10%, any entry) or stays (10%). Whole-word masking picks words (a piece plus its
     following "##" pieces) instead of pieces, never exceeding the budget.
+    With `dynamic_masking` this step is left out: instances keep their tokens and the
+    trainer masks anew on every pass (bert_keras/masking.py).
 
 What differs from Google's tool, and why (memory must not grow with the corpus):
   * Documents stream through. The NotNext segment comes from `OtherDocumentPool`, a bounded
@@ -95,6 +97,8 @@ class InstanceConfig:
       warmup_max_tokens: ...or until the waiting documents hold this many tokens (bounds
         memory for corpora of very long documents).
       batch_size: instances packed and masked per numpy batch.
+      dynamic_masking: leave instances unmasked (the trainer masks them on every pass);
+        masked_lm_prob, max_predictions_per_seq and do_whole_word_mask are then unused.
     """
 
     max_seq_length: int = 128
@@ -108,6 +112,7 @@ class InstanceConfig:
     warmup_documents: int = 256
     warmup_max_tokens: int = 4 * 1024 * 1024
     batch_size: int = 1024
+    dynamic_masking: bool = False
 
     def __post_init__(self):
         s, p = self.max_seq_length, self.max_predictions_per_seq
@@ -362,6 +367,7 @@ class InstanceBatch(NamedTuple):
     input_ids, input_mask, segment_ids: int32 [N, S] (input_ids after masking)
     masked_lm_positions, masked_lm_ids: int32 [N, P] (ascending positions; original ids)
     masked_lm_weights: float32 [N, P]
+      (all three [N, 0] with dynamic masking, and input_ids unmasked)
     next_sentence_labels: int32 [N] (0 IsNext, 1 NotNext)
     a_doc_ids, b_doc_ids: int64 [N], source documents (not written; for checks and tests)
     """
@@ -647,9 +653,14 @@ def finish_instances(pairs: Sequence[SegmentPair], config: InstanceConfig,
     """
     np_rng = np.random.default_rng(rng.getrandbits(64))
     ids, mask, segments, len_a = pack_pairs(pairs, config.max_seq_length, special, np_rng)
-    masked, positions, labels, weights = mask_tokens(
-        ids, mask, len_a, config.masked_lm_prob, config.max_predictions_per_seq, special,
-        np_rng, config.do_whole_word_mask)
+    if config.dynamic_masking:
+        n = len(pairs)
+        masked, positions = ids, np.zeros((n, 0), np.int32)
+        labels, weights = positions, np.zeros((n, 0), np.float32)
+    else:
+        masked, positions, labels, weights = mask_tokens(
+            ids, mask, len_a, config.masked_lm_prob, config.max_predictions_per_seq, special,
+            np_rng, config.do_whole_word_mask)
     nsp = np.fromiter((p.is_random_next for p in pairs), np.int32, len(pairs))
     if stats is not None:
         stats.instances += len(pairs)

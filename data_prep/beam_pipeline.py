@@ -460,7 +460,8 @@ def _job_error(e: BaseException) -> str:
     text = str(e)
     at = text.rfind(_ERROR_MARK)
     if at >= 0:
-        return text[at + len(_ERROR_MARK):].split("\n", 1)[0].strip(" '\"")
+        line = text[at + len(_ERROR_MARK):].split("\n", 1)[0]
+        return re.sub(r" \[while running '[^']*'\]", "", line).strip(" '\"")
     last = [line for line in text.strip().splitlines() if line.strip()]
     return f"the Beam job failed: {type(e).__name__}: {last[-1] if last else ''}"[:2000]
 

@@ -13,11 +13,13 @@ The pipeline:
              -> Reshuffle -> Tokenize (batches of ~512 KB of text; empty documents dropped)
              -> key by bucket: hash(seed, document id) mod B, B = max(1, documents //
                 --beam_documents_per_bucket), from a global count (a side input)
-             -> GroupByKey -> MakeInstances per bucket: pass 1 picks the NotNext pool, the
-                (at most --random_doc_pool_size) documents of the bucket with the smallest
-                hash(seed, id), each kept as a window of 4 * max_seq_length tokens; pass 2
-                turns every document into instances (dupe_factor passes, truncation,
-                masking) with its own random source
+             -> GroupByKey -> MakeInstances per bucket, documents in id order: pass 1
+                picks the NotNext pool, the (at most --random_doc_pool_size) documents of
+                the bucket with the smallest hash(seed, id), each kept as a window of
+                4 * max_seq_length tokens; pass 2 makes each document's sentence pairs
+                (dupe_factor passes) with the document's own random source, then truncates
+                and masks them in batches of whole documents (~1024 pairs, seeded by the
+                batch's first document)
              -> key by hash(seed, record) -> shard = key mod num_shards -> GroupByKey ->
                 WriteShard: records sorted by key (a global shuffle: one document's records
                 land in every shard, in no particular order), written under a hidden
@@ -35,8 +37,7 @@ same input, flags and seed give byte-identical shards for any runner, worker cou
 split or rerun (a retried bundle rewrites the same bytes). The records differ from the local
 tool's (which draws per worker, in stream order), with the same statistics.
 
-Memory per worker: a bucket's documents pass through GroupByKey, which Dataflow and Flink
-stream (DirectRunner holds a bucket, ~1,000 documents by default); the pool holds at most
+Memory per worker: one bucket's documents (~1,000 by default, sorted by id); the pool holds at most
 --random_doc_pool_size windows (20 MB at the defaults); WriteShard sorts one shard's records
 in memory, so choose --num_output_shards to keep a shard at a few hundred MB (Google's
 recommendation of many shards does that).
@@ -332,10 +333,15 @@ if beam is not None:
         def process(self, element):
             bucket, docs = element
             config, special, seed = self._config, self._special, self._seed
+            # Id order makes the batches below (and so the masking draws) independent of the
+            # order the runner delivers the bucket in. A bucket is ~documents_per_bucket
+            # documents, so holding it is bounded memory.
+            docs = sorted(docs, key=lambda kv: kv[0])
             pool = self._pool(docs)
             stats = pi.InstanceStats()
             input_bytes = 0
-            for doc_id, (tokens, splits, nbytes) in docs:
+            pairs: list[pi.SegmentPair] = []
+            for position, (doc_id, (tokens, splits, nbytes)) in enumerate(docs):
                 doc = pi.Document(doc_id, tokens, splits)
                 if len(pool) < 2:
                     raise ValueError(
@@ -343,8 +349,9 @@ if beam is not None:
                         "segments have no other document to come from; the corpus needs at "
                         "least 2 documents (with several buckets, raise "
                         "--beam_documents_per_bucket)")
+                if not pairs:
+                    batch_rng = document_rng(seed, "batch", doc_id)
                 rng = document_rng(seed, "instances", doc_id)
-                pairs = []
                 for _ in range(config.dupe_factor):
                     pairs.extend(pi.create_pairs_from_document(
                         doc, pool, config.max_seq_length, config.short_seq_prob, rng))
@@ -353,11 +360,14 @@ if beam is not None:
                 stats.sentences += doc.num_sentences
                 stats.tokens += doc.num_tokens
                 input_bytes += nbytes
-                batch = pi.finish_instances(pairs, config, special, rng, stats)
-                yield from features.serialize_examples(
-                    batch.input_ids, batch.input_mask, batch.segment_ids,
-                    batch.masked_lm_positions, batch.masked_lm_ids, batch.masked_lm_weights,
-                    batch.next_sentence_labels)
+                # Whole documents per batch, cut after the one that fills it: deterministic.
+                if len(pairs) >= config.batch_size or position == len(docs) - 1:
+                    batch = pi.finish_instances(pairs, config, special, batch_rng, stats)
+                    pairs = []
+                    yield from features.serialize_examples(
+                        batch.input_ids, batch.input_mask, batch.segment_ids,
+                        batch.masked_lm_positions, batch.masked_lm_ids, batch.masked_lm_weights,
+                        batch.next_sentence_labels)
             yield beam.pvalue.TaggedOutput(
                 "summary", {"stats": dataclasses.asdict(stats), "input_bytes": input_bytes})
 

@@ -63,6 +63,20 @@ def _merged(data):
     return {k: np.concatenate([d[k] for d in data]) for k in data[0]}
 
 
+def _a_documents(data, vocab):
+    """The documents (names like "d12") that the A segments of a shard's records come from."""
+    sep_id = vocab.index("[SEP]")
+    found = set()
+    for row, k, pos, labels in zip(data["input_ids"], data["masked_lm_weights"].sum(axis=1),
+                                   data["masked_lm_positions"], data["masked_lm_ids"]):
+        row = row.copy()
+        row[pos[:int(k)]] = labels[:int(k)]
+        first_sep = int(np.flatnonzero(row == sep_id)[0])
+        found |= {vocab[t].split("w")[0].split("p")[0] for t in row[1:first_sep]
+                  if vocab[t].startswith("d")}
+    return found
+
+
 def _statistics(merged, vocab):
     """Masked share, 80/10/10 split, NotNext share; checks every record's layout."""
     mask_id, cls_id, sep_id = vocab.index("[MASK]"), vocab.index("[CLS]"), vocab.index("[SEP]")
@@ -126,6 +140,9 @@ def test_schema_sidecars_and_statistics_match_the_local_tool(beam_run, corpus, t
         assert m["max_seq_length"] == S and m["max_predictions_per_seq"] == P
         features.check_sidecar(m, S, P, shards[j])
         features.check_shard(shards[j], m)
+    # A global shuffle: every document's records land in every shard.
+    per_shard = [_a_documents(d, beam_run["vocab"]) for d in data]
+    assert len(set.intersection(*per_shard)) >= 45, [len(x) for x in per_shard]
     got = _statistics(_merged(data), beam_run["vocab"])
     assert meta[0]["counts"]["instances"] == got["instances"]
     assert meta[0]["counts"]["documents"] == 50

@@ -266,12 +266,15 @@ if beam is not None:
         def process(self, element):
             file_index, path = element
             warnings = _Warnings()
+            count = 0
             try:
                 for raw in cpd.read_documents([path], warnings=warnings, open_file=open_any):
+                    count += 1
                     yield document_id(file_index, raw.index), raw.lines, raw.nbytes
             except InputError as e:  # keeps its one-line message through the runner
                 raise ValueError(f"{_ERROR_MARK}{e}") from None
-            yield beam.pvalue.TaggedOutput("summary", {"warnings": dataclasses.asdict(warnings)})
+            yield beam.pvalue.TaggedOutput("summary", {"warnings": dataclasses.asdict(warnings),
+                                                       "documents_read": count})
 
     class _Tokenize(beam.DoFn):
         """Batches of raw documents -> (doc id, (tokens int32 [T], sentence splits, bytes))."""
@@ -298,9 +301,14 @@ if beam is not None:
 
         def process(self, batch):
             raws = [cpd.RawDocument(doc_id, lines, nbytes) for doc_id, lines, nbytes in batch]
+            empty = 0
             for doc, nbytes in cpd.tokenize_documents(raws, self._tokenize):
                 if doc.num_sentences:
                     yield doc.doc_id, (doc.tokens, doc.splits, nbytes)
+                else:
+                    empty += 1
+            yield beam.pvalue.TaggedOutput("summary", {"documents_tokenized": len(raws),
+                                                       "documents_without_tokens": empty})
 
     class _MakeInstances(beam.DoFn):
         """(bucket, documents) -> serialized tf.train.Examples, plus a summary of counters."""
@@ -418,10 +426,12 @@ def build_pipeline(pipeline, spec: cpd.JobSpec, vocab: Sequence[str], special: p
             | "Files" >> beam.Create(list(enumerate(spec.input_files)))
             | "ReadDocuments" >> beam.ParDo(_ReadDocuments()).with_outputs("summary",
                                                                            main="documents"))
-    docs = (read.documents
-            | "SpreadDocuments" >> beam.Reshuffle()
-            | "BatchDocuments" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
-            | "Tokenize" >> beam.ParDo(_Tokenize(vocab, spec.tokenizer)))
+    tokenized = (read.documents
+                 | "SpreadDocuments" >> beam.Reshuffle()
+                 | "BatchDocuments" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+                 | "Tokenize" >> beam.ParDo(_Tokenize(vocab, spec.tokenizer)).with_outputs(
+                     "summary", main="documents"))
+    docs = tokenized.documents
     count = docs | "CountDocuments" >> beam.combiners.Count.Globally()
     made = (docs
             | "KeyByBucket" >> beam.Map(
@@ -435,7 +445,7 @@ def build_pipeline(pipeline, spec: cpd.JobSpec, vocab: Sequence[str], special: p
                    lambda r: (lambda k: (k % num_shards, (k, r)))(_record_key(seed, r)))
                | "GroupShards" >> beam.GroupByKey()
                | "WriteShards" >> beam.ParDo(_WriteShard(temp_paths, spec.gzip)))
-    _ = ((read.summary, made.summary, written)
+    _ = ((read.summary, tokenized.summary, made.summary, written)
          | "AllCounters" >> beam.Flatten()
          | "Summary" >> beam.CombineGlobally(_SumSummary())
          | "WriteSummary" >> beam.Map(_write_text, summary_path))
@@ -566,6 +576,14 @@ def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
                               shard_counts={}, long_lines=warnings.get("long_lines", 0),
                               first_long_line=warnings.get("first_long_line", ""),
                               bad_utf8_lines=warnings.get("bad_utf8_lines", 0))
+    # Every document read must reach instance creation: a runner that drops data fails here.
+    read_count = summary.get("documents_read", 0)
+    for stage, count in (("tokenized", summary.get("documents_tokenized", 0)),
+                         ("turned into instances", totals.documents +
+                          summary.get("documents_without_tokens", 0))):
+        if count != read_count:
+            raise InputError(f"the Beam job read {read_count} documents but {count} were "
+                             f"{stage}: the runner lost data; no output was published")
     if totals.documents == 0:
         raise InputError("the corpus holds no document with text (expected one sentence per "
                          "line, a blank line between documents)")

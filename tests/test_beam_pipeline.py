@@ -319,3 +319,20 @@ def test_pipeline_options_parse_like_tfds():
             "--save_main_session"]
     options = beam_pipeline.pipeline_options("DirectRunner", MULTI).get_all_options()
     assert options["direct_num_workers"] == 2 and options["runner"] == "DirectRunner"
+
+
+def test_a_runner_that_loses_documents_publishes_nothing(corpus, tmp_path, monkeypatch, capsys):
+    path, vocab_path, _ = corpus
+    real = beam_pipeline.cpd.tokenize_documents
+
+    def lossy(raws, tokenize):  # drops one document of each batch, as a faulty runner would
+        for k, item in enumerate(real(raws, tokenize)):
+            if k:
+                yield item
+
+    monkeypatch.setattr(beam_pipeline.cpd, "tokenize_documents", lossy)
+    out_dir = tmp_path / "out"
+    assert run_cli(runner="DirectRunner", **_flags(path, vocab_path, str(out_dir / "x"))) == 1
+    err = capsys.readouterr().err
+    assert "read 50 documents" in err and "lost data" in err, err
+    assert os.listdir(out_dir) == []

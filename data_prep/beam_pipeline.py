@@ -11,8 +11,9 @@ The pipeline:
   file paths -> ReadDocuments: each file read sequentially, line by line (never held whole);
                 a document (lines up to a blank line) is emitted whole, never split
              -> Reshuffle -> Tokenize (batches of ~512 KB of text; empty documents dropped)
-             -> key by bucket: hash(seed, document id) mod B, B = max(1, documents //
-                --beam_documents_per_bucket), from a global count (a side input)
+             -> key by bucket: hash(seed, document id) mod B, B = max(1, round(input MB /
+                --beam_bucket_mb)), fixed at launch from the input files' sizes (no global
+                count, no side input: the stage fuses with tokenization)
              -> GroupByKey -> MakeInstances per bucket, documents in id order: pass 1
                 picks the NotNext pool, the (at most --random_doc_pool_size) documents of
                 the bucket with the smallest hash(seed, id), each kept as a window of
@@ -37,7 +38,7 @@ same input, flags and seed give byte-identical shards for any runner, worker cou
 split or rerun (a retried bundle rewrites the same bytes). The records differ from the local
 tool's (which draws per worker, in stream order), with the same statistics.
 
-Memory per worker: one bucket's documents (~1,000 by default, sorted by id); the pool holds at most
+Memory per worker: one bucket's documents (~4 MB of text by default, sorted by id); the pool holds at most
 --random_doc_pool_size windows (20 MB at the defaults); WriteShard sorts one shard's records
 in memory, so choose --num_output_shards to keep a shard at a few hundred MB (Google's
 recommendation of many shards does that).
@@ -84,7 +85,6 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
 
 RUNNERS = ("DirectRunner", "PrismRunner", "DataflowRunner", "FlinkRunner", "SparkRunner",
            "PortableRunner")
-MIN_DOCUMENTS_PER_BUCKET = 16
 _SUMMARY_SUFFIX = ".summary.json"
 
 
@@ -197,8 +197,9 @@ def document_id(file_index: int, number: int) -> int:
     return (file_index << 40) | number
 
 
-def num_buckets(documents: int, documents_per_bucket: int) -> int:
-    return max(1, documents // documents_per_bucket)
+def num_buckets(input_bytes: int, bucket_mb: float) -> int:
+    """Buckets for `input_bytes` of input (file sizes as stored) at ~`bucket_mb` MB each."""
+    return max(1, int(round(input_bytes / (bucket_mb * 1e6))))
 
 
 def bucket_of(seed: int, doc_id: int, buckets: int) -> int:
@@ -342,8 +343,8 @@ if beam is not None:
             bucket, docs = element
             config, special, seed = self._config, self._special, self._seed
             # Id order makes the batches below (and so the masking draws) independent of the
-            # order the runner delivers the bucket in. A bucket is ~documents_per_bucket
-            # documents, so holding it is bounded memory.
+            # order the runner delivers the bucket in. A bucket is ~--beam_bucket_mb of text,
+            # so holding it is bounded memory.
             docs = sorted(docs, key=lambda kv: kv[0])
             pool = self._pool(docs)
             stats = pi.InstanceStats()
@@ -355,8 +356,7 @@ if beam is not None:
                     raise ValueError(
                         f"{_ERROR_MARK}bucket {bucket} holds a single document, so its NotNext "
                         "segments have no other document to come from; the corpus needs at "
-                        "least 2 documents (with several buckets, raise "
-                        "--beam_documents_per_bucket)")
+                        "least 2 documents (with several buckets, raise --beam_bucket_mb)")
                 if not pairs:
                     batch_rng = document_rng(seed, "batch", doc_id)
                 rng = document_rng(seed, "instances", doc_id)
@@ -419,7 +419,7 @@ def write_tfrecords(path: str, records: Iterable[bytes], gzip_compress: bool) ->
 
 def build_pipeline(pipeline, spec: cpd.JobSpec, vocab: Sequence[str], special: pi.SpecialTokens,
                    temp_paths: Sequence[str], summary_path: str,
-                   documents_per_bucket: int) -> None:
+                   buckets: int) -> None:
     """Adds the whole job to `pipeline` (see the module docstring)."""
     seed, num_shards = spec.random_seed, len(spec.output_files)
     read = (pipeline
@@ -432,11 +432,8 @@ def build_pipeline(pipeline, spec: cpd.JobSpec, vocab: Sequence[str], special: p
                  | "Tokenize" >> beam.ParDo(_Tokenize(vocab, spec.tokenizer)).with_outputs(
                      "summary", main="documents"))
     docs = tokenized.documents
-    count = docs | "CountDocuments" >> beam.combiners.Count.Globally()
     made = (docs
-            | "KeyByBucket" >> beam.Map(
-                lambda kv, n: (bucket_of(seed, kv[0], num_buckets(n, documents_per_bucket)), kv),
-                n=beam.pvalue.AsSingleton(count))
+            | "KeyByBucket" >> beam.Map(lambda kv: (bucket_of(seed, kv[0], buckets), kv))
             | "GroupBuckets" >> beam.GroupByKey()
             | "MakeInstances" >> beam.ParDo(_MakeInstances(spec.config, special, seed))
             .with_outputs("summary", main="records"))
@@ -501,7 +498,7 @@ def check_outputs(spec: cpd.JobSpec) -> None:
             os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
 
-def run(spec: cpd.JobSpec, options, documents_per_bucket: int = 1000,
+def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
         log: Callable[..., None] | None = None) -> dict:
     """Runs the Beam job and, when it has succeeded, checks and publishes its shards.
 
@@ -509,7 +506,7 @@ def run(spec: cpd.JobSpec, options, documents_per_bucket: int = 1000,
       spec: the job (create_pretraining_data.spec_from_flags; num_workers and
         shuffle_buffer_size are not used: the runner has its workers, the shuffle is global).
       options: Beam PipelineOptions (pipeline_options()).
-      documents_per_bucket: see the module docstring (>= 16).
+      bucket_mb: text per NotNext bucket, in MB (see the module docstring).
       log: printf-style logger (default: absl logging.info).
 
     Returns:
@@ -520,9 +517,8 @@ def run(spec: cpd.JobSpec, options, documents_per_bucket: int = 1000,
     """
     log = log or logging.info
     _require_beam(str(options.get_all_options().get("runner")))
-    if documents_per_bucket < MIN_DOCUMENTS_PER_BUCKET:
-        raise InputError(f"--beam_documents_per_bucket must be >= {MIN_DOCUMENTS_PER_BUCKET}; "
-                         f"received {documents_per_bucket}")
+    if not bucket_mb > 0:
+        raise InputError(f"--beam_bucket_mb must be > 0; received {bucket_mb}")
     vocab = schema.load_vocab(spec.vocab_file)
     try:
         special = pi.SpecialTokens.from_vocab(vocab)
@@ -539,7 +535,10 @@ def run(spec: cpd.JobSpec, options, documents_per_bucket: int = 1000,
     start = time.monotonic()
     try:
         pipeline = beam.Pipeline(options=options)
-        build_pipeline(pipeline, spec, vocab, special, temps, summary_path, documents_per_bucket)
+        input_bytes = sum(m.size_in_bytes for r in FileSystems.match(list(spec.input_files))
+                          for m in r.metadata_list)
+        buckets = num_buckets(input_bytes, bucket_mb)
+        build_pipeline(pipeline, spec, vocab, special, temps, summary_path, buckets)
         _pylogging.getLogger("apache_beam").setLevel(_pylogging.WARNING)
         try:
             state = pipeline.run().wait_until_finish()
@@ -548,7 +547,8 @@ def run(spec: cpd.JobSpec, options, documents_per_bucket: int = 1000,
         if state is not None and str(state).upper().rsplit(".", 1)[-1] != "DONE":
             raise InputError(f"the Beam job ended in state {state}; no output was published")
         summary = json.loads(_read_text(summary_path))
-        result = _publish(spec, temps, summary, options, documents_per_bucket, log)
+        result = _publish(spec, temps, summary, options, {"bucket_mb": bucket_mb,
+                                                           "buckets": buckets}, log)
     except BaseException:
         _delete_quietly(temps + [summary_path])
         raise
@@ -568,7 +568,7 @@ def run(spec: cpd.JobSpec, options, documents_per_bucket: int = 1000,
 
 
 def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
-             documents_per_bucket: int, log: Callable[..., None]) -> dict:
+             beam_meta: dict, log: Callable[..., None]) -> dict:
     """Checks the job's shards against its counters, writes sidecars, renames into place."""
     totals = pi.InstanceStats(**summary.get("stats", {}))
     warnings = summary.get("warnings", {})
@@ -605,8 +605,7 @@ def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
     common = cpd._sidecar_common(  # pylint: disable=protected-access
         spec, totals, reader.input_bytes, files.sha256_file(spec.vocab_file))
     runner = str(options.get_all_options().get("runner"))
-    common["beam"] = {"runner": runner, "documents_per_bucket": documents_per_bucket,
-                      "pool_size": spec.config.pool_size}
+    common["beam"] = dict(beam_meta, runner=runner, pool_size=spec.config.pool_size)
     if not spec.overwrite:
         check_outputs(spec)  # nothing appeared meanwhile
     for j, (temp, path) in enumerate(zip(temps, spec.output_files)):

@@ -100,10 +100,11 @@ _BEAM_PIPELINE_OPTIONS = flags.DEFINE_string(
     "beam_pipeline_options", "", "Beam pipeline options, comma-separated key=value (the TFDS "
     "convention), e.g. direct_num_workers=2,direct_running_mode=multi_processing or "
     "project=P,region=R,temp_location=gs://B/tmp. Only with a Beam --runner.", **_SHARED)
-_BEAM_DOCUMENTS_PER_BUCKET = flags.DEFINE_integer(
-    "beam_documents_per_bucket", 1000, "Beam runners: documents are hashed into buckets of "
-    "about this many; NotNext segments come from another document of the same bucket (at "
-    "most --random_doc_pool_size of them are pooled).", **_SHARED)
+_BEAM_BUCKET_MB = flags.DEFINE_float(
+    "beam_bucket_mb", 4.0, "Beam runners: documents are hashed into buckets of about this "
+    "many MB of input (~1,000 Wikipedia articles); NotNext segments come from another "
+    "document of the same bucket (at most --random_doc_pool_size of them are pooled).",
+    **_SHARED)
 _NUM_EXAMPLES_TO_PRINT = flags.DEFINE_integer(
     "num_examples_to_print", 5, "Log this many first instances, decoded, for a human check.",
     **_SHARED)
@@ -884,7 +885,7 @@ def _main_beam() -> int:
                  len(spec.input_files), spec.input_files[0], len(spec.output_files))
     logging.info("tokenizer settings: %s (%s)", spec.tokenizer.describe(),
                  spec.tokenizer_source or "defaults and flags")
-    beam_pipeline.run(spec, options, documents_per_bucket=_BEAM_DOCUMENTS_PER_BUCKET.value)
+    beam_pipeline.run(spec, options, bucket_mb=_BEAM_BUCKET_MB.value)
     return 0
 
 

@@ -31,7 +31,7 @@ MULTI = "direct_num_workers=2,direct_running_mode=multi_processing"
 def _flags(corpus, vocab, out, **extra):
     flags = dict(input_file=corpus, vocab_file=vocab, output_file=out, num_output_shards=3,
                  max_seq_length=S, max_predictions_per_seq=P, dupe_factor=DUPE,
-                 num_examples_to_print=0, beam_documents_per_bucket=16)
+                 num_examples_to_print=0, beam_bucket_mb=0.03)
     flags.update(extra)
     return flags
 
@@ -289,7 +289,7 @@ def _bad_case(tmp_path, name):
     if name == "missing_input":
         return {"input_file": str(tmp_path / "nope-*.txt")}, "matches no data file"
     if name == "small_buckets":
-        return {"beam_documents_per_bucket": 4}, "beam_documents_per_bucket"
+        return {"beam_bucket_mb": 0}, "beam_bucket_mb"
     raise ValueError(name)
 
 

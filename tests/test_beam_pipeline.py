@@ -153,8 +153,9 @@ def test_schema_sidecars_and_statistics_match_the_local_tool(beam_run, corpus, t
     local = _statistics(_merged([google_reader(x, S, P) for x in
                                  sorted(glob.glob(local_out + "-*.tfrecord"))]), vocab)
     n = got["instances"]
-    # Same algorithm, other random draws: instance counts and lengths agree within noise.
-    assert abs(n - local["instances"]) <= 0.05 * local["instances"], (n, local["instances"])
+    # Same algorithm, other random draws: instance counts and lengths agree within noise
+    # (on this corpus, seeds 1-4 and 12345 give 2130-2277 instances locally, 2161-2300 on Beam).
+    assert abs(n - local["instances"]) <= 0.08 * local["instances"], (n, local["instances"])
     assert abs(got["mean_length"] - local["mean_length"]) <= 0.03 * local["mean_length"]
     assert abs(got["masked_share"] - local["masked_share"]) <= 0.005
     assert got["masked"] == got["budget"]  # ~15% (16.4% here: 10 of 61 at full length)

@@ -41,7 +41,14 @@ tool's (which draws per worker, in stream order), with the same statistics.
 Memory per worker: one bucket's documents (~4 MB of text by default, sorted by id); the pool holds at most
 --random_doc_pool_size windows (20 MB at the defaults); WriteShard sorts one shard's records
 in memory, so choose --num_output_shards to keep a shard at a few hundred MB (Google's
-recommendation of many shards does that).
+recommendation of many shards does that). That is what a distributed runner's workers hold;
+DirectRunner itself keeps every collection between stages in the launcher's memory (~3 GB
+for 100 MB of text, notes_issue25.md), so it suits corpora of a few hundred MB at most.
+
+The launcher also checks that every document read was tokenized and turned into instances:
+a first version of this pipeline (with a global count as a side input) lost documents on
+DirectRunner's multi_processing mode at 100 MB without an error; that shape is gone, and a
+runner that drops data now fails the job instead of publishing short shards.
 
 NotNext: as in Google's tool the B segment comes from a uniformly drawn *other* document,
 here of the same bucket. Buckets are random (a hash), so over the corpus every other document

@@ -72,7 +72,6 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from absl import logging
-import numpy as np
 
 from data_prep import create_pretraining_data as cpd
 from data_prep import features

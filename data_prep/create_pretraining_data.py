@@ -37,7 +37,7 @@ import random
 import sys
 import time
 import traceback
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from absl import app
 from absl import flags
@@ -99,6 +99,19 @@ _RANDOM_DOC_POOL_SIZE = flags.DEFINE_integer(
     "segments from (bounded memory; see pretraining_instances.OtherDocumentPool).", **_SHARED)
 _SHUFFLE_BUFFER_SIZE = flags.DEFINE_integer(
     "shuffle_buffer_size", 50_000, "Instances held per worker to shuffle the output order.",
+    **_SHARED)
+_RUNNER = flags.DEFINE_string(
+    "runner", "local", "'local' (this machine, --num_workers processes) or an Apache Beam "
+    "runner: DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, PortableRunner, "
+    "PrismRunner (data_prep/beam_pipeline.py).", **_SHARED)
+_BEAM_PIPELINE_OPTIONS = flags.DEFINE_string(
+    "beam_pipeline_options", "", "Beam pipeline options, comma-separated key=value (the TFDS "
+    "convention), e.g. direct_num_workers=2,direct_running_mode=multi_processing or "
+    "project=P,region=R,temp_location=gs://B/tmp. Only with a Beam --runner.", **_SHARED)
+_BEAM_BUCKET_MB = flags.DEFINE_float(
+    "beam_bucket_mb", 4.0, "Beam runners: documents are hashed into buckets of about this "
+    "many MB of input (~1,000 Wikipedia articles); NotNext segments come from another "
+    "document of the same bucket (at most --random_doc_pool_size of them are pooled).",
     **_SHARED)
 _NUM_EXAMPLES_TO_PRINT = flags.DEFINE_integer(
     "num_examples_to_print", 5, "Log this many first instances, decoded, for a human check.",
@@ -177,10 +190,10 @@ def _open_binary(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
-def _sniff(path: str) -> None:
+def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> None:
     """Rejects files that are not UTF-8 text, looking at their first 64 KB."""
     try:
-        with _open_binary(path) as f:
+        with open_file(path) as f:
             head = f.read(_SNIFF_BYTES)
     except OSError as e:
         raise InputError(f"cannot read input file {path}: {e}") from None
@@ -205,7 +218,9 @@ class RawDocument:
 
 
 def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int = 1,
-                   warnings: WorkerResult | None = None) -> Iterator[RawDocument]:
+                   warnings: WorkerResult | None = None,
+                   open_file: Callable[[str], BinaryIO] = _open_binary
+                   ) -> Iterator[RawDocument]:
     """Streams the documents of Google's format that belong to one worker.
 
     Documents are numbered across all files in order; worker w gets those with
@@ -216,6 +231,8 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
       input_files: paths (.gz read decompressed).
       worker, num_workers: which share to return.
       warnings: optional WorkerResult whose long_lines / bad_utf8_lines counters are updated.
+      open_file: path -> binary file object with readline(size) (default: local files,
+        .gz decompressed; the Beam pipeline passes one for any Beam file system).
 
     Yields:
       RawDocument(index, lines (stripped, non-empty str), nbytes (raw bytes of its lines)).
@@ -225,9 +242,9 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
     """
     index = 0
     for path in input_files:
-        _sniff(path)
+        _sniff(path, open_file)
         try:
-            f = _open_binary(path)
+            f = open_file(path)
         except OSError as e:
             raise InputError(f"cannot read input file {path}: {e}") from None
         with f:
@@ -800,10 +817,16 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
             for j in range(num_output_shards)]
 
 
-def spec_from_flags() -> JobSpec:
-    """Reads and checks the flags (the only place they are read)."""
+def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_input_files
+                    ) -> JobSpec:
+    """Reads and checks the flags (the only place they are read).
+
+    Args:
+      expand_inputs: --input_file -> sorted file list (raises ValueError if a pattern matches
+        nothing); the Beam path passes one that knows every Beam file system.
+    """
     try:
-        input_files = features.expand_input_files(_INPUT_FILE.value)
+        input_files = expand_inputs(_INPUT_FILE.value)
     except ValueError as e:
         raise InputError(f"--input_file: {e}") from None
     vocab_file = _VOCAB_FILE.value
@@ -860,6 +883,11 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
+        if _RUNNER.value != "local":
+            return _main_beam()
+        if _BEAM_PIPELINE_OPTIONS.value:
+            raise InputError("--beam_pipeline_options needs a Beam --runner (e.g. "
+                             "--runner=DirectRunner); received --runner=local")
         spec = spec_from_flags()
         logging.info("reading %d input file(s), e.g. %s; writing %d shard(s) with %d worker(s)",
                      len(spec.input_files), spec.input_files[0], len(spec.output_files),
@@ -870,6 +898,23 @@ def main(argv: Sequence[str]) -> int:
     except (ValueError, OSError) as e:  # InputError, VocabError, ...: a message, no traceback
         print(f"create_pretraining_data: error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _main_beam() -> int:
+    """--runner names a Beam runner: check everything, then run data_prep.beam_pipeline."""
+    from data_prep import beam_pipeline  # pylint: disable=g-import-not-at-top
+    options = beam_pipeline.pipeline_options(_RUNNER.value, _BEAM_PIPELINE_OPTIONS.value)
+    if _NUM_WORKERS.value != 1:
+        raise InputError(f"--num_workers={_NUM_WORKERS.value} is for --runner=local; Beam "
+                         "runners take their workers from --beam_pipeline_options (e.g. "
+                         "direct_num_workers=2, or max_num_workers=N on Dataflow)")
+    spec = spec_from_flags(expand_inputs=beam_pipeline.expand_input_files)
+    logging.info("Beam %s: %d input file(s), e.g. %s; writing %d shard(s)", _RUNNER.value,
+                 len(spec.input_files), spec.input_files[0], len(spec.output_files))
+    logging.info("tokenizer settings: %s (%s)", spec.tokenizer.describe(),
+                 spec.tokenizer_source or "defaults and flags")
+    beam_pipeline.run(spec, options, bucket_mb=_BEAM_BUCKET_MB.value)
     return 0
 
 

@@ -1,0 +1,635 @@
+r"""Pretraining data on Apache Beam: the same records on a laptop, Dataflow, Flink or Spark.
+
+`python -m data_prep.create_pretraining_data --runner=DirectRunner ...` (or DataflowRunner,
+FlinkRunner, SparkRunner, PortableRunner, PrismRunner) runs this pipeline instead of the
+local generator. Every flag keeps its meaning; the instance-building algorithm is the one
+of data_prep/pretraining_instances.py (create_pairs_from_document, finish_instances), the
+reader and tokenizer batching those of data_prep/create_pretraining_data.py.
+
+The pipeline:
+
+  file paths -> ReadDocuments: each file read sequentially, line by line (never held whole);
+                a document (lines up to a blank line) is emitted whole, never split
+             -> Reshuffle -> Tokenize (batches of ~512 KB of text; empty documents dropped)
+             -> key by bucket: hash(seed, document id) mod B, B = max(1, round(input MB /
+                --beam_bucket_mb)), fixed at launch from the input files' sizes (no global
+                count, no side input: the stage fuses with tokenization)
+             -> GroupByKey -> MakeInstances per bucket, documents in id order: pass 1
+                picks the NotNext pool, the (at most --random_doc_pool_size) documents of
+                the bucket with the smallest hash(seed, id), each kept as a window of
+                4 * max_seq_length tokens; pass 2 makes each document's sentence pairs
+                (dupe_factor passes) with the document's own random source, then truncates
+                and masks them in batches of whole documents (~1024 pairs, seeded by the
+                batch's first document)
+             -> key by hash(seed, record) -> shard = key mod num_shards -> GroupByKey ->
+                WriteShard: records sorted by key (a global shuffle: one document's records
+                land in every shard, in no particular order), written under a hidden
+                temporary name (`.incomplete-<pid>.<name>`)
+  counters (documents, instances, masked tokens, per-shard records...) -> one JSON summary.
+
+After the job the launcher checks each temporary shard's framing and record count against
+the summary, writes the sidecars (`<shard>.meta.json`, the local tool's format) and renames
+the shards into place. A failed or cancelled job leaves no file under a final name (and no
+sidecar): only hidden `.incomplete-*` files, which readers skip and the next run removes.
+
+Determinism: every random choice is seeded from (seed, document id) or (seed, record), and
+a document id is (file index in the sorted input list, document number in its file). So the
+same input, flags and seed give byte-identical shards for any runner, worker count, bundle
+split or rerun (a retried bundle rewrites the same bytes). The records differ from the local
+tool's (which draws per worker, in stream order), with the same statistics.
+
+Memory per worker: one bucket's documents (~4 MB of text by default, sorted by id); the pool holds at most
+--random_doc_pool_size windows (20 MB at the defaults); WriteShard sorts one shard's records
+in memory, so choose --num_output_shards to keep a shard at a few hundred MB (Google's
+recommendation of many shards does that). That is what a distributed runner's workers hold;
+DirectRunner itself keeps every collection between stages in the launcher's memory (~3 GB
+for 100 MB of text, notes_issue25.md), so it suits corpora of a few hundred MB at most.
+
+The launcher also checks that every document read was tokenized and turned into instances:
+a first version of this pipeline (with a global count as a side input) lost documents on
+DirectRunner's multi_processing mode at 100 MB without an error; that shape is gone, and a
+runner that drops data now fails the job instead of publishing short shards.
+
+NotNext: as in Google's tool the B segment comes from a uniformly drawn *other* document,
+here of the same bucket. Buckets are random (a hash), so over the corpus every other document
+is equally likely to be the source, as with Google's whole-corpus draw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import heapq
+import json
+import logging as _pylogging
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from absl import logging
+
+from data_prep import create_pretraining_data as cpd
+from data_prep import features
+from data_prep import files
+from data_prep import pretraining_instances as pi
+from data_prep import schema
+from data_prep.create_pretraining_data import InputError
+
+try:  # Beam is needed only with a Beam --runner; the local tool works without it.
+    import apache_beam as beam
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+    BEAM_IMPORT_ERROR = None
+except ImportError as _e:  # pragma: no cover - depends on the environment
+    beam = None
+    BEAM_IMPORT_ERROR = _e
+
+RUNNERS = ("DirectRunner", "PrismRunner", "DataflowRunner", "FlinkRunner", "SparkRunner",
+           "PortableRunner")
+_SUMMARY_SUFFIX = ".summary.json"
+
+
+# --- Checks made before the pipeline starts. ---
+
+
+def _require_beam(runner: str) -> None:
+    if beam is None:
+        raise InputError(f"--runner={runner} needs Apache Beam, which is not installed "
+                         f"({BEAM_IMPORT_ERROR}); pip install 'apache-beam[tfrecord]==2.77'")
+
+
+def parse_pipeline_options(text: str) -> list[str]:
+    """`key=value,key=value` (TFDS's --beam_pipeline_options) -> ["--key=value", ...].
+
+    A bare `key` becomes `--key` (a boolean option such as save_main_session).
+
+    Raises:
+      InputError: an empty or malformed item, naming it.
+    """
+    args = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key = item.split("=", 1)[0].strip().lstrip("-")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise InputError(f"--beam_pipeline_options: {item!r} is not key=value (expected "
+                             "comma-separated key=value, e.g. direct_num_workers=2)")
+        args.append("--" + key + (("=" + item.split("=", 1)[1]) if "=" in item else ""))
+    return args
+
+
+def pipeline_options(runner: str, text: str):
+    """Checks --runner and --beam_pipeline_options; returns Beam PipelineOptions.
+
+    Raises:
+      InputError: an unknown runner, a malformed or unknown option, or Beam missing.
+    """
+    if runner not in RUNNERS:
+        raise InputError(f"--runner={runner!r} is not known; expected local or one of "
+                         f"{', '.join(RUNNERS)}")
+    _require_beam(runner)
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    args = parse_pipeline_options(text)
+    if any(a.split("=", 1)[0] == "--runner" for a in args):
+        raise InputError("--beam_pipeline_options: give the runner with --runner, not here")
+    options = PipelineOptions(args + [f"--runner={runner}"])
+    known = options.get_all_options()
+    unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
+    if unknown:
+        raise InputError(f"--beam_pipeline_options: unknown Beam option(s) {', '.join(unknown)}"
+                         " (see python -m apache_beam.examples.wordcount --help for the list)")
+    return options
+
+
+def _is_data_name(path: str) -> bool:
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    return not (base.endswith(files.SIDECAR_SUFFIX) or files.is_temp_name(base))
+
+
+def expand_input_files(patterns: str) -> list[str]:
+    """Expands --input_file (comma-separated globs) on any Beam file system.
+
+    Raises:
+      ValueError: a pattern matches no data file, or every matched file is empty.
+    """
+    _require_beam("a Beam runner")
+    parts = [p.strip() for p in str(patterns or "").split(",") if p.strip()]
+    if not parts:
+        raise ValueError("no input file pattern given (expected a comma-separated list of "
+                         "files or globs)")
+    found: dict[str, int] = {}
+    for pattern in parts:
+        try:
+            matches = FileSystems.match([pattern])[0].metadata_list
+        except Exception as e:  # BeamIOError, an unknown scheme, ...  pylint: disable=broad-except
+            raise ValueError(f"cannot list {pattern!r}: {e}") from None
+        matches = [m for m in matches if _is_data_name(m.path)]
+        if not matches:
+            raise ValueError(f"input pattern {pattern!r} matches no data file")
+        for m in matches:
+            found[m.path] = m.size_in_bytes
+    if not any(found.values()):
+        raise ValueError(f"the {len(found)} input file(s) are empty, e.g. {min(found)}; the "
+                         "corpus needs at least 2 documents")
+    return sorted(found)
+
+
+# --- Deterministic randomness. ---
+
+
+def _hash64(*parts: Any) -> int:
+    text = "/".join(map(str, parts)).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+
+
+def _record_key(seed: int, record: bytes) -> int:
+    return int.from_bytes(
+        hashlib.blake2b(record, digest_size=8, key=str(seed).encode()[:64]).digest(), "little")
+
+
+def document_rng(seed: int, purpose: str, doc_id: int) -> random.Random:
+    """The random source of one document (string seeds are hashed with SHA-512)."""
+    return random.Random(f"bert-keras/beam/{seed}/{purpose}/{doc_id}")
+
+
+def document_id(file_index: int, number: int) -> int:
+    """A document's id: its file's index in the sorted input list, its number in the file."""
+    return (file_index << 40) | number
+
+
+def num_buckets(input_bytes: int, bucket_mb: float) -> int:
+    """Buckets for `input_bytes` of input (file sizes as stored) at ~`bucket_mb` MB each."""
+    return max(1, int(round(input_bytes / (bucket_mb * 1e6))))
+
+
+def bucket_of(seed: int, doc_id: int, buckets: int) -> int:
+    return _hash64("bucket", seed, doc_id) % buckets
+
+
+# --- Reading. ---
+
+
+def open_any(path: str):
+    """A binary file object with readline(size) for any Beam path (.gz read decompressed)."""
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if not path.endswith(".gz"):
+        return raw
+    f = gzip.GzipFile(fileobj=raw, mode="rb")
+    f.myfileobj = raw  # closing the GzipFile closes the underlying file too
+    return f
+
+
+@dataclasses.dataclass
+class _Warnings:
+    """Reader counters (the attributes cpd.read_documents updates)."""
+
+    long_lines: int = 0
+    first_long_line: str = ""
+    bad_utf8_lines: int = 0
+
+
+def _summary_merge(a: dict, b: Mapping) -> dict:
+    """Sums two summaries: numbers add, dicts merge, strings keep the smallest non-empty."""
+    for key, value in b.items():
+        if isinstance(value, Mapping):
+            a[key] = _summary_merge(dict(a.get(key, {})), value)
+        elif isinstance(value, str):
+            mine = a.get(key, "")
+            a[key] = min(v for v in (mine, value) if v) if (mine or value) else ""
+        else:
+            a[key] = a.get(key, 0) + value
+    return a
+
+
+if beam is not None:
+
+    class _SumSummary(beam.CombineFn):
+        """Combines the counters of all stages into one dict."""
+
+        def create_accumulator(self):
+            return {}
+
+        def add_input(self, accumulator, element):
+            return _summary_merge(accumulator, element)
+
+        def merge_accumulators(self, accumulators):
+            out = {}
+            for acc in accumulators:
+                _summary_merge(out, acc)
+            return out
+
+        def extract_output(self, accumulator):
+            return accumulator
+
+    class _ReadDocuments(beam.DoFn):
+        """(file index, path) -> (doc id, lines, raw bytes) per document, reading line by line."""
+
+        def process(self, element):
+            file_index, path = element
+            warnings = _Warnings()
+            count = 0
+            try:
+                for raw in cpd.read_documents([path], warnings=warnings, open_file=open_any):
+                    count += 1
+                    yield document_id(file_index, raw.index), raw.lines, raw.nbytes
+            except InputError as e:  # keeps its one-line message through the runner
+                raise ValueError(f"{_ERROR_MARK}{e}") from None
+            yield beam.pvalue.TaggedOutput("summary", {"warnings": dataclasses.asdict(warnings),
+                                                       "documents_read": count})
+
+    class _Tokenize(beam.DoFn):
+        """Batches of raw documents -> (doc id, (tokens int32 [T], sentence splits, bytes))."""
+
+        def __init__(self, vocab: Sequence[str], tokenizer):
+            self._vocab = list(vocab)
+            self._tokenizer_config = tokenizer
+            self._tokenize = None
+
+        def setup(self):
+            import tensorflow as tf  # pylint: disable=g-import-not-at-top
+            from data_prep.tokenization import BertTokenizer  # pylint: disable=g-import-not-at-top
+            cpd._limit_tf_threads(tf)  # pylint: disable=protected-access
+            # The vocabulary travels with the DoFn: workers cannot see the launcher's files.
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, files.VOCAB_FILE)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write("\n".join(self._vocab) + "\n")
+                tokenizer = BertTokenizer.from_config(path, self._tokenizer_config)
+            graph = tf.function(tokenizer.__call__, autograph=False,
+                                input_signature=[tf.TensorSpec([None], tf.string)])
+            self._tokenize = lambda lines: cpd._ragged_to_numpy(  # pylint: disable=protected-access
+                graph(tf.constant(lines)))
+
+        def process(self, batch):
+            raws = [cpd.RawDocument(doc_id, lines, nbytes) for doc_id, lines, nbytes in batch]
+            empty = 0
+            for doc, nbytes in cpd.tokenize_documents(raws, self._tokenize):
+                if doc.num_sentences:
+                    yield doc.doc_id, (doc.tokens, doc.splits, nbytes)
+                else:
+                    empty += 1
+            yield beam.pvalue.TaggedOutput("summary", {"documents_tokenized": len(raws),
+                                                       "documents_without_tokens": empty})
+
+    class _MakeInstances(beam.DoFn):
+        """(bucket, documents) -> serialized tf.train.Examples, plus a summary of counters."""
+
+        def __init__(self, config: pi.InstanceConfig, special: pi.SpecialTokens, seed: int):
+            self._config, self._special, self._seed = config, special, seed
+
+        def _pool(self, docs: Iterable) -> pi.OtherDocumentPool:
+            """Pass 1: the bucket's documents with the smallest hash, windowed, in id order."""
+            config, seed = self._config, self._seed
+            shaper = pi.OtherDocumentPool(2, config.window_tokens)
+            heap: list = []  # (-priority, doc_id, Document): a max-heap of the smallest
+            for doc_id, (tokens, splits, _) in docs:
+                item = (-_hash64("pool", seed, doc_id), doc_id)
+                if len(heap) >= config.pool_size and item < heap[0][:2]:
+                    continue
+                doc = shaper._window(  # pylint: disable=protected-access
+                    pi.Document(doc_id, tokens, splits), document_rng(seed, "window", doc_id))
+                entry = item + (doc,)
+                if len(heap) < config.pool_size:
+                    heapq.heappush(heap, entry)
+                else:
+                    heapq.heapreplace(heap, entry)
+            chosen = sorted(heap, key=lambda e: e[1])
+            pool = pi.OtherDocumentPool(max(2, len(chosen)), config.window_tokens)
+            for _, doc_id, doc in chosen:
+                pool.add(doc, None)  # already windowed: no random draw
+            return pool
+
+        def process(self, element):
+            bucket, docs = element
+            config, special, seed = self._config, self._special, self._seed
+            # Id order makes the batches below (and so the masking draws) independent of the
+            # order the runner delivers the bucket in. A bucket is ~--beam_bucket_mb of text,
+            # so holding it is bounded memory.
+            docs = sorted(docs, key=lambda kv: kv[0])
+            pool = self._pool(docs)
+            stats = pi.InstanceStats()
+            input_bytes = 0
+            pairs: list[pi.SegmentPair] = []
+            for position, (doc_id, (tokens, splits, nbytes)) in enumerate(docs):
+                doc = pi.Document(doc_id, tokens, splits)
+                if len(pool) < 2:
+                    raise ValueError(
+                        f"{_ERROR_MARK}bucket {bucket} holds a single document, so its NotNext "
+                        "segments have no other document to come from; the corpus needs at "
+                        "least 2 documents (with several buckets, raise --beam_bucket_mb)")
+                if not pairs:
+                    batch_rng = document_rng(seed, "batch", doc_id)
+                rng = document_rng(seed, "instances", doc_id)
+                for _ in range(config.dupe_factor):
+                    pairs.extend(pi.create_pairs_from_document(
+                        doc, pool, config.max_seq_length, config.short_seq_prob, rng))
+                stats.documents += 1
+                stats.one_sentence_documents += doc.num_sentences == 1
+                stats.sentences += doc.num_sentences
+                stats.tokens += doc.num_tokens
+                input_bytes += nbytes
+                # Whole documents per batch, cut after the one that fills it: deterministic.
+                if len(pairs) >= config.batch_size or position == len(docs) - 1:
+                    batch = pi.finish_instances(pairs, config, special, batch_rng, stats)
+                    pairs = []
+                    yield from features.serialize_examples(
+                        batch.input_ids, batch.input_mask, batch.segment_ids,
+                        batch.masked_lm_positions, batch.masked_lm_ids, batch.masked_lm_weights,
+                        batch.next_sentence_labels)
+            yield beam.pvalue.TaggedOutput(
+                "summary", {"stats": dataclasses.asdict(stats), "input_bytes": input_bytes})
+
+    class _WriteShard(beam.DoFn):
+        """(shard, [(key, record)]) -> the shard, records in key order, at its temporary name."""
+
+        def __init__(self, temp_paths: Sequence[str], gzip_compress: bool):
+            self._temps, self._gzip = list(temp_paths), gzip_compress
+
+        def process(self, element):
+            shard, items = element
+            items = sorted(items)
+            write_tfrecords(self._temps[shard], (r for _, r in items), self._gzip)
+            yield {"shard_counts": {str(shard): len(items)}}
+
+
+_ERROR_MARK = "create_pretraining_data input error: "
+
+
+def write_tfrecords(path: str, records: Iterable[bytes], gzip_compress: bool) -> None:
+    """Writes a TFRecord file to any Beam path (TensorFlow's writer; remote: via a local copy)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if gzip_compress else "")
+    local = "://" not in path
+    target = path if local else tempfile.mkstemp(suffix=".tfrecord")[1]
+    try:
+        with tf.io.TFRecordWriter(target, options) as writer:
+            for record in records:
+                writer.write(record)
+        if not local:
+            with open(target, "rb") as src, FileSystems.create(
+                    path, compression_type=CompressionTypes.UNCOMPRESSED) as dst:
+                shutil.copyfileobj(src, dst, 16 << 20)
+    finally:
+        if not local:
+            os.remove(target)
+
+
+# --- The pipeline. ---
+
+
+def build_pipeline(pipeline, spec: cpd.JobSpec, vocab: Sequence[str], special: pi.SpecialTokens,
+                   temp_paths: Sequence[str], summary_path: str,
+                   buckets: int) -> None:
+    """Adds the whole job to `pipeline` (see the module docstring)."""
+    seed, num_shards = spec.random_seed, len(spec.output_files)
+    read = (pipeline
+            | "Files" >> beam.Create(list(enumerate(spec.input_files)))
+            | "ReadDocuments" >> beam.ParDo(_ReadDocuments()).with_outputs("summary",
+                                                                           main="documents"))
+    tokenized = (read.documents
+                 | "SpreadDocuments" >> beam.Reshuffle()
+                 | "BatchDocuments" >> beam.BatchElements(min_batch_size=8, max_batch_size=256)
+                 | "Tokenize" >> beam.ParDo(_Tokenize(vocab, spec.tokenizer)).with_outputs(
+                     "summary", main="documents"))
+    docs = tokenized.documents
+    made = (docs
+            | "KeyByBucket" >> beam.Map(lambda kv: (bucket_of(seed, kv[0], buckets), kv))
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "MakeInstances" >> beam.ParDo(_MakeInstances(spec.config, special, seed))
+            .with_outputs("summary", main="records"))
+    written = (made.records
+               | "KeyByRecordHash" >> beam.Map(
+                   lambda r: (lambda k: (k % num_shards, (k, r)))(_record_key(seed, r)))
+               | "GroupShards" >> beam.GroupByKey()
+               | "WriteShards" >> beam.ParDo(_WriteShard(temp_paths, spec.gzip)))
+    _ = ((read.summary, tokenized.summary, made.summary, written)
+         | "AllCounters" >> beam.Flatten()
+         | "Summary" >> beam.CombineGlobally(_SumSummary())
+         | "WriteSummary" >> beam.Map(_write_text, summary_path))
+
+
+def _write_text(obj: Any, path: str) -> None:
+    with FileSystems.create(path, mime_type="application/json",
+                            compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(json.dumps(obj, indent=1, sort_keys=True).encode())
+
+
+def _read_text(path: str) -> str:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read().decode()
+
+
+def _exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def _delete_quietly(paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            if FileSystems.exists(path):
+                FileSystems.delete([path])
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+
+def _job_error(e: BaseException) -> str:
+    """The one line a worker's error boils down to (runners wrap it in long tracebacks)."""
+    text = str(e)
+    at = text.rfind(_ERROR_MARK)
+    if at >= 0:
+        line = text[at + len(_ERROR_MARK):].split("\n", 1)[0]
+        return re.sub(r" \[while running '[^']*'\]", "", line).strip(" '\"")
+    last = [line for line in text.strip().splitlines() if line.strip()]
+    return f"the Beam job failed: {type(e).__name__}: {last[-1] if last else ''}"[:2000]
+
+
+def check_outputs(spec: cpd.JobSpec) -> None:
+    """Refuses existing outputs (unless --overwrite) on any Beam file system."""
+    if len(set(spec.output_files)) != len(spec.output_files):
+        raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
+    if not spec.overwrite:
+        finals = [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
+        existing = [p for p in finals if _exists(p)]
+        if existing:
+            raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
+                             f"e.g. {existing[0]}; pass --overwrite to replace them")
+    for out in spec.output_files:
+        if "://" not in out:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+
+def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
+        log: Callable[..., None] | None = None) -> dict:
+    """Runs the Beam job and, when it has succeeded, checks and publishes its shards.
+
+    Args:
+      spec: the job (create_pretraining_data.spec_from_flags; num_workers and
+        shuffle_buffer_size are not used: the runner has its workers, the shuffle is global).
+      options: Beam PipelineOptions (pipeline_options()).
+      bucket_mb: text per NotNext bucket, in MB (see the module docstring).
+      log: printf-style logger (default: absl logging.info).
+
+    Returns:
+      Summary dict (totals, per-shard counts, seconds, MB/s), like the local tool's run().
+
+    Raises:
+      InputError: bad settings or input, or a failed job; no file is left under a final name.
+    """
+    log = log or logging.info
+    _require_beam(str(options.get_all_options().get("runner")))
+    if not bucket_mb > 0:
+        raise InputError(f"--beam_bucket_mb must be > 0; received {bucket_mb}")
+    vocab = schema.load_vocab(spec.vocab_file)
+    try:
+        special = pi.SpecialTokens.from_vocab(vocab)
+    except ValueError as e:
+        raise InputError(f"--vocab_file {spec.vocab_file}: {e}") from None
+    check_outputs(spec)
+    pid = os.getpid()
+    temps = [files.temp_path(p, pid) for p in spec.output_files]
+    summary_path = files.temp_path(spec.output_files[0] + _SUMMARY_SUFFIX, pid)
+    for path in spec.output_files:
+        if "://" not in path:
+            files.remove_stale_temps(path)
+            files.remove_stale_temps(path + _SUMMARY_SUFFIX)
+    start = time.monotonic()
+    try:
+        pipeline = beam.Pipeline(options=options)
+        input_bytes = sum(m.size_in_bytes for r in FileSystems.match(list(spec.input_files))
+                          for m in r.metadata_list)
+        buckets = num_buckets(input_bytes, bucket_mb)
+        build_pipeline(pipeline, spec, vocab, special, temps, summary_path, buckets)
+        _pylogging.getLogger("apache_beam").setLevel(_pylogging.WARNING)
+        try:
+            state = pipeline.run().wait_until_finish()
+        except Exception as e:  # pylint: disable=broad-except
+            raise InputError(_job_error(e)) from None
+        if state is not None and str(state).upper().rsplit(".", 1)[-1] != "DONE":
+            raise InputError(f"the Beam job ended in state {state}; no output was published")
+        summary = json.loads(_read_text(summary_path))
+        result = _publish(spec, temps, summary, options, {"bucket_mb": bucket_mb,
+                                                           "buckets": buckets}, log)
+    except BaseException:
+        _delete_quietly(temps + [summary_path])
+        raise
+    _delete_quietly([summary_path])
+    seconds = time.monotonic() - start
+    totals = result["totals"]
+    mb = result["input_bytes"] / 1e6
+    log("wrote %s instances from %s documents (%.1f MB of text) to %d shard(s) in %.1f s "
+        "(%.2f MB/s); NotNext %.1f%%, masked %.2f%% of real tokens",
+        f"{totals['instances']:,}", f"{totals['documents']:,}", mb, len(spec.output_files),
+        seconds, mb / max(seconds, 1e-9),
+        100.0 * totals["not_next"] / max(totals["instances"], 1),
+        100.0 * totals["masked"] / max(totals["real_tokens"], 1))
+    for path in spec.output_files:
+        log("  %s", path)
+    return dict(result, seconds=seconds, mb_per_second=mb / max(seconds, 1e-9))
+
+
+def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
+             beam_meta: dict, log: Callable[..., None]) -> dict:
+    """Checks the job's shards against its counters, writes sidecars, renames into place."""
+    totals = pi.InstanceStats(**summary.get("stats", {}))
+    warnings = summary.get("warnings", {})
+    reader = cpd.WorkerResult(worker=0, stats=totals, input_bytes=summary.get("input_bytes", 0),
+                              shard_counts={}, long_lines=warnings.get("long_lines", 0),
+                              first_long_line=warnings.get("first_long_line", ""),
+                              bad_utf8_lines=warnings.get("bad_utf8_lines", 0))
+    # Every document read must reach instance creation: a runner that drops data fails here.
+    read_count = summary.get("documents_read", 0)
+    for stage, count in (("tokenized", summary.get("documents_tokenized", 0)),
+                         ("turned into instances", totals.documents +
+                          summary.get("documents_without_tokens", 0))):
+        if count != read_count:
+            raise InputError(f"the Beam job read {read_count} documents but {count} were "
+                             f"{stage}: the runner lost data; no output was published")
+    if totals.documents == 0:
+        raise InputError("the corpus holds no document with text (expected one sentence per "
+                         "line, a blank line between documents)")
+    cpd._check_totals(totals, [reader], spec, log)  # pylint: disable=protected-access
+    counts = {int(k): v for k, v in summary.get("shard_counts", {}).items()}
+    for j, temp in enumerate(temps):
+        if j not in counts:  # no record hashed to this shard: an empty, valid file
+            write_tfrecords(temp, [], spec.gzip)
+            counts[j] = 0
+    if sum(counts.values()) != totals.instances:
+        raise InputError(f"the job wrote {sum(counts.values())} records but made "
+                         f"{totals.instances} instances; no output was published")
+    compression = "GZIP" if spec.gzip else ""
+    for j, temp in enumerate(temps):
+        try:
+            features.check_shard(temp, {"shard": {"instances": counts[j]}}, compression)
+        except features.DamagedDataError as e:
+            raise InputError(f"{e}; no output was published") from None
+    common = cpd._sidecar_common(  # pylint: disable=protected-access
+        spec, totals, reader.input_bytes, files.sha256_file(spec.vocab_file))
+    runner = str(options.get_all_options().get("runner"))
+    common["beam"] = dict(beam_meta, runner=runner, pool_size=spec.config.pool_size)
+    if not spec.overwrite:
+        check_outputs(spec)  # nothing appeared meanwhile
+    for j, (temp, path) in enumerate(zip(temps, spec.output_files)):
+        meta = dict(common, shard={"index": j, "num_shards": len(temps),
+                                   "instances": counts[j]})
+        if "://" in path:
+            _write_text(meta, features.sidecar_path(path))
+        else:
+            features.write_sidecar(path, meta)
+        if "://" in path:
+            if _exists(path):
+                FileSystems.delete([path])
+            FileSystems.rename([temp], [path])
+        else:
+            os.replace(temp, path)
+    return {"totals": dataclasses.asdict(totals), "input_bytes": reader.input_bytes,
+            "shard_counts": [counts[j] for j in range(len(temps))]}
+
+
+__all__ = ["RUNNERS", "build_pipeline", "check_outputs", "document_rng", "expand_input_files",
+           "parse_pipeline_options", "pipeline_options", "run", "write_tfrecords"]

@@ -1,0 +1,339 @@
+"""create_pretraining_data --runner=DirectRunner: the Beam path (data_prep/beam_pipeline.py).
+
+Records are read with a reader written to Google's spec (test_create_pretraining_data's), run
+through run_pretraining's input pipeline, and compared with the local tool on the same corpus:
+statistics within sampling bounds, NotNext segments from another document (every word of the
+generated corpus names its document), byte-identical shards for 1 and 2 workers, nothing that
+looks complete after a failed job, one clear line for bad settings.
+"""
+
+import glob
+import math
+import os
+
+import numpy as np
+import pytest
+
+beam = pytest.importorskip(
+    "apache_beam", reason="apache-beam is not installed (requirements.txt installs it; the Beam "
+    "path of create_pretraining_data needs it, the local path does not)")
+
+from test_create_pretraining_data import (  # noqa: E402  pylint: disable=wrong-import-position
+    CORPUS, VOCAB, google_reader, run_cli, write_generated_corpus)
+
+from bert_keras.inputs import pretraining_dataset  # noqa: E402
+from data_prep import beam_pipeline, features  # noqa: E402
+
+S, P, DUPE = 64, 10, 4
+MULTI = "direct_num_workers=2,direct_running_mode=multi_processing"
+
+
+def _flags(corpus, vocab, out, **extra):
+    flags = dict(input_file=corpus, vocab_file=vocab, output_file=out, num_output_shards=3,
+                 max_seq_length=S, max_predictions_per_seq=P, dupe_factor=DUPE,
+                 num_examples_to_print=0, beam_bucket_mb=0.03)
+    flags.update(extra)
+    return flags
+
+
+def _visible(directory):
+    return sorted(p for p in os.listdir(directory) if not p.startswith("."))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("beam_corpus")
+    return write_generated_corpus(str(directory), num_docs=50, seed=11, sentences=(30, 60))
+
+
+@pytest.fixture(scope="module")
+def beam_run(corpus, tmp_path_factory):
+    """One in-memory DirectRunner run: 50 documents in 3 buckets, 3 shards."""
+    path, vocab_path, vocab = corpus
+    out_dir = tmp_path_factory.mktemp("beam_out")
+    out = str(out_dir / "train")
+    assert run_cli(runner="DirectRunner", **_flags(path, vocab_path, out)) == 0
+    shards = sorted(glob.glob(out + "-*-of-00003.tfrecord"))
+    return {"dir": out_dir, "out": out, "shards": shards, "vocab": vocab,
+            "data": [google_reader(x, S, P) for x in shards],
+            "meta": [features.read_sidecar(x) for x in shards]}
+
+
+def _merged(data):
+    return {k: np.concatenate([d[k] for d in data]) for k in data[0]}
+
+
+def _a_documents(data, vocab):
+    """The documents (names like "d12") that the A segments of a shard's records come from."""
+    sep_id = vocab.index("[SEP]")
+    found = set()
+    for row, k, pos, labels in zip(data["input_ids"], data["masked_lm_weights"].sum(axis=1),
+                                   data["masked_lm_positions"], data["masked_lm_ids"]):
+        row = row.copy()
+        row[pos[:int(k)]] = labels[:int(k)]
+        first_sep = int(np.flatnonzero(row == sep_id)[0])
+        found |= {vocab[t].split("w")[0].split("p")[0] for t in row[1:first_sep]
+                  if vocab[t].startswith("d")}
+    return found
+
+
+def _statistics(merged, vocab):
+    """Masked share, 80/10/10 split, NotNext share; checks every record's layout."""
+    mask_id, cls_id, sep_id = vocab.index("[MASK]"), vocab.index("[CLS]"), vocab.index("[SEP]")
+    n = len(merged["input_ids"])
+    original = merged["input_ids"].copy()
+    kinds = {"mask": 0, "same": 0, "random": 0}
+    masked = other_doc = 0
+    for i in range(n):
+        length = int(merged["input_mask"][i].sum())
+        k = int(merged["masked_lm_weights"][i].sum())
+        pos = merged["masked_lm_positions"][i, :k]
+        assert (np.diff(pos) > 0).all() and not merged["masked_lm_positions"][i, k:].any()
+        shown = merged["input_ids"][i, pos]
+        original[i, pos] = merged["masked_lm_ids"][i, :k]
+        truth = original[i, pos]
+        kinds["mask"] += int((shown == mask_id).sum())
+        kinds["same"] += int((shown == truth).sum())
+        kinds["random"] += int(((shown != mask_id) & (shown != truth)).sum())
+        masked += k
+        row = original[i, :length]
+        seps = np.flatnonzero(row == sep_id)
+        assert row[0] == cls_id and len(seps) == 2 and seps[1] == length - 1
+        assert all(0 < q < length - 1 and q != seps[0] for q in pos)
+        assert not merged["input_ids"][i, length:].any()
+        assert (merged["segment_ids"][i, seps[0] + 1:length] == 1).all()
+        # Every word names its document: NotNext B from another one, IsNext B from the same.
+        docs = []
+        for segment in (row[1:seps[0]], row[seps[0] + 1:length - 1]):
+            names = {vocab[t].split("w")[0].split("p")[0] for t in segment
+                     if vocab[t].startswith("d")}
+            assert len(names) <= 1
+            docs.append(names)
+        if docs[0] and docs[1]:
+            if merged["next_sentence_labels"][i, 0] == 1:
+                assert docs[0] != docs[1]
+                other_doc += 1
+            else:
+                assert docs[0] == docs[1]
+    real = int(merged["input_mask"].sum()) - 3 * n
+    # Google's budget: min(P, max(1, round(0.15 * length))), length counting [CLS] and [SEP]s.
+    lengths = merged["input_mask"].sum(axis=1)
+    budget = np.minimum(np.minimum(P, np.maximum(1, np.rint(lengths * 0.15))), lengths - 3)
+    return {"instances": n, "masked_share": masked / real, "masked": masked,
+            "budget": int(budget.sum()),
+            "kinds": {k: v / masked for k, v in kinds.items()},
+            "not_next": float(merged["next_sentence_labels"][:, 0].mean()),
+            "mean_length": float(merged["input_mask"].sum(axis=1).mean()),
+            "not_next_checked": other_doc}
+
+
+def test_schema_sidecars_and_statistics_match_the_local_tool(beam_run, corpus, tmp_path):
+    shards, data, meta = beam_run["shards"], beam_run["data"], beam_run["meta"]
+    assert len(shards) == 3
+    names = [os.path.basename(x) for x in shards]
+    assert os.listdir(beam_run["dir"]) and sorted(os.listdir(beam_run["dir"])) == sorted(
+        names + [x + ".meta.json" for x in names])  # no temporary file left behind
+    for j, (d, m) in enumerate(zip(data, meta)):
+        assert m["shard"] == {"index": j, "num_shards": 3, "instances": len(d["input_ids"])}
+        assert len(d["input_ids"]) > 100  # records of every bucket spread over every shard
+        assert m["beam"]["runner"] == "DirectRunner" and m["flags"]["dupe_factor"] == DUPE
+        assert m["max_seq_length"] == S and m["max_predictions_per_seq"] == P
+        features.check_sidecar(m, S, P, shards[j])
+        features.check_shard(shards[j], m)
+    # A global shuffle: every document's records land in every shard.
+    per_shard = [_a_documents(d, beam_run["vocab"]) for d in data]
+    assert len(set.intersection(*per_shard)) >= 45, [len(x) for x in per_shard]
+    got = _statistics(_merged(data), beam_run["vocab"])
+    assert meta[0]["counts"]["instances"] == got["instances"]
+    assert meta[0]["counts"]["documents"] == 50
+
+    path, vocab_path, vocab = corpus
+    local_out = str(tmp_path / "local")
+    assert run_cli(**_flags(path, vocab_path, local_out)) == 0
+    local = _statistics(_merged([google_reader(x, S, P) for x in
+                                 sorted(glob.glob(local_out + "-*.tfrecord"))]), vocab)
+    n = got["instances"]
+    # Same algorithm, other random draws: instance counts and lengths agree within noise
+    # (on this corpus, seeds 1-4 and 12345 give 2130-2277 instances locally, 2161-2300 on Beam).
+    assert abs(n - local["instances"]) <= 0.08 * local["instances"], (n, local["instances"])
+    assert abs(got["mean_length"] - local["mean_length"]) <= 0.03 * local["mean_length"]
+    assert abs(got["masked_share"] - local["masked_share"]) <= 0.005
+    assert got["masked"] == got["budget"]  # ~15% (16.4% here: 10 of 61 at full length)
+    for kind, share in (("mask", 0.8), ("same", 0.1), ("random", 0.1)):
+        sd = math.sqrt(share * (1 - share) / got["masked"])
+        assert abs(got["kinds"][kind] - share) <= max(0.02, 4 * sd), (kind, got["kinds"])
+    # NotNext: the 50% coin, raised a little by Google's rule (a one-sentence chunk is always
+    # NotNext) exactly as in the local tool.
+    tolerance = 4 * math.sqrt(0.25 / n)
+    assert 0.5 - tolerance <= got["not_next"] <= 0.55, got["not_next"]
+    assert abs(got["not_next"] - local["not_next"]) <= 2 * tolerance
+    assert got["not_next_checked"] > 0.3 * n
+
+
+def test_records_feed_run_pretrainings_input_pipeline(beam_run):
+    dataset = pretraining_dataset(beam_run["out"] + "-*", 8, S, P, seed=1, autotune=False)
+    vocab_size = len(beam_run["vocab"])
+    for x, y, w in dataset.take(3):
+        assert tuple(x["input_word_ids"].shape) == (8, S)
+        assert tuple(y["mlm_logits"].shape) == (8, P)
+        assert (x["input_word_ids"].numpy() < vocab_size).all()
+        assert w["mlm_logits"].numpy().sum() >= 8  # at least one prediction per instance
+        assert set(np.unique(y["nsp_logits"].numpy())) <= {0, 1}
+
+
+def test_two_workers_and_a_rerun_give_the_same_bytes(beam_run, corpus, tmp_path):
+    path, vocab_path, _ = corpus
+    out = str(tmp_path / "two" / "train")
+    assert run_cli(runner="DirectRunner", beam_pipeline_options=MULTI,
+                   **_flags(path, vocab_path, out)) == 0
+    two = sorted(glob.glob(out + "-*-of-00003.tfrecord"))
+    assert [os.path.basename(x) for x in two] == [os.path.basename(x) for x in beam_run["shards"]]
+    for x, y in zip(beam_run["shards"], two):
+        assert open(x, "rb").read() == open(y, "rb").read()
+    # Another seed: other records.
+    out = str(tmp_path / "seed" / "train")
+    assert run_cli(runner="DirectRunner", random_seed=7, **_flags(path, vocab_path, out)) == 0
+    assert open(out + "-00000-of-00003.tfrecord", "rb").read() != open(
+        beam_run["shards"][0], "rb").read()
+
+
+def test_gzip_cased_vocab_keeps_korean(tmp_path):
+    lines = [line.strip() for line in open(os.path.join(os.path.dirname(CORPUS),
+                                                        "korean_sample.txt"), encoding="utf-8")]
+    lines = [line for line in lines if line]
+    text = "\n\n".join("\n".join(lines[i:i + 4]) for i in range(0, len(lines), 4)) + "\n"
+    corpus = tmp_path / "ko.txt"
+    corpus.write_text(text + "\nCafé Naïve Résumé.\nThe café is open.\n", encoding="utf-8")
+    chars = sorted({c for c in corpus.read_text(encoding="utf-8") if not c.isspace()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + ["##" + c for c in chars]
+    vocab_path = tmp_path / "vocab.txt"
+    vocab_path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    out = str(tmp_path / "out" / "ko")
+    assert run_cli(runner="DirectRunner", gzip_compress=True, do_lower_case=False,
+                   strip_accents="false", do_whole_word_mask=True,
+                   **_flags(str(corpus), str(vocab_path), out, num_output_shards=2,
+                            max_seq_length=48, max_predictions_per_seq=6, dupe_factor=2)) == 0
+    shards = sorted(glob.glob(out + "-*-of-00002.tfrecord.gz"))
+    assert len(shards) == 2 and all(open(x, "rb").read(2) == b"\x1f\x8b" for x in shards)
+    data = _merged([google_reader(x, 48, 6, compression="GZIP") for x in shards])
+    meta = features.read_sidecar(shards[0])
+    assert meta["compression"] == "GZIP" and meta["strip_accents"] is False
+    assert meta["do_lower_case"] is False
+    original = data["input_ids"].copy()
+    for i in range(len(original)):
+        k = int(data["masked_lm_weights"][i].sum())
+        original[i, data["masked_lm_positions"][i, :k]] = data["masked_lm_ids"][i, :k]
+    tokens = [vocab[t].lstrip("#") for t in original[data["input_mask"] == 1].tolist()]
+    hangul = sum("\uac00" <= t <= "\ud7a3" for t in tokens)
+    assert hangul > 0.5 * len(tokens)  # composed syllables survive (no NFD, no [UNK])
+    assert tokens.count("[UNK]") == 0 and "é" in tokens and "C" in tokens  # cased, accents kept
+
+
+def test_a_failed_job_leaves_nothing_that_looks_complete(corpus, tmp_path, monkeypatch, capsys):
+    path, vocab_path, _ = corpus
+    real_write = beam_pipeline.write_tfrecords
+
+    def failing_write(temp, records, gzip_compress):
+        if "-00001-of-" in temp:
+            raise OSError("disk full (injected)")
+        real_write(temp, records, gzip_compress)
+
+    monkeypatch.setattr(beam_pipeline, "write_tfrecords", failing_write)
+    out_dir = tmp_path / "out"
+    assert run_cli(runner="DirectRunner", **_flags(path, vocab_path, str(out_dir / "x"))) == 1
+    err = capsys.readouterr().err
+    assert "create_pretraining_data: error:" in err and "disk full (injected)" in err, err
+    assert "Traceback" not in err
+    assert _visible(out_dir) == []  # no shard, no sidecar under a final name
+    assert os.listdir(out_dir) == []  # and the temporaries are gone too
+
+
+def test_a_bad_document_fails_the_job_with_its_file_and_line(tmp_path, capsys):
+    # The NUL byte sits after the first 64 KB (the up-front sniff), in a later document.
+    corpus = tmp_path / "bad.txt"
+    good = open(CORPUS, encoding="utf-8").read()
+    corpus.write_bytes((good * 80).encode() + b"\n\nbroken \x00 line .\nmore .\n")
+    out_dir = tmp_path / "out"
+    assert run_cli(runner="DirectRunner", **_flags(str(corpus), VOCAB, str(out_dir / "x"),
+                                                   max_seq_length=32, max_predictions_per_seq=5,
+                                                   dupe_factor=1)) == 1
+    err = capsys.readouterr().err
+    assert "NUL byte" in err and "bad.txt:" in err and "Traceback" not in err, err
+    assert "while running" not in err  # the runner's step name is not the user's business
+    assert not out_dir.exists() or os.listdir(out_dir) == []
+
+
+def _bad_case(tmp_path, name):
+    if name == "unknown_runner":
+        return {"runner": "MapReduceRunner"}, "MapReduceRunner"
+    if name == "bad_option":
+        return {"beam_pipeline_options": "direct_num_worker=2"}, "direct_num_worker"
+    if name == "malformed_option":
+        return {"beam_pipeline_options": "=2"}, "not key=value"
+    if name == "options_without_runner":
+        return {"runner": "local", "beam_pipeline_options": MULTI}, "needs a Beam --runner"
+    if name == "local_workers":
+        return {"num_workers": 2}, "num_workers=2"
+    if name == "vocab_without_mask":
+        path = tmp_path / "vocab.txt"
+        path.write_text("".join(t + "\n" for t in open(VOCAB).read().splitlines()
+                                if t != "[MASK]"))
+        return {"vocab_file": str(path)}, "[MASK]"
+    if name == "empty_corpus":
+        path = tmp_path / "empty.txt"
+        path.write_text("")
+        return {"input_file": str(path)}, "empty"
+    if name == "blank_corpus":  # not empty, but no text: found by the job, still no output
+        path = tmp_path / "blank.txt"
+        path.write_text("\n\n  \n\n")
+        return {"input_file": str(path)}, "no document"
+    if name == "missing_input":
+        return {"input_file": str(tmp_path / "nope-*.txt")}, "matches no data file"
+    if name == "small_buckets":
+        return {"beam_bucket_mb": 0}, "beam_bucket_mb"
+    raise ValueError(name)
+
+
+@pytest.mark.parametrize("case", ["unknown_runner", "bad_option", "malformed_option",
+                                  "options_without_runner", "local_workers",
+                                  "vocab_without_mask", "empty_corpus", "blank_corpus",
+                                  "missing_input", "small_buckets"])
+def test_bad_settings_fail_with_one_line_and_no_output(tmp_path, capsys, case):
+    overrides, expected = _bad_case(tmp_path, case)
+    out_dir = tmp_path / "out"
+    args = dict(runner="DirectRunner", **_flags(CORPUS, VOCAB, str(out_dir / "x"),
+                                                max_seq_length=32, max_predictions_per_seq=5,
+                                                dupe_factor=1))
+    args.update(overrides)
+    assert run_cli(**args) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "create_pretraining_data: error:" in line]
+    assert len(lines) == 1 and expected in lines[0], err
+    assert "Traceback" not in err
+    assert not out_dir.exists() or os.listdir(out_dir) == []
+
+
+def test_pipeline_options_parse_like_tfds():
+    assert beam_pipeline.parse_pipeline_options(
+        "project=p, region=us-central1,temp_location=gs://b/t,save_main_session") == [
+            "--project=p", "--region=us-central1", "--temp_location=gs://b/t",
+            "--save_main_session"]
+    options = beam_pipeline.pipeline_options("DirectRunner", MULTI).get_all_options()
+    assert options["direct_num_workers"] == 2 and options["runner"] == "DirectRunner"
+
+
+def test_a_runner_that_loses_documents_publishes_nothing(corpus, tmp_path, monkeypatch, capsys):
+    path, vocab_path, _ = corpus
+    real = beam_pipeline.cpd.tokenize_documents
+
+    def lossy(raws, tokenize):  # drops one document of each batch, as a faulty runner would
+        for k, item in enumerate(real(raws, tokenize)):
+            if k:
+                yield item
+
+    monkeypatch.setattr(beam_pipeline.cpd, "tokenize_documents", lossy)
+    out_dir = tmp_path / "out"
+    assert run_cli(runner="DirectRunner", **_flags(path, vocab_path, str(out_dir / "x"))) == 1
+    err = capsys.readouterr().err
+    assert "read 50 documents" in err and "lost data" in err, err
+    assert os.listdir(out_dir) == []

@@ -378,9 +378,12 @@ if beam is not None:
                 if len(pairs) >= config.batch_size or position == len(docs) - 1:
                     batch = pi.finish_instances(pairs, config, special, batch_rng, stats)
                     pairs = []
+                    # --dynamic_masking: no masked_lm_* features; the trainer masks.
+                    masks = ((None,) * 3 if config.dynamic_masking else
+                             (batch.masked_lm_positions, batch.masked_lm_ids,
+                              batch.masked_lm_weights))
                     yield from features.serialize_examples(
-                        batch.input_ids, batch.input_mask, batch.segment_ids,
-                        batch.masked_lm_positions, batch.masked_lm_ids, batch.masked_lm_weights,
+                        batch.input_ids, batch.input_mask, batch.segment_ids, *masks,
                         batch.next_sentence_labels)
             yield beam.pvalue.TaggedOutput(
                 "summary", {"stats": dataclasses.asdict(stats), "input_bytes": input_bytes})

@@ -181,6 +181,33 @@ def test_records_feed_run_pretrainings_input_pipeline(beam_run):
         assert set(np.unique(y["nsp_logits"].numpy())) <= {0, 1}
 
 
+def test_dynamic_masking_on_beam_writes_unmasked_instances_the_trainer_masks(corpus, tmp_path):
+    """--dynamic_masking under a Beam runner: the local tool's four features and sidecar."""
+    from bert_keras.masking import DynamicMasking
+    import tensorflow as tf
+
+    path, vocab_path, vocab = corpus
+    out = str(tmp_path / "dyn" / "train")
+    flags = _flags(path, vocab_path, out, dynamic_masking=True)
+    del flags["max_predictions_per_seq"], flags["dupe_factor"]  # refused / 1 with dynamic
+    assert run_cli(runner="DirectRunner", **flags) == 0
+    shards = sorted(glob.glob(out + "-*-of-00003.tfrecord"))
+    assert len(shards) == 3
+    metas = [features.read_sidecar(x) for x in shards]
+    assert all(m["masking"] == features.DYNAMIC_MASKING for m in metas)
+    assert sum(m["shard"]["instances"] for m in metas) == metas[0]["counts"]["instances"] > 0
+    keys = set()
+    for raw in tf.data.TFRecordDataset(shards).take(5):
+        example = tf.train.Example.FromString(raw.numpy())
+        keys |= set(example.features.feature.keys())
+    assert keys == {"input_ids", "input_mask", "segment_ids", "next_sentence_labels"}
+    masking = DynamicMasking.from_vocab(vocab, max_predictions_per_seq=P)
+    dataset = pretraining_dataset(out + "-*", 8, S, P, seed=1, autotune=False, masking=masking)
+    for x, y, w in dataset.take(2):
+        assert tuple(y["mlm_logits"].shape) == (8, P)
+        assert w["mlm_logits"].numpy().sum() >= 8  # the trainer chose masks
+
+
 def test_two_workers_and_a_rerun_give_the_same_bytes(beam_run, corpus, tmp_path):
     path, vocab_path, _ = corpus
     out = str(tmp_path / "two" / "train")

@@ -53,3 +53,26 @@ def test_num_train_steps_overrides_epochs(monkeypatch):
                           warmup_proportion=0.5, num_train_steps=5, callbacks=[Count()])
     assert by_steps["num_train_steps"] == 5 and by_steps["num_warmup_steps"] == 2
     assert len(seen) == 5 and by_steps["loss_history"][-1]["step"] == 5
+
+
+def test_predict_pads_the_last_batch_instead_of_tracing_again():
+    traces = []
+
+    class CountTraces(keras.layers.Layer):
+        def call(self, x):
+            traces.append(tuple(x.shape))  # Python runs only while tracing
+            return x * 2.0
+
+    inputs = keras.Input((3,), name="a")
+    model = keras.Model({"a": inputs}, {"out": keras.layers.Dense(2)(CountTraces()(inputs))})
+    x = {"a": np.random.default_rng(0).normal(size=(10, 3)).astype("float32")}
+    traces.clear()
+    outputs, timing = loop.predict(model, x, batch_size=4)  # batches of 4, 4, 2 (+2 padding)
+    assert len(traces) == 1  # one trace for every batch (unpadded, the last would add one)
+    expected = np.asarray(model({"a": x["a"]})["out"])
+    np.testing.assert_allclose(outputs["out"], expected, rtol=1e-5, atol=1e-6)
+    assert outputs["out"].shape == (10, 2) and timing["examples_per_second"] > 0
+    traces.clear()
+    short, _ = loop.predict(model, {"a": x["a"][:3]}, batch_size=4)  # one short batch
+    assert len(traces) == 1  # not padded: a new shape, traced again
+    np.testing.assert_allclose(short["out"], expected[:3], rtol=1e-5, atol=1e-6)

@@ -29,8 +29,9 @@ sequences padded to the task's length, evaluation batch --eval_batch_size.
 
 Reported per run: accuracy, steady-state training examples/s (after the first update,
 which traces / warms up), prediction examples/s (the whole evaluation pass), peak RSS,
-and RSS at each stage (after imports, model load, training, saving, evaluation), which
-shows where the memory goes. Writes <work_dir>/results.json and results.md.
+peak anonymous RSS (RSS less the file-backed pages of mapped libraries: TensorFlow's
+import alone maps ~450 MB of library code, torch's ~90 MB), and RSS at each stage (after
+imports, model load, training, saving, evaluation), which shows where the memory goes. Writes <work_dir>/results.json and results.md.
 """
 
 from __future__ import annotations
@@ -56,23 +57,44 @@ TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermed
 
 
 def rss_mb() -> dict:
-    """Current and peak resident set size of this process, MB (Linux /proc)."""
+    """This process's resident memory, MB (Linux /proc): total, its peak, and the total split
+    into anonymous memory (heap, tensors) and file-backed pages (mapped library code)."""
+    keys = {"VmRSS": "rss", "VmHWM": "peak", "RssAnon": "anon", "RssFile": "file"}
     out = {}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                out["rss" if line.startswith("VmRSS") else "peak"] = round(int(line.split()[1]) / 1024, 1)
+            key = line.split(":")[0]
+            if key in keys:
+                out[keys[key]] = round(int(line.split()[1]) / 1024, 1)
     return out
 
 
 class Stages:
-    """RSS after each named stage of a run."""
+    """RSS after each named stage of a run, and the peak of anonymous memory (sampled every
+    20 ms by a thread: the kernel keeps a peak of the total only)."""
 
     def __init__(self):
+        import threading
+
         self.stages: list[dict] = []
+        self.peak_anon = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        while not self._stop.wait(0.02):
+            self.peak_anon = max(self.peak_anon, rss_mb()["anon"])
 
     def mark(self, name: str) -> None:
-        self.stages.append({"stage": name, **rss_mb()})
+        now = rss_mb()
+        self.peak_anon = max(self.peak_anon, now["anon"])
+        self.stages.append({"stage": name, **now})
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_anon
 
 
 # ------------------------------------------------------------------------------------------
@@ -166,7 +188,10 @@ def run_ours(spec: dict, stages: Stages) -> dict:
         results = run_classifier.run(**values)
         accuracy = results["eval"]["accuracy"]
     train = results["train"]
+    import tensorflow as tf
+
     return {"accuracy": accuracy, "train_steps": train["num_train_steps"],
+            "threads": tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count(),
             "train_examples_per_second": train.get("steady_examples_per_second"),
             "train_seconds": train["seconds"],
             "predict_examples_per_second": results["eval"]["eval_examples_per_second"],
@@ -264,7 +289,7 @@ def run_transformers(spec: dict, stages: Stages) -> dict:
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
         step += 1
         if step == 1:
             first_end = time.time()
@@ -301,7 +326,7 @@ def run_transformers(spec: dict, stages: Stages) -> dict:
         accuracy = correct / total
     else:
         accuracy = float((predicted == y_test).mean())
-    return {"accuracy": accuracy, "train_steps": steps,
+    return {"accuracy": accuracy, "train_steps": steps, "threads": torch.get_num_threads(),
             "train_examples_per_second": round(batch * (steps - 1) / (end - first_end), 2)
             if steps > 1 else None,
             "train_seconds": round(end - start, 1),
@@ -313,6 +338,7 @@ def worker(spec_path: str, result_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     stages = Stages()
     result = (run_ours if spec["side"] == "ours" else run_transformers)(spec, stages)
+    result["peak_anon_mb"] = stages.stop()
     result["stages"] = stages.stages
     Path(result_path).write_text(json.dumps(result, indent=1))
     return 0
@@ -365,7 +391,8 @@ def table(runs: list[dict], args) -> str:
         for key, label, fmt in (("accuracy", "accuracy (%)", "{:.2f}"),
                                 ("train_examples_per_second", "training examples/s", "{:.1f}"),
                                 ("predict_examples_per_second", "prediction examples/s", "{:.1f}"),
-                                ("peak_rss_mb", "peak RSS (MB)", "{:.0f}")):
+                                ("peak_rss_mb", "peak RSS (MB)", "{:.0f}"),
+                                ("peak_anon_mb", "peak anonymous RSS (MB)", "{:.0f}")):
             scale = 100 if key == "accuracy" else 1
             means = {s: _mean([r[key] for r in by_side[s]]) * scale for s in SIDES}
             cells = []
@@ -374,8 +401,12 @@ def table(runs: list[dict], args) -> str:
                 if key == "accuracy":
                     cell += " (" + ", ".join(fmt.format(r[key] * 100) for r in by_side[s]) + ")"
                 cells.append(cell)
-            ratio = (f"{means['ours'] - means['transformers']:+.2f} points" if key == "accuracy"
-                     else f"{means['ours'] / means['transformers']:.2f}x")
+            if not (by_side["ours"] and by_side["transformers"]):
+                ratio = ""
+            elif key == "accuracy":
+                ratio = f"{means['ours'] - means['transformers']:+.2f} points"
+            else:
+                ratio = f"{means['ours'] / means['transformers']:.2f}x"
             lines.append(f"| {task} | {label} | {cells[0]} | {cells[1]} | {ratio} |")
     return "\n".join(lines) + "\n"
 
@@ -405,11 +436,17 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=0,
                         help="intra-op threads for both libraries (0: each library's default)")
     parser.add_argument("--nice", type=int, default=0, help="run the workers under nice -n N")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="comma-separated: ours, transformers (one side alone: A/B runs of "
+                        "one library under different settings)")
     args = parser.parse_args(argv)
     args.tasks = [t for t in args.tasks.split(",") if t]
     unknown = set(args.tasks) - set(TASKS)
     if unknown:
         parser.error(f"--tasks: unknown {sorted(unknown)}; expected some of {list(TASKS)}")
+    sides = [s for s in args.sides.split(",") if s]
+    if not sides or set(sides) - set(SIDES):
+        parser.error(f"--sides: expected some of {list(SIDES)}; received {args.sides!r}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -425,7 +462,7 @@ def main(argv=None) -> int:
                     learning_rate=args.learning_rate, warmup_proportion=args.warmup_proportion,
                     threads=args.threads)
         for i, seed in enumerate(seeds):
-            order = SIDES if i % 2 == 0 else SIDES[::-1]  # alternate who runs first
+            order = sides if i % 2 == 0 else sides[::-1]  # alternate who runs first
             for side in order:
                 runs.append(run_one({**base, "side": side, "seed": seed}, work, args.nice))
     import platform

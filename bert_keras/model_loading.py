@@ -290,6 +290,9 @@ def _save_uncompiled(model: keras.Model, path: str) -> None:
     the same at the cost of a second set of weights in memory while saving.)
     """
     state = {"optimizer": getattr(model, "optimizer", None), "compiled": model.compiled}
+    if state["optimizer"] is None and not state["compiled"]:
+        save_keras_file(model, path)
+        return
     try:
         model.optimizer, model.compiled = None, False
         save_keras_file(model, path)

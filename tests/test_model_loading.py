@@ -97,3 +97,19 @@ def test_save_task_dir_leaves_out_the_optimizer_and_keeps_training(tmp_path):
     loaded = model_loading.load_checkpoint(str(tmp_path / "out"))
     assert getattr(loaded.model, "optimizer", None) is None and loaded.labels == list("abcde")
     np.testing.assert_allclose(np.asarray(loaded.model(x)["logits"]), expected, atol=1e-6)
+
+
+def test_save_task_dir_of_an_uncompiled_model(tmp_path):
+    from bert_keras.tasks import BertSpanQA
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(TINY["vocab_size"])))
+    model = BertSpanQA(BertEncoder(**TINY))
+    model_loading.save_task_dir(model, str(tmp_path / "out"), None, str(vocab), TokenizerConfig())
+    assert not model.compiled and getattr(model, "optimizer", None) is None
+    assert not [n for n in os.listdir(tmp_path / "out") if n.startswith(".")]  # no leftovers
+    loaded = model_loading.load_checkpoint(str(tmp_path / "out")).model
+    x = make_inputs(batch=2, seq=5)
+    np.testing.assert_allclose(np.asarray(loaded(x)["start_logits"]),
+                               np.asarray(model(x)["start_logits"]), atol=1e-6)

@@ -291,36 +291,13 @@ def _save_uncompiled(model: keras.Model, path: str) -> None:
     """
     state = {"optimizer": getattr(model, "optimizer", None), "compiled": model.compiled}
     if state["optimizer"] is None and not state["compiled"]:
-        save_keras_file(model, path)
+        model.save(path)
         return
     try:
         model.optimizer, model.compiled = None, False
-        save_keras_file(model, path)
+        model.save(path)
     finally:
         model.optimizer, model.compiled = state["optimizer"], state["compiled"]
-
-
-def save_keras_file(model: keras.Model, path: str) -> None:
-    """`model.save(path)` (a .keras zip archive) without holding the weights in memory.
-
-    Keras writes a .keras file's weights into an in-memory HDF5 image and copies that into
-    the zip (two transient copies of every weight; +90 MB over the training peak for
-    MiniLM-L6, three times that with Adam's slots). Saved unzipped, the weights go straight
-    to disk; the files are then zipped from disk, giving the archive `keras.saving.load_model`
-    reads.
-    """
-    import tempfile
-    import zipfile
-
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path)),
-                                     prefix=".keras_save_") as tmp:
-        unzipped = os.path.join(tmp, "model")
-        model.save(unzipped, zipped=False)
-        with zipfile.ZipFile(path, "w") as archive:
-            for root, _, names in sorted(os.walk(unzipped)):
-                for name in sorted(names):
-                    full = os.path.join(root, name)
-                    archive.write(full, os.path.relpath(full, unzipped))
 
 
 def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
@@ -344,7 +321,7 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
     with files.atomic_output(model_path, overwrite=overwrite,
                              hint="pass --overwrite_output to replace it") as tmp:
         if include_optimizer:
-            save_keras_file(model, tmp)
+            model.save(tmp)
         else:
             _save_uncompiled(model, tmp)
     if labels is not None:

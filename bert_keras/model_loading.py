@@ -281,6 +281,25 @@ def save_encoder_dir(encoder: BertEncoder, directory: str, vocab_file: str | Non
     return directory
 
 
+def _save_uncompiled(model: keras.Model, path: str) -> None:
+    """`model.save` as if the model had never been compiled: architecture and weights, no
+    optimizer state or compile settings (what Keras 3 has instead of include_optimizer).
+
+    Keras saves an optimizer it finds on the model and a compile config when `compiled`;
+    both are hidden for the call and restored after. (A copy built from the config would do
+    the same at the cost of a second set of weights in memory while saving.)
+    """
+    state = {"optimizer": getattr(model, "optimizer", None), "compiled": model.compiled}
+    if state["optimizer"] is None and not state["compiled"]:
+        model.save(path)
+        return
+    try:
+        model.optimizer, model.compiled = None, False
+        model.save(path)
+    finally:
+        model.optimizer, model.compiled = state["optimizer"], state["compiled"]
+
+
 def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
                   vocab_file: str, settings: TokenizerConfig, overwrite: bool = False,
                   include_optimizer: bool = False) -> str:
@@ -299,14 +318,12 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
     """
     os.makedirs(directory, exist_ok=True)
     model_path = os.path.join(directory, files.TASK_MODEL_FILE)
-    if not include_optimizer and getattr(model, "optimizer", None) is not None:
-        # A fresh, uncompiled copy holds no optimizer state: weights and architecture only.
-        clean = type(model).from_config(model.get_config())
-        clean.set_weights(model.get_weights())
-        model = clean
     with files.atomic_output(model_path, overwrite=overwrite,
                              hint="pass --overwrite_output to replace it") as tmp:
-        model.save(tmp)
+        if include_optimizer:
+            model.save(tmp)
+        else:
+            _save_uncompiled(model, tmp)
     if labels is not None:
         files.write_text(os.path.join(directory, files.LABELS_FILE),
                          "".join(f"{label}\n" for label in labels))

@@ -8,7 +8,8 @@ r"""Fine-tunes and runs a BertClassifier on sentence or sentence-pair classifica
 Input files are TSV/CSV (with a header row) or JSONL; see `data_prep.classification`.
 Writes to --output_dir: model.keras, labels.txt, vocab.txt, tokenizer_config.json,
 bert_config.json (training), train_results.json, eval_results.json (accuracy, macro F1,
-per-class P/R/F1), predictions.jsonl (one {"where", "label", "probabilities"} per row).
+per-class P/R/F1), predictions.jsonl (one {"where", "label", "probabilities"} per row),
+predict_results.json (counts, seconds, examples/s).
 The task is bert_keras/finetuning/classification.py; the loop bert_keras/finetuning/runner.py.
 """
 

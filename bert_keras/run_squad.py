@@ -10,7 +10,7 @@ questions cut to --max_query_length, --n_best_size candidates, answers of at mos
 --max_answer_length WordPieces; --version_2_with_negative for SQuAD 2.0 with
 --null_score_diff_threshold. --do_predict writes predictions.json and nbest_predictions.json
 (and null_odds.json for v2.0); when the predict file has answers, --do_eval also scores them
-with the official EM/F1 into eval_results.json.
+with the official EM/F1 into eval_results.json; predict_results.json has counts and timing.
 The task is bert_keras/finetuning/squad.py; the loop bert_keras/finetuning/runner.py.
 """
 

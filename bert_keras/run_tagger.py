@@ -9,7 +9,8 @@ Input: one "word ... tag" line per token, blank line between sentences (see
 `data_prep.tagging`). Each word's tag is learned and predicted on its first WordPiece.
 Writes to --output_dir: model.keras, labels.txt, vocab.txt, tokenizer_config.json,
 bert_config.json (training), train_results.json, eval_results.json (token accuracy and
-seqeval-style entity precision/recall/F1), predictions.conll ("word predicted_tag" lines).
+seqeval-style entity precision/recall/F1), predictions.conll ("word predicted_tag" lines),
+predict_results.json (counts, seconds, examples/s).
 The task is bert_keras/finetuning/tagging.py; the loop bert_keras/finetuning/runner.py.
 """
 

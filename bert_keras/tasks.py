@@ -69,6 +69,13 @@ class _TaskModel(ListsEncoderWhole, keras.Model):
         pooler = {id(v) for v in self.encoder.pooler_layer.weights}
         return [w for w in weights if id(w) not in pooler]
 
+    @property
+    def trainable_variables(self):
+        # Keras builds the optimizer from this list when it loads a compiled model (and in
+        # `_symbolic_build`); it must match the one training used, or the saved slots of a
+        # model kept with its optimizer state are skipped on load.
+        return self.trainable_weights
+
     def _base_config(self):
         return {
             "name": self.name,

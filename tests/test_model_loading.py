@@ -60,3 +60,56 @@ def test_unrecognised_path_names_the_forms(tmp_path):
     with pytest.raises(model_loading.CheckpointError, match="bert_config.json"):
         BertEncoder(**TINY).save_weights(str(tmp_path / "x.weights.h5"))
         model_loading.load_encoder(str(tmp_path / "x.weights.h5"))
+
+
+def test_save_task_dir_leaves_out_the_optimizer_and_keeps_training(tmp_path):
+    """The default save holds no optimizer state yet leaves the trained model compiled:
+    training continues with the same optimizer, and the file loads with the same outputs."""
+    import keras
+
+    from conftest import h5_keys
+    from bert_keras.tasks import BertTagger, compile_args
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(TINY["vocab_size"])))
+    model = BertTagger(BertEncoder(**TINY), num_classes=5)
+    x = make_inputs(batch=3, seq=6)
+    y = {"logits": np.ones_like(x["input_mask"])}
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), **compile_args(model))
+    model.train_on_batch(x, y)
+    optimizer = model.optimizer
+    model_loading.save_task_dir(model, str(tmp_path / "out"), ["a", "b", "c", "d", "e"],
+                                str(vocab), TokenizerConfig())
+    assert model.optimizer is optimizer and model.compiled
+    expected = np.asarray(model(x)["logits"])
+    model.train_on_batch(x, y)
+    assert int(optimizer.iterations.numpy()) == 2
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "out" / files.TASK_MODEL_FILE) as z:
+        z.extract("model.weights.h5", tmp_path)
+        config = z.read("config.json").decode()
+    assert not any(k.startswith("optimizer") for k in h5_keys(str(tmp_path / "model.weights.h5")))
+    import json
+
+    assert not json.loads(config).get("compile_config")  # nothing to compile on load
+    loaded = model_loading.load_checkpoint(str(tmp_path / "out"))
+    assert getattr(loaded.model, "optimizer", None) is None and loaded.labels == list("abcde")
+    np.testing.assert_allclose(np.asarray(loaded.model(x)["logits"]), expected, atol=1e-6)
+
+
+def test_save_task_dir_of_an_uncompiled_model(tmp_path):
+    from bert_keras.tasks import BertSpanQA
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(TINY["vocab_size"])))
+    model = BertSpanQA(BertEncoder(**TINY))
+    model_loading.save_task_dir(model, str(tmp_path / "out"), None, str(vocab), TokenizerConfig())
+    assert not model.compiled and getattr(model, "optimizer", None) is None
+    assert not [n for n in os.listdir(tmp_path / "out") if n.startswith(".")]  # no leftovers
+    loaded = model_loading.load_checkpoint(str(tmp_path / "out")).model
+    x = make_inputs(batch=2, seq=5)
+    np.testing.assert_allclose(np.asarray(loaded(x)["start_logits"]),
+                               np.asarray(model(x)["start_logits"]), atol=1e-6)

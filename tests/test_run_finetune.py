@@ -63,8 +63,9 @@ def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
     assert results["train"]["num_train_steps"] == 12  # int(48 / 8 * 2)
     assert results["train"]["truncated"] > 0  # texts of up to 19 words, 16 positions
     assert sorted(os.listdir(out)) == ["bert_config.json", "eval_results.json", "labels.txt",
-                                       "model.keras", "predictions.jsonl",
-                                       "tokenizer_config.json", "train_results.json", "vocab.txt"]
+                                       "model.keras", "predict_results.json",
+                                       "predictions.jsonl", "tokenizer_config.json",
+                                       "train_results.json", "vocab.txt"]
     assert open(out / "labels.txt").read() == "ham\nspam\n"
     # The eval accuracy agrees with the written predictions, checked independently.
     gold = [json.loads(line)["label"] for line in open(test)]
@@ -72,6 +73,12 @@ def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
     metrics = json.load(open(out / "eval_results.json"))
     assert metrics["accuracy"] == pytest.approx(np.mean([g == p for g, p in zip(gold, predicted)]))
     assert metrics["num_examples"] == 20
+    # Eval and predict timing land in the results files.
+    assert metrics["eval_seconds"] > 0 and metrics["eval_examples_per_second"] > 0
+    predict = json.load(open(out / "predict_results.json"))
+    assert predict["num_examples"] == 20 and predict["predict_seconds"] > 0
+    assert predict["predict_examples_per_second"] == pytest.approx(
+        20 / predict["predict_seconds"], rel=0.05)
 
     # A rerun never overwrites silently.
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
@@ -132,6 +139,56 @@ def test_run_tagger_train_eval_predict(tmp_path, encoder_file):
     assert results["eval"]["token_accuracy"] == metrics["token_accuracy"]
 
 
+def _h5_in_keras_file(path, tmp_path):
+    import zipfile
+
+    from conftest import h5_keys
+
+    with zipfile.ZipFile(path) as z:
+        z.extract("model.weights.h5", tmp_path)
+    return h5_keys(str(tmp_path / "model.weights.h5"))
+
+
+def test_num_train_steps_and_optimizer_state(tmp_path, encoder_file):
+    """--num_train_steps replaces the epoch count; model.keras holds no optimizer state
+    unless --save_optimizer_state, and both forms load for eval and further training."""
+    train, test = tmp_path / "train.conll", tmp_path / "test.conll"
+    write_conll(train, 40, 0)
+    write_conll(test, 12, 1)
+    runs = {}
+    for keep in (False, True):
+        out = tmp_path / f"out_{keep}"
+        runs[keep] = run_tagger.run(train_file=str(train), eval_file=str(test),
+                                    **common(out, encoder_file, num_train_steps=7,
+                                             num_train_epochs=50.0, do_predict=False,
+                                             save_optimizer_state=keep))
+        train_results = json.load(open(out / "train_results.json"))
+        assert train_results["num_train_steps"] == 7  # not int(40 / 8 * 50)
+        assert train_results["num_warmup_steps"] == 0  # int(7 * 0.1)
+        assert [h["step"] for h in train_results["loss_history"]] == [7]
+    lean, full = (tmp_path / f"out_{k}" / "model.keras" for k in (False, True))
+    lean_keys = _h5_in_keras_file(lean, tmp_path / "lean")
+    full_keys = _h5_in_keras_file(full, tmp_path / "full")
+    assert not any(k.startswith("optimizer") for k in lean_keys)
+    assert any(k.startswith("optimizer") for k in full_keys)
+    assert {k for k in full_keys if not k.startswith("optimizer")} == lean_keys
+    assert os.path.getsize(lean) < os.path.getsize(full)
+    # Same seed, same data: the same fine-tuned weights either way.
+    import warnings
+
+    with warnings.catch_warnings():  # the saved slots must match the optimizer Keras builds
+        warnings.filterwarnings("error", message="Skipping variable loading")
+        a, b = (model_loading.load_checkpoint(str(tmp_path / f"out_{k}")) for k in (False, True))
+    for x, y in zip(a.model.weights, b.model.weights):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    assert getattr(a.model, "optimizer", None) is None
+    assert int(b.model.optimizer.iterations.numpy()) == 7
+    # The lean directory evaluates as the training run did.
+    again = run_tagger.run(eval_file=str(test), **common(
+        tmp_path / "again", str(tmp_path / "out_False"), do_train=False, do_predict=False))
+    assert again["eval"]["token_accuracy"] == runs[False]["eval"]["token_accuracy"]
+
+
 def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     v2 = os.path.join(TESTDATA, "ft_squad_v2.json")
     out = tmp_path / "out"
@@ -148,6 +205,8 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     metrics = json.load(open(out / "eval_results.json"))
     assert metrics.pop("eval_seconds") > 0 and metrics.pop("eval_examples_per_second") > 0
     assert metrics == sq.evaluate(sq.gold_answers(v2, True), predictions, True)
+    predict = json.load(open(out / "predict_results.json"))
+    assert predict["questions"] == 6 and predict["predict_examples_per_second"] > 0
     assert metrics["total"] == 6 and metrics["NoAns_total"] == 1
 
 

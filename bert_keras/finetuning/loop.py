@@ -59,9 +59,21 @@ class StepLogger(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._start = time.time()
         self._last = (0, 0.0)  # (step, running mean at that step)
+        self.first_step_end = self.train_end = None
+
+    def on_train_end(self, logs=None):
+        self.train_end = time.time()
+
+    def steady_seconds_per_step(self) -> float | None:
+        """Seconds per step after the first (which traces the graph), or None for 1 step."""
+        if self.first_step_end is None or self.train_end is None or self.total_steps < 2:
+            return None
+        return (self.train_end - self.first_step_end) / (self.total_steps - 1)
 
     def on_train_batch_end(self, batch, logs=None):
         step = batch + 1
+        if step == 1:
+            self.first_step_end = time.time()
         if step % self.every and step != self.total_steps:
             return
         running = float((logs or {}).get("loss", float("nan")))
@@ -95,7 +107,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
 
     Returns:
       {"num_examples", "num_train_steps", "num_warmup_steps", "seconds",
-       "examples_per_second", "loss_history"}.
+       "examples_per_second", "steady_examples_per_second" (after the first step; absent
+       for a one-step run), "loss_history"}.
     """
     n = num_examples(x)
     if n < batch_size:
@@ -115,10 +128,14 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     model.fit(ds, epochs=1, verbose=0, shuffle=False,  # tf.data shuffles
               callbacks=[logger, *callbacks])
     seconds = time.time() - start
-    return {"num_examples": n, "num_train_steps": num_train_steps,
-            "num_warmup_steps": num_warmup_steps, "seconds": round(seconds, 1),
-            "examples_per_second": round(num_train_steps * batch_size / max(seconds, 1e-9), 2),
-            "loss_history": logger.history}
+    summary = {"num_examples": n, "num_train_steps": num_train_steps,
+               "num_warmup_steps": num_warmup_steps, "seconds": round(seconds, 1),
+               "examples_per_second": round(num_train_steps * batch_size / max(seconds, 1e-9), 2)}
+    steady = logger.steady_seconds_per_step()
+    if steady is not None:  # without the first step's tracing (and XLA compilation)
+        summary["steady_examples_per_second"] = round(batch_size / max(steady, 1e-9), 2)
+    summary["loss_history"] = logger.history
+    return summary
 
 
 def predict(model: keras.Model, x: dict, batch_size: int) -> tuple[dict[str, np.ndarray], dict]:
@@ -132,8 +149,15 @@ def predict(model: keras.Model, x: dict, batch_size: int) -> tuple[dict[str, np.
     start = time.time()
     for begin in range(0, n, batch_size):
         batch = {k: v[begin:begin + batch_size] for k, v in x.items()}
+        rows = len(next(iter(batch.values())))
+        if rows < batch_size < n:
+            # The last, shorter batch is padded with all-zero rows (outputs dropped below):
+            # a new shape would trace the predict function a second time (seconds, and
+            # memory for a second graph).
+            batch = {k: np.concatenate([v, np.zeros((batch_size - rows, *v.shape[1:]), v.dtype)])
+                     for k, v in batch.items()}
         for key, value in model.predict_on_batch(batch).items():
-            outputs.setdefault(key, []).append(np.asarray(value))
+            outputs.setdefault(key, []).append(np.asarray(value)[:rows])
     seconds = time.time() - start
     timing = {"seconds": round(seconds, 3),
               "examples_per_second": round(n / max(seconds, 1e-9), 2)}

@@ -187,7 +187,7 @@ class LabelledFileTask(Task):
         return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
                 if common.do_train else []) + \
             (["eval_results.json"] if common.do_eval else []) + \
-            ([self.predictions_file] if common.do_predict else [])
+            ([self.predictions_file, "predict_results.json"] if common.do_predict else [])
 
     def targets(self, features):
         return {"logits": features.arrays["label_ids"]}
@@ -337,8 +337,7 @@ def run(task: Task, values: dict) -> dict:
         summary[f"{split}_seconds"] = timing["seconds"]
         summary[f"{split}_examples_per_second"] = timing["examples_per_second"]
         results[split] = summary
-        if split == "eval":
-            files.write_json(os.path.join(out, "eval_results.json"), summary)
+        files.write_json(os.path.join(out, f"{split}_results.json"), summary)
     return results
 
 

@@ -148,7 +148,8 @@ class SquadTask(Task):
         return ([files.TASK_MODEL_FILE, "train_results.json"] if common.do_train else []) + \
             (["predictions.json", "nbest_predictions.json"] if answering else []) + \
             (["null_odds.json"] if answering and opts.version_2_with_negative else []) + \
-            (["eval_results.json"] if common.do_eval else [])
+            (["eval_results.json"] if common.do_eval else []) + \
+            (["predict_results.json"] if common.do_predict else [])
 
     def read(self, path, split, opts):
         examples, stats = squad.read_squad(path, split == "train", opts.version_2_with_negative)

@@ -71,16 +71,17 @@ def main(argv):
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]}")
     if _BERT_CONFIG_FILE.value and _FROM.value != "google":
         raise app.UsageError("--bert_config_file applies only to --from=google")
-    try:
+    from data_prep import cli
+
+    def body() -> int:
         written, model = convert(_FROM.value, _TO.value, _INPUT.value, _OUTPUT.value,
                                  _MODEL.value, _BERT_CONFIG_FILE.value)
-    except (FileNotFoundError, FileExistsError, ValueError, TypeError) as e:
-        # WeightLoadError is a ValueError; its message names the file and the tensors.
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
-          f"{model.count_params():,} parameters) as {_TO.value}: {written}")
-    return 0
+        print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
+              f"{model.count_params():,} parameters) as {_TO.value}: {written}")
+        return 0
+
+    # WeightLoadError is a ValueError; its message names the file and the tensors.
+    return cli.report_errors(body, (FileNotFoundError, FileExistsError, ValueError, TypeError))
 
 
 if __name__ == "__main__":

@@ -90,11 +90,19 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
 
 
 def iter_lines(paths: Sequence[str]) -> Iterator[str]:
-    """Yields the lines of the files, decoded as UTF-8 with errors="replace"."""
+    """Yields the lines of the files, decoded as UTF-8.
+
+    Raises:
+      files.TextFileError: a binary or non-UTF-8 line (file, line and byte offset named), as
+        prepare_corpus and create_pretraining_data refuse it: a vocabulary learned from
+        undecodable bytes would be garbage.
+    """
     for path in paths:
+        offset = 0
         with open(path, "rb") as f:
-            for raw in f:
-                yield raw.decode("utf-8", errors="replace")
+            for number, raw in enumerate(f, 1):
+                yield files.check_text_line(raw, path, number, offset)
+                offset += len(raw)
 
 
 def count_words(lines: Iterable[str], pretokenizer: tokenization.BertPreTokenizer,

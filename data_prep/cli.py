@@ -215,9 +215,9 @@ def _common_expected() -> tuple:
     found = [InputError, app.UsageError, flags.Error, FileNotFoundError, FileExistsError,
              IsADirectoryError, NotADirectoryError, PermissionError, UnicodeDecodeError]
     try:
-        from data_prep.files import OutputExistsError
+        from data_prep.files import OutputExistsError, TextFileError
 
-        found.append(OutputExistsError)
+        found += [OutputExistsError, TextFileError]
     except ImportError:  # pragma: no cover
         pass
     try:
@@ -240,6 +240,8 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, UnicodeDecodeError):
         return (f"{getattr(e, 'filename', 'input')}: not UTF-8 text (byte offset {e.start}: "
                 f"{e.object[e.start:e.start + 1]!r}); expected UTF-8")
+    if isinstance(e, FileExistsError) and getattr(e, "filename", None):
+        return f"{e.filename}: already exists (expected a directory, or a path that is free)"
     if isinstance(e, OSError) and getattr(e, "filename", None) and e.strerror:
         return f"{e.filename}: {e.strerror}"
     message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None

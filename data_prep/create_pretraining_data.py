@@ -789,6 +789,10 @@ def spec_from_flags() -> JobSpec:
     """Reads and checks the flags (the only place they are read)."""
     try:
         input_files = features.expand_input_files(_INPUT_FILE.value)
+        empty = [p for p in input_files if os.path.isfile(p) and os.path.getsize(p) == 0]
+        if empty:
+            raise InputError(f"input file {empty[0]} is empty; expected text, one sentence a "
+                             "line, a blank line between documents")
     except ValueError as e:
         raise InputError(f"--input_file: {e}") from None
     vocab_file = _VOCAB_FILE.value
@@ -830,7 +834,9 @@ def spec_from_flags() -> JobSpec:
 def main(argv: Sequence[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
+    from data_prep import cli
+
+    def body() -> int:
         spec = spec_from_flags()
         logging.info("reading %d input file(s), e.g. %s; writing %d shard(s) with %d worker(s)",
                      len(spec.input_files), spec.input_files[0], len(spec.output_files),
@@ -838,10 +844,10 @@ def main(argv: Sequence[str]) -> int:
         logging.info("tokenizer settings: %s (%s)", spec.tokenizer.describe(),
                      spec.tokenizer_source or "defaults and flags")
         run(spec)
-    except (ValueError, OSError) as e:  # InputError, VocabError, ...: a message, no traceback
-        print(f"create_pretraining_data: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    # InputError, VocabError, ...: their messages name the file or flag.
+    return cli.report_errors(body, (ValueError, OSError))
 
 
 if __name__ == "__main__":

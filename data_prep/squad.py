@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from data_prep import files
 from data_prep.classification import DataError
 from data_prep.packing import pad_features
 from data_prep.schema import CLS, SEP
@@ -139,6 +140,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
       DataError: the JSON does not have SQuAD's structure (the failing element is named as
         file: data[i].paragraphs[j].qas[k]).
     """
+    files.check_text_file(path)
     try:
         with open(path, encoding="utf-8") as f:
             dataset = json.load(f)

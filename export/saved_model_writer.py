@@ -145,6 +145,7 @@ def write_saved_model(
 
     if os.path.exists(path):
         raise ExportError(f"{path} exists: refusing to overwrite an export")
+    files.remove_stale_temps(path, any_name=True)  # exports of killed runs, any version
     # The variables the serving functions read, tracked directly (see `Untracked`).
     module.serving_variables = captured_variables(signatures.values())
     with files.atomic_output(path, directory=True) as tmp:

@@ -35,13 +35,17 @@ def _write(path, data, mode="w"):
 @pytest.fixture(scope="session")
 def fx(tmp_path_factory):
     """The shared fixture directory (never written by a case)."""
+    return build_fixtures(str(tmp_path_factory.mktemp("fixtures")))
+
+
+def build_fixtures(d: str) -> str:
+    """Writes the fixture set into directory `d` (a few seconds); returns `d`."""
     import keras
 
     from bert_keras import model_loading
     from bert_keras.encoder import BertEncoder
     from pretraining_data import make_instances, write_records
 
-    d = str(tmp_path_factory.mktemp("fixtures"))
     p = lambda *names: os.path.join(d, *names)  # noqa: E731
     vocab = shutil.copy(os.path.join(TESTDATA, "ft_vocab.txt"), p("vocab.txt"))
     vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
@@ -57,6 +61,7 @@ def fx(tmp_path_factory):
     # Text inputs.
     _write(p("text.txt"), "the man went to the store .\nhe bought milk .\n\njohn was born .\n"
            "the city is big .\n")
+    _write(p("lines.txt"), "the man went to the store .\nhe bought milk ||| john was born .\n")
     _write(p("binary.bin"), bytes(range(256)) * 8, "wb")
     _write(p("latin1.txt"), "the store\ncaf\u00e9 th\u00e9\n".encode("latin-1"), "wb")
     _write(p("empty.txt"), "")
@@ -123,17 +128,19 @@ def fx(tmp_path_factory):
 # --- The cases: (id, tool, argv, what the error line must name). ---
 # {F}: the fixture directory; {W}: this case's empty work directory (the output location).
 
-FT = "--vocab_file={F}/vocab.txt --init_checkpoint={F}/encoder --max_seq_length=16"
+FT = ("--vocab_file={F}/vocab.txt --init_checkpoint={F}/encoder --max_seq_length=16 "
+      "--train_batch_size=4")
 CLS = f"{FT} --output_dir={{W}}/out --do_train --train_file={{F}}/cls.jsonl"
 TAG = f"{FT} --output_dir={{W}}/out --do_train --train_file={{F}}/tags.txt"
-SQ = f"{FT} --output_dir={{W}}/out --do_train --train_file={{F}}/squad.json --doc_stride=8"
-EXT = ("--input_file={F}/text.txt --output_file={W}/features.jsonl --init_checkpoint={F}/encoder "
+SQ = (f"{FT} --output_dir={{W}}/out --do_train --train_file={{F}}/squad.json --doc_stride=8 "
+      "--max_query_length=8")
+EXT = ("--input_file={F}/lines.txt --output_file={W}/features.jsonl --init_checkpoint={F}/encoder "
        "--max_seq_length=16")
 PRE = ("--input_file={F}/train.tfrecord --output_dir={W}/run --bert_config_file={F}/bert_config.json "
        "--max_seq_length=16 --max_predictions_per_seq=4 --train_batch_size=4 --num_train_steps=2 "
        "--save_checkpoints_steps=2 --num_warmup_steps=0")
 CONV = "--from=keras --to=hf --input={F}/encoder.keras --output={W}/hf"
-VOC = "--input={F}/text.txt --output={W}/vocab/vocab.txt --vocab_size=60"
+VOC = "--input={F}/text.txt --output={W}/vocab/vocab.txt --vocab_size=60 --layout=compact"
 CORP = "--input={F}/text.txt --output_file={W}/corpus.txt"
 CPD = ("--input_file={F}/text.txt --output_file={W}/shard.tfrecord --vocab_file={F}/vocab.txt "
        "--max_seq_length=16 --max_predictions_per_seq=4 --dupe_factor=1")
@@ -248,6 +255,8 @@ CASES = [
      "--train_file={F}/squad_outside.json", "squad_outside.json"),
     ("run_squad-predict-no-file", "run_squad", f"{FT} --output_dir={{W}}/out --do_predict",
      "--predict_file"),
+    ("run_squad-query-longer-than-seq", "run_squad", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/squad.json", "--max_query_length"),
     # extract_features
     *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
                                            ("max_seq_length", 500)]),
@@ -267,14 +276,14 @@ CASES = [
      "--input_file={F}/text.txt --output_file={W}/f.jsonl --init_checkpoint={F}/encoder",
      "text.txt"),
     ("extract_features-missing-init", "extract_features",
-     "--input_file={F}/squad.json --output_file={W}/f.jsonl --init_checkpoint={F}/nope",
+     "--input_file={F}/lines.txt --output_file={W}/f.jsonl --init_checkpoint={F}/nope",
      "nope"),
     ("extract_features-output-exists", "extract_features",
-     "--input_file={F}/squad.json --output_file={F}/existing.txt --init_checkpoint={F}/encoder",
+     "--input_file={F}/lines.txt --output_file={F}/existing.txt --init_checkpoint={F}/encoder",
      "existing.txt"),
     ("extract_features-output-under-file", "extract_features",
-     "--input_file={F}/squad.json --output_file={F}/existing.txt/f.jsonl "
-     "--init_checkpoint={F}/encoder", "existing.txt"),
+     "--input_file={F}/lines.txt --output_file={F}/existing.txt/f.jsonl "
+     "--init_checkpoint={F}/encoder --max_seq_length=16", "existing.txt"),
     # run_pretraining
     *_flag_cases("run_pretraining", PRE, [
         ("learning_rate", -1e-4), ("train_batch_size", 0), ("num_train_steps", 0),
@@ -297,7 +306,7 @@ CASES = [
     ("run_pretraining-config-missing", "run_pretraining",
      PRE.replace("{F}/bert_config.json", "{F}/nope.json"), "nope.json"),
     ("run_pretraining-seq-mismatch", "run_pretraining",
-     PRE.replace("--max_seq_length=16", "--max_seq_length=32"), "--max_seq_length"),
+     PRE.replace("--max_seq_length=16", "--max_seq_length=32"), "max_seq_length"),
     ("run_pretraining-output-is-file", "run_pretraining",
      PRE.replace("{W}/run", "{F}/existing.txt"), "existing.txt"),
     # convert_checkpoint

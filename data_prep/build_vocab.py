@@ -301,6 +301,9 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
                          "%.1f s", n_lines, n_chars / 1e6, total_bytes / 1e6, n_words, now - start)
 
     counts = count_words(iter_lines(paths), pretokenizer, max_unique_words, progress=progress)
+    if not counts:
+        raise BuildVocabError(f"--input {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}"
+                              ": no words in it; expected UTF-8 text")
     logging.info("counted %d distinct words (%d occurrences) in %.1f s; training WordPiece",
                  len(counts), sum(counts.values()), time.monotonic() - start)
     learned = train_wordpiece(counts, vocab_size - len(reserved), min_frequency, max_alphabet)

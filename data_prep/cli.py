@@ -122,12 +122,15 @@ def split_values(values: Mapping[str, Any], *options_classes) -> list[dict]:
 DEBUG_ENV = "BERT_KERAS_DEBUG"  # set to 1 to see the traceback of expected errors too
 
 
-class InputError(ValueError):
-    """A bad flag or input file: `subject` (the flag or file) and what was expected/found.
+class ToolError(ValueError):
+    """A failure the user can fix (bad flag, file or data); its message names the flag or
+    file and what was expected. Every tool's boundary prints it as one line. Modules define
+    their error types as subclasses (config.ConfigError) or list them in `report_errors`."""
 
-    Tools raise it (or their own ValueError subclasses, which name the subject in the message)
-    for failures the user can fix; the boundary prints `error: <subject>: <message>`.
-    """
+
+class InputError(ToolError):
+    """A bad flag or input file: `subject` (the flag or file) and what was expected/found;
+    the boundary prints `error: <subject>: <message>`."""
 
     def __init__(self, subject: str, message: str):
         super().__init__(f"{subject}: {message}")
@@ -212,7 +215,7 @@ def _common_expected() -> tuple:
     """Errors every tool reports in one line: bad usage, files the user named, damaged data."""
     from absl import app, flags
 
-    found = [InputError, app.UsageError, flags.Error, FileNotFoundError, FileExistsError,
+    found = [ToolError, app.UsageError, flags.Error, FileNotFoundError, FileExistsError,
              IsADirectoryError, NotADirectoryError, PermissionError, UnicodeDecodeError]
     try:
         from data_prep.files import OutputExistsError, TextFileError

@@ -196,7 +196,10 @@ def _locate_answer(answer, context, doc_tokens, char_to_word, where):
         return "empty answer text"
     end = start + len(text) - 1
     if start < 0 or end >= len(context):
-        return f"answer_start {start} + len {len(text)} outside the {len(context)}-char context"
+        # Not a misaligned offset (those are dropped and counted, as Google's script does)
+        # but an answer that cannot be in this context: the file is wrong.
+        raise DataError(f"{where}.answer_start: {start} + len {len(text)} is outside the "
+                        f"{len(context)}-character context; expected an offset into it")
     start_word, end_word = char_to_word[start], char_to_word[end]
     if start_word < 0:  # starts in whitespace before the first word
         start_word = 0

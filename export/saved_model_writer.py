@@ -66,6 +66,9 @@ def version_dir(export_dir: str, version: int | None) -> str:
       ExportError: the version exists, or is not a positive integer.
     """
     existing = []
+    if os.path.lexists(export_dir) and not os.path.isdir(export_dir):
+        raise ExportError(f"--export_dir {export_dir} is a file; expected a directory (the "
+                          "model's base directory, versions go inside it)")
     if os.path.isdir(export_dir):
         existing = [int(d) for d in os.listdir(export_dir) if d.isdigit()]
     if version is None:

@@ -213,6 +213,11 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
     if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
         raise VerifyError(f"--export_dir {export_dir}: no saved_model.pb in it (pass the version "
                           "directory, e.g. models/spam/1)")
+    encoder = None
+    if init_checkpoint:  # Loaded first: a wrong checkpoint fails before the slow probe.
+        from bert_keras import model_loading
+
+        encoder = model_loading.load_encoder(init_checkpoint, bert_config_file)
 
     try:
         op_types = op_check.check_ops(export_dir)
@@ -279,10 +284,7 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
         report.add("session", ok, f"TF1 session loader (TF Serving's path): "
                    f"{session['requests']} requests, {detail}")
 
-    if init_checkpoint:
-        from bert_keras import model_loading
-
-        encoder = model_loading.load_encoder(init_checkpoint, bert_config_file)
+    if encoder is not None:
         expected = encoder(inputs, training=False)
         checks = []  # (diff, scale, output)
         for key in ("pooled_output", "sequence_output"):

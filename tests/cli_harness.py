@@ -102,9 +102,9 @@ def run_tool(tool: str, argv: list[str], env: dict | None = None) -> Result:
                 traceback.print_exc()
                 code = 1
     finally:
+        fv.unparse_flags()  # before restoring defaults: set_default validates the value
         for name, value in saved_defaults.items():
             fv.set_default(name, value)
-        fv.unparse_flags()
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)

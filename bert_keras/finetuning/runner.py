@@ -253,6 +253,8 @@ def run(task: Task, values: dict) -> dict:
         if wanted and not task.input_file(split, opts):
             raise FinetuneError(f"{task.input_flag(split)} is required with --do_{split}")
     out = common.output_dir
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise FinetuneError(f"--output_dir {out} is a file; expected a directory")
     names = task.output_files(common, opts)
     if not common.overwrite_output:
         files.refuse_existing([os.path.join(out, n) for n in names],

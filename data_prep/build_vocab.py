@@ -93,15 +93,15 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
     """Yields the lines of the files, decoded as UTF-8.
 
     Raises:
-      files.TextFileError: a binary or non-UTF-8 line (file, line and byte offset named), as
-        prepare_corpus and create_pretraining_data refuse it: a vocabulary learned from
-        undecodable bytes would be garbage.
+      files.TextFileError: a non-UTF-8 line (file, line and byte offset named; a binary file
+        fails so), as prepare_corpus and create_pretraining_data refuse it: a vocabulary
+        learned from undecodable bytes would be garbage.
     """
     for path in paths:
         offset = 0
         with open(path, "rb") as f:
             for number, raw in enumerate(f, 1):
-                yield files.check_text_line(raw, path, number, offset)
+                yield files.check_text_line(raw, path, number, offset, allow_nul=True)
                 offset += len(raw)
 
 

@@ -85,10 +85,15 @@ def check_text_file(path: str, chunk_lines: int | None = None) -> None:
             offset += len(raw)
 
 
-def check_text_line(raw: bytes, path: str, number: int, offset: int) -> str:
+def check_text_line(raw: bytes, path: str, number: int, offset: int,
+                    allow_nul: bool = False) -> str:
     """Decodes line `number` of `path` (starting at byte `offset`) as UTF-8, or raises
-    TextFileError naming the file, line and byte offset."""
-    nul = raw.find(b"\x00")
+    TextFileError naming the file, line and byte offset.
+
+    `allow_nul`: accept NUL bytes (a corpus may hold a stray one, which the tokenizer drops
+    as a control character); binary files still fail, as almost none is valid UTF-8.
+    """
+    nul = -1 if allow_nul else raw.find(b"\x00")
     if nul >= 0:
         raise TextFileError(f"{path}:{number}: NUL byte at byte offset {offset + nul}: the file "
                             "looks binary; expected UTF-8 text")

@@ -71,6 +71,28 @@ def _emulate_app_run(main, argv) -> int:
     return result if isinstance(result, int) else 0
 
 
+def tool_defaults(module) -> dict:
+    """The flag defaults of a tool whose shared flags have tool-specific defaults (the
+    fine-tuning tools' and run_pretraining's options dataclasses, run_squad's _DEFAULTS);
+    the other tools' shared flags have one default everywhere."""
+    from data_prep import cli
+
+    classes = []
+    if hasattr(module, "TASK"):
+        from bert_keras.finetuning import runner
+
+        classes.append(runner.FinetuneOptions)
+    if hasattr(module, "PretrainingOptions"):
+        classes.append(module.PretrainingOptions)
+    defaults = {}
+    for cls in classes:
+        for f in cli.flag_fields(cls):
+            if f.default is not dataclasses.MISSING:
+                defaults[f.name] = f.default
+    defaults.update(getattr(module, "_DEFAULTS", {}))
+    return defaults
+
+
 def run_tool(tool: str, argv: list[str], env: dict | None = None) -> Result:
     """Runs `tool` (a key of TOOLS) with command-line arguments `argv`; never raises for
     the tool's failures (an unexpected exception becomes a traceback on the captured stderr).
@@ -83,9 +105,10 @@ def run_tool(tool: str, argv: list[str], env: dict | None = None) -> Result:
     fv = flags.FLAGS
     fv.unparse_flags()
     saved_defaults = {}
-    for name, value in getattr(module, "_DEFAULTS", {}).items():
-        saved_defaults[name] = fv[name].default
-        fv.set_default(name, value)
+    for name, value in tool_defaults(module).items():
+        if name in fv and fv[name].default != value:
+            saved_defaults[name] = fv[name].default
+            fv.set_default(name, value)
     old_env = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     out, err = io.StringIO(), io.StringIO()

@@ -462,3 +462,95 @@ def test_unexpected_errors_keep_their_traceback(monkeypatch):
 
     with pytest.raises(KeyError):
         cli.report_errors(bug, ())
+
+
+# --- Valid edge cases that used to fail, and what a killed run leaves. ---
+
+
+def test_squad_three_questions_with_batch_four_trains_and_predicts(fx, tmp_path):
+    """Fewer training features than --train_batch_size: batches repeat examples (the data
+    repeats before batching) instead of failing; prediction's last batch is partial."""
+    from bert_keras import run_squad
+
+    data = json.load(open(os.path.join(fx, "squad.json")))
+    qas = [(p, q) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    keep = {id(q) for _, q in qas[:3]}
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [q for q in paragraph["qas"] if id(q) in keep]
+    path = _write(str(tmp_path / "three.json"), json.dumps(data))
+    results = run_squad.run(train_file=path, predict_file=path, output_dir=str(tmp_path / "out"),
+                            init_checkpoint=os.path.join(fx, "encoder"), do_train=True,
+                            do_predict=True, max_seq_length=32, max_query_length=8,
+                            doc_stride=16, train_batch_size=4, eval_batch_size=4,
+                            num_train_steps=2, learning_rate=1e-3)
+    assert results["train"]["num_train_steps"] == 2
+    predictions = json.load(open(tmp_path / "out" / "predictions.json"))
+    assert sorted(predictions) == sorted(str(q["id"]) for _, q in qas[:3])
+
+
+def test_one_class_is_accepted_with_its_flag(fx, tmp_path):
+    result = run_tool("run_classifier", _argv(
+        f"{CLS.replace('cls.jsonl', 'cls_one_class.jsonl')} --num_train_steps=1 "
+        "--allow_single_class", fx, str(tmp_path)))
+    assert result.code == 0, result.stderr
+    assert open(tmp_path / "out" / "labels.txt").read() == "a\n"
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_next_export_removes_a_killed_exports_temporary(tmp_path):
+    """A killed export leaves `.incomplete-<pid>.<version>`; the next export (of any
+    version) removes it once that process is gone, and keeps a live process's."""
+    import tensorflow as tf
+
+    from export import saved_model_writer
+
+    base = tmp_path / "models"
+    stale = base / f".incomplete-{_dead_pid()}.3"
+    live = base / f".incomplete-{os.getppid()}.4"
+    for d in (stale, live):
+        os.makedirs(d / "variables")
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return {"y": x * 2.0}
+
+    module = Module()
+    path = saved_model_writer.version_dir(str(base), None)
+    saved_model_writer.write_saved_model(module, path, {"serving_default":
+                                                        module.serve.get_concrete_function()})
+    assert sorted(os.listdir(base)) == [live.name, "1"]
+
+
+def test_verify_checks_the_longest_input_against_the_position_table(tmp_path):
+    from export.verify import Report, _check_lengths
+
+    os.makedirs(tmp_path / "assets")
+    _write(str(tmp_path / "assets" / "bert_config.json"), json.dumps(
+        {"max_position_embeddings": 24}))
+    for length, ok in ((24, True), (32, False)):
+        report = Report(str(tmp_path))
+        _check_lengths(report, str(tmp_path), [
+            {"inputs": {"input_word_ids": [1, 8]}, "outputs": {}},
+            {"inputs": {"input_word_ids": [2, length]}, "outputs": {}}])
+        (check, passed, detail), = report.lines
+        assert check == "lengths" and passed is ok, detail
+        assert "24" in detail and str(length) in detail
+
+
+def test_every_numeric_rule_names_its_flag():
+    """Each parse-time check refuses a value just outside its range and accepts the edge."""
+    from data_prep import cli
+
+    for name, (test, expected) in cli.NUMERIC_FLAG_RULES.items():
+        edge, outside = {"expected a value > 0": (1e-9, 0.0),
+                         "expected an integer >= 1": (1, 0),
+                         "expected a value >= 0": (0, -1),
+                         "expected a value in [0, 1]": (1.0, 1.0001)}[expected]
+        assert test(edge) and not test(outside), name

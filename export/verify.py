@@ -10,6 +10,8 @@ Checks, each reported on one line; exit status 1 if any fails:
   signatures names, dtypes and shapes of the known export kinds (encoder, ...)
   warmup     assets.extra/tf_serving_warmup_requests parses as PredictionLog records and
              every request runs, with finite outputs
+  lengths    the longest input the export accepts (max_position_embeddings of
+             assets/bert_config.json) is at least its longest warmup request
   session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
              take this path) restores the variables, and the same requests give the
              same outputs by SignatureDef tensor names (within tolerance)

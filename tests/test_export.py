@@ -106,7 +106,7 @@ def test_verify_passes_with_parity(exported):
     report = verify(path, init_checkpoint=str(tmp / "encoder.weights.h5"))
     assert report.ok, str(report)
     checks = [c for c, _, _ in report.lines]
-    assert checks == ["ops", "load", "signatures", "warmup", "session", "parity"]
+    assert checks == ["ops", "load", "signatures", "warmup", "lengths", "session", "parity"]
 
 
 def test_verify_fails_on_other_weights(exported, tmp_path):

@@ -13,6 +13,14 @@ import json
 import os
 from typing import Any
 
+from data_prep.cli import ToolError
+
+
+class ConfigError(ToolError):
+    """A bert_config.json (or config values) that cannot make a model; the message names the
+    file and the field."""
+
+
 # Activations the feed-forward layer understands. "gelu" is the exact erf form (what Google's
 # 2018 checkpoints were trained with and what Hugging Face calls "gelu"); "gelu_new",
 # "gelu_tanh" and "gelu_pytorch_tanh" are the tanh approximation.
@@ -81,28 +89,28 @@ class BertConfig:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(
+                raise ConfigError(
                     f"BertConfig.{name} must be a positive integer. Received: {name}={value!r}"
                 )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"BertConfig.{name} must be a probability in [0, 1). Received: {name}={value!r}"
                 )
         for name in ("initializer_range", "layer_norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ValueError(
+                raise ConfigError(
                     f"BertConfig.{name} must be a positive number. Received: {name}={value!r}"
                 )
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise ConfigError(
                 "BertConfig.hidden_size must be divisible by num_attention_heads. Received: "
                 f"hidden_size={self.hidden_size}, num_attention_heads={self.num_attention_heads}"
             )
         if self.hidden_act not in HIDDEN_ACTIVATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"BertConfig.hidden_act must be one of {HIDDEN_ACTIVATIONS}. "
                 f"Received: hidden_act={self.hidden_act!r}"
             )
@@ -131,16 +139,16 @@ class BertConfig:
             the key.
         """
         if not isinstance(values, dict):
-            raise ValueError(f"{source}: expected a JSON object, got {type(values).__name__}")
+            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known - _IGNORED_GOOGLE_KEYS)
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"{source}: unknown BertConfig key(s) {unknown}. Known keys: {sorted(known)}"
             )
         missing = [k for k in REQUIRED_KEYS if k not in values] if require_all else []
         if missing:
-            raise ValueError(
+            raise ConfigError(
                 f"{source}: missing key(s) {missing}; a bert_config.json must give every one "
                 f"of {list(REQUIRED_KEYS)} (only layer_norm_eps may be left out, for 1e-12)"
             )
@@ -148,7 +156,7 @@ class BertConfig:
         try:
             return cls(**kwargs)
         except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+            raise ConfigError(f"{source}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the config as a plain dict with bert_config.json keys."""
@@ -164,7 +172,7 @@ class BertConfig:
         except FileNotFoundError:
             raise FileNotFoundError(f"BERT config file not found: {path}") from None
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
         return cls.from_dict(values, source=path, require_all=True)
 
     def to_json_string(self) -> str:
@@ -235,7 +243,7 @@ class BertConfig:
         if available_bytes is None or needed <= available_bytes:
             return needed
         field = max(counts, key=counts.get)
-        raise ValueError(
+        raise ConfigError(
             f"{source}: {field}={getattr(self, field)} makes a model of {total:,} parameters "
             f"({100 * counts[field] / total:.0f}% from {field}), which needs at least "
             f"{_gib(needed)} for its weights, gradients and Adam's two slots "
@@ -255,7 +263,7 @@ class BertConfig:
           **overrides: fields to change, e.g. `vocab_size=8000` for an own vocabulary.
         """
         if name not in PRESETS:
-            raise ValueError(f"Unknown BERT preset {name!r}. Available: {sorted(PRESETS)}")
+            raise ConfigError(f"Unknown BERT preset {name!r}. Available: {sorted(PRESETS)}")
         layers, hidden, heads = PRESETS[name]
         values = dict(
             num_hidden_layers=layers,

@@ -25,7 +25,9 @@ _SHARED = {"allow_override": True}
 
 _FROM = flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.", **_SHARED)
 _TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.", **_SHARED)
-_INPUT = flags.DEFINE_string(
+# A list flag like build_vocab's and prepare_corpus's --input (one name, one type in a
+# process); it takes exactly one path here.
+_INPUT = flags.DEFINE_list(
     "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: .keras file.",
     **_SHARED,
 )
@@ -71,18 +73,24 @@ def main(argv):
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]}")
     if _BERT_CONFIG_FILE.value and _FROM.value != "google":
         raise app.UsageError("--bert_config_file applies only to --from=google")
-    try:
-        written, model = convert(_FROM.value, _TO.value, _INPUT.value, _OUTPUT.value,
+    from data_prep import cli
+
+    if len(_INPUT.value or []) != 1:
+        raise app.UsageError(f"--input: expected one path; received {_INPUT.value}")
+
+    def body() -> int:
+        written, model = convert(_FROM.value, _TO.value, _INPUT.value[0], _OUTPUT.value,
                                  _MODEL.value, _BERT_CONFIG_FILE.value)
-    except (FileNotFoundError, FileExistsError, ValueError, TypeError) as e:
-        # WeightLoadError is a ValueError; its message names the file and the tensors.
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
-          f"{model.count_params():,} parameters) as {_TO.value}: {written}")
-    return 0
+        print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
+              f"{model.count_params():,} parameters) as {_TO.value}: {written}")
+        return 0
+
+    # WeightLoadError is a ValueError; its message names the file and the tensors.
+    return cli.report_errors(body, (FileNotFoundError, FileExistsError, ValueError, TypeError))
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["from", "to", "input", "output"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -76,6 +76,7 @@ def read_input(path: str) -> list[tuple[str, str | None]]:
     """
     examples = []
     try:
+        files.check_text_file(path)
         with open(path, encoding="utf-8") as f:
             lines = list(f)
     except FileNotFoundError:
@@ -209,4 +210,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(cli.required_flags(ExtractOptions))
-    app.run(main)
+    cli.run(main)

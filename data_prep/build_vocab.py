@@ -90,11 +90,19 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
 
 
 def iter_lines(paths: Sequence[str]) -> Iterator[str]:
-    """Yields the lines of the files, decoded as UTF-8 with errors="replace"."""
+    """Yields the lines of the files, decoded as UTF-8.
+
+    Raises:
+      files.TextFileError: a non-UTF-8 line (file, line and byte offset named; a binary file
+        fails so), as prepare_corpus and create_pretraining_data refuse it: a vocabulary
+        learned from undecodable bytes would be garbage.
+    """
     for path in paths:
+        offset = 0
         with open(path, "rb") as f:
-            for raw in f:
-                yield raw.decode("utf-8", errors="replace")
+            for number, raw in enumerate(f, 1):
+                yield files.check_text_line(raw, path, number, offset, allow_nul=True)
+                offset += len(raw)
 
 
 def count_words(lines: Iterable[str], pretokenizer: tokenization.BertPreTokenizer,
@@ -293,6 +301,9 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
                          "%.1f s", n_lines, n_chars / 1e6, total_bytes / 1e6, n_words, now - start)
 
     counts = count_words(iter_lines(paths), pretokenizer, max_unique_words, progress=progress)
+    if not counts:
+        raise BuildVocabError(f"--input {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}"
+                              ": no words in it; expected UTF-8 text")
     logging.info("counted %d distinct words (%d occurrences) in %.1f s; training WordPiece",
                  len(counts), sum(counts.values()), time.monotonic() - start)
     learned = train_wordpiece(counts, vocab_size - len(reserved), min_frequency, max_alphabet)
@@ -362,4 +373,6 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

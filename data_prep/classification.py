@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from data_prep import files
 from data_prep.packing import pack, pad_features
 from data_prep.schema import UNK
 
@@ -98,6 +99,7 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
       DataError: malformed file content, naming file:line and what was expected.
     """
     fmt = file_format(path, fmt)
+    files.check_text_file(path)
     records = _read_jsonl(path) if fmt == "jsonl" else _read_delimited(path, "\t" if fmt == "tsv" else ",")
     examples = []
     for where, record in records:

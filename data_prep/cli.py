@@ -117,22 +117,191 @@ def split_values(values: Mapping[str, Any], *options_classes) -> list[dict]:
     return parts
 
 
-def report_errors(fn, expected: tuple[type[BaseException], ...], prog: str) -> int:
+# --- The error boundary every tool's main runs behind. ---
+
+DEBUG_ENV = "BERT_KERAS_DEBUG"  # set to 1 to see the traceback of expected errors too
+
+
+class ToolError(ValueError):
+    """A failure the user can fix (bad flag, file or data); its message names the flag or
+    file and what was expected. Every tool's boundary prints it as one line. Modules define
+    their error types as subclasses (config.ConfigError) or list them in `report_errors`."""
+
+
+class InputError(ToolError):
+    """A bad flag or input file: `subject` (the flag or file) and what was expected/found;
+    the boundary prints `error: <subject>: <message>`."""
+
+    def __init__(self, subject: str, message: str):
+        super().__init__(f"{subject}: {message}")
+        self.subject = subject
+
+
+# Numeric flags checked when parsed, by name, on every tool that defines them (absl
+# validators): (test, what was expected). None (an unset optional flag) is always accepted.
+_AT_LEAST_1 = (lambda v: v >= 1, "expected an integer >= 1")
+_POSITIVE = (lambda v: v > 0, "expected a value > 0")
+_NON_NEGATIVE = (lambda v: v >= 0, "expected a value >= 0")
+_PROBABILITY = (lambda v: 0 <= v <= 1, "expected a value in [0, 1]")
+NUMERIC_FLAG_RULES = {
+    **{name: _POSITIVE for name in ("learning_rate", "num_train_epochs", "rtol")},
+    **{name: _AT_LEAST_1 for name in (
+        "train_batch_size", "eval_batch_size", "batch_size", "max_seq_length", "seq_length",
+        "num_train_steps", "save_checkpoints_steps", "steps_per_execution",
+        "gradient_accumulation_steps", "num_cpu_devices", "max_eval_steps", "doc_stride",
+        "max_query_length", "n_best_size", "max_answer_length", "dupe_factor", "num_workers",
+        "num_output_shards", "shuffle_buffer_size", "vocab_size", "version",
+        "min_document_sentences", "max_predictions_per_seq")},
+    **{name: _NON_NEGATIVE for name in ("num_warmup_steps", "weight_decay", "num_unused",
+                                        "num_examples_to_print", "random_doc_pool_size")},
+    **{name: _PROBABILITY for name in ("warmup_proportion", "masked_lm_prob", "short_seq_prob",
+                                       "classifier_dropout", "tagger_dropout")},
+}
+
+
+def _install_validators(flag_values) -> None:
+    """Registers `NUMERIC_FLAG_RULES` on the flags `flag_values` defines (once per flag
+    object: tools sharing a process redefine shared flags)."""
+    from absl import flags
+
+    for name, (test, expected) in NUMERIC_FLAG_RULES.items():
+        if name not in flag_values:
+            continue
+        flag = flag_values[name]
+        if getattr(flag, "_bert_keras_checked", False):
+            continue
+        flags.register_validator(
+            name, lambda v, test=test: v is None or (isinstance(v, (int, float)) and test(v)),
+            message=expected, flag_values=flag_values)
+        flag._bert_keras_checked = True
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def flag_error_line(e: Exception) -> str:
+    """absl's flag errors as `--name: what` (absl says "flag --x=v: ..." or "Unknown ...")."""
+    from absl import flags
+
+    text = _one_line(e)
+    if isinstance(e, flags.UnrecognizedFlagError):
+        return f"--{e.flagname}: unknown flag (see --helpfull)"
+    if text.startswith("flag --"):
+        text = text[len("flag "):]
+        name, _, rest = text.partition(": ")
+        return f"{name}: {rest}" if rest else text
+    return text
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+    """absl's flag parsing with numeric checks; a bad flag is one line and exit status 2.
+
+    Used as `app.run`'s flags_parser (`run`) and by `invoke`.
+    """
+    import sys
+
+    from absl import flags
+
+    _install_validators(flags.FLAGS)
+    try:
+        return flags.FLAGS(list(argv))
+    except flags.Error as e:
+        print(f"error: {flag_error_line(e)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _common_expected() -> tuple:
+    """Errors every tool reports in one line: bad usage, files the user named, damaged data."""
+    from absl import app, flags
+
+    found = [ToolError, app.UsageError, flags.Error, FileNotFoundError, FileExistsError,
+             IsADirectoryError, NotADirectoryError, PermissionError, UnicodeDecodeError]
+    try:
+        from data_prep.files import OutputExistsError, TextFileError
+
+        found += [OutputExistsError, TextFileError]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import tensorflow as tf
+
+        found += [tf.errors.DataLossError]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from google.protobuf.message import DecodeError
+
+        found.append(DecodeError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(found)
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for an expected error: its subject (flag or file) first where it has one."""
+    if isinstance(e, UnicodeDecodeError):
+        return (f"{getattr(e, 'filename', 'input')}: not UTF-8 text (byte offset {e.start}: "
+                f"{e.object[e.start:e.start + 1]!r}); expected UTF-8")
+    if isinstance(e, FileExistsError) and getattr(e, "filename", None):
+        return f"{e.filename}: already exists (expected a directory, or a path that is free)"
+    if isinstance(e, OSError) and getattr(e, "filename", None) and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None
+    text = _one_line(message or str(e)) or type(e).__name__
+    try:
+        import tensorflow as tf
+
+        if isinstance(e, tf.errors.DataLossError):
+            return f"{text}; the file is damaged (truncated or not a TFRecord file)"
+    except ImportError:  # pragma: no cover
+        pass
+    if type(e).__name__ == "DecodeError":
+        return f"{text} (not a valid protocol buffer: damaged or not a SavedModel)"
+    return text
+
+
+def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str | None = None) -> int:
     """Runs `fn()`; an expected error becomes one line on stderr and exit status 1.
 
-    Expected errors are the project's own (bad flags, files, data); their messages name the
-    flag or file and what was expected. Anything else keeps its traceback: it is a bug.
+    The line is `error: <flag or file>: <what was expected, what was found>`: expected errors
+    are the project's own (bad flags, files, data; their messages name the flag or file) and
+    those of `_common_expected` (usage, missing or existing files, undecodable text, damaged
+    TFRecords or protocol buffers). Anything else keeps its traceback: it is a bug.
     Set BERT_KERAS_DEBUG=1 to see the traceback of expected errors too.
+
+    Args:
+      fn: the tool's body; its int result is the exit status (None: 0).
+      expected: the tool's own error types, besides the common ones.
+      prog: unused (kept for callers); the line starts with "error:" on every tool.
     """
     import os
     import sys
 
     try:
         result = fn()
-    except expected as e:
-        if os.environ.get("BERT_KERAS_DEBUG"):
+    except tuple(expected) + _common_expected() as e:
+        if os.environ.get(DEBUG_ENV):
             raise
-        message = " ".join(str(e).split("\n")[0].split()) if str(e) else type(e).__name__
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        print(f"error: {describe_error(e)}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def invoke(main, argv: Sequence[str], expected: tuple = ()) -> int:
+    """Parses `argv` into absl's FLAGS and runs `main(argv)` behind the error boundary;
+    returns the exit status (a bad flag: 2). `run` does this for `python -m`; tests call it
+    in-process."""
+    try:
+        remaining = parse_flags(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return report_errors(lambda: main(remaining), expected)
+
+
+def run(main, expected: tuple = ()) -> None:
+    """`app.run(main)` with one-line flag errors and the error boundary (a tool's
+    `if __name__ == "__main__":`)."""
+    from absl import app
+
+    app.run(lambda argv: report_errors(lambda: main(argv), expected), flags_parser=parse_flags)

@@ -68,9 +68,13 @@ _DO_WHOLE_WORD_MASK = flags.DEFINE_bool(
     "do_whole_word_mask", False, "Mask whole words rather than single WordPieces.", **_SHARED)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer(
     "max_seq_length", 128, "Maximum sequence length.", **_SHARED)
+# masked_lm_prob and max_predictions_per_seq default to None here as in run_pretraining,
+# which defines the same names (they share absl's FLAGS when both are imported, as in the
+# tests); spec_from_flags applies Google's defaults, 0.15 and 20.
+_DEFAULT_MASKED_LM_PROB, _DEFAULT_MAX_PREDICTIONS = 0.15, 20
 _MAX_PREDICTIONS = flags.DEFINE_integer(
-    "max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.",
-    **_SHARED)
+    "max_predictions_per_seq", None, "Maximum number of masked LM predictions per sequence "
+    "(default 20).", **_SHARED)
 _RANDOM_SEED = flags.DEFINE_integer(
     "random_seed", 12345, "Random seed for data generation.", **_SHARED)
 _DUPE_FACTOR = flags.DEFINE_integer(
@@ -80,7 +84,7 @@ _DYNAMIC_MASKING = flags.DEFINE_bool(
     "dynamic_masking", False, "Write instances without masks; run_pretraining masks them "
     "anew on every pass (its --masked_lm_prob, --do_whole_word_mask).", **_SHARED)
 _MASKED_LM_PROB = flags.DEFINE_float(
-    "masked_lm_prob", 0.15, "Masked LM probability.", **_SHARED)
+    "masked_lm_prob", None, "Masked LM probability (default 0.15).", **_SHARED)
 _SHORT_SEQ_PROB = flags.DEFINE_float(
     "short_seq_prob", 0.1, "Probability of creating sequences shorter than the maximum length.",
     **_SHARED)
@@ -817,6 +821,12 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
             for j in range(num_output_shards)]
 
 
+def _value_or(holder, default):
+    """The flag's value, or `default` where it is unset (None)."""
+    value = holder.value
+    return default if value is None else value
+
+
 def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_input_files
                     ) -> JobSpec:
     """Reads and checks the flags (the only place they are read).
@@ -827,6 +837,10 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
     """
     try:
         input_files = expand_inputs(_INPUT_FILE.value)
+        empty = [p for p in input_files if os.path.isfile(p) and os.path.getsize(p) == 0]
+        if empty:
+            raise InputError(f"input file {empty[0]} is empty; expected text, one sentence a "
+                             "line, a blank line between documents")
     except ValueError as e:
         raise InputError(f"--input_file: {e}") from None
     vocab_file = _VOCAB_FILE.value
@@ -848,8 +862,8 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
     try:
         config = pi.InstanceConfig(
             max_seq_length=_MAX_SEQ_LENGTH.value,
-            max_predictions_per_seq=_MAX_PREDICTIONS.value,
-            masked_lm_prob=_MASKED_LM_PROB.value,
+            max_predictions_per_seq=_value_or(_MAX_PREDICTIONS, _DEFAULT_MAX_PREDICTIONS),
+            masked_lm_prob=_value_or(_MASKED_LM_PROB, _DEFAULT_MASKED_LM_PROB),
             short_seq_prob=_SHORT_SEQ_PROB.value,
             dupe_factor=dupe_factor,
             do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
@@ -882,7 +896,9 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
 def main(argv: Sequence[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
+    from data_prep import cli
+
+    def body() -> int:
         if _RUNNER.value != "local":
             return _main_beam()
         if _BEAM_PIPELINE_OPTIONS.value:
@@ -895,10 +911,10 @@ def main(argv: Sequence[str]) -> int:
         logging.info("tokenizer settings: %s (%s)", spec.tokenizer.describe(),
                      spec.tokenizer_source or "defaults and flags")
         run(spec)
-    except (ValueError, OSError) as e:  # InputError, VocabError, ...: a message, no traceback
-        print(f"create_pretraining_data: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    # InputError, VocabError, ...: their messages name the file or flag.
+    return cli.report_errors(body, (ValueError, OSError))
 
 
 def _main_beam() -> int:
@@ -920,4 +936,6 @@ def _main_beam() -> int:
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -65,6 +65,47 @@ def sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
+class TextFileError(ValueError):
+    """A file that should be UTF-8 text is binary or not UTF-8; the message names the file,
+    the line and the byte offset."""
+
+
+def check_text_file(path: str, chunk_lines: int | None = None) -> None:
+    """Refuses a binary or non-UTF-8 file, naming the line and byte offset of the first bad
+    byte (one pass over the file in binary; readers then decode it without surprises).
+
+    Raises:
+      TextFileError: a NUL byte (a binary file) or a byte sequence that is not UTF-8.
+      FileNotFoundError, IsADirectoryError, PermissionError: as open() raises them.
+    """
+    offset = 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            check_text_line(raw, path, number, offset)
+            offset += len(raw)
+
+
+def check_text_line(raw: bytes, path: str, number: int, offset: int,
+                    allow_nul: bool = False) -> str:
+    """Decodes line `number` of `path` (starting at byte `offset`) as UTF-8, or raises
+    TextFileError naming the file, line and byte offset.
+
+    `allow_nul`: accept NUL bytes (a corpus may hold a stray one, which the tokenizer drops
+    as a control character); binary files still fail, as almost none is valid UTF-8.
+    """
+    nul = -1 if allow_nul else raw.find(b"\x00")
+    if nul >= 0:
+        raise TextFileError(f"{path}:{number}: NUL byte at byte offset {offset + nul}: the file "
+                            "looks binary; expected UTF-8 text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TextFileError(
+            f"{path}:{number}: not UTF-8 (byte {raw[e.start:e.start + 1]!r} at byte offset "
+            f"{offset + e.start}); expected UTF-8 text (convert it, e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
 def temp_path(final_path: str, pid: int | None = None) -> str:
     """The temporary name `final_path` is written under: `<dir>/.incomplete-<pid>.<name>`.
 
@@ -94,8 +135,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(final_path: str) -> list[str]:
+def remove_stale_temps(final_path: str, any_name: bool = False) -> list[str]:
     """Removes temporaries of `final_path` left by processes that no longer run.
+
+    Args:
+      final_path: the output whose temporaries to remove.
+      any_name: remove those of every output in `final_path`'s directory (an export base
+        directory: a killed export of version 3 left `.incomplete-<pid>.3`, and the next
+        export may choose another version).
 
     Returns:
       The removed paths.
@@ -108,7 +155,7 @@ def remove_stale_temps(final_path: str) -> list[str]:
         return removed
     for name in names:
         m = _TEMP_RE.match(name)
-        if not m or m.group("name") != tail:
+        if not m or (m.group("name") != tail and not any_name):
             continue
         if _pid_alive(int(m.group("pid"))):
             continue

@@ -464,7 +464,9 @@ def write_corpus(documents: Iterator[tuple[str, str]], output_file: str,
 def main(argv: Sequence[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
+    from data_prep import cli
+
+    def body() -> int:
         if _MIN_DOCUMENT_SENTENCES.value < 1:
             raise CorpusError(f"--min_document_sentences must be >= 1; received "
                               f"{_MIN_DOCUMENT_SENTENCES.value}")
@@ -473,12 +475,13 @@ def main(argv: Sequence[str]) -> int:
         logging.info("reading %d file(s), e.g. %s", len(paths), paths[0])
         write_corpus(iter_documents(paths, _CORPUS_FORMAT.value, _TEXT_FIELD.value),
                      _OUTPUT_FILE.value, split, _MIN_DOCUMENT_SENTENCES.value, _OVERWRITE.value)
-    except (CorpusError, OSError) as e:
-        print(f"prepare_corpus: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return cli.report_errors(body, (CorpusError, OSError))
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["input", "output_file"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from data_prep import files
 from data_prep.classification import DataError
 from data_prep.packing import pad_features
 from data_prep.schema import CLS, SEP
@@ -139,6 +140,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
       DataError: the JSON does not have SQuAD's structure (the failing element is named as
         file: data[i].paragraphs[j].qas[k]).
     """
+    files.check_text_file(path)
     try:
         with open(path, encoding="utf-8") as f:
             dataset = json.load(f)
@@ -194,7 +196,10 @@ def _locate_answer(answer, context, doc_tokens, char_to_word, where):
         return "empty answer text"
     end = start + len(text) - 1
     if start < 0 or end >= len(context):
-        return f"answer_start {start} + len {len(text)} outside the {len(context)}-char context"
+        # Not a misaligned offset (those are dropped and counted, as Google's script does)
+        # but an answer that cannot be in this context: the file is wrong.
+        raise DataError(f"{where}.answer_start: {start} + len {len(text)} is outside the "
+                        f"{len(context)}-character context; expected an offset into it")
     start_word, end_word = char_to_word[start], char_to_word[end]
     if start_word < 0:  # starts in whitespace before the first word
         start_word = 0

@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from data_prep.classification import DataError
+from data_prep import files
 from data_prep.packing import pack, pad_features
 from data_prep.schema import IGNORE_LABEL, UNK
 
@@ -70,6 +71,7 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
         words.clear()
         tags.clear()
 
+    files.check_text_file(path)
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             fields = line.split()

@@ -66,6 +66,9 @@ def version_dir(export_dir: str, version: int | None) -> str:
       ExportError: the version exists, or is not a positive integer.
     """
     existing = []
+    if os.path.lexists(export_dir) and not os.path.isdir(export_dir):
+        raise ExportError(f"--export_dir {export_dir} is a file; expected a directory (the "
+                          "model's base directory, versions go inside it)")
     if os.path.isdir(export_dir):
         existing = [int(d) for d in os.listdir(export_dir) if d.isdigit()]
     if version is None:
@@ -145,6 +148,7 @@ def write_saved_model(
 
     if os.path.exists(path):
         raise ExportError(f"{path} exists: refusing to overwrite an export")
+    files.remove_stale_temps(path, any_name=True)  # exports of killed runs, any version
     # The variables the serving functions read, tracked directly (see `Untracked`).
     module.serving_variables = captured_variables(signatures.values())
     with files.atomic_output(path, directory=True) as tmp:

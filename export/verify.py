@@ -10,6 +10,8 @@ Checks, each reported on one line; exit status 1 if any fails:
   signatures names, dtypes and shapes of the known export kinds (encoder, ...)
   warmup     assets.extra/tf_serving_warmup_requests parses as PredictionLog records and
              every request runs, with finite outputs
+  lengths    the longest input the export accepts (max_position_embeddings of
+             assets/bert_config.json) is at least its longest warmup request
   session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
              take this path) restores the variables, and the same requests give the
              same outputs by SignatureDef tensor names (within tolerance)
@@ -70,6 +72,10 @@ def _describe(diff: float, scale: float, output: str, rtol: float) -> str:
             f"tolerance {rtol:g} x scale)")
 
 
+class VerifyError(ValueError):
+    """--export_dir is not a SavedModel directory (missing, or saved_model.pb unreadable)."""
+
+
 @dataclass
 class Report:
     export_dir: str
@@ -113,6 +119,27 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
             report = json.load(f)
         outputs = dict(np.load(outputs_file)) if inputs is not None else None
     return report, outputs
+
+
+def _check_lengths(report: Report, export_dir: str, warmup: list[dict]) -> None:
+    """The longest input the export accepts (its position table, assets/bert_config.json)
+    against its warmup requests: a warmup longer than the table would fail in TF Serving,
+    and a warmup shorter than the serving length leaves the longest requests unwarmed."""
+    config_path = os.path.join(export_dir, "assets", "bert_config.json")
+    lengths = [shape[1] for w in warmup for group in ("inputs", "outputs")
+               for name, shape in w[group].items() if name == "input_word_ids" and len(shape) > 1]
+    if not os.path.exists(config_path) or not lengths:
+        return
+    with open(config_path, encoding="utf-8") as f:
+        positions = json.load(f).get("max_position_embeddings")
+    if not isinstance(positions, int):
+        report.add("lengths", False, f"{config_path}: no integer max_position_embeddings")
+        return
+    longest = max(lengths)
+    report.add("lengths", longest <= positions,
+               f"longest accepted input {positions} WordPieces (max_position_embeddings); "
+               f"warmup requests of up to {longest}"
+               + ("" if longest <= positions else ": longer than the position table"))
 
 
 def _check_encoder_signature(report: Report, signature) -> bool:
@@ -179,10 +206,20 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
     """
     from export import op_check
 
+    from google.protobuf.message import DecodeError
+
     report = Report(export_dir)
+    if not os.path.isdir(export_dir):
+        raise VerifyError(f"--export_dir {export_dir}: no such directory (expected a SavedModel "
+                          "version directory, e.g. models/spam/1)")
     if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
-        report.add("load", False, f"no saved_model.pb in {export_dir} (pass the version directory)")
-        return report
+        raise VerifyError(f"--export_dir {export_dir}: no saved_model.pb in it (pass the version "
+                          "directory, e.g. models/spam/1)")
+    encoder = None
+    if init_checkpoint:  # Loaded first: a wrong checkpoint fails before the slow probe.
+        from bert_keras import model_loading
+
+        encoder = model_loading.load_encoder(init_checkpoint, bert_config_file)
 
     try:
         op_types = op_check.check_ops(export_dir)
@@ -193,6 +230,9 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
     except op_check.OpCheckError as e:
         report.add("ops", False, str(e))
         text = True
+    except DecodeError as e:
+        raise VerifyError(f"{os.path.join(export_dir, 'saved_model.pb')}: not a readable "
+                          f"SavedModel protocol buffer ({e}); the export is damaged") from None
 
     inputs = None
     if init_checkpoint:
@@ -231,6 +271,7 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
         ok = bool(probe["warmup"]) and not bad
         report.add("warmup", ok, f"{len(probe['warmup'])} requests replayed"
                    + (f", {len(bad)} with non-finite outputs" if bad else ""))
+        _check_lengths(report, export_dir, probe["warmup"])
 
     session = probe["session"]
     if session["error"]:
@@ -245,10 +286,7 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
         report.add("session", ok, f"TF1 session loader (TF Serving's path): "
                    f"{session['requests']} requests, {detail}")
 
-    if init_checkpoint:
-        from bert_keras import model_loading
-
-        encoder = model_loading.load_encoder(init_checkpoint, bert_config_file)
+    if encoder is not None:
         expected = encoder(inputs, training=False)
         checks = []  # (diff, scale, output)
         for key in ("pooled_output", "sequence_output"):
@@ -280,11 +318,21 @@ _RTOL = flags.DEFINE_float(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    report = verify(_EXPORT_DIR.value, _INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value, _RTOL.value)
-    print(report)
-    return 0 if report.ok else 1
+    from bert_keras import checkpoints, model_loading
+    from data_prep import cli
+
+    def body() -> int:
+        report = verify(_EXPORT_DIR.value, _INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
+                        _RTOL.value)
+        print(report)
+        return 0 if report.ok else 1
+
+    return cli.report_errors(body, (VerifyError, model_loading.CheckpointError,
+                                    checkpoints.WeightLoadError))
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["export_dir"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

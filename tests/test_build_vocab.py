@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import subprocess
@@ -148,12 +147,21 @@ def test_inputs(tmp_path):
         str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
 
 
-def test_invalid_utf8_in_the_corpus(tmp_path):
+def test_invalid_utf8_in_the_corpus_is_refused(tmp_path):
+    """As prepare_corpus and create_pretraining_data refuse it: a latin-1 'thé' would lose
+    its 'é' (or random bytes become a vocabulary of garbage). The file, line and byte offset
+    of the first bad byte are named."""
+    from data_prep.files import TextFileError
+
     path = tmp_path / "bad.txt"
-    path.write_bytes(b"caf\xc3 au \xff lait\nna\xefve\n")
-    assert list(bv.iter_lines([str(path)])) == ["caf\ufffd au \ufffd lait\n", "na\ufffdve\n"]
-    counts = bv.count_words(bv.iter_lines([str(path)]), tokenization.pretokenizer())
-    assert counts == collections.Counter({"caf": 1, "au": 1, "lait": 1, "nave": 1})
+    path.write_bytes("caf\u00e9 au lait\n".encode() + b"the th\xe9\n")
+    with pytest.raises(TextFileError, match=r"bad.txt:2: not UTF-8 \(byte b'\\xe9' at byte "
+                       r"offset 20\)"):
+        list(bv.iter_lines([str(path)]))
+    path.write_bytes(bytes(range(1, 256)))  # binary: fails at its first byte >= 0x80
+    with pytest.raises(TextFileError, match=r"bad.txt:2: not UTF-8 \(byte b'\\x80' at byte "
+                       r"offset 127\)"):
+        list(bv.iter_lines([str(path)]))
 
 
 def test_word_table_stays_bounded():

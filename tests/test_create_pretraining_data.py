@@ -245,7 +245,8 @@ def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     args.update(overrides)
     assert run_cli(**args) == 1
     err = capsys.readouterr().err
-    assert "create_pretraining_data: error:" in err and expected in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], err
     assert "Traceback" not in err
     assert not out_dir.exists() or os.listdir(out_dir) == []  # not even a temporary file
 

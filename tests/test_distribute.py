@@ -65,7 +65,7 @@ def test_cli_tpu_without_tpu_exits_with_one_line(data, tmp_path):
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("run_pretraining: error: distribution_strategy=tpu but no TPU")
+    assert last.startswith("error: distribution_strategy=tpu but no TPU")
 
 
 def test_default_strategy_needs_no_multi_worker_fix():

@@ -106,7 +106,7 @@ def test_verify_passes_with_parity(exported):
     report = verify(path, init_checkpoint=str(tmp / "encoder.weights.h5"))
     assert report.ok, str(report)
     checks = [c for c, _, _ in report.lines]
-    assert checks == ["ops", "load", "signatures", "warmup", "session", "parity"]
+    assert checks == ["ops", "load", "signatures", "warmup", "lengths", "session", "parity"]
 
 
 def test_verify_fails_on_other_weights(exported, tmp_path):
@@ -273,7 +273,8 @@ def test_verify_cli_exit_status(exported, tmp_path):
     assert "result: PASS" in ok.stdout
     missing = subprocess.run([sys.executable, "-m", "export.verify", f"--export_dir={tmp_path}"],
                              capture_output=True, text=True, env=env, timeout=300)
-    assert missing.returncode == 1 and "no saved_model.pb" in missing.stdout
+    assert missing.returncode == 1 and "no saved_model.pb" in missing.stderr
+    assert missing.stderr.strip().splitlines()[-1].startswith("error: --export_dir")
 
 
 def test_in_graph_packing_equals_google_truncation():

@@ -49,6 +49,9 @@ class ClassifierOptions:
                                      "--train_file (or labels.txt of the model).")
     label_list_file: str | None = option(None, "Labels in id order, one a line.")
     classifier_dropout: float = option(0.1, "Dropout on the pooled output.")
+    allow_single_class: bool = option(False, "Accept a --train_file whose examples all have "
+                                      "one label (otherwise an error: such a model always "
+                                      "predicts that label).")
 
 
 def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],

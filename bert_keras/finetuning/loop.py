@@ -111,8 +111,13 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
        for a one-step run), "loss_history"}.
     """
     n = num_examples(x)
+    if n < 1:
+        raise ValueError("no training examples")
     if n < batch_size:
-        raise ValueError(f"{n} training examples is fewer than train_batch_size={batch_size}")
+        # The data repeats before batching, so every batch is full (static shapes) and
+        # holds some examples twice; Google's script would train 0 steps.
+        logging.warning("%d training examples, fewer than train_batch_size=%d: each batch "
+                        "repeats some of them", n, batch_size)
     if num_train_steps is None:
         num_train_steps = max(1, int(n / batch_size * num_train_epochs))
     num_warmup_steps = int(num_train_steps * warmup_proportion)

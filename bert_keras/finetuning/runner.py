@@ -136,6 +136,9 @@ class Task:
         """The flag naming a split's file (for messages)."""
         return f"--{split}_file"
 
+    def validate(self, common: FinetuneOptions, opts) -> None:
+        """Checks the task's flags against the common ones (before any input is read)."""
+
     def output_files(self, common: FinetuneOptions, opts) -> list[str]:
         """Files this run writes into --output_dir (refused if present)."""
         raise NotImplementedError
@@ -244,11 +247,14 @@ def run(task: Task, values: dict) -> dict:
     common = FinetuneOptions(**common_values)
     opts = task.options_class()(**task_values)
     common.validate()
+    task.validate(common, opts)
     for split, wanted in (("train", common.do_train), ("eval", common.do_eval),
                           ("predict", common.do_predict)):
         if wanted and not task.input_file(split, opts):
             raise FinetuneError(f"{task.input_flag(split)} is required with --do_{split}")
     out = common.output_dir
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise FinetuneError(f"--output_dir {out} is a file; expected a directory")
     names = task.output_files(common, opts)
     if not common.overwrite_output:
         files.refuse_existing([os.path.join(out, n) for n in names],
@@ -272,9 +278,19 @@ def run(task: Task, values: dict) -> dict:
     read_info = None
     if "train" in examples and isinstance(examples["train"], tuple):
         examples["train"], read_info = examples["train"]
+    for split, found in examples.items():
+        if len(found) == 0:
+            raise FinetuneError(f"{task.input_file(split, opts)}: no examples in it (expected "
+                                f"{task.name} data for {task.input_flag(split)})")
     labels = task.given_labels(opts)
     if labels is None and common.do_train:
         labels = task.labels_from(examples["train"])
+        if (task.uses_labels and labels is not None and len(labels) < 2
+                and not getattr(opts, "allow_single_class", False)):
+            raise FinetuneError(
+                f"{task.input_file('train', opts)}: every example has the label "
+                f"{labels[0] if labels else None!r}; expected at least 2 classes (pass "
+                "--allow_single_class to train a one-class model anyway)")
 
     model, ckpt = _load_model(task, common, opts, labels)
     if labels is None and ckpt is not None:

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from absl import logging
 
-from bert_keras.finetuning.runner import Features, Task
+from bert_keras.finetuning.runner import Features, FinetuneError, Task
 from bert_keras.tasks import BertSpanQA
 from data_prep import files, squad
 from data_prep.cli import option
@@ -94,7 +94,7 @@ def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
       "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total" for v2.0).
     """
     if not gold:
-        raise ValueError("no gold answers to score against")
+        raise FinetuneError("no gold answers to score against")
     em_scores, f1_scores, missing = {}, {}, 0
     for qas_id, answers in gold.items():
         if version_2_with_negative:
@@ -102,8 +102,8 @@ def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
             # question against the empty string.
             answers = [a for a in answers if normalize_answer(a)] or [""]
         elif not answers:
-            raise ValueError(f"question {qas_id!r} has no gold answer (a v2.0 file? pass "
-                             "version_2_with_negative)")
+            raise FinetuneError(f"question {qas_id!r} has no gold answer (a v2.0 file? pass "
+                                "--version_2_with_negative)")
         if qas_id not in predictions:
             missing += 1
             em_scores[qas_id] = f1_scores[qas_id] = 0.0
@@ -142,6 +142,12 @@ class SquadTask(Task):
 
     def input_file(self, split, opts):
         return opts.train_file if split == "train" else opts.predict_file
+
+    def validate(self, common, opts):
+        if common.max_seq_length <= opts.max_query_length + 3:
+            raise FinetuneError(
+                f"--max_seq_length={common.max_seq_length} must exceed --max_query_length="
+                f"{opts.max_query_length} + 3 ([CLS] and two [SEP]) to leave room for context")
 
     def output_files(self, common, opts):
         answering = common.do_predict or common.do_eval

@@ -34,6 +34,8 @@ class TaggerOptions:
     label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "
                                          "sorted tags of --train_file.")
     tagger_dropout: float = option(0.1, "Dropout on the sequence output.")
+    allow_single_class: bool = option(False, "Accept a --train_file whose words all have one "
+                                      "tag (otherwise an error).")
 
 
 def token_accuracy(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:

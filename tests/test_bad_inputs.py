@@ -1,0 +1,556 @@
+"""Every command-line tool, driven with bad inputs and flags as a user would (issues 23, 30).
+
+Each case asserts: a non-zero exit; exactly one stderr line starting "error:", naming the
+flag or file at fault; no Python traceback; and the output location exactly as before the
+run (nothing created, nothing removed, nothing overwritten). Cases run the tools' `main`
+in-process (tests/cli_harness.py) on one small fixture set built once; a few run as real
+subprocesses to prove the same end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cli_harness import run_tool, tree
+from conftest import TESTDATA
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = dict(num_layers=2, hidden_size=16, num_heads=2, intermediate_size=24,
+             max_sequence_length=48)
+
+
+def _write(path, data, mode="w"):
+    with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        f.write(data)
+    return path
+
+
+@pytest.fixture(scope="session")
+def fx(tmp_path_factory):
+    """The shared fixture directory (never written by a case)."""
+    return build_fixtures(str(tmp_path_factory.mktemp("fixtures")))
+
+
+def build_fixtures(d: str) -> str:
+    """Writes the fixture set into directory `d` (a few seconds); returns `d`."""
+    import keras
+
+    from bert_keras import model_loading
+    from bert_keras.encoder import BertEncoder
+    from pretraining_data import make_instances, write_records
+
+    p = lambda *names: os.path.join(d, *names)  # noqa: E731
+    vocab = shutil.copy(os.path.join(TESTDATA, "ft_vocab.txt"), p("vocab.txt"))
+    vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
+    keras.utils.set_random_seed(3)
+    encoder = BertEncoder(vocab_size=vocab_size, **SMALL)
+    model_loading.save_encoder_dir(encoder, p("encoder"), vocab)
+    encoder.save(p("encoder.keras"))
+    config = json.load(open(p("encoder", "bert_config.json")))
+    _write(p("bert_config.json"), json.dumps(config))
+    _write(p("config_no_heads.json"),
+           json.dumps({k: v for k, v in config.items() if k != "num_attention_heads"}))
+    _write(p("config_bad.json"), "{not json")
+    # Text inputs.
+    _write(p("text.txt"), "the man went to the store .\nhe bought milk .\n\njohn was born .\n"
+           "the city is big .\n")
+    _write(p("lines.txt"), "the man went to the store .\nhe bought milk ||| john was born .\n")
+    _write(p("binary.bin"), bytes(range(256)) * 8, "wb")
+    _write(p("latin1.txt"), "the store\ncaf\u00e9 th\u00e9\n".encode("latin-1"), "wb")
+    _write(p("empty.txt"), "")
+    _write(p("no_specials_vocab.txt"), "the\nman\nwent\n")
+    _write(p("garbage.keras"), b"not a zip file at all" * 10, "wb")
+    _write(p("garbage.weights.h5"), b"\x89HDF\r\n garbage" * 10, "wb")
+    # Classification.
+    rows = [{"text": "the man went to the store", "label": "a"},
+            {"text": "john was born in the city", "label": "b"}] * 4
+    _write(p("cls.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+    _write(p("cls_one_class.jsonl"), "".join(json.dumps({"text": r["text"], "label": "a"}) + "\n"
+                                             for r in rows))
+    _write(p("cls_bad_json.jsonl"), json.dumps(rows[0]) + "\n{\"text\": \"the man\"\n")
+    _write(p("cls_no_label.jsonl"), json.dumps({"text": "the man"}) + "\n")
+    _write(p("cls_empty_text.jsonl"), json.dumps({"text": "", "label": "a"}) + "\n")
+    _write(p("cls_latin1.jsonl"), (json.dumps(rows[0]) + "\n").encode() +
+           b'{"text": "caf\xe9", "label": "b"}\n', "wb")
+    _write(p("cls.tsv"), "")
+    _write(p("cls_bad.tsv"), "text\tlabel\nthe man\ta\textra\n")
+    # Tagging (CoNLL).
+    _write(p("tags.txt"), "the O\nman B-PER\n\njohn B-PER\nwent O\n")
+    _write(p("tags_bad.txt"), "the O\nman\n")
+    # SQuAD.
+    squad = json.load(open(os.path.join(TESTDATA, "ft_squad_v1.json")))
+    _write(p("squad.json"), json.dumps(squad))
+    bad = json.loads(json.dumps(squad))
+    bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = 10_000
+    _write(p("squad_outside.json"), json.dumps(bad))
+    _write(p("squad_not_squad.json"), json.dumps({"version": "1.1"}))
+    _write(p("squad_truncated.json"), json.dumps(squad)[:100])
+    # Pretraining shards.
+    inst = make_instances(8, 16, 4, vocab_size, seed=1)
+    meta = {"max_seq_length": 16, "max_predictions_per_seq": 4,
+            "shard": {"index": 0, "num_shards": 1, "instances": 8}}
+    write_records(p("train.tfrecord"), inst, meta)
+    data = open(p("train.tfrecord"), "rb").read()
+    _write(p("truncated.tfrecord"), data[: int(len(data) * 0.6)], "wb")
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(p("other_schema.tfrecord")) as w:
+        ex = tf.train.Example(features=tf.train.Features(feature={
+            "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x"]))}))
+        for _ in range(4):
+            w.write(ex.SerializeToString())
+    # A fine-tuned classifier (for export_classifier) and an encoder export (for verify).
+    from bert_keras import run_classifier
+    from export.export_encoder import export_encoder
+
+    run_classifier.run(train_file=p("cls.jsonl"), output_dir=p("classifier"),
+                       init_checkpoint=p("encoder"), vocab_file=vocab, do_train=True,
+                       max_seq_length=16, train_batch_size=4, num_train_steps=1,
+                       learning_rate=1e-3)
+    export_encoder(encoder, p("exports"), vocab, version=1, warmup_seq_length=16)
+    shutil.copytree(p("exports", "1"), p("corrupt_export"))
+    _write(p("corrupt_export", "saved_model.pb"), b"\x08garbage protobuf" * 20, "wb")
+    os.makedirs(p("empty_dir"))
+    # Existing outputs that a run must not touch.
+    os.makedirs(p("existing_out"))
+    _write(p("existing_out", "model.keras"), "keep me")
+    _write(p("existing.txt"), "keep me")
+    return d
+
+
+# --- The cases: (id, tool, argv, what the error line must name). ---
+# {F}: the fixture directory; {W}: this case's empty work directory (the output location).
+
+FT = ("--vocab_file={F}/vocab.txt --init_checkpoint={F}/encoder --max_seq_length=16 "
+      "--train_batch_size=4")
+CLS = f"{FT} --output_dir={{W}}/out --do_train --train_file={{F}}/cls.jsonl"
+TAG = f"{FT} --output_dir={{W}}/out --do_train --train_file={{F}}/tags.txt"
+SQFT = f"{FT} --doc_stride=8 --max_query_length=8"
+SQ = f"{SQFT} --output_dir={{W}}/out --do_train --train_file={{F}}/squad.json"
+EXT = ("--input_file={F}/lines.txt --output_file={W}/features.jsonl --init_checkpoint={F}/encoder "
+       "--max_seq_length=16 --layers=-1,-2")
+PRE = ("--input_file={F}/train.tfrecord --output_dir={W}/run --bert_config_file={F}/bert_config.json "
+       "--max_seq_length=16 --max_predictions_per_seq=4 --train_batch_size=4 --num_train_steps=2 "
+       "--save_checkpoints_steps=2 --num_warmup_steps=0")
+CONV = "--from=keras --to=hf --input={F}/encoder.keras --output={W}/hf"
+VOC = "--input={F}/text.txt --output={W}/vocab/vocab.txt --vocab_size=60 --layout=compact"
+CORP = "--input={F}/text.txt --output_file={W}/corpus.txt"
+CPD = ("--input_file={F}/text.txt --output_file={W}/shard.tfrecord --vocab_file={F}/vocab.txt "
+       "--max_seq_length=16 --max_predictions_per_seq=4 --dupe_factor=1")
+EENC = "--init_checkpoint={F}/encoder --export_dir={W}/exp --seq_length=16"
+ECLS = "--model_dir={F}/classifier --export_dir={W}/exp --max_seq_length=16"
+EPRE = "--vocab_file={F}/vocab.txt --export_dir={W}/exp --seq_length=16"
+VER = "--export_dir={F}/exports/1"
+
+
+def _flag_cases(tool, base, flags_and_values):
+    return [(f"{tool}-{flag}={value}", tool, f"{base} --{flag}={value}", f"--{flag}")
+            for flag, value in flags_and_values]
+
+
+CASES = [
+    # run_classifier
+    *_flag_cases("run_classifier", CLS, [
+        ("learning_rate", -1), ("learning_rate", 0), ("train_batch_size", 0),
+        ("eval_batch_size", 0), ("max_seq_length", 0), ("max_seq_length", 1000),
+        ("num_train_epochs", 0), ("num_train_steps", 0), ("warmup_proportion", 1.5),
+        ("classifier_dropout", 2), ("strip_accents", "maybe"), ("input_format", "xml"),
+        ("no_such_flag", 1)]),
+    ("run_classifier-missing-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/missing.jsonl", "missing.jsonl"),
+    ("run_classifier-binary-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/binary.bin --input_format=jsonl", "binary.bin"),
+    ("run_classifier-latin1-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls_latin1.jsonl", "cls_latin1.jsonl"),
+    ("run_classifier-empty-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/empty.txt --input_format=jsonl", "empty.txt"),
+    ("run_classifier-bad-json", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls_bad_json.jsonl", "cls_bad_json.jsonl"),
+    ("run_classifier-no-label", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls_no_label.jsonl", "cls_no_label.jsonl"),
+    ("run_classifier-empty-text", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls_empty_text.jsonl", "cls_empty_text.jsonl"),
+    ("run_classifier-one-class", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls_one_class.jsonl", "cls_one_class.jsonl"),
+    ("run_classifier-empty-tsv", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls.tsv", "cls.tsv"),
+    ("run_classifier-bad-tsv-row", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/cls_bad.tsv", "cls_bad.tsv"),
+    ("run_classifier-missing-init", "run_classifier",
+     "--vocab_file={F}/vocab.txt --init_checkpoint={F}/nope --max_seq_length=16 "
+     "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "nope"),
+    ("run_classifier-garbage-init", "run_classifier",
+     "--vocab_file={F}/vocab.txt --init_checkpoint={F}/garbage.keras --max_seq_length=16 "
+     "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "garbage.keras"),
+    ("run_classifier-missing-vocab", "run_classifier",
+     "--vocab_file={F}/nope.txt --init_checkpoint={F}/encoder --max_seq_length=16 "
+     "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "nope.txt"),
+    ("run_classifier-vocab-no-specials", "run_classifier",
+     "--vocab_file={F}/no_specials_vocab.txt --init_checkpoint={F}/encoder --max_seq_length=16 "
+     "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "no_specials_vocab.txt"),
+    ("run_classifier-output-is-file", "run_classifier",
+     f"{FT} --output_dir={{F}}/existing.txt --do_train --train_file={{F}}/cls.jsonl",
+     "existing.txt"),
+    ("run_classifier-output-exists", "run_classifier",
+     f"{FT} --output_dir={{F}}/existing_out --do_train --train_file={{F}}/cls.jsonl",
+     "existing_out"),
+    ("run_classifier-nothing-to-do", "run_classifier", f"{FT} --output_dir={{W}}/out",
+     "--do_train"),
+    ("run_classifier-eval-no-file", "run_classifier", f"{FT} --output_dir={{W}}/out --do_eval",
+     "--eval_file"),
+    ("run_classifier-positional", "run_classifier", f"{CLS} extra_arg", "extra_arg"),
+    ("run_classifier-no-init-no-config", "run_classifier",
+     "--vocab_file={F}/vocab.txt --max_seq_length=16 --output_dir={W}/out --do_train "
+     "--train_file={F}/cls.jsonl", "--init_checkpoint"),
+    ("run_classifier-config-no-heads", "run_classifier",
+     "--vocab_file={F}/vocab.txt --bert_config_file={F}/config_no_heads.json --max_seq_length=16 "
+     "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "config_no_heads.json"),
+    ("run_classifier-config-not-json", "run_classifier",
+     "--vocab_file={F}/vocab.txt --bert_config_file={F}/config_bad.json --max_seq_length=16 "
+     "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "config_bad.json"),
+    ("run_classifier-eval-only-no-model", "run_classifier",
+     f"--vocab_file={{F}}/vocab.txt --output_dir={{W}}/out --do_eval --eval_file={{F}}/cls.jsonl",
+     "--output_dir"),
+    # run_tagger
+    *_flag_cases("run_tagger", TAG, [
+        ("learning_rate", -0.5), ("train_batch_size", 0), ("max_seq_length", 100),
+        ("tagger_dropout", -0.1), ("num_train_steps", -3)]),
+    ("run_tagger-missing-train", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/missing.txt", "missing.txt"),
+    ("run_tagger-binary", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/binary.bin", "binary.bin"),
+    ("run_tagger-latin1", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/latin1.txt", "latin1.txt"),
+    ("run_tagger-bad-row", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/tags_bad.txt", "tags_bad.txt"),
+    ("run_tagger-empty", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/empty.txt", "empty.txt"),
+    ("run_tagger-tag-column", "run_tagger", f"{TAG} --tag_column=5", "tags.txt"),
+    ("run_tagger-output-is-file", "run_tagger",
+     f"{FT} --output_dir={{F}}/existing.txt --do_train --train_file={{F}}/tags.txt",
+     "existing.txt"),
+    # run_squad
+    *_flag_cases("run_squad", SQ, [
+        ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),
+        ("max_query_length", 0), ("n_best_size", 0), ("max_answer_length", 0),
+        ("max_seq_length", 4096), ("warmup_proportion", -0.2)]),
+    ("run_squad-missing", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/missing.json", "missing.json"),
+    ("run_squad-binary", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/binary.bin", "binary.bin"),
+    ("run_squad-latin1", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/latin1.txt", "latin1.txt"),
+    ("run_squad-truncated-json", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/squad_truncated.json", "squad_truncated.json"),
+    ("run_squad-not-squad", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/squad_not_squad.json", "squad_not_squad.json"),
+    ("run_squad-answer-outside", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/squad_outside.json", "squad_outside.json"),
+    ("run_squad-predict-no-file", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_predict",
+     "--predict_file"),
+    ("run_squad-query-longer-than-seq", "run_squad", f"{FT} --output_dir={{W}}/out --do_train "
+     "--train_file={F}/squad.json", "--max_query_length"),
+    # extract_features
+    *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
+                                           ("max_seq_length", 500)]),
+    ("extract_features-layers-not-int", "extract_features", f"{EXT} --layers=a,b", "--layers"),
+    ("extract_features-layer-out-of-range", "extract_features", f"{EXT} --layers=-9",
+     "--layers"),
+    ("extract_features-missing-input", "extract_features",
+     "--input_file={F}/missing.txt --output_file={W}/f.jsonl --init_checkpoint={F}/encoder",
+     "missing.txt"),
+    ("extract_features-binary", "extract_features",
+     "--input_file={F}/binary.bin --output_file={W}/f.jsonl --init_checkpoint={F}/encoder",
+     "binary.bin"),
+    ("extract_features-latin1", "extract_features",
+     "--input_file={F}/latin1.txt --output_file={W}/f.jsonl --init_checkpoint={F}/encoder",
+     "latin1.txt"),
+    ("extract_features-empty-line", "extract_features",
+     "--input_file={F}/text.txt --output_file={W}/f.jsonl --init_checkpoint={F}/encoder",
+     "text.txt"),
+    ("extract_features-missing-init", "extract_features",
+     "--input_file={F}/lines.txt --output_file={W}/f.jsonl --init_checkpoint={F}/nope",
+     "nope"),
+    ("extract_features-output-exists", "extract_features",
+     "--input_file={F}/lines.txt --output_file={F}/existing.txt --init_checkpoint={F}/encoder",
+     "existing.txt"),
+    ("extract_features-output-under-file", "extract_features",
+     "--input_file={F}/lines.txt --output_file={F}/existing.txt/f.jsonl "
+     "--init_checkpoint={F}/encoder --max_seq_length=16 --layers=-1", "existing.txt"),
+    # run_pretraining
+    *_flag_cases("run_pretraining", PRE, [
+        ("learning_rate", -1e-4), ("train_batch_size", 0), ("num_train_steps", 0),
+        ("save_checkpoints_steps", 0), ("num_warmup_steps", -1), ("eval_batch_size", 0),
+        ("gradient_accumulation_steps", 0), ("weight_decay", -0.1)]),
+    ("run_pretraining-missing-input", "run_pretraining",
+     PRE.replace("{F}/train.tfrecord", "{F}/missing.tfrecord"), "missing.tfrecord"),
+    ("run_pretraining-truncated", "run_pretraining",
+     PRE.replace("{F}/train.tfrecord", "{F}/truncated.tfrecord"), "truncated.tfrecord"),
+    ("run_pretraining-other-schema", "run_pretraining",
+     PRE.replace("{F}/train.tfrecord", "{F}/other_schema.tfrecord"), "other_schema.tfrecord"),
+    ("run_pretraining-text-as-shard", "run_pretraining",
+     PRE.replace("{F}/train.tfrecord", "{F}/text.txt"), "text.txt"),
+    ("run_pretraining-missing-init", "run_pretraining", f"{PRE} --init_checkpoint={{F}}/nope",
+     "nope"),
+    ("run_pretraining-garbage-init", "run_pretraining",
+     f"{PRE} --init_checkpoint={{F}}/garbage.weights.h5", "garbage.weights.h5"),
+    ("run_pretraining-config-no-heads", "run_pretraining",
+     PRE.replace("{F}/bert_config.json", "{F}/config_no_heads.json"), "config_no_heads.json"),
+    ("run_pretraining-config-missing", "run_pretraining",
+     PRE.replace("{F}/bert_config.json", "{F}/nope.json"), "nope.json"),
+    ("run_pretraining-seq-mismatch", "run_pretraining",
+     PRE.replace("--max_seq_length=16", "--max_seq_length=32"), "max_seq_length"),
+    ("run_pretraining-output-is-file", "run_pretraining",
+     PRE.replace("{W}/run", "{F}/existing.txt"), "existing.txt"),
+    # convert_checkpoint
+    ("convert-missing-input", "convert_checkpoint", CONV.replace("encoder.keras", "nope.keras"),
+     "nope.keras"),
+    ("convert-garbage-input", "convert_checkpoint", CONV.replace("encoder.keras", "garbage.keras"),
+     "garbage.keras"),
+    ("convert-output-exists", "convert_checkpoint", CONV.replace("{W}/hf", "{F}/existing_out"),
+     "existing_out"),
+    ("convert-bad-format", "convert_checkpoint", CONV.replace("--to=hf", "--to=onnx"), "--to"),
+    ("convert-config-not-google", "convert_checkpoint",
+     f"{CONV} --bert_config_file={{F}}/bert_config.json", "--bert_config_file"),
+    ("convert-google-missing", "convert_checkpoint",
+     "--from=google --to=keras --input={F}/nope/bert_model.ckpt --output={W}/k.weights.h5",
+     "nope"),
+    # build_vocab
+    *_flag_cases("build_vocab", VOC, [("vocab_size", 0), ("num_unused", -1)]),
+    ("build_vocab-missing", "build_vocab", VOC.replace("text.txt", "missing.txt"), "missing.txt"),
+    ("build_vocab-binary", "build_vocab", VOC.replace("text.txt", "binary.bin"), "binary.bin"),
+    ("build_vocab-latin1", "build_vocab", VOC.replace("text.txt", "latin1.txt"), "latin1.txt"),
+    ("build_vocab-empty", "build_vocab", VOC.replace("text.txt", "empty.txt"), "empty.txt"),
+    ("build_vocab-output-exists", "build_vocab", VOC.replace("{W}/vocab/vocab.txt",
+                                                             "{F}/existing.txt"), "existing.txt"),
+    ("build_vocab-dir-input", "build_vocab", VOC.replace("{F}/text.txt", "{F}/empty_dir"),
+     "empty_dir"),
+    # prepare_corpus
+    *_flag_cases("prepare_corpus", CORP, [("min_document_sentences", 0)]),
+    ("prepare_corpus-missing", "prepare_corpus", CORP.replace("text.txt", "missing.txt"),
+     "missing.txt"),
+    ("prepare_corpus-binary", "prepare_corpus", CORP.replace("text.txt", "binary.bin"),
+     "binary.bin"),
+    ("prepare_corpus-latin1", "prepare_corpus", CORP.replace("text.txt", "latin1.txt"),
+     "latin1.txt"),
+    ("prepare_corpus-output-exists", "prepare_corpus",
+     CORP.replace("{W}/corpus.txt", "{F}/existing.txt"), "existing.txt"),
+    # create_pretraining_data
+    *_flag_cases("create_pretraining_data", CPD, [
+        ("masked_lm_prob", 1.5), ("short_seq_prob", -0.1), ("dupe_factor", 0),
+        ("max_seq_length", 0), ("num_workers", 0), ("max_predictions_per_seq", 0),
+        ("num_output_shards", 0)]),
+    ("create_pretraining_data-missing", "create_pretraining_data",
+     CPD.replace("text.txt", "missing.txt"), "missing.txt"),
+    ("create_pretraining_data-binary", "create_pretraining_data",
+     CPD.replace("text.txt", "binary.bin"), "binary.bin"),
+    ("create_pretraining_data-empty", "create_pretraining_data",
+     CPD.replace("text.txt", "empty.txt"), "empty.txt"),
+    ("create_pretraining_data-missing-vocab", "create_pretraining_data",
+     CPD.replace("{F}/vocab.txt", "{F}/nope.txt"), "nope.txt"),
+    ("create_pretraining_data-vocab-no-specials", "create_pretraining_data",
+     CPD.replace("{F}/vocab.txt", "{F}/no_specials_vocab.txt"), "no_specials_vocab.txt"),
+    ("create_pretraining_data-output-exists", "create_pretraining_data",
+     CPD.replace("{W}/shard.tfrecord", "{F}/existing.txt"), "existing.txt"),
+    # export_encoder
+    *_flag_cases("export_encoder", EENC, [("seq_length", 0), ("seq_length", 128),
+                                          ("version", 0)]),
+    ("export_encoder-missing-init", "export_encoder", EENC.replace("{F}/encoder", "{F}/nope"),
+     "nope"),
+    ("export_encoder-garbage-init", "export_encoder",
+     EENC.replace("{F}/encoder", "{F}/garbage.keras"), "garbage.keras"),
+    ("export_encoder-export-dir-is-file", "export_encoder",
+     EENC.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
+    ("export_encoder-vocab-missing", "export_encoder", f"{EENC} --vocab_file={{F}}/nope.txt",
+     "nope.txt"),
+    ("export_encoder-vocab-too-big", "export_encoder",
+     f"{EENC} --vocab_file={{TESTDATA}}/pretrain_vocab.txt", "pretrain_vocab.txt"),
+    ("export_encoder-version-exists", "export_encoder",
+     "--init_checkpoint={F}/encoder --export_dir={F}/exports --version=1 --seq_length=16",
+     "exports"),
+    # export_classifier
+    *_flag_cases("export_classifier", ECLS, [("max_seq_length", 0), ("max_seq_length", 64),
+                                             ("version", -1)]),
+    ("export_classifier-missing-model", "export_classifier",
+     ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
+    ("export_classifier-not-classifier", "export_classifier",
+     ECLS.replace("{F}/classifier", "{F}/encoder"), "--model_dir"),
+    ("export_classifier-export-dir-is-file", "export_classifier",
+     ECLS.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
+    # export_preprocessor
+    *_flag_cases("export_preprocessor", EPRE, [("seq_length", 0), ("version", 0)]),
+    ("export_preprocessor-vocab-missing", "export_preprocessor",
+     EPRE.replace("vocab.txt", "nope.txt"), "nope.txt"),
+    ("export_preprocessor-vocab-binary", "export_preprocessor",
+     EPRE.replace("vocab.txt", "binary.bin"), "binary.bin"),
+    ("export_preprocessor-vocab-no-specials", "export_preprocessor",
+     EPRE.replace("vocab.txt", "no_specials_vocab.txt"), "no_specials_vocab.txt"),
+    ("export_preprocessor-export-dir-is-file", "export_preprocessor",
+     EPRE.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
+    # verify
+    *_flag_cases("verify", VER, [("rtol", 0), ("rtol", -1)]),
+    ("verify-missing", "verify", "--export_dir={F}/nope", "nope"),
+    ("verify-empty-dir", "verify", "--export_dir={F}/empty_dir", "empty_dir"),
+    ("verify-corrupt-pb", "verify", "--export_dir={F}/corrupt_export", "corrupt_export"),
+    ("verify-missing-init", "verify", f"{VER} --init_checkpoint={{F}}/nope", "nope"),
+]
+
+
+def _argv(template, fixtures, work):
+    return template.format(F=fixtures, W=work, TESTDATA=TESTDATA).split()
+
+
+@pytest.mark.parametrize("case_id,tool,template,subject", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(fx, tmp_path, case_id, tool, template, subject):
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    before_f, before_w = tree(fx), tree(work)
+    result = run_tool(tool, _argv(template, fx, work))
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.code != 0, (result.code, result.stderr, result.stdout)
+    assert len(result.error_lines) == 1, result.stderr
+    line = result.error_lines[0]
+    assert subject.format(F=fx, W=work) in line, line
+    assert tree(fx) == before_f, "the fixture directory changed"
+    assert tree(work) == before_w, f"left behind: {sorted(set(tree(work)) - set(before_w))}"
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 100
+    assert len({c[1] for c in CASES}) == 13  # every tool
+
+
+@pytest.mark.parametrize("case_id", [
+    "run_classifier-train_batch_size=0", "extract_features-binary", "run_pretraining-truncated"])
+def test_subprocess_no_traceback(fx, tmp_path, case_id):
+    """The same cases as separate processes: python -m <tool>, one line, no traceback."""
+    from cli_harness import TOOLS
+
+    _, tool, template, subject = next(c for c in CASES if c[0] == case_id)
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("BERT_KERAS_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-m", TOOLS[tool], *_argv(template, fx, work)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(errors) == 1 and subject in errors[0], proc.stderr
+    assert os.listdir(work) == []
+
+
+def test_debug_env_shows_the_traceback(fx, tmp_path):
+    result = run_tool("extract_features", _argv(
+        "--input_file={F}/missing.txt --output_file={W}/f.jsonl --init_checkpoint={F}/encoder",
+        fx, str(tmp_path)), env={"BERT_KERAS_DEBUG": "1"})
+    assert "Traceback" in result.stderr and result.code != 0
+
+
+def test_unexpected_errors_keep_their_traceback(monkeypatch):
+    from data_prep import cli
+
+    def bug():
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        cli.report_errors(bug, ())
+
+
+# --- Valid edge cases that used to fail, and what a killed run leaves. ---
+
+
+def test_squad_three_questions_with_batch_four_trains_and_predicts(fx, tmp_path):
+    """Fewer training features than --train_batch_size: batches repeat examples (the data
+    repeats before batching) instead of failing; prediction's last batch is partial."""
+    from bert_keras import run_squad
+
+    data = json.load(open(os.path.join(fx, "squad.json")))
+    qas = [(p, q) for a in data["data"] for p in a["paragraphs"] for q in p["qas"]]
+    keep = {id(q) for _, q in qas[:3]}
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [q for q in paragraph["qas"] if id(q) in keep]
+    path = _write(str(tmp_path / "three.json"), json.dumps(data))
+    results = run_squad.run(train_file=path, predict_file=path, output_dir=str(tmp_path / "out"),
+                            init_checkpoint=os.path.join(fx, "encoder"), do_train=True,
+                            do_predict=True, max_seq_length=32, max_query_length=8,
+                            doc_stride=16, train_batch_size=4, eval_batch_size=4,
+                            num_train_steps=2, learning_rate=1e-3)
+    assert results["train"]["num_train_steps"] == 2
+    predictions = json.load(open(tmp_path / "out" / "predictions.json"))
+    assert sorted(predictions) == sorted(str(q["id"]) for _, q in qas[:3])
+
+
+def test_one_class_is_accepted_with_its_flag(fx, tmp_path):
+    result = run_tool("run_classifier", _argv(
+        f"{CLS.replace('cls.jsonl', 'cls_one_class.jsonl')} --num_train_steps=1 "
+        "--allow_single_class", fx, str(tmp_path)))
+    assert result.code == 0, result.stderr
+    assert open(tmp_path / "out" / "labels.txt").read() == "a\n"
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_next_export_removes_a_killed_exports_temporary(tmp_path):
+    """A killed export leaves `.incomplete-<pid>.<version>`; the next export (of any
+    version) removes it once that process is gone, and keeps a live process's."""
+    import tensorflow as tf
+
+    from export import saved_model_writer
+
+    base = tmp_path / "models"
+    stale = base / f".incomplete-{_dead_pid()}.3"
+    live = base / f".incomplete-{os.getppid()}.4"
+    for d in (stale, live):
+        os.makedirs(d / "variables")
+
+    class Module(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return {"y": x * 2.0}
+
+    module = Module()
+    path = saved_model_writer.version_dir(str(base), None)
+    saved_model_writer.write_saved_model(module, path, {"serving_default":
+                                                        module.serve.get_concrete_function()})
+    assert sorted(os.listdir(base)) == [live.name, "1"]
+
+
+def test_verify_checks_the_longest_input_against_the_position_table(tmp_path):
+    from export.verify import Report, _check_lengths
+
+    os.makedirs(tmp_path / "assets")
+    _write(str(tmp_path / "assets" / "bert_config.json"), json.dumps(
+        {"max_position_embeddings": 24}))
+    for length, ok in ((24, True), (32, False)):
+        report = Report(str(tmp_path))
+        _check_lengths(report, str(tmp_path), [
+            {"inputs": {"input_word_ids": [1, 8]}, "outputs": {}},
+            {"inputs": {"input_word_ids": [2, length]}, "outputs": {}}])
+        (check, passed, detail), = report.lines
+        assert check == "lengths" and passed is ok, detail
+        assert "24" in detail and str(length) in detail
+
+
+def test_every_numeric_rule_names_its_flag():
+    """Each parse-time check refuses a value just outside its range and accepts the edge."""
+    from data_prep import cli
+
+    for name, (test, expected) in cli.NUMERIC_FLAG_RULES.items():
+        edge, outside = {"expected a value > 0": (1e-9, 0.0),
+                         "expected an integer >= 1": (1, 0),
+                         "expected a value >= 0": (0, -1),
+                         "expected a value in [0, 1]": (1.0, 1.0001)}[expected]
+        assert test(edge) and not test(outside), name

@@ -681,6 +681,42 @@ def read_hf_labels(path: str) -> list[str] | None:
     return labels
 
 
+HF_TOKENIZER_FILE = "tokenizer.json"  # transformers 5.x saves this instead of vocab.txt
+
+
+def read_hf_vocab(directory: str) -> list[str] | None:
+    """The WordPiece vocabulary of a transformers directory, tokens in id order.
+
+    From vocab.txt when present, else from tokenizer.json's WordPiece model (transformers
+    5.x's `save_pretrained` writes only that); None when the directory has neither.
+
+    Raises:
+      ValueError: a tokenizer.json that is not a WordPiece tokenizer, or whose ids are not
+        0..V-1.
+    """
+    vocab_txt = os.path.join(directory, files.VOCAB_FILE)
+    if os.path.isfile(vocab_txt):
+        from data_prep import schema
+
+        return schema.load_vocab(vocab_txt)
+    path = os.path.join(directory, HF_TOKENIZER_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            model = json.load(f).get("model") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{path}: cannot be read as a tokenizer.json ({e})") from None
+    vocab = model.get("vocab")
+    if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
+        raise ValueError(f"{path}: a {model.get('type')!r} tokenizer; BERT needs a WordPiece "
+                         "vocabulary")
+    by_id = {i: token for token, i in vocab.items()}
+    if sorted(by_id) != list(range(len(vocab))):
+        raise ValueError(f"{path}: WordPiece ids are not 0..{len(vocab) - 1}")
+    return [by_id[i] for i in range(len(vocab))]
+
+
 def hf_architecture(path: str):
     """What a transformers checkpoint holds: "encoder", "pretrainer", "masked_lm" or a task
     model class, from config.json's `architectures` (HF_ARCHITECTURES).

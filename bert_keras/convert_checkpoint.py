@@ -31,6 +31,7 @@ vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 
 import os
 import sys
+import tempfile
 
 from absl import app, flags
 
@@ -65,8 +66,10 @@ _BERT_CONFIG_FILE = flags.DEFINE_string(
 )
 
 
-def _load(from_format: str, input_path: str, model: str, config_file: str | None):
-    """(model, labels, vocab file, tokenizer settings) of the input; None where it has none."""
+def _load(from_format: str, input_path: str, model: str, config_file: str | None,
+          scratch: str):
+    """(model, labels, vocab file, tokenizer settings) of the input; None where it has none.
+    `scratch`: a directory for a vocab.txt made from transformers' tokenizer.json."""
     labels = vocab_file = settings = None
     if from_format == "keras" and os.path.isdir(input_path):
         ckpt = model_loading.load_checkpoint(input_path)
@@ -92,10 +95,18 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
     elif os.path.isfile(os.path.join(directory, files.LABELS_FILE)):
         labels = model_loading.read_labels(os.path.join(directory, files.LABELS_FILE))
     vocab = os.path.join(directory, files.VOCAB_FILE)
+    if from_format == "hf" and not os.path.isfile(vocab):
+        tokens = checkpoints.read_hf_vocab(directory)  # transformers 5.x: tokenizer.json only
+        if tokens is not None:
+            vocab = os.path.join(scratch, files.VOCAB_FILE)
+            files.write_text(vocab, "".join(f"{t}\n" for t in tokens))
+        settings_file = os.path.join(directory, "tokenizer_config.json")
+        if os.path.isfile(settings_file):
+            settings = tokenizer_config.read_file(settings_file)[0]
     if os.path.isfile(vocab):
         vocab_file = vocab
         saved = tokenizer_config.read_for_vocab(vocab)
-        settings = saved[0] if saved else None
+        settings = saved[0] if saved else settings
     return loaded, labels, vocab_file, settings
 
 
@@ -117,7 +128,13 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
       FileNotFoundError, checkpoints.WeightLoadError, ValueError: bad input.
     """
     checkpoints.check_output_free(to_format, output_path)
-    loaded, labels, vocab_file, settings = _load(from_format, input_path, model, config_file)
+    with tempfile.TemporaryDirectory() as scratch:
+        return _convert(from_format, to_format, input_path, output_path,
+                        *_load(from_format, input_path, model, config_file, scratch))
+
+
+def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
+             settings):
     if not isinstance(loaded, checkpoints.TASK_MODELS):
         return checkpoints.save_model(loaded, to_format, output_path), loaded
     if to_format == "google":

@@ -273,3 +273,206 @@ def test_convert_cli_reports_errors_in_one_line(hf_dirs, tmp_path):
     assert result.returncode == 1
     assert "BertForNextSentencePrediction" in result.stderr and "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+# --- Serving what transformers fine-tuned: convert, export, verify, compare. ---
+
+SEQ = 24
+TEXTS = ["John Smith moved to Paris, France.", "click here for free money now!", "",
+         "hello friend, the meeting is tomorrow?", "what year was the man born? 1895",
+         "naïve café 東京 unwanted running " * 4]
+
+
+def tf212_python():
+    """A python with tensorflow 2.12.1 + tensorflow-text 2.12.1 (stock TF Serving's
+    versions), from $BERT_KERAS_TF212_PYTHON or /tmp/tf212 (bench/tf_text_2_12_compat.py
+    shows how to make one); None if there is none."""
+    for candidate in (os.environ.get("BERT_KERAS_TF212_PYTHON"), "/tmp/tf212/bin/python"):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def hf_softmax(hf, path, texts, seq_length=SEQ):
+    """transformers' own pipeline: its tokenizer from the directory, its model, softmax."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    encoded = tokenizer(texts, padding="max_length", truncation=True, max_length=seq_length,
+                        return_tensors="pt")
+    with torch.no_grad():
+        return torch.softmax(hf(**encoded).logits, -1).numpy(), encoded
+
+
+def run_tool(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(TESTDATA))
+               + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def served_classifier(hf_dirs, tmp_path_factory):
+    """convert_checkpoint --from=hf --to=keras, then export_classifier's main path
+    (load_task_dir + export_classifier), in this process."""
+    from export.export_classifier import export_classifier, load_task_dir
+
+    tmp = tmp_path_factory.mktemp("served")
+    path, hf = hf_dirs["BertForSequenceClassification"]
+    convert("hf", "keras", path, str(tmp / "keras"))
+    model, labels, tokenizer = load_task_dir(str(tmp / "keras"), BertClassifier,
+                                             "run_classifier", {})
+    export = export_classifier(model, tokenizer, labels, str(tmp / "export"), SEQ)
+    return path, hf, export
+
+
+def test_transformers_classifier_is_served_with_its_outputs(served_classifier):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from export.verify import verify
+
+    path, hf, export = served_classifier
+    report = verify(export)
+    assert report.ok, str(report)
+    want, _ = hf_softmax(hf, path, TEXTS)
+    out = tf.saved_model.load(export).signatures["serving_default"](text=tf.constant(TEXTS))
+    diff = np.abs(out["probabilities"].numpy() - want).max()
+    assert diff < 1e-4, f"max |export - transformers softmax| = {diff:.2e}"
+    assert [x.decode() for x in out["label"].numpy()] == [
+        hf.config.id2label[i] for i in want.argmax(-1)]
+
+
+@pytest.mark.slow
+def test_transformers_classifier_in_stock_servings_tf_2_12(served_classifier, tmp_path):
+    """The export in a TF 2.12.1 + tensorflow-text 2.12.1 process (what stock TF Serving
+    links), no project code: probabilities equal transformers' softmax."""
+    python = tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
+    path, hf, _ = served_classifier
+    # The two commands of the README, as a user runs them.
+    run_tool("bert_keras.convert_checkpoint", "--from=hf", "--to=keras", f"--input={path}",
+             f"--output={tmp_path / 'keras'}")
+    export = run_tool("export.export_classifier", f"--model_dir={tmp_path / 'keras'}",
+                      f"--export_dir={tmp_path / 'export'}", f"--max_seq_length={SEQ}")
+    script = (
+        "import json, sys\n"
+        "import tensorflow as tf, tensorflow_text\n"
+        "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "out = fn(text=tf.constant(json.loads(sys.argv[2])))\n"
+        "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
+        "  'probabilities': out['probabilities'].numpy().tolist(),\n"
+        "  'label': [x.decode() for x in out['label'].numpy()]}))\n")
+    result = subprocess.run([python, "-c", script, export, json.dumps(TEXTS)],
+                            capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["versions"] == ["2.12.1", "2.12.1"]
+    want, _ = hf_softmax(hf, path, TEXTS)
+    diff = np.abs(np.array(got["probabilities"]) - want).max()
+    print(f"TF 2.12.1 export vs transformers softmax: max abs diff {diff:.2e}")
+    assert diff < 1e-4
+    assert got["label"] == [hf.config.id2label[i] for i in want.argmax(-1)]
+
+
+def _converted(hf_dirs, name, tmp_path):
+    path, hf = hf_dirs[name]
+    written, _ = convert("hf", "keras", path, str(tmp_path / "keras"))
+    ckpt = model_loading.load_checkpoint(written)
+    from data_prep.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_config(ckpt.vocab_file, ckpt.tokenizer_settings()[0])
+    return path, hf, ckpt, tokenizer
+
+
+@pytest.mark.slow
+def test_transformers_tagger_is_served_one_tag_per_word(hf_dirs, tmp_path):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    from export.export_tagger import export_tagger
+    from export.verify import verify
+
+    path, hf, ckpt, tokenizer = _converted(hf_dirs, "BertForTokenClassification", tmp_path)
+    export = export_tagger(ckpt.model, tokenizer, ckpt.labels, str(tmp_path / "export"),
+                           seq_length=SEQ)
+    report = verify(export)
+    assert report.ok, str(report)
+    sentences = [t.split() for t in TEXTS]
+    # transformers: words pre-split, the tag read at each word's first sub-token.
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    encoded = hf_tokenizer(sentences, is_split_into_words=True, padding="max_length",
+                           truncation=True, max_length=SEQ, return_tensors="pt")
+    with torch.no_grad():
+        probs = torch.softmax(hf(**encoded).logits, -1).numpy()
+    loaded = tf.saved_model.load(export)
+    out = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    width = max(map(len, sentences))
+    words = np.array([s + [""] * (width - len(s)) for s in sentences], dtype=object)
+    by_words = loaded.signatures["words"](words=tf.constant(words))
+    for key in ("tags", "tag_ids", "probabilities"):
+        np.testing.assert_array_equal(out[key].numpy(), by_words[key].numpy())
+    compared = 0
+    for row, sentence in enumerate(sentences):
+        first = {}
+        for position, word in enumerate(encoded.word_ids(row)):
+            if word is not None and word not in first:
+                first[word] = position
+        for w, word in enumerate(sentence):
+            assert out["words"].numpy()[row, w].decode() == word
+            if w not in first:  # truncated away in both
+                assert out["tag_ids"].numpy()[row, w] == -1
+                continue
+            want = probs[row, first[w]]
+            np.testing.assert_allclose(out["probabilities"].numpy()[row, w], want, atol=1e-4)
+            assert out["tags"].numpy()[row, w].decode() == hf.config.id2label[want.argmax()]
+            compared += 1
+    assert compared >= 20 and (out["tag_ids"].numpy() == -1).any()
+
+
+@pytest.mark.slow
+def test_transformers_span_qa_is_served_with_its_logits(hf_dirs, tmp_path):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    from export.export_span_qa import export_span_qa
+    from export.verify import verify
+
+    path, hf, ckpt, tokenizer = _converted(hf_dirs, "BertForQuestionAnswering", tmp_path)
+    export = export_span_qa(ckpt.model, tokenizer, str(tmp_path / "export"), seq_length=SEQ,
+                            max_answer_length=4)
+    report = verify(export)
+    assert report.ok, str(report)
+    questions = ["who moved to paris?", "what year was john born?", "", "what is free?"]
+    contexts = ["john smith moved to paris, france.", "john was born in 1895 in new york city",
+                "hello", TEXTS[5]]
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    encoded = hf_tokenizer(questions, contexts, padding="max_length", truncation="only_second",
+                           max_length=SEQ, return_tensors="pt")
+    with torch.no_grad():
+        want = hf(**encoded)
+    loaded = tf.saved_model.load(export)
+    out = loaded.signatures["serving_default"](question=tf.constant(questions),
+                                                context=tf.constant(contexts))
+    np.testing.assert_array_equal(out["input_word_ids"].numpy(), encoded["input_ids"].numpy())
+    for key in ("start_logits", "end_logits"):
+        np.testing.assert_allclose(out[key].numpy(), getattr(want, key).numpy(), atol=1e-4)
+    ids = {"input_word_ids": encoded["input_ids"].numpy().astype(np.int32),
+           "input_mask": encoded["attention_mask"].numpy().astype(np.int32),
+           "input_type_ids": encoded["token_type_ids"].numpy().astype(np.int32)}
+    by_ids = loaded.signatures["ids"](**{k: tf.constant(v) for k, v in ids.items()})
+    np.testing.assert_allclose(by_ids["start_logits"].numpy(), want.start_logits.numpy(),
+                               atol=1e-4)
+    # The best span, by brute force over transformers' logits.
+    types, mask = ids["input_type_ids"], ids["input_mask"]
+    for row in range(len(questions)):
+        context = [i for i in range(SEQ) if types[row, i] == 1 and mask[row, i] == 1
+                   and ids["input_word_ids"][row, i] != tokenizer.sep_id]
+        spans = [(want.start_logits[row, i] + want.end_logits[row, j], i, j)
+                 for i in context for j in context if 0 <= j - i < 4]
+        _, start, end = max(spans)
+        assert (out["answer_start"].numpy()[row], out["answer_end"].numpy()[row]) == (start, end)
+        pieces = hf_tokenizer.convert_ids_to_tokens(ids["input_word_ids"][row, start:end + 1])
+        assert out["answer"].numpy()[row].decode() == " ".join(pieces).replace(" ##", "")

@@ -740,7 +740,8 @@ def hf_architecture(path: str):
         if name not in HF_ARCHITECTURES:
             raise ValueError(
                 f"{config_file}: architectures is [{name!r}]; bert-keras can load "
-                f"{', '.join(HF_ARCHITECTURES)}")
+                f"{', '.join(HF_ARCHITECTURES)} (or the encoder alone of any BERT "
+                "checkpoint: model='encoder', --model=encoder)")
         kind = HF_ARCHITECTURES[name]
     else:
         from safetensors import safe_open

@@ -326,6 +326,7 @@ def served_classifier(hf_dirs, tmp_path_factory):
     return path, hf, export
 
 
+@pytest.mark.slow  # export + verify's fresh process: ~100 s on the 2-core box
 def test_transformers_classifier_is_served_with_its_outputs(served_classifier):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the export holds text ops)

@@ -15,12 +15,18 @@ Three on-disk formats:
           as in docs/DESIGN.md section 5, and `bert_config.json` beside it. Training checkpoints'
           `global_step` and `*/adam_m`, `*/adam_v` slots are skipped on import.
   hf      a transformers `save_pretrained` directory: `config.json` + `model.safetensors`.
-          BertModel names for an encoder; BertForPreTraining names (encoder under `bert.`,
-          heads under `cls.`) for a pretrainer.
+          BertModel names for an encoder; BertForPreTraining / BertForMaskedLM names
+          (encoder under `bert.`, heads under `cls.`) for a pretrainer; the task models'
+          BertForSequenceClassification / BertForTokenClassification /
+          BertForQuestionAnswering names (encoder under `bert.`, head `classifier.*` or
+          `qa_outputs.*`, label names as `id2label` in config.json). `load_model` builds
+          what config.json's `architectures` names (HF_ARCHITECTURES).
   keras   a `.keras` file from `model.save` (architecture, config and weights in one file).
 
 Loading is all-or-nothing: every name and shape is checked and every tensor read before any
-variable is assigned, so a model is never left half-loaded. Saving writes under a temporary
+variable is assigned, so a model is never left half-loaded. A tensor the model does not use
+(a head) is an error unless the caller asked for less (`model="encoder"`), so a head is
+never dropped silently. Saving writes under a temporary
 name and renames when complete, and never overwrites.
 """
 
@@ -39,6 +45,7 @@ from absl import logging
 from bert_keras.config import HIDDEN_ACTIVATIONS, BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
 from data_prep import files
 
 FORMATS = ("google", "hf", "keras")
@@ -144,6 +151,41 @@ NSP_WEIGHTS = (
 )
 HEAD_WEIGHTS = MASKED_LM_WEIGHTS + NSP_WEIGHTS
 
+# Fine-tuning heads. transformers' BertFor* task classes keep the head at the top level
+# (encoder under `bert.`); Google's run_classifier.py / run_squad.py stored theirs [C, H] by
+# hand as output_weights (as the NSP head). BertTagger's head is transformers'
+# BertForTokenClassification `classifier` (Google's repository has no tagger).
+CLASSIFIER_WEIGHTS = (
+    WeightName("classifier/kernel", "output_weights", "classifier.weight", hf_transpose=True,
+               google_transpose=True),
+    WeightName("classifier/bias", "output_bias", "classifier.bias"),
+)
+TAGGER_WEIGHTS = (
+    WeightName("tagger/kernel", "output_weights", "classifier.weight", hf_transpose=True,
+               google_transpose=True),
+    WeightName("tagger/bias", "output_bias", "classifier.bias"),
+)
+SPAN_QA_WEIGHTS = (
+    WeightName("span_logits/kernel", "cls/squad/output_weights", "qa_outputs.weight",
+               hf_transpose=True, google_transpose=True),
+    WeightName("span_logits/bias", "cls/squad/output_bias", "qa_outputs.bias"),
+)
+TASK_HEAD_WEIGHTS = {BertClassifier: CLASSIFIER_WEIGHTS, BertTagger: TAGGER_WEIGHTS,
+                     BertSpanQA: SPAN_QA_WEIGHTS}
+TASK_MODELS = tuple(TASK_HEAD_WEIGHTS)
+
+# transformers' `architectures` (config.json) -> what `load_model("hf", ..., "auto")` builds.
+HF_ARCHITECTURES = {
+    "BertModel": "encoder",
+    "BertForPreTraining": "pretrainer",
+    "BertForMaskedLM": "masked_lm",  # a pretrainer without the NSP head
+    "BertForSequenceClassification": BertClassifier,
+    "BertForTokenClassification": BertTagger,
+    "BertForQuestionAnswering": BertSpanQA,
+}
+# Our task models -> the transformers class that holds the same head.
+HF_TASK_ARCHITECTURE = {v: k for k, v in HF_ARCHITECTURES.items() if not isinstance(v, str)}
+
 # Google: variables a training checkpoint holds besides the model (optimizer state).
 GOOGLE_TRAINING_STATE = re.compile(r"^global_step$|/adam_[mv]$")
 # Hugging Face: BertForPreTraining & co. nest the encoder under `bert.`; heads live under
@@ -173,30 +215,40 @@ def encoder_weight_names(num_layers: int) -> list[WeightName]:
     return rows
 
 
-def pretrainer_weight_names(num_layers: int) -> list[WeightName]:
-    """The table rows of a BertPretrainer: the encoder's plus the MLM and NSP heads."""
-    return encoder_weight_names(num_layers) + list(HEAD_WEIGHTS)
+def pretrainer_weight_names(num_layers: int, next_sentence: bool = True) -> list[WeightName]:
+    """The table rows of a BertPretrainer: the encoder's plus the MLM (and NSP) heads."""
+    return encoder_weight_names(num_layers) + list(
+        HEAD_WEIGHTS if next_sentence else MASKED_LM_WEIGHTS)
 
 
 def _encoder_of(model) -> BertEncoder:
-    if isinstance(model, BertPretrainer):
+    if isinstance(model, (BertPretrainer, *TASK_MODELS)):
         return model.encoder
     if isinstance(model, BertEncoder):
         return model
-    raise TypeError(f"Expected a BertEncoder or BertPretrainer. Received: {type(model).__name__}")
+    raise TypeError("Expected a BertEncoder, BertPretrainer, BertClassifier, BertTagger or "
+                    f"BertSpanQA. Received: {type(model).__name__}")
+
+
+def reads_pooler(model) -> bool:
+    """Whether `model`'s outputs depend on the pooler. Models that do not read it (tagger,
+    span QA, MLM-only pretrainer) are stored without pooler weights by transformers."""
+    return getattr(model, "reads_pooler", True)
 
 
 def model_weight_names(model) -> list[WeightName]:
-    """The table rows for `model` (BertEncoder or BertPretrainer).
+    """The table rows for `model` (an encoder, a pretrainer or a task model).
 
     Raises:
-      TypeError: `model` is neither.
+      TypeError: `model` is none of these.
       WeightLoadError: the model has a variable the table does not name (or vice versa);
         such a variable would silently keep its random value on load and vanish on save.
     """
     num_layers = _encoder_of(model).num_layers
     if isinstance(model, BertPretrainer):
-        rows = pretrainer_weight_names(num_layers)
+        rows = pretrainer_weight_names(num_layers, model.next_sentence)
+    elif isinstance(model, TASK_MODELS):
+        rows = encoder_weight_names(num_layers) + list(TASK_HEAD_WEIGHTS[type(model)])
     else:
         rows = encoder_weight_names(num_layers)
     paths = {v.path for v in model.weights}
@@ -210,8 +262,12 @@ def model_weight_names(model) -> list[WeightName]:
 
 
 def _model_kind(model) -> str:
-    return "BERT pretrainer (encoder + MLM/NSP heads)" if isinstance(model, BertPretrainer) \
-        else "BERT encoder"
+    if isinstance(model, BertPretrainer):
+        return ("BERT pretrainer (encoder + MLM/NSP heads)" if model.next_sentence
+                else "BERT masked LM (encoder + MLM head)")
+    if isinstance(model, TASK_MODELS):
+        return f"{type(model).__name__} (encoder + {HF_TASK_ARCHITECTURE[type(model)]} head)"
+    return "BERT encoder"
 
 
 # ------------------------------------------------------------------------------------------
@@ -220,7 +276,8 @@ def _model_kind(model) -> str:
 
 def _load_table(model, fmt: str, shapes: dict[str, tuple], read: Callable[[str], np.ndarray],
                 source: str, skippable: Callable[[str], bool], hint: str = "",
-                display: Callable[[str], str] = str) -> None:
+                display: Callable[[str], str] = str, optional: frozenset = frozenset()
+                ) -> list[str]:
     """Loads the tensors named in `shapes` into `model`, all or nothing.
 
     Args:
@@ -233,9 +290,15 @@ def _load_table(model, fmt: str, shapes: dict[str, tuple], read: Callable[[str],
         encoder); other unknown tensors are errors.
       hint: appended to a missing/unexpected message.
       display: a table name -> the name as the file spells it, for messages.
+      optional: file names the file may lack (their variables are left as they are).
+
+    Returns:
+      The optional names the file lacked.
     """
     rows = model_weight_names(model)
     expected = {w.name(fmt): w for w in rows}
+    absent = sorted(optional & (set(expected) - set(shapes)))
+    expected = {n: w for n, w in expected.items() if n not in absent}
     missing = sorted(set(expected) - set(shapes))
     extra = sorted(set(shapes) - set(expected))
     unexpected = [n for n in extra if not skippable(n)]
@@ -272,6 +335,7 @@ def _load_table(model, fmt: str, shapes: dict[str, tuple], read: Callable[[str],
     values = {w.ours: np.asarray(w.convert(fmt, read(name))) for name, w in expected.items()}
     for ours, value in values.items():
         variables[ours].assign(value.astype(variables[ours].dtype))
+    return absent
 
 
 def _check_config_fits(model, config: BertConfig, source: str) -> None:
@@ -544,8 +608,8 @@ def _hf_files(path: str) -> tuple[str, str | None]:
     return path, None
 
 
-def read_hf_config(path: str) -> BertConfig:
-    """Reads a transformers BERT `config.json` (file or save_pretrained dir) as a BertConfig."""
+def _read_hf_json(path: str) -> tuple[dict, str]:
+    """transformers' config.json (file or save_pretrained dir) as a dict, and its path."""
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, files.HF_CONFIG_FILE)
@@ -556,6 +620,14 @@ def read_hf_config(path: str) -> BertConfig:
         raise FileNotFoundError(f"Hugging Face config not found: {path}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return hf, path
+
+
+def read_hf_config(path: str) -> BertConfig:
+    """Reads a transformers BERT `config.json` (file or save_pretrained dir) as a BertConfig."""
+    hf, path = _read_hf_json(path)
     model_type = hf.get("model_type", "bert")
     if model_type != "bert":
         raise ValueError(f"{path}: model_type is {model_type!r}, expected 'bert'")
@@ -569,6 +641,133 @@ def read_hf_config(path: str) -> BertConfig:
             f"expected one of {HIDDEN_ACTIVATIONS}"
         )
     return BertConfig.from_dict(values, source=path)
+
+
+def read_hf_labels(path: str) -> list[str] | None:
+    """The label names of a transformers task checkpoint, in id order, from config.json's
+    `id2label` (None for models without labels: encoders, pretrainers, span QA).
+
+    Raises:
+      ValueError: id2label's ids are not 0..C-1, or its names are empty or repeated.
+    """
+    hf, config_file = _read_hf_json(path)
+    kind = hf_architecture(path)
+    if kind not in (BertClassifier, BertTagger):
+        return None
+    id2label = hf.get("id2label")
+    if id2label is None:
+        count = hf.get("num_labels", 2)
+        return [f"LABEL_{i}" for i in range(count)]  # transformers' own default names
+    if not isinstance(id2label, dict) or not id2label:
+        raise ValueError(f"{config_file}: id2label should be a non-empty object "
+                         f"{{\"0\": name, ...}}; found {id2label!r}")
+    try:
+        by_id = {int(k): v for k, v in id2label.items()}
+    except ValueError:
+        raise ValueError(f"{config_file}: id2label keys must be class ids 0..C-1; found "
+                         f"{sorted(id2label)}") from None
+    if sorted(by_id) != list(range(len(by_id))):
+        raise ValueError(f"{config_file}: id2label keys must be class ids 0..{len(by_id) - 1}; "
+                         f"found {sorted(by_id)}")
+    labels = [by_id[i] for i in range(len(by_id))]
+    bad = [label for label in labels
+           if not isinstance(label, str) or not label.strip() or "\n" in label]
+    if bad:
+        raise ValueError(f"{config_file}: id2label names must be non-empty one-line strings; "
+                         f"found {bad}")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{config_file}: id2label names repeat ({labels}); labels.txt needs "
+                         "distinct names")
+    return labels
+
+
+HF_TOKENIZER_FILE = "tokenizer.json"  # transformers 5.x saves this instead of vocab.txt
+
+
+def read_hf_vocab(directory: str) -> list[str] | None:
+    """The WordPiece vocabulary of a transformers directory, tokens in id order.
+
+    From vocab.txt when present, else from tokenizer.json's WordPiece model (transformers
+    5.x's `save_pretrained` writes only that); None when the directory has neither.
+
+    Raises:
+      ValueError: a tokenizer.json that is not a WordPiece tokenizer, or whose ids are not
+        0..V-1.
+    """
+    vocab_txt = os.path.join(directory, files.VOCAB_FILE)
+    if os.path.isfile(vocab_txt):
+        from data_prep import schema
+
+        return schema.load_vocab(vocab_txt)
+    path = os.path.join(directory, HF_TOKENIZER_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            model = json.load(f).get("model") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{path}: cannot be read as a tokenizer.json ({e})") from None
+    vocab = model.get("vocab")
+    if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
+        raise ValueError(f"{path}: a {model.get('type')!r} tokenizer; BERT needs a WordPiece "
+                         "vocabulary")
+    by_id = {i: token for token, i in vocab.items()}
+    if sorted(by_id) != list(range(len(vocab))):
+        raise ValueError(f"{path}: WordPiece ids are not 0..{len(vocab) - 1}")
+    return [by_id[i] for i in range(len(vocab))]
+
+
+def hf_architecture(path: str):
+    """What a transformers checkpoint holds: "encoder", "pretrainer", "masked_lm" or a task
+    model class, from config.json's `architectures` (HF_ARCHITECTURES).
+
+    Without `architectures` (older or hand-written configs) the tensor names decide:
+    `qa_outputs.*` span QA, `cls.seq_relationship.*` pretraining, `cls.predictions.*`
+    masked LM, no head an encoder; `classifier.*` is refused (sequence or token
+    classification cannot be told apart by the weights).
+
+    Raises:
+      ValueError: an architecture bert-keras has no model for, one whose head it cannot
+        represent (regression, multi-label), or an ambiguous checkpoint.
+    """
+    hf, config_file = _read_hf_json(path)
+    names = hf.get("architectures")
+    if names:
+        if not isinstance(names, list) or len(set(names)) != 1:
+            raise ValueError(f"{config_file}: architectures should name one model class; "
+                             f"found {names!r}")
+        name = names[0]
+        if name not in HF_ARCHITECTURES:
+            raise ValueError(
+                f"{config_file}: architectures is [{name!r}]; bert-keras can load "
+                f"{', '.join(HF_ARCHITECTURES)} (or the encoder alone of any BERT "
+                "checkpoint: model='encoder', --model=encoder)")
+        kind = HF_ARCHITECTURES[name]
+    else:
+        from safetensors import safe_open
+
+        weights_file, _ = _hf_files(path)
+        with safe_open(weights_file, framework="numpy") as f:
+            keys = set(f.keys())
+        if any(k.startswith("classifier.") for k in keys):
+            raise ValueError(
+                f"{config_file}: no `architectures`, and a classifier.* head fits both "
+                "BertForSequenceClassification and BertForTokenClassification; add "
+                "\"architectures\": [\"BertFor...\"] to config.json")
+        kind = (BertSpanQA if any(k.startswith("qa_outputs.") for k in keys)
+                else "pretrainer" if any(k.startswith("cls.seq_relationship.") for k in keys)
+                else "masked_lm" if any(k.startswith("cls.predictions.") for k in keys)
+                else "encoder")
+    if kind is BertClassifier:
+        problem = hf.get("problem_type")
+        count = len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
+        if problem is None and count == 1:
+            problem = "regression"  # transformers' rule for num_labels == 1
+        if problem not in (None, "single_label_classification"):
+            raise ValueError(
+                f"{config_file}: problem_type is {problem!r}; BertClassifier is a single-label "
+                "softmax classifier (regression and multi-label heads are not supported)")
+    return kind
 
 
 def _read_hf_tensors(path: str):
@@ -611,16 +810,29 @@ def hf_weights_have_heads(path: str) -> bool:
         raise WeightLoadError(f"{weights_file}: cannot read safetensors file ({e})") from None
 
 
-def load_hf_weights(model, path: str) -> None:
-    """Loads Hugging Face BERT weights into a BertEncoder or BertPretrainer, all or nothing.
+def load_hf_weights(model, path: str, allow_unused: bool = False) -> list[str]:
+    """Loads Hugging Face BERT weights into one of our models, all or nothing.
 
     Args:
-      model: a built `BertEncoder` (reads BertModel names; heads such as `cls.*` are
-        skipped) or `BertPretrainer` (reads BertForPreTraining names: `bert.*` and `cls.*`).
+      model: a built `BertEncoder` (BertModel names), `BertPretrainer` (BertForPreTraining
+        names, or BertForMaskedLM's without the NSP head), or task model (BertClassifier:
+        BertForSequenceClassification, BertTagger: BertForTokenClassification, BertSpanQA:
+        BertForQuestionAnswering).
       path: a directory written by transformers' `save_pretrained` (model.safetensors and
         config.json), or a .safetensors file (no config check then). Names may carry the
         `bert.` prefix. Tied copies (`cls.predictions.decoder.*`) are accepted when equal to
         what they are tied to; `embeddings.position_ids` buffers are ignored.
+      allow_unused: skip tensors the model has no variable for (a head the caller chose to
+        leave out, e.g. loading a classifier's encoder); by default they are an error, so
+        a head is never dropped without the caller asking.
+
+    Pooler weights may be absent (transformers' `add_pooling_layer=False`: its tagging, QA
+    and masked-LM classes, and encoders saved without one). The pooler is then set to zero:
+    nothing changes for models that do not read it; an encoder's pooled_output is zeros
+    (a warning says so).
+
+    Returns:
+      The table names the file lacked (the pooler's two, or none).
 
     Raises:
       FileNotFoundError: no weights at `path`.
@@ -644,29 +856,48 @@ def load_hf_weights(model, path: str) -> None:
                     f"{weights_file}: {alias} differs from {source}; BertPretrainer ties them, "
                     "so untied weights cannot be loaded"
                 )
+    else:
+        for alias in HF_TIED:  # Copies of what is checked anyway: not a head of their own.
+            if alias in tensors and HF_TIED[alias] in tensors:
+                tensors.pop(alias)
     hint = ""
     if pretrainer and not any(k.startswith(HF_HEAD_PREFIX) for k in tensors):
         hint = ("\n  (the file has no pretraining heads cls.*; load it into pretrainer.encoder, "
                 "or convert with --model=encoder)")
-
-    def skippable(name):
-        return name in outside and not (pretrainer and name.startswith(HF_HEAD_PREFIX))
+    elif not allow_unused and any(n not in {w.hf for w in model_weight_names(model)}
+                                  for n in tensors):
+        hint = ("\n  (the file holds more than this model: load it with model='auto' to keep "
+                "its head, or with model='encoder' (--model=encoder) to leave the head out)")
 
     def display(name):  # The file's own spelling, which the user can look up.
         nest = nested and name not in outside and not name.startswith(HF_HEAD_PREFIX)
         return HF_ENCODER_PREFIX + name if nest else name
 
-    _load_table(model, "hf", {k: v.shape for k, v in tensors.items()}, tensors.__getitem__,
-                weights_file, skippable, hint, display)
+    absent = _load_table(model, "hf", {k: v.shape for k, v in tensors.items()},
+                         tensors.__getitem__, weights_file, lambda name: allow_unused, hint,
+                         display, optional=frozenset(w.hf for w in POOLER_WEIGHTS))
+    if absent:
+        for variable in _encoder_of(model).pooler_layer.weights:
+            variable.assign(np.zeros(variable.shape, variable.dtype))
+        if reads_pooler(model):
+            logging.warning("%s: no pooler weights (saved with add_pooling_layer=False): the "
+                            "pooler is set to zero, pooled_output is all zeros", weights_file)
+    return absent
 
 
-def hf_config_dict(model) -> dict:
-    """transformers' config.json for `model` (BertModel or BertForPreTraining)."""
+def hf_config_dict(model, labels: list[str] | None = None) -> dict:
+    """transformers' config.json for `model`, with `id2label` / `label2id` for a
+    classifier or tagger (default names LABEL_i, as transformers gives)."""
     config = _encoder_of(model).to_bert_config()
-    pretrainer = isinstance(model, BertPretrainer)
+    if isinstance(model, BertPretrainer):
+        architecture = "BertForPreTraining" if model.next_sentence else "BertForMaskedLM"
+    elif isinstance(model, TASK_MODELS):
+        architecture = HF_TASK_ARCHITECTURE[type(model)]
+    else:
+        architecture = "BertModel"
     values = config.to_dict()
     values.update(
-        architectures=["BertForPreTraining" if pretrainer else "BertModel"],
+        architectures=[architecture],
         model_type="bert",
         hidden_act=HF_ACTIVATION.get(config.hidden_act, config.hidden_act),
         pad_token_id=0,
@@ -674,19 +905,37 @@ def hf_config_dict(model) -> dict:
         tie_word_embeddings=True,
         dtype="float32",
     )
+    if isinstance(model, (BertClassifier, BertTagger)):
+        labels = list(labels) if labels is not None else [
+            f"LABEL_{i}" for i in range(model.num_classes)]
+        if len(labels) != model.num_classes:
+            raise ValueError(f"{len(labels)} labels for a {type(model).__name__} with "
+                             f"{model.num_classes} classes")
+        values.update(id2label={str(i): label for i, label in enumerate(labels)},
+                      label2id={label: i for i, label in enumerate(labels)},
+                      classifier_dropout=model.dropout)
+        if isinstance(model, BertClassifier):
+            values["problem_type"] = "single_label_classification"
     return values
 
 
-def save_hf_weights(model, directory: str) -> str:
+def save_hf_weights(model, directory: str, labels: list[str] | None = None,
+                    vocab_file: str | None = None, settings=None) -> str:
     """Writes `model` as a transformers `save_pretrained` directory (no torch needed).
 
-    An encoder is written with BertModel names, a pretrainer with BertForPreTraining names
-    (encoder under `bert.`, heads under `cls.`; the tied decoder weight is omitted, as
-    transformers itself does). The directory is built under a temporary name and renamed.
+    An encoder is written with BertModel names, a pretrainer with BertForPreTraining (or,
+    without NSP, BertForMaskedLM) names, a task model with its BertFor* class's names
+    (encoder under `bert.`; heads under `cls.` or at the top level; the tied decoder weight
+    omitted, as transformers itself does). Models that do not read the pooler are written
+    without it, as transformers' classes for them have none. The directory is built under
+    a temporary name and renamed.
 
     Args:
-      model: BertEncoder or BertPretrainer.
+      model: BertEncoder, BertPretrainer, BertClassifier, BertTagger or BertSpanQA.
       directory: output directory; must not exist (or be empty).
+      labels: a classifier's or tagger's label names in id order (config.json's id2label).
+      vocab_file: copied as vocab.txt, with `settings` (a TokenizerConfig) as
+        tokenizer_config.json in transformers' keys, so AutoTokenizer reads the directory.
 
     Returns:
       The directory, holding config.json and model.safetensors.
@@ -696,30 +945,42 @@ def save_hf_weights(model, directory: str) -> str:
     """
     from safetensors.numpy import save_file
 
+    from data_prep import tokenizer_config
+
     directory = os.path.abspath(os.fspath(directory))
     check_output_free("hf", directory)
-    nest = isinstance(model, BertPretrainer)
+    config = hf_config_dict(model, labels)
+    nest = not isinstance(model, BertEncoder)
+    encoder_rows = {w.ours for w in encoder_weight_names(_encoder_of(model).num_layers)}
+    skip = set() if reads_pooler(model) else {w.ours for w in POOLER_WEIGHTS}
     tensors = {}
     for w, value in _variable_values(model):
-        key = HF_ENCODER_PREFIX + w.hf if nest and not w.hf.startswith(HF_HEAD_PREFIX) else w.hf
+        if w.ours in skip:
+            continue
+        key = HF_ENCODER_PREFIX + w.hf if nest and w.ours in encoder_rows else w.hf
         tensors[key] = np.ascontiguousarray(w.convert("hf", value))
     # An empty directory is replaced (check_output_free refused a non-empty one).
     with files.atomic_output(directory, overwrite=os.path.isdir(directory), directory=True) as tmp:
-        files.write_json(os.path.join(tmp, files.HF_CONFIG_FILE), hf_config_dict(model))
+        files.write_json(os.path.join(tmp, files.HF_CONFIG_FILE), config)
         # transformers refuses safetensors files without format metadata.
         save_file(tensors, os.path.join(tmp, files.HF_WEIGHTS_FILE), metadata={"format": "pt"})
+        if vocab_file:
+            vocab = files.copy_file(vocab_file, os.path.join(tmp, files.VOCAB_FILE))
+            tokenizer_config.write_for_vocab(vocab, settings or tokenizer_config.TokenizerConfig())
     return directory
 
 
 def load_hf_encoder(path: str, **kwargs):
     """Builds a BertEncoder from a transformers save_pretrained directory and loads it.
 
+    Heads in the file are left out (the caller asked for the encoder).
+
     Args:
       path: directory with config.json and model.safetensors.
       **kwargs: passed to `BertEncoder.from_bert_config` (e.g. dtype).
     """
     encoder = BertEncoder.from_bert_config(read_hf_config(path), **kwargs)
-    load_hf_weights(encoder, path)
+    load_hf_weights(encoder, path, allow_unused=True)
     return encoder
 
 
@@ -755,11 +1016,12 @@ def read_keras_file(path: str):
 
 
 def load_keras_model(path: str):
-    """Loads a `.keras` file holding a BertEncoder or BertPretrainer."""
+    """Loads a `.keras` file holding one of our models (encoder, pretrainer, task model)."""
     model = read_keras_file(path)
-    if not isinstance(model, (BertEncoder, BertPretrainer)):
+    if not isinstance(model, (BertEncoder, BertPretrainer, *TASK_MODELS)):
         raise WeightLoadError(
-            f"{path}: holds a {type(model).__name__}, expected a BertEncoder or BertPretrainer"
+            f"{path}: holds a {type(model).__name__}, expected a BertEncoder, BertPretrainer, "
+            "BertClassifier, BertTagger or BertSpanQA"
         )
     return model
 
@@ -768,15 +1030,25 @@ MODEL_KINDS = ("auto", "encoder", "pretrainer")
 
 
 def load_model(fmt: str, path: str, model: str = "auto", config_file: str | None = None):
-    """Builds a BertEncoder or BertPretrainer from weights in any format.
+    """Builds the model a checkpoint holds, from weights in any format.
 
     Args:
       fmt: "google", "hf" or "keras".
       path: google: checkpoint prefix (config from `config_file` or bert_config.json beside
         it); hf: save_pretrained directory; keras: `.keras` file.
-      model: "encoder" (heads in the file are dropped), "pretrainer" (heads required), or
-        "auto" (a pretrainer if the file has pretraining heads).
+      model: "auto": the model the checkpoint holds. For hf, config.json's `architectures`
+        decides (HF_ARCHITECTURES): BertModel an encoder (its pooler may be absent),
+        BertForPreTraining a pretrainer, BertForMaskedLM a pretrainer without NSP,
+        BertForSequenceClassification a BertClassifier, BertForTokenClassification a
+        BertTagger, BertForQuestionAnswering a BertSpanQA (label names:
+        `read_hf_labels`); google: a pretrainer if the file has pretraining heads.
+        "encoder": only the encoder (the caller asks for less: heads are left out).
+        "pretrainer": pretraining heads required.
       config_file: google only: bert_config.json if not beside the checkpoint.
+
+    Raises:
+      ValueError (WeightLoadError among them): an unknown architecture, tensors that do not
+        fit (a head the model would drop included), a config that does not fit.
     """
     if fmt not in FORMATS:
         raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
@@ -787,7 +1059,8 @@ def load_model(fmt: str, path: str, model: str = "auto", config_file: str | None
         if model == "encoder":
             return _encoder_of(loaded)
         if model == "pretrainer" and not isinstance(loaded, BertPretrainer):
-            raise WeightLoadError(f"{path}: holds a BertEncoder, not a BertPretrainer (no heads)")
+            raise WeightLoadError(f"{path}: holds a {type(loaded).__name__}, not a "
+                                  "BertPretrainer (no pretraining heads)")
         return loaded
     if fmt == "google":
         prefix = _checkpoint_prefix(path)
@@ -803,15 +1076,44 @@ def load_model(fmt: str, path: str, model: str = "auto", config_file: str | None
         load_google_checkpoint(built, prefix, config_file)
         return built
     config = read_hf_config(path)
-    heads = hf_weights_have_heads(path) if model == "auto" else model == "pretrainer"
-    built = _new_model(config, heads)
+    if model == "encoder":
+        built = BertEncoder.from_bert_config(config)
+        load_hf_weights(built, path, allow_unused=True)
+        return built
+    kind = hf_architecture(path)
+    if model == "pretrainer" and kind not in ("pretrainer", "masked_lm"):
+        name = kind if isinstance(kind, str) else HF_TASK_ARCHITECTURE[kind]
+        raise WeightLoadError(f"{path}: holds a {name}, not a pretrainer (no pretraining heads "
+                              "cls.*); use --model=encoder or --model=auto")
+    encoder = BertEncoder.from_bert_config(config)
+    if kind == "encoder":
+        built = encoder
+    elif kind in ("pretrainer", "masked_lm"):
+        built = BertPretrainer(encoder, next_sentence=kind == "pretrainer")
+    elif kind is BertSpanQA:
+        built = BertSpanQA(encoder)
+    else:
+        labels = read_hf_labels(path)
+        hf, _ = _read_hf_json(path)
+        dropout = hf.get("classifier_dropout")
+        if dropout is None:
+            dropout = config.hidden_dropout_prob
+        built = kind(encoder, len(labels), dropout=dropout)
     load_hf_weights(built, path)
     return built
 
 
-def save_model(model, fmt: str, path: str) -> str:
-    """Writes `model` in format `fmt` ("google", "hf", "keras") to `path`; never overwrites."""
+def save_model(model, fmt: str, path: str, **kwargs) -> str:
+    """Writes `model` in format `fmt` ("google", "hf", "keras") to `path`; never overwrites.
+
+    `kwargs` go to the hf writer (labels, vocab_file, settings: `save_hf_weights`).
+    """
     savers = {"google": save_google_checkpoint, "hf": save_hf_weights, "keras": save_keras_model}
     if fmt not in savers:
         raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
-    return savers[fmt](model, path)
+    if fmt == "google" and not isinstance(model, (BertEncoder, BertPretrainer)):
+        raise ValueError(f"the google format holds encoders and pretrainers; a "
+                         f"{type(model).__name__} can be saved as hf or keras")
+    if fmt != "hf" and kwargs:
+        raise ValueError(f"{sorted(kwargs)} apply to the hf format only")
+    return savers[fmt](model, path, **kwargs)

@@ -9,15 +9,33 @@ Formats (see bert_keras/checkpoints.py):
     python -m bert_keras.convert_checkpoint --from=google --to=hf \
         --input=uncased_L-12_H-768_A-12/bert_model.ckpt --output=/tmp/bert_hf
 
---model=auto keeps the pretraining heads (MLM + NSP) when the input has them; --model=encoder
-drops them; --model=pretrainer requires them. Existing output is never overwritten.
+--model=auto converts the model the input holds: for hf, what config.json's `architectures`
+names (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+BertForTokenClassification, BertForQuestionAnswering); for google, the pretraining heads
+when present. --model=encoder asks for the encoder alone (heads are left out);
+--model=pretrainer requires pretraining heads. A head is never dropped otherwise: a tensor
+the model would not use is an error. Existing output is never overwritten.
+
+Fine-tuned task models (classifier, tagger, span QA) move between transformers and the
+layout run_classifier / run_tagger / run_squad write, so the exports work on it unchanged:
+
+    python -m bert_keras.convert_checkpoint --from=hf --to=keras \
+        --input=my_transformers_classifier --output=runs/imported
+    python -m export.export_classifier --model_dir=runs/imported --export_dir=/models/clf
+
+--to=keras then writes a directory (model.keras, labels.txt from id2label, vocab.txt,
+tokenizer_config.json with the input's tokenizer settings, bert_config.json); --from=keras
+takes such a directory, and --to=hf writes transformers' BertFor* layout with id2label,
+vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 """
 
-import sys
+import os
+import tempfile
 
 from absl import app, flags
 
-from bert_keras import checkpoints
+from bert_keras import checkpoints, model_loading
+from data_prep import files, tokenizer_config
 
 # Google-style flag names (input, output, bert_config_file) recur across our tools;
 # allow_override lets tests import several entry points into one process.
@@ -28,15 +46,18 @@ _TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.", 
 # A list flag like build_vocab's and prepare_corpus's --input (one name, one type in a
 # process); it takes exactly one path here.
 _INPUT = flags.DEFINE_list(
-    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: .keras file.",
+    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: .keras "
+    "file or a fine-tuned model directory (run_classifier's --output_dir).",
     **_SHARED,
 )
 _OUTPUT = flags.DEFINE_string(
-    "output", None, "Same forms as --input, in the --to format; must not exist.", **_SHARED
+    "output", None, "Same forms as --input, in the --to format (a task model converts to a "
+    "directory for --to=keras); must not exist.", **_SHARED
 )
 _MODEL = flags.DEFINE_enum(
     "model", "auto", checkpoints.MODEL_KINDS,
-    "encoder: drop pretraining heads; pretrainer: require them; auto: keep them if present.",
+    "auto: the model the input holds, heads included; encoder: the encoder alone (heads "
+    "left out); pretrainer: require pretraining heads.",
     **_SHARED,
 )
 _BERT_CONFIG_FILE = flags.DEFINE_string(
@@ -44,6 +65,50 @@ _BERT_CONFIG_FILE = flags.DEFINE_string(
     "--from=google only: bert_config.json, if it is not beside the checkpoint.",
     **_SHARED,
 )
+
+
+def _load(from_format: str, input_path: str, model: str, config_file: str | None,
+          scratch: str):
+    """(model, labels, vocab file, tokenizer settings) of the input; None where it has none.
+    `scratch`: a directory for a vocab.txt made from transformers' tokenizer.json."""
+    labels = vocab_file = settings = None
+    if from_format == "keras" and os.path.isdir(input_path):
+        ckpt = model_loading.load_checkpoint(input_path)
+        if ckpt.form != "task_dir":
+            raise ValueError(f"--input {input_path}: a directory for --from=keras must be a "
+                             f"fine-tuned model directory ({files.TASK_MODEL_FILE}, "
+                             f"{files.LABELS_FILE}, ...); found a {ckpt.form} checkpoint")
+        loaded, labels, vocab_file = ckpt.model, ckpt.labels, ckpt.vocab_file
+        settings = ckpt.saved_tokenizer[0] if ckpt.saved_tokenizer else None
+        if model == "pretrainer":
+            raise ValueError(f"--input {input_path} holds a {type(loaded).__name__}, not a "
+                             "pretrainer")
+        if model == "encoder":
+            loaded, labels = loaded.encoder, None
+        return loaded, labels, vocab_file, settings
+    loaded = checkpoints.load_model(from_format, input_path, model=model, config_file=config_file)
+    if not isinstance(loaded, checkpoints.TASK_MODELS):
+        return loaded, None, None, None
+    directory = input_path if os.path.isdir(input_path) else os.path.dirname(
+        os.path.abspath(input_path))
+    if from_format == "hf":
+        labels = checkpoints.read_hf_labels(input_path)
+    elif os.path.isfile(os.path.join(directory, files.LABELS_FILE)):
+        labels = model_loading.read_labels(os.path.join(directory, files.LABELS_FILE))
+    vocab = os.path.join(directory, files.VOCAB_FILE)
+    if from_format == "hf" and not os.path.isfile(vocab):
+        tokens = checkpoints.read_hf_vocab(directory)  # transformers 5.x: tokenizer.json only
+        if tokens is not None:
+            vocab = os.path.join(scratch, files.VOCAB_FILE)
+            files.write_text(vocab, "".join(f"{t}\n" for t in tokens))
+        settings_file = os.path.join(directory, "tokenizer_config.json")
+        if os.path.isfile(settings_file):
+            settings = tokenizer_config.read_file(settings_file)[0]
+    if os.path.isfile(vocab):
+        vocab_file = vocab
+        saved = tokenizer_config.read_for_vocab(vocab)
+        settings = saved[0] if saved else settings
+    return loaded, labels, vocab_file, settings
 
 
 def convert(from_format: str, to_format: str, input_path: str, output_path: str,
@@ -57,15 +122,43 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
       config_file: bert_config.json for a Google input not beside its checkpoint.
 
     Returns:
-      (written path, the loaded BertEncoder or BertPretrainer).
+      (written path, the loaded model).
 
     Raises:
       FileExistsError: the output exists (checked before anything is loaded).
       FileNotFoundError, checkpoints.WeightLoadError, ValueError: bad input.
     """
     checkpoints.check_output_free(to_format, output_path)
-    loaded = checkpoints.load_model(from_format, input_path, model=model, config_file=config_file)
-    return checkpoints.save_model(loaded, to_format, output_path), loaded
+    with tempfile.TemporaryDirectory() as scratch:
+        return _convert(from_format, to_format, input_path, output_path,
+                        *_load(from_format, input_path, model, config_file, scratch))
+
+
+def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
+             settings):
+    if not isinstance(loaded, checkpoints.TASK_MODELS):
+        return checkpoints.save_model(loaded, to_format, output_path), loaded
+    if to_format == "google":
+        raise ValueError(f"--to=google holds encoders and pretrainers; a "
+                         f"{type(loaded).__name__} converts --to=keras or --to=hf (or pass "
+                         "--model=encoder)")
+    if labels is None and not isinstance(loaded, checkpoints.BertSpanQA):
+        raise ValueError(f"--input {input_path}: no label names for its "
+                         f"{type(loaded).__name__} ({files.LABELS_FILE} or id2label)")
+    if to_format == "hf":
+        return checkpoints.save_model(loaded, "hf", output_path, labels=labels,
+                                      vocab_file=vocab_file, settings=settings), loaded
+    if output_path.endswith(".keras"):
+        raise ValueError(f"--output {output_path}: a {type(loaded).__name__} converts to a "
+                         f"directory ({files.TASK_MODEL_FILE}, {files.LABELS_FILE}, "
+                         f"{files.VOCAB_FILE}, ...), as run_classifier writes; give a directory")
+    if vocab_file is None:
+        raise ValueError(f"--input {input_path}: no {files.VOCAB_FILE} beside the model; the "
+                         "fine-tuned model layout needs the vocabulary (save the tokenizer "
+                         "there too: tokenizer.save_pretrained(dir))")
+    written = model_loading.save_task_dir(loaded, output_path, labels, vocab_file,
+                                          settings or tokenizer_config.TokenizerConfig())
+    return written, loaded
 
 
 def main(argv):
@@ -81,8 +174,9 @@ def main(argv):
     def body() -> int:
         written, model = convert(_FROM.value, _TO.value, _INPUT.value[0], _OUTPUT.value,
                                  _MODEL.value, _BERT_CONFIG_FILE.value)
+        labels = f", {model.num_classes} labels" if hasattr(model, "num_classes") else ""
         print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
-              f"{model.count_params():,} parameters) as {_TO.value}: {written}")
+              f"{model.count_params():,} parameters{labels}) as {_TO.value}: {written}")
         return 0
 
     # WeightLoadError is a ValueError; its message names the file and the tensors.

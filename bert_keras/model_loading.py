@@ -13,7 +13,9 @@ so a path means the same thing everywhere. Accepted forms, tried in this order:
   .keras file       any of our models saved with model.save
   .weights.h5 file  pretrainer or encoder weights; bert_config.json beside it (or in the
                     run directory of a checkpoints/ckpt-<step>.weights.h5) or given
-  Hugging Face dir  config.json + model.safetensors (+ vocab.txt, tokenizer_config.json)
+  Hugging Face dir  config.json + model.safetensors (+ vocab.txt, tokenizer_config.json):
+                    the model config.json's `architectures` names (a BertFor* task model
+                    with its id2label as labels), see checkpoints.load_model
   Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
                     directory holding one; bert_config.json beside it or given; casing
                     from the flags, as in Google's tools
@@ -191,9 +193,10 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
             model = _from_keras_file(os.path.join(path, files.TASK_MODEL_FILE))
             return result(model, "task_dir", labels=_read_labels_if_any(path))
         if os.path.isfile(os.path.join(path, files.HF_WEIGHTS_FILE)):
-            model = checkpoints.load_model("hf", path, model="pretrainer" if want == "pretrainer"
-                                           else "auto")
-            return result(model, "hf")
+            # want="encoder" asks for less: a head in the file is then left out.
+            model = checkpoints.load_model("hf", path, model=want)
+            labels = checkpoints.read_hf_labels(path) if want == "auto" else None
+            return result(model, "hf", labels=labels)
         if os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(
                 f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "

@@ -34,9 +34,12 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
 
     Args:
       encoder: a `BertEncoder`; its weights are shared, not copied.
+      next_sentence: whether to add the NSP head. Without it (RoBERTa-style MLM-only
+        pretraining, transformers' BertForMaskedLM) the outputs are {"mlm_logits"} only,
+        and the pooler is neither computed nor trained.
     """
 
-    def __init__(self, encoder, **kwargs):
+    def __init__(self, encoder, next_sentence=True, **kwargs):
         if not isinstance(encoder, BertEncoder):
             raise ValueError(f"`encoder` must be a BertEncoder. Received: {type(encoder).__name__}")
         initializer = keras.initializers.TruncatedNormal(stddev=encoder.initializer_range)
@@ -53,7 +56,7 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
             kernel_initializer=clone_initializer(initializer),
             dtype=encoder.dtype_policy,
             name="nsp_dense",
-        )
+        ) if next_sentence else None
 
         inputs = dict(encoder.input)
         inputs["masked_lm_positions"] = keras.Input(
@@ -65,17 +68,28 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
             [keras.ops.zeros_like(masked_positions[:, :1]), masked_positions], axis=1
         )
         x = encoder.last_layer_at(inputs, output_positions)  # [B, 1 + P, H]
-        pooled_output = encoder.pooler_layer(x[:, 0, :])
-        mlm_logits = masked_lm(x[:, 1:, :])  # already at the masked positions
-        nsp_logits = keras.ops.cast(nsp_dense(pooled_output), "float32")
-        super().__init__(
-            inputs=inputs,
-            outputs={"mlm_logits": mlm_logits, "nsp_logits": nsp_logits},
-            **kwargs,
-        )
+        outputs = {"mlm_logits": masked_lm(x[:, 1:, :])}  # already at the masked positions
+        if next_sentence:
+            pooled_output = encoder.pooler_layer(x[:, 0, :])
+            outputs["nsp_logits"] = keras.ops.cast(nsp_dense(pooled_output), "float32")
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.encoder = encoder
+        self.next_sentence = next_sentence
         self.masked_lm = masked_lm
         self.nsp_dense = nsp_dense
+
+    @property
+    def reads_pooler(self) -> bool:
+        """Whether an output depends on the pooler (only through the NSP head)."""
+        return self.next_sentence
+
+    @property
+    def trainable_weights(self):
+        weights = super().trainable_weights
+        if self.next_sentence or "encoder" not in self.__dict__:
+            return weights
+        pooler = {id(v) for v in self.encoder.pooler_layer.weights}
+        return [w for w in weights if id(w) not in pooler]
 
     @classmethod
     def from_bert_config(cls, config, **kwargs):
@@ -84,11 +98,14 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
         return cls(BertEncoder.from_bert_config(config, dtype=dtype), **kwargs)
 
     def get_config(self):
-        return {
+        config = {
             "name": self.name,
             "trainable": self.trainable,
             "encoder": keras.layers.serialize(self.encoder),
         }
+        if not self.next_sentence:  # Files of NSP pretrainers keep their old config.
+            config["next_sentence"] = False
+        return config
 
     @classmethod
     def from_config(cls, config):

@@ -152,38 +152,63 @@ _PAIR = flags.DEFINE_boolean(
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
+def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
+                  needs_labels: bool = True):
+    """(model, labels, tokenizer) of a fine-tuned model directory, for the task exports.
+
+    Args:
+      model_dir: what `tool` (run_classifier, run_tagger, run_squad) writes, or
+        `convert_checkpoint --to=keras` makes from a transformers BertFor* directory.
+      model_class: the task model class expected there.
+      tokenizer_flags: the tool's tokenizer flag holders (explicit overrides).
+      needs_labels: whether labels.txt is required.
+
+    Raises:
+      saved_model_writer.ExportError: another model, or no labels.txt / vocab.txt.
+    """
+    from bert_keras import model_loading
+    from data_prep.tokenization import BertTokenizer
+
+    ckpt = model_loading.load_checkpoint(model_dir)
+    if not isinstance(ckpt.model, model_class):
+        raise saved_model_writer.ExportError(
+            f"--model_dir {model_dir} holds a {type(ckpt.model).__name__}, not a "
+            f"{model_class.__name__} (expected {tool}'s output directory)")
+    if (needs_labels and ckpt.labels is None) or ckpt.vocab_file is None:
+        raise saved_model_writer.ExportError(
+            f"--model_dir {model_dir}: no {'labels.txt or ' if needs_labels else ''}vocab.txt "
+            f"beside the model (expected {tool}'s output directory)")
+    settings, source = ckpt.tokenizer_settings(
+        tokenizer_config.overrides_from_flags(tokenizer_flags), warn=logging.warning)
+    logging.info("Tokenizer settings: %s (%s)", settings.describe(),
+                 source or "defaults and flags")
+    return ckpt.model, ckpt.labels, BertTokenizer.from_config(ckpt.vocab_file, settings)
+
+
+def task_dir_errors() -> tuple:
+    """The errors a task export reports in one line."""
+    from bert_keras import checkpoints, model_loading
+    from data_prep.schema import VocabError
+
+    return (saved_model_writer.ExportError, model_loading.CheckpointError,
+            checkpoints.WeightLoadError, VocabError, tokenizer_config.TokenizerConfigError,
+            FileNotFoundError)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras import checkpoints, model_loading
     from bert_keras.tasks import BertClassifier
     from data_prep.cli import report_errors
-    from data_prep.schema import VocabError
-    from data_prep.tokenization import BertTokenizer
 
     def body() -> int:
-        ckpt = model_loading.load_checkpoint(_MODEL_DIR.value)
-        if not isinstance(ckpt.model, BertClassifier):
-            raise saved_model_writer.ExportError(
-                f"--model_dir {_MODEL_DIR.value} holds a {type(ckpt.model).__name__}, not a "
-                "BertClassifier (expected run_classifier's output directory)")
-        if ckpt.labels is None or ckpt.vocab_file is None:
-            raise saved_model_writer.ExportError(
-                f"--model_dir {_MODEL_DIR.value}: no labels.txt or vocab.txt beside the model "
-                "(expected run_classifier's output directory)")
-        settings, source = ckpt.tokenizer_settings(
-            tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), warn=logging.warning)
-        logging.info("Tokenizer settings: %s (%s)", settings.describe(),
-                     source or "defaults and flags")
-        tokenizer = BertTokenizer.from_config(ckpt.vocab_file, settings)
-        print(export_classifier(ckpt.model, tokenizer, ckpt.labels, _EXPORT_DIR.value,
+        model, labels, tokenizer = load_task_dir(_MODEL_DIR.value, BertClassifier,
+                                                 "run_classifier", _TOKENIZER_FLAGS)
+        print(export_classifier(model, tokenizer, labels, _EXPORT_DIR.value,
                                 _MAX_SEQ_LENGTH.value, pair=_PAIR.value, version=_VERSION.value))
         return 0
 
-    return report_errors(body, (saved_model_writer.ExportError, model_loading.CheckpointError,
-                                checkpoints.WeightLoadError, VocabError,
-                                tokenizer_config.TokenizerConfigError, FileNotFoundError),
-                         "export_classifier")
+    return report_errors(body, task_dir_errors(), "export_classifier")
 
 
 if __name__ == "__main__":

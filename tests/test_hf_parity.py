@@ -319,8 +319,10 @@ def test_hf_tied_copies_and_position_ids(tmp_path):
     save_file(tensors, str(path), metadata={"format": "pt"})
     with pytest.raises(WeightLoadError, match="cls.predictions.decoder.weight differs"):
         load_hf_weights(_tiny_pretrainer(), str(tmp_path / "out"))
-    # An encoder ignores the heads, consistent or not.
-    load_hf_weights(fresh.encoder, str(tmp_path / "out"))
+    # An encoder leaves the heads out, consistent or not, only when asked to.
+    with pytest.raises(WeightLoadError, match="unexpected 7: cls.predictions.bias"):
+        load_hf_weights(fresh.encoder, str(tmp_path / "out"))
+    load_hf_weights(fresh.encoder, str(tmp_path / "out"), allow_unused=True)
 
 
 def test_pretrainer_from_bert_model_file_lists_missing_heads():

@@ -157,3 +157,64 @@ def test_verify_passes_the_minilm_export_and_fails_one_perturbed_weight(minilm_d
     report = verify(path, init_checkpoint=wrong)
     print(report)
     assert [c for c, ok, _ in report.lines if not ok] == ["parity"], str(report)
+
+
+@pytest.mark.slow
+def test_minilm_classifier_fine_tuned_by_transformers_is_served_with_its_outputs(
+        minilm_dir, tmp_path):
+    """MiniLM-L6 with a classification head that transformers itself fine-tuned for a few
+    steps: convert, export, verify; the export's probabilities equal transformers' softmax
+    (and its labels its id2label) on real sentences."""
+    import shutil
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from bert_keras.convert_checkpoint import convert
+    from bert_keras.tasks import BertClassifier
+    from export.export_classifier import export_classifier, load_task_dir
+    from export.verify import verify
+
+    labels = ["plain", "literary", "technical"]
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification.from_pretrained(
+        minilm_dir, num_labels=3, id2label=dict(enumerate(labels)))
+    tokenizer = transformers.BertTokenizer(vocab=os.path.join(minilm_dir, "vocab.txt"),
+                                           do_lower_case=True)
+    targets = torch.tensor([i % 3 for i in range(len(SENTENCES))])
+    batch = tokenizer(SENTENCES, padding=True, truncation=True, max_length=64,
+                      return_tensors="pt")
+    optimizer = torch.optim.AdamW(hf.parameters(), lr=1e-3)
+    hf.train()
+    for _ in range(5):
+        loss = hf(**batch, labels=targets).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    hf.eval()
+    source = tmp_path / "hf"
+    hf.save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    if not os.path.exists(source / "vocab.txt"):  # transformers 5 writes tokenizer.json only
+        shutil.copy(os.path.join(minilm_dir, "vocab.txt"), source / "vocab.txt")
+
+    convert("hf", "keras", str(source), str(tmp_path / "keras"))
+    model, names, ours = load_task_dir(str(tmp_path / "keras"), BertClassifier,
+                                       "run_classifier", {})
+    assert names == labels
+    export = export_classifier(model, ours, names, str(tmp_path / "export"), seq_length=64)
+    report = verify(export)
+    print(report)
+    assert report.ok, str(report)
+
+    with torch.no_grad():
+        want = torch.softmax(hf(**batch).logits, -1).numpy()
+    out = tf.saved_model.load(export).signatures["serving_default"](text=tf.constant(SENTENCES))
+    diff = np.abs(out["probabilities"].numpy() - want).max()
+    print(f"MiniLM-L6 classifier ({loss.item():.3f} loss after 5 steps): max |export - "
+          f"transformers softmax| = {diff:.2e} over {len(SENTENCES)} sentences")
+    assert diff < 1e-4
+    assert [x.decode() for x in out["label"].numpy()] == [labels[i] for i in want.argmax(-1)]
+    assert len(set(want.argmax(-1))) > 1  # the head learned something: not one constant class

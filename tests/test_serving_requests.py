@@ -23,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder
-from bert_keras.tasks import BertClassifier
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURL = re.compile(r"curl -d '(?P<body>\{.*?\})' \\\n\s+"
@@ -42,7 +42,9 @@ def test_readme_has_the_request_bodies():
              for model, verb, body in readme_requests()}
     assert {("spam", "predict", "serving_default"), ("spam", "predict", "pair"),
             ("spam", "classify", "serve_examples"), ("bert_preprocess", "predict",
-            "serving_default"), ("bert_encoder", "predict", "serving_default")} <= kinds
+            "serving_default"), ("bert_encoder", "predict", "serving_default"),
+            ("clf", "predict", "serving_default"), ("ner", "predict", "serving_default"),
+            ("ner", "predict", "words"), ("squad", "predict", "serving_default")} <= kinds
 
 
 def _feature(value):
@@ -78,13 +80,15 @@ def as_tensors(body: dict, verb: str, specs: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The three export kinds under README's model names, loaded as a server would."""
+    """Every export kind under README's model names, loaded as a server would."""
     import tensorflow_text  # noqa: F401  (the text ops, which TF Serving links)
 
     from data_prep.tokenization import BertTokenizer
     from export.export_classifier import export_classifier
     from export.export_encoder import export_encoder
     from export.export_preprocessor import export_preprocessor
+    from export.export_span_qa import export_span_qa
+    from export.export_tagger import export_tagger
 
     tmp = tmp_path_factory.mktemp("serving")
     # README's encoder request uses bert-base-uncased ids (101, 7592, 2088, 102).
@@ -103,14 +107,20 @@ def served(tmp_path_factory):
                                                seq_length=16),
         "bert_encoder": export_encoder(encoder, str(tmp / "bert_encoder"), str(vocab_file),
                                        warmup_seq_length=16),
+        "clf": export_classifier(BertClassifier(encoder, 2), tokenizer, ["NEGATIVE", "POSITIVE"],
+                                 str(tmp / "clf"), seq_length=16),
+        "ner": export_tagger(BertTagger(encoder, 3), tokenizer, ["O", "B-PER", "I-PER"],
+                             str(tmp / "ner"), seq_length=16),
+        "squad": export_span_qa(BertSpanQA(encoder), tokenizer, str(tmp / "squad"),
+                                seq_length=16),
     }
     return {name: tf.saved_model.load(path) for name, path in paths.items()}
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(10))
 def test_readme_request_runs_on_the_export(served, index):
     requests = readme_requests()
-    assert len(requests) == 6, "update the parametrization to README's request count"
+    assert len(requests) == 10, "update the parametrization to README's request count"
     model, verb, body = requests[index]
     signature = served[model].signatures[body.get("signature_name", "serving_default")]
     specs = signature.structured_input_signature[1]
@@ -131,6 +141,13 @@ def test_readme_request_runs_on_the_export(served, index):
     if model == "bert_preprocess":
         ids = outputs["input_word_ids"]
         assert ids.shape == (batch, 16) and (ids[:, 0] == 101).all()  # [CLS] first
+    if model == "ner":  # one tag per word
+        words = [len((i.get("words") or i["text"].split())) for i in body["instances"]]
+        assert outputs["tags"].shape == (batch, max(words))
+        assert set(outputs["tags"].astype(str).ravel()) <= {"O", "B-PER", "I-PER"}
+    if model == "squad":
+        assert outputs["start_logits"].shape == outputs["end_logits"].shape == (batch, 16)
+        assert (outputs["answer_end"] >= outputs["answer_start"]).all()
     if model == "bert_encoder":
         assert outputs["sequence_output"].shape[:2] == (batch, 4)
         assert outputs["encoder_outputs"].shape[:2] == (batch, 2)  # [B, L, S, H]

@@ -1,0 +1,175 @@
+r"""Exports a fine-tuned span-QA model (SQuAD) as a SavedModel: question and context in, spans out.
+
+    python -m export.export_span_qa --model_dir=runs/squad \
+        --export_dir=/models/squad [--version=1] [--max_seq_length=384] \
+        [--max_answer_length=30]
+
+--model_dir is what `python -m bert_keras.run_squad --do_train` wrote (or
+`convert_checkpoint --from=hf --to=keras` made from a transformers
+BertForQuestionAnswering): model.keras, vocab.txt, tokenizer_config.json.
+
+Signatures (S = max_seq_length):
+  serving_default  question, context: string [batch] -> "[CLS] question [SEP] context [SEP]"
+                   (truncated fairly to S: a long context loses its end; no doc-stride
+                   windows here) -> start_logits, end_logits float32 [batch, S],
+                   input_word_ids, input_type_ids int32 [batch, S] (what the logits index),
+                   answer_start, answer_end int32 [batch] (token positions of the best span:
+                   highest start + end logit, both in the context, end >= start, at most
+                   max_answer_length tokens; -1 when the context is empty), answer string
+                   [batch] (its WordPieces joined, normalized as the tokenizer normalizes)
+  ids              input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
+                   (packed as run_squad packs) -> start_logits, end_logits [batch, seq]
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from data_prep import schema, tokenizer_config
+from export import saved_model_writer
+from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+
+MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
+
+
+def _ids_signature():
+    return {name: tf.TensorSpec([None, None], tf.int32, name=name)
+            for name in schema.MODEL_INPUT_NAMES}
+
+
+class SpanQAModule(tf.Module):
+    """Root object: preprocessor + fine-tuned BertSpanQA."""
+
+    def __init__(self, preprocessor: PreprocessorModule, model, max_answer_length: int):
+        super().__init__()
+        if max_answer_length < 1:
+            raise saved_model_writer.ExportError(
+                f"--max_answer_length must be >= 1. Received: {max_answer_length}")
+        self.preprocessor = preprocessor
+        self.model = saved_model_writer.Untracked(model)
+        self.max_answer_length = max_answer_length
+
+    def _logits(self, inputs):
+        out = self.model(inputs, training=False)
+        return {"start_logits": out["start_logits"], "end_logits": out["end_logits"]}
+
+    @tf.function(input_signature=[_ids_signature()])
+    def serve_ids(self, inputs):
+        return self._logits(inputs)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
+                                  tf.TensorSpec([None], tf.string, name="context")])
+    def serve(self, question, context):
+        pre = self.preprocessor
+        inputs = pre._pack([pre._tokenize(question), pre._tokenize(context)])
+        out = self._logits(inputs)
+        ids = inputs[schema.INPUT_WORD_IDS]  # [B, S]
+        # Context tokens: segment 1, real, not the closing [SEP].
+        in_context = ((inputs[schema.INPUT_TYPE_IDS] == 1) & (inputs[schema.MODEL_INPUT_MASK] == 1)
+                      & (ids != pre.sep_id))  # [B, S]
+        seq = tf.shape(ids)[1]
+        start = tf.range(seq)[:, None]  # [S, 1]
+        end = tf.range(seq)[None, :]  # [1, S]
+        allowed = (end >= start) & (end - start < self.max_answer_length)  # [S, S]
+        valid = in_context[:, :, None] & in_context[:, None, :] & allowed[None]  # [B, S, S]
+        scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [B, S, S]
+        best = tf.argmax(tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq]), axis=-1,
+                         output_type=tf.int32)  # [B]
+        found = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [B]
+        answer_start = tf.where(found, best // seq, -1)
+        answer_end = tf.where(found, best % seq, -1)
+        positions = tf.ragged.range(tf.maximum(answer_start, 0),
+                                    tf.where(found, answer_end + 1, 0))  # [B, (L)]
+        rows = tf.cast(positions.value_rowids(), tf.int32)
+        pieces = positions.with_flat_values(
+            tf.gather_nd(ids, tf.stack([rows, positions.flat_values], axis=1)))
+        return {
+            **out,
+            "input_word_ids": ids,
+            "input_type_ids": inputs[schema.INPUT_TYPE_IDS],
+            "answer_start": answer_start,
+            "answer_end": answer_end,
+            "answer": pre.tokenizer.detokenize_tensor(pieces),
+        }
+
+
+def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
+                   version: int | None = None,
+                   max_answer_length: int = MAX_ANSWER_LENGTH) -> str:
+    """Writes the span-QA SavedModel to `<export_dir>/<version>`; returns that path.
+
+    Args:
+      model: a fine-tuned `bert_keras.tasks.BertSpanQA`.
+      tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
+      seq_length: the fine-tuning max_seq_length (length of the text signature's windows).
+      max_answer_length: the longest answer span, in tokens.
+    """
+    if seq_length > model.encoder.max_sequence_length:
+        raise saved_model_writer.ExportError(
+            f"--max_seq_length={seq_length} exceeds the encoder's position table "
+            f"({model.encoder.max_sequence_length} positions)")
+    path = saved_model_writer.version_dir(export_dir, version)
+    with tempfile.TemporaryDirectory() as assets:
+        pre = PreprocessorModule(tokenizer, seq_length, assets)
+        module = SpanQAModule(pre, model, max_answer_length)
+        signatures = {
+            "serving_default": module.serve.get_concrete_function(),
+            "ids": module.serve_ids.get_concrete_function(),
+        }
+        texts = np.array(WARMUP_TEXTS, dtype=object)
+        packed = pre.serve_pair(tf.constant(texts[::-1].copy()), tf.constant(texts))
+        warmup = [
+            ("serving_default", {"question": texts[1:2], "context": texts[2:3]}),
+            ("serving_default", {"question": texts[::-1].copy(), "context": texts}),
+            ("ids", {k: v.numpy() for k, v in packed.items()}),
+        ]
+        saved_model_writer.write_saved_model(module, path, signatures, warmup)
+    logging.info("Wrote span-QA export %s (tokenizer %s)", path, tokenizer.config.describe())
+    return path
+
+
+# --- Command line. ---
+
+_MODEL_DIR = flags.DEFINE_string(
+    "model_dir", None, "A fine-tuned span-QA model: run_squad's --output_dir (model.keras, "
+    "vocab.txt, tokenizer_config.json).", allow_override=True)
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
+    allow_override=True)
+_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
+                                allow_override=True)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer(
+    "max_seq_length", 384, "Sequence length the model was fine-tuned with.",
+    allow_override=True)
+_MAX_ANSWER_LENGTH = flags.DEFINE_integer(
+    "max_answer_length", MAX_ANSWER_LENGTH, "Longest answer span, in tokens.",
+    allow_override=True)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from bert_keras.tasks import BertSpanQA
+    from data_prep.cli import report_errors
+    from export.export_classifier import load_task_dir, task_dir_errors
+
+    def body() -> int:
+        model, _, tokenizer = load_task_dir(_MODEL_DIR.value, BertSpanQA, "run_squad",
+                                            _TOKENIZER_FLAGS, needs_labels=False)
+        print(export_span_qa(model, tokenizer, _EXPORT_DIR.value, _MAX_SEQ_LENGTH.value,
+                             version=_VERSION.value, max_answer_length=_MAX_ANSWER_LENGTH.value))
+        return 0
+
+    return report_errors(body, task_dir_errors(), "export_span_qa")
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["model_dir", "export_dir"])
+    from data_prep import cli
+
+    cli.run(main)

@@ -1,0 +1,163 @@
+r"""Exports a fine-tuned token tagger as an end-to-end SavedModel: words in, one tag per word out.
+
+    python -m export.export_tagger --model_dir=runs/ner \
+        --export_dir=/models/ner [--version=1] [--max_seq_length=128]
+
+--model_dir is what `python -m bert_keras.run_tagger --do_train` wrote (or
+`convert_checkpoint --from=hf --to=keras` made from a transformers
+BertForTokenClassification): model.keras, labels.txt, vocab.txt, tokenizer_config.json.
+
+A word is what the tagging data calls one (`data_prep.tagging`): a whitespace-separated
+token, WordPiece-tokenized on its own (a word that gives no piece counts as one [UNK]); its
+tag is read at its first sub-token, as in training. Words past max_seq_length - 2 sub-tokens
+are truncated away: they get the tag "" (tag_id -1).
+
+Signatures (W = the most words of a row in the batch; shorter rows are padded with "",
+tag "" and tag_id -1, probabilities 0):
+  serving_default  text: string [batch] (split on whitespace)
+                   -> words string [batch, W], tags string [batch, W], tag_ids int32
+                   [batch, W], probabilities float32 [batch, W, C], num_words int32 [batch]
+  words            words: string [batch, W'] (pad rows at the end with "") -> the same
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags, logging
+
+from data_prep import tokenizer_config
+from export import saved_model_writer
+from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+
+
+class TaggerModule(tf.Module):
+    """Root object: preprocessor + fine-tuned BertTagger + tag names."""
+
+    def __init__(self, preprocessor: PreprocessorModule, tagger, labels):
+        super().__init__()
+        if len(labels) != tagger.num_classes:
+            raise saved_model_writer.ExportError(
+                f"{len(labels)} labels for a tagger with {tagger.num_classes} tags")
+        self.preprocessor = preprocessor
+        self.tagger = saved_model_writer.Untracked(tagger)
+        self.labels = tf.constant(list(labels), tf.string)
+
+    def _tag(self, words: tf.RaggedTensor):
+        """words: string RaggedTensor [B, (W)] -> the output dict."""
+        pre = self.preprocessor
+        flat = words.flat_values  # [N]
+        pieces = pre._tokenize(flat)  # [N, (P)], each word on its own
+        empty = tf.equal(pieces.row_lengths(), 0)  # [N]
+        unk = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(empty, tf.int32))], tf.constant(pre.unk_id, tf.int32)),
+            tf.cast(empty, tf.int64))  # [N, (0 or 1)]
+        pieces = tf.concat([pieces, unk], axis=1)  # [N, (P >= 1)]
+        tokens = words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]
+        inputs = pre._pack([tokens])  # [B, S] each
+        logits = self.tagger(inputs, training=False)["logits"]  # [B, S, C]
+
+        lengths = pieces.row_lengths()  # [N]
+        row = words.value_rowids()  # [N]
+        first = tf.cumsum(lengths, exclusive=True) - tf.gather(tokens.row_splits, row)  # [N]
+        kept = first < pre.seq_length - 2  # [N], the word's first piece survived truncation
+        position = tf.where(kept, first + 1, 0)  # [N], +1 for [CLS]
+        word_logits = tf.gather_nd(logits, tf.stack([row, position], axis=1))  # [N, C]
+        probabilities = tf.where(kept[:, None], tf.nn.softmax(word_logits, axis=-1), 0.0)
+        tag_ids = tf.where(kept, tf.argmax(word_logits, axis=-1, output_type=tf.int32), -1)
+        tags = tf.where(kept, tf.gather(self.labels, tf.maximum(tag_ids, 0)), "")
+
+        def dense(values, default):
+            return words.with_flat_values(values).to_tensor(default_value=default)
+
+        return {
+            "words": words.to_tensor(default_value=""),
+            "tags": dense(tags, ""),
+            "tag_ids": dense(tag_ids, -1),
+            "probabilities": dense(probabilities, 0.0),  # [B, W, C]
+            "num_words": tf.cast(words.row_lengths(), tf.int32),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return self._tag(tf.strings.split(text))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string, name="words")])
+    def serve_words(self, words):
+        return self._tag(tf.RaggedTensor.from_tensor(words, padding=""))
+
+
+def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
+                  version: int | None = None) -> str:
+    """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
+
+    Args:
+      tagger: a fine-tuned `bert_keras.tasks.BertTagger`.
+      tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
+      labels: tag names, index i = class i.
+      seq_length: the fine-tuning max_seq_length.
+    """
+    if seq_length > tagger.encoder.max_sequence_length:
+        raise saved_model_writer.ExportError(
+            f"--max_seq_length={seq_length} exceeds the encoder's position table "
+            f"({tagger.encoder.max_sequence_length} positions)")
+    path = saved_model_writer.version_dir(export_dir, version)
+    with tempfile.TemporaryDirectory() as assets:
+        module = TaggerModule(PreprocessorModule(tokenizer, seq_length, assets), tagger, labels)
+        signatures = {
+            "serving_default": module.serve.get_concrete_function(),
+            "words": module.serve_words.get_concrete_function(),
+        }
+        texts = np.array(WARMUP_TEXTS, dtype=object)
+        words = np.array([["Hello", "world", "!"], ["naïve", "", ""]], dtype=object)
+        warmup = [
+            ("serving_default", {"text": texts[:1]}),
+            ("serving_default", {"text": texts}),
+            ("words", {"words": words}),
+        ]
+        saved_model_writer.write_saved_model(module, path, signatures, warmup)
+    logging.info("Wrote tagger export %s (tokenizer %s)", path, tokenizer.config.describe())
+    return path
+
+
+# --- Command line. ---
+
+_MODEL_DIR = flags.DEFINE_string(
+    "model_dir", None, "A fine-tuned tagger: run_tagger's --output_dir (model.keras, "
+    "labels.txt, vocab.txt, tokenizer_config.json).", allow_override=True)
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
+    allow_override=True)
+_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
+                                allow_override=True)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer(
+    "max_seq_length", 128, "Sequence length the tagger was fine-tuned with.",
+    allow_override=True)
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from bert_keras.tasks import BertTagger
+    from export.export_classifier import load_task_dir, task_dir_errors
+
+    def body() -> int:
+        model, labels, tokenizer = load_task_dir(_MODEL_DIR.value, BertTagger, "run_tagger",
+                                                 _TOKENIZER_FLAGS)
+        print(export_tagger(model, tokenizer, labels, _EXPORT_DIR.value, _MAX_SEQ_LENGTH.value,
+                            version=_VERSION.value))
+        return 0
+
+    from data_prep.cli import report_errors
+
+    return report_errors(body, task_dir_errors(), "export_tagger")
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["model_dir", "export_dir"])
+    from data_prep import cli
+
+    cli.run(main)

@@ -1,0 +1,479 @@
+"""transformers' fine-tuned BERT models in and out: task heads, labels, the fine-tuning layout.
+
+The reference is transformers itself: its BertFor* classes, randomly initialised from small
+configs whose sizes all differ (vocab 79, hidden 32, 4 heads, 2 layers, intermediate 37,
+3 labels), every parameter moved off its initial value (nonzero biases, LayerNorm away from
+1/0) so a transposed, swapped or missing tensor cannot pass, saved with save_pretrained.
+Logits must agree within 1e-4 and label names be equal, both ways.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import TESTDATA, make_inputs
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from bert_keras import checkpoints, model_loading  # noqa: E402
+from bert_keras.checkpoints import WeightLoadError  # noqa: E402
+from bert_keras.convert_checkpoint import convert  # noqa: E402
+from bert_keras.encoder import BertEncoder  # noqa: E402
+from bert_keras.pretrainer import BertPretrainer  # noqa: E402
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger  # noqa: E402
+
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+V = 79  # lines of ft_vocab.txt
+LABELS = ["negative", "neutral", "positive"]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC"]  # 4 != 3 labels: a swapped count cannot pass
+CONFIG = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=37, max_position_embeddings=40)
+# transformers class -> (our model class, label names or None)
+ARCHITECTURES = {
+    "BertForSequenceClassification": (BertClassifier, LABELS),
+    "BertForTokenClassification": (BertTagger, TAGS),
+    "BertForQuestionAnswering": (BertSpanQA, None),
+}
+
+
+def hf_model(name, seed=0, labels=None, **config):
+    """A transformers model with every parameter moved off its initial value."""
+    kwargs = dict(CONFIG, **config)
+    if labels is not None:
+        kwargs["id2label"] = dict(enumerate(labels))
+    torch.manual_seed(seed)
+    model = getattr(transformers, name)(transformers.BertConfig(**kwargs)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def save_hf(model, directory, do_lower_case=True):
+    model.save_pretrained(directory)
+    tokenizer = transformers.BertTokenizer(vocab=VOCAB, do_lower_case=do_lower_case)
+    assert len(tokenizer.vocab) == V  # transformers 5.x ignores `vocab_file=` silently
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+def torch_inputs(inputs):
+    names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
+             "input_type_ids": "token_type_ids"}
+    return {names[k]: torch.tensor(v, dtype=torch.long) for k, v in inputs.items()}
+
+
+def reference(model, inputs):
+    """transformers' outputs in our output names."""
+    with torch.no_grad():
+        out = model(**torch_inputs(inputs))
+    if hasattr(out, "start_logits"):
+        return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+    return {"logits": out.logits.numpy()}
+
+
+def assert_close(ours, want, tol=1e-4):
+    assert set(want) <= set(ours)
+    for key, value in want.items():
+        diff = np.abs(np.asarray(ours[key]) - value).max()
+        assert diff < tol, f"{key}: max |ours - transformers| = {diff:.2e}"
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    """Each task architecture saved by transformers: name -> (directory, torch model)."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for i, (name, (_, labels)) in enumerate(ARCHITECTURES.items()):
+        model = hf_model(name, seed=i, labels=labels)
+        out[name] = (save_hf(model, root / name, do_lower_case=i != 0), model)
+    return out
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_auto_loads_the_head_transformers_saved(hf_dirs, name):
+    path, hf = hf_dirs[name]
+    cls, labels = ARCHITECTURES[name]
+    model = checkpoints.load_model("hf", path)
+    assert type(model) is cls
+    assert checkpoints.read_hf_labels(path) == labels
+    inputs = make_inputs(batch=3, seq=13, vocab=V)
+    assert_close(model(inputs, training=False), reference(hf, inputs))
+    # The one loader gives the same model with its labels.
+    ckpt = model_loading.load_checkpoint(path)
+    assert type(ckpt.model) is cls and ckpt.labels == labels and ckpt.form == "hf"
+
+
+def test_a_head_is_never_dropped_silently(hf_dirs):
+    path, hf = hf_dirs["BertForSequenceClassification"]
+    encoder = BertEncoder.from_bert_config(checkpoints.read_hf_config(path))
+    before = encoder.get_weights()
+    with pytest.raises(WeightLoadError) as e:
+        checkpoints.load_hf_weights(encoder, path)
+    assert "unexpected 2: classifier.bias, classifier.weight" in str(e.value)
+    assert "model='encoder'" in str(e.value)
+    for a, b in zip(before, encoder.get_weights()):
+        np.testing.assert_array_equal(a, b)  # all or nothing
+    # Asking for less is explicit: the encoder alone, equal to transformers' BertModel.
+    encoder = checkpoints.load_model("hf", path, model="encoder")
+    assert type(encoder) is BertEncoder
+    inputs = make_inputs(batch=2, seq=9, vocab=V)
+    with torch.no_grad():
+        want = hf.bert(**torch_inputs(inputs))
+    got = encoder(inputs, training=False)
+    np.testing.assert_allclose(got["pooled_output"], want.pooler_output.numpy(), atol=1e-4)
+    assert model_loading.load_checkpoint(path, want="encoder").labels is None
+
+
+def test_encoder_without_pooler_and_masked_lm(tmp_path):
+    # BertModel(add_pooling_layer=False): refused before ("missing 2: pooler.dense...").
+    torch.manual_seed(3)
+    bare = transformers.BertModel(transformers.BertConfig(**CONFIG), add_pooling_layer=False)
+    path = save_hf(bare.eval(), tmp_path / "bare")
+    encoder = checkpoints.load_model("hf", path)
+    assert type(encoder) is BertEncoder
+    inputs = make_inputs(batch=2, seq=9, vocab=V)
+    with torch.no_grad():
+        want = bare(**torch_inputs(inputs)).last_hidden_state.numpy()
+    got = encoder(inputs, training=False)
+    np.testing.assert_allclose(got["sequence_output"], want, atol=1e-4)
+    np.testing.assert_array_equal(got["pooled_output"], 0.0)  # no pooler: zeros, not random
+
+    mlm = hf_model("BertForMaskedLM", seed=4)
+    path = save_hf(mlm, tmp_path / "mlm")
+    model = checkpoints.load_model("hf", path)
+    assert isinstance(model, BertPretrainer) and not model.next_sentence
+    positions = np.array([[1, 4], [2, 8]], np.int32)
+    got = model({**inputs, "masked_lm_positions": positions}, training=False)
+    assert set(got) == {"mlm_logits"}
+    with torch.no_grad():
+        logits = mlm(**torch_inputs(inputs)).logits.numpy()
+    want = np.take_along_axis(logits, positions[..., None].astype(np.int64), axis=1)
+    np.testing.assert_allclose(got["mlm_logits"], want, atol=1e-4)
+    # And back: transformers reads our MLM-only pretrainer as BertForMaskedLM.
+    checkpoints.save_model(model, "hf", str(tmp_path / "mlm_back"))
+    back = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "mlm_back")).eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(back(**torch_inputs(inputs)).logits.numpy(), logits,
+                                   atol=1e-4)
+
+
+def _edit_config(path, **changes):
+    config_file = os.path.join(path, "config.json")
+    with open(config_file) as f:
+        config = json.load(f)
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    with open(config_file, "w") as f:
+        json.dump(config, f)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"architectures": ["BertForMultipleChoice"]}, "architectures is ['BertForMultipleChoice']"),
+    ({"problem_type": "multi_label_classification"}, "problem_type is 'multi_label_classif"),
+    ({"architectures": None}, "no `architectures`, and a classifier.* head fits both"),
+    ({"id2label": {"0": "a", "2": "b", "3": "c"}}, "id2label keys must be class ids 0..2"),
+])
+def test_unknown_or_unrepresentable_heads_are_clear_errors(hf_dirs, tmp_path, changes, message):
+    import shutil
+
+    path = str(tmp_path / "copy")
+    shutil.copytree(hf_dirs["BertForSequenceClassification"][0], path)
+    _edit_config(path, **changes)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")
+                       .replace("(", r"\(").replace("*", r"\*")):
+        checkpoints.load_model("hf", path)
+
+
+@pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
+def test_our_task_models_load_in_transformers_auto_classes(tmp_path, cls):
+    """The way back: our models (not transformers-made) through AutoModelFor..."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    encoder = BertEncoder(vocab_size=V, num_layers=2, hidden_size=32, num_heads=4,
+                          intermediate_size=37, max_sequence_length=40)
+    labels = {BertClassifier: LABELS, BertTagger: TAGS, BertSpanQA: None}[cls]
+    model = cls(encoder) if labels is None else cls(encoder, len(labels))
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(0, 0.05, w.shape).astype(w.dtype)
+                       for w in model.get_weights()])
+    out = str(tmp_path / "hf")
+    checkpoints.save_model(model, "hf", out, labels=labels, vocab_file=VOCAB)
+    auto = {BertClassifier: transformers.AutoModelForSequenceClassification,
+            BertTagger: transformers.AutoModelForTokenClassification,
+            BertSpanQA: transformers.AutoModelForQuestionAnswering}[cls]
+    hf, info = auto.from_pretrained(out, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched tensors
+    if labels is not None:
+        assert [hf.config.id2label[i] for i in range(len(labels))] == labels
+    inputs = make_inputs(batch=3, seq=12, vocab=V)
+    assert_close(model(inputs, training=False), reference(hf.eval(), inputs))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert len(tokenizer.vocab) == V
+    # And in again: the same model.
+    again = checkpoints.load_model("hf", out)
+    for a, b in zip(model.weights, again.weights):
+        assert a.path == b.path
+        if a.path.startswith("pooler_dense/") and cls is not BertClassifier:
+            np.testing.assert_array_equal(b, 0.0)  # transformers' class has no pooler
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_convert_hf_classifier_to_the_fine_tuning_layout_and_back(hf_dirs, tmp_path):
+    path, hf = hf_dirs["BertForSequenceClassification"]
+    written, model = convert("hf", "keras", path, str(tmp_path / "keras"))
+    assert sorted(os.listdir(written)) == ["bert_config.json", "labels.txt", "model.keras",
+                                           "tokenizer_config.json", "vocab.txt"]
+    # transformers 5.x saved tokenizer.json only: the vocabulary comes from it, in id order.
+    assert "vocab.txt" not in os.listdir(path)
+    with open(VOCAB) as a, open(os.path.join(written, "vocab.txt")) as b:
+        assert a.read() == b.read()
+    ckpt = model_loading.load_checkpoint(written)
+    assert ckpt.form == "task_dir" and type(ckpt.model) is BertClassifier
+    assert ckpt.labels == LABELS
+    assert ckpt.saved_tokenizer[0].do_lower_case is False  # from transformers' tokenizer_config
+    inputs = make_inputs(batch=3, seq=13, vocab=V)
+    want = reference(hf, inputs)
+    assert_close(ckpt.model(inputs, training=False), want)
+    # A rerun never overwrites; a task model is no single .keras file.
+    with pytest.raises(FileExistsError):
+        convert("hf", "keras", path, written)
+    with pytest.raises(ValueError, match="converts to a directory"):
+        convert("hf", "keras", path, str(tmp_path / "x.keras"))
+    # And back to transformers from the fine-tuning layout.
+    back, _ = convert("keras", "hf", written, str(tmp_path / "back"))
+    again = transformers.AutoModelForSequenceClassification.from_pretrained(back).eval()
+    assert again.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    assert_close(reference(again, inputs), want)
+    assert transformers.AutoTokenizer.from_pretrained(back).do_lower_case is False
+
+
+def test_convert_cli_reports_errors_in_one_line(hf_dirs, tmp_path):
+    import shutil
+
+    path = str(tmp_path / "copy")
+    shutil.copytree(hf_dirs["BertForTokenClassification"][0], path)
+    _edit_config(path, architectures=["BertForNextSentencePrediction"])
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTDATA) + "/.."
+               + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_keras.convert_checkpoint", "--from=hf", "--to=keras",
+         f"--input={path}", f"--output={tmp_path / 'out'}"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1
+    assert "BertForNextSentencePrediction" in result.stderr and "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+# --- Serving what transformers fine-tuned: convert, export, verify, compare. ---
+
+SEQ = 24
+TEXTS = ["John Smith moved to Paris, France.", "click here for free money now!", "",
+         "hello friend, the meeting is tomorrow?", "what year was the man born? 1895",
+         "naïve café 東京 unwanted running " * 4]
+
+
+def tf212_python():
+    """A python with tensorflow 2.12.1 + tensorflow-text 2.12.1 (stock TF Serving's
+    versions), from $BERT_KERAS_TF212_PYTHON or /tmp/tf212 (bench/tf_text_2_12_compat.py
+    shows how to make one); None if there is none."""
+    for candidate in (os.environ.get("BERT_KERAS_TF212_PYTHON"), "/tmp/tf212/bin/python"):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def hf_softmax(hf, path, texts, seq_length=SEQ):
+    """transformers' own pipeline: its tokenizer from the directory, its model, softmax."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    encoded = tokenizer(texts, padding="max_length", truncation=True, max_length=seq_length,
+                        return_tensors="pt")
+    with torch.no_grad():
+        return torch.softmax(hf(**encoded).logits, -1).numpy(), encoded
+
+
+def run_tool(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(TESTDATA))
+               + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def served_classifier(hf_dirs, tmp_path_factory):
+    """convert_checkpoint --from=hf --to=keras, then export_classifier's main path
+    (load_task_dir + export_classifier), in this process."""
+    from export.export_classifier import export_classifier, load_task_dir
+
+    tmp = tmp_path_factory.mktemp("served")
+    path, hf = hf_dirs["BertForSequenceClassification"]
+    convert("hf", "keras", path, str(tmp / "keras"))
+    model, labels, tokenizer = load_task_dir(str(tmp / "keras"), BertClassifier,
+                                             "run_classifier", {})
+    export = export_classifier(model, tokenizer, labels, str(tmp / "export"), SEQ)
+    return path, hf, export
+
+
+@pytest.mark.slow  # export + verify's fresh process: ~100 s on the 2-core box
+def test_transformers_classifier_is_served_with_its_outputs(served_classifier):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from export.verify import verify
+
+    path, hf, export = served_classifier
+    report = verify(export)
+    assert report.ok, str(report)
+    want, _ = hf_softmax(hf, path, TEXTS)
+    out = tf.saved_model.load(export).signatures["serving_default"](text=tf.constant(TEXTS))
+    diff = np.abs(out["probabilities"].numpy() - want).max()
+    assert diff < 1e-4, f"max |export - transformers softmax| = {diff:.2e}"
+    assert [x.decode() for x in out["label"].numpy()] == [
+        hf.config.id2label[i] for i in want.argmax(-1)]
+
+
+@pytest.mark.slow
+def test_transformers_classifier_in_stock_servings_tf_2_12(served_classifier, tmp_path):
+    """The export in a TF 2.12.1 + tensorflow-text 2.12.1 process (what stock TF Serving
+    links), no project code: probabilities equal transformers' softmax."""
+    python = tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
+    path, hf, _ = served_classifier
+    # The two commands of the README, as a user runs them.
+    run_tool("bert_keras.convert_checkpoint", "--from=hf", "--to=keras", f"--input={path}",
+             f"--output={tmp_path / 'keras'}")
+    export = run_tool("export.export_classifier", f"--model_dir={tmp_path / 'keras'}",
+                      f"--export_dir={tmp_path / 'export'}", f"--max_seq_length={SEQ}")
+    script = (
+        "import json, sys\n"
+        "import tensorflow as tf, tensorflow_text\n"
+        "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "out = fn(text=tf.constant(json.loads(sys.argv[2])))\n"
+        "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
+        "  'probabilities': out['probabilities'].numpy().tolist(),\n"
+        "  'label': [x.decode() for x in out['label'].numpy()]}))\n")
+    result = subprocess.run([python, "-c", script, export, json.dumps(TEXTS)],
+                            capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["versions"] == ["2.12.1", "2.12.1"]
+    want, _ = hf_softmax(hf, path, TEXTS)
+    diff = np.abs(np.array(got["probabilities"]) - want).max()
+    print(f"TF 2.12.1 export vs transformers softmax: max abs diff {diff:.2e}")
+    assert diff < 1e-4
+    assert got["label"] == [hf.config.id2label[i] for i in want.argmax(-1)]
+
+
+def _converted(hf_dirs, name, tmp_path):
+    path, hf = hf_dirs[name]
+    written, _ = convert("hf", "keras", path, str(tmp_path / "keras"))
+    ckpt = model_loading.load_checkpoint(written)
+    from data_prep.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_config(ckpt.vocab_file, ckpt.tokenizer_settings()[0])
+    return path, hf, ckpt, tokenizer
+
+
+@pytest.mark.slow
+def test_transformers_tagger_is_served_one_tag_per_word(hf_dirs, tmp_path):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    from export.export_tagger import export_tagger
+    from export.verify import verify
+
+    path, hf, ckpt, tokenizer = _converted(hf_dirs, "BertForTokenClassification", tmp_path)
+    export = export_tagger(ckpt.model, tokenizer, ckpt.labels, str(tmp_path / "export"),
+                           seq_length=SEQ)
+    report = verify(export)
+    assert report.ok, str(report)
+    sentences = [t.split() for t in TEXTS]
+    # transformers: words pre-split, the tag read at each word's first sub-token.
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    encoded = hf_tokenizer(sentences, is_split_into_words=True, padding="max_length",
+                           truncation=True, max_length=SEQ, return_tensors="pt")
+    with torch.no_grad():
+        probs = torch.softmax(hf(**encoded).logits, -1).numpy()
+    loaded = tf.saved_model.load(export)
+    out = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    width = max(map(len, sentences))
+    words = np.array([s + [""] * (width - len(s)) for s in sentences], dtype=object)
+    by_words = loaded.signatures["words"](words=tf.constant(words))
+    for key in ("tags", "tag_ids", "probabilities"):
+        np.testing.assert_array_equal(out[key].numpy(), by_words[key].numpy())
+    compared = 0
+    for row, sentence in enumerate(sentences):
+        first = {}
+        for position, word in enumerate(encoded.word_ids(row)):
+            if word is not None and word not in first:
+                first[word] = position
+        for w, word in enumerate(sentence):
+            assert out["words"].numpy()[row, w].decode() == word
+            if w not in first:  # truncated away in both
+                assert out["tag_ids"].numpy()[row, w] == -1
+                continue
+            want = probs[row, first[w]]
+            np.testing.assert_allclose(out["probabilities"].numpy()[row, w], want, atol=1e-4)
+            assert out["tags"].numpy()[row, w].decode() == hf.config.id2label[want.argmax()]
+            compared += 1
+    assert compared >= 20 and (out["tag_ids"].numpy() == -1).any()
+
+
+@pytest.mark.slow
+def test_transformers_span_qa_is_served_with_its_logits(hf_dirs, tmp_path):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    from export.export_span_qa import export_span_qa
+    from export.verify import verify
+
+    path, hf, ckpt, tokenizer = _converted(hf_dirs, "BertForQuestionAnswering", tmp_path)
+    export = export_span_qa(ckpt.model, tokenizer, str(tmp_path / "export"), seq_length=SEQ,
+                            max_answer_length=4)
+    report = verify(export)
+    assert report.ok, str(report)
+    questions = ["who moved to paris?", "what year was john born?", "", "what is free?"]
+    contexts = ["john smith moved to paris, france.", "john was born in 1895 in new york city",
+                "hello", TEXTS[5]]
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    encoded = hf_tokenizer(questions, contexts, padding="max_length", truncation="only_second",
+                           max_length=SEQ, return_tensors="pt")
+    with torch.no_grad():
+        want = hf(**encoded)
+    loaded = tf.saved_model.load(export)
+    out = loaded.signatures["serving_default"](question=tf.constant(questions),
+                                                context=tf.constant(contexts))
+    np.testing.assert_array_equal(out["input_word_ids"].numpy(), encoded["input_ids"].numpy())
+    for key in ("start_logits", "end_logits"):
+        np.testing.assert_allclose(out[key].numpy(), getattr(want, key).numpy(), atol=1e-4)
+    ids = {"input_word_ids": encoded["input_ids"].numpy().astype(np.int32),
+           "input_mask": encoded["attention_mask"].numpy().astype(np.int32),
+           "input_type_ids": encoded["token_type_ids"].numpy().astype(np.int32)}
+    by_ids = loaded.signatures["ids"](**{k: tf.constant(v) for k, v in ids.items()})
+    np.testing.assert_allclose(by_ids["start_logits"].numpy(), want.start_logits.numpy(),
+                               atol=1e-4)
+    # The best span, by brute force over transformers' logits.
+    types, mask = ids["input_type_ids"], ids["input_mask"]
+    for row in range(len(questions)):
+        context = [i for i in range(SEQ) if types[row, i] == 1 and mask[row, i] == 1
+                   and ids["input_word_ids"][row, i] != tokenizer.sep_id]
+        spans = [(want.start_logits[row, i] + want.end_logits[row, j], i, j)
+                 for i in context for j in context if 0 <= j - i < 4]
+        _, start, end = max(spans)
+        assert (out["answer_start"].numpy()[row], out["answer_end"].numpy()[row]) == (start, end)
+        pieces = hf_tokenizer.convert_ids_to_tokens(ids["input_word_ids"][row, start:end + 1])
+        assert out["answer"].numpy()[row].decode() == " ".join(pieces).replace(" ##", "")

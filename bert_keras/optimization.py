@@ -215,6 +215,20 @@ class TrueGlobalNormClipping:
             list(zip(clipped, trainable_variables)), learning_rate)
 
 
+def _dense(gradient):
+    """A gradient as a dense tensor; an IndexedSlices' duplicate rows summed.
+
+    Keras' TensorFlow ops keep IndexedSlices as they are, so in Keras' own Adam and Lamb
+    steps `ops.square(gradient)` squares each slice *before* duplicates are summed: the
+    second moment gets sum(g_i^2) instead of (sum g_i)^2 for an id seen twice in a batch.
+    Densifying first gives the true gradient's moments (what TensorFlow's fused Adam kernel,
+    and torch, compute).
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
 def _bias_corrections(optimizer, dtype):
     """(1 - beta_1^t, 1 - beta_2^t) for the update being made (t counts from 1)."""
     step = ops.cast(optimizer.iterations + 1, dtype)
@@ -260,6 +274,7 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
 
     def update_step(self, gradient, variable, learning_rate):
         if keras.backend.backend() != "tensorflow" or self.amsgrad:
+            gradient = _dense(gradient)
             if self.epsilon_placement == "keras":
                 return super().update_step(gradient, variable, learning_rate)
             epsilon = self.epsilon
@@ -340,7 +355,7 @@ class Lamb(TrueGlobalNormClipping, keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(ops.convert_to_tensor(gradient), dtype)
+        gradient = ops.cast(_dense(gradient), dtype)
         correction_1, correction_2 = _bias_corrections(self, dtype)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
@@ -368,7 +383,14 @@ class Lamb(TrueGlobalNormClipping, keras.optimizers.Optimizer):
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class KerasLamb(TrueGlobalNormClipping, keras.optimizers.Lamb):
-    """`keras.optimizers.Lamb` ("keras_lamb") with true-gradient clipping; see `Lamb`."""
+    """`keras.optimizers.Lamb` ("keras_lamb") on the true gradient; see `Lamb`.
+
+    Its update rule is Keras'; the gradient it sees is the true one: clipped by
+    `TrueGlobalNormClipping` and, for IndexedSlices, densified first (`_dense`).
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        return super().update_step(_dense(gradient), variable, learning_rate)
 
 
 def create_optimizer(

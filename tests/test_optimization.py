@@ -309,3 +309,23 @@ def test_update_rules_match_a_float64_reference(optimizer_name, placement):
         other = _reference_steps(optimizer_name, other_placement, w0[name], grads[name], lrs,
                                  0.1, decays=name == "kernel")
         assert np.abs(other - expected).max() > 1e-4  # The placement matters here.
+
+
+def test_loss_scale_optimizer_clips_the_unscaled_gradient():
+    """mixed_float16: Keras wraps the optimizer in a LossScaleOptimizer, which unscales and
+    then calls ours, so the clip sees the true gradient (here norm 5, clipped to 1)."""
+    def run(wrap):
+        var = keras.Variable(np.ones((2,), np.float32), name="kernel")
+        optimizer = create_optimizer(0.5, num_train_steps=10, weight_decay=0.0)
+        if wrap:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=1024.0)
+        grad = np.array([3.0, 4.0], np.float32) * (1024.0 if wrap else 1.0)
+        optimizer.apply_gradients([(grad, var)])
+        inner = optimizer.inner_optimizer if wrap else optimizer
+        (momentum,) = [v for v in inner.variables if "momentum" in v.path]
+        return momentum.numpy(), var.numpy()
+
+    plain, scaled = run(False), run(True)
+    np.testing.assert_allclose(plain[0], 0.1 * np.array([0.6, 0.8]), rtol=1e-6)
+    for a, b in zip(plain, scaled):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

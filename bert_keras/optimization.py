@@ -34,8 +34,8 @@ Where these differ from Google's `AdamWeightDecayOptimizer` (BERT's TF1 code), a
     spread 0.08 in loss; "#29": issue 29's Brown POS fine-tuning run in transformers.
 
 Bias correction is what Adam defines and what Keras, torch and transformers do; without it
-the first updates are smaller by sqrt(1 - beta_2^t) / (1 - beta_1^t) (0.32x at step 1),
-which warmup mostly hides.
+the early updates are larger by (1 - beta_1^t) / sqrt(1 - beta_2^t): 3.2x at step 1, up to
+6.5x near step 10, 1.26x at step 1000, which the warmup partly hides.
 """
 
 import keras

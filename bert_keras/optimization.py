@@ -438,6 +438,7 @@ def create_optimizer(
       ValueError: unknown optimizer, schedule or placement name, or invalid step counts.
     """
     _check_choice("optimizer", optimizer, OPTIMIZERS)
+    _check_choice("lr_schedule", lr_schedule, LR_SCHEDULES)
     _check_choice("epsilon_placement", epsilon_placement, EPSILON_PLACEMENTS)
     schedule = WarmupLinearDecay(
         learning_rate, num_train_steps, num_warmup_steps, gradient_accumulation_steps,

@@ -22,13 +22,13 @@ cross-replica sum and after gradient accumulation (on the gradient the update us
 
 Where these differ from Google's `AdamWeightDecayOptimizer` (BERT's TF1 code), and why:
 
-    | what            | Google's TF1 code  | here                             | measured effect (*)    |
-    | bias correction | none               | Adam's (m_hat, v_hat)            | loss 4.928 vs 4.920    |
-    |                 |                    |                                  | without: within seeds  |
-    | epsilon         | sqrt(v) + eps      | adam_paper: sqrt(v_hat) + eps    | none here; -1.1 points |
-    |                 |                    | (torch); or keras                | POS with keras (#29)   |
-    | lr schedule     | decay from step 0  | linear: decay after warmup;      | +0.0007 loss; -2.6     |
-    |                 |                    | or google (TF1's, to reproduce)  | points POS (#29)       |
+    | what            | Google's TF1 code | here                            | effect (*)        |
+    | bias correction | none              | Adam's (m_hat, v_hat)           | loss 4.928 vs     |
+    |                 |                   |                                 | 4.920 without     |
+    | epsilon         | sqrt(v) + eps     | adam_paper: sqrt(v_hat) + eps   | none here; -1.1   |
+    |                 |                   | (torch); or keras               | POS points (#29)  |
+    | lr schedule     | decay from step 0 | linear: decay after warmup;     | +0.0007 loss;     |
+    |                 |                   | or google (TF1's, to reproduce) | -2.6 POS (#29)    |
 
     (*) bench/optimizer_arithmetic.py: a tiny 300-update masked-LM run, 2 seeds, seed
     spread 0.08 in loss; "#29": issue 29's Brown POS fine-tuning run in transformers.

@@ -98,10 +98,12 @@ def _data(task, seed=0, steps=STEPS, batch=B):
 
 def _batches(data, batch=B):
     x, y, sw = data
-    n = len(x["input_word_ids"])
-    for i in range(0, n, batch):
-        cut = lambda d: None if d is None else {k: v[i:i + batch] for k, v in d.items()}  # noqa: E731
-        yield cut(x), cut(y), cut(sw)
+
+    def cut(d, i):
+        return None if d is None else {k: v[i:i + batch] for k, v in d.items()}
+
+    for i in range(0, len(x["input_word_ids"]), batch):
+        yield cut(x, i), cut(y, i), cut(sw, i)
 
 
 # ------------------------------------------------------------------------------------------

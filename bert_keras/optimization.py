@@ -1,14 +1,41 @@
 """BERT's optimizers on Keras' own: AdamW and LAMB, warmup + linear decay (docs/DESIGN.md section 7).
 
-    AdamW  keras.optimizers.AdamW (its Adam step fused into one TensorFlow kernel: `AdamW`
-           below), epsilon 1e-6, weight decay 0.01, global-norm clip 1.0
-    LAMB   keras.optimizers.Lamb (You et al. 2019, https://arxiv.org/abs/1904.00962), same
-           decay, exclusions and clipping; the large-batch option
-    both   no weight decay on LayerNorm gamma/beta and on any bias (`NO_DECAY_PATTERN`)
+    AdamW       keras.optimizers.AdamW (its Adam step fused into one TensorFlow kernel:
+                `AdamW` below), epsilon 1e-6, weight decay 0.01, global-norm clip 1.0
+    LAMB        `Lamb` below: LAMB as published (You et al. 2019,
+                https://arxiv.org/abs/1904.00962; TF Model Garden's and TF-Addons' code):
+                the weight decay is added to the Adam update *before* the trust ratio
+                ||w|| / ||update||, and LayerNorm and biases get neither decay nor trust ratio
+    keras_lamb  keras.optimizers.Lamb (decay decoupled outside the trust ratio, trust ratio
+                on every variable), kept under its own name for comparison
+    all         no weight decay on LayerNorm gamma/beta and on any bias (`NO_DECAY_PATTERN`);
+                clipping to the global norm of the *true* gradient (`clip_by_true_global_norm`)
 
-Differences from Google's `AdamWeightDecayOptimizer` worth knowing: Keras' Adam applies
-bias correction (Google's does not), and Keras applies weight decay decoupled from the
-gradient step (var -= lr * wd * var), for LAMB too (outside the trust ratio).
+Clipping. Keras' `global_clipnorm` is applied to each replica's local gradient, before the
+cross-replica sum, and it takes the norm of a sparse gradient (`tf.IndexedSlices`, from an
+embedding lookup) over its unaggregated slices, so an id that occurs twice counts as two
+rows. Both give a norm other than the gradient's (on one span-QA batch 4.10 instead of 4.97),
+so the update differs from the documented arithmetic. Here the clip happens after the
+cross-replica sum and after gradient accumulation (on the gradient the update uses; a
+`LossScaleOptimizer` unscales before), and duplicates are summed before their norm is taken
+(a segment sum over the batch's ids, never a vocabulary-sized table).
+
+Where these differ from Google's `AdamWeightDecayOptimizer` (BERT's TF1 code), and why:
+
+    | what            | Google's TF1 code | here                            | effect (*)        |
+    | bias correction | none              | Adam's (m_hat, v_hat)           | loss 4.928 vs     |
+    |                 |                   |                                 | 4.920 without     |
+    | epsilon         | sqrt(v) + eps     | adam_paper: sqrt(v_hat) + eps   | none here; -1.1   |
+    |                 |                   | (torch); or keras               | POS points (#29)  |
+    | lr schedule     | decay from step 0 | linear: decay after warmup;     | +0.0007 loss;     |
+    |                 |                   | or google (TF1's, to reproduce) | -2.6 POS (#29)    |
+
+    (*) bench/optimizer_arithmetic.py: a tiny 300-update masked-LM run, 2 seeds, seed
+    spread 0.08 in loss; "#29": issue 29's Brown POS fine-tuning run in transformers.
+
+Bias correction is what Adam defines and what Keras, torch and transformers do; without it
+the early updates are larger by (1 - beta_1^t) / sqrt(1 - beta_2^t): 3.2x at step 1, up to
+6.5x near step 10, 1.26x at step 1000, which the warmup partly hides.
 """
 
 import keras
@@ -21,21 +48,31 @@ from keras import ops
 # (e.g. "transformer_layer_0/attention_layer_norm/gamma:0"), and under MirroredStrategy
 # also "/replica_1:0" for the copies. The segment boundaries (/ or : or end) keep a layer
 # merely *named* like "beta_proj" from losing its decay. tests/test_optimization.py lists
-# which variables decay.
+# which variables decay. LAMB leaves the same variables out of its trust ratio.
 NO_DECAY_PATTERN = r"(?:^|/)(?:gamma|beta|\w*bias)(?:/|:|$)"
 
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "lamb", "keras_lamb")
+LR_SCHEDULES = ("linear", "google")
+EPSILON_PLACEMENTS = ("adam_paper", "keras")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}. Received: {value!r}")
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0, then linear decay to 0 at `num_train_steps` (Google's BERT).
+    """Linear warmup from 0 to the peak, then linear decay to 0 at `num_train_steps`.
 
-    With s = optimizer updates done (0-based):
-        s <  num_warmup_steps:  lr = peak * s / num_warmup_steps
-        s >= num_warmup_steps:  lr = peak * max(0, 1 - s / num_train_steps)
-    exactly as Google's `optimization.create_optimizer` (the decay line starts at step 0, so
-    at the end of warmup it is already peak * (1 - warmup / total)).
+    With s = optimizer updates done (0-based), W = num_warmup_steps, T = num_train_steps:
+        s <  W:  lr = peak * s / W
+        s >= W:  decay="linear": lr = peak * (T - s) / (T - W)    (TF Model Garden,
+                                 transformers' get_linear_schedule_with_warmup)
+                 decay="google": lr = peak * max(0, 1 - s / T)    (Google's BERT: the decay
+                                 line starts at step 0, so at the end of warmup the rate is
+                                 already peak * (1 - W / T); for exact reproduction)
+    The decay part is `keras.optimizers.schedules.PolynomialDecay` (power 1, to 0).
 
     Keras calls a schedule with the optimizer's *micro-batch* counter; with gradient
     accumulation over k batches the update number is that counter // k, so steps here are
@@ -46,10 +83,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
       num_train_steps: Python int, optimizer updates of the whole run.
       num_warmup_steps: Python int, updates of linear warmup (0 for none).
       gradient_accumulation_steps: Python int, micro-batches per update (1 for none).
+      decay: "linear" or "google" (above).
     """
 
     def __init__(self, peak_learning_rate, num_train_steps, num_warmup_steps=0,
-                 gradient_accumulation_steps=1):
+                 gradient_accumulation_steps=1, decay="linear"):
         if num_train_steps <= 0:
             raise ValueError(f"num_train_steps must be > 0. Received: {num_train_steps}")
         if not 0 <= num_warmup_steps <= num_train_steps:
@@ -62,15 +100,23 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "gradient_accumulation_steps must be >= 1. "
                 f"Received: {gradient_accumulation_steps}"
             )
+        _check_choice("decay", decay, LR_SCHEDULES)
         self.peak_learning_rate = float(peak_learning_rate)
         self.num_train_steps = int(num_train_steps)
         self.num_warmup_steps = int(num_warmup_steps)
         self.gradient_accumulation_steps = int(gradient_accumulation_steps)
+        self.decay = decay
+        # Linear: decay over the T - W updates after warmup (at least one, so T == W is a
+        # schedule that ends at the peak). Google: over all T updates, from step 0.
+        self._offset = self.num_warmup_steps if decay == "linear" else 0
+        self._decay = keras.optimizers.schedules.PolynomialDecay(
+            self.peak_learning_rate, max(1, self.num_train_steps - self._offset),
+            end_learning_rate=0.0, power=1.0)
 
     def __call__(self, step):
         step = ops.floor_divide(ops.cast(step, "int64"), self.gradient_accumulation_steps)
         step = ops.cast(step, "float32")
-        decayed = self.peak_learning_rate * ops.maximum(0.0, 1.0 - step / self.num_train_steps)
+        decayed = self._decay(ops.maximum(0.0, step - self._offset))
         if self.num_warmup_steps == 0:
             return decayed
         warmup = self.peak_learning_rate * step / self.num_warmup_steps
@@ -82,53 +128,274 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             "num_train_steps": self.num_train_steps,
             "num_warmup_steps": self.num_warmup_steps,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "decay": self.decay,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        # Saved before `decay` existed: that was Google's curve.
+        return cls(**{"decay": "google", **config})
+
+
+def _squared_norm(gradient):
+    """Squared L2 norm of a gradient; an IndexedSlices' duplicate rows are summed first.
+
+    The rows of `tf.IndexedSlices` for one id add up (that is the gradient); taking the
+    norm of the slices as they come counts them as separate rows. The ids are sorted and
+    the rows of each id summed into one of n segments (n = number of slices: a static size,
+    so this also compiles under XLA), which never builds a vocabulary-sized table.
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        indices = gradient.indices
+        values = tf.cast(gradient.values, tf.float32)
+        order = tf.argsort(indices, stable=True)
+        ids = tf.gather(indices, order)
+        n = tf.shape(ids)[0]
+        first = tf.logical_or(tf.not_equal(ids, tf.roll(ids, 1, axis=0)),
+                              tf.equal(tf.range(n), 0))
+        segments = tf.cumsum(tf.cast(first, tf.int32)) - 1
+        rows = tf.math.unsorted_segment_sum(tf.gather(values, order), segments, n)
+        return tf.reduce_sum(tf.square(rows))
+    return tf.reduce_sum(tf.square(tf.cast(gradient, tf.float32)))
+
+
+def true_global_norm(gradients):
+    """Global L2 norm of the gradients as the dense tensors they stand for (float32)."""
+    return tf.sqrt(tf.add_n([_squared_norm(g) for g in gradients if g is not None]))
+
+
+def clip_by_true_global_norm(gradients, clip_norm):
+    """Scales all gradients by min(1, clip_norm / true_global_norm); NaN if it is not finite.
+
+    Same rule as `keras`' (and `tf.clip_by_global_norm`'s), with the norm of
+    `true_global_norm`; IndexedSlices stay IndexedSlices (scaling is linear, so duplicates
+    need no aggregation for that).
+    """
+    norm = true_global_norm(gradients)
+    scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
+    scale = scale + (norm - norm)  # NaN for an inf/NaN norm, as Keras.
+
+    def _scale(g):
+        if g is None:
+            return None
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices,
+                                    g.dense_shape)
+        return g * tf.cast(scale, g.dtype)
+
+    return [_scale(g) for g in gradients]
+
+
+class TrueGlobalNormClipping:
+    """Mixin for a Keras optimizer: `global_clipnorm` on the true gradient (module doc).
+
+    Keras clips in `_backend_apply_gradients`, before `_backend_update_step` sums the
+    replicas' gradients; here the clip moves into `_backend_update_step`, after that sum.
+    With gradient accumulation Keras calls it with the accumulated mean, and a
+    LossScaleOptimizer hands the gradients over unscaled, so it clips what the update uses.
+    `clipnorm` and `clipvalue` stay Keras' (per variable, per replica).
+    """
+
+    def _clip_gradients(self, grads):
+        if self.global_clipnorm and self.global_clipnorm > 0:
+            return grads  # In _backend_update_step, after the cross-replica sum.
+        return super()._clip_gradients(grads)
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if not (self.global_clipnorm and self.global_clipnorm > 0):
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        if keras.backend.backend() != "tensorflow":
+            # No IndexedSlices and no tf.distribute: Keras' own norm is the true one.
+            from keras.src.optimizers.base_optimizer import clip_by_global_norm
+            return super()._backend_update_step(
+                clip_by_global_norm(grads, self.global_clipnorm), trainable_variables,
+                learning_rate)
+        # As keras' TensorFlow optimizer, with the clip between the sum and the update.
+        trainable_variables = [v.value if isinstance(v, keras.Variable) else v
+                               for v in trainable_variables]
+        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, trainable_variables)))
+        clipped = clip_by_true_global_norm([g for g, _ in grads_and_vars], self.global_clipnorm)
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            self._distributed_tf_update_step, self._distribution_strategy,
+            list(zip(clipped, trainable_variables)), learning_rate)
+
+
+def _dense(gradient):
+    """A gradient as a dense tensor; an IndexedSlices' duplicate rows summed.
+
+    Keras' TensorFlow ops keep IndexedSlices as they are, so in Keras' own Adam and Lamb
+    steps `ops.square(gradient)` squares each slice *before* duplicates are summed: the
+    second moment gets sum(g_i^2) instead of (sum g_i)^2 for an id seen twice in a batch.
+    Densifying first gives the true gradient's moments (what TensorFlow's fused Adam kernel,
+    and torch, compute).
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+def _bias_corrections(optimizer, dtype):
+    """(1 - beta_1^t, 1 - beta_2^t) for the update being made (t counts from 1)."""
+    step = ops.cast(optimizer.iterations + 1, dtype)
+    return (1 - ops.power(ops.cast(optimizer.beta_1, dtype), step),
+            1 - ops.power(ops.cast(optimizer.beta_2, dtype), step))
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` whose Adam step is TensorFlow's fused `ResourceApplyAdam`.
+class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` with true-gradient clipping, epsilon placement and a fused step.
 
     Same arguments, variables (names and layout: checkpoints load either way), weight decay,
-    clipping, gradient accumulation and EMA as Keras' AdamW; only `update_step` differs.
-    Keras writes that step in `keras.ops`: a dozen elementwise ops per variable, each a full
-    pass over it. TensorFlow's kernel computes the same arithmetic,
+    gradient accumulation and EMA as Keras' AdamW; `global_clipnorm` clips the true gradient
+    (`TrueGlobalNormClipping`), and `epsilon_placement` says where epsilon goes:
+
+        "keras":      var -= lr * m_hat / (sqrt(v_hat) + epsilon / sqrt(1 - beta_2^t))
+                      (Keras' Adam: epsilon outside the bias correction, so early in
+                      training it acts up to 1 / sqrt(1 - beta_2) = 32x larger)
+        "adam_paper": var -= lr * m_hat / (sqrt(v_hat) + epsilon)
+                      (Adam's algorithm 1, torch, transformers)
+
+    with m_hat = m / (1 - beta_1^t), v_hat = v / (1 - beta_2^t). Keras writes its step in
+    `keras.ops`: a dozen elementwise ops per variable, each a full pass over it. TensorFlow's
+    `ResourceApplyAdam` kernel computes
 
         m += (g - m) * (1 - beta_1);   v += (g^2 - v) * (1 - beta_2)
-        var -= lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) * m / (sqrt(v) + epsilon)
+        var -= lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) * m / (sqrt(v) + eps)
 
-    in one multi-threaded pass. At the mini preset (11.3M parameters, 7.8M of them the
-    word embeddings, whose gradient is dense because the MLM output projection is tied to
-    them) that cuts the optimizer's part of a training step from about 41 to 24 ms on a
-    2-core CPU (BUILD_NOTES.md, issue 5). Other backends and `amsgrad=True` use Keras'
-    step unchanged. Under `tf.distribute` the kernel runs once per device inside Keras'
-    `extended.update` on that device's copies (as `tf.keras`' own Adam did); it also
+    in one multi-threaded pass; with eps = epsilon * sqrt(1 - beta_2^t) that is the
+    "adam_paper" step. At the mini preset (11.3M parameters, 7.8M of them the word
+    embeddings, whose gradient is dense because the MLM output projection is tied to them)
+    the kernel cuts the optimizer's part of a training step from about 41 to 24 ms on a
+    2-core CPU (BUILD_NOTES.md, issue 5). Other backends and `amsgrad=True` use Keras' step
+    (with "adam_paper", epsilon is rescaled the same way). Under `tf.distribute` the kernel
+    runs once per device inside Keras' `extended.update` on that device's copies; it also
     compiles under XLA.
     """
 
+    def __init__(self, *args, epsilon_placement="keras", **kwargs):
+        _check_choice("epsilon_placement", epsilon_placement, EPSILON_PLACEMENTS)
+        super().__init__(*args, **kwargs)
+        self.epsilon_placement = epsilon_placement
+
     def update_step(self, gradient, variable, learning_rate):
         if keras.backend.backend() != "tensorflow" or self.amsgrad:
-            return super().update_step(gradient, variable, learning_rate)
+            gradient = _dense(gradient)
+            if self.epsilon_placement == "keras":
+                return super().update_step(gradient, variable, learning_rate)
+            epsilon = self.epsilon
+            _, correction_2 = _bias_corrections(self, variable.dtype)
+            self.epsilon = epsilon * ops.sqrt(correction_2)
+            try:
+                return super().update_step(gradient, variable, learning_rate)
+            finally:
+                self.epsilon = epsilon
         index = self._get_variable_index(variable)
         var = variable.value if isinstance(variable, keras.Variable) else variable
         dtype = var.dtype
         step = tf.cast(self.iterations + 1, dtype)
         beta_1 = tf.cast(self.beta_1, dtype)
         beta_2 = tf.cast(self.beta_2, dtype)
+        beta2_power = tf.pow(beta_2, step)
+        epsilon = tf.cast(self.epsilon, dtype)
+        if self.epsilon_placement == "adam_paper":
+            epsilon = epsilon * tf.sqrt(1 - beta2_power)
         tf.raw_ops.ResourceApplyAdam(
             var=var.handle,
             m=self._momentums[index].value.handle,
             v=self._velocities[index].value.handle,
             beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step),
+            beta2_power=beta2_power,
             lr=tf.cast(learning_rate, dtype),
             beta1=beta_1,
             beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype),
+            epsilon=epsilon,
             # A sparse gradient (IndexedSlices) updates all rows, as in Keras' AdamW.
             grad=tf.cast(tf.convert_to_tensor(gradient), dtype),
             use_locking=False,
         )
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon_placement": self.epsilon_placement}
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class Lamb(TrueGlobalNormClipping, keras.optimizers.Optimizer):
+    """LAMB as published (You et al. 2019, algorithm 2; TF Model Garden, TF-Addons).
+
+    For each variable w with gradient g (t counts updates from 1):
+
+        m = beta_1 m + (1 - beta_1) g;   v = beta_2 v + (1 - beta_2) g^2
+        r = m_hat / (sqrt(v_hat) + epsilon)       (epsilon_placement="adam_paper", default)
+        if w decays:  r += weight_decay * w;  ratio = ||w|| / ||r||  (1 if either is 0)
+        else:         ratio = 1
+        w -= learning_rate * ratio * r
+
+    Variables excluded from weight decay (`exclude_from_weight_decay`: LayerNorm and biases
+    in BERT) are excluded from layer adaptation too, as in TF-Addons' default. Keras' own
+    `keras.optimizers.Lamb` (`KerasLamb`, "keras_lamb") instead decays outside the trust
+    ratio (w -= lr * wd * w first) and applies the ratio to every variable.
+    `epsilon_placement="keras"` puts epsilon outside the bias correction as Keras' Adam does.
+    """
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 weight_decay=0.01, epsilon_placement="adam_paper", name="lamb", **kwargs):
+        _check_choice("epsilon_placement", epsilon_placement, EPSILON_PLACEMENTS)
+        super().__init__(learning_rate=learning_rate, name=name, weight_decay=weight_decay,
+                         **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.epsilon_placement = epsilon_placement
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            var_list, ["momentum", "velocity"])
+
+    def _apply_weight_decay(self, variables):
+        pass  # Inside the update, before the trust ratio (update_step).
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(_dense(gradient), dtype)
+        correction_1, correction_2 = _bias_corrections(self, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
+        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+        epsilon = ops.cast(self.epsilon, dtype)
+        if self.epsilon_placement == "keras":
+            epsilon = epsilon / ops.sqrt(correction_2)
+        update = ops.divide(ops.divide(m, correction_1),
+                            ops.sqrt(ops.divide(v, correction_2)) + epsilon)
+        if self._use_weight_decay(variable):
+            if self.weight_decay:
+                update = update + ops.cast(self.weight_decay, dtype) * variable
+            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+            u_norm = ops.sqrt(ops.sum(ops.square(update)))
+            ratio = ops.where(ops.greater(w_norm, 0),
+                              ops.where(ops.greater(u_norm, 0), w_norm / u_norm, 1.0), 1.0)
+            update = ratio * update
+        self.assign_sub(variable, lr * update)
+
+    def get_config(self):
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
+                "epsilon": self.epsilon, "epsilon_placement": self.epsilon_placement}
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class KerasLamb(TrueGlobalNormClipping, keras.optimizers.Lamb):
+    """`keras.optimizers.Lamb` ("keras_lamb") on the true gradient; see `Lamb`.
+
+    Its update rule is Keras'; the gradient it sees is the true one: clipped by
+    `TrueGlobalNormClipping` and, for IndexedSlices, densified first (`_dense`).
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        return super().update_step(_dense(gradient), variable, learning_rate)
 
 
 def create_optimizer(
@@ -142,6 +409,8 @@ def create_optimizer(
     beta_2=0.999,
     global_clipnorm=1.0,
     gradient_accumulation_steps=1,
+    lr_schedule="linear",
+    epsilon_placement="adam_paper",
 ):
     """BERT's optimizer: AdamW or LAMB with warmup + linear decay and decay exclusions.
 
@@ -149,24 +418,31 @@ def create_optimizer(
       learning_rate: Python float, peak learning rate (1e-4 for BERT pretraining).
       num_train_steps: Python int, optimizer updates of the whole run.
       num_warmup_steps: Python int, warmup updates.
-      optimizer: "adamw" or "lamb".
+      optimizer: "adamw", "lamb" (as published) or "keras_lamb" (Keras' variant).
       weight_decay: decoupled weight decay rate; not applied to LayerNorm and biases.
       epsilon: Adam epsilon (1e-6 in BERT).
       beta_1, beta_2: Adam moment decay rates.
-      global_clipnorm: clip all gradients together to this global norm (1.0 in BERT).
+      global_clipnorm: clip all gradients together to this global norm of the true
+        gradient (1.0 in BERT); None for no clipping.
       gradient_accumulation_steps: micro-batches per update; 1 for none. Keras averages the
         accumulated gradients, so k micro-batches of size b train like one batch of k*b.
+      lr_schedule: "linear" (decay from the peak after warmup to 0) or "google" (Google's
+        TF1 curve); see `WarmupLinearDecay`.
+      epsilon_placement: "adam_paper" (sqrt(v_hat) + epsilon, as torch) or "keras"; see
+        `AdamW`. Not used by "keras_lamb" (Keras' Lamb adds epsilon to sqrt(v_hat)).
 
     Returns:
-      `AdamW` (a `keras.optimizers.AdamW`) or a `keras.optimizers.Lamb`.
+      `AdamW` (a `keras.optimizers.AdamW`), `Lamb` or `KerasLamb`.
 
     Raises:
-      ValueError: unknown optimizer name or invalid step counts.
+      ValueError: unknown optimizer, schedule or placement name, or invalid step counts.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}. Received: {optimizer!r}")
+    _check_choice("optimizer", optimizer, OPTIMIZERS)
+    _check_choice("lr_schedule", lr_schedule, LR_SCHEDULES)
+    _check_choice("epsilon_placement", epsilon_placement, EPSILON_PLACEMENTS)
     schedule = WarmupLinearDecay(
-        learning_rate, num_train_steps, num_warmup_steps, gradient_accumulation_steps
+        learning_rate, num_train_steps, num_warmup_steps, gradient_accumulation_steps,
+        decay=lr_schedule,
     )
     kwargs = dict(
         learning_rate=schedule,
@@ -181,8 +457,10 @@ def create_optimizer(
         ),
     )
     if optimizer == "adamw":
-        opt = AdamW(**kwargs)
+        opt = AdamW(epsilon_placement=epsilon_placement, **kwargs)
+    elif optimizer == "lamb":
+        opt = Lamb(epsilon_placement=epsilon_placement, **kwargs)
     else:
-        opt = keras.optimizers.Lamb(**kwargs)
+        opt = KerasLamb(**kwargs)
     opt.exclude_from_weight_decay(var_names=[NO_DECAY_PATTERN])
     return opt

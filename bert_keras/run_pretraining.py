@@ -69,6 +69,9 @@ class PretrainingError(ValueError):
 
 opt = cli.option
 
+# What a run_config.json written before these flags existed ran with.
+_RECORDED_BEFORE_FLAG = {"lr_schedule": "google", "epsilon_placement": "keras"}
+
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingOptions:
@@ -109,7 +112,17 @@ class PretrainingOptions:
     num_train_steps: int = opt(100000, "Optimizer updates in total.")
     num_warmup_steps: int = opt(10000, "Updates of linear learning-rate warmup.")
     learning_rate: float = opt(1e-4, "Peak learning rate.")
-    optimizer: str = opt("adamw", "Optimizer.", enum=["adamw", "lamb"])
+    optimizer: str = opt("adamw", "Optimizer: adamw, lamb (as published: decay inside the "
+                         "trust ratio, none on LayerNorm/biases) or keras_lamb (Keras' variant).",
+                         enum=["adamw", "lamb", "keras_lamb"])
+    lr_schedule: str = opt("linear", "Learning-rate curve: linear = warmup to the peak, then "
+                           "linear decay to 0 (Model Garden, transformers); google = Google's "
+                           "TF1 curve (decay from step 0; for exact reproduction).",
+                           enum=["linear", "google"])
+    epsilon_placement: str = opt("adam_paper", "Where Adam's epsilon goes: adam_paper = "
+                                 "sqrt(v_hat) + eps (torch, Adam's algorithm 1); keras = "
+                                 "outside the bias correction (Keras' Adam).",
+                                 enum=["adam_paper", "keras"])
     weight_decay: float = opt(0.01, "Decoupled weight decay (not on LayerNorm and biases).")
     save_checkpoints_steps: int = opt(1000, "Updates between checkpoints (and evaluations); "
                                       "the last interval is shorter if it does not divide "
@@ -434,6 +447,8 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
     if os.path.isfile(record):
         with open(record, encoding="utf-8") as f:
             previous = json.load(f)
+        # Runs recorded before a flag existed ran with what is now its non-default value.
+        previous = {**_RECORDED_BEFORE_FLAG, **previous}
         current = json.loads(json.dumps(options.run_identity()))
         defaults = json.loads(json.dumps(dataclasses.asdict(PretrainingOptions(
             input_file="", output_dir=""))))
@@ -648,7 +663,8 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
             optimizer=create_optimizer(
                 options.learning_rate, options.num_train_steps, options.num_warmup_steps,
                 optimizer=options.optimizer, weight_decay=options.weight_decay,
-                gradient_accumulation_steps=accumulation),
+                gradient_accumulation_steps=accumulation, lr_schedule=options.lr_schedule,
+                epsilon_placement=options.epsilon_placement),
             steps_per_execution=options.steps_per_execution,
             jit_compile=options.jit_compile,
             **pretraining_losses_and_metrics(mlm_only=not options.next_sentence_prediction),

@@ -285,3 +285,32 @@ def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
     with pytest.raises(ValueError, match="drop --train_file"):
         run_classifier.run(task_name="mrpc", data_dir=data_dir, train_file="t.tsv",
                            **common(tmp_path / "y", encoder_file))
+
+
+def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
+    """--lr_schedule / --epsilon_placement: flags of every fine-tuning tool (shared options),
+    defaults linear / adam_paper, passed through loop.train to create_optimizer."""
+    from bert_keras.finetuning import loop
+    from bert_keras.finetuning.runner import FinetuneOptions
+    from data_prep import cli
+
+    fields = {f.name: f for f in cli.flag_fields(FinetuneOptions)}
+    assert fields["lr_schedule"].default == "linear"
+    assert fields["lr_schedule"].metadata["enum"] == ("linear", "google")
+    assert fields["epsilon_placement"].default == "adam_paper"
+    assert fields["epsilon_placement"].metadata["enum"] == ("adam_paper", "keras")
+    seen = {}
+
+    class _Stop(Exception):
+        pass
+
+    def fake_create_optimizer(*args, **kwargs):
+        seen.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(loop, "create_optimizer", fake_create_optimizer)
+    x = {"input_word_ids": np.zeros((4, 8), np.int32)}
+    with pytest.raises(_Stop):
+        loop.train(None, x, {}, 2, 1.0, 1e-4, 0.1, lr_schedule="google",
+                   epsilon_placement="keras")
+    assert seen == {"lr_schedule": "google", "epsilon_placement": "keras"}

@@ -511,3 +511,21 @@ def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from" in resumed.stderr
     _assert_bit_identical(out, tmp_path / "clean")
+
+
+def test_runs_recorded_before_the_schedule_flags_resume_with_their_old_arithmetic(tmp_path):
+    """run_config.json written before --lr_schedule/--epsilon_placement existed: that run used
+    Google's schedule and Keras' epsilon, so it resumes with those and not the new defaults."""
+    from bert_keras.run_pretraining import prepare_output_dir
+
+    out = tmp_path / "old_run"
+    out.mkdir()
+    old = PretrainingOptions(input_file="x", output_dir=str(out), preset="tiny",
+                             lr_schedule="google", epsilon_placement="keras")
+    record = {k: v for k, v in old.run_identity().items()
+              if k not in ("lr_schedule", "epsilon_placement")}
+    (out / "run_config.json").write_text(json.dumps(record))
+    assert prepare_output_dir(old, chief=True) is True  # resumes
+    new_defaults = dataclasses.replace(old, lr_schedule="linear", epsilon_placement="adam_paper")
+    with pytest.raises(PretrainingError, match="lr_schedule: 'google' -> 'linear'"):
+        prepare_output_dir(new_defaults, chief=True)

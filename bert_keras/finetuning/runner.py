@@ -64,6 +64,14 @@ class FinetuneOptions:
         None, "Optimizer updates; overrides --num_train_epochs when given.")
     warmup_proportion: float = option(0.1, "Fraction of training steps with linear "
                                       "learning-rate warmup.")
+    lr_schedule: str = option(
+        "linear", "Learning-rate curve: linear = warmup to the peak, then linear decay to 0 "
+        "(Model Garden, transformers); google = Google's TF1 curve (decay from step 0; for "
+        "exact reproduction).", enum=["linear", "google"])
+    epsilon_placement: str = option(
+        "adam_paper", "Where Adam's epsilon goes: adam_paper = sqrt(v_hat) + eps (torch, "
+        "Adam's algorithm 1); keras = outside the bias correction (Keras' Adam).",
+        enum=["adam_paper", "keras"])
     seed: int = option(12345, "Seed for initialisation, dropout and shuffling.")
     jit_compile: bool = option(False, "Compile the training step with XLA (faster steps, "
                                "slower start).")
@@ -331,7 +339,9 @@ def run(task: Task, values: dict) -> dict:
                              common.train_batch_size, common.num_train_epochs,
                              common.learning_rate, common.warmup_proportion, seed=common.seed,
                              jit_compile=common.jit_compile,
-                             num_train_steps=common.num_train_steps)
+                             num_train_steps=common.num_train_steps,
+                             lr_schedule=common.lr_schedule,
+                             epsilon_placement=common.epsilon_placement)
         summary.update(task.train_summary(data, read_info))
         if labels is not None:
             summary["label_list"] = labels

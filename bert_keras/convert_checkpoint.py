@@ -85,4 +85,6 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["from", "to", "input", "output"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -35,4 +35,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(cli.required_flags(runner.FinetuneOptions))
-    app.run(main)
+    cli.run(main)

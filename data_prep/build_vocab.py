@@ -362,4 +362,6 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -846,4 +846,6 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -481,4 +481,6 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["input", "output_file"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -240,4 +240,6 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["vocab_file", "export_dir"])
-    app.run(main)
+    from data_prep import cli
+
+    cli.run(main)

@@ -162,3 +162,19 @@ def test_quickstart_small_end_to_end(tmp_path):
     again = subprocess.run(cmd[:-1] + ["--small", "--stage=serve"], capture_output=True,
                            text=True, env=env, timeout=600)
     assert again.returncode == 0 and "$ python -m" not in again.stdout
+
+
+def test_echoed_file_lists_are_shortened():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    files = [f"/cache/sotu/{year}_x.txt" for year in range(1900, 2015)]
+    shown = quickstart.shorten_arg("--input=" + ",".join(files))
+    assert shown == ("--input=/cache/sotu/{1900_x.txt,1901_x.txt,...(111 more)...,"
+                     "2013_x.txt,2014_x.txt}")
+    mixed = ["/a/1.txt", "/b/2.txt", "/a/3.txt", "/a/4.txt", "/a/5.txt", "/a/6.txt"]
+    assert quickstart.shorten_arg("--input=" + ",".join(mixed)) == \
+        "--input=/a/1.txt,/b/2.txt,...(2 more)...,/a/5.txt,/a/6.txt"
+    for short in ("--input=/a/1.txt,/a/2.txt,/a/3.txt,/a/4.txt,/a/5.txt", "--layers=-1,-2",
+                  "--do_train", "positional"):
+        assert quickstart.shorten_arg(short) == short

@@ -162,6 +162,8 @@ def main(argv):
     from data_prep.tokenization import BertTokenizer
 
     def body() -> int:
+        # An existing version is refused before the model is loaded (seconds to minutes).
+        saved_model_writer.version_dir(_EXPORT_DIR.value, _VERSION.value)
         ckpt = model_loading.load_checkpoint(_MODEL_DIR.value)
         if not isinstance(ckpt.model, BertClassifier):
             raise saved_model_writer.ExportError(

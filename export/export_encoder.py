@@ -200,6 +200,8 @@ def main(argv):
     from data_prep.cli import report_errors
 
     def body() -> int:
+        # An existing version is refused before the model is loaded (seconds to minutes).
+        saved_model_writer.version_dir(_EXPORT_DIR.value, _VERSION.value)
         ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                                              want="pretrainer" if _MLM.value else "auto")
         vocab_file = _VOCAB_FILE.value or ckpt.vocab_file

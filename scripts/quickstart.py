@@ -402,6 +402,8 @@ class Pipeline:
         for artefact in ("vocab.txt", "data", "pretrain/encoder", "classifier",
                          "models/bert_encoder/1", "models/bert_preprocess/1", f"models/{name}/1"):
             print(f"  {artefact:<26} {self.path(artefact)}")
+        print("Training curves (pretraining and fine-tuning, with .venv active):\n"
+              f"  tensorboard --logdir {self.workdir}")
         # No serving binary is installed here: the route is TF Serving's container.
         print("Serve it with TF Serving's container (README: Serve with TF Serving):\n"
               f"  docker run --rm -p 8501:8501 --mount type=bind,source="

@@ -376,8 +376,18 @@ class Pipeline:
         )
         print("\nPredictions from the exported classifier, loaded in a fresh process "
               "(TensorFlow + tensorflow_text only), on held-out test examples:", flush=True)
+        level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")
         proc = subprocess.run([sys.executable, "-c", code, json.dumps(self.examples())],
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL=level),
+                              stderr=subprocess.PIPE, text=True)
+        # The process imports TensorFlow plainly (as a user's server code would): its C++
+        # start-up notices are filtered here as the tools filter them (data_prep.tf_logging).
+        sys.path.insert(0, ROOT)
+        from data_prep.tf_logging import keep_line
+
+        sys.stderr.write("".join(line for line in proc.stderr.splitlines(keepends=True)
+                                 if keep_line(line, int(level) if level.isdigit() else 2,
+                                              gpus_found=False)))
         if proc.returncode != 0:
             raise SystemExit("quickstart: the exported classifier did not serve")
 

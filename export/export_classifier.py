@@ -25,7 +25,10 @@ from __future__ import annotations
 import tempfile
 
 import numpy as np
-import tensorflow as tf
+
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import app, flags, logging
 
 from data_prep import tokenizer_config

@@ -49,6 +49,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This checkout's packages, ahead of any other installed copy (the tools it runs get the
+# same through PYTHONPATH).
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 STAGES = ("corpus", "vocab", "data", "pretrain", "spam", "finetune", "export", "verify", "serve")
 
 SETTINGS_FILE = "quickstart.json"

@@ -204,7 +204,18 @@ class Pipeline:
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         start = time.time()
-        proc = subprocess.run(cmd, env=env, cwd=ROOT)
+        # stderr through the filter of TensorFlow's notices (some are printed at run time).
+        from data_prep.tf_logging import keep_line
+
+        level = env["TF_CPP_MIN_LOG_LEVEL"]
+        level = int(level) if level.isdigit() else 2
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                                errors="replace", bufsize=1)
+        for line in proc.stderr:
+            if keep_line(line, level, gpus_found=False):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        proc.wait()
         if proc.returncode != 0:
             raise SystemExit(f"quickstart: `{module}` failed (exit {proc.returncode}); fix the "
                              "error above and rerun: finished stages are reused.")

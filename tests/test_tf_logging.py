@@ -10,13 +10,15 @@ CUDA = ("I0000 00:00:1795606032.180492    5851 cudart_stub.cc:31] Could not find
         "on your machine, GPU will not be used.\n")
 CUINIT = ("E0000 00:00:1795606054.221216    6243 cuda_platform.cc:52] failed call to cuInit: "
           "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n")
+AVX = ("E0000 00:00:1795611050.563736   12091 util.cc:131] oneDNN supports DT_INT64 only on "
+       "platforms with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
 WARN = "W1125 11:27:03.123456    5851 some_op.cc:12] a warning\n"
 ERROR = "E1125 11:27:03.123456    5851 some_op.cc:12] a real error\n"
 PYTHON = "/x/site-packages/foo.py:3: UserWarning: something\n"
 
 
 def test_default_level_hides_notices_and_keeps_errors():
-    for line in (BANNER, INFO, CUDA, WARN, CUINIT):
+    for line in (BANNER, INFO, CUDA, WARN, CUINIT, AVX):
         assert not keep_line(line, 2, gpus_found=False), line
     for line in (ERROR, PYTHON):
         assert keep_line(line, 2, gpus_found=False), line

@@ -537,8 +537,11 @@ def _callbacks(options, chief, backup_dir, num_train_steps):
                                             options.keep_checkpoint_max))
     callbacks.append(backup)
     if chief:
-        callbacks.append(keras.callbacks.TensorBoard(
-            log_dir=os.path.join(options.output_dir, "logs"), update_freq=options.log_steps))
+        # Ours, not Keras': Keras' drops the epoch and evaluation points of most intervals.
+        from bert_keras.tensorboard import TensorBoard
+
+        callbacks.append(TensorBoard(os.path.join(options.output_dir, "logs"),
+                                     log_steps=options.log_steps))
         # One row per checkpoint interval (epoch e ends at update (e + 1) * save_steps, or
         # at num_train_steps); appended to on resumption.
         callbacks.append(keras.callbacks.CSVLogger(

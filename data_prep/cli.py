@@ -12,6 +12,7 @@ everywhere, and a process runs one tool.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import typing
@@ -299,9 +300,39 @@ def invoke(main, argv: Sequence[str], expected: tuple = ()) -> int:
     return report_errors(lambda: main(remaining), expected)
 
 
+# absl's help flags; -h, which absl does not know, is read as --help.
+HELP_ARGS = ("--help", "-help", "--helpshort", "-helpshort", "--helpfull", "-helpfull", "-?")
+
+
+@contextlib.contextmanager
+def help_exits_zero(argv: list[str] | None = None):
+    """Around `app.run`: --help, --helpshort and --helpfull exit with status 0 after the
+    usage text, as every other command-line tool does (absl exits 1), and -h means --help.
+
+    Only arguments before a "--" count; with a help flag absl exits while parsing, before
+    main runs.
+    """
+    import sys
+
+    argv = sys.argv if argv is None else argv
+    end = argv.index("--") if "--" in argv else len(argv)
+    for i in range(1, end):
+        if argv[i] == "-h":
+            argv[i] = "--help"
+    wants_help = any(arg in HELP_ARGS for arg in argv[1:end])
+    try:
+        yield
+    except SystemExit as e:
+        if wants_help and e.code == 1:
+            raise SystemExit(0) from None
+        raise
+
+
 def run(main, expected: tuple = ()) -> None:
-    """`app.run(main)` with one-line flag errors and the error boundary (a tool's
-    `if __name__ == "__main__":`)."""
+    """`app.run(main)` with one-line flag errors, the error boundary and `help_exits_zero`
+    (a tool's `if __name__ == "__main__":`)."""
     from absl import app
 
-    app.run(lambda argv: report_errors(lambda: main(argv), expected), flags_parser=parse_flags)
+    with help_exits_zero():
+        app.run(lambda argv: report_errors(lambda: main(argv), expected),
+                flags_parser=parse_flags)

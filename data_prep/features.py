@@ -48,9 +48,11 @@ import struct
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-import tensorflow as tf
 
-from data_prep import files
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
+from data_prep import files  # noqa: E402
 from data_prep.schema import (FILE_TO_MODEL_NAMES, INPUT_IDS, INPUT_MASK, MASKED_LM_IDS,
                               MASKED_LM_POSITIONS, MASKED_LM_WEIGHTS, NEXT_SENTENCE_LABELS,
                               SEGMENT_IDS)

@@ -95,17 +95,28 @@ MAX_SENTENCE_CHARS = 1000
 # brackets, whitespace, then an opening quote/bracket, capital letter or digit.
 _FALLBACK_BOUNDARY = re.compile(r"""(?<=[.!?])["'\u201d\u2019)\]]*\s+(?=["'\u201c\u2018(\[]?[A-Z0-9])""")
 _CLOSING = "\"'\u201d\u2019)]"
+# Where every sentence is split again: terminal punctuation *with* closing quotes or
+# brackets after it, whitespace, then a capital or digit (`...thereof." Such a provision`,
+# `...uncontrollable." And`, `...brackets.] I hope`), which sentencex leaves joined; an
+# abbreviation is not followed by a closing quote, so `Mr. Smith` stays whole.
+_QUOTED_BOUNDARY = re.compile(r"""(?<=[.!?])["'\u201d\u2019)\]]+\s+(?=["'\u201c\u2018(\[]?[A-Z0-9])""")
+
+
+def _split_at(sentence: str, boundary: re.Pattern) -> list[str]:
+    """Splits at the matches of `boundary`, closing quotes staying with the sentence."""
+    pieces, start = [], 0
+    for m in boundary.finditer(sentence):
+        end = m.start() + len(m.group(0).rstrip())
+        pieces.append(sentence[start:end].strip())
+        start = m.end()
+    pieces.append(sentence[start:].strip())
+    return pieces
 
 
 def _resplit_long(sentence: str, limit: int) -> list[str]:
     """Splits an over-long "sentence" at the fallback boundaries, then, if a piece is still
     over `limit` characters (a table or list without punctuation), at whitespace."""
-    pieces, start = [], 0
-    for m in _FALLBACK_BOUNDARY.finditer(sentence):
-        end = m.start() + len(m.group(0).rstrip())  # keep closing quotes with the sentence
-        pieces.append(sentence[start:end].strip())
-        start = m.end()
-    pieces.append(sentence[start:].strip())
+    pieces = _split_at(sentence, _FALLBACK_BOUNDARY)
     out = []
     for piece in pieces:
         while len(piece) > limit:
@@ -123,9 +134,11 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
 
     Newlines always end a sentence (each line is split on its own); whitespace runs become
     one space; a "sentence" without any letter or digit is dropped. sentencex's output is
-    mended in two ways: a closing quote it put at the start of the next sentence goes back
-    to the end of the previous one, and a sentence over `max_chars` characters is split
-    again at terminal punctuation followed by a capital, and as a last resort at whitespace,
+    mended in three ways: a closing quote it put at the start of the next sentence goes back
+    to the end of the previous one, a sentence is split where terminal punctuation and a
+    closing quote or bracket are followed by a capital, and a sentence over `max_chars`
+    characters is split again at terminal punctuation followed by a capital, and as a last
+    resort at whitespace,
     so that every output line is one sentence of bounded length.
 
     Raises:
@@ -153,13 +166,14 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
                 if lead and out and sentence[lead:lead + 1] in (" ", ""):
                     out[-1] += sentence[:lead]
                     sentence = sentence[lead:].strip()
-                if not any(c.isalnum() for c in sentence):  # stray "." or markup debris
-                    continue
-                if len(sentence) > max_chars:
-                    out.extend(p for p in _resplit_long(sentence, max_chars)
-                               if any(c.isalnum() for c in p))
-                else:
-                    out.append(sentence)
+                for piece in _split_at(sentence, _QUOTED_BOUNDARY):
+                    if not any(c.isalnum() for c in piece):  # stray "." or markup debris
+                        continue
+                    if len(piece) > max_chars:
+                        out.extend(p for p in _resplit_long(piece, max_chars)
+                                   if any(c.isalnum() for c in p))
+                    else:
+                        out.append(piece)
         return out
 
     return split

@@ -55,8 +55,10 @@ import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_text as tf_text
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
+import tensorflow_text as tf_text  # noqa: E402
 
 from data_prep import files
 from data_prep.schema import (CLS, MASK, MAX_CHARS_PER_WORD, PAD, SEP, SPECIAL_TOKENS,  # noqa: F401

@@ -25,7 +25,10 @@ from __future__ import annotations
 import tempfile
 
 import numpy as np
-import tensorflow as tf
+
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import app, flags, logging
 
 from data_prep import tokenizer_config
@@ -202,6 +205,8 @@ def main(argv):
     from data_prep.cli import report_errors
 
     def body() -> int:
+        # An existing version is refused before the model is loaded (seconds to minutes).
+        saved_model_writer.version_dir(_EXPORT_DIR.value, _VERSION.value)
         model, labels, tokenizer = load_task_dir(_MODEL_DIR.value, BertClassifier,
                                                  "run_classifier", _TOKENIZER_FLAGS)
         print(export_classifier(model, tokenizer, labels, _EXPORT_DIR.value,

@@ -23,7 +23,10 @@ import os
 import tempfile
 
 import numpy as np
-import tensorflow as tf
+
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import app, flags, logging
 
 from data_prep import files, schema, tokenizer_config
@@ -200,6 +203,8 @@ def main(argv):
     from data_prep.cli import report_errors
 
     def body() -> int:
+        # An existing version is refused before the model is loaded (seconds to minutes).
+        saved_model_writer.version_dir(_EXPORT_DIR.value, _VERSION.value)
         ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                                              want="pretrainer" if _MLM.value else "auto")
         vocab_file = _VOCAB_FILE.value or ckpt.vocab_file

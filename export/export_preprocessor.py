@@ -33,7 +33,10 @@ import os
 import tempfile
 
 import numpy as np
-import tensorflow as tf
+
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import app, flags, logging
 
 from data_prep import files, tokenizer_config

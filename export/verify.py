@@ -49,7 +49,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from absl import app, flags
 
-from data_prep import schema
+from data_prep import tf_logging
+
+tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
+from data_prep import schema  # noqa: E402
 from export.saved_model_writer import WARMUP_FILE
 
 # What a TF Hub BERT encoder signature must look like.

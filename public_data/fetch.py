@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -104,9 +105,31 @@ def verify_sha256(path: str | os.PathLike, expected: str, what: str) -> None:
         )
 
 
+HEARTBEAT_SECONDS = 15  # a line this often while a download runs
+
+
+def _say(message: str) -> None:
+    """Progress on stderr (stdout carries the tools' results, e.g. the cached path)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _run_client(cmd: Sequence[str], what: str, registry: str) -> subprocess.CompletedProcess:
+    """Runs a registry client, saying what it fetches and, every HEARTBEAT_SECONDS, that it
+    is still at it (the clients print no progress when their output is captured)."""
+    _say(f"fetching {what} from {registry} (once; cached in {cache_root()})")
+    start = time.time()
     try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, text=True)
+            while True:
+                try:
+                    returncode = proc.wait(timeout=HEARTBEAT_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    _say(f"  still fetching {what}: {time.time() - start:.0f} s")
+            out.seek(0)
+            err.seek(0)
+            proc = subprocess.CompletedProcess(cmd, returncode, out.read(), err.read())
     except FileNotFoundError as e:
         raise FetchError(f"{what}: cannot run {cmd[0]!r} ({e}); it is needed to fetch from {registry}.") from e
     if proc.returncode != 0:
@@ -116,6 +139,11 @@ def _run_client(cmd: Sequence[str], what: str, registry: str) -> subprocess.Comp
             f"reachable? Last output:\n{tail}"
         )
     return proc
+
+
+def _fetched(what: str, path: Path, start: float) -> None:
+    _say(f"fetched {what}: {path.name}, {path.stat().st_size / 1e6:.1f} MB in "
+         f"{time.time() - start:.0f} s")
 
 
 def pip_download(requirement: str, dest_dir: str | os.PathLike, sha256: str | None = None) -> Path:
@@ -137,10 +165,12 @@ def pip_download(requirement: str, dest_dir: str | os.PathLike, sha256: str | No
     dest = Path(dest_dir)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "--no-input", "-d", str(dest), requirement]
+    start = time.time()
     _run_client(cmd, f"PyPI package {requirement}", "PyPI")
     wheels = sorted(dest.glob("*.whl"))
     if len(wheels) != 1:
         raise FetchError(f"PyPI package {requirement}: expected one wheel in {dest}, found {wheels}")
+    _fetched(f"PyPI package {requirement}", wheels[0], start)
     if sha256:
         verify_sha256(wheels[0], sha256, f"PyPI package {requirement}")
     return wheels[0]
@@ -164,6 +194,7 @@ def npm_pack(spec: str, dest_dir: str | os.PathLike, sha256: str | None = None) 
     if npm is None:
         raise FetchError(f"npm package {spec}: the `npm` client is not installed (apt-get install npm).")
     dest = Path(dest_dir)
+    start = time.time()
     proc = _run_client([npm, "pack", spec, "--pack-destination", str(dest), "--json"],
                        f"npm package {spec}", "the npm registry")
     try:
@@ -174,6 +205,7 @@ def npm_pack(spec: str, dest_dir: str | os.PathLike, sha256: str | None = None) 
     tarball = dest / Path(filename).name
     if not tarball.is_file():
         raise FetchError(f"npm package {spec}: npm reported {filename!r} but {tarball} does not exist")
+    _fetched(f"npm package {spec}", tarball, start)
     if sha256:
         verify_sha256(tarball, sha256, f"npm package {spec}")
     return tarball

@@ -49,6 +49,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This checkout's packages, ahead of any other installed copy (the tools it runs get the
+# same through PYTHONPATH).
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 STAGES = ("corpus", "vocab", "data", "pretrain", "spam", "finetune", "export", "verify", "serve")
 
 SETTINGS_FILE = "quickstart.json"
@@ -69,6 +73,25 @@ STAGE_OUTPUTS = {"corpus": ("corpus",), "vocab": ("vocab.txt", "tokenizer_config
                  "data": ("data",), "pretrain": ("pretrain",), "spam": ("spam",),
                  "finetune": ("classifier",), "export": ("models",), "verify": ("verified",),
                  "serve": ()}
+
+
+def shorten_arg(arg: str, keep: int = 2) -> str:
+    """An argument as echoed: a comma-separated list of more than 2 * keep + 1 paths shows
+    its first and last `keep` items and how many are left out (the demo's --input listed
+    115 files, 9,178 characters), with the common directory written once."""
+    name, sep, value = arg.partition("=")
+    items = value.split(",") if sep else []
+    if len(items) <= 2 * keep + 1:
+        return arg
+    directory = os.path.dirname(items[0])
+    if directory and all(os.path.dirname(i) == directory for i in items):
+        items = [os.path.basename(i) for i in items]
+        prefix = directory + os.sep + "{"
+        suffix = "}"
+    else:
+        prefix = suffix = ""
+    shown = items[:keep] + [f"...({len(items) - 2 * keep} more)..."] + items[-keep:]
+    return f"{name}={prefix}{','.join(shown)}{suffix}"
 
 
 def stages_to_redo(changed) -> list[str]:
@@ -175,11 +198,24 @@ class Pipeline:
     def run(self, module, *args):
         """Runs `python -m module args...`, echoing the command; raises on failure."""
         cmd = [sys.executable, "-m", module, *args]
-        print("\n$ " + " ".join(["python", "-m", module, *args]), flush=True)
+        print("\n$ " + " ".join(["python", "-m", module, *map(shorten_arg, args)]), flush=True)
+        # The tools filter TensorFlow's C++ start-up notices themselves (data_prep.tf_logging);
+        # TF_CPP_MIN_LOG_LEVEL=0 in the environment shows them.
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   TF_CPP_MIN_LOG_LEVEL="2")
+                   TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         start = time.time()
-        proc = subprocess.run(cmd, env=env, cwd=ROOT)
+        # stderr through the filter of TensorFlow's notices (some are printed at run time).
+        from data_prep.tf_logging import keep_line
+
+        level = env["TF_CPP_MIN_LOG_LEVEL"]
+        level = int(level) if level.isdigit() else 2
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                                errors="replace", bufsize=1)
+        for line in proc.stderr:
+            if keep_line(line, level, gpus_found=False):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        proc.wait()
         if proc.returncode != 0:
             raise SystemExit(f"quickstart: `{module}` failed (exit {proc.returncode}); fix the "
                              "error above and rerun: finished stages are reused.")
@@ -355,8 +391,18 @@ class Pipeline:
         )
         print("\nPredictions from the exported classifier, loaded in a fresh process "
               "(TensorFlow + tensorflow_text only), on held-out test examples:", flush=True)
+        level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")
         proc = subprocess.run([sys.executable, "-c", code, json.dumps(self.examples())],
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL=level),
+                              stderr=subprocess.PIPE, text=True)
+        # The process imports TensorFlow plainly (as a user's server code would): its C++
+        # start-up notices are filtered here as the tools filter them (data_prep.tf_logging).
+        sys.path.insert(0, ROOT)
+        from data_prep.tf_logging import keep_line
+
+        sys.stderr.write("".join(line for line in proc.stderr.splitlines(keepends=True)
+                                 if keep_line(line, int(level) if level.isdigit() else 2,
+                                              gpus_found=False)))
         if proc.returncode != 0:
             raise SystemExit("quickstart: the exported classifier did not serve")
 
@@ -381,6 +427,8 @@ class Pipeline:
         for artefact in ("vocab.txt", "data", "pretrain/encoder", "classifier",
                          "models/bert_encoder/1", "models/bert_preprocess/1", f"models/{name}/1"):
             print(f"  {artefact:<26} {self.path(artefact)}")
+        print("Training curves (pretraining and fine-tuning, with .venv active):\n"
+              f"  tensorboard --logdir {self.workdir}")
         # No serving binary is installed here: the route is TF Serving's container.
         print("Serve it with TF Serving's container (README: Serve with TF Serving):\n"
               f"  docker run --rm -p 8501:8501 --mount type=bind,source="

@@ -48,3 +48,15 @@ def _seed():
 
     keras.utils.set_random_seed(1234)
     yield
+
+
+def event_scalars(log_dir):
+    """{tag: sorted steps} of the scalars in every event file under `log_dir`."""
+    import tensorflow as tf
+
+    steps = {}
+    for name in sorted(os.listdir(log_dir)):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(log_dir, name)):
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    return {tag: sorted(s) for tag, s in steps.items()}

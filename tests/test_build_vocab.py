@@ -119,7 +119,8 @@ def test_outputs_respect_the_umask(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(vocab_size=100000), "gives only"),
+    (dict(vocab_size=100000), r"--vocab_size=100000 is too large for the corpus: .* use "
+                              r"--vocab_size=\d+ or less, about \d+ MB of such text"),
     (dict(vocab_size=300, layout="compact"), "more than the .* tokens that fit"),
     (dict(vocab_size=900), "leaves no room after the 999 reserved tokens"),
     (dict(vocab_size=2000, num_unused=50), "needs --num_unused >= 99"),
@@ -128,6 +129,16 @@ def test_outputs_respect_the_umask(tmp_path):
 def test_clear_errors(kwargs, match):
     with pytest.raises(bv.BuildVocabError, match=match):
         bv.build_vocab([MIXED], **kwargs)
+
+
+def test_too_large_a_vocabulary_names_the_size_that_fits(tmp_path):
+    """The largest --vocab_size the error names is one the corpus gives."""
+    with pytest.raises(bv.CorpusTooSmallError) as info:
+        bv.build_vocab([MIXED], 100000)
+    fits = int(str(info.value).split("use --vocab_size=")[1].split()[0])
+    assert len(bv.build_vocab([MIXED], fits)) == fits
+    # Corpus size needed, Heaps' law with exponent 0.4: (requested / available) ** 2.5.
+    assert bv.corpus_bytes_needed(1_000_000, 1000, 2000) == int(1e6 * 2 ** 2.5)
 
 
 def test_max_alphabet_limits_characters(tmp_path):

@@ -493,11 +493,31 @@ def test_cli_help_and_unknown_flags(module):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     help_ = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                            text=True, env=env, timeout=300)
-    # absl prints the module's flags and exits 1 after --help.
-    assert "--export_dir" in help_.stdout and "Traceback" not in help_.stderr
+    assert help_.returncode == 0 and "--export_dir" in help_.stdout and help_.stderr == ""
     bad = subprocess.run([sys.executable, "-m", module, "--export_dir=x", "--no_such_flag=1"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode != 0 and "no_such_flag" in bad.stderr
+
+
+@pytest.mark.parametrize("module,model_flag", [("export_classifier", "model_dir"),
+                                               ("export_encoder", "init_checkpoint")])
+def test_existing_version_is_one_line_before_loading(module, model_flag, tmp_path, capsys):
+    """The model path does not exist: the version is checked first, in one line."""
+    import importlib
+
+    from absl import flags
+
+    tool = importlib.import_module(f"export.{module}")
+    (tmp_path / "models" / "3").mkdir(parents=True)
+    flags.FLAGS(["prog", f"--{model_flag}={tmp_path / 'missing'}",
+                 f"--export_dir={tmp_path / 'models'}", "--version=3"])
+    try:
+        status = tool.main(["prog"])
+    finally:
+        flags.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert "refusing to overwrite an export" in err and "missing" not in err
 
 
 def test_export_encoder_cli_end_to_end(exported, tmp_path):

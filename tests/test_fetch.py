@@ -154,3 +154,15 @@ def test_cli_prints_the_path():
     proc = subprocess.run([sys.executable, "-m", "public_data.fetch", "nope"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_client_runs_say_what_they_fetch_and_that_they_are_still_at_it(monkeypatch, capfd):
+    monkeypatch.setattr(fetch, "HEARTBEAT_SECONDS", 0.2)
+    proc = fetch._run_client([sys.executable, "-c", "import time; time.sleep(1); print('done')"],
+                             "npm package @x/y@1.0.0", "the npm registry")
+    assert proc.returncode == 0 and proc.stdout.strip() == "done"
+    out, err = capfd.readouterr()
+    assert out == ""  # stdout is the tools' result (e.g. the cached path)
+    lines = err.splitlines()
+    assert lines[0].startswith("fetching npm package @x/y@1.0.0 from the npm registry")
+    assert 2 <= sum(line.startswith("  still fetching npm package @x/y@1.0.0: ") for line in lines) <= 6

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -53,7 +54,8 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     test_texts = _write_labeled(tmp_path / "test.jsonl", 8, seed=2)
     test_labels = ["spam" if i % 2 else "ham" for i in range(8)]
     work = tmp_path / "work"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    # TF_CPP_MIN_LOG_LEVEL unset, as in a user's shell: the log must still be quiet.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     cmd = [sys.executable, QUICKSTART, f"--workdir={work}", f"--corpus_dir={FIXTURE_CORPUS}",
            f"--labeled_train={tmp_path / 'train.jsonl'}", f"--labeled_test={tmp_path / 'test.jsonl'}",
            # Toy sizes: the 4 training documents yield ~475 WordPieces, enough for 1200
@@ -64,6 +66,11 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
+    # No TensorFlow C++ start-up notices (absl's banner, oneDNN, CUDA probing: lines from
+    # .cc files; the tools' own absl logging comes from .py files) in the log.
+    noise = [line for line in (proc.stdout + proc.stderr).splitlines()
+             if "absl::InitializeLog" in line or re.match(r"[IWE]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] ", line)]
+    assert not noise, noise[:5]
 
     # Every tool of the chain ran as a command line, nothing was fetched.
     for tool in TOOLS:
@@ -147,6 +154,11 @@ def test_quickstart_small_end_to_end(tmp_path):
         pytest.skip(f"a package registry is unreachable: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
+    # No TensorFlow C++ start-up notices (absl's banner, oneDNN, CUDA probing: lines from
+    # .cc files; the tools' own absl logging comes from .py files) in the log.
+    noise = [line for line in (proc.stdout + proc.stderr).splitlines()
+             if "absl::InitializeLog" in line or re.match(r"[IWE]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] ", line)]
+    assert not noise, noise[:5]
     # Every stage ran and the served predictions came from a fresh process.
     assert out.count("result: PASS") == 3
     assert "Predictions from the exported classifier" in out
@@ -162,3 +174,19 @@ def test_quickstart_small_end_to_end(tmp_path):
     again = subprocess.run(cmd[:-1] + ["--small", "--stage=serve"], capture_output=True,
                            text=True, env=env, timeout=600)
     assert again.returncode == 0 and "$ python -m" not in again.stdout
+
+
+def test_echoed_file_lists_are_shortened():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    files = [f"/cache/sotu/{year}_x.txt" for year in range(1900, 2015)]
+    shown = quickstart.shorten_arg("--input=" + ",".join(files))
+    assert shown == ("--input=/cache/sotu/{1900_x.txt,1901_x.txt,...(111 more)...,"
+                     "2013_x.txt,2014_x.txt}")
+    mixed = ["/a/1.txt", "/b/2.txt", "/a/3.txt", "/a/4.txt", "/a/5.txt", "/a/6.txt"]
+    assert quickstart.shorten_arg("--input=" + ",".join(mixed)) == \
+        "--input=/a/1.txt,/b/2.txt,...(2 more)...,/a/5.txt,/a/6.txt"
+    for short in ("--input=/a/1.txt,/a/2.txt,/a/3.txt,/a/4.txt,/a/5.txt", "--layers=-1,-2",
+                  "--do_train", "positional"):
+        assert quickstart.shorten_arg(short) == short

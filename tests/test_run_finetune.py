@@ -12,7 +12,7 @@ from bert_keras import BertEncoder, checkpoints, model_loading, run_classifier, 
 from bert_keras.finetuning import squad as sq
 from bert_keras.finetuning.tagging import get_entities
 from bert_keras.config import BertConfig
-from conftest import TESTDATA, make_inputs
+from conftest import TESTDATA, event_scalars, make_inputs
 from data_prep import squad, tagging
 from data_prep.classification import DataError
 
@@ -59,11 +59,11 @@ def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
     write_classification(test, 20, 1)
     out = tmp_path / "out"
     results = run_classifier.run(train_file=str(train), eval_file=str(test), predict_file=str(test),
-                                 **common(out, encoder_file))
+                                 **common(out, encoder_file, log_steps=5))
     assert results["train"]["num_train_steps"] == 12  # int(48 / 8 * 2)
     assert results["train"]["truncated"] > 0  # texts of up to 19 words, 16 positions
     assert sorted(os.listdir(out)) == ["bert_config.json", "eval_results.json", "labels.txt",
-                                       "model.keras", "predict_results.json",
+                                       "logs", "model.keras", "predict_results.json",
                                        "predictions.jsonl", "tokenizer_config.json",
                                        "train_results.json", "vocab.txt"]
     assert open(out / "labels.txt").read() == "ham\nspam\n"
@@ -79,6 +79,12 @@ def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
     assert predict["num_examples"] == 20 and predict["predict_seconds"] > 0
     assert predict["predict_examples_per_second"] == pytest.approx(
         20 / predict["predict_seconds"], rel=0.05)
+    # TensorBoard: loss and learning rate every 5 steps, the epoch, the evaluation at step 12.
+    train_points = event_scalars(out / "logs" / "train")
+    assert train_points["batch_loss"] == train_points["batch_learning_rate"] == [5, 10]
+    assert train_points["epoch_loss"] == [0]
+    validation = event_scalars(out / "logs" / "validation")
+    assert validation["eval_accuracy"] == validation["eval_macro_f1"] == [12]
 
     # A rerun never overwrites silently.
     with pytest.raises(FileExistsError, match="refusing to overwrite"):

@@ -17,19 +17,26 @@ defaults; --do_lower_case / --strip_accents / --tokenize_chinese_chars override 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
 from typing import Any, Sequence
 
 import keras
+import tensorflow as tf
 from absl import logging
 
 from bert_keras import model_loading
 from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
+from bert_keras.tensorboard import TensorBoard
 from data_prep import files, tokenizer_config
 from data_prep.cli import option, split_values
 from data_prep.tokenization import load_tokenizer
+
+
+LOGS_DIR = "logs"  # TensorBoard event files under --output_dir: train/ and validation/
 
 
 class FinetuneError(ValueError):
@@ -77,6 +84,8 @@ class FinetuneOptions:
                                "slower start).")
     overwrite_output: bool = option(False, "Replace results already in --output_dir instead "
                                     "of refusing.")
+    log_steps: int = option(50, "Training steps between two points of the loss and learning "
+                            "rate in the log and in TensorBoard (--output_dir/logs).")
     save_optimizer_state: bool = option(
         False, "Keep the optimizer state in model.keras (to train it further later); by default "
         "the model file holds the weights only.")
@@ -95,6 +104,8 @@ class FinetuneOptions:
         return out
 
     def validate(self) -> None:
+        if self.log_steps < 1:
+            raise FinetuneError(f"--log_steps must be at least 1, got {self.log_steps}")
         if not (self.do_train or self.do_eval or self.do_predict):
             raise FinetuneError("nothing to do: set at least one of --do_train, --do_eval, "
                                 "--do_predict")
@@ -335,13 +346,18 @@ def run(task: Task, values: dict) -> dict:
     results: dict[str, dict] = {}
     if common.do_train:
         data = features["train"]
+        logs_dir = os.path.join(out, LOGS_DIR)
+        if common.overwrite_output and os.path.isdir(logs_dir):
+            shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
         summary = loop.train(model, _model_inputs(data), task.targets(data),
                              common.train_batch_size, common.num_train_epochs,
                              common.learning_rate, common.warmup_proportion, seed=common.seed,
                              jit_compile=common.jit_compile,
                              num_train_steps=common.num_train_steps,
                              lr_schedule=common.lr_schedule,
-                             epsilon_placement=common.epsilon_placement)
+                             epsilon_placement=common.epsilon_placement,
+                             log_every=common.log_steps,
+                             callbacks=[TensorBoard(logs_dir, log_steps=common.log_steps)])
         summary.update(task.train_summary(data, read_info))
         if labels is not None:
             summary["label_list"] = labels
@@ -364,7 +380,33 @@ def run(task: Task, values: dict) -> dict:
         summary[f"{split}_examples_per_second"] = timing["examples_per_second"]
         results[split] = summary
         files.write_json(os.path.join(out, f"{split}_results.json"), summary)
+        if split == "eval":
+            _log_eval_scalars(os.path.join(out, LOGS_DIR, "validation"), summary,
+                              _trained_steps(out, results))
     return results
+
+
+def _trained_steps(out: str, results: dict) -> int:
+    """Training steps of the model evaluated: this run's, or the earlier run's results."""
+    if "train" in results:
+        return int(results["train"]["num_train_steps"])
+    try:
+        with open(os.path.join(out, "train_results.json"), encoding="utf-8") as f:
+            return int(json.load(f).get("num_train_steps", 0))
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def _log_eval_scalars(log_dir: str, summary: dict, step: int) -> None:
+    """The evaluation's numbers (accuracy, F1, loss, ...) as TensorBoard scalars
+    `eval_<name>` at the training step reached, beside the training curves."""
+    writer = tf.summary.create_file_writer(log_dir)
+    with writer.as_default(step=step):
+        for name, value in summary.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and not name.endswith(("_seconds", "_per_second")):
+                tf.summary.scalar(f"eval_{name}", float(value))
+    writer.close()
 
 
 def _model_inputs(features: Features) -> dict:

@@ -1,0 +1,71 @@
+"""TensorBoard logs that keep every point: Keras' callback, minus what loses them.
+
+Keras 3.15's `keras.callbacks.TensorBoard(update_freq=N)` records under a
+`tf.summary.record_if(step % N == 0)` that stays in force after the last batch: the
+epoch scalars and the evaluation points are written only when the epoch's last batch
+(or the evaluation's) happens to be a multiple of N. A run of 600 steps in intervals of
+120 with N=100 kept the epoch scalars and the validation point of step 600 only. Its batch
+step also restarts at 0 when `fit` resumes (BackupAndRestore, `initial_epoch`).
+
+`TensorBoard` here lets Keras write the epoch scalars (train/ and validation/, learning
+rate included) and the evaluation points (`evaluation_*_vs_iterations`), always, and
+writes the batch scalars itself, every `log_steps` batches, at the global step:
+`epoch * steps_per_epoch + batch`, which a resumed run continues.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+    """`keras.callbacks.TensorBoard` writing train scalars every `log_steps` batches.
+
+    Event files, under `log_dir`:
+      train/       batch_<metric> and batch_learning_rate at every log_steps-th batch
+                   (x axis: batches since the start of training, resumptions included);
+                   epoch_<metric>, epoch_learning_rate at every epoch (x axis: epoch)
+      validation/  epoch_<metric> at every epoch with validation data (x axis: epoch);
+                   evaluation_<metric>_vs_iterations at every evaluation (x axis:
+                   optimizer updates)
+    """
+
+    def __init__(self, log_dir: str, log_steps: int = 100, **kwargs):
+        """Args:
+          log_dir: the directory of the event files.
+          log_steps: batches (calls of the train step: micro-batches with gradient
+            accumulation) between two points of the batch scalars; >= 1.
+          **kwargs: other arguments of keras.callbacks.TensorBoard (not update_freq).
+        """
+        if log_steps < 1:
+            raise ValueError(f"log_steps must be at least 1. Received: log_steps={log_steps}")
+        # update_freq="epoch": Keras pushes no record_if condition (the cause above).
+        super().__init__(log_dir=log_dir, update_freq="epoch", **kwargs)
+        self.log_steps = log_steps
+        self._epoch = 0
+        self._last_step = 0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._last_step = None  # set by the first batch (a resumed run starts mid-axis)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)  # graph, profiling; its scalars go nowhere
+        steps_per_epoch = (self.params or {}).get("steps") or 0
+        # `batch` is the index of the last step of the call (steps_per_execution > 1
+        # runs several per call).
+        step = self._epoch * steps_per_epoch + batch + 1
+        previous = self._last_step if self._last_step is not None else step - 1
+        self._last_step = step
+        if step // self.log_steps == previous // self.log_steps or not isinstance(logs, dict):
+            return
+        values = dict(logs)
+        values = self._collect_learning_rate(values)
+        with self._train_writer.as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(f"batch_{name}", value)

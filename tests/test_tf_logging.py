@@ -1,0 +1,32 @@
+"""data_prep.tf_logging: which of TensorFlow's start-up lines are shown at each level."""
+
+from data_prep.tf_logging import keep_line
+
+# Lines TensorFlow 2.21 printed at import on a CPU-only machine with CUDA libraries.
+BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+INFO = ("I0000 00:00:1795606032.180119    5851 port.cc:153] oneDNN custom operations are on. "
+        "You may see slightly different numerical results\n")
+CUDA = ("I0000 00:00:1795606032.180492    5851 cudart_stub.cc:31] Could not find cuda drivers "
+        "on your machine, GPU will not be used.\n")
+CUINIT = ("E0000 00:00:1795606054.221216    6243 cuda_platform.cc:52] failed call to cuInit: "
+          "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n")
+AVX = ("E0000 00:00:1795611050.563736   12091 util.cc:131] oneDNN supports DT_INT64 only on "
+       "platforms with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
+WARN = "W1125 11:27:03.123456    5851 some_op.cc:12] a warning\n"
+ERROR = "E1125 11:27:03.123456    5851 some_op.cc:12] a real error\n"
+PYTHON = "/x/site-packages/foo.py:3: UserWarning: something\n"
+
+
+def test_default_level_hides_notices_and_keeps_errors():
+    for line in (BANNER, INFO, CUDA, WARN, CUINIT, AVX):
+        assert not keep_line(line, 2, gpus_found=False), line
+    for line in (ERROR, PYTHON):
+        assert keep_line(line, 2, gpus_found=False), line
+    # With a GPU found, a cuInit failure is news: kept.
+    assert keep_line(CUINIT, 2, gpus_found=True)
+
+
+def test_levels_follow_tf_cpp_min_log_level():
+    assert [keep_line(l, 1, False) for l in (BANNER, INFO, WARN, ERROR)] == [False, False, True, True]
+    assert all(keep_line(l, 0, False) for l in (BANNER, INFO, CUDA, CUINIT, WARN, ERROR, PYTHON))
+    assert [keep_line(l, 3, False) for l in (ERROR, PYTHON)] == [False, True]

@@ -1,5 +1,5 @@
 """Classifies every case of tests/test_bad_inputs.py: clear error, traceback, silent success,
-unclear message, leftovers (the sweep figures of issue 30; notes_issue30.md).
+unclear message, leftovers (the sweep figures of issue 30; BUILD_NOTES.md section 8.6).
 
     PYTHONPATH=. python bench/bad_input_sweep.py [--json out.json]
 

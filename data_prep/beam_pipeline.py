@@ -43,7 +43,7 @@ Memory per worker: one bucket's documents (~4 MB of text by default, sorted by i
 in memory, so choose --num_output_shards to keep a shard at a few hundred MB (Google's
 recommendation of many shards does that). That is what a distributed runner's workers hold;
 DirectRunner itself keeps every collection between stages in the launcher's memory (~3 GB
-for 100 MB of text, notes_issue25.md), so it suits corpora of a few hundred MB at most.
+for 100 MB of text, BUILD_NOTES.md section 8.2), so it suits corpora of a few hundred MB at most.
 
 The launcher also checks that every document read was tokenized and turned into instances:
 a first version of this pipeline (with a global count as a side input) lost documents on

@@ -29,6 +29,8 @@ TOOLS = {
     "convert_checkpoint": "bert_keras.convert_checkpoint",
     "export_encoder": "export.export_encoder",
     "export_classifier": "export.export_classifier",
+    "export_tagger": "export.export_tagger",
+    "export_span_qa": "export.export_span_qa",
     "export_preprocessor": "export.export_preprocessor",
     "verify": "export.verify",
     "build_vocab": "data_prep.build_vocab",

@@ -384,6 +384,18 @@ CASES = [
      ECLS.replace("{F}/classifier", "{F}/encoder"), "--model_dir"),
     ("export_classifier-export-dir-is-file", "export_classifier",
      ECLS.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
+    # export_tagger (transformers' task heads, issue 31): the same checks as export_classifier
+    *_flag_cases("export_tagger", ECLS, [("max_seq_length", 0), ("version", -1)]),
+    ("export_tagger-missing-model", "export_tagger", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
+    ("export_tagger-given-a-classifier", "export_tagger", ECLS, "--model_dir"),
+    ("export_tagger-given-an-encoder", "export_tagger", ECLS.replace("{F}/classifier", "{F}/encoder"),
+     "--model_dir"),
+    # export_span_qa (transformers' task heads, issue 31): the same checks as export_classifier
+    *_flag_cases("export_span_qa", ECLS, [("max_seq_length", 0), ("version", -1)]),
+    ("export_span_qa-missing-model", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
+    ("export_span_qa-given-a-classifier", "export_span_qa", ECLS, "--model_dir"),
+    ("export_span_qa-given-an-encoder", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/encoder"),
+     "--model_dir"),
     # export_preprocessor
     *_flag_cases("export_preprocessor", EPRE, [("seq_length", 0), ("version", 0)]),
     ("export_preprocessor-vocab-missing", "export_preprocessor",
@@ -424,7 +436,9 @@ def test_bad_input(fx, tmp_path, case_id, tool, template, subject):
 
 def test_there_are_enough_cases():
     assert len(CASES) >= 100
-    assert len({c[1] for c in CASES}) == 13  # every tool
+    from cli_harness import TOOLS
+
+    assert {c[1] for c in CASES} == set(TOOLS)  # every tool
 
 
 @pytest.mark.parametrize("case_id", [

@@ -100,24 +100,47 @@ def served(tmp_path_factory):
     tokenizer = BertTokenizer(str(vocab_file))
     encoder = BertEncoder(vocab_size=len(vocab), num_layers=2, hidden_size=16, num_heads=2,
                           intermediate_size=24, max_sequence_length=32)
-    paths = {
-        "spam": export_classifier(BertClassifier(encoder, 2), tokenizer, ["ham", "spam"],
+    builders = {
+        "spam": lambda: export_classifier(BertClassifier(encoder, 2), tokenizer, ["ham", "spam"],
                                   str(tmp / "spam"), seq_length=16),
-        "bert_preprocess": export_preprocessor(tokenizer, str(tmp / "bert_preprocess"),
+        "bert_preprocess": lambda: export_preprocessor(tokenizer, str(tmp / "bert_preprocess"),
                                                seq_length=16),
-        "bert_encoder": export_encoder(encoder, str(tmp / "bert_encoder"), str(vocab_file),
+        "bert_encoder": lambda: export_encoder(encoder, str(tmp / "bert_encoder"), str(vocab_file),
                                        warmup_seq_length=16),
-        "clf": export_classifier(BertClassifier(encoder, 2), tokenizer, ["NEGATIVE", "POSITIVE"],
+        "clf": lambda: export_classifier(BertClassifier(encoder, 2), tokenizer, ["NEGATIVE", "POSITIVE"],
                                  str(tmp / "clf"), seq_length=16),
-        "ner": export_tagger(BertTagger(encoder, 3), tokenizer, ["O", "B-PER", "I-PER"],
+        "ner": lambda: export_tagger(BertTagger(encoder, 3), tokenizer, ["O", "B-PER", "I-PER"],
                              str(tmp / "ner"), seq_length=16),
-        "squad": export_span_qa(BertSpanQA(encoder), tokenizer, str(tmp / "squad"),
+        "squad": lambda: export_span_qa(BertSpanQA(encoder), tokenizer, str(tmp / "squad"),
                                 seq_length=16),
     }
-    return {name: tf.saved_model.load(path) for name, path in paths.items()}
+    return _LazyExports(builders)
 
 
-@pytest.mark.parametrize("index", range(10))
+class _LazyExports(dict):
+    """Each export is written and loaded on first use: a run that deselects the slow cases
+    (the tagger and span-QA exports) does not pay for them."""
+
+    def __init__(self, builders):
+        super().__init__()
+        self._builders = builders
+
+    def __missing__(self, name):
+        self[name] = tf.saved_model.load(self._builders[name]())
+        return self[name]
+
+
+def _request_cases():
+    """README's requests; the tagger and span-QA ones (their exports take a minute to write
+    on 2 cores) run with the slow tests, the others in the default suite."""
+    cases = []
+    for index, (model, verb, _) in enumerate(readme_requests()):
+        marks = [pytest.mark.slow] if model in ("ner", "squad") else []
+        cases.append(pytest.param(index, marks=marks, id=f"{index}-{model}-{verb}"))
+    return cases
+
+
+@pytest.mark.parametrize("index", _request_cases())
 def test_readme_request_runs_on_the_export(served, index):
     requests = readme_requests()
     assert len(requests) == 10, "update the parametrization to README's request count"

@@ -156,7 +156,8 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
-                  needs_labels: bool = True):
+                  needs_labels: bool = True, export_dir: str | None = None,
+                  version: int | None = None):
     """(model, labels, tokenizer) of a fine-tuned model directory, for the task exports.
 
     Args:
@@ -165,12 +166,18 @@ def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
       model_class: the task model class expected there.
       tokenizer_flags: the tool's tokenizer flag holders (explicit overrides).
       needs_labels: whether labels.txt is required.
+      export_dir, version: where the export will go; when given, an existing version is
+        refused before the model is loaded (which takes seconds to minutes).
 
     Raises:
-      saved_model_writer.ExportError: another model, or no labels.txt / vocab.txt.
+      saved_model_writer.ExportError: another model, no labels.txt / vocab.txt, or an
+        existing version.
     """
     from bert_keras import model_loading
     from data_prep.tokenization import BertTokenizer
+
+    if export_dir is not None:
+        saved_model_writer.version_dir(export_dir, version)
 
     ckpt = model_loading.load_checkpoint(model_dir)
     if not isinstance(ckpt.model, model_class):
@@ -205,10 +212,9 @@ def main(argv):
     from data_prep.cli import report_errors
 
     def body() -> int:
-        # An existing version is refused before the model is loaded (seconds to minutes).
-        saved_model_writer.version_dir(_EXPORT_DIR.value, _VERSION.value)
-        model, labels, tokenizer = load_task_dir(_MODEL_DIR.value, BertClassifier,
-                                                 "run_classifier", _TOKENIZER_FLAGS)
+        model, labels, tokenizer = load_task_dir(
+            _MODEL_DIR.value, BertClassifier, "run_classifier", _TOKENIZER_FLAGS,
+            export_dir=_EXPORT_DIR.value, version=_VERSION.value)
         print(export_classifier(model, tokenizer, labels, _EXPORT_DIR.value,
                                 _MAX_SEQ_LENGTH.value, pair=_PAIR.value, version=_VERSION.value))
         return 0

@@ -159,8 +159,9 @@ def main(argv):
     from export.export_classifier import load_task_dir, task_dir_errors
 
     def body() -> int:
-        model, _, tokenizer = load_task_dir(_MODEL_DIR.value, BertSpanQA, "run_squad",
-                                            _TOKENIZER_FLAGS, needs_labels=False)
+        model, _, tokenizer = load_task_dir(
+            _MODEL_DIR.value, BertSpanQA, "run_squad", _TOKENIZER_FLAGS, needs_labels=False,
+            export_dir=_EXPORT_DIR.value, version=_VERSION.value)
         print(export_span_qa(model, tokenizer, _EXPORT_DIR.value, _MAX_SEQ_LENGTH.value,
                              version=_VERSION.value, max_answer_length=_MAX_ANSWER_LENGTH.value))
         return 0

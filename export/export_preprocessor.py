@@ -212,11 +212,7 @@ _VOCAB_FILE = flags.DEFINE_string(
     "tokenizer settings.", allow_override=True)
 _SEQ_LENGTH = flags.DEFINE_integer("seq_length", 128, "Output sequence length.",
                                    allow_override=True)
-_EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
-    allow_override=True)
-_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
-                                allow_override=True)
+_DESTINATION = saved_model_writer.define_flags()  # --export_dir, --version
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
@@ -233,7 +229,8 @@ def main(argv):
         logging.info("Tokenizer settings: %s (%s)", settings.describe(),
                      source or "defaults and flags")
         tokenizer = BertTokenizer.from_config(_VOCAB_FILE.value, settings)
-        print(export_preprocessor(tokenizer, _EXPORT_DIR.value, _SEQ_LENGTH.value, _VERSION.value))
+        print(export_preprocessor(tokenizer, _DESTINATION["export_dir"].value, _SEQ_LENGTH.value,
+                                  _DESTINATION["version"].value))
         return 0
 
     return report_errors(body, (saved_model_writer.ExportError, VocabError,

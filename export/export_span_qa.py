@@ -27,10 +27,10 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
 from data_prep import schema, tokenizer_config
-from export import saved_model_writer
+from export import saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
@@ -134,17 +134,9 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
 
 # --- Command line. ---
 
-_MODEL_DIR = flags.DEFINE_string(
-    "model_dir", None, "A fine-tuned span-QA model: run_squad's --output_dir (model.keras, "
-    "vocab.txt, tokenizer_config.json).", allow_override=True)
-_EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
-    allow_override=True)
-_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
-                                allow_override=True)
-_MAX_SEQ_LENGTH = flags.DEFINE_integer(
-    "max_seq_length", 384, "Sequence length the model was fine-tuned with.",
-    allow_override=True)
+_FLAGS = task_export.define_flags(
+    "A fine-tuned span-QA model: run_squad's --output_dir (model.keras, vocab.txt, "
+    "tokenizer_config.json).", 384, "Sequence length the model was fine-tuned with.")
 _MAX_ANSWER_LENGTH = flags.DEFINE_integer(
     "max_answer_length", MAX_ANSWER_LENGTH, "Longest answer span, in tokens.",
     allow_override=True)
@@ -152,21 +144,12 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras.tasks import BertSpanQA
-    from data_prep.cli import report_errors
-    from export.export_classifier import load_task_dir, task_dir_errors
+    def export(model, tokenizer, _, export_dir, seq_length, version):
+        return export_span_qa(model, tokenizer, export_dir, seq_length, version=version,
+                              max_answer_length=_MAX_ANSWER_LENGTH.value)
 
-    def body() -> int:
-        model, _, tokenizer = load_task_dir(
-            _MODEL_DIR.value, BertSpanQA, "run_squad", _TOKENIZER_FLAGS, needs_labels=False,
-            export_dir=_EXPORT_DIR.value, version=_VERSION.value)
-        print(export_span_qa(model, tokenizer, _EXPORT_DIR.value, _MAX_SEQ_LENGTH.value,
-                             version=_VERSION.value, max_answer_length=_MAX_ANSWER_LENGTH.value))
-        return 0
-
-    return report_errors(body, task_dir_errors(), "export_span_qa")
+    return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
+                           "export_span_qa", needs_labels=False)
 
 
 if __name__ == "__main__":

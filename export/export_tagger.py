@@ -26,10 +26,10 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
 from data_prep import tokenizer_config
-from export import saved_model_writer
+from export import saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 
@@ -124,37 +124,15 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
 
 # --- Command line. ---
 
-_MODEL_DIR = flags.DEFINE_string(
-    "model_dir", None, "A fine-tuned tagger: run_tagger's --output_dir (model.keras, "
-    "labels.txt, vocab.txt, tokenizer_config.json).", allow_override=True)
-_EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
-    allow_override=True)
-_VERSION = flags.DEFINE_integer("version", None, "Version (positive); default: next free.",
-                                allow_override=True)
-_MAX_SEQ_LENGTH = flags.DEFINE_integer(
-    "max_seq_length", 128, "Sequence length the tagger was fine-tuned with.",
-    allow_override=True)
+_FLAGS = task_export.define_flags(
+    "A fine-tuned tagger: run_tagger's --output_dir (model.keras, labels.txt, vocab.txt, "
+    "tokenizer_config.json).", 128, "Sequence length the tagger was fine-tuned with.")
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras.tasks import BertTagger
-    from export.export_classifier import load_task_dir, task_dir_errors
-
-    def body() -> int:
-        model, labels, tokenizer = load_task_dir(
-            _MODEL_DIR.value, BertTagger, "run_tagger", _TOKENIZER_FLAGS,
-            export_dir=_EXPORT_DIR.value, version=_VERSION.value)
-        print(export_tagger(model, tokenizer, labels, _EXPORT_DIR.value, _MAX_SEQ_LENGTH.value,
-                            version=_VERSION.value))
-        return 0
-
-    from data_prep.cli import report_errors
-
-    return report_errors(body, task_dir_errors(), "export_tagger")
+    return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
+                           export_tagger, "export_tagger")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,26 @@ def version_dir(export_dir: str, version: int | None) -> str:
     return path
 
 
+def define_flags(module_name: str | None = None) -> dict:
+    """Defines --export_dir and --version, `version_dir`'s arguments; returns holders.
+
+    Every export CLI declares them with this help. The flags belong to `module_name`, by
+    default the calling tool, so its --help lists them.
+    """
+    from absl import flags
+
+    from data_prep.cli import calling_module
+
+    kwargs = {"allow_override": True, "module_name": module_name or calling_module()}
+    return {
+        "export_dir": flags.DEFINE_string(
+            "export_dir", None, "Base directory; the SavedModel goes to <export_dir>/<version>.",
+            **kwargs),
+        "version": flags.DEFINE_integer(
+            "version", None, "Version (positive); default: next free.", **kwargs),
+    }
+
+
 def warmup_record(signature_name: str, inputs: Mapping[str, np.ndarray]) -> bytes:
     """One serialized PredictionLog holding a PredictRequest for `signature_name`."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2

@@ -19,7 +19,7 @@ beam = pytest.importorskip(
     "path of create_pretraining_data needs it, the local path does not)")
 
 from test_create_pretraining_data import (  # noqa: E402  pylint: disable=wrong-import-position
-    CORPUS, VOCAB, google_reader, run_cli, write_generated_corpus)
+    CORPUS, VOCAB, check_records, google_reader, merge_shards, run_cli, write_generated_corpus)
 
 from bert_keras.inputs import pretraining_dataset  # noqa: E402
 from data_prep import beam_pipeline, features  # noqa: E402
@@ -59,10 +59,6 @@ def beam_run(corpus, tmp_path_factory):
             "meta": [features.read_sidecar(x) for x in shards]}
 
 
-def _merged(data):
-    return {k: np.concatenate([d[k] for d in data]) for k in data[0]}
-
-
 def _a_documents(data, vocab):
     """The documents (names like "d12") that the A segments of a shard's records come from."""
     sep_id = vocab.index("[SEP]")
@@ -75,56 +71,6 @@ def _a_documents(data, vocab):
         found |= {vocab[t].split("w")[0].split("p")[0] for t in row[1:first_sep]
                   if vocab[t].startswith("d")}
     return found
-
-
-def _statistics(merged, vocab):
-    """Masked share, 80/10/10 split, NotNext share; checks every record's layout."""
-    mask_id, cls_id, sep_id = vocab.index("[MASK]"), vocab.index("[CLS]"), vocab.index("[SEP]")
-    n = len(merged["input_ids"])
-    original = merged["input_ids"].copy()
-    kinds = {"mask": 0, "same": 0, "random": 0}
-    masked = other_doc = 0
-    for i in range(n):
-        length = int(merged["input_mask"][i].sum())
-        k = int(merged["masked_lm_weights"][i].sum())
-        pos = merged["masked_lm_positions"][i, :k]
-        assert (np.diff(pos) > 0).all() and not merged["masked_lm_positions"][i, k:].any()
-        shown = merged["input_ids"][i, pos]
-        original[i, pos] = merged["masked_lm_ids"][i, :k]
-        truth = original[i, pos]
-        kinds["mask"] += int((shown == mask_id).sum())
-        kinds["same"] += int((shown == truth).sum())
-        kinds["random"] += int(((shown != mask_id) & (shown != truth)).sum())
-        masked += k
-        row = original[i, :length]
-        seps = np.flatnonzero(row == sep_id)
-        assert row[0] == cls_id and len(seps) == 2 and seps[1] == length - 1
-        assert all(0 < q < length - 1 and q != seps[0] for q in pos)
-        assert not merged["input_ids"][i, length:].any()
-        assert (merged["segment_ids"][i, seps[0] + 1:length] == 1).all()
-        # Every word names its document: NotNext B from another one, IsNext B from the same.
-        docs = []
-        for segment in (row[1:seps[0]], row[seps[0] + 1:length - 1]):
-            names = {vocab[t].split("w")[0].split("p")[0] for t in segment
-                     if vocab[t].startswith("d")}
-            assert len(names) <= 1
-            docs.append(names)
-        if docs[0] and docs[1]:
-            if merged["next_sentence_labels"][i, 0] == 1:
-                assert docs[0] != docs[1]
-                other_doc += 1
-            else:
-                assert docs[0] == docs[1]
-    real = int(merged["input_mask"].sum()) - 3 * n
-    # Google's budget: min(P, max(1, round(0.15 * length))), length counting [CLS] and [SEP]s.
-    lengths = merged["input_mask"].sum(axis=1)
-    budget = np.minimum(np.minimum(P, np.maximum(1, np.rint(lengths * 0.15))), lengths - 3)
-    return {"instances": n, "masked_share": masked / real, "masked": masked,
-            "budget": int(budget.sum()),
-            "kinds": {k: v / masked for k, v in kinds.items()},
-            "not_next": float(merged["next_sentence_labels"][:, 0].mean()),
-            "mean_length": float(merged["input_mask"].sum(axis=1).mean()),
-            "not_next_checked": other_doc}
 
 
 def test_schema_sidecars_and_statistics_match_the_local_tool(beam_run, corpus, tmp_path):
@@ -143,15 +89,15 @@ def test_schema_sidecars_and_statistics_match_the_local_tool(beam_run, corpus, t
     # A global shuffle: every document's records land in every shard.
     per_shard = [_a_documents(d, beam_run["vocab"]) for d in data]
     assert len(set.intersection(*per_shard)) >= 45, [len(x) for x in per_shard]
-    got = _statistics(_merged(data), beam_run["vocab"])
+    got = check_records(merge_shards(data), beam_run["vocab"], P)
     assert meta[0]["counts"]["instances"] == got["instances"]
     assert meta[0]["counts"]["documents"] == 50
 
     path, vocab_path, vocab = corpus
     local_out = str(tmp_path / "local")
     assert run_cli(**_flags(path, vocab_path, local_out)) == 0
-    local = _statistics(_merged([google_reader(x, S, P) for x in
-                                 sorted(glob.glob(local_out + "-*.tfrecord"))]), vocab)
+    local = check_records(merge_shards([google_reader(x, S, P) for x in
+                                        sorted(glob.glob(local_out + "-*.tfrecord"))]), vocab, P)
     n = got["instances"]
     # Same algorithm, other random draws: instance counts and lengths agree within noise
     # (on this corpus, seeds 1-4 and 12345 give 2130-2277 instances locally, 2161-2300 on Beam).
@@ -242,7 +188,7 @@ def test_gzip_cased_vocab_keeps_korean(tmp_path):
                             max_seq_length=48, max_predictions_per_seq=6, dupe_factor=2)) == 0
     shards = sorted(glob.glob(out + "-*-of-00002.tfrecord.gz"))
     assert len(shards) == 2 and all(open(x, "rb").read(2) == b"\x1f\x8b" for x in shards)
-    data = _merged([google_reader(x, 48, 6, compression="GZIP") for x in shards])
+    data = merge_shards([google_reader(x, 48, 6, compression="GZIP") for x in shards])
     meta = features.read_sidecar(shards[0])
     assert meta["compression"] == "GZIP" and meta["strip_accents"] is False
     assert meta["do_lower_case"] is False

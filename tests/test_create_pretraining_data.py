@@ -88,6 +88,80 @@ def final_outputs(directory):
     return sorted(p for p in os.listdir(directory) if not p.startswith("generated"))
 
 
+def merge_shards(data):
+    """One dict of arrays from google_reader's per-shard dicts, records in shard order."""
+    return {k: np.concatenate([d[k] for d in data]) for k in data[0]}
+
+
+def check_records(merged, vocab, max_predictions_per_seq):
+    """Checks every record made from write_generated_corpus's corpus; returns its statistics.
+
+    Per record: masked positions ascending, never [CLS] or a [SEP], unused slots 0;
+    "[CLS] A [SEP] B [SEP]" then 0 padding, segment ids 0 up to the first [SEP] and 1 after;
+    A from one document and B from one (every word names its document); NotNext B from
+    another document, IsNext B from the same.
+
+    Args:
+      merged: google_reader's dict of arrays (merge_shards for several shards).
+      vocab: the vocabulary list the ids index.
+      max_predictions_per_seq: P, for Google's per-record masking budget.
+
+    Returns:
+      A dict: instances; masked (count) and masked_share (of the tokens that are not [CLS] or
+      [SEP]); budget (the sum of Google's budgets min(P, max(1, round(0.15 * length))));
+      kinds (shares of masked positions shown as [MASK], as themselves, as another token);
+      not_next (share of NotNext records); mean_length; not_next_checked (NotNext records whose
+      A and B documents were both seen and differ).
+    """
+    mask_id, cls_id, sep_id = vocab.index("[MASK]"), vocab.index("[CLS]"), vocab.index("[SEP]")
+    n = len(merged["input_ids"])
+    original = merged["input_ids"].copy()
+    kinds = {"mask": 0, "same": 0, "random": 0}
+    masked = other_doc = 0
+    for i in range(n):
+        length = int(merged["input_mask"][i].sum())
+        k = int(merged["masked_lm_weights"][i].sum())
+        pos = merged["masked_lm_positions"][i, :k]
+        assert (np.diff(pos) > 0).all() and not merged["masked_lm_positions"][i, k:].any()
+        shown = merged["input_ids"][i, pos]
+        original[i, pos] = merged["masked_lm_ids"][i, :k]
+        truth = original[i, pos]
+        kinds["mask"] += int((shown == mask_id).sum())
+        kinds["same"] += int((shown == truth).sum())
+        kinds["random"] += int(((shown != mask_id) & (shown != truth)).sum())
+        masked += k
+        row = original[i, :length]
+        seps = np.flatnonzero(row == sep_id)
+        assert row[0] == cls_id and len(seps) == 2 and seps[1] == length - 1
+        assert all(0 < q < length - 1 and q != seps[0] for q in pos)
+        assert not merged["input_ids"][i, length:].any()
+        assert (merged["segment_ids"][i, seps[0] + 1:length] == 1).all()
+        assert not merged["segment_ids"][i, :seps[0] + 1].any()
+        docs = []
+        for segment in (row[1:seps[0]], row[seps[0] + 1:length - 1]):
+            names = {vocab[t].split("w")[0].split("p")[0] for t in segment
+                     if vocab[t].startswith("d")}
+            assert len(names) <= 1
+            docs.append(names)
+        if docs[0] and docs[1]:
+            if merged["next_sentence_labels"][i, 0] == 1:
+                assert docs[0] != docs[1]
+                other_doc += 1
+            else:
+                assert docs[0] == docs[1]
+    real = int(merged["input_mask"].sum()) - 3 * n
+    # Google's budget: min(P, max(1, round(0.15 * length))), length counting [CLS] and [SEP]s.
+    lengths = merged["input_mask"].sum(axis=1)
+    budget = np.minimum(np.minimum(max_predictions_per_seq, np.maximum(1, np.rint(lengths * 0.15))),
+                        lengths - 3)
+    return {"instances": n, "masked_share": masked / real, "masked": masked,
+            "budget": int(budget.sum()),
+            "kinds": {k: v / masked for k, v in kinds.items()},
+            "not_next": float(merged["next_sentence_labels"][:, 0].mean()),
+            "mean_length": float(merged["input_mask"].sum(axis=1).mean()),
+            "not_next_checked": other_doc}
+
+
 def test_end_to_end_schema_statistics_and_sidecar(tmp_path):
     corpus, vocab_path, vocab = write_generated_corpus(str(tmp_path), num_docs=80,
                                                        sentences=(80, 120))
@@ -110,53 +184,19 @@ def test_end_to_end_schema_statistics_and_sidecar(tmp_path):
         assert m["vocab_sha256"] and m["do_lower_case"] is True and m["strip_accents"] is True
         assert m["compression"] == "" and m["flags"]["dupe_factor"] == 10
         features.check_sidecar(m, s, p, "x")
-    merged = {k: np.concatenate([d[k] for d in data]) for k in data[0]}
+    merged = merge_shards(data)
     n = len(merged["input_ids"])
     assert n >= 5000 and meta[0]["counts"]["instances"] == n
 
-    mask_id, cls_id, sep_id = vocab.index("[MASK]"), vocab.index("[CLS]"), vocab.index("[SEP]")
-    original = merged["input_ids"].copy()
-    masked_total = 0
-    kinds = {"mask": 0, "same": 0, "random": 0}
-    for i in range(n):
-        length = int(merged["input_mask"][i].sum())
-        k = int(merged["masked_lm_weights"][i].sum())
-        pos = merged["masked_lm_positions"][i, :k]
-        assert (np.diff(pos) > 0).all() and not merged["masked_lm_positions"][i, k:].any()
-        shown = merged["input_ids"][i, pos]
-        original[i, pos] = merged["masked_lm_ids"][i, :k]
-        truth = original[i, pos]
-        kinds["mask"] += int((shown == mask_id).sum())
-        kinds["same"] += int((shown == truth).sum())
-        kinds["random"] += int(((shown != mask_id) & (shown != truth)).sum())
-        masked_total += k
-        row = original[i, :length]
-        seps = np.flatnonzero(row == sep_id)
-        assert row[0] == cls_id and len(seps) == 2 and seps[1] == length - 1
-        assert all(0 < q < length - 1 and q != seps[0] for q in pos)
-        assert not merged["input_ids"][i, length:].any()
-        assert (merged["segment_ids"][i, seps[0] + 1:length] == 1).all()
-        assert not merged["segment_ids"][i, :seps[0] + 1].any()
-        # Every word names its document: A from one, B from one; NotNext B from another.
-        docs = []
-        for segment in (row[1:seps[0]], row[seps[0] + 1:length - 1]):
-            names = {vocab[t].split("w")[0].split("p")[0] for t in segment
-                     if vocab[t].startswith("d")}
-            assert len(names) <= 1
-            docs.append(names)
-        if merged["next_sentence_labels"][i, 0] == 1 and docs[0] and docs[1]:
-            assert docs[0] != docs[1]
-        elif docs[0] and docs[1]:
-            assert docs[0] == docs[1]
-    real = int(merged["input_mask"].sum()) - 3 * n
-    assert abs(masked_total / real - 0.15) <= 0.005
+    stats = check_records(merged, vocab, p)
+    assert abs(stats["masked_share"] - 0.15) <= 0.005
     for kind, share in (("mask", 0.8), ("same", 0.1), ("random", 0.1)):
-        sd = math.sqrt(share * (1 - share) / masked_total)
-        got = kinds[kind] / masked_total
+        sd = math.sqrt(share * (1 - share) / stats["masked"])
+        got = stats["kinds"][kind]
         assert abs(got - share) <= min(0.02, 4 * sd), (kind, got)
     # NotNext: the 50% coin, plus Google's rule that a one-sentence chunk (here mostly the
     # last sentence of a document pass) is always NotNext, which can only raise the share.
-    nsp = merged["next_sentence_labels"][:, 0].mean()
+    nsp = stats["not_next"]
     assert 0.5 - min(0.02, 4 * math.sqrt(0.25 / n)) <= nsp <= 0.53, nsp
 
     # Our parser reads the same values under model names.

@@ -315,7 +315,8 @@ def run_tool(*args):
 def served_classifier(hf_dirs, tmp_path_factory):
     """convert_checkpoint --from=hf --to=keras, then export_classifier's main path
     (load_task_dir + export_classifier), in this process."""
-    from export.export_classifier import export_classifier, load_task_dir
+    from export.export_classifier import export_classifier
+    from export.task_export import load_task_dir
 
     tmp = tmp_path_factory.mktemp("served")
     path, hf = hf_dirs["BertForSequenceClassification"]

@@ -174,7 +174,8 @@ def test_minilm_classifier_fine_tuned_by_transformers_is_served_with_its_outputs
 
     from bert_keras.convert_checkpoint import convert
     from bert_keras.tasks import BertClassifier
-    from export.export_classifier import export_classifier, load_task_dir
+    from export.export_classifier import export_classifier
+    from export.task_export import load_task_dir
     from export.verify import verify
 
     labels = ["plain", "literary", "technical"]

@@ -1,0 +1,124 @@
+"""What the task export CLIs (export_classifier, export_tagger, export_span_qa) share.
+
+Their flags (--model_dir, --export_dir, --version, --max_seq_length), the loading of a
+fine-tuned model directory and the body of their `main`. This module defines no flags when
+imported, so a task export imports it without the other exports' flags.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from absl import app, flags, logging
+
+from data_prep import tokenizer_config
+from export import saved_model_writer
+
+
+def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
+    """Defines --model_dir, --export_dir, --version and --max_seq_length; returns holders.
+
+    The flags belong to the calling tool, so its --help lists them.
+
+    Args:
+      model_dir_help: --model_dir's help: which tool's output directory the export reads.
+      max_seq_length: --max_seq_length's default (the tool's fine-tuning default).
+      max_seq_length_help: --max_seq_length's help.
+
+    Returns:
+      name -> FlagHolder for the four flags.
+    """
+    from data_prep.cli import calling_module
+
+    module = calling_module()
+    kwargs = {"allow_override": True, "module_name": module}
+    holders = {"model_dir": flags.DEFINE_string("model_dir", None, model_dir_help, **kwargs)}
+    holders.update(saved_model_writer.define_flags(module))
+    holders["max_seq_length"] = flags.DEFINE_integer(
+        "max_seq_length", max_seq_length, max_seq_length_help, **kwargs)
+    return holders
+
+
+def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
+                  needs_labels: bool = True, export_dir: str | None = None,
+                  version: int | None = None):
+    """(model, labels, tokenizer) of a fine-tuned model directory, for the task exports.
+
+    Args:
+      model_dir: what `tool` (run_classifier, run_tagger, run_squad) writes, or
+        `convert_checkpoint --to=keras` makes from a transformers BertFor* directory.
+      model_class: the task model class expected there.
+      tokenizer_flags: the tool's tokenizer flag holders (explicit overrides).
+      needs_labels: whether labels.txt is required.
+      export_dir, version: where the export will go; when given, an existing version is
+        refused before the model is loaded (which takes seconds to minutes).
+
+    Raises:
+      saved_model_writer.ExportError: another model, no labels.txt / vocab.txt, or an
+        existing version.
+    """
+    from bert_keras import model_loading
+    from data_prep.tokenization import BertTokenizer
+
+    if export_dir is not None:
+        saved_model_writer.version_dir(export_dir, version)
+
+    ckpt = model_loading.load_checkpoint(model_dir)
+    if not isinstance(ckpt.model, model_class):
+        raise saved_model_writer.ExportError(
+            f"--model_dir {model_dir} holds a {type(ckpt.model).__name__}, not a "
+            f"{model_class.__name__} (expected {tool}'s output directory)")
+    if (needs_labels and ckpt.labels is None) or ckpt.vocab_file is None:
+        raise saved_model_writer.ExportError(
+            f"--model_dir {model_dir}: no {'labels.txt or ' if needs_labels else ''}vocab.txt "
+            f"beside the model (expected {tool}'s output directory)")
+    settings, source = ckpt.tokenizer_settings(
+        tokenizer_config.overrides_from_flags(tokenizer_flags), warn=logging.warning)
+    logging.info("Tokenizer settings: %s (%s)", settings.describe(),
+                 source or "defaults and flags")
+    return ckpt.model, ckpt.labels, BertTokenizer.from_config(ckpt.vocab_file, settings)
+
+
+def task_dir_errors() -> tuple:
+    """The errors a task export reports in one line."""
+    from bert_keras import checkpoints, model_loading
+    from data_prep.schema import VocabError
+
+    return (saved_model_writer.ExportError, model_loading.CheckpointError,
+            checkpoints.WeightLoadError, VocabError, tokenizer_config.TokenizerConfigError,
+            FileNotFoundError)
+
+
+def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: str,
+        export: Callable, prog: str, needs_labels: bool = True) -> int:
+    """The `main` of a task export: loads --model_dir, exports it, prints the version path.
+
+    Args:
+      argv: what absl left of the command line (only the program name is accepted).
+      task_flags: `define_flags`' holders; tokenizer_flags: the tool's tokenizer holders.
+      model_class: the name of the `bert_keras.tasks` class expected in --model_dir
+        (imported here, after the command line is checked).
+      tool: the fine-tuning tool whose output directory --model_dir is (for messages).
+      export: `export(model, tokenizer, labels, export_dir, seq_length, version=...)` -> the
+        written version's path.
+      prog: the export tool's name.
+      needs_labels: whether --model_dir must hold labels.txt.
+
+    Returns:
+      The exit status: 0, or 1 after one error line on stderr.
+    """
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    from bert_keras import tasks
+    from data_prep.cli import report_errors
+
+    def body() -> int:
+        export_dir, version = task_flags["export_dir"].value, task_flags["version"].value
+        model, labels, tokenizer = load_task_dir(
+            task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
+            needs_labels=needs_labels, export_dir=export_dir, version=version)
+        print(export(model, tokenizer, labels, export_dir, task_flags["max_seq_length"].value,
+                     version=version))
+        return 0
+
+    return report_errors(body, task_dir_errors(), prog)

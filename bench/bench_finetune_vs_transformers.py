@@ -181,6 +181,8 @@ def run_ours(spec: dict, stages: Stages) -> dict:
                   eval_batch_size=spec["eval_batch_size"], learning_rate=spec["learning_rate"],
                   num_train_epochs=spec["epochs"], warmup_proportion=spec["warmup_proportion"],
                   seed=spec["seed"], overwrite_output=True)
+    if spec.get("head_initializer"):
+        values["head_initializer"] = spec["head_initializer"]
     if spec["task"] == "pos":
         results = run_tagger.run(label_list_file=str(files["labels"]), **values)
         accuracy = results["eval"]["token_accuracy"]
@@ -436,6 +438,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=0,
                         help="intra-op threads for both libraries (0: each library's default)")
     parser.add_argument("--nice", type=int, default=0, help="run the workers under nice -n N")
+    parser.add_argument("--head_initializer", choices=("normal", "truncated_normal"),
+                        help="ours only: the fine-tuning tools' --head_initializer (default: "
+                        "theirs, normal); truncated_normal is Google's (A/B runs, BUILD_NOTES 8.5)")
     parser.add_argument("--sides", default=",".join(SIDES),
                         help="comma-separated: ours, transformers (one side alone: A/B runs of "
                         "one library under different settings)")
@@ -460,7 +465,7 @@ def main(argv=None) -> int:
                     epochs=args.pos_epochs if pos else args.spam_epochs,
                     batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                     learning_rate=args.learning_rate, warmup_proportion=args.warmup_proportion,
-                    threads=args.threads)
+                    threads=args.threads, head_initializer=args.head_initializer)
         for i, seed in enumerate(seeds):
             order = sides if i % 2 == 0 else sides[::-1]  # alternate who runs first
             for side in order:

@@ -320,3 +320,24 @@ def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
         loop.train(None, x, {}, 2, 1.0, 1e-4, 0.1, lr_schedule="google",
                    epsilon_placement="keras")
     assert seen == {"lr_schedule": "google", "epsilon_placement": "keras"}
+
+
+def test_head_initializer_flag_reaches_the_head(tmp_path, encoder_file):
+    """--head_initializer: a flag of every fine-tuning tool, default normal (transformers'),
+    truncated_normal (Google's) on request; the trained model records which."""
+    from bert_keras.finetuning.runner import FinetuneOptions
+    from data_prep import cli
+
+    field = {f.name: f for f in cli.flag_fields(FinetuneOptions)}["head_initializer"]
+    assert field.default == "normal"
+    assert field.metadata["enum"] == ("normal", "truncated_normal")
+    train = tmp_path / "train.conll"
+    write_conll(train, 8, 0)
+    for choice in (None, "truncated_normal"):
+        out = tmp_path / str(choice)
+        flags = {} if choice is None else {"head_initializer": choice}
+        run_tagger.run(train_file=str(train), **common(out, encoder_file, do_eval=False,
+                                                       do_predict=False, num_train_steps=1,
+                                                       **flags))
+        model = model_loading.load_checkpoint(str(out)).model
+        assert model.head_initializer == (choice or "normal")

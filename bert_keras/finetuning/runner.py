@@ -178,7 +178,7 @@ class Task:
         return None
 
     def build(self, encoder: BertEncoder, labels: list[str] | None, opts,
-              head_initializer: str = "normal") -> keras.Model:
+              head_initializer: str) -> keras.Model:
         raise NotImplementedError
 
     def convert(self, examples, tokenizer, labels, common: FinetuneOptions, opts,
@@ -221,7 +221,7 @@ class LabelledFileTask(Task):
     def targets(self, features):
         return {"logits": features.arrays["label_ids"]}
 
-    def build(self, encoder, labels, opts, head_initializer="normal"):
+    def build(self, encoder, labels, opts, head_initializer):
         if labels is None:
             raise FinetuneError(f"no label list to build a {self.name} head")
         return self.model_class(encoder, len(labels), dropout=self.head_dropout(opts),
@@ -249,7 +249,7 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         if not isinstance(ckpt.model, BertEncoder):
             logging.info("%s holds a %s: using its encoder", init, type(ckpt.model).__name__)
         return task.build(ckpt.encoder, labels or ckpt.labels, opts,
-                      common.head_initializer), ckpt
+                          common.head_initializer), ckpt
     # Evaluation / prediction only: a fine-tuned model of this task.
     source = init
     if source:

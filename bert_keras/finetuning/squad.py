@@ -162,7 +162,7 @@ class SquadTask(Task):
         logging.info("%s: %s", split, stats.summary())
         return (examples, stats) if split == "train" else examples
 
-    def build(self, encoder, labels, opts, head_initializer="normal"):
+    def build(self, encoder, labels, opts, head_initializer):
         return BertSpanQA(encoder, head_initializer=head_initializer)
 
     def convert(self, examples, tokenizer, labels, common, opts, split):

@@ -30,3 +30,38 @@ def test_levels_follow_tf_cpp_min_log_level():
     assert [keep_line(l, 1, False) for l in (BANNER, INFO, WARN, ERROR)] == [False, False, True, True]
     assert all(keep_line(l, 0, False) for l in (BANNER, INFO, CUDA, CUINIT, WARN, ERROR, PYTHON))
     assert [keep_line(l, 3, False) for l in (ERROR, PYTHON)] == [False, True]
+
+
+def test_onednn_default_is_x86_only():
+    from data_prep.tf_logging import onednn_default
+
+    assert onednn_default("x86_64") == "1" and onednn_default("AMD64") == "1"
+    assert onednn_default("aarch64") is None and onednn_default("arm64") is None
+
+
+def _onednn_in_fresh_process(env_value):
+    """Whether TensorFlow's oneDNN kernels are on after bert_keras's import, in a new process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if env_value is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = env_value
+    code = ("import bert_keras\n"
+            "from tensorflow.python.util import _pywrap_util_port as port\n"
+            "print('ONEDNN', port.IsMklEnabled())\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    return out.split("ONEDNN ")[-1].strip() == "True"
+
+
+def test_onednn_on_by_default_on_x86_and_the_environment_wins():
+    import platform
+
+    import pytest
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("oneDNN is defaulted on x86-64 only")
+    assert _onednn_in_fresh_process(None)
+    assert not _onednn_in_fresh_process("0")

@@ -155,8 +155,8 @@ def _squared_norm(gradient):
                               tf.equal(tf.range(n), 0))
         segments = tf.cumsum(tf.cast(first, tf.int32)) - 1
         rows = tf.math.unsorted_segment_sum(tf.gather(values, order), segments, n)
-        return tf.reduce_sum(tf.square(rows))
-    return tf.reduce_sum(tf.square(tf.cast(gradient, tf.float32)))
+        return 2.0 * tf.nn.l2_loss(rows)
+    return 2.0 * tf.nn.l2_loss(tf.cast(gradient, tf.float32))
 
 
 def true_global_norm(gradients):

@@ -5,6 +5,7 @@ from keras import ops
 
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dropout import Dropout
+from bert_keras.layers.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -55,7 +56,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer = keras.initializers.get(initializer)
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
         )
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bert_keras.layers.activations import clone_initializer, get_activation
+from bert_keras.layers.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -53,7 +54,7 @@ class MaskedLMHead(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.transform_dense.build((None, None, hidden_size))
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
         )
         self.layer_norm.build((None, None, hidden_size))

@@ -6,6 +6,7 @@ from keras import ops
 from bert_keras.layers.activations import clone_initializer, get_activation
 from bert_keras.layers.attention import SelfAttention
 from bert_keras.layers.dropout import Dropout
+from bert_keras.layers.layer_norm import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -76,7 +77,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             )
 
         def layer_norm(name):
-            return keras.layers.LayerNormalization(
+            return LayerNorm(
                 epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy
             )
 

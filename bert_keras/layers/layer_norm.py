@@ -1,0 +1,71 @@
+"""LayerNorm: Keras' LayerNormalization over the last axis, with its gradient written out."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class LayerNorm(keras.layers.LayerNormalization):
+    """`keras.layers.LayerNormalization` whose backward pass is the closed form.
+
+    Keras computes layer normalization from `moments` in a handful of elementwise ops, and
+    automatic differentiation of those keeps several [..., H] intermediates alive until the
+    backward pass and spends about as many passes again on the gradient. Over the last axis
+    this layer computes the same function,
+
+        x_hat = (x - mean(x)) / sqrt(var(x) + epsilon),   y = x_hat * gamma + beta,
+
+    and differentiates it in closed form (what torch's fused kernel does), keeping only
+    x_hat and 1 / sqrt(var + epsilon) for the backward pass:
+
+        d_gamma = sum(dy * x_hat),   d_beta = sum(dy)   (over every axis but the last)
+        g = dy * gamma
+        dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sqrt(var + epsilon)
+
+    Statistics and arithmetic are float32 under a mixed-precision policy, as Keras'.
+    Variables, arguments and config are Keras' (checkpoints load either way); another axis,
+    `rms_scaling`, or `center`/`scale` off run Keras' own call.
+    """
+
+    def call(self, inputs):
+        axis = self.axis if isinstance(self.axis, (list, tuple)) else [self.axis]
+        rank = len(inputs.shape)
+        if (
+            self.rms_scaling
+            or not (self.center and self.scale)
+            or [a % rank for a in axis] != [rank - 1]
+        ):
+            return super().call(inputs)
+        x = ops.cast(inputs, "float32")
+        gamma = ops.cast(self.gamma, "float32")
+        beta = ops.cast(self.beta, "float32")
+        return ops.cast(_layer_norm(x, gamma, beta, self.epsilon), self.compute_dtype)
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+    """y = (x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis of float32 x."""
+
+    @ops.custom_gradient
+    def forward(x, gamma, beta):
+        mean = ops.mean(x, axis=-1, keepdims=True)
+        centered = x - mean
+        inv_std = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)
+        x_hat = centered * inv_std
+
+        def grad(*args, upstream=None):
+            if upstream is None:  # TensorFlow and JAX pass it positionally, PyTorch by keyword.
+                (upstream,) = args
+            reduce_axes = tuple(range(len(x_hat.shape) - 1))
+            d_gamma = ops.sum(upstream * x_hat, axis=reduce_axes)
+            d_beta = ops.sum(upstream, axis=reduce_axes)
+            g = upstream * gamma
+            dx = inv_std * (
+                g
+                - ops.mean(g, axis=-1, keepdims=True)
+                - x_hat * ops.mean(g * x_hat, axis=-1, keepdims=True)
+            )
+            return dx, d_gamma, d_beta
+
+        return x_hat * gamma + beta, grad
+
+    return forward(x, gamma, beta)

@@ -22,9 +22,9 @@ imports TensorFlow; once TensorFlow is imported it does nothing.
 
 It also turns on TensorFlow's oneDNN kernels on x86-64 CPUs where TensorFlow leaves them
 off. TensorFlow 2.21 enables them by default only on CPUs with AVX-512 VNNI, BF16 or AMX;
-on an AVX2-only CPU (an AMD EPYC Milan here) it runs Eigen's kernels, and a MiniLM tagger's
-training step took 1.89 s instead of 1.54 s (-18%), which put bert-keras level with
-transformers (torch uses oneDNN on every x86 CPU) instead of 1.3x ahead (BUILD_NOTES.md,
+on an AVX2-only CPU (an AMD EPYC Milan here) it runs Eigen's kernels. There the POS
+fine-tuning benchmark trained at 18.7 examples/s against 21.7 with oneDNN: 1.11x
+transformers' speed instead of 1.29x (torch uses oneDNN on every x86 CPU; BUILD_NOTES.md,
 section 8.5). The environment decides when it says anything: TF_ENABLE_ONEDNN_OPTS=0 keeps
 them off, and a process that imported TensorFlow first keeps TensorFlow's choice.
 """

@@ -1,6 +1,13 @@
-"""data_prep.tf_logging: which of TensorFlow's start-up lines are shown at each level."""
+"""data_prep.tf_logging: which of TensorFlow's start-up lines are shown at each level, and
+the oneDNN default."""
 
-from data_prep.tf_logging import keep_line
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_prep.tf_logging import ONEDNN_ENV, keep_line, onednn_default
 
 # Lines TensorFlow 2.21 printed at import on a CPU-only machine with CUDA libraries.
 BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -33,21 +40,15 @@ def test_levels_follow_tf_cpp_min_log_level():
 
 
 def test_onednn_default_is_x86_only():
-    from data_prep.tf_logging import onednn_default
-
     assert onednn_default("x86_64") == "1" and onednn_default("AMD64") == "1"
     assert onednn_default("aarch64") is None and onednn_default("arm64") is None
 
 
 def _onednn_in_fresh_process(env_value):
     """Whether TensorFlow's oneDNN kernels are on after bert_keras's import, in a new process."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    env = {k: v for k, v in os.environ.items() if k != ONEDNN_ENV}
     if env_value is not None:
-        env["TF_ENABLE_ONEDNN_OPTS"] = env_value
+        env[ONEDNN_ENV] = env_value
     code = ("import bert_keras\n"
             "from tensorflow.python.util import _pywrap_util_port as port\n"
             "print('ONEDNN', port.IsMklEnabled())\n")
@@ -57,11 +58,7 @@ def _onednn_in_fresh_process(env_value):
 
 
 def test_onednn_on_by_default_on_x86_and_the_environment_wins():
-    import platform
-
-    import pytest
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if onednn_default() is None:
         pytest.skip("oneDNN is defaulted on x86-64 only")
     assert _onednn_in_fresh_process(None)
     assert not _onednn_in_fresh_process("0")

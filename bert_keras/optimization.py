@@ -317,6 +317,36 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
     def get_config(self):
         return {**super().get_config(), "epsilon_placement": self.epsilon_placement}
 
+    def _apply_weight_decay(self, variables):
+        """Decoupled weight decay as one multiplication: var *= 1 - lr * weight_decay.
+
+        Keras' TensorFlow optimizer writes `var.assign_sub(var * wd * lr)`: two
+        multiplications over the variable and an in-place subtraction, three passes over
+        every decayed variable (all but LayerNorm and biases: nearly every parameter).
+        `var.assign(var * (1 - lr * wd))` is one pass, and the assignment adopts the
+        product's buffer instead of copying it. It is torch's form
+        (`param.mul_(1 - lr * weight_decay)`) and equal to Keras' up to rounding.
+        Other backends keep Keras' step.
+        """
+        if self.weight_decay is None or keras.backend.backend() != "tensorflow":
+            return super()._apply_weight_decay(variables)
+
+        def decay(variable):
+            if self._use_weight_decay(variable):
+                rate = tf.cast(self.learning_rate, variable.dtype) * tf.cast(
+                    self.weight_decay, variable.dtype)
+                variable.assign(variable * (1 - rate))
+
+        def apply(distribution, variables, **kwargs):
+            # As Keras: each device's copy is decayed on that device.
+            for variable in variables:
+                if isinstance(variable, keras.Variable):
+                    variable = variable.value
+                distribution.extended.update(variable, decay, group=False)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            apply, self._distribution_strategy, variables)
+
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class Lamb(TrueGlobalNormClipping, keras.optimizers.Optimizer):

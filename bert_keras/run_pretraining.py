@@ -49,6 +49,7 @@ final weights are bit-identical to an uninterrupted run's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -194,6 +195,12 @@ class PretrainingOptions:
             raise PretrainingError(f"--learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.weight_decay < 1:
             raise PretrainingError(f"--weight_decay must be in [0, 1), got {self.weight_decay}")
+        if self.deterministic and self.jit_compile:
+            # Keras compiles nothing with XLA while op determinism is on (not every XLA op
+            # is deterministic); it would only warn and run the graph.
+            raise PretrainingError(
+                "--jit_compile cannot be combined with --deterministic: Keras does not "
+                "compile with XLA while TensorFlow's op determinism is on. Drop one of them")
         if not 0 <= self.num_warmup_steps <= self.num_train_steps:
             raise PretrainingError(
                 f"--num_warmup_steps={self.num_warmup_steps} must be in [0, "
@@ -566,6 +573,31 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         output_dir, with a one-line explanation.
     """
     options.validate()
+    with _op_determinism(options.deterministic):
+        return _train(options, extra_callbacks)
+
+
+@contextlib.contextmanager
+def _op_determinism(enable: bool):
+    """TensorFlow op determinism for one run, as the process had it afterwards.
+
+    The setting is process-wide: left on, a later run in the same process (a notebook, a
+    test) would inherit it, and Keras would silently drop its --jit_compile.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework import config as tf_config  # No public disable.
+
+    turn_on = enable and not tf_config.is_op_determinism_enabled()
+    if turn_on:
+        tf.config.experimental.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if turn_on:
+            tf_config.disable_op_determinism()
+
+
+def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     import keras
     import tensorflow as tf
 
@@ -630,8 +662,6 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     if options.init_checkpoint and not os.path.isfile(
             os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
         initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
-    if options.deterministic:
-        tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(options.seed)
     keras.mixed_precision.set_global_policy(options.mixed_precision)
     distribute.configure_cpu_devices(options.num_cpu_devices)
@@ -673,6 +703,9 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
             **pretraining_losses_and_metrics(mlm_only=not options.next_sentence_prediction),
         )
         multi_worker_fix.apply(pretrainer)
+        if options.jit_compile and not pretrainer.jit_compile:
+            logging.warning("--jit_compile: Keras declined XLA for this model in this process "
+                            "(op determinism on?); training runs without XLA")
         if not options.next_sentence_prediction:
             import warnings
 

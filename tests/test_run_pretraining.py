@@ -261,10 +261,30 @@ def test_train_step_compiles_with_xla(data, tmp_path):
     config.write_text(json.dumps(dict(CONFIG, num_hidden_layers=1)))
     options = _options(data, tmp_path / "out", bert_config_file=str(config), num_train_steps=2,
                        save_checkpoints_steps=1, num_warmup_steps=1, jit_compile=True)
-    logs = train(options)
+    compiled = []
+
+    class _JitCompile(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            compiled.append(self.model.jit_compile)
+
+    logs = train(options, extra_callbacks=[_JitCompile()])
+    # Keras turns jit_compile off (with only a warning) when it declines XLA, e.g. while
+    # op determinism is on; an earlier --deterministic run in this process must not leak it.
+    assert compiled == [True]
     assert np.isfinite(logs["loss"])
     assert sorted(os.listdir(tmp_path / "out" / "checkpoints")) == [
         "ckpt-00000001.weights.h5", "ckpt-00000002.weights.h5"]
+
+
+def test_deterministic_is_for_its_run_only_and_excludes_jit_compile(dropout_run, data, tmp_path):
+    from tensorflow.python.framework import config as tf_config
+
+    # dropout_run trained with --deterministic in this process.
+    assert dropout_run.deterministic and not tf_config.is_op_determinism_enabled()
+    options = _options(data, tmp_path / "out", deterministic=True, jit_compile=True)
+    with pytest.raises(PretrainingError, match="--jit_compile cannot be combined with "
+                                               "--deterministic"):
+        train(options)
 
 
 def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):

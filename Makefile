@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-all venv venv-dev clean
+.PHONY: demo test test-integration test-all venv venv-dev clean
 
 $(VENV)/.runtime-stamp: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,13 @@ venv-dev: $(VENV)/.dev-stamp
 demo: venv
 	$(PY) scripts/quickstart.py
 
-## The default test suite (slow tests excluded; see pyproject.toml markers).
+## The default test suite (slow and integration tests excluded; see pyproject.toml markers).
 test: venv-dev
 	$(PY) -m pytest -q
+
+## The end-to-end runs in fresh processes (CI runs them after the default suite).
+test-integration: venv-dev
+	$(PY) -m pytest -q -m integration
 
 ## Everything, slow tests included.
 test-all: venv-dev

@@ -298,6 +298,7 @@ def test_in_graph_packing_equals_google_truncation():
         assert list(single["input_word_ids"][i].numpy()[: kept + 2]) == [1, *range(10, 10 + kept), 2]
 
 
+@pytest.mark.integration  # Verify's fresh processes: about 1 min on 2 cores.
 def test_verify_preprocessor_and_reject_round_robin(tmp_path):
     """Our preprocessor passes; one packed with tensorflow_text's RoundRobinTrimmer fails."""
     import tensorflow_text as tf_text
@@ -348,6 +349,7 @@ json.dump(out, sys.stdout)
 """
 
 
+@pytest.mark.integration  # About 75 s on 2 cores.
 def test_preprocessor_follows_the_tf_hub_api_in_a_fresh_process(tmp_path):
     """obj(texts), obj.tokenize (words x pieces), get_special_tokens_dict and
     bert_pack_inputs(segments, seq_length=...) behave like TF Hub's BERT preprocessors."""

@@ -183,6 +183,7 @@ json.dump({"input_word_ids": ids["input_word_ids"].numpy().tolist(),
 """
 
 
+@pytest.mark.integration  # Three exports and a fresh process: about 2 min on 2 cores.
 def test_exports_tokenize_like_the_reference_in_a_fresh_process(pipeline, reference):
     if "classifier" not in pipeline:
         pytest.skip("needs the fine-tuned classifier of the previous test")

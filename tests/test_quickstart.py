@@ -47,6 +47,7 @@ def _predictions(stdout):
     return rows
 
 
+@pytest.mark.integration  # Twelve tool processes, twice over: about 7 min on 2 cores.
 def test_quickstart_fixture_end_to_end(tmp_path):
     """corpus -> vocab -> data -> pretrain -> finetune -> export -> verify -> serve on a tiny
     fixture, through the same script and tools as `make demo`; then a rerun reuses it all."""

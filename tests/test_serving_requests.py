@@ -132,10 +132,11 @@ class _LazyExports(dict):
 
 def _request_cases():
     """README's requests; the tagger and span-QA ones (their exports take a minute to write
-    on 2 cores) run with the slow tests, the others in the default suite."""
+    on 2 cores) run with the slow tests, the others with the integration tests (each
+    export takes about a minute here too)."""
     cases = []
     for index, (model, verb, _) in enumerate(readme_requests()):
-        marks = [pytest.mark.slow] if model in ("ner", "squad") else []
+        marks = [pytest.mark.slow if model in ("ner", "squad") else pytest.mark.integration]
         cases.append(pytest.param(index, marks=marks, id=f"{index}-{model}-{verb}"))
     return cases
 

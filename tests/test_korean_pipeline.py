@@ -126,6 +126,8 @@ def _common(output_dir, init_checkpoint, **overrides):
     return values
 
 
+# With the next test, which exports its classifier: both in the integration run.
+@pytest.mark.integration
 def test_fine_tuning_tools_tokenize_like_the_reference(pipeline, reference, spy):
     tmp, lines = pipeline["tmp"], pipeline["lines"]
     # Classification: Korean sentences, labelled by whether they mention a city.

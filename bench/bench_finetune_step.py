@@ -84,6 +84,8 @@ from bench.bench_finetune_vs_transformers import (  # noqa: E402
     Stages,
     prepare_init,
     rss_mb,
+    torch_optimizer,
+    torch_step,
 )
 
 SIDES = ("ours", "ours_no_onednn", "transformers")
@@ -193,26 +195,15 @@ def run_transformers(spec: dict, stages: Stages) -> dict:
                "token_type_ids": torch.from_numpy(types)}
     targets = torch.from_numpy(labels)
 
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
-               "weight_decay": WEIGHT_DECAY},
-              {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)],
-               "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=LEARNING_RATE, eps=ADAM_EPSILON)
-    schedule = transformers.get_linear_schedule_with_warmup(
-        optimizer, int(steps * WARMUP_PROPORTION), steps)
+    optimizer, schedule = torch_optimizer(model, LEARNING_RATE, steps,
+                                          int(steps * WARMUP_PROPORTION))
     model.train()
     losses = []
     stamps = [time.perf_counter()]
     for step in range(steps):
         part = slice(step * batch, (step + 1) * batch)
-        out = model(**{k: v[part] for k, v in tensors.items()}, labels=targets[part])
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        losses.append(out.loss.item())
+        losses.append(torch_step(model, optimizer, schedule,
+                                 {k: v[part] for k, v in tensors.items()}, targets[part]))
         stamps.append(time.perf_counter())
         if step + 1 == warmup:
             stages.mark(f"after {warmup} steps")

@@ -245,6 +245,35 @@ def _hf_tagging(spec, tokenizer, files):
     return labels, train, test, test_first
 
 
+
+def torch_optimizer(model, learning_rate: float, steps: int, warmup: int):
+    """transformers' example set-up: torch AdamW with no decay on biases and LayerNorm
+    weights, epsilon ADAM_EPSILON, and `get_linear_schedule_with_warmup`."""
+    import torch
+    import transformers
+
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [{"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
+               "weight_decay": WEIGHT_DECAY},
+              {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)],
+               "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=learning_rate, eps=ADAM_EPSILON)
+    return optimizer, transformers.get_linear_schedule_with_warmup(optimizer, warmup, steps)
+
+
+def torch_step(model, optimizer, schedule, inputs: dict, labels) -> float:
+    """One update of transformers' example loop (clip at CLIP_NORM); returns the loss."""
+    import torch
+
+    out = model(**inputs, labels=labels)
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad()
+    return float(out.loss.detach())
+
+
 def run_transformers(spec: dict, stages: Stages) -> dict:
     import numpy as np
     import torch
@@ -265,16 +294,10 @@ def run_transformers(spec: dict, stages: Stages) -> dict:
     model = model_class.from_pretrained(spec["init"], num_labels=len(labels))
     stages.mark("model loaded")
 
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
-               "weight_decay": WEIGHT_DECAY},
-              {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)],
-               "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=spec["learning_rate"], eps=ADAM_EPSILON)
     n, batch = len(y_train), spec["batch_size"]
     steps = max(1, int(n / batch * spec["epochs"]))
-    warmup = int(steps * spec["warmup_proportion"])
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, steps)
+    optimizer, schedule = torch_optimizer(model, spec["learning_rate"], steps,
+                                          int(steps * spec["warmup_proportion"]))
     generator = torch.Generator().manual_seed(spec["seed"])
     tensors = {k: torch.from_numpy(v) for k, v in x_train.items()}
     targets = torch.from_numpy(y_train)
@@ -285,13 +308,8 @@ def run_transformers(spec: dict, stages: Stages) -> dict:
         if len(order) < batch:  # a new shuffled epoch; full batches only
             order = torch.randperm(n, generator=generator).tolist()
         idx, order = order[:batch], order[batch:]
-        out = model(**{k: v[idx] for k, v in tensors.items()}, labels=targets[idx])
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        losses.append(float(out.loss.detach()))
+        losses.append(torch_step(model, optimizer, schedule,
+                                 {k: v[idx] for k, v in tensors.items()}, targets[idx]))
         step += 1
         if step == 1:
             first_end = time.time()

@@ -34,6 +34,8 @@ defaults:
                   decay) for --steps updates; the process starts with TF_ENABLE_ONEDNN_OPTS
                   unset, so bert_keras's default decides (oneDNN on, on x86-64)
   ours_no_onednn  the same with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen kernels)
+  ours_padded     the same with `BertTagger(skip_padding=False)`: every padded position
+                  computed, as transformers does (ours trains padding-free by default)
   transformers    BertForTokenClassification.from_pretrained(init, num_labels=num_tags),
                   transformers' example loop: torch AdamW (no decay on biases and
                   LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ 1.0
@@ -88,7 +90,7 @@ from bench.bench_finetune_vs_transformers import (  # noqa: E402
     torch_step,
 )
 
-SIDES = ("ours", "ours_no_onednn", "transformers")
+SIDES = ("ours", "ours_no_onednn", "ours_padded", "transformers")
 DEFAULT_SIDES = ("ours", "transformers")
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"  # data_prep.tf_logging.ONEDNN_ENV (not imported here:
 # the parent stays free of TensorFlow)
@@ -141,7 +143,8 @@ def run_ours(spec: dict, stages: Stages) -> dict:
     stages.mark("imports")
     keras.utils.set_random_seed(spec["seed"])
     checkpoint = model_loading.load_checkpoint(spec["init"], want="encoder")
-    model = BertTagger(checkpoint.encoder, spec["num_tags"])
+    model = BertTagger(checkpoint.encoder, spec["num_tags"],
+                       skip_padding=spec["side"] != "ours_padded")
     stages.mark("model loaded")
     batch, steps, warmup = spec["batch_size"], spec["steps"], spec["warmup_steps"]
     ids, mask, types, labels = make_data(batch, steps, spec["seq_length"], spec["num_tags"],

@@ -18,7 +18,11 @@ which bert-keras loads through its own checkpoint loader.
 Each run is its own process (one at a time, ours and theirs alternating first), so peak RSS
 (`os.wait4`'s ru_maxrss) is that run's alone:
   ours    `bert_keras.run_classifier` / `run_tagger` as a user runs them (train, save the
-          model directory, evaluate), defaults for everything the flags below do not set
+          model directory, evaluate), defaults for everything the flags below do not set;
+          training is padding-free (the tools' default `--skip_padding`: the encoder's
+          layers run on real tokens only, with the padded computation's loss and gradients)
+  ours_padded  the same with `--noskip_padding`: every padded position computed, as
+          transformers does (an optional third side, --sides=ours,transformers,ours_padded)
   theirs  BertForSequenceClassification / BertForTokenClassification with the loop of
           transformers' own examples: torch AdamW (no decay on biases and LayerNorm),
           `get_linear_schedule_with_warmup`, gradient clipping at global norm 1.0,
@@ -50,7 +54,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 TASKS = ("spam", "pos")
-SIDES = ("ours", "transformers")
+SIDES = ("ours", "transformers", "ours_padded")
+DEFAULT_SIDES = ("ours", "transformers")
 WEIGHT_DECAY, ADAM_EPSILON, CLIP_NORM = 0.01, 1e-6, 1.0
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
             max_position_embeddings=128)
@@ -183,6 +188,8 @@ def run_ours(spec: dict, stages: Stages) -> dict:
                   seed=spec["seed"], overwrite_output=True)
     if spec.get("head_initializer"):
         values["head_initializer"] = spec["head_initializer"]
+    if spec["side"] == "ours_padded":
+        values["skip_padding"] = False
     if spec["task"] == "pos":
         results = run_tagger.run(label_list_file=str(files["labels"]), **values)
         accuracy = results["eval"]["token_accuracy"]
@@ -357,7 +364,7 @@ def run_transformers(spec: dict, stages: Stages) -> dict:
 def worker(spec_path: str, result_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     stages = Stages()
-    result = (run_ours if spec["side"] == "ours" else run_transformers)(spec, stages)
+    result = (run_transformers if spec["side"] == "transformers" else run_ours)(spec, stages)
     result["peak_anon_mb"] = stages.stop()
     result["stages"] = stages.stages
     Path(result_path).write_text(json.dumps(result, indent=1))
@@ -403,8 +410,11 @@ def _mean(values):
 
 
 def table(runs: list[dict], args) -> str:
-    lines = ["| task | measure | ours | transformers | ours / transformers |",
-             "| --- | --- | --- | --- | --- |"]
+    sides = [s for s in SIDES if any(r["side"] == s for r in runs)]
+    names = {"ours_padded": "ours, padded"}
+    lines = ["| task | measure | " + " | ".join(names.get(s, s) for s in sides)
+             + " | ours / transformers |",
+             "| --- | --- | " + "--- | " * len(sides) + "--- |"]
     for task in args.tasks:
         by_side = {side: [r for r in runs if r["task"] == task and r["side"] == side]
                    for side in SIDES}
@@ -416,7 +426,7 @@ def table(runs: list[dict], args) -> str:
             scale = 100 if key == "accuracy" else 1
             means = {s: _mean([r[key] for r in by_side[s]]) * scale for s in SIDES}
             cells = []
-            for s in SIDES:
+            for s in sides:
                 cell = fmt.format(means[s])
                 if key == "accuracy":
                     cell += " (" + ", ".join(fmt.format(r[key] * 100) for r in by_side[s]) + ")"
@@ -427,7 +437,7 @@ def table(runs: list[dict], args) -> str:
                 ratio = f"{means['ours'] - means['transformers']:+.2f} points"
             else:
                 ratio = f"{means['ours'] / means['transformers']:.2f}x"
-            lines.append(f"| {task} | {label} | {cells[0]} | {cells[1]} | {ratio} |")
+            lines.append(f"| {task} | {label} | {' | '.join(cells)} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -459,9 +469,9 @@ def main(argv=None) -> int:
     parser.add_argument("--head_initializer", choices=("normal", "truncated_normal"),
                         help="ours only: the fine-tuning tools' --head_initializer (default: "
                         "theirs, normal); truncated_normal is Google's (A/B runs, BUILD_NOTES 8.5)")
-    parser.add_argument("--sides", default=",".join(SIDES),
-                        help="comma-separated: ours, transformers (one side alone: A/B runs of "
-                        "one library under different settings)")
+    parser.add_argument("--sides", default=",".join(DEFAULT_SIDES),
+                        help="comma-separated: ours, transformers, ours_padded (one side alone: "
+                        "A/B runs of one library under different settings)")
     args = parser.parse_args(argv)
     args.tasks = [t for t in args.tasks.split(",") if t]
     unknown = set(args.tasks) - set(TASKS)

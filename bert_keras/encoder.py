@@ -200,7 +200,7 @@ class BertEncoder(keras.Model):
             layer_norm_eps=self.layer_norm_epsilon,
         )
 
-    def last_layer_at(self, inputs, positions):
+    def last_layer_at(self, inputs, positions, skip_padding=False):
         """The last layer's output at `positions` only: [B, Q, H].
 
         Runs the embeddings and every layer but the last in full, and the last layer only
@@ -214,23 +214,33 @@ class BertEncoder(keras.Model):
         Args:
           inputs: dict with input_word_ids, input_mask, input_type_ids ([B, S]).
           positions: int Tensor [B, Q] of indices into S.
+          skip_padding: in training, run every layer but the last on real tokens only
+            (`TransformerEncoderBlock`'s `skip_padding`): the same values at real
+            positions; padded rows are zeros, which the last layer's keys never read
+            (they are masked). Positions must be real tokens.
         """
         mask = inputs[schema.MODEL_INPUT_MASK]
         x = self.embeddings_layer(inputs[schema.INPUT_WORD_IDS], inputs[schema.INPUT_TYPE_IDS])
         for block in self.transformer_layers[:-1]:
-            x = block(x, attention_mask=mask)
+            x = block(x, attention_mask=mask, skip_padding=skip_padding)
         return self.transformer_layers[-1](x, attention_mask=mask, output_positions=positions)
 
-    def sequence_output_only(self, inputs):
+    def sequence_output_only(self, inputs, skip_padding=False):
         """The last layer's output [B, S, H], without computing the pooler.
 
         For heads that read every token (tagging, span QA). Like `last_layer_at`, call it
         on Keras inputs inside a functional model (with `ListsEncoderWhole`) or eagerly.
+
+        Args:
+          inputs: dict with input_word_ids, input_mask, input_type_ids ([B, S]).
+          skip_padding: in training, run the layers on real tokens only
+            (`TransformerEncoderBlock`'s `skip_padding`): the same values at real
+            positions, zeros at padded ones. For heads whose loss ignores padding.
         """
         mask = inputs[schema.MODEL_INPUT_MASK]
         x = self.embeddings_layer(inputs[schema.INPUT_WORD_IDS], inputs[schema.INPUT_TYPE_IDS])
         for block in self.transformer_layers:
-            x = block(x, attention_mask=mask)
+            x = block(x, attention_mask=mask, skip_padding=skip_padding)
         return x
 
     def get_embedding_table(self):

@@ -15,6 +15,11 @@ Logits are float32 even under a mixed dtype policy, so the losses stay in float3
 
 The models are trained with plain `compile`/`fit`; `compile_args` below gives the matching
 losses and metrics (tagging ignores label -1: [CLS], [SEP], padding and non-first sub-tokens).
+
+The classifier and the tagger train padding-free by default (`skip_padding`): the encoder's
+layers run on the real tokens of a batch only, with the padded computation's loss and
+gradients (`bert_keras.layers.padding_free`). Span QA does not: its softmax runs over
+every position, padding included, as in Google's run_squad.py.
 """
 
 import keras
@@ -56,6 +61,11 @@ def _check_head_initializer(head_initializer):
     if head_initializer not in HEAD_INITIALIZERS:
         raise ValueError(f"`head_initializer` must be one of {HEAD_INITIALIZERS}. "
                          f"Received: head_initializer={head_initializer!r}")
+
+
+def _check_skip_padding(skip_padding):
+    if not isinstance(skip_padding, bool):
+        raise ValueError(f"`skip_padding` must be True or False. Received: skip_padding={skip_padding!r}")
 
 
 def _initializer(encoder, head_initializer):
@@ -121,13 +131,19 @@ class BertClassifier(_TaskModel):
       dropout: dropout rate on the pooled output (Google's run_classifier uses 0.1).
       head_initializer: "normal" or "truncated_normal" (Google's), for the head's kernel
         (std: the encoder's initializer_range; see `HEAD_INITIALIZERS`).
+      skip_padding: in training, run the encoder's layers on real tokens only (see
+        `bert_keras.layers.padding_free`): the same loss and gradients, less work when
+        sequences are padded. False runs the padded computation. Inference is padded
+        either way.
     """
 
-    def __init__(self, encoder, num_classes, dropout=0.1, head_initializer="normal", **kwargs):
+    def __init__(self, encoder, num_classes, dropout=0.1, head_initializer="normal",
+                 skip_padding=True, **kwargs):
         _check_encoder(encoder)
         _check_num_classes(num_classes)
         _check_dropout(dropout)
         _check_head_initializer(head_initializer)
+        _check_skip_padding(skip_padding)
         head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="classifier_dropout")
         head = keras.layers.Dense(
             num_classes,
@@ -140,7 +156,8 @@ class BertClassifier(_TaskModel):
         # Only [CLS] is read, so the last layer runs at that one position (same values as
         # the full encoder's pooled_output, at about 1/S of the last layer's cost).
         cls_position = ops.zeros_like(inputs[schema.INPUT_WORD_IDS][:, :1])  # [B, 1]
-        cls_vector = encoder.last_layer_at(inputs, cls_position)[:, 0, :]  # [B, H]
+        cls_vector = encoder.last_layer_at(inputs, cls_position,
+                                           skip_padding=skip_padding)[:, 0, :]  # [B, H]
         pooled = encoder.pooler_layer(cls_vector)  # [B, H]
         logits = ops.cast(head(head_dropout(pooled)), "float32")  # [B, C]
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
@@ -149,12 +166,13 @@ class BertClassifier(_TaskModel):
         self.num_classes = num_classes
         self.dropout = dropout
         self.head_initializer = head_initializer
+        self.skip_padding = skip_padding
         self.classifier_dropout = head_dropout
         self.classifier = head
 
     def get_config(self):
         return {**self._base_config(), "num_classes": self.num_classes, "dropout": self.dropout,
-                "head_initializer": self.head_initializer}
+                "head_initializer": self.head_initializer, "skip_padding": self.skip_padding}
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -172,15 +190,22 @@ class BertTagger(_TaskModel):
       dropout: dropout rate on the sequence output.
       head_initializer: "normal" or "truncated_normal" (Google's), for the head's kernel
         (std: the encoder's initializer_range; see `HEAD_INITIALIZERS`).
+      skip_padding: in training, run the encoder's layers on real tokens only (see
+        `bert_keras.layers.padding_free`): the same loss and gradients as long as padded
+        positions carry the ignored label -1 (as `data_prep.tagging` writes them), less
+        work when sentences are shorter than S. False runs the padded computation.
+        Inference is padded either way.
     """
 
     reads_pooler = False
 
-    def __init__(self, encoder, num_classes, dropout=0.1, head_initializer="normal", **kwargs):
+    def __init__(self, encoder, num_classes, dropout=0.1, head_initializer="normal",
+                 skip_padding=True, **kwargs):
         _check_encoder(encoder)
         _check_num_classes(num_classes)
         _check_dropout(dropout)
         _check_head_initializer(head_initializer)
+        _check_skip_padding(skip_padding)
         head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="tagger_dropout")
         head = keras.layers.Dense(
             num_classes,
@@ -190,7 +215,7 @@ class BertTagger(_TaskModel):
         )
 
         inputs = dict(encoder.input)
-        sequence = encoder.sequence_output_only(inputs)  # [B, S, H], no pooler
+        sequence = encoder.sequence_output_only(inputs, skip_padding=skip_padding)  # [B, S, H]
         logits = ops.cast(head(head_dropout(sequence)), "float32")  # [B, S, C]
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 
@@ -198,12 +223,13 @@ class BertTagger(_TaskModel):
         self.num_classes = num_classes
         self.dropout = dropout
         self.head_initializer = head_initializer
+        self.skip_padding = skip_padding
         self.tagger_dropout = head_dropout
         self.tagger = head
 
     def get_config(self):
         return {**self._base_config(), "num_classes": self.num_classes, "dropout": self.dropout,
-                "head_initializer": self.head_initializer}
+                "head_initializer": self.head_initializer, "skip_padding": self.skip_padding}
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -251,6 +277,17 @@ class BertSpanQA(_TaskModel):
 
     def get_config(self):
         return {**self._base_config(), "head_initializer": self.head_initializer}
+
+
+def with_skip_padding(model, skip_padding):
+    """`model` if its `skip_padding` is `skip_padding`, else a copy built with it (same
+    weights; the setting is part of a task model's graph)."""
+    _check_skip_padding(skip_padding)
+    if model.skip_padding == skip_padding:
+        return model
+    copy = type(model).from_config({**model.get_config(), "skip_padding": skip_padding})
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def compile_args(model):

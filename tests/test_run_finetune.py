@@ -341,3 +341,37 @@ def test_head_initializer_flag_reaches_the_head(tmp_path, encoder_file):
                                                        **flags))
         model = model_loading.load_checkpoint(str(out)).model
         assert model.head_initializer == (choice or "normal")
+
+
+@pytest.mark.parametrize("module_name", ["run_tagger", "run_classifier"])
+def test_skip_padding_flag_reaches_the_model(tmp_path, encoder_file, module_name):
+    """--skip_padding (default on) builds the tagger / classifier padding-free;
+    --noskip_padding the padded one; a model trained further takes this run's setting."""
+    from bert_keras.finetuning.classification import ClassifierOptions
+    from bert_keras.finetuning.tagging import TaggerOptions
+    from data_prep import cli
+
+    options = TaggerOptions if module_name == "run_tagger" else ClassifierOptions
+    assert {f.name: f for f in cli.flag_fields(options)}["skip_padding"].default is True
+    module = run_tagger if module_name == "run_tagger" else run_classifier
+    if module_name == "run_tagger":
+        train = tmp_path / "train.conll"
+        write_conll(train, 8, 0)
+    else:
+        train = tmp_path / "train.jsonl"
+        write_classification(train, 8, 0)
+    trained = {}
+    for skip in (None, False):
+        out = tmp_path / str(skip)
+        flags = {} if skip is None else {"skip_padding": skip}
+        module.run(train_file=str(train), **common(out, encoder_file, do_eval=False,
+                                                   do_predict=False, num_train_steps=1,
+                                                   **flags))
+        trained[skip] = model_loading.load_checkpoint(str(out)).model
+        assert trained[skip].skip_padding is (skip is None)
+    # Further training of the padding-free model with --noskip_padding: a padded copy.
+    out = tmp_path / "further"
+    module.run(train_file=str(train), **common(out, str(tmp_path / "None"), do_eval=False,
+                                               do_predict=False, num_train_steps=1,
+                                               skip_padding=False))
+    assert model_loading.load_checkpoint(str(out)).model.skip_padding is False

@@ -49,6 +49,11 @@ class ClassifierOptions:
                                      "--train_file (or labels.txt of the model).")
     label_list_file: str | None = option(None, "Labels in id order, one a line.")
     classifier_dropout: float = option(0.1, "Dropout on the pooled output.")
+    skip_padding: bool = option(
+        True, "In training, run the encoder on the real tokens of each batch only, not on padding: "
+        "the same loss and gradients, faster when texts are shorter than --max_seq_length "
+        "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
+        "Padded under --jit_compile and on TPUs.")
     allow_single_class: bool = option(False, "Accept a --train_file whose examples all have "
                                       "one label (otherwise an error: such a model always "
                                       "predicts that label).")

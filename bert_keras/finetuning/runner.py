@@ -30,7 +30,7 @@ from bert_keras import model_loading
 from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
-from bert_keras.tasks import HEAD_INITIALIZERS
+from bert_keras.tasks import HEAD_INITIALIZERS, with_skip_padding
 from bert_keras.tensorboard import TensorBoard
 from data_prep import files, tokenizer_config
 from data_prep.cli import option, split_values
@@ -181,6 +181,11 @@ class Task:
               head_initializer: str) -> keras.Model:
         raise NotImplementedError
 
+    def to_train_further(self, model: keras.Model, opts) -> keras.Model:
+        """A fine-tuned model of this task, loaded to be trained further, with this run's
+        settings."""
+        return model
+
     def convert(self, examples, tokenizer, labels, common: FinetuneOptions, opts,
                 split: str) -> Features:
         raise NotImplementedError
@@ -225,7 +230,11 @@ class LabelledFileTask(Task):
         if labels is None:
             raise FinetuneError(f"no label list to build a {self.name} head")
         return self.model_class(encoder, len(labels), dropout=self.head_dropout(opts),
-                                head_initializer=head_initializer)
+                                head_initializer=head_initializer,
+                                skip_padding=opts.skip_padding)
+
+    def to_train_further(self, model, opts):
+        return with_skip_padding(model, opts.skip_padding)
 
     def head_dropout(self, opts) -> float:
         raise NotImplementedError
@@ -245,7 +254,7 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         ckpt = model_loading.load_checkpoint(init, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
             logging.info("Training further the fine-tuned %s of %s", task.model_class.__name__, init)
-            return ckpt.model, ckpt
+            return task.to_train_further(ckpt.model, opts), ckpt
         if not isinstance(ckpt.model, BertEncoder):
             logging.info("%s holds a %s: using its encoder", init, type(ckpt.model).__name__)
         return task.build(ckpt.encoder, labels or ckpt.labels, opts,

@@ -34,6 +34,11 @@ class TaggerOptions:
     label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "
                                          "sorted tags of --train_file.")
     tagger_dropout: float = option(0.1, "Dropout on the sequence output.")
+    skip_padding: bool = option(
+        True, "In training, run the encoder on the real tokens of each batch only, not on padding: "
+        "the same loss and gradients, faster when sentences are shorter than --max_seq_length "
+        "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
+        "Padded under --jit_compile and on TPUs.")
     allow_single_class: bool = option(False, "Accept a --train_file whose words all have one "
                                       "tag (otherwise an error).")
 

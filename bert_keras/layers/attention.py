@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from bert_keras.layers import padding_free
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dropout import Dropout
 
@@ -67,22 +68,29 @@ class SelfAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def call(self, x, attention_mask=None, training=None, query=None):
+    def call(self, x, attention_mask=None, training=None, query=None, rows=None):
         """Attends every query position to every unmasked position of `x`.
 
         Args:
-          x: float Tensor of shape [B, S, H], the sequence attended to (keys and values).
+          x: float Tensor of shape [B, S, H], the sequence attended to (keys and values);
+            with `rows`, float Tensor [T, H] of the real tokens only.
           attention_mask: int or float Tensor of shape [B, S], 1 for real tokens and 0 for
             padding (the `input_mask` of BERT), or None for no masking.
           training: Python bool, whether dropout is active.
           query: optional float Tensor [B, Q, H], the vectors that attend (their queries);
             None means `x` itself (Q = S). A subset of `x`'s rows gives exactly those rows
             of the full output, at Q/S of the cost of the queries' share of the work.
+          rows: optional int32 Tensor [T] from `padding_free.real_rows(attention_mask)`:
+            `x` holds those rows of the flattened [B * S, H] batch. The projections run on
+            the T rows, attention on the padded layout (zeros at padded positions, which
+            the mask hides), and the output is the T rows again (TensorFlow only).
 
         Returns:
           float Tensor of shape [B, Q, H], the heads' context vectors concatenated (before
-          the output projection, which lives in the transformer block).
+          the output projection, which lives in the transformer block); [T, H] with `rows`.
         """
+        if rows is not None:
+            return self._call_on_rows(x, attention_mask, training, rows)
         if query is None:
             query = x
         batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
@@ -90,7 +98,27 @@ class SelfAttention(keras.layers.Layer):
         q = self._split_heads(self.query(query), batch_size, query_length)  # [B, N, Q, D]
         k = self._split_heads(self.key(x), batch_size, seq_length)  # [B, N, S, D]
         v = self._split_heads(self.value(x), batch_size, seq_length)  # [B, N, S, D]
+        context = self._attend(q, k, v, attention_mask, training)  # [B, N, Q, D]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, Q, N, D]
+        return ops.reshape(context, (batch_size, query_length, self.num_heads * self.head_size))
 
+    def _call_on_rows(self, x, attention_mask, training, rows):
+        batch_size, seq_length = ops.shape(attention_mask)[0], ops.shape(attention_mask)[1]
+        num_rows = batch_size * seq_length
+
+        def padded_heads(projection):
+            # [T, H] -> [B * S, H] (zeros at padding) -> [B, N, S, D]
+            padded = padding_free.scatter_rows(projection(x), rows, num_rows)
+            return self._split_heads(padded, batch_size, seq_length)
+
+        q, k, v = padded_heads(self.query), padded_heads(self.key), padded_heads(self.value)
+        context = self._attend(q, k, v, attention_mask, training)  # [B, N, S, D]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, S, N, D]
+        context = ops.reshape(context, (num_rows, self.num_heads * self.head_size))
+        return padding_free.gather_rows(context, rows)  # [T, H]
+
+    def _attend(self, q, k, v, attention_mask, training):
+        """Scaled dot-product attention: [B, N, Q, D] queries over [B, N, S, D] -> [B, N, Q, D]."""
         # [B, N, Q, D] x [B, N, D, S] -> [B, N, Q, S], in float32 for a stable softmax.
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
         scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size))
@@ -102,9 +130,7 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.cast(probs, self.compute_dtype)
         probs = self.dropout_layer(probs, training=training)
 
-        context = ops.matmul(probs, v)  # [B, N, Q, D]
-        context = ops.transpose(context, (0, 2, 1, 3))  # [B, Q, N, D]
-        return ops.reshape(context, (batch_size, query_length, self.num_heads * self.head_size))
+        return ops.matmul(probs, v)  # [B, N, Q, D]
 
     def compute_output_shape(self, x_shape, attention_mask_shape=None, query_shape=None):
         return tuple(x_shape if query_shape is None else query_shape)

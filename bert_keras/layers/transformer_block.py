@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from bert_keras.layers import padding_free
 from bert_keras.layers.activations import clone_initializer, get_activation
 from bert_keras.layers.attention import SelfAttention
 from bert_keras.layers.dropout import Dropout
@@ -94,7 +95,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.output_layer_norm.build(input_shape)
         self.built = True
 
-    def call(self, x, attention_mask=None, training=None, output_positions=None):
+    def call(self, x, attention_mask=None, training=None, output_positions=None,
+             skip_padding=False):
         """Runs the layer.
 
         Args:
@@ -105,11 +107,26 @@ class TransformerEncoderBlock(keras.layers.Layer):
             output only at these positions (all S positions still serve as keys and
             values). Pretraining reads the last layer only at [CLS] and the masked
             positions, so its last layer needs Q = 1 + P of the S rows.
+          skip_padding: Python bool. In training (TensorFlow, outside XLA; see
+            `padding_free`), run the projections, feed-forward, LayerNorms and dropout on
+            the real tokens only. Real tokens get the same outputs; padded rows come out
+            as zeros. Ignored with `output_positions`.
 
         Returns:
           float Tensor of shape [B, S, H], or [B, Q, H] with `output_positions`: row j is
           row `output_positions[:, j]` of the full output.
         """
+        if (skip_padding and output_positions is None
+                and padding_free.padding_free_applies(training, attention_mask)):
+            batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
+            num_rows = batch_size * seq_length
+            rows = padding_free.real_rows(attention_mask)  # [T]
+            x_rows = padding_free.gather_rows(ops.reshape(x, (num_rows, -1)), rows)  # [T, H]
+            attended = self.self_attention(x_rows, attention_mask=attention_mask,
+                                           training=training, rows=rows)  # [T, H]
+            y_rows = self._after_attention(x_rows, attended, training)
+            y = padding_free.scatter_rows(y_rows, rows, num_rows)  # [B * S, H]
+            return ops.reshape(y, ops.shape(x))
         if output_positions is None:
             attended = self.self_attention(x, attention_mask=attention_mask, training=training)
         else:
@@ -119,10 +136,15 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 x, attention_mask=attention_mask, training=training, query=residual
             )
             x = residual
+        return self._after_attention(x, attended, training)
+
+    def _after_attention(self, x, attended, training):
+        """Output projection, feed-forward, residuals and LayerNorms; every row on its own
+        ([..., H] in and out)."""
         attended = self.attention_dropout_layer(self.attention_output(attended), training=training)
         x = self.attention_layer_norm(x + attended)
 
-        hidden = self._activation_fn(self.intermediate(x))  # [B, S or Q, I]
+        hidden = self._activation_fn(self.intermediate(x))  # [B, S or Q, I] or [T, I]
         hidden = self.output_dropout_layer(self.output_dense(hidden), training=training)
         return self.output_layer_norm(x + hidden)
 

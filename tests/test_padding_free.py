@@ -100,11 +100,7 @@ def test_the_layers_skip_padded_rows_in_training_only():
 
 
 def _sequence(encoder, x, skip_padding, training):
-    mask = x["input_mask"]
-    h = encoder.embeddings_layer(x["input_word_ids"], x["input_type_ids"], training=training)
-    for block in encoder.transformer_layers:
-        h = block(h, attention_mask=mask, training=training, skip_padding=skip_padding)
-    return h.numpy()
+    return _sequence_tensor(encoder, x, skip_padding, training).numpy()
 
 
 def test_xla_runs_the_padded_computation():
@@ -163,3 +159,32 @@ def test_config_and_with_skip_padding():
         BertTagger(encoder, 7, skip_padding="yes")
     # Span QA's softmax runs over padded positions too: it has no such option.
     assert "skip_padding" not in BertSpanQA(encoder).get_config()
+
+
+def test_batches_with_little_padding_run_padded():
+    """Below MIN_PADDING of padding the gathers would cost more than they save: the batch
+    runs padded (padded rows get the padded computation's values, not zeros); above it,
+    padding-free. The choice is per batch, inside one traced function."""
+    encoder = _encoder()
+    almost_full = np.ones((B, S), np.int32)
+    almost_full[2, -1] = 0  # 1 padded position of 55: under 10%
+    assert 1 / (B * S) < padding_free.MIN_PADDING <= (TRAILING == 0).mean()
+    step = tf.function(lambda x: _sequence_tensor(encoder, x, skip_padding=True, training=True))
+    for mask, skipped in ((almost_full, False), (TRAILING, True)):
+        x = _inputs(mask)
+        got = step(x).numpy()
+        padded = _sequence(encoder, x, skip_padding=False, training=True)
+        pad = mask == 0
+        if skipped:
+            assert np.all(got[pad] == 0)
+        else:
+            np.testing.assert_allclose(got[pad], padded[pad], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[~pad], padded[~pad], rtol=1e-5, atol=1e-6)
+
+
+def _sequence_tensor(encoder, x, skip_padding, training):
+    mask = x["input_mask"]
+    h = encoder.embeddings_layer(x["input_word_ids"], x["input_type_ids"], training=training)
+    for block in encoder.transformer_layers:
+        h = block(h, attention_mask=mask, training=training, skip_padding=skip_padding)
+    return h

@@ -109,8 +109,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
             positions, so its last layer needs Q = 1 + P of the S rows.
           skip_padding: Python bool. In training (TensorFlow, outside XLA; see
             `padding_free`), run the projections, feed-forward, LayerNorms and dropout on
-            the real tokens only. Real tokens get the same outputs; padded rows come out
-            as zeros. Ignored with `output_positions`.
+            the real tokens only, in batches with at least `padding_free.MIN_PADDING` of
+            padding. Real tokens get the same outputs; padded rows come out as zeros.
+            Ignored with `output_positions`.
 
         Returns:
           float Tensor of shape [B, S, H], or [B, Q, H] with `output_positions`: row j is
@@ -118,15 +119,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
         """
         if (skip_padding and output_positions is None
                 and padding_free.padding_free_applies(training, attention_mask)):
-            batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
-            num_rows = batch_size * seq_length
             rows = padding_free.real_rows(attention_mask)  # [T]
-            x_rows = padding_free.gather_rows(ops.reshape(x, (num_rows, -1)), rows)  # [T, H]
-            attended = self.self_attention(x_rows, attention_mask=attention_mask,
-                                           training=training, rows=rows)  # [T, H]
-            y_rows = self._after_attention(x_rows, attended, training)
-            y = padding_free.scatter_rows(y_rows, rows, num_rows)  # [B * S, H]
-            return ops.reshape(y, ops.shape(x))
+            return padding_free.if_worth_it(
+                rows, attention_mask,
+                lambda: self._call_on_rows(x, attention_mask, training, rows),
+                lambda: self.call(x, attention_mask=attention_mask, training=training))
         if output_positions is None:
             attended = self.self_attention(x, attention_mask=attention_mask, training=training)
         else:
@@ -137,6 +134,17 @@ class TransformerEncoderBlock(keras.layers.Layer):
             )
             x = residual
         return self._after_attention(x, attended, training)
+
+    def _call_on_rows(self, x, attention_mask, training, rows):
+        """The layer on the real-token rows `rows` of x (padding_free.real_rows)."""
+        batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
+        num_rows = batch_size * seq_length
+        x_rows = padding_free.gather_rows(ops.reshape(x, (num_rows, -1)), rows)  # [T, H]
+        attended = self.self_attention(x_rows, attention_mask=attention_mask,
+                                       training=training, rows=rows)  # [T, H]
+        y_rows = self._after_attention(x_rows, attended, training)
+        y = padding_free.scatter_rows(y_rows, rows, num_rows)  # [B * S, H]
+        return ops.reshape(y, ops.shape(x))
 
     def _after_attention(self, x, attended, training):
         """Output projection, feed-forward, residuals and LayerNorms; every row on its own

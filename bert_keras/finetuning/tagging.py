@@ -35,7 +35,8 @@ class TaggerOptions:
                                          "sorted tags of --train_file.")
     tagger_dropout: float = option(0.1, "Dropout on the sequence output.")
     skip_padding: bool = option(
-        True, "In training, run the encoder on the real tokens of each batch only, not on padding: "
+        True, "In training, run the encoder on the real tokens only in batches with at least 10% "
+        "padding: "
         "the same loss and gradients, faster when sentences are shorter than --max_seq_length "
         "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
         "Padded under --jit_compile and on TPUs.")

@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from bert_keras.finetuning.runner import (Features, FinetuneError, LabelledFileTask,
-                                          labels_from_flags)
+from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
+                                          LabelledFileTask, labels_from_flags)
 from bert_keras.tasks import BertClassifier
 from data_prep import classification, files
 from data_prep.cli import option
@@ -49,12 +49,7 @@ class ClassifierOptions:
                                      "--train_file (or labels.txt of the model).")
     label_list_file: str | None = option(None, "Labels in id order, one a line.")
     classifier_dropout: float = option(0.1, "Dropout on the pooled output.")
-    skip_padding: bool = option(
-        True, "In training, run the encoder on the real tokens only in batches with at least 10% "
-        "padding: "
-        "the same loss and gradients, faster when texts are shorter than --max_seq_length "
-        "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
-        "Padded under --jit_compile and on TPUs.")
+    skip_padding: bool = option(True, SKIP_PADDING_HELP)
     allow_single_class: bool = option(False, "Accept a --train_file whose examples all have "
                                       "one label (otherwise an error: such a model always "
                                       "predicts that label).")

@@ -39,6 +39,13 @@ from data_prep.tokenization import load_tokenizer
 
 LOGS_DIR = "logs"  # TensorBoard event files under --output_dir: train/ and validation/
 
+# --skip_padding of the tasks whose heads ignore padding (classification, tagging).
+SKIP_PADDING_HELP = (
+    "In training, run the encoder on the real tokens only in batches with at least 10% "
+    "padding: the same loss and gradients, faster when inputs are shorter than "
+    "--max_seq_length (bert_keras.layers.padding_free). --noskip_padding runs the padded "
+    "computation. Padded under --jit_compile and on TPUs.")
+
 
 class FinetuneError(ValueError):
     """Bad flags, inputs or model for a fine-tuning run; the message names the flag or file."""

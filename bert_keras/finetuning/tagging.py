@@ -15,7 +15,8 @@ from typing import Sequence
 
 from absl import logging
 
-from bert_keras.finetuning.runner import Features, LabelledFileTask, labels_from_flags
+from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, LabelledFileTask,
+                                         labels_from_flags)
 from bert_keras.tasks import BertTagger
 from data_prep import files, tagging
 from data_prep.cli import option
@@ -34,12 +35,7 @@ class TaggerOptions:
     label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "
                                          "sorted tags of --train_file.")
     tagger_dropout: float = option(0.1, "Dropout on the sequence output.")
-    skip_padding: bool = option(
-        True, "In training, run the encoder on the real tokens only in batches with at least 10% "
-        "padding: "
-        "the same loss and gradients, faster when sentences are shorter than --max_seq_length "
-        "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
-        "Padded under --jit_compile and on TPUs.")
+    skip_padding: bool = option(True, SKIP_PADDING_HELP)
     allow_single_class: bool = option(False, "Accept a --train_file whose words all have one "
                                       "tag (otherwise an error).")
 

@@ -13,8 +13,8 @@ padding (tagging: label -1; classification: [CLS] only).
 With S = 64 and sentences of 25 tokens on average (Brown POS), the matrix products of a
 training step shrink to about 40% (BUILD_NOTES.md section 8.5). A batch with less than
 MIN_PADDING of padding runs padded: there the gathers and scatters would cost more than
-they save. NVIDIA's FasterTransformer
-("remove padding") and Graphcore's packed BERT do the same for inference and pretraining.
+they save. NVIDIA's FasterTransformer ("remove padding") and Graphcore's packed BERT do
+the same for inference and pretraining.
 
 TensorFlow only, and not under XLA (TPUs, `jit_compile=True`), which wants static shapes:
 there `padding_free_applies` says no and the layers run padded.

@@ -41,10 +41,10 @@ LOGS_DIR = "logs"  # TensorBoard event files under --output_dir: train/ and vali
 
 # --skip_padding of the tasks whose heads ignore padding (classification, tagging).
 SKIP_PADDING_HELP = (
-    "In training, run the encoder on the real tokens only in batches with at least 10% "
-    "padding: the same loss and gradients, faster when inputs are shorter than "
-    "--max_seq_length (bert_keras.layers.padding_free). --noskip_padding runs the padded "
-    "computation. Padded under --jit_compile and on TPUs.")
+    "In training, run the encoder on the real tokens only: the same loss and gradients, "
+    "faster when inputs are shorter than --max_seq_length "
+    "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
+    "Padded under --jit_compile and on TPUs.")
 
 
 class FinetuneError(ValueError):

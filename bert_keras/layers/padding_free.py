@@ -11,10 +11,11 @@ padded computation gives them, which nothing downstream reads when the loss igno
 padding (tagging: label -1; classification: [CLS] only).
 
 With S = 64 and sentences of 25 tokens on average (Brown POS), the matrix products of a
-training step shrink to about 40% (BUILD_NOTES.md section 8.5). A batch with less than
-MIN_PADDING of padding runs padded: there the gathers and scatters would cost more than
-they save. NVIDIA's FasterTransformer ("remove padding") and Graphcore's packed BERT do
-the same for inference and pretraining.
+training step shrink to about 40% (BUILD_NOTES.md section 8.5). A batch with no padding
+pays the gathers and scatters for nothing (about 4% of a MiniLM step); choosing per batch
+with a `tf.cond` cost more than that: ~150 MB of memory, and slower steps, on Brown POS.
+NVIDIA's FasterTransformer ("remove padding") and Graphcore's packed BERT do the same for
+inference and pretraining.
 
 TensorFlow only, and not under XLA (TPUs, `jit_compile=True`), which wants static shapes:
 there `padding_free_applies` says no and the layers run padded.
@@ -23,10 +24,6 @@ Shapes: B = batch, S = sequence length, H = hidden size, T = real tokens in the 
 """
 
 import keras
-
-# Batches with less padding than this fraction of B * S run padded: the gathers and
-# scatters cost about 4% of a MiniLM tagger step, more than a few padded rows save.
-MIN_PADDING = 0.1
 
 
 def padding_free_applies(training, attention_mask) -> bool:
@@ -56,16 +53,6 @@ def real_rows(attention_mask):
 
     flat = tf.reshape(attention_mask, [-1])
     return tf.cast(tf.where(tf.not_equal(flat, tf.zeros([], flat.dtype)))[:, 0], tf.int32)
-
-
-def if_worth_it(rows, attention_mask, on_rows, padded):
-    """`on_rows()` if the batch has at least MIN_PADDING of padding, else `padded()`
-    (a `tf.cond`: the choice is made per batch, both results shaped [B, S, H])."""
-    import tensorflow as tf
-
-    real = tf.cast(tf.size(rows), tf.float32)
-    total = tf.cast(tf.size(attention_mask), tf.float32)
-    return tf.cond(real <= (1.0 - MIN_PADDING) * total, on_rows, padded)
 
 
 def gather_rows(x, rows):

@@ -109,8 +109,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
             positions, so its last layer needs Q = 1 + P of the S rows.
           skip_padding: Python bool. In training (TensorFlow, outside XLA; see
             `padding_free`), run the projections, feed-forward, LayerNorms and dropout on
-            the real tokens only, in batches with at least `padding_free.MIN_PADDING` of
-            padding. Real tokens get the same outputs; padded rows come out as zeros.
+            the real tokens only. Real tokens get the same outputs; padded rows come out
+            as zeros.
             Ignored with `output_positions`.
 
         Returns:
@@ -120,10 +120,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         if (skip_padding and output_positions is None
                 and padding_free.padding_free_applies(training, attention_mask)):
             rows = padding_free.real_rows(attention_mask)  # [T]
-            return padding_free.if_worth_it(
-                rows, attention_mask,
-                lambda: self._call_on_rows(x, attention_mask, training, rows),
-                lambda: self.call(x, attention_mask=attention_mask, training=training))
+            return self._call_on_rows(x, attention_mask, training, rows)
         if output_positions is None:
             attended = self.self_attention(x, attention_mask=attention_mask, training=training)
         else:

@@ -80,6 +80,7 @@ def test_cli_help_and_unknown_flag():
     assert result.returncode != 0 and "error: --frobnicate: unknown flag" in result.stderr
 
 
+@pytest.mark.integration  # The tool in fresh processes: about 14 s on 2 cores.
 def test_cli_converts_and_reports_errors_without_traceback(tmp_path, keras_file):
     path, model = keras_file
     out = str(tmp_path / "model.ckpt")

@@ -312,6 +312,7 @@ def _subprocess_env():
     return env
 
 
+@pytest.mark.integration  # The tool in fresh processes: about 18 s on 2 cores.
 def test_command_line_exit_code_and_sigkill(tmp_path):
     cmd = [sys.executable, "-m", "data_prep.create_pretraining_data", f"--vocab_file={VOCAB}",
            "--max_seq_length=32", "--max_predictions_per_seq=5", "--num_examples_to_print=0"]

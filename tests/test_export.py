@@ -101,6 +101,7 @@ def test_wrong_vocab_size_is_refused(exported, tmp_path):
     assert not os.path.exists(tmp_path / "m" / "1")
 
 
+@pytest.mark.integration  # Verify's fresh processes: about 20 s on 2 cores.
 def test_verify_passes_with_parity(exported):
     tmp, _, _, path = exported
     report = verify(path, init_checkpoint=str(tmp / "encoder.weights.h5"))
@@ -210,6 +211,7 @@ def _saved_model_cli(args, text=False):
                           env=env, timeout=300)
 
 
+@pytest.mark.integration  # saved_model_cli in fresh processes: about 15 s on 2 cores.
 def test_saved_model_cli_show_and_run(exported, tmp_path):
     """`saved_model_cli show --all` and `run` succeed on the encoder export (issue 8)."""
     _, encoder, _, path = exported
@@ -229,6 +231,7 @@ def test_saved_model_cli_show_and_run(exported, tmp_path):
     np.testing.assert_allclose(pooled, encoder(x)["pooled_output"], atol=1e-5)
 
 
+@pytest.mark.integration  # An export and verify's fresh processes: about 15 s on 2 cores.
 def test_verify_fails_when_the_session_loader_cannot_restore(tmp_path):
     """An export that tracks the Keras model object itself loads in TF2 but not in TF
     Serving: Keras 3 variables save as copies the TF1 loader restores instead of the
@@ -264,6 +267,7 @@ def test_verify_fails_when_the_session_loader_cannot_restore(tmp_path):
     assert "Could not find variable" in str(report)
 
 
+@pytest.mark.integration  # Verify's command line, fresh processes: about 35 s on 2 cores.
 def test_verify_cli_exit_status(exported, tmp_path):
     _, _, _, path = exported
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -425,6 +429,7 @@ SERVING_TEXTS = ["", "w1 w2 w3", " ".join(f"w{i % 90}" for i in range(10_000)),
                  "w5 東京 서울 naïve 🙂 w7", "W12, w13! [MASK] w14"]
 
 
+@pytest.mark.integration  # The text-in export (module fixture, about 50 s) and its requests.
 def test_classifier_export_equals_keras(classifier_export):
     classifier, tokenizer, loaded, _ = classifier_export
     out = loaded.signatures["serving_default"](text=tf.constant(SERVING_TEXTS))
@@ -438,6 +443,7 @@ def test_classifier_export_equals_keras(classifier_export):
     np.testing.assert_allclose(pair["probabilities"], expected, atol=1e-5)
 
 
+@pytest.mark.integration  # Shares the text-in export of the test above.
 @pytest.mark.parametrize("batch", [1, 64])
 def test_classifier_batch_sizes_and_examples(classifier_export, batch):
     from export.export_classifier import _example
@@ -453,6 +459,7 @@ def test_classifier_batch_sizes_and_examples(classifier_export, batch):
     np.testing.assert_allclose(classified["scores"], out["probabilities"], atol=1e-6)
 
 
+@pytest.mark.integration  # Shares the text-in export's fixture.
 def test_preprocessor_long_and_empty_inputs(classifier_export):
     from export.export_preprocessor import PreprocessorModule
 
@@ -469,6 +476,7 @@ def test_preprocessor_long_and_empty_inputs(classifier_export):
     assert list(pair["input_type_ids"].numpy()[0]).count(1) == 3  # "w1 w2 [SEP]"
 
 
+@pytest.mark.integration  # Verify's fresh processes on the text-in export: about 35 s on 2 cores.
 def test_classifier_verifies(classifier_export):
     _, _, _, path = classifier_export
     report = verify(path)
@@ -477,6 +485,7 @@ def test_classifier_verifies(classifier_export):
     assert [c for c, _, _ in report.lines] == ["ops", "load", "signatures", "warmup", "session"]
 
 
+@pytest.mark.integration  # saved_model_cli run in a fresh process: about 15 s on 2 cores.
 def test_classifier_saved_model_cli_run(classifier_export, tmp_path):
     """Text in through saved_model_cli run (the session loader), with tensorflow_text."""
     classifier, tokenizer, _, path = classifier_export
@@ -491,6 +500,7 @@ def test_classifier_saved_model_cli_run(classifier_export, tmp_path):
 
 @pytest.mark.parametrize("module", ["export.export_encoder", "export.export_preprocessor",
                                     "export.export_classifier", "export.verify"])
+@pytest.mark.integration  # Two tool processes per case: about 15 s each on 2 cores.
 def test_cli_help_and_unknown_flags(module):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     help_ = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
@@ -522,6 +532,7 @@ def test_existing_version_is_one_line_before_loading(module, model_flag, tmp_pat
     assert "refusing to overwrite an export" in err and "missing" not in err
 
 
+@pytest.mark.integration  # The export tool in fresh processes: about 30 s on 2 cores.
 def test_export_encoder_cli_end_to_end(exported, tmp_path):
     tmp, encoder, _, _ = exported
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")

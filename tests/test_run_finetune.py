@@ -155,6 +155,7 @@ def _h5_in_keras_file(path, tmp_path):
     return h5_keys(str(tmp_path / "model.weights.h5"))
 
 
+@pytest.mark.integration  # Three tool runs: about 25 s on 2 cores.
 def test_num_train_steps_and_optimizer_state(tmp_path, encoder_file):
     """--num_train_steps replaces the epoch count; model.keras holds no optimizer state
     unless --save_optimizer_state, and both forms load for eval and further training."""
@@ -322,6 +323,7 @@ def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
     assert seen == {"lr_schedule": "google", "epsilon_placement": "keras"}
 
 
+@pytest.mark.integration  # Two tool runs: about 40 s on 2 cores.
 def test_head_initializer_flag_reaches_the_head(tmp_path, encoder_file):
     """--head_initializer: a flag of every fine-tuning tool, default normal (transformers'),
     truncated_normal (Google's) on request; the trained model records which."""
@@ -343,6 +345,7 @@ def test_head_initializer_flag_reaches_the_head(tmp_path, encoder_file):
         assert model.head_initializer == (choice or "normal")
 
 
+@pytest.mark.integration  # Three tool runs per case: about 35 s each on 2 cores.
 @pytest.mark.parametrize("module_name", ["run_tagger", "run_classifier"])
 def test_skip_padding_flag_reaches_the_model(tmp_path, encoder_file, module_name):
     """--skip_padding (default on) builds the tagger / classifier padding-free;

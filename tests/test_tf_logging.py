@@ -57,6 +57,7 @@ def _onednn_in_fresh_process(env_value):
     return out.split("ONEDNN ")[-1].strip() == "True"
 
 
+@pytest.mark.integration  # Fresh TensorFlow processes: about 17 s on 2 cores.
 def test_onednn_on_by_default_on_x86_and_the_environment_wins():
     if onednn_default() is None:
         pytest.skip("oneDNN is defaulted on x86-64 only")

@@ -13,7 +13,7 @@ padding (tagging: label -1; classification: [CLS] only).
 With S = 64 and sentences of 25 tokens on average (Brown POS), the matrix products of a
 training step shrink to about 40% (BUILD_NOTES.md section 8.5). A batch with no padding
 pays the gathers and scatters for nothing (about 4% of a MiniLM step); choosing per batch
-with a `tf.cond` cost more than that: ~150 MB of memory, and slower steps, on Brown POS.
+with a `tf.cond` cost more than that on Brown POS: ~120 MB of memory, 15% slower steps.
 NVIDIA's FasterTransformer ("remove padding") and Graphcore's packed BERT do the same for
 inference and pretraining.
 

@@ -110,8 +110,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
           skip_padding: Python bool. In training (TensorFlow, outside XLA; see
             `padding_free`), run the projections, feed-forward, LayerNorms and dropout on
             the real tokens only. Real tokens get the same outputs; padded rows come out
-            as zeros.
-            Ignored with `output_positions`.
+            as zeros. Ignored with `output_positions`.
 
         Returns:
           float Tensor of shape [B, S, H], or [B, Q, H] with `output_positions`: row j is

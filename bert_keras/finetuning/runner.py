@@ -407,13 +407,14 @@ def run(task: Task, values: dict) -> dict:
         files.write_json(os.path.join(out, f"{split}_results.json"), summary)
         if split == "eval":
             _log_eval_scalars(os.path.join(out, LOGS_DIR, "validation"), summary,
-                              _trained_steps(out, results))
+                              trained_steps(out, results))
     return results
 
 
-def _trained_steps(out: str, results: dict) -> int:
-    """Training steps of the model evaluated: this run's, or the earlier run's results."""
-    if "train" in results:
+def trained_steps(out: str, results: dict | None = None) -> int:
+    """Training steps of the model evaluated: this run's (`results`, or its
+    train_results.json, written before evaluation), or the earlier run's results."""
+    if results and "train" in results:
         return int(results["train"]["num_train_steps"])
     try:
         with open(os.path.join(out, "train_results.json"), encoding="utf-8") as f:

@@ -347,10 +347,13 @@ def run(task: Task, values: dict) -> dict:
             raise FinetuneError(f"the model has {model.num_classes} classes but the label list "
                                 f"has {len(labels)}: {labels}")
     encoder = model.encoder
-    vocab_file = common.vocab_file or (ckpt.vocab_file if ckpt is not None else None)
-    if not vocab_file:
-        raise FinetuneError("no --vocab_file given and none saved with the checkpoint")
-    model_loading.check_vocab_fits(encoder, vocab_file)
+    if ckpt is not None:
+        vocab_file = ckpt.vocabulary(common.vocab_file)
+    elif common.vocab_file:
+        vocab_file = common.vocab_file
+        model_loading.check_vocab_fits(encoder, vocab_file, common.bert_config_file)
+    else:
+        raise FinetuneError("no --vocab_file given and no checkpoint to take one from")
     saved = tokenizer_config.read_for_vocab(vocab_file) or (
         ckpt.saved_tokenizer if ckpt is not None else None)
     settings, source = tokenizer_config.resolve(None, common.tokenizer_overrides(), saved,

@@ -492,8 +492,9 @@ def _job_error(e: BaseException) -> str:
     return f"the Beam job failed: {type(e).__name__}: {last[-1] if last else ''}"[:2000]
 
 
-def check_outputs(spec: cpd.JobSpec) -> None:
-    """Refuses existing outputs (unless --overwrite) on any Beam file system."""
+def check_outputs(spec: cpd.JobSpec) -> list[str]:
+    """Refuses existing outputs (unless --overwrite) on any Beam file system; returns the
+    local directories it created (taken back if the job fails)."""
     if len(set(spec.output_files)) != len(spec.output_files):
         raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
     if not spec.overwrite:
@@ -502,9 +503,7 @@ def check_outputs(spec: cpd.JobSpec) -> None:
         if existing:
             raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
                              f"e.g. {existing[0]}; pass --overwrite to replace them")
-    for out in spec.output_files:
-        if "://" not in out:
-            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    return files.make_parent_dirs([out for out in spec.output_files if "://" not in out])
 
 
 def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
@@ -533,7 +532,7 @@ def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
         special = pi.SpecialTokens.from_vocab(vocab)
     except ValueError as e:
         raise InputError(f"--vocab_file {spec.vocab_file}: {e}") from None
-    check_outputs(spec)
+    created = check_outputs(spec)
     pid = os.getpid()
     temps = [files.temp_path(p, pid) for p in spec.output_files]
     summary_path = files.temp_path(spec.output_files[0] + _SUMMARY_SUFFIX, pid)
@@ -560,6 +559,7 @@ def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
                                                            "buckets": buckets}, log)
     except BaseException:
         _delete_quietly(temps + [summary_path])
+        files.remove_created_dirs(created)
         raise
     _delete_quietly([summary_path])
     seconds = time.monotonic() - start

@@ -47,6 +47,7 @@ import numpy as np
 from data_prep import features
 from data_prep import files
 from data_prep import pretraining_instances as pi
+from data_prep import schema
 from data_prep import tokenizer_config
 from data_prep.tokenizer_config import TokenizerConfig
 
@@ -591,8 +592,11 @@ def _final_names(spec: JobSpec) -> list[str]:
     return [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
 
 
-def check_outputs(spec: JobSpec) -> None:
+def check_outputs(spec: JobSpec) -> list[str]:
     """Refuses to overwrite existing outputs (unless spec.overwrite) and creates directories.
+
+    Returns:
+      The directories it created (`files.remove_created_dirs` takes them back on failure).
 
     Raises:
       InputError: naming the existing files, or a bad output list.
@@ -610,8 +614,7 @@ def check_outputs(spec: JobSpec) -> None:
         if existing:
             raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
                              f"e.g. {existing[0]}; pass --overwrite to replace them")
-    for out in spec.output_files:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    return files.make_parent_dirs(spec.output_files)
 
 
 class _Progress:
@@ -691,7 +694,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
       InputError: bad input or settings; no file is left under a final name.
     """
     log = log or logging.info
-    check_outputs(spec)
+    created = check_outputs(spec)
     if not spec.temp_files:
         spec = dataclasses.replace(spec, temp_files=_temp_files(spec))
     temps = list(spec.temp_files)
@@ -723,6 +726,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
             os.replace(temps[j], path)
     except BaseException:
         _remove_quietly(temps)
+        files.remove_created_dirs(created)
         raise
     mb = input_bytes / 1e6
     masked = ("masks left to the trainer (--dynamic_masking)" if spec.config.dynamic_masking
@@ -846,6 +850,7 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
     vocab_file = _VOCAB_FILE.value
     if not os.path.isfile(vocab_file):
         raise InputError(f"--vocab_file: {vocab_file} does not exist")
+    schema.load_vocab(vocab_file)  # [CLS], [SEP], [MASK], ...: refused before anything is made
     tokenizer, tokenizer_source = tokenizer_config.resolve(
         vocab_file, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), warn=logging.warning)
     dynamic = _DYNAMIC_MASKING.value

@@ -116,8 +116,11 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
                    TF_CPP_MIN_LOG_LEVEL="2")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-            raise RuntimeError(f"the export did not load in a fresh process:\n{tail}")
+            # The probe's last line is the error (a damaged file: DecodeError, OpError, ...);
+            # the frames above it are TensorFlow's, not the user's business.
+            lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+            last = lines[-1] if lines else f"exit status {proc.returncode}"
+            raise RuntimeError(f"the export did not load in a fresh process: {last}")
         with open(report_file) as f:
             report = json.load(f)
         outputs = dict(np.load(outputs_file)) if inputs is not None else None

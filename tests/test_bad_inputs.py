@@ -226,6 +226,13 @@ def _flag_cases(tool, base, flags_and_values):
             for flag, value in flags_and_values]
 
 
+def _damaged_cases(tool, base, path, damaged):
+    """`tool` given each damaged fixture instead of `path` in `base`: (fixture, the file in
+    it that the error line must name)."""
+    return [(f"{tool}-{name}", tool, base.replace(path, "{F}/" + name), f"{name}/{file}")
+            for name, file in damaged]
+
+
 CASES = [
     # run_classifier
     *_flag_cases("run_classifier", CLS, [
@@ -491,29 +498,27 @@ CASES = [
     ("verify-missing-init", "verify", f"{VER} --init_checkpoint={{F}}/nope", "nope"),
     # Issue 42: damaged files inside checkpoints, vocabularies of another model, refusals
     # that used to leave a directory. The line names the file at fault.
-    *[(f"convert-{name}", "convert_checkpoint",
-       f"--from=hf --to=keras --input={{F}}/{name} --output={{W}}/k", f"{name}/{file}")
-      for name, file in (("hf_tok5", "tokenizer.json"), ("hf_tok_big", "tokenizer.json"),
-                         ("hf_tok_garbage", "tokenizer.json"), ("hf_tok_bpe", "tokenizer.json"),
-                         ("hf_st_garbage", "model.safetensors"),
-                         ("hf_st_truncated", "model.safetensors"),
-                         ("hf_config_garbage", "config.json"), ("hf_vocab5", "vocab.txt"))],
-    ("convert-google-vocab5", "convert_checkpoint", "--from=google --to=hf "
-     "--input={F}/google_vocab5/bert_model.ckpt --output={W}/h", "google_vocab5/vocab.txt"),
-    ("convert-google-index-garbage", "convert_checkpoint", "--from=google --to=hf "
-     "--input={F}/google_index_garbage/bert_model.ckpt --output={W}/h", "google_index_garbage"),
-    ("convert-keras-dir-truncated", "convert_checkpoint", "--from=keras --to=hf "
-     "--input={F}/cls_keras_truncated --output={W}/h", "cls_keras_truncated/model.keras"),
+    *_damaged_cases("convert_checkpoint", "--from=hf --to=keras --input={F}/x --output={W}/k",
+                    "{F}/x", [("hf_tok5", "tokenizer.json"), ("hf_tok_big", "tokenizer.json"),
+                              ("hf_tok_garbage", "tokenizer.json"),
+                              ("hf_tok_bpe", "tokenizer.json"),
+                              ("hf_st_garbage", "model.safetensors"),
+                              ("hf_st_truncated", "model.safetensors"),
+                              ("hf_config_garbage", "config.json"), ("hf_vocab5", "vocab.txt")]),
+    *_damaged_cases("convert_checkpoint", "--from=google --to=hf "
+                    "--input={F}/x/bert_model.ckpt --output={W}/h", "{F}/x",
+                    [("google_vocab5", "vocab.txt"), ("google_index_garbage", "bert_model.ckpt")]),
+    *_damaged_cases("convert_checkpoint", "--from=keras --to=hf --input={F}/x --output={W}/h",
+                    "{F}/x", [("cls_keras_truncated", "model.keras")]),
     ("convert-hf-as-google", "convert_checkpoint", "--from=google --to=keras "
      "--input={F}/hf --output={W}/k.keras", "google format"),
-    *[(f"run_classifier-init-{name}", "run_classifier",
-       CLS.replace("{F}/encoder", "{F}/" + name).replace("--vocab_file={F}/vocab.txt ", ""),
-       f"{name}/{file}")
-      for name, file in (("hf_tok5", "tokenizer.json"), ("hf_st_garbage", "model.safetensors"),
-                         ("hf_config_garbage", "config.json"),
-                         ("enc_h5_truncated", "encoder.weights.h5"),
-                         ("enc_vocab_big", "vocab.txt"),
-                         ("google_data_truncated", "bert_model.ckpt"))],
+    *_damaged_cases("run_classifier", CLS.replace("--vocab_file={F}/vocab.txt ", ""),
+                    "{F}/encoder", [("hf_tok5", "tokenizer.json"),
+                                    ("hf_st_garbage", "model.safetensors"),
+                                    ("hf_config_garbage", "config.json"),
+                                    ("enc_h5_truncated", "encoder.weights.h5"),
+                                    ("enc_vocab_big", "vocab.txt"),
+                                    ("google_data_truncated", "bert_model.ckpt")]),
     ("run_classifier-vocab5", "run_classifier", CLS.replace("{F}/vocab.txt", "{F}/vocab5.txt"),
      "vocab5.txt"),
     ("run_classifier-random-init-vocab-big", "run_classifier",
@@ -524,37 +529,27 @@ CASES = [
      "--do_eval --eval_file={F}/cls.jsonl --max_seq_length=16", "cls_keras_truncated/model.keras"),
     ("run_classifier-eval-vocab5", "run_classifier", "--output_dir={F}/cls_vocab5 --do_eval "
      "--eval_file={F}/cls.jsonl --max_seq_length=16", "cls_vocab5/vocab.txt"),
-    ("run_tagger-init-hf_tok_big", "run_tagger",
-     TAG.replace("{F}/encoder", "{F}/hf_tok_big").replace("--vocab_file={F}/vocab.txt ", ""),
-     "hf_tok_big/tokenizer.json"),
-    ("run_squad-init-enc_vocab5", "run_squad",
-     SQ.replace("{F}/encoder", "{F}/enc_vocab5").replace("--vocab_file={F}/vocab.txt ", ""),
-     "enc_vocab5/vocab.txt"),
-    ("extract_features-enc_h5_garbage", "extract_features",
-     EXT.replace("{F}/encoder", "{F}/enc_h5_garbage"), "enc_h5_garbage/encoder.weights.h5"),
-    ("extract_features-google_vocab5", "extract_features",
-     EXT.replace("{F}/encoder", "{F}/google_vocab5"), "google_vocab5/vocab.txt"),
+    *_damaged_cases("run_tagger", TAG.replace("--vocab_file={F}/vocab.txt ", ""), "{F}/encoder",
+                    [("hf_tok_big", "tokenizer.json")]),
+    *_damaged_cases("run_squad", SQ.replace("--vocab_file={F}/vocab.txt ", ""), "{F}/encoder",
+                    [("enc_vocab5", "vocab.txt")]),
+    *_damaged_cases("extract_features", EXT, "{F}/encoder",
+                    [("enc_h5_garbage", "encoder.weights.h5"), ("google_vocab5", "vocab.txt")]),
     ("extract_features-vocab-big", "extract_features", f"{EXT} --vocab_file={{F}}/vocab_big.txt",
      "vocab_big.txt"),
-    *[(f"export_encoder-{name}", "export_encoder", EENC.replace("{F}/encoder", "{F}/" + name),
-       f"{name}/{file}")
-      for name, file in (("hf_tok5", "tokenizer.json"), ("hf_st_truncated", "model.safetensors"),
-                         ("enc_tokenizer_config_garbage", "tokenizer_config.json"),
-                         ("google_index_garbage", "bert_model.ckpt.index"))],
-    ("export_classifier-vocab5", "export_classifier",
-     ECLS.replace("{F}/classifier", "{F}/cls_vocab5"), "cls_vocab5/vocab.txt"),
-    ("export_classifier-truncated-model", "export_classifier",
-     ECLS.replace("{F}/classifier", "{F}/cls_keras_truncated"), "cls_keras_truncated/model.keras"),
-    ("export_classifier-bad-labels", "export_classifier",
-     ECLS.replace("{F}/classifier", "{F}/cls_labels_bad"), "cls_labels_bad/labels.txt"),
-    ("export_tagger-truncated-model", "export_tagger",
-     ECLS.replace("{F}/classifier", "{F}/cls_keras_truncated"), "cls_keras_truncated/model.keras"),
+    *_damaged_cases("export_encoder", EENC, "{F}/encoder",
+                    [("hf_tok5", "tokenizer.json"), ("hf_st_truncated", "model.safetensors"),
+                     ("enc_tokenizer_config_garbage", "tokenizer_config.json"),
+                     ("google_index_garbage", "bert_model.ckpt.index")]),
+    *_damaged_cases("export_classifier", ECLS, "{F}/classifier",
+                    [("cls_vocab5", "vocab.txt"), ("cls_keras_truncated", "model.keras"),
+                     ("cls_labels_bad", "labels.txt")]),
+    *_damaged_cases("export_tagger", ECLS, "{F}/classifier", [("cls_keras_truncated", "model.keras")]),
     ("export_preprocessor-special-tokens-only", "export_preprocessor",
      EPRE.replace("vocab.txt", "vocab5.txt"), "vocab5.txt"),
-    ("run_pretraining-init-hf_st_garbage", "run_pretraining",
-     f"{PRE} --init_checkpoint={{F}}/hf_st_garbage", "hf_st_garbage/model.safetensors"),
-    ("run_pretraining-init-enc_h5_truncated", "run_pretraining",
-     f"{PRE} --init_checkpoint={{F}}/enc_h5_truncated", "enc_h5_truncated/encoder.weights.h5"),
+    *_damaged_cases("run_pretraining", f"{PRE} --init_checkpoint={{F}}/x", "{F}/x",
+                    [("hf_st_garbage", "model.safetensors"),
+                     ("enc_h5_truncated", "encoder.weights.h5")]),
     ("create_pretraining_data-vocab-no-specials-nested-output", "create_pretraining_data",
      CPD.replace("{F}/vocab.txt", "{F}/no_specials_vocab.txt").replace(
          "{W}/shard.tfrecord", "{W}/out/deep/train"), "no_specials_vocab.txt"),

@@ -242,9 +242,12 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
 
     inputs = None
     if init_checkpoint:
+        from bert_keras import model_loading
         from export.export_encoder import example_inputs, special_ids
 
-        cls_id, sep_id, vocab_size = special_ids(os.path.join(export_dir, "assets", "vocab.txt"))
+        vocab_file = os.path.join(export_dir, "assets", "vocab.txt")
+        model_loading.check_vocab_fits(encoder, vocab_file, init_checkpoint)  # before the probe
+        cls_id, sep_id, vocab_size = special_ids(vocab_file)
         inputs = example_inputs(3, 16, cls_id, sep_id, vocab_size)
     try:
         probe, outputs = _run_probe(export_dir, text, inputs)

@@ -138,8 +138,11 @@ def build_damaged_models(d: str) -> None:
     transformers directory (tokenizer.json only, as transformers 5 saves), an encoder
     directory, a fine-tuned classifier and a Google checkpoint, each copied with one file
     changed."""
+    import keras
+
     from bert_keras import checkpoints, model_loading
     from bert_keras.convert_checkpoint import convert
+    from bert_keras.encoder import BertEncoder
 
     p = lambda *names: os.path.join(d, *names)  # noqa: E731
     tokens = open(p("vocab.txt"), encoding="utf-8").read().splitlines()  # 79 = the model's rows
@@ -191,6 +194,8 @@ def build_damaged_models(d: str) -> None:
             ("google_vocab5", "vocab.txt", five)):
         shutil.copytree(p("google"), p(name))
         _write(p(name, file), content, "wb" if isinstance(content, bytes) else "w")
+    keras.utils.set_random_seed(5)
+    BertEncoder(vocab_size=200, **SMALL).save(p("encoder_200_rows.keras"))  # another model
     _write(p("vocab5.txt"), five)
     _write(p("vocab_big.txt"), extra)
     _write(p("vocab_72.txt"), "".join(f"{t}\n" for t in tokens[:72]))  # 91% of 79 rows: fits
@@ -560,6 +565,8 @@ CASES = [
     ("create_pretraining_data-vocab5-nested-output", "create_pretraining_data",
      CPD.replace("{F}/vocab.txt", "{F}/vocab5.txt").replace(
          "{W}/shard.tfrecord", "{W}/out/train"), "vocab5.txt"),
+    ("verify-checkpoint-of-another-vocabulary", "verify",
+     f"{VER} --init_checkpoint={{F}}/encoder_200_rows.keras", "exports/1/assets/vocab.txt"),
     ("export_encoder-vocab5-nested-export-dir", "export_encoder",
      EENC.replace("{W}/exp", "{W}/models/bert") + " --vocab_file={F}/vocab5.txt", "vocab5.txt"),
 ]

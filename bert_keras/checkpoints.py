@@ -674,7 +674,8 @@ def read_hf_labels(path: str) -> list[str] | None:
         raise WeightLoadError(f"{config_file}: id2label keys must be class ids 0..C-1; found "
                          f"{sorted(id2label)}") from None
     if sorted(by_id) != list(range(len(by_id))):
-        raise WeightLoadError(f"{config_file}: id2label keys must be class ids 0..{len(by_id) - 1}; "
+        raise WeightLoadError(f"{config_file}: id2label keys must be class ids "
+                              f"0..{len(by_id) - 1}; "
                          f"found {sorted(by_id)}")
     labels = [by_id[i] for i in range(len(by_id))]
     bad = [label for label in labels

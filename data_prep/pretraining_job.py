@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import zlib
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -100,7 +101,7 @@ def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> No
     try:
         with open_file(path) as f:
             head = f.read(_SNIFF_BYTES)
-    except OSError as e:
+    except (OSError, EOFError, zlib.error) as e:  # gzip: not gzip, truncated, corrupt
         raise InputError(f"cannot read input file {path}: {e}") from None
     nul = head.find(b"\x00")
     if nul >= 0:
@@ -156,26 +157,32 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
             readline = f.readline
             current: list[bytes] = []  # stripped lines of the document being read
             first_line = nbytes = line_no = 0
-            while True:
-                raw = readline(MAX_LINE_BYTES + 1)
-                if not raw:
-                    break
-                line_no += 1
-                if len(raw) > MAX_LINE_BYTES:
-                    raise InputError(
-                        f"{path}:{line_no}: line longer than {MAX_LINE_BYTES} bytes; expected one "
-                        "sentence per line (python -m data_prep.prepare_corpus splits raw text)")
-                stripped = raw.strip()
-                if stripped:
-                    if not current:
-                        first_line = line_no
-                    current.append(stripped)
-                    nbytes += len(raw)
-                elif current:
-                    if index % num_workers == worker:
-                        yield _decode_document(index, current, nbytes, path, first_line, warnings)
-                    index += 1
-                    current, nbytes = [], 0
+            try:
+                while True:
+                    raw = readline(MAX_LINE_BYTES + 1)
+                    if not raw:
+                        break
+                    line_no += 1
+                    if len(raw) > MAX_LINE_BYTES:
+                        raise InputError(
+                            f"{path}:{line_no}: line longer than {MAX_LINE_BYTES} bytes; expected "
+                            "one sentence per line (python -m data_prep.prepare_corpus splits raw "
+                            "text)")
+                    stripped = raw.strip()
+                    if stripped:
+                        if not current:
+                            first_line = line_no
+                        current.append(stripped)
+                        nbytes += len(raw)
+                    elif current:
+                        if index % num_workers == worker:
+                            yield _decode_document(index, current, nbytes, path, first_line,
+                                                   warnings)
+                        index += 1
+                        current, nbytes = [], 0
+            except (EOFError, OSError, zlib.error) as e:  # gzip: truncated or corrupt
+                raise InputError(f"{path}:{line_no + 1}: cannot be read ({type(e).__name__}: "
+                                 f"{e}); the file is damaged or truncated") from None
             if current:
                 if index % num_workers == worker:
                     yield _decode_document(index, current, nbytes, path, first_line, warnings)

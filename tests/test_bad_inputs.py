@@ -66,6 +66,15 @@ def build_fixtures(d: str) -> str:
     _write(p("latin1.txt"), "the store\ncaf\u00e9 th\u00e9\n".encode("latin-1"), "wb")
     _write(p("empty.txt"), "")
     _write(p("no_specials_vocab.txt"), "the\nman\nwent\n")
+    # gzip inputs cut short: within the first 64 KB (the up-front sniff reads it) and after.
+    import gzip
+
+    small = gzip.compress(open(p("text.txt"), "rb").read() * 50)
+    _write(p("cut_early.txt.gz"), small[: len(small) // 2], "wb")
+    rng = np.random.default_rng(0)
+    words = [" ".join(f"w{int(i)}" for i in rng.integers(0, 5000, 12)) for _ in range(20_000)]
+    big = gzip.compress(("\n".join(words) + "\n").encode())
+    _write(p("cut_late.txt.gz"), big[: int(len(big) * 0.7)], "wb")
     _write(p("garbage.keras"), b"not a zip file at all" * 10, "wb")
     _write(p("garbage.weights.h5"), b"\x89HDF\r\n garbage" * 10, "wb")
     # Classification.
@@ -190,7 +199,8 @@ def build_damaged_models(d: str) -> None:
     data = open(p("google", "bert_model.ckpt.data-00000-of-00001"), "rb").read()
     for name, file, content in (
             ("google_index_garbage", "bert_model.ckpt.index", b"not an sstable" * 8),
-            ("google_data_truncated", "bert_model.ckpt.data-00000-of-00001", data[: len(data) // 3]),
+            ("google_data_truncated", "bert_model.ckpt.data-00000-of-00001",
+             data[: len(data) // 3]),
             ("google_vocab5", "vocab.txt", five)):
         shutil.copytree(p("google"), p(name))
         _write(p(name, file), content, "wb" if isinstance(content, bytes) else "w")
@@ -530,8 +540,9 @@ CASES = [
      "--vocab_file={F}/vocab_big.txt --bert_config_file={F}/bert_config.json "
      "--max_seq_length=16 --output_dir={W}/out --do_train --train_file={F}/cls.jsonl",
      "vocab_big.txt"),
-    ("run_classifier-eval-truncated-model", "run_classifier", "--output_dir={F}/cls_keras_truncated "
-     "--do_eval --eval_file={F}/cls.jsonl --max_seq_length=16", "cls_keras_truncated/model.keras"),
+    ("run_classifier-eval-truncated-model", "run_classifier",
+     "--output_dir={F}/cls_keras_truncated --do_eval --eval_file={F}/cls.jsonl "
+     "--max_seq_length=16", "cls_keras_truncated/model.keras"),
     ("run_classifier-eval-vocab5", "run_classifier", "--output_dir={F}/cls_vocab5 --do_eval "
      "--eval_file={F}/cls.jsonl --max_seq_length=16", "cls_vocab5/vocab.txt"),
     *_damaged_cases("run_tagger", TAG.replace("--vocab_file={F}/vocab.txt ", ""), "{F}/encoder",
@@ -549,7 +560,8 @@ CASES = [
     *_damaged_cases("export_classifier", ECLS, "{F}/classifier",
                     [("cls_vocab5", "vocab.txt"), ("cls_keras_truncated", "model.keras"),
                      ("cls_labels_bad", "labels.txt")]),
-    *_damaged_cases("export_tagger", ECLS, "{F}/classifier", [("cls_keras_truncated", "model.keras")]),
+    *_damaged_cases("export_tagger", ECLS, "{F}/classifier",
+                    [("cls_keras_truncated", "model.keras")]),
     ("export_preprocessor-special-tokens-only", "export_preprocessor",
      EPRE.replace("vocab.txt", "vocab5.txt"), "vocab5.txt"),
     *_damaged_cases("run_pretraining", f"{PRE} --init_checkpoint={{F}}/x", "{F}/x",
@@ -562,6 +574,11 @@ CASES = [
      CPD.replace("{F}/vocab.txt", "{F}/no_specials_vocab.txt").replace(
          "{W}/shard.tfrecord", "{W}/out/train") + " --runner=DirectRunner",
      "no_specials_vocab.txt"),
+    *[(f"create_pretraining_data-{name}{runner}", "create_pretraining_data",
+       CPD.replace("{F}/text.txt", "{F}/" + name) + runner, name)
+      for name in ("cut_early.txt.gz", "cut_late.txt.gz") for runner in ("", " --runner=DirectRunner")],
+    ("prepare_corpus-cut-gzip", "prepare_corpus", CORP.replace("text.txt", "cut_late.txt.gz"),
+     "cut_late.txt.gz"),
     ("create_pretraining_data-vocab5-nested-output", "create_pretraining_data",
      CPD.replace("{F}/vocab.txt", "{F}/vocab5.txt").replace(
          "{W}/shard.tfrecord", "{W}/out/train"), "vocab5.txt"),
@@ -744,7 +761,8 @@ def test_transformers_directory_with_tokenizer_json_only(fx, tmp_path):
     result = run_tool("export_encoder", _argv(
         "--init_checkpoint={F}/hf --export_dir={W}/exp --seq_length=16", fx, str(tmp_path)))
     assert result.code == 0, result.stderr[-3000:]
-    assert open(tmp_path / "exp" / "1" / "assets" / "vocab.txt", encoding="utf-8").read() == expected
+    assets = tmp_path / "exp" / "1" / "assets"
+    assert open(assets / "vocab.txt", encoding="utf-8").read() == expected
 
 
 def test_vocabulary_mismatch_names_both_numbers_and_both_files(fx, tmp_path):
@@ -756,7 +774,8 @@ def test_vocabulary_mismatch_names_both_numbers_and_both_files(fx, tmp_path):
         (line,) = result.error_lines
         assert result.code == 1 and not os.path.exists(tmp_path / "k")
         assert os.path.join(fx, name, "tokenizer.json") in line
-        assert f"model {os.path.join(fx, name)} " in line or f"model {os.path.join(fx, name)};" in line
+        model = f"model {os.path.join(fx, name)}"
+        assert f"{model} " in line or f"{model};" in line, line
         assert f"{count} tokens" in line and "79 embedding rows" in line, line
 
 

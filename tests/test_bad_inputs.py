@@ -576,7 +576,8 @@ CASES = [
      "no_specials_vocab.txt"),
     *[(f"create_pretraining_data-{name}{runner}", "create_pretraining_data",
        CPD.replace("{F}/text.txt", "{F}/" + name) + runner, name)
-      for name in ("cut_early.txt.gz", "cut_late.txt.gz") for runner in ("", " --runner=DirectRunner")],
+      for name in ("cut_early.txt.gz", "cut_late.txt.gz")
+      for runner in ("", " --runner=DirectRunner")],
     ("prepare_corpus-cut-gzip", "prepare_corpus", CORP.replace("text.txt", "cut_late.txt.gz"),
      "cut_late.txt.gz"),
     ("create_pretraining_data-vocab5-nested-output", "create_pretraining_data",

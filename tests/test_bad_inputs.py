@@ -734,6 +734,16 @@ def test_glue_runs_write_googles_result_files(fx, tmp_path, task, directory):
     if task != "xnli":  # the test file's id column, row by row
         id_column = 0
         assert [p["id"] for p in predictions] == [r[id_column] for r in expected_rows]
+    if task == "mrpc":  # evaluating that model again elsewhere: its steps, the same rows
+        result = run_tool("run_classifier", _argv(
+            f"--task_name={task} --data_dir={data_dir} --init_checkpoint={out} "
+            f"--max_seq_length=16 --do_eval --do_predict --output_dir={tmp_path}/again", fx,
+            str(tmp_path)))
+        assert result.code == 0, result.stderr[-3000:]
+        assert open(tmp_path / "again" / "eval_results.txt").read() == \
+            open(out / "eval_results.txt").read()
+        assert open(tmp_path / "again" / "test_results.tsv").read() == \
+            open(out / "test_results.tsv").read()
 
 
 def test_glue_eval_loss_is_the_mean_cross_entropy():

@@ -205,7 +205,9 @@ class ClassificationTask(LabelledFileTask):
             # losses are the mean over the examples (the same with full batches).
             google = {"eval_accuracy": np.float32(metrics["accuracy"]),
                       "eval_loss": np.float32(metrics["loss"]),
-                      "global_step": trained_steps(common.output_dir),
+                      # This run's steps, or those of the fine-tuned model it evaluates.
+                      "global_step": (trained_steps(common.output_dir) or
+                                      trained_steps(common.init_checkpoint or "")),
                       "loss": np.float32(metrics["loss"])}
             files.write_text(os.path.join(common.output_dir, GOOGLE_EVAL_FILE),
                              google_eval_text(google))

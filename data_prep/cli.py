@@ -148,6 +148,7 @@ def library_errors() -> tuple[type[BaseException], ...]:
     SafetensorError, h5py's OSError, protobuf's DecodeError, TensorFlow's OpError,
     tensorflow_text's RuntimeError, zip and JSON errors, and the ValueError, KeyError or
     EOFError of readers that meet bytes they do not expect."""
+    import importlib
     import json
     import zipfile
 
@@ -156,7 +157,7 @@ def library_errors() -> tuple[type[BaseException], ...]:
     for module, name in (("safetensors", "SafetensorError"),
                          ("google.protobuf.message", "DecodeError")):
         try:
-            found.append(getattr(__import__(module, fromlist=[name]), name))
+            found.append(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):  # pragma: no cover - depends on the environment
             pass
     return tuple(found)

@@ -163,9 +163,14 @@ def library_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def _first_line(e: BaseException) -> str:
+def _message(e: BaseException) -> str:
+    """An error's text; TensorFlow's errors without the op context str() adds."""
     message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None
-    lines = [line.strip() for line in str(message or e).strip().splitlines() if line.strip()]
+    return str(message or e)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in _message(e).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
 
 
@@ -307,8 +312,7 @@ def describe_error(e: BaseException) -> str:
         return f"{e.filename}: already exists (expected a directory, or a path that is free)"
     if isinstance(e, OSError) and getattr(e, "filename", None) and e.strerror:
         return f"{e.filename}: {e.strerror}"
-    message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None
-    text = _one_line(message or str(e)) or type(e).__name__
+    text = _one_line(_message(e)) or type(e).__name__
     try:
         import tensorflow as tf
 

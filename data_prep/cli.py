@@ -150,10 +150,13 @@ def library_errors() -> tuple[type[BaseException], ...]:
     EOFError of readers that meet bytes they do not expect."""
     import importlib
     import json
+    import sys
     import zipfile
 
     found = [OSError, RuntimeError, ValueError, KeyError, IndexError, EOFError,
              zipfile.BadZipFile, json.JSONDecodeError]
+    if "tensorflow" in sys.modules:  # no OpError can come from a process without TensorFlow
+        found.append(sys.modules["tensorflow"].errors.OpError)
     for module, name in (("safetensors", "SafetensorError"),
                          ("google.protobuf.message", "DecodeError")):
         try:

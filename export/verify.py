@@ -127,6 +127,19 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
     return report, outputs
 
 
+def _check_variables_index(export_dir: str) -> None:
+    """A damaged variables/variables.index is one line naming it (the probe's loader would
+    fail on it with TensorFlow's frames); the data file is read by the probe itself."""
+    import tensorflow as tf
+
+    from data_prep.cli import reading
+
+    prefix = os.path.join(export_dir, "variables", "variables")
+    if os.path.exists(prefix + ".index"):
+        with reading(prefix + ".index", "a TensorFlow checkpoint index (the export's variables)"):
+            tf.train.load_checkpoint(prefix)
+
+
 def _check_lengths(report: Report, export_dir: str, warmup: list[dict]) -> None:
     """The longest input the export accepts (its position table, assets/bert_config.json)
     against its warmup requests: a warmup longer than the table would fail in TF Serving,
@@ -239,6 +252,7 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
     except DecodeError as e:
         raise VerifyError(f"{os.path.join(export_dir, 'saved_model.pb')}: not a readable "
                           f"SavedModel protocol buffer ({e}); the export is damaged") from None
+    _check_variables_index(export_dir)
 
     inputs = None
     if init_checkpoint:

@@ -126,6 +126,8 @@ def build_fixtures(d: str) -> str:
     export_encoder(encoder, p("exports"), vocab, version=1, warmup_seq_length=16)
     shutil.copytree(p("exports", "1"), p("corrupt_export"))
     _write(p("corrupt_export", "saved_model.pb"), b"\x08garbage protobuf" * 20, "wb")
+    shutil.copytree(p("exports", "1"), p("export_bad_variables"))
+    _write(p("export_bad_variables", "variables", "variables.index"), b"not an sstable" * 9, "wb")
     os.makedirs(p("empty_dir"))
     build_damaged_models(d)
     # Existing outputs that a run must not touch.
@@ -583,6 +585,8 @@ CASES = [
     ("create_pretraining_data-vocab5-nested-output", "create_pretraining_data",
      CPD.replace("{F}/vocab.txt", "{F}/vocab5.txt").replace(
          "{W}/shard.tfrecord", "{W}/out/train"), "vocab5.txt"),
+    ("verify-damaged-variables-index", "verify", "--export_dir={F}/export_bad_variables",
+     "export_bad_variables/variables/variables.index"),
     ("verify-checkpoint-of-another-vocabulary", "verify",
      f"{VER} --init_checkpoint={{F}}/encoder_200_rows.keras", "exports/1/assets/vocab.txt"),
     ("export_encoder-vocab5-nested-export-dir", "export_encoder",

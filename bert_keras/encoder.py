@@ -6,6 +6,7 @@ from keras import ops
 from bert_keras.config import BertConfig
 from bert_keras.layers import BertEmbeddings, TransformerEncoderBlock
 from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.dense import Dense
 from data_prep import schema
 
 
@@ -105,7 +106,7 @@ class BertEncoder(keras.Model):
             )
             for i in range(num_layers)
         ]
-        pooler = keras.layers.Dense(
+        pooler = Dense(
             hidden_size,
             activation="tanh",
             kernel_initializer=clone_initializer(initializer),

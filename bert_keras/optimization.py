@@ -281,10 +281,11 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
     "adam_paper" step. At the mini preset (11.3M parameters, 7.8M of them the word
     embeddings, whose gradient is dense because the MLM output projection is tied to them)
     the kernel cuts the optimizer's part of a training step from about 41 to 24 ms on a
-    2-core CPU (BUILD_NOTES.md, issue 5). Other backends and `amsgrad=True` use Keras' step
-    (with "adam_paper", epsilon is rescaled the same way). Under `tf.distribute` the kernel
-    runs once per device inside Keras' `extended.update` on that device's copies; it also
-    compiles under XLA.
+    2-core CPU (BUILD_NOTES.md, issue 5). Other backends, XLA (`jit_compile`, TPUs: the
+    kernel compiles there but does not win, `bert_keras.kernels`) and `amsgrad=True` use
+    Keras' step (with "adam_paper", epsilon is rescaled the same way). Under
+    `tf.distribute` the kernel runs once per device inside Keras' `extended.update` on that
+    device's copies.
     """
 
     def __init__(self, *args, epsilon_placement="keras", **kwargs):

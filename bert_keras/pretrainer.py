@@ -4,6 +4,7 @@ import keras
 
 from bert_keras.encoder import BertEncoder, ListsEncoderWhole
 from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.dense import Dense
 from bert_keras.layers.masked_lm_head import MaskedLMHead
 
 
@@ -51,7 +52,7 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
             dtype=encoder.dtype_policy,
             name="masked_lm",
         )
-        nsp_dense = keras.layers.Dense(
+        nsp_dense = Dense(
             2,
             kernel_initializer=clone_initializer(initializer),
             dtype=encoder.dtype_policy,

@@ -27,6 +27,7 @@ from keras import ops
 
 from bert_keras.encoder import BertEncoder, ListsEncoderWhole
 from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.dense import Dense
 # The label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP],
 # padding); defined once in the schema, which the data converters share.
 from data_prep import schema
@@ -145,7 +146,7 @@ class BertClassifier(_TaskModel):
         _check_head_initializer(head_initializer)
         _check_skip_padding(skip_padding)
         head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="classifier_dropout")
-        head = keras.layers.Dense(
+        head = Dense(
             num_classes,
             kernel_initializer=_initializer(encoder, head_initializer),
             dtype=encoder.dtype_policy,
@@ -207,7 +208,7 @@ class BertTagger(_TaskModel):
         _check_head_initializer(head_initializer)
         _check_skip_padding(skip_padding)
         head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="tagger_dropout")
-        head = keras.layers.Dense(
+        head = Dense(
             num_classes,
             kernel_initializer=_initializer(encoder, head_initializer),
             dtype=encoder.dtype_policy,
@@ -254,7 +255,7 @@ class BertSpanQA(_TaskModel):
     def __init__(self, encoder, head_initializer="normal", **kwargs):
         _check_encoder(encoder)
         _check_head_initializer(head_initializer)
-        head = keras.layers.Dense(
+        head = Dense(
             2,
             kernel_initializer=_initializer(encoder, head_initializer),
             dtype=encoder.dtype_policy,

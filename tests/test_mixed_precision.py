@@ -1,10 +1,10 @@
 """Mixed precision done right: no parameter's gradient is accumulated in bfloat16.
 
 Under `mixed_bfloat16` the embedding layer reads its float32 tables as they are and casts
-the sum of the lookups (bert_keras/layers/embeddings.py). These tests compile the training
-step of a mixed_bfloat16 pretrainer with XLA (TensorFlow's `jit_compile`, and JAX) and read
-its HLO for a bfloat16 scatter or reduction producing an embedding table's
-gradient, with the old behaviour (tables autocast to bfloat16 before the lookup) as the
+the sum of the lookups (bert_keras/layers/embeddings.py), and Dense layers add their bias in
+float32 (layers/dense.py). These tests compile the training step of a mixed_bfloat16
+pretrainer with XLA (TensorFlow's `jit_compile`, and JAX) and read its HLO for a bfloat16
+scatter or reduction producing a parameter's gradient (an embedding table's, a bias'), with the old behaviour (tables autocast to bfloat16 before the lookup) as the
 control that the check finds one; and they compare bfloat16-policy embedding gradients
 with float32 ones on a batch where one token fills most positions.
 
@@ -93,12 +93,12 @@ def train_step_hlo(model):
 _INSTRUCTION = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (scatter|reduce|reduce-window)\(")
 
 
-def bf16_table_accumulations(hlo):
-    """HLO instructions that scatter or reduce into bfloat16 with an embedding table's shape
-    (the [V, H], [T, H], [P, H] tables, the [S, H] rows of positions used, or any of them
-    flattened)."""
-    shapes = {(V, H), (T, H), (P_MAX, H), (S, H)}
-    sizes = {a * b for a, b in shapes}
+def bf16_parameter_accumulations(hlo, model):
+    """HLO instructions that scatter or reduce into bfloat16 with a trainable variable's
+    shape (or the [S, H] rows of the position table a batch uses), 2-D shapes also
+    flattened. The test sizes all differ, so no activation gradient has such a shape."""
+    shapes = {tuple(v.shape) for v in model.trainable_variables} | {(S, H)}
+    sizes = {int(np.prod(shape)) for shape in shapes if len(shape) > 1}
     found = []
     for match in _INSTRUCTION.finditer(hlo):
         dtype, dims, opcode = match.groups()
@@ -109,13 +109,16 @@ def bf16_table_accumulations(hlo):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_no_embedding_gradient_is_accumulated_in_bfloat16(backend, monkeypatch):
-    if run_on_backend(backend, __file__, f"test_no_embedding_gradient_is_accumulated_in_"
+def test_no_parameter_gradient_is_accumulated_in_bfloat16(backend, monkeypatch):
+    if run_on_backend(backend, __file__, f"test_no_parameter_gradient_is_accumulated_in_"
                                          f"bfloat16[{backend}]"):
         return
-    hlo = train_step_hlo(_pretrainer("mixed_bfloat16"))
+    model = _pretrainer("mixed_bfloat16")
+    hlo = train_step_hlo(model)
     assert "bf16" in hlo  # The step does run in bfloat16.
-    assert bf16_table_accumulations(hlo) == []
+    # Embedding tables (float32 lookups), Dense biases (added in float32: layers/dense.py),
+    # LayerNorm (float32 statistics) and the MLM output bias (float32 logits).
+    assert bf16_parameter_accumulations(hlo, model) == []
     if backend == "tensorflow":
         # TensorFlow's lowering to XLA sums bfloat16 in float32 and casts the lookup's
         # sparse gradient to float32 before densifying it: the old code was safe here.
@@ -124,7 +127,7 @@ def test_no_embedding_gradient_is_accumulated_in_bfloat16(backend, monkeypatch):
     # scatter-adds into [V, H] and [T, H] and the position rows' bf16 sum over the batch.
     model = _pretrainer("mixed_bfloat16")
     monkeypatch.setattr(BertEmbeddings, "call", _lookup_before_issue_41)
-    control = bf16_table_accumulations(train_step_hlo(model))
+    control = bf16_parameter_accumulations(train_step_hlo(model), model)
     assert sorted(control) == sorted([f"scatter -> bf16[{V}, {H}]", f"scatter -> bf16[{T}, {H}]",
                                       f"reduce -> bf16[{S}, {H}]",
                                       f"reduce -> bf16[{S}, {H}]"]), control

@@ -7,6 +7,7 @@ from keras import ops
 
 from bert_keras.layers import padding_free
 from bert_keras.layers.activations import clone_initializer
+from bert_keras.layers.dense import Dense
 from bert_keras.layers.dropout import Dropout
 
 # Added to attention scores at padded key positions. Google's code uses -10000: after the
@@ -56,7 +57,7 @@ class SelfAttention(keras.layers.Layer):
         self.head_size = hidden_size // self.num_heads
 
         def dense(name):
-            layer = keras.layers.Dense(
+            layer = Dense(
                 hidden_size,
                 kernel_initializer=clone_initializer(self.initializer),
                 name=name,

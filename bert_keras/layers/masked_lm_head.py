@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bert_keras.layers.activations import clone_initializer, get_activation
+from bert_keras.layers.dense import Dense
 from bert_keras.layers.layer_norm import LayerNorm
 
 
@@ -47,7 +48,7 @@ class MaskedLMHead(keras.layers.Layer):
     def build(self, sequence_output_shape, masked_positions_shape=None):
         hidden_size = sequence_output_shape[-1]
         vocab_size = self.embedding_layer.get_embedding_table().shape[0]
-        self.transform_dense = keras.layers.Dense(
+        self.transform_dense = Dense(
             hidden_size,
             kernel_initializer=clone_initializer(self.initializer),
             name="transform_dense",

@@ -6,6 +6,7 @@ from keras import ops
 from bert_keras.layers import padding_free
 from bert_keras.layers.activations import clone_initializer, get_activation
 from bert_keras.layers.attention import SelfAttention
+from bert_keras.layers.dense import Dense
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.layer_norm import LayerNorm
 
@@ -70,7 +71,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         hidden_size = input_shape[-1]
 
         def dense(units, name):
-            return keras.layers.Dense(
+            return Dense(
                 units,
                 kernel_initializer=clone_initializer(self.initializer),
                 name=name,

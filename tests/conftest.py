@@ -1,6 +1,16 @@
-"""Shared test setup: quiet TensorFlow, deterministic seeds, tiny model sizes."""
+"""Shared test setup: quiet TensorFlow, deterministic seeds, tiny model sizes, and runs on
+another Keras backend.
+
+Keras fixes its backend when it is first imported, so this process runs every test on one
+(KERAS_BACKEND, TensorFlow by default; `KERAS_BACKEND=jax pytest ...` runs them on JAX). A
+test that compares backends runs the other one in a fresh process: `backend_env` and
+`run_tests_on_backend` below.
+"""
 
 import os
+import re
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -14,6 +24,28 @@ import pytest  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def backend_env(backend, **extra):
+    """The environment of a fresh process on Keras backend `backend`, importing this tree."""
+    return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
+                **extra)
+
+
+def run_tests_on_backend(backend, *pytest_args, timeout=1500):
+    """Runs pytest with `pytest_args` in a fresh process on `backend`.
+
+    Returns:
+      (CompletedProcess, {"passed": n, "failed": n, "xfailed": n, ...}) from pytest's
+      summary line, so a caller can also check that tests did run (not all skipped).
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        cwd=REPO, env=backend_env(backend), capture_output=True, text=True, timeout=timeout)
+    lines = result.stdout.strip().splitlines()
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", lines[-1] if lines else "")}
+    return result, counts
 
 # Sizes that all differ (Google's modeling_test.py habit), so a transposed weight fails.
 TINY = dict(

@@ -96,7 +96,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     """Fine-tunes `model` with AdamW + warmup/linear decay (BERT's optimizer), plain fit.
 
     XLA (`jit_compile`) is 5-20% faster per step here but costs seconds of compilation per
-    model (docs/DESIGN.md section 9): worth it for real runs, not for tiny ones.
+    model (docs/DESIGN.md section 9): worth it for real runs, not for tiny ones. On Keras'
+    JAX backend the step is always compiled (`jit_compile` is TensorFlow's switch).
 
     Args:
       model: a task model (its loss comes from `tasks.compile_args`).
@@ -123,6 +124,10 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     num_warmup_steps = int(num_train_steps * warmup_proportion)
     optimizer = create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
                                  **optimizer_kwargs)
+    if keras.backend.backend() == "jax":
+        # On JAX, jit_compile=False would run the step op by op, uncompiled (Keras skips
+        # jax.jit): many times slower for the same arithmetic. XLA is JAX's only compiler.
+        jit_compile = True
     model.compile(optimizer=optimizer, jit_compile=jit_compile, **compile_args(model))
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
                       drop_remainder=True).take(num_train_steps)

@@ -141,6 +141,19 @@ def test_unsupported_backend_from_the_command_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration  # The tools' own suites in a JAX process: about 2 min on 2 cores.
+def test_the_tools_suites_hold_on_jax():
+    """run_classifier, run_tagger, run_squad, extract_features and the fine-tuning loop,
+    their default-tier tests run on JAX (the same fixtures, files and numbers)."""
+    from conftest import run_tests_on_backend
+
+    result, counts = run_tests_on_backend(
+        "jax", "tests/test_run_finetune.py", "tests/test_extract_features.py",
+        "tests/test_finetune_loop.py", "-W", "ignore::UserWarning")
+    assert result.returncode == 0 and not counts.get("failed"), result.stdout[-6000:]
+    assert counts.get("passed", 0) >= 15, result.stdout[-3000:]
+
+
 # --- A run trained on JAX: the same directory as TensorFlow's; exported and verified by a
 # TensorFlow process.
 

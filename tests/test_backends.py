@@ -106,18 +106,41 @@ _JAX_DISTRIBUTION = textwrap.dedent("""
         distribute.configure_cpu_devices(3)
     except distribute.StrategyError as e:
         print("LATE", e)
+
+    # Fine-tuning steps run through jax.jit whatever --jit_compile says, and the compile
+    # config keeps the flag (so model.keras is TensorFlow's file); a model loaded with
+    # jit_compile=False predicts compiled too.
+    import sys
+    from bert_keras import BertEncoder
+    from bert_keras.finetuning import loop
+    from bert_keras.tasks import BertClassifier
+    x = {"input_word_ids": np.ones((4, 8), "int32"), "input_mask": np.ones((4, 8), "int32"),
+         "input_type_ids": np.zeros((4, 8), "int32")}
+    model = BertClassifier(BertEncoder(vocab_size=20, num_layers=1, hidden_size=8,
+                                       num_heads=2, intermediate_size=8), 2)
+    loop.train(model, x, {"logits": np.zeros(4, "int32")}, 2, 1.0, 1e-3, 0.0,
+               jit_compile=False)
+    model.save(sys.argv[1])
+    loaded = keras.saving.load_model(sys.argv[1])
+    before = loaded.jit_compile
+    loop.predict(loaded, x, 2)
+    print("JIT", model.jit_compile, model.get_compile_config()["jit_compile"], before,
+          loaded.jit_compile)
 """)
 
 
-@pytest.mark.integration  # A JAX process: about 15 s on 2 cores.
-def test_mirrored_on_jax_is_data_parallel_over_the_host_devices():
-    result = subprocess.run([sys.executable, "-c", _JAX_DISTRIBUTION], cwd=REPO,
-                            env=backend_env("jax"), capture_output=True, text=True, timeout=300)
+@pytest.mark.integration  # A JAX process: about 20 s on 2 cores.
+def test_on_jax_mirrored_is_data_parallel_and_fine_tuning_steps_compile(tmp_path):
+    result = subprocess.run([sys.executable, "-c", _JAX_DISTRIBUTION, str(tmp_path / "m.keras")],
+                            cwd=REPO, env=backend_env("jax"), capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith(("REPLICAS", "LATE"))]
+    lines = [line for line in result.stdout.splitlines()
+             if line.startswith(("REPLICAS", "LATE", "JIT"))]
     assert lines[0] == ("REPLICAS 2 CHIEF True BATCHES [8, 8] KERNEL_DEVICES 2 DEFAULT 1")
     assert lines[1] == ("LATE cannot split the CPU into 3 devices: JAX already initialized 2 "
                         "CPU device(s)")
+    assert lines[2] == "JIT True False False True"
 
 
 def _tool(module, args, backend):

@@ -62,6 +62,7 @@ def test_distribution_entry_point_on_tensorflow():
     default = distribute.get_distribution("default")
     assert default.strategy is tf.distribute.get_strategy() and default.keras_distribution is None
     assert default.num_replicas_in_sync == 1 and default.is_chief
+    assert repr(default) == "default (_DefaultDistributionStrategy) with 1 replica(s)"
     with default.scope():
         assert tf.distribute.get_strategy() is default.strategy
     ds = default.distribute_datasets_from_function(
@@ -98,6 +99,7 @@ _JAX_DISTRIBUTION = textwrap.dedent("""
         layer = keras.layers.Dense(3)
         layer.build((None, 5))
     assert keras.distribution.distribution() is None
+    print("REPR", d)
     print("REPLICAS", d.num_replicas_in_sync, "CHIEF", d.is_chief,
           "BATCHES", [len(b) for b in ds],
           "KERNEL_DEVICES", len(layer.kernel.value.sharding.device_set),
@@ -136,7 +138,9 @@ def test_on_jax_mirrored_is_data_parallel_and_fine_tuning_steps_compile(tmp_path
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines()
-             if line.startswith(("REPLICAS", "LATE", "JIT"))]
+             if line.startswith(("REPLICAS", "LATE", "JIT", "REPR"))]
+    assert lines[0] == "REPR mirrored (DataParallel) with 2 replica(s)"
+    lines.pop(0)
     assert lines[0] == ("REPLICAS 2 CHIEF True BATCHES [8, 8] KERNEL_DEVICES 2 DEFAULT 1")
     assert lines[1] == ("LATE cannot split the CPU into 3 devices: JAX already initialized 2 "
                         "CPU device(s)")

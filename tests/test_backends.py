@@ -305,3 +305,25 @@ def test_export_tools_on_jax_are_one_line(jax_runs, tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "error: KERAS_BACKEND: expected tensorflow, found jax (set KERAS_BACKEND=tensorflow; "
         "see docs/backends.md)")
+
+
+@pytest.mark.integration  # One JAX tool process: about 15 s on 2 cores.
+def test_extract_features_on_jax_equals_tensorflow(jax_runs, tmp_path):
+    """extract_features from the command line on JAX, from the JAX-trained classifier's
+    directory, against the same tool run here on TensorFlow."""
+    text = tmp_path / "input.txt"
+    text.write_text("free money now click here\nhello friend ||| meeting tomorrow city\n")
+    values = dict(input_file=str(text), init_checkpoint=jax_runs["run_classifier"]["jax"],
+                  layers="-1,-2", max_seq_length=12)
+    result = _tool("bert_keras.extract_features",
+                   _args({**values, "output_file": str(tmp_path / "jax.npz")}), "jax")
+    assert result.returncode == 0, result.stderr[-3000:]
+    extract_features.run(output_file=str(tmp_path / "tf.npz"),
+                         **{**values, "layers": values["layers"].split(",")})
+    with np.load(tmp_path / "jax.npz") as jax_features, np.load(tmp_path / "tf.npz") as tf_features:
+        assert sorted(jax_features.files) == sorted(tf_features.files)
+        np.testing.assert_array_equal(jax_features["tokens"], tf_features["tokens"])
+        assert jax_features["input_mask"].sum() > 10
+        for layer in ("layer_-1", "layer_-2"):
+            assert jax_features[layer].shape == (2, 12, SMALL["hidden_size"])
+            np.testing.assert_allclose(jax_features[layer], tf_features[layer], atol=2e-5)

@@ -374,27 +374,20 @@ def _assert_within_noise(figures):
         assert figures[kind] <= bound, (kind, figures)
 
 
-# The pretraining losses and metrics call TensorFlow ops that JAX cannot trace until
-# bert_keras/losses.py is backend-neutral (issue 41, item 2). Strict: once they trace, these
-# cases fail as XPASS, and this mark goes.
-PENDING_ON_JAX = pytest.mark.xfail(BACKEND == "jax", strict=True,
-                                   reason="pretraining losses not yet traceable on JAX")
-
 def test_runs_on_the_backend_asked_for():
     """KERAS_BACKEND (tensorflow when unset) is what this process trains on."""
     assert BACKEND == os.environ.get("KERAS_BACKEND", "tensorflow")
 
 
 # Each case traces one Keras train step (seconds of CPU); the rest run with `make test-all`.
-CASES = [pytest.param("pretraining", "adamw", "adam_paper", marks=PENDING_ON_JAX),
-         pytest.param("pretraining", "lamb", "adam_paper", marks=PENDING_ON_JAX),
+CASES = [("pretraining", "adamw", "adam_paper"), ("pretraining", "lamb", "adam_paper"),
          ("classifier", "adamw", "adam_paper"), ("span_qa", "adamw", "adam_paper"),
          # Keras' LAMB: in the default tier on JAX (whose run of this suite is itself in the
          # integration tier), slow on TensorFlow (where the default tier runs this module).
          pytest.param("classifier", "keras_lamb", "adam_paper",
                       marks=pytest.mark.slow if BACKEND == "tensorflow" else ()),
          pytest.param("tagger", "adamw", "adam_paper", marks=pytest.mark.slow),
-         pytest.param("pretraining", "adamw", "keras", marks=[pytest.mark.slow, PENDING_ON_JAX]),
+         pytest.param("pretraining", "adamw", "keras", marks=pytest.mark.slow),
          pytest.param("classifier", "lamb", "keras", marks=pytest.mark.slow)]
 
 
@@ -434,7 +427,6 @@ def test_gradient_accumulation_k_by_b_equals_one_batch_of_k_times_b(tmp_path):
     assert figures["weights"] <= NOISE_FACTOR * figures["noise_weights"] + FLOOR["weights"]
 
 
-@PENDING_ON_JAX
 def test_mixed_bfloat16_stays_within_its_documented_tolerance(tmp_path):
     """mixed_bfloat16 (bfloat16 compute, float32 variables): 3 significant bits fewer than
     float16 and 16 fewer than float32, so it is held to a tolerance, not to noise: per-step

@@ -1017,6 +1017,10 @@ def read_keras_file(path: str):
 
     import zipfile
 
+    from bert_keras import optimization  # noqa: F401  (registers AdamW, Lamb, ...: a file
+    # saved with --save_optimizer_state names them; without this, a process that never built
+    # an optimizer, such as an export tool, cannot load it)
+
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Keras model file not found: {path}")

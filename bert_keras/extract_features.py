@@ -31,7 +31,7 @@ import keras
 import numpy as np
 from absl import app, flags, logging
 
-from bert_keras import model_loading
+from bert_keras import backends, model_loading
 from bert_keras.finetuning import loop
 from bert_keras.finetuning.runner import FinetuneError, expected_errors
 from data_prep import cli, files, schema, tokenizer_config
@@ -169,6 +169,7 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
         layers=(-1, -2, -3, -4), max_seq_length=128, batch_size=32, overwrite_output=False,
         do_lower_case=None, strip_accents=None, tokenize_chinese_chars=None):
     """Reads, extracts and writes; returns {"examples", "truncated", "layers", "output_file"}."""
+    backends.check_backend()
     layers = _parse_layers(layers)
     if batch_size < 1:
         raise FinetuneError(f"--batch_size must be >= 1; received {batch_size}")

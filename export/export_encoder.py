@@ -191,11 +191,12 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras import checkpoints, model_loading
+    from bert_keras import backends, checkpoints, model_loading
     from bert_keras.pretrainer import BertPretrainer
     from data_prep.cli import report_errors
 
     def body() -> int:
+        backends.check_backend(backends.EXPORT_BACKENDS)
         # An existing version is refused before the model is loaded (seconds to minutes).
         export_dir, version = _DESTINATION["export_dir"].value, _DESTINATION["version"].value
         saved_model_writer.version_dir(export_dir, version)

@@ -110,10 +110,11 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
     """
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from bert_keras import tasks
+    from bert_keras import backends, tasks
     from data_prep.cli import report_errors
 
     def body() -> int:
+        backends.check_backend(backends.EXPORT_BACKENDS)
         export_dir, version = task_flags["export_dir"].value, task_flags["version"].value
         model, labels, tokenizer = load_task_dir(
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,

@@ -1,4 +1,11 @@
-"""Shared test setup: quiet TensorFlow, deterministic seeds, tiny model sizes."""
+"""Shared test setup: quiet TensorFlow, deterministic seeds, tiny model sizes, and runs on
+another Keras backend.
+
+Keras fixes its backend when it is first imported, so this process runs every test on one
+(KERAS_BACKEND, TensorFlow by default; `KERAS_BACKEND=jax pytest ...` runs them on JAX). A
+test that compares backends runs the other one in a fresh process: `backend_env`,
+`run_tests_on_backend` and `run_on_backend` below.
+"""
 
 import os
 
@@ -12,8 +19,29 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+
+
+def backend_env(backend, **extra):
+    """The environment of a fresh process on Keras backend `backend`, importing this tree."""
+    return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
+                **extra)
+
+
+def run_tests_on_backend(backend, *pytest_args, timeout=1500):
+    """Runs pytest with `pytest_args` in a fresh process on `backend`.
+
+    Returns:
+      (CompletedProcess, {"passed": n, "failed": n, "xfailed": n, ...}) from pytest's
+      summary line, so a caller can also check that tests did run (not all skipped).
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        cwd=REPO, env=backend_env(backend), capture_output=True, text=True, timeout=timeout)
+    lines = result.stdout.strip().splitlines()
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", lines[-1] if lines else "")}
+    return result, counts
+
 
 # Sizes that all differ (Google's modeling_test.py habit), so a transposed weight fails.
 TINY = dict(
@@ -81,12 +109,10 @@ def run_on_backend(backend, test_file, test_id):
 
     if keras.backend.backend() == backend:
         return False
-    env = dict(os.environ, KERAS_BACKEND=backend)
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-               "-m", "", f"{test_file}::{test_id}"]
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+    done, counts = run_tests_on_backend(backend, "-x", "-m", "", f"{test_file}::{test_id}")
     assert done.returncode == 0, (f"{test_id} on {backend}:\n" + done.stdout[-4000:]
                                   + done.stderr[-2000:])
     # Passed, not skipped or deselected.
-    assert re.search(r"^1 passed", done.stdout, re.M), done.stdout[-2000:]
+    assert counts.get("passed") == 1 and not counts.keys() - {"passed", "warning", "warnings"}, \
+        done.stdout[-2000:]
     return True

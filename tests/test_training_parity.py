@@ -21,6 +21,13 @@ Convention: transformers freezes the [PAD] embedding row (`padding_idx`); Google
 ours train it (span QA scores padded positions, so the row gets a gradient). The reference's
 `padding_idx` is set to None.
 
+Backends: this process runs on Keras' backend (TensorFlow by default); `KERAS_BACKEND=jax
+pytest tests/test_training_parity.py` runs the same cases on JAX, and
+`test_this_suite_holds_on_jax` does that from a TensorFlow run (integration tier). The
+reference is torch either way. Cases that are TensorFlow's by nature (IndexedSlices,
+tf.distribute) say so and skip elsewhere; distribution on JAX is `keras.distribution`
+(`test_two_replicas_equal_one[jax]`).
+
 Set PARITY_STOCK_CLIPPING=1 to run every case with Keras' stock clipping (for the notes).
 """
 
@@ -44,14 +51,16 @@ from bert_keras.checkpoints import load_hf_weights, model_weight_names  # noqa: 
 from bert_keras.losses import pretraining_losses_and_metrics  # noqa: E402
 from bert_keras.optimization import TrueGlobalNormClipping, create_optimizer  # noqa: E402
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, compile_args  # noqa: E402
+from conftest import backend_env, run_tests_on_backend  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKEND = keras.backend.backend()
 
 # Sizes that all differ. Dropout 0 (both sides), so the runs are deterministic.
 V, H, LAYERS, HEADS, INTERMEDIATE, POSITIONS = 97, 32, 2, 4, 37, 24
 S, B, P, CLASSES, TAGS = 16, 8, 4, 3, 5
 STEPS, WARMUP, WEIGHT_DECAY, CLIP, EPSILON = 12, 3, 0.01, 1.0, 1e-6
-PEAK = {"adamw": 2e-3, "lamb": 2e-2}
+PEAK = {"adamw": 2e-3, "lamb": 2e-2, "keras_lamb": 2e-2}
 BETAS = (0.9, 0.999)
 NOISE_FACTOR = 20.0
 FLOOR = {"loss": 5e-7, "weights": 1e-6}  # A few float32 ulps at the values compared.
@@ -200,6 +209,13 @@ def reference_train(task, hf_model, data, dtype, optimizer="adamw", placement="a
                 if optimizer == "adamw":
                     if decays:
                         p.sub_(lr * WEIGHT_DECAY * p)
+                    p.sub_(lr * r)
+                elif optimizer == "keras_lamb":  # Keras' Lamb: decay first, ratio on all.
+                    if decays:
+                        p.sub_(lr * WEIGHT_DECAY * p)
+                    w_norm, r_norm = torch.linalg.norm(p), torch.linalg.norm(r)
+                    if w_norm > 0 and r_norm > 0:
+                        r = r * (w_norm / r_norm)
                     p.sub_(lr * r)
                 else:  # LAMB, You et al. 2019, algorithm 2.
                     if decays:
@@ -358,9 +374,18 @@ def _assert_within_noise(figures):
         assert figures[kind] <= bound, (kind, figures)
 
 
+def test_runs_on_the_backend_asked_for():
+    """KERAS_BACKEND (tensorflow when unset) is what this process trains on."""
+    assert BACKEND == os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
 # Each case traces one Keras train step (seconds of CPU); the rest run with `make test-all`.
 CASES = [("pretraining", "adamw", "adam_paper"), ("pretraining", "lamb", "adam_paper"),
          ("classifier", "adamw", "adam_paper"), ("span_qa", "adamw", "adam_paper"),
+         # Keras' LAMB: in the default tier on JAX (whose run of this suite is itself in the
+         # integration tier), slow on TensorFlow (where the default tier runs this module).
+         pytest.param("classifier", "keras_lamb", "adam_paper",
+                      marks=pytest.mark.slow if BACKEND == "tensorflow" else ()),
          pytest.param("tagger", "adamw", "adam_paper", marks=pytest.mark.slow),
          pytest.param("pretraining", "adamw", "keras", marks=pytest.mark.slow),
          pytest.param("classifier", "lamb", "keras", marks=pytest.mark.slow)]
@@ -371,6 +396,8 @@ def test_updates_match_the_reference_within_float32_noise(task, optimizer, place
     _assert_within_noise(parity_figures(task, tmp_path, optimizer, placement))
 
 
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="IndexedSlices and per-replica clipping "
+                    "are TensorFlow's; on JAX Keras' global norm is the true gradient's")
 @pytest.mark.parametrize("task", ["span_qa", pytest.param("pretraining",
                                                             marks=pytest.mark.slow)])
 def test_stock_keras_clipping_fails_this_suite(task, tmp_path):
@@ -426,14 +453,16 @@ def test_mixed_bfloat16_stays_within_its_documented_tolerance(tmp_path):
     assert figures["loss"] > 1e-5  # It did run in bfloat16 (float32 is 1e-6 here).
 
 
-# 2 replicas (MirroredStrategy on 2 logical CPUs) against 1: logical devices must be set
-# before TensorFlow initialises, so this runs in a subprocess, which imports this module.
+# 2 replicas against 1, through the tools' entry point (`distribute.get_distribution`):
+# TensorFlow's MirroredStrategy on 2 logical CPUs, JAX's keras.distribution.DataParallel on 2
+# host devices. Devices must be set before the backend initialises, so this runs in a
+# subprocess on the backend asked for, which imports this module.
 _TWO_REPLICAS = textwrap.dedent("""
     import json, sys, pathlib, tempfile
     sys.path.insert(0, "tests")
+    import keras
     from bert_keras import distribute
     distribute.configure_cpu_devices(2)
-    import tensorflow as tf
     import test_training_parity as t
     stock = sys.argv[1] == "stock"
     task = "classifier"
@@ -441,43 +470,63 @@ _TWO_REPLICAS = textwrap.dedent("""
     hf_model = t._hf_model(task)
     _, _, _, zero = t.reference_train(task, hf_model, data, t.torch.float64)
     results = []
-    for strategy in (tf.distribute.get_strategy(), distribute.get_strategy("mirrored")):
-        with strategy.scope():
+    for name in ("default", "mirrored"):
+        distribution = distribute.get_distribution(name)
+        with distribution.scope():
             model, rows = t.our_model(task, hf_model, pathlib.Path(tempfile.mkdtemp()))
             t.compile_like_the_trainers(model, task, stock=stock)
-        results.append(t.train_ours(model, rows, data))
-    print("REPLICAS", strategy.num_replicas_in_sync)
+            results.append(t.train_ours(model, rows, data))
+    if keras.backend.backend() == "jax":  # Each weight lives on both devices.
+        assert len(model.encoder.weights[0].value.sharding.device_set) == 2
+    print("BACKEND", keras.backend.backend())
+    print("REPLICAS", distribution.num_replicas_in_sync)
     print("FIGURES", json.dumps({
         "loss": t._max_relative(results[1][0], results[0][0]),
         "weights": t._max_weight_difference(results[1][1], results[0][1], zero)}))
 """)
 
 
-def _two_replicas(mode):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+def _two_replicas(mode, backend):
+    env = backend_env(backend)
     result = subprocess.run([sys.executable, "-c", _TWO_REPLICAS, mode], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
-    assert lines["REPLICAS"] == "2"
+    assert lines["BACKEND"] == backend and lines["REPLICAS"] == "2"
     return json.loads(lines["FIGURES"])
 
 
-@pytest.mark.slow
-def test_two_replicas_equal_one():
-    """Classifier on 2 logical CPUs (global batch 8 = 2 x 4) against one device (batch 8).
+@pytest.mark.parametrize("backend", [pytest.param("tensorflow", marks=pytest.mark.slow),
+                                     pytest.param("jax", marks=pytest.mark.integration)])
+def test_two_replicas_equal_one(backend):
+    """Classifier on 2 devices (global batch 8 = 2 x 4) against one device (batch 8).
 
-    Each replica's loss is scaled by 1/2 and the gradients summed (the word embeddings'
-    IndexedSlices gathered from both); with the clip after that sum the two runs differ only
-    by summation order (float32 noise). With Keras' stock clipping each replica clipped its
-    own half-gradient, and the runs part. (The classifier, not the pretrainer: Google's
-    masked-LM loss is a ratio per replica, sum(w * ce) / sum(w), so with unequal numbers of
-    masked tokens per replica the mean of the replicas' ratios is not the global ratio,
-    by design of the loss and on TPUs too.)
+    TensorFlow: each replica's loss is scaled by 1/2 and the gradients summed (the word
+    embeddings' IndexedSlices gathered from both); with the clip after that sum the two runs
+    differ only by summation order (float32 noise). With Keras' stock clipping each replica
+    clipped its own half-gradient, and the runs part. JAX: one program over both devices
+    (GSPMD), the batch split in two and the gradient's sums across devices inserted by XLA;
+    the clip sees the whole gradient with either clipping. (The classifier, not the
+    pretrainer: Google's masked-LM loss is a ratio per replica, sum(w * ce) / sum(w), so with
+    unequal numbers of masked tokens per replica the mean of the replicas' ratios is not the
+    global ratio, by design of the loss and on TPUs too.)
     """
-    figures = _two_replicas("fixed")
+    figures = _two_replicas("fixed", backend)
     print(json.dumps(figures))
     assert figures["loss"] < 1e-5 and figures["weights"] < 1e-5, figures
-    stock = _two_replicas("stock")
-    print(json.dumps(stock))
-    assert stock["weights"] > 1e-4, stock
+    if backend == "tensorflow":
+        stock = _two_replicas("stock", backend)
+        print(json.dumps(stock))
+        assert stock["weights"] > 1e-4, stock
+
+
+# The whole suite on JAX, from a TensorFlow run (Keras' backend is fixed per process).
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="runs this suite on JAX from TensorFlow")
+@pytest.mark.parametrize("selection", [
+    pytest.param("not slow and not integration", marks=pytest.mark.integration),
+    pytest.param("slow and not integration", marks=pytest.mark.slow)])
+def test_this_suite_holds_on_jax(selection):
+    result, counts = run_tests_on_backend("jax", os.path.abspath(__file__), "-m", selection,
+                                          "-W", "ignore::UserWarning")
+    assert result.returncode == 0 and not counts.get("failed"), result.stdout[-6000:]
+    assert counts.get("passed", 0) >= 3, result.stdout[-3000:]  # They ran, on JAX.

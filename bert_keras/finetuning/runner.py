@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_keras import model_loading
+from bert_keras import backends, model_loading
 from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
@@ -44,7 +44,7 @@ SKIP_PADDING_HELP = (
     "In training, run the encoder on the real tokens only: the same loss and gradients, "
     "faster when inputs are shorter than --max_seq_length "
     "(bert_keras.layers.padding_free). --noskip_padding runs the padded computation. "
-    "Padded under --jit_compile and on TPUs.")
+    "Padded under --jit_compile, on TPUs and on Keras' JAX backend (TensorFlow only).")
 
 
 class FinetuneError(ValueError):
@@ -94,7 +94,8 @@ class FinetuneOptions:
         enum=list(HEAD_INITIALIZERS))
     seed: int = option(12345, "Seed for initialisation, dropout and shuffling.")
     jit_compile: bool = option(False, "Compile the training step with XLA (faster steps, "
-                               "slower start).")
+                               "slower start). On KERAS_BACKEND=jax the step is always "
+                               "compiled.")
     overwrite_output: bool = option(False, "Replace results already in --output_dir instead "
                                     "of refusing.")
     log_steps: int = option(50, "Training steps between two points of the loss and learning "
@@ -287,6 +288,7 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
 def run(task: Task, values: dict) -> dict:
     """Train / eval / predict as `values` (flag names) say; returns {"train", "eval",
     "predict"} summaries, also written to the results files."""
+    backends.check_backend()
     common_values, task_values = split_values(values, FinetuneOptions, task.options_class())
     common = FinetuneOptions(**common_values)
     opts = task.options_class()(**task_values)
@@ -377,6 +379,10 @@ def run(task: Task, values: dict) -> dict:
         logs_dir = os.path.join(out, LOGS_DIR)
         if common.overwrite_output and os.path.isdir(logs_dir):
             shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
+        if getattr(opts, "skip_padding", False) and keras.backend.backend() != "tensorflow":
+            logging.info("--skip_padding: padding-free rows are TensorFlow-only; training on "
+                         "%s runs the padded computation (same loss and gradients)",
+                         keras.backend.backend())
         summary = loop.train(model, _model_inputs(data), task.targets(data),
                              common.train_batch_size, common.num_train_epochs,
                              common.learning_rate, common.warmup_proportion, seed=common.seed,

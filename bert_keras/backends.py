@@ -1,0 +1,37 @@
+"""Which Keras backends the tools run on, checked in one place (docs/backends.md).
+
+    TRAINING_BACKENDS  run_pretraining, run_classifier, run_tagger, run_squad,
+                       extract_features: TensorFlow or JAX (data through tf.data either way)
+    EXPORT_BACKENDS    the export tools: TensorFlow (they write TensorFlow SavedModels; a
+                       model trained on JAX is exported by a TensorFlow process)
+
+Keras fixes its backend when it is first imported (KERAS_BACKEND, else ~/.keras/keras.json),
+so a tool cannot switch; it can only refuse early, in one line, through the tools' error
+boundary (`data_prep.cli.report_errors`): `check_backend` raises a `cli.InputError`.
+A name Keras itself does not know (KERAS_BACKEND=bogus) fails inside `import keras`, before
+any tool code runs.
+"""
+
+from __future__ import annotations
+
+from data_prep.cli import InputError
+
+TRAINING_BACKENDS = ("tensorflow", "jax")
+EXPORT_BACKENDS = ("tensorflow",)
+
+
+def check_backend(supported: tuple[str, ...] = TRAINING_BACKENDS) -> str:
+    """Returns Keras' backend name if it is one of `supported`.
+
+    Raises:
+      data_prep.cli.InputError: "KERAS_BACKEND: expected tensorflow or jax, found torch ...";
+        the error boundary prints it as `error: KERAS_BACKEND: ...`.
+    """
+    import keras
+
+    name = keras.backend.backend()
+    if name not in supported:
+        choices = " or ".join(supported)
+        raise InputError("KERAS_BACKEND", f"expected {choices}, found {name} (set "
+                         f"KERAS_BACKEND={supported[0]}; see docs/backends.md)")
+    return name

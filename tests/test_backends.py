@@ -1,0 +1,329 @@
+"""The tools on Keras' backends: TensorFlow and JAX train; others are refused in one line.
+
+Keras fixes its backend per process, so whatever runs on JAX here runs in a fresh process
+(`conftest.backend_env`); this process is TensorFlow (exports are TensorFlow's by nature).
+The fine-tuning arithmetic on JAX is pinned against torch by tests/test_training_parity.py
+(`test_this_suite_holds_on_jax`, `test_two_replicas_equal_one[jax]`).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+from conftest import REPO, TESTDATA, backend_env, h5_keys
+from test_run_finetune import SMALL, VOCAB, write_classification, write_conll
+
+from bert_keras import (BertEncoder, backends, distribute, extract_features, run_classifier,
+                        run_squad, run_tagger)
+from data_prep import cli
+
+SQUAD = os.path.join(TESTDATA, "ft_squad_v2.json")
+TOOLS = {"run_classifier": run_classifier.run, "run_tagger": run_tagger.run,
+         "run_squad": run_squad.run,
+         "extract_features": lambda **kw: extract_features.run("in.txt", "out.jsonl", **kw)}
+
+
+def _pretend_backend(monkeypatch, name):
+    monkeypatch.setattr(keras.backend, "backend", lambda: name)
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_unsupported_backend_is_one_line_naming_the_supported_ones(tool, backend, monkeypatch,
+                                                                   capsys, tmp_path):
+    _pretend_backend(monkeypatch, backend)
+    values = {} if tool == "extract_features" else dict(
+        output_dir=str(tmp_path / "out"), do_train=True, train_file="missing.jsonl")
+    status = cli.report_errors(lambda: TOOLS[tool](**values))
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1, err
+    assert err == (f"error: KERAS_BACKEND: expected tensorflow or jax, found {backend} (set "
+                   "KERAS_BACKEND=tensorflow; see docs/backends.md)\n")
+    assert not (tmp_path / "out").exists()  # Refused before anything is read or written.
+
+
+def test_supported_backends_pass_and_exports_want_tensorflow(monkeypatch):
+    assert backends.check_backend() == "tensorflow"
+    _pretend_backend(monkeypatch, "jax")
+    assert backends.check_backend() == "jax"
+    with pytest.raises(cli.InputError, match=r"^KERAS_BACKEND: expected tensorflow, found jax"):
+        backends.check_backend(backends.EXPORT_BACKENDS)
+
+
+def test_distribution_entry_point_on_tensorflow():
+    import tensorflow as tf
+
+    default = distribute.get_distribution("default")
+    assert default.strategy is tf.distribute.get_strategy() and default.keras_distribution is None
+    assert default.num_replicas_in_sync == 1 and default.is_chief
+    assert repr(default) == "default (_DefaultDistributionStrategy) with 1 replica(s)"
+    with default.scope():
+        assert tf.distribute.get_strategy() is default.strategy
+    ds = default.distribute_datasets_from_function(
+        lambda context: tf.data.Dataset.range(8).batch(context.get_per_replica_batch_size(4)))
+    assert [len(b) for b in ds] == [4, 4]
+    with pytest.raises(distribute.StrategyError, match="no TPU"):
+        distribute.get_distribution("tpu")
+
+
+@pytest.mark.parametrize("name", ["tpu", "multi_worker_mirrored"])
+def test_tensorflow_strategies_on_jax_are_one_line(name, monkeypatch, capsys):
+    _pretend_backend(monkeypatch, "jax")
+    status = cli.report_errors(lambda: distribute.get_distribution(name))
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1, err
+    assert err.startswith("error: --distribution_strategy: expected default or mirrored on "
+                          "KERAS_BACKEND=jax (mirrored: keras.distribution.DataParallel")
+    assert err.rstrip().endswith(f"found {name} (a tf.distribute strategy: run with "
+                                 "KERAS_BACKEND=tensorflow)")
+
+
+# On JAX with 2 host devices: "mirrored" is keras.distribution.DataParallel over both, and
+# the tf.data input comes as global batches (one pipeline, one replica in its context).
+_JAX_DISTRIBUTION = textwrap.dedent("""
+    import keras, numpy as np, tensorflow as tf
+    from bert_keras import distribute
+    distribute.configure_cpu_devices(2)
+    assert keras.backend.backend() == "jax"
+    d = distribute.get_distribution("mirrored")
+    ds = d.distribute_datasets_from_function(
+        lambda c: tf.data.Dataset.range(16).batch(c.get_per_replica_batch_size(8)))
+    with d.scope():
+        assert keras.distribution.distribution() is d.keras_distribution
+        layer = keras.layers.Dense(3)
+        layer.build((None, 5))
+    assert keras.distribution.distribution() is None
+    print("REPR", d)
+    print("REPLICAS", d.num_replicas_in_sync, "CHIEF", d.is_chief,
+          "BATCHES", [len(b) for b in ds],
+          "KERNEL_DEVICES", len(layer.kernel.value.sharding.device_set),
+          "DEFAULT", distribute.get_distribution("default").num_replicas_in_sync)
+    try:
+        distribute.configure_cpu_devices(3)
+    except distribute.StrategyError as e:
+        print("LATE", e)
+
+    # Fine-tuning steps run through jax.jit whatever --jit_compile says, and the compile
+    # config keeps the flag (so model.keras is TensorFlow's file); a model loaded with
+    # jit_compile=False predicts compiled too.
+    import sys
+    from bert_keras import BertEncoder
+    from bert_keras.finetuning import loop
+    from bert_keras.tasks import BertClassifier
+    x = {"input_word_ids": np.ones((4, 8), "int32"), "input_mask": np.ones((4, 8), "int32"),
+         "input_type_ids": np.zeros((4, 8), "int32")}
+    model = BertClassifier(BertEncoder(vocab_size=20, num_layers=1, hidden_size=8,
+                                       num_heads=2, intermediate_size=8), 2)
+    loop.train(model, x, {"logits": np.zeros(4, "int32")}, 2, 1.0, 1e-3, 0.0,
+               jit_compile=False)
+    model.save(sys.argv[1])
+    loaded = keras.saving.load_model(sys.argv[1])
+    before = loaded.jit_compile
+    loop.predict(loaded, x, 2)
+    print("JIT", model.jit_compile, model.get_compile_config()["jit_compile"], before,
+          loaded.jit_compile)
+""")
+
+
+@pytest.mark.integration  # A JAX process: about 20 s on 2 cores.
+def test_on_jax_mirrored_is_data_parallel_and_fine_tuning_steps_compile(tmp_path):
+    result = subprocess.run([sys.executable, "-c", _JAX_DISTRIBUTION, str(tmp_path / "m.keras")],
+                            cwd=REPO, env=backend_env("jax"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines()
+             if line.startswith(("REPLICAS", "LATE", "JIT", "REPR"))]
+    assert lines[0] == "REPR mirrored (DataParallel) with 2 replica(s)"
+    lines.pop(0)
+    assert lines[0] == ("REPLICAS 2 CHIEF True BATCHES [8, 8] KERNEL_DEVICES 2 DEFAULT 1")
+    assert lines[1] == ("LATE cannot split the CPU into 3 devices: JAX already initialized 2 "
+                        "CPU device(s)")
+    assert lines[2] == "JIT True False False True"
+
+
+def _tool(module, args, backend):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
+                          env=backend_env(backend), capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.integration  # Two tool processes on other backends: about 30 s on 2 cores.
+def test_unsupported_backend_from_the_command_line(tmp_path):
+    for module, backend in (("bert_keras.run_classifier", "torch"),
+                            ("bert_keras.extract_features", "numpy")):
+        args = ([f"--output_dir={tmp_path / 'out'}", "--do_train", "--train_file=t.jsonl"]
+                if module.endswith("classifier") else
+                ["--input_file=in.txt", f"--output_file={tmp_path / 'f.jsonl'}",
+                 "--init_checkpoint=x"])
+        result = _tool(module, args, backend)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"error: KERAS_BACKEND: expected tensorflow or jax, found {backend} (set "
+            "KERAS_BACKEND=tensorflow; see docs/backends.md)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # The tools' own suites in a JAX process: 2-3 min on 2 cores.
+def test_the_tools_suites_hold_on_jax():
+    """run_classifier, run_tagger, run_squad, extract_features and the fine-tuning loop,
+    their default-tier tests run on JAX (the same fixtures, files and numbers)."""
+    from conftest import run_tests_on_backend
+
+    result, counts = run_tests_on_backend(
+        "jax", "tests/test_run_finetune.py", "tests/test_extract_features.py",
+        "tests/test_finetune_loop.py", "-W", "ignore::UserWarning")
+    assert result.returncode == 0 and not counts.get("failed"), result.stdout[-6000:]
+    assert counts.get("passed", 0) >= 15, result.stdout[-3000:]
+
+
+# --- A run trained on JAX: the same directory as TensorFlow's; exported and verified by a
+# TensorFlow process.
+
+# Non-default flags of every fine-tuning tool (the optimizer's schedule and epsilon, the
+# head's initializer, the optimizer state in model.keras) on top of a small run's settings.
+SETTINGS = dict(do_lower_case=True, max_seq_length=16, train_batch_size=8, eval_batch_size=16,
+                learning_rate=1e-3, num_train_epochs=1.0, seed=7, log_steps=2,
+                lr_schedule="google", epsilon_placement="keras",
+                head_initializer="truncated_normal", save_optimizer_state=True)
+
+
+def _args(values):
+    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in values.items()]
+
+
+def _listing(out):
+    """Files of a run directory (logs by subdirectory) and the model file's contents."""
+    found = sorted(os.listdir(out)) + sorted(os.listdir(os.path.join(out, "logs")))
+    with zipfile.ZipFile(os.path.join(out, "model.keras")) as z:
+        members = sorted(z.namelist())
+        config = json.loads(z.read("config.json"))
+        # Keras numbers optimizers per process (adam_w, adam_w_1, ...): this process trains
+        # several models, a tool process one.
+        config["compile_config"]["optimizer"]["config"].pop("name")
+        weights = os.path.join(out, "weights.h5")
+        with open(weights, "wb") as f:
+            f.write(z.read("model.weights.h5"))
+    keys = h5_keys(weights)
+    os.remove(weights)
+    return found, members, config, keys
+
+
+@pytest.fixture(scope="module")
+def jax_runs(tmp_path_factory):
+    """run_classifier, run_tagger and run_squad trained from the command line on JAX, and in
+    this (TensorFlow) process with the same settings."""
+    tmp = tmp_path_factory.mktemp("jax_runs")
+    encoder = str(tmp / "encoder.keras")
+    BertEncoder(**SMALL).save(encoder)
+    write_classification(tmp / "train.jsonl", 24, 0)
+    write_classification(tmp / "test.jsonl", 10, 1)
+    write_conll(tmp / "train.conll", 24, 0)
+    write_conll(tmp / "test.conll", 8, 1)
+    data = {"run_classifier": ("train.jsonl", "test.jsonl"),
+            "run_tagger": ("train.conll", "test.conll"), "run_squad": (SQUAD, SQUAD)}
+    runs = {}
+    for tool, (train, test) in data.items():
+        values = dict(train_file=str(tmp / train), predict_file=str(tmp / test),
+                      init_checkpoint=encoder, vocab_file=VOCAB, do_train=True,
+                      do_predict=True, **SETTINGS)
+        if tool == "run_squad":
+            values.update(version_2_with_negative=True, doc_stride=4, max_query_length=8,
+                          max_answer_length=6, train_batch_size=4)
+        else:
+            values.update(eval_file=str(tmp / test), do_eval=True)
+        out = {backend: str(tmp / f"{tool}_{backend}") for backend in ("jax", "tensorflow")}
+        result = _tool(f"bert_keras.{tool}", _args({**values, "output_dir": out["jax"]}), "jax")
+        assert result.returncode == 0, result.stderr[-3000:]
+        TOOLS[tool](**values, output_dir=out["tensorflow"])
+        runs[tool] = {**out, "jax_log": result.stderr, "test": str(tmp / test)}
+    return runs
+
+
+@pytest.mark.integration  # 3 JAX tool runs, 3 here, 3 exports and verify: about 4 min.
+def test_jax_trained_runs_have_the_tensorflow_layout_and_export_and_verify(jax_runs, tmp_path):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the text-in exports hold its ops)
+
+    from export.verify import verify
+
+    for tool, run in jax_runs.items():
+        jax_listing, tf_listing = _listing(run["jax"]), _listing(run["tensorflow"])
+        assert jax_listing == tf_listing, tool  # Files, logs, model file, config, weights.
+        skip_padding_note = "padding-free rows are TensorFlow-only" in run["jax_log"]
+        assert skip_padding_note == (tool != "run_squad"), tool  # Span QA trains padded.
+        results = json.load(open(os.path.join(run["jax"], "train_results.json")))
+        assert np.isfinite([p["loss"] for p in results["loss_history"]]).all()
+        # Exported by a TensorFlow process, from the JAX run's directory.
+        module = {"run_classifier": "export_classifier", "run_tagger": "export_tagger",
+                  "run_squad": "export_span_qa"}[tool]
+        export_dir = tmp_path / module
+        result = _tool(f"export.{module}", [f"--model_dir={run['jax']}",
+                                            f"--export_dir={export_dir}",
+                                            "--max_seq_length=16"], "tensorflow")
+        assert result.returncode == 0, result.stderr[-3000:]
+        path = result.stdout.strip().splitlines()[-1]
+        report = verify(path)
+        assert report.ok, str(report)
+        loaded = tf.saved_model.load(path)
+        if tool == "run_classifier":
+            # The export's probabilities are those the JAX process predicted.
+            texts = [json.loads(line)["text"] for line in open(run["test"])]
+            got = loaded.signatures["serving_default"](text=tf.constant(texts))["probabilities"]
+            predicted = [json.loads(line) for line in open(
+                os.path.join(run["jax"], "predictions.jsonl"))]
+            labels = open(os.path.join(run["jax"], "labels.txt")).read().split()
+            want = [[p["probabilities"][label] for label in labels] for p in predicted]
+            np.testing.assert_allclose(got.numpy(), want, atol=2e-5)
+        elif tool == "run_tagger":
+            from data_prep import tagging
+
+            sentences = tagging.read_conll(run["test"])
+            predicted = tagging.read_conll(os.path.join(run["jax"], "predictions.conll"))
+            got = loaded.signatures["serving_default"](
+                text=tf.constant([" ".join(s.words) for s in sentences]))
+            compared = 0
+            for row, sentence in enumerate(predicted):
+                tags = [t.decode() for t in got["tags"].numpy()[row][:len(sentence.words)]]
+                for exported, written in zip(tags, sentence.tags):
+                    if exported:  # "": a word past max_seq_length, not tagged by the export
+                        assert exported == written, (row, tags, sentence.tags)
+                        compared += 1
+            assert compared > 20
+
+
+@pytest.mark.integration  # One JAX tool process: about 15 s on 2 cores.
+def test_export_tools_on_jax_are_one_line(jax_runs, tmp_path):
+    result = _tool("export.export_classifier", [
+        f"--model_dir={jax_runs['run_classifier']['jax']}", f"--export_dir={tmp_path / 'm'}"],
+        "jax")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: KERAS_BACKEND: expected tensorflow, found jax (set KERAS_BACKEND=tensorflow; "
+        "see docs/backends.md)")
+
+
+@pytest.mark.integration  # One JAX tool process: about 15 s on 2 cores.
+def test_extract_features_on_jax_equals_tensorflow(jax_runs, tmp_path):
+    """extract_features from the command line on JAX, from the JAX-trained classifier's
+    directory, against the same tool run here on TensorFlow."""
+    text = tmp_path / "input.txt"
+    text.write_text("free money now click here\nhello friend ||| meeting tomorrow city\n")
+    values = dict(input_file=str(text), init_checkpoint=jax_runs["run_classifier"]["jax"],
+                  layers="-1,-2", max_seq_length=12)
+    result = _tool("bert_keras.extract_features",
+                   _args({**values, "output_file": str(tmp_path / "jax.npz")}), "jax")
+    assert result.returncode == 0, result.stderr[-3000:]
+    extract_features.run(output_file=str(tmp_path / "tf.npz"),
+                         **{**values, "layers": values["layers"].split(",")})
+    with np.load(tmp_path / "jax.npz") as jax_features, np.load(tmp_path / "tf.npz") as tf_features:
+        assert sorted(jax_features.files) == sorted(tf_features.files)
+        np.testing.assert_array_equal(jax_features["tokens"], tf_features["tokens"])
+        assert jax_features["input_mask"].sum() > 10
+        for layer in ("layer_-1", "layer_-2"):
+            assert jax_features[layer].shape == (2, 12, SMALL["hidden_size"])
+            np.testing.assert_allclose(jax_features[layer], tf_features[layer], atol=2e-5)

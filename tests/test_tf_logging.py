@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from data_prep.tf_logging import ONEDNN_ENV, keep_line, onednn_default
+from data_prep.tf_logging import ONEDNN_ENV, keep_line, onednn_default, python_log_message
 
 # Lines TensorFlow 2.21 printed at import on a CPU-only machine with CUDA libraries.
 BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -37,6 +37,20 @@ def test_levels_follow_tf_cpp_min_log_level():
     assert [keep_line(l, 1, False) for l in (BANNER, INFO, WARN, ERROR)] == [False, False, True, True]
     assert all(keep_line(l, 0, False) for l in (BANNER, INFO, CUDA, CUINIT, WARN, ERROR, PYTHON))
     assert [keep_line(l, 3, False) for l in (ERROR, PYTHON)] == [False, True]
+
+
+# absl's Python logging has the same prefix as TensorFlow's C++ log, with a .py file.
+TOOL_INFO = "I1127 10:20:36.512345 140231 loop.py:88] step 50/375  loss 0.4121 (steps 1-50)\n"
+TOOL_WARN = "W1127 10:20:36.512345 140231 loop.py:119] 3 training examples, fewer than 32\n"
+
+
+def test_a_tools_own_log_is_kept_at_every_level_and_shown_without_its_prefix():
+    for level in (0, 1, 2, 3):
+        assert keep_line(TOOL_INFO, level, False) and keep_line(TOOL_WARN, level, False)
+    assert python_log_message(TOOL_INFO) == "step 50/375  loss 0.4121 (steps 1-50)\n"
+    assert python_log_message(TOOL_WARN) == "warning: 3 training examples, fewer than 32\n"
+    for line in (BANNER, INFO, CUDA, CUINIT, AVX, WARN, ERROR, PYTHON, "plain output\n"):
+        assert python_log_message(line) is None, line
 
 
 def test_onednn_default_is_x86_only():

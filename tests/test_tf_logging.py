@@ -77,3 +77,24 @@ def test_onednn_on_by_default_on_x86_and_the_environment_wins():
         pytest.skip("oneDNN is defaulted on x86-64 only")
     assert _onednn_in_fresh_process(None)
     assert not _onednn_in_fresh_process("0")
+
+
+@pytest.mark.integration  # A fresh TensorFlow process: about 10 s on 2 cores.
+def test_a_users_script_prints_nothing_and_can_still_configure_devices():
+    """`import bert_keras` in a user's script: no start-up lines, no oneDNN int64 notice at
+    the first int64 transpose (the op that triggers it), and the eager runtime is still
+    unconfigured (logical CPU devices can be set, as --num_cpu_devices does)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", ONEDNN_ENV)}
+    code = ("import bert_keras\n"
+            "import tensorflow as tf\n"
+            "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+            "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+            "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
+            "print(tf.transpose(tf.constant([[1, 2]], tf.int64)).shape, "
+            "len(tf.config.list_logical_devices('CPU')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["(2,", "1)", "2"], proc.stdout
+    assert proc.stderr == "", proc.stderr

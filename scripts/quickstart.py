@@ -291,7 +291,7 @@ class Pipeline:
             for split in ("train", "heldout"):
                 metas = [read_sidecar(self.path(f"data/{split}-0000{i}-of-00002.tfrecord"))
                          for i in range(2)]
-                parts.append(f"{sum(m['counts']['instances'] for m in metas):,} {split} "
+                parts.append(f"{sum(m['shard']['instances'] for m in metas):,} {split} "
                              f"instances ({metas[0]['masking']} masks)")
             return ", ".join(parts)
         if stage == "pretrain":

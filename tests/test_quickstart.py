@@ -127,6 +127,10 @@ def test_quickstart_fixture_end_to_end(tmp_path):
         assert re.search(r"^step \d+/4  loss ", section, re.M), section
         assert f"eval: accuracy {result['accuracy']:.4f}" in section
         assert f"=> test accuracy {result['accuracy']:.4f}, macro F1 " in section
+    counts = [json.loads((work / "data" / f"{split}-00000-of-00002.tfrecord.meta.json")
+                         .read_text())["counts"]["instances"] for split in ("train", "heldout")]
+    assert (f"=> {counts[0]:,} train instances (dynamic masks), {counts[1]:,} heldout "
+            "instances (static masks)") in stages["data"]
     # create_pretraining_data shows one instance, compactly: WordPieces and mask counts.
     train_data, heldout_data = stages["data"].split("$ python -m")[1:3]
     assert train_data.count("example instance") == 1 and "segment_ids:" not in train_data

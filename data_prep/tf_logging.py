@@ -13,11 +13,13 @@ seven such lines; the demo's log 113.
 
 `import_tensorflow()` imports TensorFlow and queries its GPUs with file descriptor 2
 pointed at a temporary file, then writes back every line except the notices above that
-the log level hides: glog-style lines of TensorFlow's C++ code below TF_CPP_MIN_LOG_LEVEL
-(2, warnings and info hidden, unless the environment sets it), absl's pre-initialisation
-banner, and the cuInit error when no GPU was found (TensorFlow then runs on the CPU, as the
-line before it says). Everything else (Python warnings, absl's Python logging, whose lines
-look alike but name a .py file, real errors) comes back unchanged, in order. With
+the log level hides: glog-style lines below TF_CPP_MIN_LOG_LEVEL (2, warnings and info
+hidden, unless the environment sets it), absl's pre-initialisation banner, and the cuInit
+error when no GPU was found (TensorFlow then runs on the CPU, as the line before it says).
+Everything else (Python warnings, real errors) comes back unchanged, in order. absl's
+Python logging has the same prefix (`I1127 10:20:36.51 4242 loop.py:88] ...`):
+`python_log_message` picks a program's own lines out by file name (scripts/quickstart.py
+shows its tools' progress that way). With
 TF_CPP_MIN_LOG_LEVEL=0 nothing is filtered. The tools' packages call it before anything
 imports TensorFlow; once TensorFlow is imported it does nothing.
 
@@ -42,6 +44,7 @@ import platform
 import re
 import sys
 import tempfile
+from typing import Collection
 
 LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 DEFAULT_LEVEL = "2"  # hide TensorFlow's C++ info and warnings; errors stay
@@ -62,8 +65,8 @@ def keep_line(line: str, level: int, gpus_found: bool) -> bool:
     if line.rstrip("\n") == _BANNER:
         return False
     match = _GLOG.match(line)
-    if not match or match.group(2).endswith(".py"):
-        return True  # not TensorFlow's C++ log: Python warnings, a tool's own absl logging
+    if not match:
+        return True
     severity = _SEVERITY[match.group(1)]
     if severity == 2 and "failed call to cuInit" in line and not gpus_found and level >= 2:
         return False
@@ -75,12 +78,14 @@ def keep_line(line: str, level: int, gpus_found: bool) -> bool:
     return severity >= level
 
 
-def python_log_message(line: str) -> str | None:
-    """A line of absl's Python logging (`I1127 10:20:36.512345 4242 loop.py:88] step 50/60
-    ...`) without its prefix, warnings and errors marked (`warning: ...`); None for any
-    other line (TensorFlow's C++ log, plain output)."""
+def python_log_message(line: str, modules: Collection[str]) -> str | None:
+    """A line of absl's Python logging from one of `modules` (file names: `I1127
+    10:20:36.512345 4242 loop.py:88] step 50/60 ...` with "loop.py" in them) without its
+    prefix, warnings and errors marked (`warning: ...`); None for any other line
+    (TensorFlow's C++ log and its Python modules' log, which share the prefix, plain
+    output)."""
     match = _GLOG.match(line)
-    if not match or not match.group(2).endswith(".py"):
+    if not match or match.group(2) not in modules:
         return None
     mark = {"I": "", "W": "warning: ", "E": "error: ", "F": "fatal: "}[match.group(1)]
     return mark + line[match.end():]

@@ -64,6 +64,13 @@ if ROOT not in sys.path:
 STAGES = ("corpus", "vocab", "data", "pretrain", "spam", "finetune", "baseline", "export",
           "verify", "serve")
 
+# The file names of the project's modules: absl log lines naming one are a tool's own
+# (shown); TensorFlow's Python modules log with the same prefix (filtered by level).
+PROJECT_MODULES = frozenset(name for package in ("bert_keras", "data_prep", "export",
+                                                 "public_data")
+                            for _, _, names in os.walk(os.path.join(ROOT, package))
+                            for name in names if name.endswith(".py"))
+
 SETTINGS_FILE = "quickstart.json"
 # What each stage's outputs depend on (with the outputs of the stages it reads) and where
 # they are; a changed setting removes the outputs of every stage it reaches.
@@ -237,7 +244,7 @@ class Pipeline:
         for line in proc.stderr:
             # The tool's own log (progress, `step 50/375 loss ...`, `eval: accuracy ...`)
             # as a user running it sees it, without absl's `I1127 10:20:36.51 4242 x.py:88]`.
-            message = python_log_message(line)
+            message = python_log_message(line, PROJECT_MODULES)
             if message is not None:
                 sys.stdout.write(message)
                 sys.stdout.flush()

@@ -42,15 +42,19 @@ def test_levels_follow_tf_cpp_min_log_level():
 # absl's Python logging has the same prefix as TensorFlow's C++ log, with a .py file.
 TOOL_INFO = "I1127 10:20:36.512345 140231 loop.py:88] step 50/375  loss 0.4121 (steps 1-50)\n"
 TOOL_WARN = "W1127 10:20:36.512345 140231 loop.py:119] 3 training examples, fewer than 32\n"
+TF_PYTHON = ("W1127 10:21:02.100000 140231 save.py:1130] Function `serve_pair` contains input "
+             "name(s) wp_model with unsupported characters which will be renamed\n")
 
 
-def test_a_tools_own_log_is_kept_at_every_level_and_shown_without_its_prefix():
-    for level in (0, 1, 2, 3):
-        assert keep_line(TOOL_INFO, level, False) and keep_line(TOOL_WARN, level, False)
-    assert python_log_message(TOOL_INFO) == "step 50/375  loss 0.4121 (steps 1-50)\n"
-    assert python_log_message(TOOL_WARN) == "warning: 3 training examples, fewer than 32\n"
-    for line in (BANNER, INFO, CUDA, CUINIT, AVX, WARN, ERROR, PYTHON, "plain output\n"):
-        assert python_log_message(line) is None, line
+def test_a_programs_own_log_lines_are_picked_out_by_file_name():
+    modules = {"loop.py", "runner.py"}
+    assert python_log_message(TOOL_INFO, modules) == "step 50/375  loss 0.4121 (steps 1-50)\n"
+    assert python_log_message(TOOL_WARN, modules) == ("warning: 3 training examples, fewer "
+                                                      "than 32\n")
+    for line in (TF_PYTHON, BANNER, INFO, CUDA, CUINIT, AVX, WARN, ERROR, PYTHON, "output\n"):
+        assert python_log_message(line, modules) is None, line
+    # TensorFlow's own Python log is filtered by level like its C++ log.
+    assert not keep_line(TF_PYTHON, 2, False) and keep_line(TF_PYTHON, 1, False)
 
 
 def test_onednn_default_is_x86_only():

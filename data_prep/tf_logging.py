@@ -78,6 +78,11 @@ def keep_line(line: str, level: int, gpus_found: bool) -> bool:
     return severity >= level
 
 
+def is_log_line(line: str) -> bool:
+    """Whether a line starts like a glog / absl log record (`I1127 10:20:36.51 4242 x.cc:9] `)."""
+    return _GLOG.match(line) is not None
+
+
 def python_log_message(line: str, modules: Collection[str]) -> str | None:
     """A line of absl's Python logging from one of `modules` (file names: `I1127
     10:20:36.512345 4242 loop.py:88] step 50/60 ...` with "loop.py" in them) without its

@@ -234,21 +234,26 @@ class Pipeline:
                    TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         start = time.time()
         # stderr through the filter of TensorFlow's notices (some are printed at run time).
-        from data_prep.tf_logging import keep_line, python_log_message
+        from data_prep.tf_logging import is_log_line, keep_line, python_log_message
 
         level = env["TF_CPP_MIN_LOG_LEVEL"]
         level = int(level) if level.isdigit() else 2
         self.commands_run += 1
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
                                 errors="replace", bufsize=1)
+        in_message = False  # the lines after a tool's log line, until the next prefixed one
         for line in proc.stderr:
             # The tool's own log (progress, `step 50/375 loss ...`, `eval: accuracy ...`)
-            # as a user running it sees it, without absl's `I1127 10:20:36.51 4242 x.py:88]`.
+            # as a user running it sees it, without absl's `I1127 10:20:36.51 4242 x.py:88]`;
+            # a message of several lines (create_pretraining_data's example) stays whole.
             message = python_log_message(line, PROJECT_MODULES)
-            if message is not None:
-                sys.stdout.write(message)
+            if message is not None or (in_message and not is_log_line(line)):
+                in_message = True
+                sys.stdout.write(line if message is None else message)
                 sys.stdout.flush()
-            elif keep_line(line, level, gpus_found=False):
+                continue
+            in_message = False
+            if keep_line(line, level, gpus_found=False):
                 sys.stderr.write(line)
                 sys.stderr.flush()
         proc.wait()

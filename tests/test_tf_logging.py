@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from data_prep.tf_logging import ONEDNN_ENV, keep_line, onednn_default, python_log_message
+from data_prep.tf_logging import (ONEDNN_ENV, is_log_line, keep_line, onednn_default,
+                                  python_log_message)
 
 # Lines TensorFlow 2.21 printed at import on a CPU-only machine with CUDA libraries.
 BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -53,6 +54,8 @@ def test_a_programs_own_log_lines_are_picked_out_by_file_name():
                                                       "than 32\n")
     for line in (TF_PYTHON, BANNER, INFO, CUDA, CUINIT, AVX, WARN, ERROR, PYTHON, "output\n"):
         assert python_log_message(line, modules) is None, line
+    assert is_log_line(TOOL_INFO) and is_log_line(TF_PYTHON) and is_log_line(CUINIT)
+    assert not is_log_line("  [CLS] the [MASK]>cat sat [SEP]\n") and not is_log_line(PYTHON)
     # TensorFlow's own Python log is filtered by level like its C++ log.
     assert not keep_line(TF_PYTHON, 2, False) and keep_line(TF_PYTHON, 1, False)
 

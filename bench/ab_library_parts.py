@@ -1,6 +1,7 @@
 r"""A/B of bert_keras' hand-written replacements of library parts, in pretraining steps.
 
-bert_keras replaced four library parts with its own code for speed (issue 5, session 8):
+bert_keras replaced five library parts with its own code for speed (issue 5, session 8):
+`bert_keras.layers.LayerNorm` (closed-form gradient) for `keras.layers.LayerNormalization`;
 `bert_keras.layers.Dropout` (16 random bits per element) for `keras.layers.Dropout`; `gelu`
 with a written-out derivative for autodiff of `keras.ops.gelu(x, approximate=False)`;
 `bert_keras.optimization.AdamW` (TensorFlow's fused ResourceApplyAdam) for
@@ -8,7 +9,7 @@ with a written-out derivative for autodiff of `keras.ops.gelu(x, approximate=Fal
 `keras.losses.sparse_categorical_crossentropy` (TensorFlow's fused kernel). This script times
 training steps of one model (bench_pretraining's "ours MLM-only" by default: the mini preset,
 batch 32, sequence 128, 20 masked predictions, synthetic batch, Keras fit) built with all of
-ours and with one library part swapped back in, for each part, plus all four library parts
+ours and with one library part swapped back in, for each part, plus all five library parts
 at once. Everything else is identical and all variants live in one process. The library
 parts are swapped in by patching inside this script while a variant is built (product code
 is untouched), and before timing a check builds every variant without dropout from the
@@ -20,6 +21,7 @@ faster) from the best rounds, the medians, and the median of per-round ratios. R
 
     python bench/ab_library_parts.py                    # defaults: mini, 8 rounds of 5 steps
     python bench/ab_library_parts.py --jit_compile      # the same under XLA
+    python bench/ab_library_parts.py --jit_compile --kernels_under_xla  # every kernel on
     python bench/ab_library_parts.py --preset=tiny --steps=3 --rounds=2   # smoke test
 """
 
@@ -46,7 +48,7 @@ warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
 
 from bench_pretraining import keras_runner, ours_model, ratios, synthetic_batch  # noqa: E402
 
-PARTS = ("dropout", "gelu", "adamw", "loss")
+PARTS = ("dropout", "gelu", "adamw", "loss", "layer_norm")
 
 # What each part is, ours and the library's (the code before the commit that replaced it).
 PART_NAMES = {
@@ -55,6 +57,8 @@ PART_NAMES = {
     "adamw": ("optimization.AdamW (ResourceApplyAdam)", "keras.optimizers.AdamW"),
     "loss": ("MaskedLMLoss (softmax + XLA gradient)",
              "keras.losses.sparse_categorical_crossentropy"),
+    "layer_norm": ("layers.LayerNorm (closed-form gradient)",
+                   "keras.layers.LayerNormalization"),
 }
 
 
@@ -92,17 +96,45 @@ def _library_masked_lm_loss_class():
     return LibraryMaskedLMLoss
 
 
+@functools.cache  # One class, so that _describe recognises what library_parts installed.
+def _library_adamw_class():
+    """keras.optimizers.AdamW taking create_optimizer's `epsilon_placement`: Keras' update
+    step, with epsilon rescaled per step for "adam_paper" as bert_keras does on backends
+    without the fused kernel (one scalar op), so the check compares like for like."""
+    import keras
+
+    from bert_keras.optimization import _bias_corrections
+
+    class LibraryAdamW(keras.optimizers.AdamW):
+        def __init__(self, *args, epsilon_placement="keras", **kwargs):
+            super().__init__(*args, **kwargs)
+            self.epsilon_placement = epsilon_placement
+
+        def update_step(self, gradient, variable, learning_rate):
+            if self.epsilon_placement == "keras":
+                return super().update_step(gradient, variable, learning_rate)
+            epsilon = self.epsilon
+            self.epsilon = epsilon * keras.ops.sqrt(_bias_corrections(self, variable.dtype)[1])
+            try:
+                return super().update_step(gradient, variable, learning_rate)
+            finally:
+                self.epsilon = epsilon
+
+    return LibraryAdamW
+
+
 def _ours_and_library():
     """{part: (our object, the library's object)} for the names that get patched."""
     import keras
 
     from bert_keras import losses, optimization
-    from bert_keras.layers import activations, dropout
+    from bert_keras.layers import activations, dropout, layer_norm
 
     return {
+        "layer_norm": (layer_norm.LayerNorm, keras.layers.LayerNormalization),
         "dropout": (dropout.Dropout, keras.layers.Dropout),
         "gelu": (activations.gelu, library_gelu),
-        "adamw": (optimization.AdamW, keras.optimizers.AdamW),
+        "adamw": (optimization.AdamW, _library_adamw_class()),
         "loss": (losses.MaskedLMLoss, _library_masked_lm_loss_class()),
     }
 
@@ -142,6 +174,9 @@ def _describe(model):
     ours, library = swaps["dropout"]
     counts["dropout"] = (sum(type(layer) is ours for layer in layers),
                          sum(type(layer) is library for layer in layers))
+    ours, library = swaps["layer_norm"]
+    counts["layer_norm"] = (sum(type(layer) is ours for layer in layers),
+                            sum(type(layer) is library for layer in layers))
     ours, library = swaps["gelu"]
     functions = [layer._activation_fn for layer in layers if hasattr(layer, "_activation_fn")]
     counts["gelu"] = (sum(f is ours for f in functions), sum(f is library for f in functions))
@@ -325,6 +360,10 @@ def main(argv=None):
                              "two or more, a row with all of them together is added")
     parser.add_argument("--jit_compile", action="store_true",
                         help="compile the training step with XLA (all variants)")
+    parser.add_argument("--kernels_under_xla", action="store_true",
+                        help="with --jit_compile: ours runs every kernel of "
+                             "bert_keras.kernels under XLA too (the product runs there only "
+                             "those measured to win; this measures them)")
     parser.add_argument("--nsp", action="store_true",
                         help="time the whole BertPretrainer (MLM + NSP), not MLM-only")
     parser.add_argument("--seed", type=int, default=0,
@@ -350,8 +389,12 @@ def main(argv=None):
     if unknown or not parts:
         parser.error(f"--parts: unknown {unknown}; choose from {','.join(PARTS)}")
 
-    from bert_keras import BertConfig
+    from bert_keras import BertConfig, kernels
 
+    if args.kernels_under_xla:  # For this process; padding-free needs static shapes' absence.
+        for name, (backends, _) in list(kernels.KERNELS.items()):
+            if name != "padding_free":
+                kernels.KERNELS[name] = (backends, True)
     config = BertConfig.from_preset(args.preset)
     data = synthetic_batch(args.batch_size, args.seq_length, args.predictions, config.vocab_size)
     rows = variants(parts)

@@ -270,6 +270,7 @@ RATIOS = [  # (numerator, denominator): the issue's goals and what explains them
     ("ours MLM-only", "keras-hub BertMaskedLM (MLM-only)"),
     ("ours MLM-only", "keras-hub BertMaskedLM (MLM-only) with bert_keras AdamW"),
     ("ours MLM+NSP", "transformers BertForPreTraining, head gathered"),
+    ("ours MLM-only XLA", "keras-hub BertMaskedLM (MLM-only) XLA"),
 ]
 
 

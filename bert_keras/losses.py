@@ -19,9 +19,12 @@ training script is:
     model.fit(pretraining_dataset(...), steps_per_epoch=..., epochs=...)
 """
 
+import functools
+
 import keras
-import tensorflow as tf
 from keras import ops
+
+from bert_keras import kernels
 
 # Google's run_pretraining.py: denominator = sum(label_weights) + 1e-5, so a batch with no
 # real prediction gives loss 0 instead of NaN.
@@ -32,7 +35,12 @@ def _scale_for_replicas(loss):
     # Under tf.distribute every replica computes its own loss and Keras all-reduces the
     # gradients with SUM; dividing by the replica count makes that sum a mean, which is
     # what Keras' own "sum_over_batch_size" reduction does. (Google's TPU code averages the
-    # per-core losses the same way.)
+    # per-core losses the same way.) On JAX, keras.distribution shards one global
+    # computation: the loss is already the global batch's.
+    if keras.backend.backend() != "tensorflow":
+        return loss
+    import tensorflow as tf
+
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if replicas > 1:
         loss = loss * (1.0 / replicas)
@@ -44,9 +52,19 @@ def _scale_for_replicas(loss):
 _SMALLEST_TRUSTED_PROBABILITY = 1e-30
 
 
-@tf.custom_gradient
-def _softmax_cross_entropy(logits, labels):
+@functools.cache
+def _tf_softmax_cross_entropy():
+    """`_tf_softmax_cross_entropy_body` with its gradient (TensorFlow's custom_gradient)."""
+    import tensorflow as tf
+
+    return tf.custom_gradient(_tf_softmax_cross_entropy_body)
+
+
+def _tf_softmax_cross_entropy_body(logits, labels):
     """Cross-entropy of float32 logits [N, V] against int32 labels [N]: float32 [N].
+
+    TensorFlow's kernel for the masked-LM loss (the `cross_entropy` entry of
+    `bert_keras.kernels`); `_cross_entropy` is the backend-neutral form.
 
     The same values and gradient (softmax - one_hot) as
     `tf.nn.sparse_softmax_cross_entropy_with_logits`, computed from `tf.nn.softmax`, which
@@ -60,6 +78,8 @@ def _softmax_cross_entropy(logits, labels):
     instead uses log-sum-exp - logit[label] with log-sum-exp = max(logits) - log(max(p)):
     max(p) >= 1/V never underflows, so that form is exact for any logits.
     """
+    import tensorflow as tf
+
     probs = tf.nn.softmax(logits)  # [N, V]
     label_probs = tf.gather(probs, labels[:, None], batch_dims=1)[:, 0]  # [N]
 
@@ -75,20 +95,26 @@ def _softmax_cross_entropy(logits, labels):
     )
 
     def grad(upstream):  # upstream: [N]
-        return _cross_entropy_gradient(probs, labels, upstream), None
+        return _tf_cross_entropy_gradient()(probs, labels, upstream), None
 
     return loss, grad
 
 
-@tf.function(jit_compile=True)
-def _cross_entropy_gradient(probs, labels, upstream):
-    """upstream[:, None] * (probs - one_hot(labels)), float32 [N, V].
+@functools.cache
+def _tf_cross_entropy_gradient():
+    """upstream[:, None] * (probs - one_hot(labels)), float32 [N, V], as a function.
 
     Compiled with XLA (inside a graph that is not), which fuses it into one pass over
     [N, V]; unfused TensorFlow takes three (or two plus a full copy with a scatter).
     """
-    one_hot = tf.one_hot(labels, tf.shape(probs)[-1], dtype=probs.dtype)
-    return (probs - one_hot) * upstream[:, None]
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True)
+    def gradient(probs, labels, upstream):
+        one_hot = tf.one_hot(labels, tf.shape(probs)[-1], dtype=probs.dtype)
+        return (probs - one_hot) * upstream[:, None]
+
+    return gradient
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -110,6 +136,10 @@ class MaskedLMLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         """Per-prediction cross-entropy, float32 [B, P]."""
+        if not kernels.applies("cross_entropy"):
+            return _cross_entropy(y_true, y_pred)
+        import tensorflow as tf
+
         logits = tf.cast(y_pred, tf.float32)
         vocab_size = tf.shape(logits)[-1]
         labels = tf.reshape(tf.cast(y_true, tf.int32), tf.shape(logits)[:-1])
@@ -117,7 +147,7 @@ class MaskedLMLoss(keras.losses.Loss):
         message = "masked_lm_ids (the MLM labels) must be in [0, vocabulary size)"
         tf.debugging.assert_non_negative(labels, message=message)
         tf.debugging.assert_less(labels, vocab_size, message=message)
-        cross_entropy = _softmax_cross_entropy(
+        cross_entropy = _tf_softmax_cross_entropy()(
             tf.reshape(logits, [-1, vocab_size]), tf.reshape(labels, [-1])
         )
         return tf.reshape(cross_entropy, tf.shape(labels))
@@ -139,8 +169,28 @@ class MaskedLMLoss(keras.losses.Loss):
         return {"name": self.name, "dtype": self.dtype}
 
 
+def _cross_entropy(y_true, y_pred):
+    """Cross-entropy of logits [B, P, V] against int labels [B, P] in keras.ops: float32 [B, P].
+
+    log-sum-exp(logits) - logit[label]: exact for any logits (the maximum is subtracted
+    inside `logsumexp`), and one fused pass over [B, P, V] under XLA. Labels outside
+    [0, V) are not checked here (XLA programs cannot raise); the input pipelines read ids
+    from the vocabulary the model was built for.
+    """
+    logits = ops.cast(y_pred, "float32")
+    labels = ops.reshape(ops.cast(y_true, "int32"), ops.shape(logits)[:-1])
+    label_logits = ops.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    return ops.logsumexp(logits, axis=-1) - label_logits
+
+
 def _correct_predictions(y_true, y_pred):
     """1.0 where the highest logit is the label's, else 0.0: float [B, P]."""
+    if keras.backend.backend() != "tensorflow":
+        predicted = ops.argmax(y_pred, axis=-1)
+        labels = ops.reshape(ops.cast(y_true, "int32"), ops.shape(predicted))
+        return ops.cast(ops.equal(ops.cast(predicted, "int32"), labels), "float32")
+    import tensorflow as tf
+
     predicted = tf.math.argmax(y_pred, axis=-1, output_type=tf.int32)
     labels = tf.reshape(tf.cast(y_true, tf.int32), tf.shape(predicted))
     return tf.cast(tf.equal(predicted, labels), "float32")

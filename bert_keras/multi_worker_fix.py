@@ -28,6 +28,7 @@ mode. Delete this module when Keras fixes the two call sites.
 
 import types
 
+import keras
 import tensorflow as tf
 
 
@@ -75,9 +76,10 @@ def apply(model) -> bool:
       model: a compiled Keras model created under the strategy's scope.
 
     Returns:
-      True if the workaround was applied, False if the model's strategy does not need it.
+      True if the workaround was applied, False if the model's strategy does not need it
+      (other Keras backends have no tf.distribute strategy).
     """
-    if not needs_fix(model.distribute_strategy):
+    if keras.backend.backend() != "tensorflow" or not needs_fix(model.distribute_strategy):
         return False
     if getattr(model, "_bert_keras_multi_worker_fix", False):
         return True

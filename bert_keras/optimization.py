@@ -39,8 +39,9 @@ the early updates are larger by (1 - beta_1^t) / sqrt(1 - beta_2^t): 3.2x at ste
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
+
+from bert_keras import kernels
 
 # Variables whose *path* has a segment `gamma`, `beta` or `...bias` get no weight decay
 # (Google: ["LayerNorm", "layer_norm", "bias"]). Keras matches `var_names` patterns with
@@ -114,7 +115,9 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             end_learning_rate=0.0, power=1.0)
 
     def __call__(self, step):
-        step = ops.floor_divide(ops.cast(step, "int64"), self.gradient_accumulation_steps)
+        # int64 where the backend has it (JAX runs 32-bit unless jax_enable_x64 is set).
+        wide = "int64" if keras.backend.backend() == "tensorflow" else "int32"
+        step = ops.floor_divide(ops.cast(step, wide), self.gradient_accumulation_steps)
         step = ops.cast(step, "float32")
         decayed = self._decay(ops.maximum(0.0, step - self._offset))
         if self.num_warmup_steps == 0:
@@ -145,6 +148,8 @@ def _squared_norm(gradient):
     the rows of each id summed into one of n segments (n = number of slices: a static size,
     so this also compiles under XLA), which never builds a vocabulary-sized table.
     """
+    import tensorflow as tf
+
     if isinstance(gradient, tf.IndexedSlices):
         indices = gradient.indices
         values = tf.cast(gradient.values, tf.float32)
@@ -161,6 +166,8 @@ def _squared_norm(gradient):
 
 def true_global_norm(gradients):
     """Global L2 norm of the gradients as the dense tensors they stand for (float32)."""
+    import tensorflow as tf
+
     return tf.sqrt(tf.add_n([_squared_norm(g) for g in gradients if g is not None]))
 
 
@@ -171,6 +178,8 @@ def clip_by_true_global_norm(gradients, clip_norm):
     `true_global_norm`; IndexedSlices stay IndexedSlices (scaling is linear, so duplicates
     need no aggregation for that).
     """
+    import tensorflow as tf
+
     norm = true_global_norm(gradients)
     scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
     scale = scale + (norm - norm)  # NaN for an inf/NaN norm, as Keras.
@@ -211,6 +220,8 @@ class TrueGlobalNormClipping:
                 clip_by_global_norm(grads, self.global_clipnorm), trainable_variables,
                 learning_rate)
         # As keras' TensorFlow optimizer, with the clip between the sum and the update.
+        import tensorflow as tf
+
         trainable_variables = [v.value if isinstance(v, keras.Variable) else v
                                for v in trainable_variables]
         grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, trainable_variables)))
@@ -229,6 +240,10 @@ def _dense(gradient):
     Densifying first gives the true gradient's moments (what TensorFlow's fused Adam kernel,
     and torch, compute).
     """
+    if keras.backend.backend() != "tensorflow":
+        return gradient  # Other backends' embedding gradients are dense.
+    import tensorflow as tf
+
     if isinstance(gradient, tf.IndexedSlices):
         return tf.convert_to_tensor(gradient)
     return gradient
@@ -278,7 +293,7 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
         self.epsilon_placement = epsilon_placement
 
     def update_step(self, gradient, variable, learning_rate):
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+        if self.amsgrad or not kernels.applies("adam_fused"):
             gradient = _dense(gradient)
             if self.epsilon_placement == "keras":
                 return super().update_step(gradient, variable, learning_rate)
@@ -289,6 +304,8 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
                 return super().update_step(gradient, variable, learning_rate)
             finally:
                 self.epsilon = epsilon
+        import tensorflow as tf
+
         index = self._get_variable_index(variable)
         var = variable.value if isinstance(variable, keras.Variable) else variable
         dtype = var.dtype
@@ -330,6 +347,7 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
         """
         if self.weight_decay is None or keras.backend.backend() != "tensorflow":
             return super()._apply_weight_decay(variables)
+        import tensorflow as tf
 
         def decay(variable):
             if self._use_weight_decay(variable):

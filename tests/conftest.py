@@ -4,8 +4,14 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 
@@ -60,3 +66,27 @@ def event_scalars(log_dir):
             for value in event.summary.value:
                 steps.setdefault(value.tag, []).append(event.step)
     return {tag: sorted(s) for tag, s in steps.items()}
+
+
+def run_on_backend(backend, test_file, test_id):
+    """Runs a test on a Keras backend: here if this process has it, else in a subprocess.
+
+    Keras fixes its backend per process. A test parametrized over backends starts with
+    `if run_on_backend(backend, __file__, "<test name>[<backend>]"): return`: on this
+    process's backend it returns False and the test body runs; on the other it runs that
+    test id with KERAS_BACKEND set in a fresh pytest (which then returns False), fails
+    with its output if that run failed, and returns True.
+    """
+    import keras
+
+    if keras.backend.backend() == backend:
+        return False
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+               "-m", "", f"{test_file}::{test_id}"]
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, (f"{test_id} on {backend}:\n" + done.stdout[-4000:]
+                                  + done.stderr[-2000:])
+    # Passed, not skipped or deselected.
+    assert re.search(r"^1 passed", done.stdout, re.M), done.stdout[-2000:]
+    return True

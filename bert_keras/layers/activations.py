@@ -3,14 +3,27 @@
 import keras
 from keras import ops
 
+from bert_keras import kernels
+
 
 _SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 _INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi), the standard normal density at 0
 
 
-@ops.custom_gradient
 def gelu(x):
     """Exact GELU, x * Phi(x) with the erf form (Google's 2018 BERT, Hugging Face "gelu").
+
+    With the closed-form gradient below (`kernels.applies("gelu_gradient")`), else
+    `keras.ops.gelu(x, approximate=False)`.
+    """
+    if kernels.applies("gelu_gradient"):
+        return _gelu_closed_form(x)
+    return ops.gelu(x, approximate=False)
+
+
+@ops.custom_gradient
+def _gelu_closed_form(x):
+    """Exact GELU with its derivative written out.
 
     The values of `keras.ops.gelu(x, approximate=False)`, with the derivative written out,
     Phi(x) + x * phi(x), reusing Phi(x) from the forward pass. Automatic differentiation of

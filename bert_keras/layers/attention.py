@@ -25,6 +25,13 @@ class SelfAttention(keras.layers.Layer):
     checkpoint layout), so weights convert by name with no reshape. Scores are computed and
     softmaxed in float32 even under a mixed-precision policy.
 
+    Where no attention probability is dropped (inference, exports, and training with
+    `dropout=0`), attention is `keras.ops.dot_product_attention`: fused (cuDNN's flash
+    attention on a recent NVIDIA GPU under JAX, XLA's fusion elsewhere), never
+    materializing the [B, N, Q, S] probabilities in memory. BERT's training with
+    attention-probability dropout, which a fused kernel does not express, takes the
+    explicit path; both compute the same function (tests/test_attention.py).
+
     Args:
       num_heads: N.
       dropout: dropout rate on attention probabilities (BERT drops whole attention links).
@@ -64,9 +71,8 @@ class SelfAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, x, batch_size, seq_length):
-        # [B, S, H] -> [B, S, N, D] -> [B, N, S, D]
-        x = ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
-        return ops.transpose(x, (0, 2, 1, 3))
+        # [B, S, H] -> [B, S, N, D]
+        return ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
 
     def call(self, x, attention_mask=None, training=None, query=None, rows=None):
         """Attends every query position to every unmasked position of `x`.
@@ -95,11 +101,10 @@ class SelfAttention(keras.layers.Layer):
             query = x
         batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
         query_length = ops.shape(query)[1]
-        q = self._split_heads(self.query(query), batch_size, query_length)  # [B, N, Q, D]
-        k = self._split_heads(self.key(x), batch_size, seq_length)  # [B, N, S, D]
-        v = self._split_heads(self.value(x), batch_size, seq_length)  # [B, N, S, D]
-        context = self._attend(q, k, v, attention_mask, training)  # [B, N, Q, D]
-        context = ops.transpose(context, (0, 2, 1, 3))  # [B, Q, N, D]
+        q = self._split_heads(self.query(query), batch_size, query_length)  # [B, Q, N, D]
+        k = self._split_heads(self.key(x), batch_size, seq_length)  # [B, S, N, D]
+        v = self._split_heads(self.value(x), batch_size, seq_length)  # [B, S, N, D]
+        context = self._attend(q, k, v, attention_mask, training)  # [B, Q, N, D]
         return ops.reshape(context, (batch_size, query_length, self.num_heads * self.head_size))
 
     def _call_on_rows(self, x, attention_mask, training, rows):
@@ -107,21 +112,29 @@ class SelfAttention(keras.layers.Layer):
         num_rows = batch_size * seq_length
 
         def padded_heads(projection):
-            # [T, H] -> [B * S, H] (zeros at padding) -> [B, N, S, D]
+            # [T, H] -> [B * S, H] (zeros at padding) -> [B, S, N, D]
             padded = padding_free.scatter_rows(projection(x), rows, num_rows)
             return self._split_heads(padded, batch_size, seq_length)
 
         q, k, v = padded_heads(self.query), padded_heads(self.key), padded_heads(self.value)
-        context = self._attend(q, k, v, attention_mask, training)  # [B, N, S, D]
-        context = ops.transpose(context, (0, 2, 1, 3))  # [B, S, N, D]
+        context = self._attend(q, k, v, attention_mask, training)  # [B, S, N, D]
         context = ops.reshape(context, (num_rows, self.num_heads * self.head_size))
         return padding_free.gather_rows(context, rows)  # [T, H]
 
     def _attend(self, q, k, v, attention_mask, training):
-        """Scaled dot-product attention: [B, N, Q, D] queries over [B, N, S, D] -> [B, N, Q, D]."""
+        """Scaled dot-product attention: [B, Q, N, D] queries over [B, S, N, D] keys and
+        values -> [B, Q, N, D]."""
+        scale = 1.0 / math.sqrt(self.head_size)
+        if not (training and self.dropout > 0):
+            # Nothing to drop: the fused kernel (class docstring). [B, S] -> [B, 1, 1, S]:
+            # the same key mask for every head and query.
+            mask = None if attention_mask is None else ops.cast(
+                attention_mask, "bool")[:, None, None, :]
+            return ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
+        q, k, v = (ops.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))  # [B, N, *, D]
         # [B, N, Q, D] x [B, N, D, S] -> [B, N, Q, S], in float32 for a stable softmax.
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
-        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size))
+        scores = ops.cast(scores, "float32") * scale
         if attention_mask is not None:
             # [B, S] -> [B, 1, 1, S]: the same key mask for every head and query.
             mask = ops.cast(attention_mask, "float32")[:, None, None, :]
@@ -129,8 +142,7 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.softmax(scores, axis=-1)
         probs = ops.cast(probs, self.compute_dtype)
         probs = self.dropout_layer(probs, training=training)
-
-        return ops.matmul(probs, v)  # [B, N, Q, D]
+        return ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, Q, N, D]
 
     def compute_output_shape(self, x_shape, attention_mask_shape=None, query_shape=None):
         return tuple(x_shape if query_shape is None else query_shape)

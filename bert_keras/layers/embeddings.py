@@ -18,6 +18,17 @@ class BertEmbeddings(keras.layers.Layer):
     `word_embeddings [V, H]`, `position_embeddings [P, H]`, `token_type_embeddings [T, H]`,
     and `layer_norm` (gamma, beta).
 
+    Mixed precision: the tables stay float32 and are read as float32 (variables created
+    with `autocast=False`; `keras.layers.Embedding` turns off its layer's autocasting
+    instead, which a layer called outside a model's autocast scope does not honour); the
+    three lookups are summed and normalized in float32 and only the output is in the
+    compute dtype. Autocasting the
+    tables instead would cast each whole [V, H] table to bfloat16 before the lookup, and
+    under XLA (JAX, TensorFlow's `jit_compile`, TPUs) the gradient of that lookup is a
+    bfloat16 scatter-add into a bfloat16 [V, H] buffer: slow on a GPU, and lossy (a
+    frequent token's row sums thousands of contributions with an 8-bit mantissa). Here
+    every embedding gradient is accumulated in float32 (tests/test_mixed_precision.py).
+
     Args:
       vocab_size: V, number of WordPiece ids.
       hidden_size: H, embedding width.
@@ -66,16 +77,19 @@ class BertEmbeddings(keras.layers.Layer):
             name="word_embeddings",
             shape=(self.vocab_size, self.hidden_size),
             initializer=clone_initializer(self.initializer),
+            autocast=False,  # read as float32 under any policy (class docstring)
         )
         self.position_embeddings = self.add_weight(
             name="position_embeddings",
             shape=(self.max_sequence_length, self.hidden_size),
             initializer=clone_initializer(self.initializer),
+            autocast=False,  # read as float32 under any policy (class docstring)
         )
         self.token_type_embeddings = self.add_weight(
             name="token_type_embeddings",
             shape=(self.type_vocab_size, self.hidden_size),
             initializer=clone_initializer(self.initializer),
+            autocast=False,  # read as float32 under any policy (class docstring)
         )
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
@@ -89,7 +103,7 @@ class BertEmbeddings(keras.layers.Layer):
           training: Python bool, whether dropout is active.
 
         Returns:
-          float Tensor of shape [B, S, H].
+          float Tensor of shape [B, S, H], in the compute dtype.
         """
         seq_length = ops.shape(input_word_ids)[1]
         if isinstance(seq_length, int) and seq_length > self.max_sequence_length:
@@ -97,11 +111,20 @@ class BertEmbeddings(keras.layers.Layer):
                 f"Sequence length {seq_length} exceeds the position table "
                 f"(max_sequence_length={self.max_sequence_length})."
             )
+        # float32 lookups and sum: their gradients (scatter-adds into [V, H] and [T, H], a
+        # sum over the batch into [S, H]) are accumulated in float32 under any policy.
         words = ops.take(self.word_embeddings, input_word_ids, axis=0)  # [B, S, H]
-        types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)  # [B, S, H]
+        # The segment table has T = 2 rows: a one-hot matmul (Google's modeling.py does the
+        # same, "always faster for a small vocabulary") gives its gradient as a dense
+        # [B * S, T]^T x [B * S, H] product instead of a scatter-add of B * S rows into T,
+        # which XLA on a CPU ran at seconds per step (BUILD_NOTES.md, issue 41).
+        types = ops.matmul(
+            ops.one_hot(input_type_ids, self.type_vocab_size, dtype="float32"),
+            self.token_type_embeddings,
+        )  # [B, S, T] x [T, H] -> [B, S, H]
         positions = self.position_embeddings[:seq_length]  # [S, H]
-        x = words + types + positions[None, :, :]
-        x = self.layer_norm(x)
+        x = words + types + positions[None, :, :]  # float32 [B, S, H]
+        x = self.layer_norm(x)  # float32 statistics, output in the compute dtype
         return self.dropout_layer(x, training=training)
 
     def get_embedding_table(self):

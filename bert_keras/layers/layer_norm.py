@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from bert_keras import kernels
+
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class LayerNorm(keras.layers.LayerNormalization):
@@ -34,6 +36,7 @@ class LayerNorm(keras.layers.LayerNormalization):
             self.rms_scaling
             or not (self.center and self.scale)
             or [a % rank for a in axis] != [rank - 1]
+            or not kernels.applies("layer_norm_gradient")
         ):
             return super().call(inputs)
         x = ops.cast(inputs, "float32")

@@ -23,7 +23,7 @@ there `padding_free_applies` says no and the layers run padded.
 Shapes: B = batch, S = sequence length, H = hidden size, T = real tokens in the batch.
 """
 
-import keras
+from bert_keras import kernels
 
 
 def padding_free_applies(training, attention_mask) -> bool:
@@ -32,12 +32,9 @@ def padding_free_applies(training, attention_mask) -> bool:
     True in training, on the TensorFlow backend, with a mask, and outside XLA (the trace
     of a `jit_compile` function or a TPU step, whose shapes must be static).
     """
-    if not training or attention_mask is None or keras.backend.backend() != "tensorflow":
+    if not training or attention_mask is None:
         return False
-    from tensorflow.python.framework import ops as tf_ops
-    from tensorflow.python.ops import control_flow_util
-
-    return not control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+    return kernels.applies("padding_free")
 
 
 def real_rows(attention_mask):

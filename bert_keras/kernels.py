@@ -1,0 +1,79 @@
+"""The one switch for hand-written, backend-specific kernels (docs/DESIGN.md section 7).
+
+Layers, losses and optimizers are written in `keras.ops` and run on every Keras backend.
+A few places have a faster kernel for one backend; each asks `applies(name)` whether its
+kernel runs in the computation being traced, and otherwise takes the backend-neutral
+path (or Keras' own code). A kernel runs when the backend is one it is written for and,
+under XLA (every JAX computation; TensorFlow inside `jit_compile` or a TPU step), only
+if it was measured to win there too (BUILD_NOTES.md, "Hand-written kernels under XLA"):
+
+    | name           | what                                          | backends   | XLA |
+    | adam_fused     | AdamW's step as TensorFlow's ResourceApplyAdam| tensorflow | no  |
+    | cross_entropy  | masked-LM loss with a closed-form gradient    | tensorflow | no  |
+    | dropout_16_bits| 16 random bits per dropout decision           | tf, jax    | yes |
+    | padding_free   | real-token rows only (dynamic shapes)         | tensorflow | no  |
+
+The closed-form LayerNorm and GELU gradients are `keras.ops` code (`ops.custom_gradient`)
+and run on every backend; they are listed in `NEUTRAL` for the benchmarks' A/B switch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+# name -> (backends it is written for, whether it runs under XLA)
+KERNELS = {
+    "adam_fused": (("tensorflow",), False),
+    "cross_entropy": (("tensorflow",), False),
+    "dropout_16_bits": (("tensorflow", "jax"), True),
+    "padding_free": (("tensorflow",), False),
+}
+# Backend-neutral closed-form gradients (keras.ops.custom_gradient), on by default.
+NEUTRAL = ("layer_norm_gradient", "gelu_gradient")
+
+# Kernels to leave out, comma-separated (benchmarks' A/B switch, tests of the neutral path).
+DISABLE_ENV = "BERT_KERAS_DISABLE_KERNELS"
+
+
+def in_tensorflow_xla() -> bool:
+    """Whether the TensorFlow computation being traced is compiled by XLA (a `jit_compile`
+    function or a TPU step). False outside a trace and on other backends."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    from tensorflow.python.framework import ops as tf_ops
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+
+
+def under_xla() -> bool:
+    """Whether the computation being traced is compiled by XLA (always on JAX)."""
+    return keras.backend.backend() == "jax" or in_tensorflow_xla()
+
+
+def disabled_kernels() -> set:
+    """The names in $BERT_KERAS_DISABLE_KERNELS; an unknown name is an error."""
+    names = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+    unknown = sorted(names - set(KERNELS) - set(NEUTRAL))
+    if unknown:
+        raise ValueError(f"{DISABLE_ENV}: unknown kernel names {unknown}; expected some of "
+                         f"{sorted(KERNELS) + list(NEUTRAL)}")
+    return names
+
+
+def applies(name: str) -> bool:
+    """Whether kernel `name` (KERNELS or NEUTRAL) runs in the computation being traced.
+
+    Read while tracing: a model traced with $BERT_KERAS_DISABLE_KERNELS naming the kernel
+    runs without it (bench/bench_pretraining.py's A/B rows; tests of the neutral path).
+    """
+    if name in disabled_kernels():
+        return False
+    if name in NEUTRAL:
+        return True
+    backends, with_xla = KERNELS[name]
+    if keras.backend.backend() not in backends:
+        return False
+    return with_xla or not under_xla()

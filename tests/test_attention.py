@@ -1,0 +1,99 @@
+"""SelfAttention: the fused path (keras.ops.dot_product_attention) and BERT's explicit one.
+
+Where no attention probability is dropped, SelfAttention runs the fused kernel; in training
+with attention dropout it runs the explicit softmax. Both must compute the same function:
+here both are compared with a numpy reference and with each other (the explicit path run in
+training with its dropout layer's rate at 0), in float32 and under mixed_bfloat16,
+with padding, and for a subset of query rows. Each test runs on TensorFlow and JAX
+(conftest.run_on_backend).
+"""
+
+import keras
+import numpy as np
+import pytest
+from conftest import run_on_backend
+
+from bert_keras.layers import SelfAttention
+
+B, S, H, N, Q = 3, 7, 32, 4, 2
+BACKENDS = ["tensorflow", pytest.param("jax", marks=pytest.mark.integration)]
+
+
+def _inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(B, S, H)).astype("float32")
+    mask = np.ones((B, S), "int32")
+    mask[1, 5:] = 0
+    mask[2, 2:] = 0
+    query_rows = np.array([[0, 3], [1, 4], [0, 1]], "int32")
+    return x, mask, query_rows
+
+
+def _reference(layer, x, mask, query):
+    """numpy float64: softmax(q k^T / sqrt(D) - 10000 (1 - mask)) v, heads concatenated."""
+    def project(dense, inputs):
+        return (inputs.astype("float64") @ np.asarray(dense.kernel, "float64")
+                + np.asarray(dense.bias, "float64"))
+
+    d = H // N
+    q = project(layer.query, query).reshape(B, -1, N, d).transpose(0, 2, 1, 3)
+    k = project(layer.key, x).reshape(B, S, N, d).transpose(0, 2, 1, 3)
+    v = project(layer.value, x).reshape(B, S, N, d).transpose(0, 2, 1, 3)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d) - 10000.0 * (1 - mask[:, None, None, :])
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return (probs @ v).transpose(0, 2, 1, 3).reshape(B, -1, H)
+
+
+def _explicit(layer, x, mask, query=None):
+    """The explicit path: training with attention dropout (layer.dropout > 0), its dropout
+    layer's rate set to 0 for the call so that nothing is dropped."""
+    rate = layer.dropout_layer.rate
+    layer.dropout_layer.rate = 0.0
+    try:
+        return np.asarray(layer(x, attention_mask=mask, training=True, query=query), "float32")
+    finally:
+        layer.dropout_layer.rate = rate
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fused_and_explicit_attention_compute_the_same_function(backend):
+    if run_on_backend(backend, __file__, "test_fused_and_explicit_attention_compute_the_same_"
+                                         f"function[{backend}]"):
+        return
+    x, mask, rows = _inputs()
+    layer = SelfAttention(N, dropout=0.1)
+    layer.build((None, None, H))
+    queries = np.take_along_axis(x, rows[:, :, None], axis=1)
+    for query in (None, queries):
+        want = _reference(layer, x, mask, x if query is None else queries)
+        fused = np.asarray(layer(x, attention_mask=mask, query=query), "float32")  # inference
+        explicit = _explicit(layer, x, mask, query)
+        scale = np.abs(want).max()
+        assert np.abs(fused - want).max() < 1e-5 * scale
+        assert np.abs(explicit - want).max() < 1e-5 * scale
+    # Training without attention dropout takes the fused kernel too: the same values.
+    no_dropout = SelfAttention(N, dropout=0.0)
+    no_dropout.build((None, None, H))
+    for a, b in zip(no_dropout.weights, layer.weights):
+        a.assign(b)
+    trained = np.asarray(no_dropout(x, attention_mask=mask, training=True), "float32")
+    np.testing.assert_allclose(trained, _explicit(layer, x, mask), atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fused_attention_under_mixed_bfloat16(backend):
+    if run_on_backend(backend, __file__,
+                      f"test_fused_attention_under_mixed_bfloat16[{backend}]"):
+        return
+    x, mask, _ = _inputs(seed=1)
+    layer = SelfAttention(N, dropout=0.1, dtype="mixed_bfloat16")
+    layer.build((None, None, H))
+    want = _reference(layer, x, mask, x)
+    fused = np.asarray(layer(x, attention_mask=mask), "float32")
+    explicit = _explicit(layer, x, mask)
+    scale = np.abs(want).max()
+    # bfloat16 operands (8-bit mantissa) in the projections and both matrix products.
+    assert np.abs(fused - want).max() < 3e-2 * scale
+    assert np.abs(explicit - want).max() < 3e-2 * scale
+    assert np.abs(fused - explicit).max() < 3e-2 * scale

@@ -19,9 +19,14 @@ Three on-disk formats:
           (encoder under `bert.`, heads under `cls.`) for a pretrainer; the task models'
           BertForSequenceClassification / BertForTokenClassification /
           BertForQuestionAnswering names (encoder under `bert.`, head `classifier.*` or
-          `qa_outputs.*`, label names as `id2label` in config.json). `load_model` builds
+          `qa_outputs.*`, label names as `id2label` in config.json). `read_hf_model` builds
           what config.json's `architectures` names (HF_ARCHITECTURES).
   keras   a `.keras` file from `model.save` (architecture, config and weights in one file).
+
+These are the format readers and writers beneath `bert_keras/model_loading.py`, the one
+entry point, which decides what a path holds (`load_checkpoint`) and calls one reader:
+`read_google_model`, `read_hf_model` or `load_keras_model`. Library errors on a damaged
+file become errors naming it (`data_prep.cli.reading`, WeightLoadError).
 
 Loading is all-or-nothing: every name and shape is checked and every tensor read before any
 variable is assigned, so a model is never left half-loaded. A tensor the model does not use
@@ -47,12 +52,14 @@ from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
 from data_prep import files
+from data_prep.cli import ToolError, reading
 
 FORMATS = ("google", "hf", "keras")
 
 
-class WeightLoadError(ValueError):
-    """Weights on disk do not fit the model; the message lists every offending tensor."""
+class WeightLoadError(ToolError):
+    """A checkpoint's files do not fit the model or cannot be read as its format; the message
+    names the file (and lists every offending tensor)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +181,7 @@ TASK_HEAD_WEIGHTS = {BertClassifier: CLASSIFIER_WEIGHTS, BertTagger: TAGGER_WEIG
                      BertSpanQA: SPAN_QA_WEIGHTS}
 TASK_MODELS = tuple(TASK_HEAD_WEIGHTS)
 
-# transformers' `architectures` (config.json) -> what `load_model("hf", ..., "auto")` builds.
+# transformers' `architectures` (config.json) -> what `read_hf_model(path, "auto")` builds.
 HF_ARCHITECTURES = {
     "BertModel": "encoder",
     "BertForPreTraining": "pretrainer",
@@ -618,10 +625,10 @@ def _read_hf_json(path: str) -> tuple[dict, str]:
             hf = json.load(f)
     except FileNotFoundError:
         raise FileNotFoundError(f"Hugging Face config not found: {path}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WeightLoadError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(hf, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise WeightLoadError(f"{path}: expected a JSON object")
     return hf, path
 
 
@@ -630,13 +637,13 @@ def read_hf_config(path: str) -> BertConfig:
     hf, path = _read_hf_json(path)
     model_type = hf.get("model_type", "bert")
     if model_type != "bert":
-        raise ValueError(f"{path}: model_type is {model_type!r}, expected 'bert'")
+        raise WeightLoadError(f"{path}: model_type is {model_type!r}, expected 'bert'")
     fields = {f.name for f in dataclasses.fields(BertConfig)}
     # transformers' configs carry many generic keys (architectures, torch_dtype, ...); only
     # the BERT ones matter here, so this reader picks them instead of rejecting the rest.
     values = {k: hf[k] for k in fields if k in hf}
     if values.get("hidden_act") not in HIDDEN_ACTIVATIONS:
-        raise ValueError(
+        raise WeightLoadError(
             f"{path}: hidden_act={values.get('hidden_act')!r} is not supported; "
             f"expected one of {HIDDEN_ACTIVATIONS}"
         )
@@ -659,24 +666,25 @@ def read_hf_labels(path: str) -> list[str] | None:
         count = hf.get("num_labels", 2)
         return [f"LABEL_{i}" for i in range(count)]  # transformers' own default names
     if not isinstance(id2label, dict) or not id2label:
-        raise ValueError(f"{config_file}: id2label should be a non-empty object "
+        raise WeightLoadError(f"{config_file}: id2label should be a non-empty object "
                          f"{{\"0\": name, ...}}; found {id2label!r}")
     try:
         by_id = {int(k): v for k, v in id2label.items()}
     except ValueError:
-        raise ValueError(f"{config_file}: id2label keys must be class ids 0..C-1; found "
+        raise WeightLoadError(f"{config_file}: id2label keys must be class ids 0..C-1; found "
                          f"{sorted(id2label)}") from None
     if sorted(by_id) != list(range(len(by_id))):
-        raise ValueError(f"{config_file}: id2label keys must be class ids 0..{len(by_id) - 1}; "
+        raise WeightLoadError(f"{config_file}: id2label keys must be class ids "
+                              f"0..{len(by_id) - 1}; "
                          f"found {sorted(by_id)}")
     labels = [by_id[i] for i in range(len(by_id))]
     bad = [label for label in labels
            if not isinstance(label, str) or not label.strip() or "\n" in label]
     if bad:
-        raise ValueError(f"{config_file}: id2label names must be non-empty one-line strings; "
+        raise WeightLoadError(f"{config_file}: id2label names must be non-empty one-line strings; "
                          f"found {bad}")
     if len(set(labels)) != len(labels):
-        raise ValueError(f"{config_file}: id2label names repeat ({labels}); labels.txt needs "
+        raise WeightLoadError(f"{config_file}: id2label names repeat ({labels}); labels.txt needs "
                          "distinct names")
     return labels
 
@@ -705,15 +713,15 @@ def read_hf_vocab(directory: str) -> list[str] | None:
     try:
         with open(path, encoding="utf-8") as f:
             model = json.load(f).get("model") or {}
-    except (OSError, json.JSONDecodeError, AttributeError) as e:
-        raise ValueError(f"{path}: cannot be read as a tokenizer.json ({e})") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise WeightLoadError(f"{path}: cannot be read as a tokenizer.json ({e})") from None
     vocab = model.get("vocab")
     if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
-        raise ValueError(f"{path}: a {model.get('type')!r} tokenizer; BERT needs a WordPiece "
+        raise WeightLoadError(f"{path}: a {model.get('type')!r} tokenizer; BERT needs a WordPiece "
                          "vocabulary")
     by_id = {i: token for token, i in vocab.items()}
     if sorted(by_id) != list(range(len(vocab))):
-        raise ValueError(f"{path}: WordPiece ids are not 0..{len(vocab) - 1}")
+        raise WeightLoadError(f"{path}: WordPiece ids are not 0..{len(vocab) - 1}")
     return [by_id[i] for i in range(len(vocab))]
 
 
@@ -734,11 +742,11 @@ def hf_architecture(path: str):
     names = hf.get("architectures")
     if names:
         if not isinstance(names, list) or len(set(names)) != 1:
-            raise ValueError(f"{config_file}: architectures should name one model class; "
+            raise WeightLoadError(f"{config_file}: architectures should name one model class; "
                              f"found {names!r}")
         name = names[0]
         if name not in HF_ARCHITECTURES:
-            raise ValueError(
+            raise WeightLoadError(
                 f"{config_file}: architectures is [{name!r}]; bert-keras can load "
                 f"{', '.join(HF_ARCHITECTURES)} (or the encoder alone of any BERT "
                 "checkpoint: model='encoder', --model=encoder)")
@@ -747,10 +755,11 @@ def hf_architecture(path: str):
         from safetensors import safe_open
 
         weights_file, _ = _hf_files(path)
-        with safe_open(weights_file, framework="numpy") as f:
-            keys = set(f.keys())
+        with reading(weights_file, "a safetensors file"):
+            with safe_open(weights_file, framework="numpy") as f:
+                keys = set(f.keys())
         if any(k.startswith("classifier.") for k in keys):
-            raise ValueError(
+            raise WeightLoadError(
                 f"{config_file}: no `architectures`, and a classifier.* head fits both "
                 "BertForSequenceClassification and BertForTokenClassification; add "
                 "\"architectures\": [\"BertFor...\"] to config.json")
@@ -764,7 +773,7 @@ def hf_architecture(path: str):
         if problem is None and count == 1:
             problem = "regression"  # transformers' rule for num_labels == 1
         if problem not in (None, "single_label_classification"):
-            raise ValueError(
+            raise WeightLoadError(
                 f"{config_file}: problem_type is {problem!r}; BertClassifier is a single-label "
                 "softmax classifier (regression and multi-label heads are not supported)")
     return kind
@@ -985,7 +994,7 @@ def load_hf_encoder(path: str, **kwargs):
 
 
 # ------------------------------------------------------------------------------------------
-# Keras (.keras files) and format-generic load/save (used by convert_checkpoint)
+# Keras (.keras files) and format-generic save (used by convert_checkpoint)
 
 
 def save_keras_model(model, path: str) -> str:
@@ -1006,9 +1015,14 @@ def read_keras_file(path: str):
     """
     import keras
 
+    import zipfile
+
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Keras model file not found: {path}")
+    if not zipfile.is_zipfile(path):
+        raise WeightLoadError(f"{path}: not a .keras file (a zip archive); the file is "
+                              "truncated or of another format")
     try:
         return keras.saving.load_model(path)
     except Exception as e:  # zipfile, h5py and Keras errors alike: name the file.
@@ -1026,62 +1040,57 @@ def load_keras_model(path: str):
     return model
 
 
-MODEL_KINDS = ("auto", "encoder", "pretrainer")
-
-
-def load_model(fmt: str, path: str, model: str = "auto", config_file: str | None = None):
-    """Builds the model a checkpoint holds, from weights in any format.
+def read_google_model(path: str, want: str = "auto", config_file: str | None = None):
+    """Builds the model a Google TF1 checkpoint holds and loads it.
 
     Args:
-      fmt: "google", "hf" or "keras".
-      path: google: checkpoint prefix (config from `config_file` or bert_config.json beside
-        it); hf: save_pretrained directory; keras: `.keras` file.
-      model: "auto": the model the checkpoint holds. For hf, config.json's `architectures`
-        decides (HF_ARCHITECTURES): BertModel an encoder (its pooler may be absent),
-        BertForPreTraining a pretrainer, BertForMaskedLM a pretrainer without NSP,
-        BertForSequenceClassification a BertClassifier, BertForTokenClassification a
-        BertTagger, BertForQuestionAnswering a BertSpanQA (label names:
-        `read_hf_labels`); google: a pretrainer if the file has pretraining heads.
-        "encoder": only the encoder (the caller asks for less: heads are left out).
-        "pretrainer": pretraining heads required.
-      config_file: google only: bert_config.json if not beside the checkpoint.
+      path: checkpoint prefix, one of its files, or a directory holding one.
+      want: "auto": a pretrainer if the file has pretraining heads (cls/*), else an encoder;
+        "encoder": the encoder alone; "pretrainer": pretraining heads required.
+      config_file: bert_config.json, if not beside the checkpoint.
 
     Raises:
-      ValueError (WeightLoadError among them): an unknown architecture, tensors that do not
-        fit (a head the model would drop included), a config that does not fit.
+      FileNotFoundError: no checkpoint or no bert_config.json; WeightLoadError: tensors or
+        config that do not fit, or an unreadable file.
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
-    if model not in MODEL_KINDS:
-        raise ValueError(f"Unknown model kind {model!r}; expected one of {MODEL_KINDS}")
-    if fmt == "keras":
-        loaded = load_keras_model(path)
-        if model == "encoder":
-            return _encoder_of(loaded)
-        if model == "pretrainer" and not isinstance(loaded, BertPretrainer):
-            raise WeightLoadError(f"{path}: holds a {type(loaded).__name__}, not a "
-                                  "BertPretrainer (no pretraining heads)")
-        return loaded
-    if fmt == "google":
-        prefix = _checkpoint_prefix(path)
-        config_file = config_file or _bert_config_beside(prefix)
-        if not os.path.exists(config_file):
-            raise FileNotFoundError(
-                f"{config_file}: not found; a Google checkpoint ({prefix}) needs its "
-                "bert_config.json beside it or passed explicitly (--bert_config_file)"
-            )
-        config = BertConfig.from_json_file(config_file)
-        heads = google_checkpoint_has_heads(prefix) if model == "auto" else model == "pretrainer"
-        built = _new_model(config, heads)
-        load_google_checkpoint(built, prefix, config_file)
-        return built
+    prefix = _checkpoint_prefix(path)
+    config_file = config_file or _bert_config_beside(prefix)
+    if not os.path.exists(config_file):
+        raise FileNotFoundError(
+            f"{config_file}: not found; a Google checkpoint ({prefix}) needs its "
+            "bert_config.json beside it or passed explicitly (--bert_config_file)"
+        )
+    config = BertConfig.from_json_file(config_file)
+    heads = google_checkpoint_has_heads(prefix) if want == "auto" else want == "pretrainer"
+    built = _new_model(config, heads)
+    load_google_checkpoint(built, prefix, config_file)
+    return built
+
+
+def read_hf_model(path: str, want: str = "auto"):
+    """Builds the model a transformers directory holds (config.json's `architectures`,
+    HF_ARCHITECTURES) and loads it.
+
+    Args:
+      path: save_pretrained directory.
+      want: "auto": the model config.json names (BertModel an encoder, its pooler may be
+        absent; BertForPreTraining a pretrainer; BertForMaskedLM a pretrainer without NSP;
+        BertForSequenceClassification / TokenClassification / QuestionAnswering a
+        BertClassifier / BertTagger / BertSpanQA, labels from `read_hf_labels`);
+        "encoder": only the encoder (heads in the file are left out); "pretrainer":
+        pretraining heads required.
+
+    Raises:
+      WeightLoadError: an unknown architecture, tensors that do not fit (a head the model
+        would drop included), a config that does not fit, an unreadable file.
+    """
     config = read_hf_config(path)
-    if model == "encoder":
+    if want == "encoder":
         built = BertEncoder.from_bert_config(config)
         load_hf_weights(built, path, allow_unused=True)
         return built
     kind = hf_architecture(path)
-    if model == "pretrainer" and kind not in ("pretrainer", "masked_lm"):
+    if want == "pretrainer" and kind not in ("pretrainer", "masked_lm"):
         name = kind if isinstance(kind, str) else HF_TASK_ARCHITECTURE[kind]
         raise WeightLoadError(f"{path}: holds a {name}, not a pretrainer (no pretraining heads "
                               "cls.*); use --model=encoder or --model=auto")

@@ -29,9 +29,6 @@ takes such a directory, and --to=hf writes transformers' BertFor* layout with id
 vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 """
 
-import os
-import tempfile
-
 from absl import app, flags
 
 from bert_keras import checkpoints, model_loading
@@ -55,7 +52,7 @@ _OUTPUT = flags.DEFINE_string(
     "directory for --to=keras); must not exist.", **_SHARED
 )
 _MODEL = flags.DEFINE_enum(
-    "model", "auto", checkpoints.MODEL_KINDS,
+    "model", "auto", model_loading.WANTS,
     "auto: the model the input holds, heads included; encoder: the encoder alone (heads "
     "left out); pretrainer: require pretraining heads.",
     **_SHARED,
@@ -67,48 +64,19 @@ _BERT_CONFIG_FILE = flags.DEFINE_string(
 )
 
 
-def _load(from_format: str, input_path: str, model: str, config_file: str | None,
-          scratch: str):
+def _load(from_format: str, input_path: str, model: str, config_file: str | None):
     """(model, labels, vocab file, tokenizer settings) of the input; None where it has none.
-    `scratch`: a directory for a vocab.txt made from transformers' tokenizer.json."""
-    labels = vocab_file = settings = None
-    if from_format == "keras" and os.path.isdir(input_path):
-        ckpt = model_loading.load_checkpoint(input_path)
-        if ckpt.form != "task_dir":
-            raise ValueError(f"--input {input_path}: a directory for --from=keras must be a "
-                             f"fine-tuned model directory ({files.TASK_MODEL_FILE}, "
-                             f"{files.LABELS_FILE}, ...); found a {ckpt.form} checkpoint")
-        loaded, labels, vocab_file = ckpt.model, ckpt.labels, ckpt.vocab_file
-        settings = ckpt.saved_tokenizer[0] if ckpt.saved_tokenizer else None
-        if model == "pretrainer":
-            raise ValueError(f"--input {input_path} holds a {type(loaded).__name__}, not a "
-                             "pretrainer")
-        if model == "encoder":
-            loaded, labels = loaded.encoder, None
-        return loaded, labels, vocab_file, settings
-    loaded = checkpoints.load_model(from_format, input_path, model=model, config_file=config_file)
-    if not isinstance(loaded, checkpoints.TASK_MODELS):
-        return loaded, None, None, None
-    directory = input_path if os.path.isdir(input_path) else os.path.dirname(
-        os.path.abspath(input_path))
-    if from_format == "hf":
-        labels = checkpoints.read_hf_labels(input_path)
-    elif os.path.isfile(os.path.join(directory, files.LABELS_FILE)):
-        labels = model_loading.read_labels(os.path.join(directory, files.LABELS_FILE))
-    vocab = os.path.join(directory, files.VOCAB_FILE)
-    if from_format == "hf" and not os.path.isfile(vocab):
-        tokens = checkpoints.read_hf_vocab(directory)  # transformers 5.x: tokenizer.json only
-        if tokens is not None:
-            vocab = os.path.join(scratch, files.VOCAB_FILE)
-            files.write_text(vocab, "".join(f"{t}\n" for t in tokens))
-        settings_file = os.path.join(directory, "tokenizer_config.json")
-        if os.path.isfile(settings_file):
-            settings = tokenizer_config.read_file(settings_file)[0]
-    if os.path.isfile(vocab):
-        vocab_file = vocab
-        saved = tokenizer_config.read_for_vocab(vocab)
-        settings = saved[0] if saved else settings
-    return loaded, labels, vocab_file, settings
+
+    The one loader reads it (`model_loading.load_checkpoint` with the format named); a
+    vocabulary found with the weights (vocab.txt, or transformers 5's tokenizer.json) must
+    fit the model's embedding table."""
+    ckpt = model_loading.load_checkpoint(input_path, config_file, want=model, fmt=from_format)
+    if ckpt.vocab_file:
+        ckpt.vocabulary()
+    if not isinstance(ckpt.model, checkpoints.TASK_MODELS):
+        return ckpt.model, None, None, None
+    settings = ckpt.saved_tokenizer[0] if ckpt.saved_tokenizer else None
+    return ckpt.model, ckpt.labels, ckpt.vocab_file, settings
 
 
 def convert(from_format: str, to_format: str, input_path: str, output_path: str,
@@ -129,9 +97,8 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
       FileNotFoundError, checkpoints.WeightLoadError, ValueError: bad input.
     """
     checkpoints.check_output_free(to_format, output_path)
-    with tempfile.TemporaryDirectory() as scratch:
-        return _convert(from_format, to_format, input_path, output_path,
-                        *_load(from_format, input_path, model, config_file, scratch))
+    return _convert(from_format, to_format, input_path, output_path,
+                    *_load(from_format, input_path, model, config_file))
 
 
 def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,

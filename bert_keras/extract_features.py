@@ -177,10 +177,7 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
     examples = read_input(input_file)
     ckpt = model_loading.load_checkpoint(init_checkpoint, bert_config_file)  # any form
     encoder = ckpt.encoder
-    vocab_file = vocab_file or ckpt.vocab_file
-    if not vocab_file:
-        raise FinetuneError("no --vocab_file given and none saved with the checkpoint")
-    model_loading.check_vocab_fits(encoder, vocab_file)
+    vocab_file = ckpt.vocabulary(vocab_file)
     overrides = {k: v for k, v in (("do_lower_case", do_lower_case),
                                    ("strip_accents", tokenizer_config.parse_strip_accents(strip_accents)),
                                    ("tokenize_chinese_chars", tokenize_chinese_chars))

@@ -1,9 +1,12 @@
-"""The one loader: every form `--init_checkpoint` / `--model_dir` accepts, and our layouts.
+"""The one way in: what is at a path, and the model, vocabulary and settings it holds.
 
 `load_checkpoint(path)` resolves a path once and returns what it holds: the model, its
 BertConfig, its vocabulary and its saved tokenizer settings (docs/DESIGN.md section 5).
-Every entry point (pretraining, fine-tuning, feature extraction, exports, verify) uses it,
-so a path means the same thing everywhere. Accepted forms, tried in this order:
+Every entry point (pretraining, fine-tuning, feature extraction, exports, verify,
+convert_checkpoint) uses it, so a path means the same thing everywhere. This module decides
+what a path is; the format readers beneath it, in bert_keras/checkpoints.py, read one format
+each (`read_google_model`, `read_hf_model`, `load_keras_model`). Accepted forms, tried in
+this order:
 
   run directory     run_pretraining's --output_dir: encoder/ (weights, bert_config.json,
                     vocab.txt, tokenizer_config.json) and pretrainer.weights.h5 (heads)
@@ -13,12 +16,19 @@ so a path means the same thing everywhere. Accepted forms, tried in this order:
   .keras file       any of our models saved with model.save
   .weights.h5 file  pretrainer or encoder weights; bert_config.json beside it (or in the
                     run directory of a checkpoints/ckpt-<step>.weights.h5) or given
-  Hugging Face dir  config.json + model.safetensors (+ vocab.txt, tokenizer_config.json):
-                    the model config.json's `architectures` names (a BertFor* task model
-                    with its id2label as labels), see checkpoints.load_model
+  Hugging Face dir  config.json + model.safetensors (+ vocab.txt, or transformers 5's
+                    tokenizer.json, + tokenizer_config.json): the model config.json's
+                    `architectures` names (a BertFor* task model with its id2label as labels)
   Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
                     directory holding one; bert_config.json beside it or given; casing
                     from the flags, as in Google's tools
+
+`fmt="google" | "hf" | "keras"` (convert_checkpoint's --from) names the format instead of
+guessing it. The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
+a vocab.txt written from a transformers directory's tokenizer.json (`vocab_source` names
+the file it came from). `check_vocab_fits` is the one check of a vocabulary against a model's
+embedding rows, made wherever the two meet (fine-tuning, extract_features, exports,
+convert_checkpoint).
 
 `save_encoder_dir` and `save_task_dir` write our two layouts; both put the vocabulary and
 its tokenizer_config.json beside the weights, so the settings travel with the model.
@@ -27,7 +37,10 @@ its tokenizer_config.json beside the weights, so the settings travel with the mo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import math
 import os
+import tempfile
 from typing import Callable
 
 import keras
@@ -37,13 +50,24 @@ from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
 from data_prep import files, schema, tokenizer_config
+from data_prep.cli import InputError, ToolError
 from data_prep.tokenizer_config import TokenizerConfig
 
 WANTS = ("auto", "encoder", "pretrainer")
+FORMATS = checkpoints.FORMATS
+
+# A vocabulary may have fewer tokens than the model has embedding rows (tables padded to a
+# multiple of 8 or 128 leave a few rows no token reaches); fewer than this share of the rows
+# is the vocabulary of another model.
+MIN_VOCAB_SHARE = 0.9
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ToolError):
     """Nothing usable at a checkpoint path; the message names the path and the forms."""
+
+
+class VocabMismatchError(InputError):
+    """A vocabulary that does not fit a model's embedding table; names both files."""
 
 
 @dataclasses.dataclass
@@ -55,9 +79,11 @@ class Checkpoint:
         BertTagger, BertSpanQA).
       config: the encoder's BertConfig.
       path: the path as given; `form`: which of the module docstring's forms it is.
-      vocab_file: the vocabulary found with the weights, or None.
+      vocab_file: the vocabulary found with the weights (a vocab.txt path), or None.
       saved_tokenizer: (settings, the file they came from) found with the weights, or None.
       labels: label names in id order for a task directory, else None.
+      vocab_source: the file the vocabulary was read from (vocab.txt, or a transformers
+        directory's tokenizer.json when `vocab_file` was written from it), or None.
     """
 
     model: keras.Model
@@ -67,6 +93,7 @@ class Checkpoint:
     vocab_file: str | None = None
     saved_tokenizer: tuple[TokenizerConfig, str] | None = None
     labels: list[str] | None = None
+    vocab_source: str | None = None
 
     @property
     def encoder(self) -> BertEncoder:
@@ -77,15 +104,56 @@ class Checkpoint:
         """(settings, their source): the saved ones with explicit `overrides` applied."""
         return tokenizer_config.resolve(None, overrides, self.saved_tokenizer, warn)
 
+    def vocabulary(self, vocab_file: str | None = None, flag: str = "--vocab_file") -> str:
+        """The vocabulary to use with this model: `vocab_file` (a flag's value) or the one
+        found with the weights, checked against the embedding table (`check_vocab_fits`).
+
+        Raises:
+          CheckpointError: neither; VocabMismatchError, schema.VocabError: it does not fit.
+        """
+        chosen = vocab_file or self.vocab_file
+        if not chosen:
+            raise CheckpointError(f"{self.path}: no {files.VOCAB_FILE} (or tokenizer.json) "
+                                  f"saved with the weights; pass {flag}")
+        source = None if vocab_file else self.vocab_source
+        check_vocab_fits(self.encoder, chosen, self.path, source)
+        return chosen
+
 
 def _first_existing(*paths: str) -> str | None:
     return next((p for p in paths if p and os.path.isfile(p)), None)
 
 
-def _vocab_and_settings(directory: str):
+_SCRATCH: list[tempfile.TemporaryDirectory] = []  # vocab.txt files made from tokenizer.json
+
+
+def _vocab_from_tokenizer_json(directory: str) -> str | None:
+    """A vocab.txt (in a directory removed when the process ends) holding the WordPiece
+    vocabulary of a transformers directory's tokenizer.json, or None without one."""
+    tokens = checkpoints.read_hf_vocab(directory)
+    if tokens is None:
+        return None
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="bert-keras-vocab-"))
+    key = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:16]
+    path = os.path.join(_SCRATCH[0].name, key, files.VOCAB_FILE)
+    files.write_text(path, "".join(f"{t}\n" for t in tokens))
+    return path
+
+
+def _vocab_and_settings(directory: str, hf: bool = False):
+    """(vocab.txt path, the file it came from, saved settings) found in `directory`."""
     vocab = _first_existing(os.path.join(directory, files.VOCAB_FILE))
-    saved = tokenizer_config.read_for_vocab(vocab) if vocab else None
-    return vocab, saved
+    if vocab:
+        return vocab, vocab, tokenizer_config.read_for_vocab(vocab)
+    if not hf:
+        return None, None, None
+    vocab = _vocab_from_tokenizer_json(directory)  # transformers 5: tokenizer.json only
+    settings_file = os.path.join(directory, files.TOKENIZER_CONFIG_FILE)
+    saved = ((tokenizer_config.read_file(settings_file)[0], settings_file)
+             if os.path.isfile(settings_file) else None)
+    source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None
+    return vocab, source, saved
 
 
 def _config_from(path: str, bert_config_file: str | None, directory: str) -> tuple[BertConfig, str]:
@@ -123,7 +191,7 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
 
 def _from_keras_file(path: str) -> keras.Model:
     try:
-        return checkpoints.read_keras_file(path)
+        return checkpoints.load_keras_model(path)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such Keras model file") from None
 
@@ -142,8 +210,27 @@ def _read_labels_if_any(directory: str) -> list[str] | None:
     return read_labels(path) if os.path.isfile(path) else None
 
 
-def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = "auto"
-                    ) -> Checkpoint:
+def _expected_forms(path: str, fmt: str | None) -> str:
+    what = "does not exist" if not os.path.exists(path) else "is not a recognised checkpoint"
+    if fmt == "hf":
+        return (f"{path} {what} in the hf format: expected a transformers save_pretrained "
+                f"directory ({files.HF_WEIGHTS_FILE} + {files.HF_CONFIG_FILE})")
+    if fmt == "google":
+        return (f"{path} {what} in the google format: expected a TF1 checkpoint prefix "
+                "(bert_model.ckpt with bert_model.ckpt.index beside it), or a directory "
+                "holding one")
+    if fmt == "keras":
+        return (f"{path} {what} in the keras format: expected a .keras file or a fine-tuned "
+                f"model directory ({files.TASK_MODEL_FILE}, {files.LABELS_FILE}, ...)")
+    return (f"{path} {what}. Expected a run_pretraining output directory, a directory with "
+            f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model "
+            f"directory ({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging "
+            f"Face directory ({files.HF_WEIGHTS_FILE} + {files.HF_CONFIG_FILE}), or a Google "
+            "checkpoint prefix (bert_model.ckpt with bert_model.ckpt.index beside it)")
+
+
+def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = "auto",
+                    fmt: str | None = None) -> Checkpoint:
     """Resolves `path` (any form of the module docstring) and loads what it holds.
 
     Args:
@@ -151,31 +238,36 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
       bert_config_file: bert_config.json for forms that need one and have none beside them.
       want: "auto" (the model the path holds), "encoder" (its encoder) or "pretrainer"
         (pretraining heads required).
+      fmt: None (what the path is decides), or "google", "hf", "keras": only that format's
+        forms are accepted (convert_checkpoint's --from).
 
     Returns:
       A Checkpoint.
 
     Raises:
       CheckpointError: nothing usable at `path`; checkpoints.WeightLoadError: weights that
-        do not fit their config (every offending tensor named).
+        do not fit their config (every offending tensor named), or a damaged file.
     """
     if want not in WANTS:
         raise ValueError(f"want must be one of {WANTS}; received {want!r}")
+    if fmt not in (None, *FORMATS):
+        raise ValueError(f"fmt must be None or one of {FORMATS}; received {fmt!r}")
     if not path:
         raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
     path = os.fspath(path)
     directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    ours = fmt in (None, "keras")  # our own layouts are .keras / .weights.h5 files
 
     def result(model, form, config=None, vocab_dir=directory, labels=None):
-        vocab, saved = _vocab_and_settings(vocab_dir)
+        vocab, source, saved = _vocab_and_settings(vocab_dir, hf=form == "hf")
         model = _narrow(model, want, path)
         encoder = model if isinstance(model, BertEncoder) else model.encoder
         return Checkpoint(model, config or encoder.to_bert_config(), path, form, vocab, saved,
-                          labels)
+                          labels, source)
 
     if os.path.isdir(path):
         encoder_dir = os.path.join(path, files.ENCODER_DIR)
-        if os.path.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
+        if fmt is None and os.path.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
             config, _ = _config_from(path, bert_config_file, encoder_dir)
             heads = os.path.join(path, files.PRETRAINER_WEIGHTS_FILE)
             if want != "encoder" and os.path.isfile(heads):
@@ -184,43 +276,36 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
                 model = _load_weights_file(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE),
                                            config, "encoder")
             return result(model, "run", config, vocab_dir=encoder_dir)
-        if os.path.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
+        if fmt is None and os.path.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
             config, _ = _config_from(path, bert_config_file, path)
             model = _load_weights_file(os.path.join(path, files.ENCODER_WEIGHTS_FILE), config,
                                        "encoder")
             return result(model, "encoder_dir", config)
-        if os.path.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
+        if ours and os.path.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
             model = _from_keras_file(os.path.join(path, files.TASK_MODEL_FILE))
             return result(model, "task_dir", labels=_read_labels_if_any(path))
-        if os.path.isfile(os.path.join(path, files.HF_WEIGHTS_FILE)):
+        if fmt in (None, "hf") and os.path.isfile(os.path.join(path, files.HF_WEIGHTS_FILE)):
             # want="encoder" asks for less: a head in the file is then left out.
-            model = checkpoints.load_model("hf", path, model=want)
+            model = checkpoints.read_hf_model(path, want)
             labels = checkpoints.read_hf_labels(path) if want == "auto" else None
             return result(model, "hf", labels=labels)
-        if os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
+        if fmt is None and os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(
                 f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "
                 f"rerun its command to complete it, or pass one of its "
                 f"checkpoints/ckpt-*.weights.h5 files")
-    if path.endswith(".keras"):
+    if ours and path.endswith(".keras"):
         model = _from_keras_file(path)
         return result(model, "keras", labels=_read_labels_if_any(directory))
-    if path.endswith(".weights.h5"):
+    if fmt is None and path.endswith(".weights.h5"):
         config, _ = _config_from(path, bert_config_file, directory)
         return result(_load_weights_file(path, config, want), "weights_h5", config)
-    prefix = checkpoints.google_checkpoint_prefix(path)
+    prefix = checkpoints.google_checkpoint_prefix(path) if fmt in (None, "google") else None
     if prefix is not None:
-        model = checkpoints.load_model(
-            "google", prefix, model="pretrainer" if want == "pretrainer" else "auto",
-            config_file=bert_config_file)
+        model = checkpoints.read_google_model(
+            prefix, "pretrainer" if want == "pretrainer" else "auto", bert_config_file)
         return result(model, "google", vocab_dir=os.path.dirname(os.path.abspath(prefix)))
-    what = "does not exist" if not os.path.exists(path) else "is not a recognised checkpoint"
-    raise CheckpointError(
-        f"{path} {what}. Expected a run_pretraining output directory, a directory with "
-        f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model directory "
-        f"({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging Face directory "
-        f"({files.HF_WEIGHTS_FILE} + {files.HF_CONFIG_FILE}), or a Google checkpoint prefix "
-        "(bert_model.ckpt with bert_model.ckpt.index beside it)")
+    raise CheckpointError(_expected_forms(path, fmt))
 
 
 def load_encoder(path: str, bert_config_file: str | None = None) -> BertEncoder:
@@ -228,17 +313,41 @@ def load_encoder(path: str, bert_config_file: str | None = None) -> BertEncoder:
     return load_checkpoint(path, bert_config_file, want="encoder").model
 
 
-def check_vocab_fits(encoder: BertEncoder, vocab_file: str) -> list[str]:
-    """Loads `vocab_file` and checks it against the encoder; returns the tokens.
+def check_vocab_fits(encoder: BertEncoder, vocab_file: str, model_path: str | None = None,
+                     vocab_source: str | None = None) -> list[str]:
+    """Loads `vocab_file` and checks it against the encoder's embedding table; returns the
+    tokens.
+
+    A vocabulary fits when it has at most as many tokens as the table has rows, and at
+    least MIN_VOCAB_SHARE (90%) of them: a few rows no token reaches are normal (tables
+    padded for speed), a 5-token vocabulary for a 30,522-row model is not.
+
+    Args:
+      encoder: the model's encoder.
+      vocab_file: the vocab.txt to use.
+      model_path: the checkpoint the encoder came from (named in the error).
+      vocab_source: the file the vocabulary was read from, when `vocab_file` was made from
+        it (a transformers tokenizer.json); named in the error instead of `vocab_file`.
 
     Raises:
-      schema.VocabError: a malformed file, or a size other than the encoder's vocab_size.
+      schema.VocabError: a malformed file; VocabMismatchError: too many or too few tokens,
+        naming both numbers and both files.
     """
     vocab = schema.load_vocab(vocab_file)
-    if len(vocab) != encoder.vocab_size:
-        raise schema.VocabError(
-            f"vocabulary file {vocab_file!r} has {len(vocab)} tokens but the model's vocab_size "
-            f"is {encoder.vocab_size}: wrong vocabulary for this checkpoint")
+    rows, count = encoder.vocab_size, len(vocab)
+    shown = vocab_source or vocab_file
+    model = f"the model {model_path}" if model_path else "the model"
+    if count > rows:
+        raise VocabMismatchError(
+            shown, f"{count:,} tokens, but {model} has {rows:,} embedding rows (vocab_size); "
+            f"expected at most {rows:,}: ids past the table cannot be looked up (the "
+            "vocabulary of another model?)")
+    least = math.ceil(MIN_VOCAB_SHARE * rows)
+    if count < least:
+        raise VocabMismatchError(
+            shown, f"{count:,} tokens for the {rows:,} embedding rows (vocab_size) of {model}; "
+            f"expected at least {least:,} ({MIN_VOCAB_SHARE:.0%} of the rows): the vocabulary "
+            "of another model?")
     return vocab
 
 

@@ -4,7 +4,8 @@ r"""Pretraining data on Apache Beam: the same records on a laptop, Dataflow, Fli
 FlinkRunner, SparkRunner, PortableRunner, PrismRunner) runs this pipeline instead of the
 local generator. Every flag keeps its meaning; the instance-building algorithm is the one
 of data_prep/pretraining_instances.py (create_pairs_from_document, finish_instances), the
-reader and tokenizer batching those of data_prep/create_pretraining_data.py.
+reader, tokenizer batching and checks those of data_prep/pretraining_job.py, which the local
+tool uses too.
 
 The pipeline:
 
@@ -34,9 +35,16 @@ sidecar): only hidden `.incomplete-*` files, which readers skip and the next run
 
 Determinism: every random choice is seeded from (seed, document id) or (seed, record), and
 a document id is (file index in the sorted input list, document number in its file). So the
-same input, flags and seed give byte-identical shards for any runner, worker count, bundle
-split or rerun (a retried bundle rewrites the same bytes). The records differ from the local
-tool's (which draws per worker, in stream order), with the same statistics.
+same input, flags, seed and shard count give byte-identical shards for any runner, worker
+count, bundle split or rerun (a retried bundle rewrites the same bytes). The records differ
+from the local tool's (which draws per worker, in stream order), with the same statistics.
+
+Sharding: --num_output_shards is exact. Without it (one --output_file), the shards take the
+same names (`<output_file>-NNNNN-of-MMMMM.tfrecord`, a .tfrecord suffix of --output_file
+dropped) and their number is the runner's worker count (`runner_workers`) or one per ~128 MB
+of records, whichever is more (`default_num_shards`): a single file cannot be split among
+readers. That count depends on the workers requested, so give --num_output_shards for the
+same bytes from runs with other worker counts.
 
 Memory per worker: one bucket's documents (~4 MB of text by default, sorted by id); the pool holds at most
 --random_doc_pool_size windows (20 MB at the defaults); WriteShard sorts one shard's records
@@ -73,12 +81,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from absl import logging
 
-from data_prep import create_pretraining_data as cpd
 from data_prep import features
 from data_prep import files
 from data_prep import pretraining_instances as pi
+from data_prep import pretraining_job as job
 from data_prep import schema
-from data_prep.create_pretraining_data import InputError
+from data_prep.pretraining_job import InputError
 
 try:  # Beam is needed only with a Beam --runner; the local tool works without it.
     import apache_beam as beam
@@ -145,6 +153,38 @@ def pipeline_options(runner: str, text: str):
         raise InputError(f"--beam_pipeline_options: unknown Beam option(s) {', '.join(unknown)}"
                          " (see python -m apache_beam.examples.wordcount --help for the list)")
     return options
+
+
+# Without --num_output_shards: about this many bytes of records per shard (estimated as
+# input bytes x dupe_factor: a record of S tokens takes about as many bytes as its text).
+DEFAULT_SHARD_BYTES = 128 * 1024 * 1024
+# The options that say how many workers a runner has (DirectRunner's 0 = one per CPU).
+_WORKER_OPTIONS = ("direct_num_workers", "num_workers", "max_num_workers", "parallelism")
+
+
+def runner_workers(options) -> int:
+    """The workers `options` give the runner (DirectRunner's direct_num_workers, Dataflow's
+    num_workers / max_num_workers, Flink's parallelism), at least 1."""
+    values = options.get_all_options(retain_unknown_options=True)
+    found = [1]
+    for name in _WORKER_OPTIONS:
+        value = values.get(name)
+        if name == "direct_num_workers" and value == 0:
+            value = os.cpu_count() or 1
+        if isinstance(value, int) and value > 0:
+            found.append(value)
+    return max(found)
+
+
+def default_num_shards(options, input_files: Sequence[str], dupe_factor: int) -> int:
+    """The shard count of a Beam run without --num_output_shards: one shard per worker of
+    the runner (`runner_workers`), or one per ~DEFAULT_SHARD_BYTES of records, whichever is
+    more, so that readers downstream can split the data and no shard grows without bound
+    (WriteShard sorts one shard in memory)."""
+    input_bytes = sum(m.size_in_bytes for r in FileSystems.match(list(input_files))
+                      for m in r.metadata_list)
+    by_size = -(-input_bytes * max(dupe_factor, 1) // DEFAULT_SHARD_BYTES)
+    return max(runner_workers(options), int(by_size), 1)
 
 
 def _is_data_name(path: str) -> bool:
@@ -227,7 +267,7 @@ def open_any(path: str):
 
 @dataclasses.dataclass
 class _Warnings:
-    """Reader counters (the attributes cpd.read_documents updates)."""
+    """Reader counters (the attributes job.read_documents updates)."""
 
     long_lines: int = 0
     first_long_line: str = ""
@@ -275,7 +315,7 @@ if beam is not None:
             warnings = _Warnings()
             count = 0
             try:
-                for raw in cpd.read_documents([path], warnings=warnings, open_file=open_any):
+                for raw in job.read_documents([path], warnings=warnings, open_file=open_any):
                     count += 1
                     yield document_id(file_index, raw.index), raw.lines, raw.nbytes
             except InputError as e:  # keeps its one-line message through the runner
@@ -294,7 +334,7 @@ if beam is not None:
         def setup(self):
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
             from data_prep.tokenization import BertTokenizer  # pylint: disable=g-import-not-at-top
-            cpd._limit_tf_threads(tf)  # pylint: disable=protected-access
+            job.limit_tf_threads(tf)
             # The vocabulary travels with the DoFn: workers cannot see the launcher's files.
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, files.VOCAB_FILE)
@@ -303,13 +343,13 @@ if beam is not None:
                 tokenizer = BertTokenizer.from_config(path, self._tokenizer_config)
             graph = tf.function(tokenizer.__call__, autograph=False,
                                 input_signature=[tf.TensorSpec([None], tf.string)])
-            self._tokenize = lambda lines: cpd._ragged_to_numpy(  # pylint: disable=protected-access
+            self._tokenize = lambda lines: job.ragged_to_numpy(
                 graph(tf.constant(lines)))
 
         def process(self, batch):
-            raws = [cpd.RawDocument(doc_id, lines, nbytes) for doc_id, lines, nbytes in batch]
+            raws = [job.RawDocument(doc_id, lines, nbytes) for doc_id, lines, nbytes in batch]
             empty = 0
-            for doc, nbytes in cpd.tokenize_documents(raws, self._tokenize):
+            for doc, nbytes in job.tokenize_documents(raws, self._tokenize):
                 if doc.num_sentences:
                     yield doc.doc_id, (doc.tokens, doc.splits, nbytes)
                 else:
@@ -426,7 +466,7 @@ def write_tfrecords(path: str, records: Iterable[bytes], gzip_compress: bool) ->
 # --- The pipeline. ---
 
 
-def build_pipeline(pipeline, spec: cpd.JobSpec, vocab: Sequence[str], special: pi.SpecialTokens,
+def build_pipeline(pipeline, spec: job.JobSpec, vocab: Sequence[str], special: pi.SpecialTokens,
                    temp_paths: Sequence[str], summary_path: str,
                    buckets: int) -> None:
     """Adds the whole job to `pipeline` (see the module docstring)."""
@@ -492,8 +532,9 @@ def _job_error(e: BaseException) -> str:
     return f"the Beam job failed: {type(e).__name__}: {last[-1] if last else ''}"[:2000]
 
 
-def check_outputs(spec: cpd.JobSpec) -> None:
-    """Refuses existing outputs (unless --overwrite) on any Beam file system."""
+def check_outputs(spec: job.JobSpec) -> list[str]:
+    """Refuses existing outputs (unless --overwrite) on any Beam file system; returns the
+    local directories it created (taken back if the job fails)."""
     if len(set(spec.output_files)) != len(spec.output_files):
         raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
     if not spec.overwrite:
@@ -502,12 +543,10 @@ def check_outputs(spec: cpd.JobSpec) -> None:
         if existing:
             raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
                              f"e.g. {existing[0]}; pass --overwrite to replace them")
-    for out in spec.output_files:
-        if "://" not in out:
-            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    return files.make_parent_dirs([out for out in spec.output_files if "://" not in out])
 
 
-def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
+def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
         log: Callable[..., None] | None = None) -> dict:
     """Runs the Beam job and, when it has succeeded, checks and publishes its shards.
 
@@ -533,7 +572,7 @@ def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
         special = pi.SpecialTokens.from_vocab(vocab)
     except ValueError as e:
         raise InputError(f"--vocab_file {spec.vocab_file}: {e}") from None
-    check_outputs(spec)
+    created = check_outputs(spec)
     pid = os.getpid()
     temps = [files.temp_path(p, pid) for p in spec.output_files]
     summary_path = files.temp_path(spec.output_files[0] + _SUMMARY_SUFFIX, pid)
@@ -560,6 +599,7 @@ def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
                                                            "buckets": buckets}, log)
     except BaseException:
         _delete_quietly(temps + [summary_path])
+        files.remove_created_dirs(created)
         raise
     _delete_quietly([summary_path])
     seconds = time.monotonic() - start
@@ -576,12 +616,12 @@ def run(spec: cpd.JobSpec, options, bucket_mb: float = 4.0,
     return dict(result, seconds=seconds, mb_per_second=mb / max(seconds, 1e-9))
 
 
-def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
+def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
              beam_meta: dict, log: Callable[..., None]) -> dict:
     """Checks the job's shards against its counters, writes sidecars, renames into place."""
     totals = pi.InstanceStats(**summary.get("stats", {}))
     warnings = summary.get("warnings", {})
-    reader = cpd.WorkerResult(worker=0, stats=totals, input_bytes=summary.get("input_bytes", 0),
+    reader = job.WorkerResult(worker=0, stats=totals, input_bytes=summary.get("input_bytes", 0),
                               shard_counts={}, long_lines=warnings.get("long_lines", 0),
                               first_long_line=warnings.get("first_long_line", ""),
                               bad_utf8_lines=warnings.get("bad_utf8_lines", 0))
@@ -596,7 +636,7 @@ def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
     if totals.documents == 0:
         raise InputError("the corpus holds no document with text (expected one sentence per "
                          "line, a blank line between documents)")
-    cpd._check_totals(totals, [reader], spec, log)  # pylint: disable=protected-access
+    job.check_totals(totals, [reader], spec, log)
     counts = {int(k): v for k, v in summary.get("shard_counts", {}).items()}
     for j, temp in enumerate(temps):
         if j not in counts:  # no record hashed to this shard: an empty, valid file
@@ -611,7 +651,7 @@ def _publish(spec: cpd.JobSpec, temps: Sequence[str], summary: Mapping, options,
             features.check_shard(temp, {"shard": {"instances": counts[j]}}, compression)
         except features.DamagedDataError as e:
             raise InputError(f"{e}; no output was published") from None
-    common = cpd._sidecar_common(  # pylint: disable=protected-access
+    common = job.sidecar_common(
         spec, totals, reader.input_bytes, files.sha256_file(spec.vocab_file))
     runner = str(options.get_all_options().get("runner"))
     common["beam"] = dict(beam_meta, runner=runner, pool_size=spec.config.pool_size)

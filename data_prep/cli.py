@@ -138,6 +138,67 @@ class InputError(ToolError):
         self.subject = subject
 
 
+class DamagedFileError(InputError):
+    """A file the user named that a library could not read: truncated, corrupt or of another
+    format (`reading` raises it from the library's own error, naming the file)."""
+
+
+def library_errors() -> tuple[type[BaseException], ...]:
+    """What the libraries that read users' files raise on a damaged one: safetensors'
+    SafetensorError, h5py's OSError, protobuf's DecodeError, TensorFlow's OpError,
+    tensorflow_text's RuntimeError, zip and JSON errors, and the ValueError, KeyError or
+    EOFError of readers that meet bytes they do not expect."""
+    import importlib
+    import json
+    import sys
+    import zipfile
+
+    found = [OSError, RuntimeError, ValueError, KeyError, IndexError, EOFError,
+             zipfile.BadZipFile, json.JSONDecodeError]
+    if "tensorflow" in sys.modules:  # no OpError can come from a process without TensorFlow
+        found.append(sys.modules["tensorflow"].errors.OpError)
+    for module, name in (("safetensors", "SafetensorError"),
+                         ("google.protobuf.message", "DecodeError")):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):  # pragma: no cover - depends on the environment
+            pass
+    return tuple(found)
+
+
+def _message(e: BaseException) -> str:
+    """An error's text; TensorFlow's errors without the op context str() adds."""
+    message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None
+    return str(message or e)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in _message(e).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+@contextlib.contextmanager
+def reading(path: str, what: str):
+    """Around a library's read of a file the user named (`path`, read as `what`, e.g. "a
+    safetensors file"): the library's error (`library_errors`) becomes a DamagedFileError
+    naming the file, which the boundary prints as one line. The project's own errors and a
+    missing or unreadable path (FileNotFoundError, PermissionError, ...) pass unchanged:
+    they already name what is wrong.
+
+    Keep the block to the library call: an error of the project's code inside it would be
+    reported as a damaged file.
+    """
+    try:
+        yield
+    except (ToolError, FileNotFoundError, PermissionError, IsADirectoryError,
+            NotADirectoryError):
+        raise
+    except library_errors() as e:
+        raise DamagedFileError(
+            str(path), f"cannot be read as {what} ({type(e).__name__}: {_first_line(e)}); "
+            "expected a complete, undamaged file of that kind") from e
+
+
 # Numeric flags checked when parsed, by name, on every tool that defines them (absl
 # validators): (test, what was expected). None (an unset optional flag) is always accepted.
 _AT_LEAST_1 = (lambda v: v >= 1, "expected an integer >= 1")
@@ -236,6 +297,12 @@ def _common_expected() -> tuple:
         found.append(DecodeError)
     except ImportError:  # pragma: no cover
         pass
+    try:  # a safetensors file read outside `reading` still gives one line
+        from safetensors import SafetensorError
+
+        found.append(SafetensorError)
+    except ImportError:  # pragma: no cover
+        pass
     return tuple(found)
 
 
@@ -248,8 +315,7 @@ def describe_error(e: BaseException) -> str:
         return f"{e.filename}: already exists (expected a directory, or a path that is free)"
     if isinstance(e, OSError) and getattr(e, "filename", None) and e.strerror:
         return f"{e.filename}: {e.strerror}"
-    message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None
-    text = _one_line(message or str(e)) or type(e).__name__
+    text = _one_line(_message(e)) or type(e).__name__
     try:
         import tensorflow as tf
 
@@ -259,6 +325,8 @@ def describe_error(e: BaseException) -> str:
         pass
     if type(e).__name__ == "DecodeError":
         return f"{text} (not a valid protocol buffer: damaged or not a SavedModel)"
+    if type(e).__name__ == "SafetensorError":
+        return f"{text} (a damaged or truncated safetensors file)"
     return text
 
 
@@ -266,9 +334,12 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
     """Runs `fn()`; an expected error becomes one line on stderr and exit status 1.
 
     The line is `error: <flag or file>: <what was expected, what was found>`: expected errors
-    are the project's own (bad flags, files, data; their messages name the flag or file) and
-    those of `_common_expected` (usage, missing or existing files, undecodable text, damaged
-    TFRecords or protocol buffers). Anything else keeps its traceback: it is a bug.
+    are the project's own (bad flags, files, data; their messages name the flag or file),
+    among them `DamagedFileError`, which `reading` makes of a library's error on a file the
+    user named (safetensors, h5py, protobuf, tensorflow-text, ...), and those of
+    `_common_expected` (usage, missing or existing files, undecodable text, damaged
+    TFRecords, protocol buffers or safetensors files). Anything else keeps its traceback: it
+    is a bug.
     Set BERT_KERAS_DEBUG=1 to see the traceback of expected errors too.
 
     Args:

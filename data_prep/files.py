@@ -177,6 +177,34 @@ def refuse_existing(paths: Iterable[str], hint: str) -> None:
         raise OutputExistsError(f"{existing[0]} exists{more}; {hint}")
 
 
+def make_parent_dirs(paths: Iterable[str]) -> list[str]:
+    """Creates the missing parent directories of `paths`; returns the ones it created,
+    outermost first, so that a run that fails can take them back (`remove_created_dirs`):
+    a refused or failed run leaves no directory behind (docs/DESIGN.md section 8)."""
+    created: list[str] = []
+    for path in paths:
+        missing = []
+        parent = os.path.dirname(os.path.abspath(os.fspath(path)))
+        while parent and not os.path.isdir(parent) and parent not in created:
+            missing.append(parent)
+            up = os.path.dirname(parent)
+            if up == parent:
+                break
+            parent = up
+        for d in reversed(missing):
+            os.makedirs(d, exist_ok=True)
+            created.append(d)
+    return created
+
+
+def remove_created_dirs(created: Iterable[str]) -> None:
+    """Removes the directories `make_parent_dirs` created that are still empty, innermost
+    first (a directory something else wrote into meanwhile stays)."""
+    for d in reversed(list(created)):
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+
+
 def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
@@ -191,7 +219,8 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     """Yields a temporary path; renames it to `final_path` when the block completes.
 
     On an exception (or a kill) nothing appears under `final_path`; the temporary is removed
-    (a killed process's is removed by the next write to the same path).
+    (a killed process's is removed by the next write to the same path), and so are the
+    parent directories this call created.
 
     Args:
       final_path: where the output goes; its directory is created if needed.
@@ -209,13 +238,13 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     final_path = os.fspath(final_path)
     if not overwrite:
         refuse_existing([final_path], hint)
-    parent = os.path.dirname(os.path.abspath(final_path))
-    os.makedirs(parent, exist_ok=True)
+    created = make_parent_dirs([final_path])
     remove_stale_temps(final_path)
     tmp = temp_path(final_path)
     _remove(tmp)
     if directory:
         os.makedirs(tmp)
+    done = False
     try:
         yield tmp
         if not os.path.lexists(tmp):
@@ -228,10 +257,14 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
                 os.rename(final_path, old)
                 os.rename(tmp, final_path)
                 _remove(old)
+                done = True
                 return
         os.replace(tmp, final_path)
+        done = True
     finally:
         _remove(tmp)
+        if not done:
+            remove_created_dirs(created)
 
 
 def write_text(path: str, text: str, overwrite: bool = True,

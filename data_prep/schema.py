@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from data_prep.cli import ToolError
+
 # --- TFRecord feature names (Google's). ---
 
 INPUT_IDS = "input_ids"
@@ -74,7 +76,7 @@ def model_inputs(features: Mapping) -> dict:
     return {FILE_TO_MODEL_NAMES[k]: features[k] for k in (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)}
 
 
-class VocabError(ValueError):
+class VocabError(ToolError):
     """The vocabulary file is missing or malformed; the message names the file."""
 
 

@@ -61,6 +61,7 @@ tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 import tensorflow_text as tf_text  # noqa: E402
 
 from data_prep import files
+from data_prep.cli import reading
 from data_prep.schema import (CLS, MASK, MAX_CHARS_PER_WORD, PAD, SEP, SPECIAL_TOKENS,  # noqa: F401
                               SUFFIX_INDICATOR, UNK, VocabError, load_vocab)
 from data_prep.tokenizer_config import TokenizerConfig
@@ -494,10 +495,13 @@ class BertTokenizer(tf.Module):
         model = normalizer_model(self.do_lower_case, self.strip_accents,
                                  self.tokenize_chinese_chars, self._presplit)
         self._normalizer = tf_text.FastBertNormalizer(model_buffer=model)
-        self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=vocab, suffix_indicator=SUFFIX_INDICATOR,
-            max_bytes_per_word=_MAX_BYTES_PER_WORD, token_out_type=tf.int32,
-            unknown_token=UNK, no_pretokenization=self._presplit)
+        # tensorflow-text refuses some vocabularies that load_vocab accepts (e.g. one of
+        # special tokens only: "No valid vocab tokens were found to build the trie").
+        with reading(self.vocab_file, "a WordPiece vocabulary (tensorflow-text)"):
+            self._wordpiece = tf_text.FastWordpieceTokenizer(
+                vocab=vocab, suffix_indicator=SUFFIX_INDICATOR,
+                max_bytes_per_word=_MAX_BYTES_PER_WORD, token_out_type=tf.int32,
+                unknown_token=UNK, no_pretokenization=self._presplit)
         # Per-id tables for the >100-character rule: does the piece start a word, and how
         # many characters does it cover ([UNK] covers an unknown amount: count 0).
         starts = np.array([not t.startswith(SUFFIX_INDICATOR) or t == SUFFIX_INDICATOR

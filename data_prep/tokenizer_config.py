@@ -33,6 +33,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from data_prep import files, schema
+from data_prep.cli import ToolError
 
 FORMAT = "bert-keras-tokenizer/1"
 SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars")
@@ -40,7 +41,7 @@ _SPECIAL_KEYS = {"pad_token": schema.PAD, "unk_token": schema.UNK, "cls_token": 
                  "sep_token": schema.SEP, "mask_token": schema.MASK}
 
 
-class TokenizerConfigError(ValueError):
+class TokenizerConfigError(ToolError):
     """A tokenizer_config.json is malformed or asks for what the tokenizer cannot do."""
 
 

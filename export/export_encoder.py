@@ -132,12 +132,10 @@ def export_encoder(
     path = saved_model_writer.version_dir(export_dir, version)
     if pretrainer is not None and pretrainer.encoder is not encoder:
         raise saved_model_writer.ExportError("pretrainer must wrap the exported encoder")
+    from bert_keras.model_loading import check_vocab_fits
+
+    check_vocab_fits(encoder, vocab_file)  # the CLI checked it already, naming the checkpoint
     cls_id, sep_id, vocab_size = special_ids(vocab_file)
-    if vocab_size != encoder.vocab_size:
-        raise saved_model_writer.ExportError(
-            f"{vocab_file} has {vocab_size} entries but the encoder's vocab_size is "
-            f"{encoder.vocab_size}: wrong vocabulary for this checkpoint?"
-        )
     if warmup_seq_length > encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
             f"--seq_length={warmup_seq_length} exceeds the encoder's position table "
@@ -203,10 +201,7 @@ def main(argv):
         saved_model_writer.version_dir(export_dir, version)
         ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                                              want="pretrainer" if _MLM.value else "auto")
-        vocab_file = _VOCAB_FILE.value or ckpt.vocab_file
-        if not vocab_file:
-            raise saved_model_writer.ExportError(
-                f"no vocab.txt saved with {_INIT_CHECKPOINT.value}; pass --vocab_file")
+        vocab_file = ckpt.vocabulary(_VOCAB_FILE.value)
         saved = tokenizer_config.read_for_vocab(vocab_file) or ckpt.saved_tokenizer
         settings, source = tokenizer_config.resolve(
             None, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), saved,

@@ -72,11 +72,12 @@ def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
         raise saved_model_writer.ExportError(
             f"--model_dir {model_dir}: no {'labels.txt or ' if needs_labels else ''}vocab.txt "
             f"beside the model (expected {tool}'s output directory)")
+    vocab_file = ckpt.vocabulary()
     settings, source = ckpt.tokenizer_settings(
         tokenizer_config.overrides_from_flags(tokenizer_flags), warn=logging.warning)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(),
                  source or "defaults and flags")
-    return ckpt.model, ckpt.labels, BertTokenizer.from_config(ckpt.vocab_file, settings)
+    return ckpt.model, ckpt.labels, BertTokenizer.from_config(vocab_file, settings)
 
 
 def task_dir_errors() -> tuple:

@@ -116,12 +116,28 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
                    TF_CPP_MIN_LOG_LEVEL="2")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-            raise RuntimeError(f"the export did not load in a fresh process:\n{tail}")
+            # The probe's last line is the error (a damaged file: DecodeError, OpError, ...);
+            # the frames above it are TensorFlow's, not the user's business.
+            lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+            last = lines[-1] if lines else f"exit status {proc.returncode}"
+            raise RuntimeError(f"the export did not load in a fresh process: {last}")
         with open(report_file) as f:
             report = json.load(f)
         outputs = dict(np.load(outputs_file)) if inputs is not None else None
     return report, outputs
+
+
+def _check_variables_index(export_dir: str) -> None:
+    """A damaged variables/variables.index is one line naming it (the probe's loader would
+    fail on it with TensorFlow's frames); the data file is read by the probe itself."""
+    import tensorflow as tf
+
+    from data_prep.cli import reading
+
+    prefix = os.path.join(export_dir, "variables", "variables")
+    if os.path.exists(prefix + ".index"):
+        with reading(prefix + ".index", "a TensorFlow checkpoint index (the export's variables)"):
+            tf.train.load_checkpoint(prefix)
 
 
 def _check_lengths(report: Report, export_dir: str, warmup: list[dict]) -> None:
@@ -236,12 +252,16 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
     except DecodeError as e:
         raise VerifyError(f"{os.path.join(export_dir, 'saved_model.pb')}: not a readable "
                           f"SavedModel protocol buffer ({e}); the export is damaged") from None
+    _check_variables_index(export_dir)
 
     inputs = None
     if init_checkpoint:
+        from bert_keras import model_loading
         from export.export_encoder import example_inputs, special_ids
 
-        cls_id, sep_id, vocab_size = special_ids(os.path.join(export_dir, "assets", "vocab.txt"))
+        vocab_file = os.path.join(export_dir, "assets", "vocab.txt")
+        model_loading.check_vocab_fits(encoder, vocab_file, init_checkpoint)  # before the probe
+        cls_id, sep_id, vocab_size = special_ids(vocab_file)
         inputs = example_inputs(3, 16, cls_id, sep_id, vocab_size)
     try:
         probe, outputs = _run_probe(export_dir, text, inputs)

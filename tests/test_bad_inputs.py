@@ -66,6 +66,15 @@ def build_fixtures(d: str) -> str:
     _write(p("latin1.txt"), "the store\ncaf\u00e9 th\u00e9\n".encode("latin-1"), "wb")
     _write(p("empty.txt"), "")
     _write(p("no_specials_vocab.txt"), "the\nman\nwent\n")
+    # gzip inputs cut short: within the first 64 KB (the up-front sniff reads it) and after.
+    import gzip
+
+    small = gzip.compress(open(p("text.txt"), "rb").read() * 50)
+    _write(p("cut_early.txt.gz"), small[: len(small) // 2], "wb")
+    rng = np.random.default_rng(0)
+    words = [" ".join(f"w{int(i)}" for i in rng.integers(0, 5000, 12)) for _ in range(20_000)]
+    big = gzip.compress(("\n".join(words) + "\n").encode())
+    _write(p("cut_late.txt.gz"), big[: int(len(big) * 0.7)], "wb")
     _write(p("garbage.keras"), b"not a zip file at all" * 10, "wb")
     _write(p("garbage.weights.h5"), b"\x89HDF\r\n garbage" * 10, "wb")
     # Classification.
@@ -117,12 +126,91 @@ def build_fixtures(d: str) -> str:
     export_encoder(encoder, p("exports"), vocab, version=1, warmup_seq_length=16)
     shutil.copytree(p("exports", "1"), p("corrupt_export"))
     _write(p("corrupt_export", "saved_model.pb"), b"\x08garbage protobuf" * 20, "wb")
+    shutil.copytree(p("exports", "1"), p("export_bad_variables"))
+    _write(p("export_bad_variables", "variables", "variables.index"), b"not an sstable" * 9, "wb")
     os.makedirs(p("empty_dir"))
+    build_damaged_models(d)
     # Existing outputs that a run must not touch.
     os.makedirs(p("existing_out"))
     _write(p("existing_out", "model.keras"), "keep me")
     _write(p("existing.txt"), "keep me")
     return d
+
+
+def tokenizer_json(tokens) -> str:
+    """transformers 5's tokenizer.json (what read_hf_vocab reads: a WordPiece model)."""
+    return json.dumps({"version": "1.0", "model": {
+        "type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+        "max_input_chars_per_word": 100, "vocab": {t: i for i, t in enumerate(tokens)}}})
+
+
+def build_damaged_models(d: str) -> None:
+    """Checkpoints with a damaged file or a vocabulary of another model (issue 42): a
+    transformers directory (tokenizer.json only, as transformers 5 saves), an encoder
+    directory, a fine-tuned classifier and a Google checkpoint, each copied with one file
+    changed."""
+    import keras
+
+    from bert_keras import checkpoints, model_loading
+    from bert_keras.convert_checkpoint import convert
+    from bert_keras.encoder import BertEncoder
+
+    p = lambda *names: os.path.join(d, *names)  # noqa: E731
+    tokens = open(p("vocab.txt"), encoding="utf-8").read().splitlines()  # 79 = the model's rows
+    five = "".join(f"{t}\n" for t in tokens[:5])  # [PAD] [UNK] [CLS] [SEP] [MASK]
+    extra = "".join(f"{t}\n" for t in tokens + [f"extra{i}" for i in range(20)])
+    convert("keras", "hf", p("classifier"), p("hf_with_vocab"))  # writes vocab.txt
+    weights = open(p("hf_with_vocab", "model.safetensors"), "rb").read()
+    variants = {  # name: {file: new content (None: removed)}
+        "hf": {"vocab.txt": None, "tokenizer.json": tokenizer_json(tokens)},
+        "hf_tok5": {"vocab.txt": None, "tokenizer.json": tokenizer_json(tokens[:5])},
+        "hf_tok_big": {"vocab.txt": None, "tokenizer.json": tokenizer_json(
+            tokens + [f"extra{i}" for i in range(12)])},
+        "hf_tok_garbage": {"vocab.txt": None, "tokenizer.json": "{not json"},
+        "hf_tok_bpe": {"vocab.txt": None, "tokenizer.json": json.dumps(
+            {"model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(tokens)}}})},
+        "hf_st_garbage": {"model.safetensors": b"\xff" * 64 + b"not safetensors"},
+        "hf_st_truncated": {"model.safetensors": weights[: len(weights) // 2]},
+        "hf_config_garbage": {"config.json": "{not json"},
+        "hf_vocab5": {"vocab.txt": five},
+    }
+    for name, changes in variants.items():
+        shutil.copytree(p("hf_with_vocab"), p(name))
+        for file, content in changes.items():
+            if content is None:
+                os.remove(p(name, file))
+            else:
+                _write(p(name, file), content, "wb" if isinstance(content, bytes) else "w")
+    h5 = open(p("encoder", "encoder.weights.h5"), "rb").read()
+    for name, file, content in (
+            ("enc_h5_garbage", "encoder.weights.h5", b"\x89HDF\r\n\x1a\n" + b"\0" * 100),
+            ("enc_h5_truncated", "encoder.weights.h5", h5[: len(h5) // 2]),
+            ("enc_vocab5", "vocab.txt", five), ("enc_vocab_big", "vocab.txt", extra),
+            ("enc_tokenizer_config_garbage", "tokenizer_config.json", "{not json")):
+        shutil.copytree(p("encoder"), p(name))
+        _write(p(name, file), content, "wb" if isinstance(content, bytes) else "w")
+    model = open(p("classifier", "model.keras"), "rb").read()
+    for name, file, content in (("cls_keras_truncated", "model.keras", model[: len(model) // 2]),
+                                ("cls_vocab5", "vocab.txt", five),
+                                ("cls_labels_bad", "labels.txt", "a\n\n")):
+        shutil.copytree(p("classifier"), p(name))
+        _write(p(name, file), content, "wb" if isinstance(content, bytes) else "w")
+    checkpoints.save_model(model_loading.load_encoder(p("encoder")), "google",
+                           p("google", "bert_model.ckpt"))
+    shutil.copy(p("vocab.txt"), p("google", "vocab.txt"))
+    data = open(p("google", "bert_model.ckpt.data-00000-of-00001"), "rb").read()
+    for name, file, content in (
+            ("google_index_garbage", "bert_model.ckpt.index", b"not an sstable" * 8),
+            ("google_data_truncated", "bert_model.ckpt.data-00000-of-00001",
+             data[: len(data) // 3]),
+            ("google_vocab5", "vocab.txt", five)):
+        shutil.copytree(p("google"), p(name))
+        _write(p(name, file), content, "wb" if isinstance(content, bytes) else "w")
+    keras.utils.set_random_seed(5)
+    BertEncoder(vocab_size=200, **SMALL).save(p("encoder_200_rows.keras"))  # another model
+    _write(p("vocab5.txt"), five)
+    _write(p("vocab_big.txt"), extra)
+    _write(p("vocab_72.txt"), "".join(f"{t}\n" for t in tokens[:72]))  # 91% of 79 rows: fits
 
 
 # --- The cases: (id, tool, argv, what the error line must name). ---
@@ -153,6 +241,13 @@ VER = "--export_dir={F}/exports/1"
 def _flag_cases(tool, base, flags_and_values):
     return [(f"{tool}-{flag}={value}", tool, f"{base} --{flag}={value}", f"--{flag}")
             for flag, value in flags_and_values]
+
+
+def _damaged_cases(tool, base, path, damaged):
+    """`tool` given each damaged fixture instead of `path` in `base`: (fixture, the file in
+    it that the error line must name)."""
+    return [(f"{tool}-{name}", tool, base.replace(path, "{F}/" + name), f"{name}/{file}")
+            for name, file in damaged]
 
 
 CASES = [
@@ -418,6 +513,84 @@ CASES = [
     ("verify-empty-dir", "verify", "--export_dir={F}/empty_dir", "empty_dir"),
     ("verify-corrupt-pb", "verify", "--export_dir={F}/corrupt_export", "corrupt_export"),
     ("verify-missing-init", "verify", f"{VER} --init_checkpoint={{F}}/nope", "nope"),
+    # Issue 42: damaged files inside checkpoints, vocabularies of another model, refusals
+    # that used to leave a directory. The line names the file at fault.
+    *_damaged_cases("convert_checkpoint", "--from=hf --to=keras --input={F}/x --output={W}/k",
+                    "{F}/x", [("hf_tok5", "tokenizer.json"), ("hf_tok_big", "tokenizer.json"),
+                              ("hf_tok_garbage", "tokenizer.json"),
+                              ("hf_tok_bpe", "tokenizer.json"),
+                              ("hf_st_garbage", "model.safetensors"),
+                              ("hf_st_truncated", "model.safetensors"),
+                              ("hf_config_garbage", "config.json"), ("hf_vocab5", "vocab.txt")]),
+    *_damaged_cases("convert_checkpoint", "--from=google --to=hf "
+                    "--input={F}/x/bert_model.ckpt --output={W}/h", "{F}/x",
+                    [("google_vocab5", "vocab.txt"), ("google_index_garbage", "bert_model.ckpt")]),
+    *_damaged_cases("convert_checkpoint", "--from=keras --to=hf --input={F}/x --output={W}/h",
+                    "{F}/x", [("cls_keras_truncated", "model.keras")]),
+    ("convert-hf-as-google", "convert_checkpoint", "--from=google --to=keras "
+     "--input={F}/hf --output={W}/k.keras", "google format"),
+    *_damaged_cases("run_classifier", CLS.replace("--vocab_file={F}/vocab.txt ", ""),
+                    "{F}/encoder", [("hf_tok5", "tokenizer.json"),
+                                    ("hf_st_garbage", "model.safetensors"),
+                                    ("hf_config_garbage", "config.json"),
+                                    ("enc_h5_truncated", "encoder.weights.h5"),
+                                    ("enc_vocab_big", "vocab.txt"),
+                                    ("google_data_truncated", "bert_model.ckpt")]),
+    ("run_classifier-vocab5", "run_classifier", CLS.replace("{F}/vocab.txt", "{F}/vocab5.txt"),
+     "vocab5.txt"),
+    ("run_classifier-random-init-vocab-big", "run_classifier",
+     "--vocab_file={F}/vocab_big.txt --bert_config_file={F}/bert_config.json "
+     "--max_seq_length=16 --output_dir={W}/out --do_train --train_file={F}/cls.jsonl",
+     "vocab_big.txt"),
+    ("run_classifier-eval-truncated-model", "run_classifier",
+     "--output_dir={F}/cls_keras_truncated --do_eval --eval_file={F}/cls.jsonl "
+     "--max_seq_length=16", "cls_keras_truncated/model.keras"),
+    ("run_classifier-eval-vocab5", "run_classifier", "--output_dir={F}/cls_vocab5 --do_eval "
+     "--eval_file={F}/cls.jsonl --max_seq_length=16", "cls_vocab5/vocab.txt"),
+    *_damaged_cases("run_tagger", TAG.replace("--vocab_file={F}/vocab.txt ", ""), "{F}/encoder",
+                    [("hf_tok_big", "tokenizer.json")]),
+    *_damaged_cases("run_squad", SQ.replace("--vocab_file={F}/vocab.txt ", ""), "{F}/encoder",
+                    [("enc_vocab5", "vocab.txt")]),
+    *_damaged_cases("extract_features", EXT, "{F}/encoder",
+                    [("enc_h5_garbage", "encoder.weights.h5"), ("google_vocab5", "vocab.txt")]),
+    ("extract_features-vocab-big", "extract_features", f"{EXT} --vocab_file={{F}}/vocab_big.txt",
+     "vocab_big.txt"),
+    *_damaged_cases("export_encoder", EENC, "{F}/encoder",
+                    [("hf_tok5", "tokenizer.json"), ("hf_st_truncated", "model.safetensors"),
+                     ("enc_tokenizer_config_garbage", "tokenizer_config.json"),
+                     ("google_index_garbage", "bert_model.ckpt.index")]),
+    *_damaged_cases("export_classifier", ECLS, "{F}/classifier",
+                    [("cls_vocab5", "vocab.txt"), ("cls_keras_truncated", "model.keras"),
+                     ("cls_labels_bad", "labels.txt")]),
+    *_damaged_cases("export_tagger", ECLS, "{F}/classifier",
+                    [("cls_keras_truncated", "model.keras")]),
+    ("export_preprocessor-special-tokens-only", "export_preprocessor",
+     EPRE.replace("vocab.txt", "vocab5.txt"), "vocab5.txt"),
+    *_damaged_cases("run_pretraining", f"{PRE} --init_checkpoint={{F}}/x", "{F}/x",
+                    [("hf_st_garbage", "model.safetensors"),
+                     ("enc_h5_truncated", "encoder.weights.h5")]),
+    ("create_pretraining_data-vocab-no-specials-nested-output", "create_pretraining_data",
+     CPD.replace("{F}/vocab.txt", "{F}/no_specials_vocab.txt").replace(
+         "{W}/shard.tfrecord", "{W}/out/deep/train"), "no_specials_vocab.txt"),
+    ("create_pretraining_data-beam-vocab-no-specials-nested-output", "create_pretraining_data",
+     CPD.replace("{F}/vocab.txt", "{F}/no_specials_vocab.txt").replace(
+         "{W}/shard.tfrecord", "{W}/out/train") + " --runner=DirectRunner",
+     "no_specials_vocab.txt"),
+    *[(f"create_pretraining_data-{name}{runner}", "create_pretraining_data",
+       CPD.replace("{F}/text.txt", "{F}/" + name) + runner, name)
+      for name in ("cut_early.txt.gz", "cut_late.txt.gz")
+      for runner in ("", " --runner=DirectRunner")],
+    ("prepare_corpus-cut-gzip", "prepare_corpus", CORP.replace("text.txt", "cut_late.txt.gz"),
+     "cut_late.txt.gz"),
+    ("create_pretraining_data-vocab5-nested-output", "create_pretraining_data",
+     CPD.replace("{F}/vocab.txt", "{F}/vocab5.txt").replace(
+         "{W}/shard.tfrecord", "{W}/out/train"), "vocab5.txt"),
+    ("verify-damaged-variables-index", "verify", "--export_dir={F}/export_bad_variables",
+     "export_bad_variables/variables/variables.index"),
+    ("verify-checkpoint-of-another-vocabulary", "verify",
+     f"{VER} --init_checkpoint={{F}}/encoder_200_rows.keras", "exports/1/assets/vocab.txt"),
+    ("export_encoder-vocab5-nested-export-dir", "export_encoder",
+     EENC.replace("{W}/exp", "{W}/models/bert") + " --vocab_file={F}/vocab5.txt", "vocab5.txt"),
 ]
 
 
@@ -441,7 +614,7 @@ def test_bad_input(fx, tmp_path, case_id, tool, template, subject):
 
 
 def test_there_are_enough_cases():
-    assert len(CASES) >= 100
+    assert len(CASES) >= 190
     from cli_harness import TOOLS
 
     assert {c[1] for c in CASES} == set(TOOLS)  # every tool
@@ -515,6 +688,149 @@ def test_one_class_is_accepted_with_its_flag(fx, tmp_path):
         "--allow_single_class", fx, str(tmp_path)))
     assert result.code == 0, result.stderr
     assert open(tmp_path / "out" / "labels.txt").read() == "a\n"
+
+
+GLUE = os.path.join(TESTDATA, "glue")
+
+
+def _glue_test_rows(task: str, data_dir: str) -> list[list[str]]:
+    """The rows of a task's test file, read here without the project's reader: every
+    non-blank line after the header, split on tabs (XNLI: the Chinese rows, as Google's)."""
+    name = {"mnli": "test_matched.tsv", "mnli-mm": "test_mismatched.tsv",
+            "xnli": "xnli.test.tsv"}.get(task, "test.tsv")
+    with open(os.path.join(data_dir, name), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()][1:]
+    return [r for r in rows if r[0] == "zh"] if task == "xnli" else rows
+
+
+# Two layouts in the default tier (pairs with 2 labels, 3 labels); the other layouts (a
+# single sentence with CoLA's headerless train file, QQP's ids, XNLI's language filter) run
+# with the integration tier (5-10 s each here).
+@pytest.mark.parametrize("task,directory", [
+    ("mrpc", "MRPC"), ("mnli-mm", "MNLI"),
+    *[pytest.param(t, d, marks=pytest.mark.integration)
+      for t, d in (("cola", "CoLA"), ("qqp", "QQP"), ("xnli", "XNLI"))]])
+def test_glue_runs_write_googles_result_files(fx, tmp_path, task, directory):
+    """--task_name with --do_eval --do_predict writes Google's eval_results.txt (key = value,
+    keys sorted) and test_results.tsv (one row of class probabilities per test example, in
+    input order) beside eval_results.json and predictions.jsonl."""
+    data_dir, out = os.path.join(GLUE, directory), tmp_path / "out"
+    result = run_tool("run_classifier", _argv(
+        f"--task_name={task} --data_dir={data_dir} --init_checkpoint={{F}}/encoder "
+        f"--max_seq_length=16 --train_batch_size=2 --num_train_steps=1 --do_train --do_eval "
+        f"--do_predict --output_dir={out}", fx, str(tmp_path)))
+    assert result.code == 0, result.stderr[-3000:]
+    pairs = [line.split(" = ") for line in open(out / "eval_results.txt").read().splitlines()]
+    assert [k for k, _ in pairs] == ["eval_accuracy", "eval_loss", "global_step", "loss"]
+    google, ours = dict(pairs), json.load(open(out / "eval_results.json"))
+    assert float(google["eval_accuracy"]) == pytest.approx(ours["accuracy"], abs=1e-7)
+    assert float(google["eval_loss"]) == pytest.approx(ours["loss"], rel=1e-6)
+    assert int(google["global_step"]) == 1 and np.isfinite(float(google["loss"]))
+    labels = open(out / "labels.txt").read().splitlines()
+    rows = [[float(v) for v in line.split("\t")]
+            for line in open(out / "test_results.tsv").read().splitlines()]
+    expected_rows = _glue_test_rows(task, data_dir)
+    assert len(rows) == len(expected_rows) > 0
+    assert all(len(r) == len(labels) and abs(sum(r) - 1) < 1e-5 for r in rows)
+    predictions = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    for row, prediction in zip(rows, predictions):  # the same examples, in the same order
+        assert row == pytest.approx([prediction["probabilities"][k] for k in labels], abs=1e-6)
+    if task != "xnli":  # the test file's id column, row by row
+        id_column = 0
+        assert [p["id"] for p in predictions] == [r[id_column] for r in expected_rows]
+    if task == "mrpc":  # evaluating that model again elsewhere: its steps, the same rows
+        result = run_tool("run_classifier", _argv(
+            f"--task_name={task} --data_dir={data_dir} --init_checkpoint={out} "
+            f"--max_seq_length=16 --do_eval --do_predict --output_dir={tmp_path}/again", fx,
+            str(tmp_path)))
+        assert result.code == 0, result.stderr[-3000:]
+        assert open(tmp_path / "again" / "eval_results.txt").read() == \
+            open(out / "eval_results.txt").read()
+        assert open(tmp_path / "again" / "test_results.tsv").read() == \
+            open(out / "test_results.tsv").read()
+
+
+def test_glue_eval_loss_is_the_mean_cross_entropy():
+    from bert_keras.finetuning.classification import google_eval_text, mean_cross_entropy
+
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
+    manual = [-np.log(np.exp(2) / (np.exp(2) + 1 + np.exp(-1))),
+              -np.log(np.exp(0.5) / (2 * np.exp(0.5) + np.exp(3)))]
+    assert mean_cross_entropy(logits, [0, 1]) == pytest.approx(np.mean(manual), rel=1e-12)
+    assert google_eval_text({"loss": np.float32(1 / 3), "global_step": 7}) == \
+        "global_step = 7\nloss = 0.33333334\n"  # Google's str() of a float32
+
+
+def test_transformers_directory_with_tokenizer_json_only(fx, tmp_path):
+    """transformers 5 saves tokenizer.json and no vocab.txt: --init_checkpoint=DIR takes
+    the vocabulary from it (run_classifier, export_encoder), in id order."""
+    tokens = sorted(json.load(open(os.path.join(fx, "hf", "tokenizer.json")))["model"]["vocab"]
+                    .items(), key=lambda kv: kv[1])
+    expected = "".join(f"{t}\n" for t, _ in tokens)
+    assert not os.path.exists(os.path.join(fx, "hf", "vocab.txt"))
+    result = run_tool("run_classifier", _argv(
+        "--init_checkpoint={F}/hf --max_seq_length=16 --train_batch_size=4 --num_train_steps=1 "
+        "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", fx, str(tmp_path)))
+    assert result.code == 0, result.stderr[-3000:]
+    assert open(tmp_path / "out" / "vocab.txt", encoding="utf-8").read() == expected
+    result = run_tool("export_encoder", _argv(
+        "--init_checkpoint={F}/hf --export_dir={W}/exp --seq_length=16", fx, str(tmp_path)))
+    assert result.code == 0, result.stderr[-3000:]
+    assets = tmp_path / "exp" / "1" / "assets"
+    assert open(assets / "vocab.txt", encoding="utf-8").read() == expected
+
+
+def test_vocabulary_mismatch_names_both_numbers_and_both_files(fx, tmp_path):
+    """The issue's case: a transformers directory whose tokenizer.json holds 5 tokens for a
+    79-row model converted without a word, and its export died in tensorflow-text."""
+    for name, count in (("hf_tok5", 5), ("hf_tok_big", 91)):
+        result = run_tool("convert_checkpoint", _argv(
+            f"--from=hf --to=keras --input={{F}}/{name} --output={{W}}/k", fx, str(tmp_path)))
+        (line,) = result.error_lines
+        assert result.code == 1 and not os.path.exists(tmp_path / "k")
+        assert os.path.join(fx, name, "tokenizer.json") in line
+        model = f"model {os.path.join(fx, name)}"
+        assert f"{model} " in line or f"{model};" in line, line
+        assert f"{count} tokens" in line and "79 embedding rows" in line, line
+
+
+def test_a_vocabulary_fits_from_90_percent_of_the_rows_to_all_of_them(fx, tmp_path):
+    """A few embedding rows no token reaches are normal (tables padded for speed)."""
+    from bert_keras import model_loading
+    from bert_keras.encoder import BertEncoder
+
+    tokens = open(os.path.join(fx, "vocab.txt"), encoding="utf-8").read().splitlines()
+    encoder = BertEncoder(vocab_size=80, **SMALL)  # 90% of 80 rows = 72 tokens
+    for count, fits in ((71, False), (72, True), (79, True), (80, True), (81, False)):
+        path = _write(str(tmp_path / f"v{count}.txt"), "".join(
+            f"{t}\n" for t in (tokens + ["extra1", "extra2"])[:count]))
+        if fits:
+            assert len(model_loading.check_vocab_fits(encoder, path)) == count
+        else:
+            with pytest.raises(model_loading.VocabMismatchError, match=f"{count} tokens"):
+                model_loading.check_vocab_fits(encoder, path)
+    result = run_tool("extract_features", _argv(
+        f"{EXT} --vocab_file={{F}}/vocab_72.txt", fx, str(tmp_path)))  # 72 of 79 rows
+    assert result.code == 0, result.stderr[-3000:]
+
+
+def test_reading_names_the_file_a_library_could_not_read(tmp_path):
+    from safetensors.numpy import load_file
+
+    from data_prep import cli
+
+    path = _write(str(tmp_path / "model.safetensors"), b"\xff" * 32, "wb")
+    with pytest.raises(cli.DamagedFileError) as e:
+        with cli.reading(path, "a safetensors file"):
+            load_file(path)
+    assert str(e.value).startswith(f"{path}: cannot be read as a safetensors file")
+    assert "SafetensorError" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(FileNotFoundError):  # already names the path: unchanged
+        with cli.reading(str(tmp_path / "nope"), "a safetensors file"):
+            load_file(str(tmp_path / "nope"))
+    with pytest.raises(cli.InputError, match="^--x: mine$"):  # the project's own: unchanged
+        with cli.reading(path, "a file"):
+            raise cli.InputError("--x", "mine")
 
 
 def _dead_pid() -> int:

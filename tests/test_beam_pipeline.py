@@ -36,10 +36,6 @@ def _flags(corpus, vocab, out, **extra):
     return flags
 
 
-def _visible(directory):
-    return sorted(p for p in os.listdir(directory) if not p.startswith("."))
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     directory = tmp_path_factory.mktemp("beam_corpus")
@@ -170,6 +166,40 @@ def test_two_workers_and_a_rerun_give_the_same_bytes(beam_run, corpus, tmp_path)
         beam_run["shards"][0], "rb").read()
 
 
+def test_without_num_output_shards_each_worker_gets_a_shard(beam_run, corpus, tmp_path):
+    """One --output_file and no --num_output_shards: not one file (readers could not split
+    it) but a shard per worker of the runner, named as --num_output_shards names them; the
+    bytes are those of a run given that count."""
+    path, vocab_path, _ = corpus
+    flags = _flags(path, vocab_path, str(tmp_path / "out" / "train.tfrecord"),
+                   beam_pipeline_options="direct_num_workers=3")
+    del flags["num_output_shards"]
+    assert run_cli(runner="DirectRunner", **flags) == 0
+    shards = sorted(glob.glob(str(tmp_path / "out" / "train-*-of-*.tfrecord")))
+    assert [os.path.basename(x) for x in shards] == [
+        f"train-{j:05d}-of-00003.tfrecord" for j in range(3)]
+    for mine, given in zip(shards, beam_run["shards"]):  # --num_output_shards=3, 1 worker
+        assert open(mine, "rb").read() == open(given, "rb").read()
+        assert features.read_sidecar(mine)["shard"] == features.read_sidecar(given)["shard"]
+
+
+def test_default_shard_count_follows_workers_and_size(corpus, monkeypatch):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    path, _, _ = corpus
+    size = os.path.getsize(path)
+    one = PipelineOptions(["--runner=DirectRunner"])
+    assert beam_pipeline.default_num_shards(one, [path], 4) == 1
+    assert beam_pipeline.default_num_shards(
+        PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=5"]), [path], 4) == 5
+    assert beam_pipeline.default_num_shards(
+        PipelineOptions(["--runner=DataflowRunner", "--max_num_workers=7"]), [path], 1) == 7
+    monkeypatch.setattr(beam_pipeline, "DEFAULT_SHARD_BYTES", size)  # a shard per input x 1
+    assert beam_pipeline.default_num_shards(one, [path], 4) == 4
+    monkeypatch.setattr(beam_pipeline, "DEFAULT_SHARD_BYTES", size * 4 + 1)
+    assert beam_pipeline.default_num_shards(one, [path], 4) == 1
+
+
 def test_gzip_cased_vocab_keeps_korean(tmp_path):
     lines = [line.strip() for line in open(os.path.join(os.path.dirname(CORPUS),
                                                         "korean_sample.txt"), encoding="utf-8")]
@@ -217,8 +247,9 @@ def test_a_failed_job_leaves_nothing_that_looks_complete(corpus, tmp_path, monke
     err = capsys.readouterr().err
     assert "error:" in err and "disk full (injected)" in err, err
     assert "Traceback" not in err
-    assert _visible(out_dir) == []  # no shard, no sidecar under a final name
-    assert os.listdir(out_dir) == []  # and the temporaries are gone too
+    # No shard or sidecar under a final name, no temporary, and not the directory the run
+    # created for them.
+    assert not out_dir.exists()
 
 
 def test_a_bad_document_fails_the_job_with_its_file_and_line(tmp_path, capsys):
@@ -283,7 +314,7 @@ def test_bad_settings_fail_with_one_line_and_no_output(tmp_path, capsys, case):
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and expected in lines[0], err
     assert "Traceback" not in err
-    assert not out_dir.exists() or os.listdir(out_dir) == []
+    assert not out_dir.exists()
 
 
 def test_pipeline_options_parse_like_tfds():
@@ -297,16 +328,16 @@ def test_pipeline_options_parse_like_tfds():
 
 def test_a_runner_that_loses_documents_publishes_nothing(corpus, tmp_path, monkeypatch, capsys):
     path, vocab_path, _ = corpus
-    real = beam_pipeline.cpd.tokenize_documents
+    real = beam_pipeline.job.tokenize_documents
 
     def lossy(raws, tokenize):  # drops one document of each batch, as a faulty runner would
         for k, item in enumerate(real(raws, tokenize)):
             if k:
                 yield item
 
-    monkeypatch.setattr(beam_pipeline.cpd, "tokenize_documents", lossy)
+    monkeypatch.setattr(beam_pipeline.job, "tokenize_documents", lossy)
     out_dir = tmp_path / "out"
     assert run_cli(runner="DirectRunner", **_flags(path, vocab_path, str(out_dir / "x"))) == 1
     err = capsys.readouterr().err
     assert "read 50 documents" in err and "lost data" in err, err
-    assert os.listdir(out_dir) == []
+    assert not out_dir.exists()

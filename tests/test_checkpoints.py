@@ -17,9 +17,9 @@ from bert_keras import BertConfig, BertEncoder, BertPretrainer
 from bert_keras.checkpoints import (
     WeightLoadError,
     load_google_checkpoint,
-    load_model,
     save_google_checkpoint,
 )
+from bert_keras.model_loading import load_checkpoint
 from conftest import TINY, make_inputs
 
 NUM_LAYERS = TINY["num_layers"]
@@ -172,7 +172,7 @@ def google_reference(tmp_path_factory):
 
 def test_google_checkpoint_matches_transformers(google_reference):
     prefix, inputs, expected = google_reference
-    model = load_model("google", prefix)  # auto: the checkpoint has cls/* heads
+    model = load_checkpoint(prefix, fmt="google").model  # auto: the checkpoint has cls/* heads
     assert isinstance(model, BertPretrainer)
     out = model(inputs, training=False)
     np.testing.assert_allclose(out["mlm_logits"], expected["mlm_logits"], atol=1e-5)
@@ -210,13 +210,13 @@ def test_round_trip_keras_google_keras_is_bit_exact(tmp_path):
         model.encoder.to_bert_config()
     assert dict(tf.train.list_variables(prefix)) == {
         k: list(v) for k, v in {**SECTION_5, **SECTION_5_HEADS}.items()}
-    loaded = load_model("google", prefix)
+    loaded = load_checkpoint(prefix, fmt="google").model
     assert_weights_equal(model, loaded)
 
     encoder = randomize(BertEncoder(**TINY), seed=1)
     prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "model.ckpt"))
     assert dict(tf.train.list_variables(prefix)) == {k: list(v) for k, v in SECTION_5.items()}
-    assert_weights_equal(encoder, load_model("google", prefix))
+    assert_weights_equal(encoder, load_checkpoint(prefix, fmt="google").model)
 
 
 def test_saved_checkpoint_restores_with_tf1_saver(tmp_path):
@@ -317,7 +317,7 @@ def test_pretrainer_from_encoder_checkpoint_says_so(tmp_path):
     with pytest.raises(WeightLoadError, match=r"(?s)missing 7: cls/.*no pretraining heads"):
         load_google_checkpoint(tiny_pretrainer(), prefix)
     with pytest.raises(WeightLoadError, match="no pretraining heads"):
-        load_model("google", prefix, model="pretrainer")
+        load_checkpoint(prefix, want="pretrainer", fmt="google").model
 
 
 @pytest.mark.parametrize("which", ["data-00000-of-00001", "index"])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder, BertPretrainer
-from bert_keras.checkpoints import WeightLoadError, load_model, save_keras_model
+from bert_keras.checkpoints import WeightLoadError, save_keras_model
+from bert_keras.model_loading import load_checkpoint
 from bert_keras.convert_checkpoint import convert
 from conftest import TINY
 
@@ -42,7 +43,7 @@ def test_keras_round_trip_through_each_format_is_bit_exact(tmp_path, keras_file,
     middle = str(tmp_path / ("model.ckpt" if via == "google" else "hf"))
     convert("keras", via, path, middle)
     convert(via, "keras", middle, str(tmp_path / "back.keras"))
-    assert_weights_equal(model, load_model("keras", str(tmp_path / "back.keras")))
+    assert_weights_equal(model, load_checkpoint(str(tmp_path / "back.keras"), fmt="keras").model)
 
 
 def test_google_to_hf_and_encoder_only(tmp_path, keras_file):
@@ -51,7 +52,7 @@ def test_google_to_hf_and_encoder_only(tmp_path, keras_file):
     _, hf = convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"),
                     model="encoder")
     assert isinstance(hf, BertEncoder)
-    assert_weights_equal(model.encoder, load_model("hf", str(tmp_path / "hf")))
+    assert_weights_equal(model.encoder, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
     with pytest.raises(WeightLoadError, match="no pretraining heads"):
         convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "x.keras"), model="pretrainer")
 
@@ -87,7 +88,7 @@ def test_cli_converts_and_reports_errors_without_traceback(tmp_path, keras_file)
     result = run_cli("--from=keras", "--to=google", f"--input={path}", f"--output={out}")
     assert result.returncode == 0, result.stderr
     assert "wrote BertPretrainer" in result.stdout
-    assert_weights_equal(model, load_model("google", out))
+    assert_weights_equal(model, load_checkpoint(out, fmt="google").model)
     # Same command again: refuses, names the file, no traceback.
     result = run_cli("--from=keras", "--to=google", f"--input={path}", f"--output={out}")
     assert result.returncode == 1
@@ -103,4 +104,4 @@ def test_google_config_elsewhere(tmp_path, keras_file):
         convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"))
     convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"),
             config_file=str(tmp_path / "config.json"))
-    assert_weights_equal(model, load_model("hf", str(tmp_path / "hf")))
+    assert_weights_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)

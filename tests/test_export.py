@@ -95,8 +95,11 @@ def test_refuses_to_overwrite_and_next_version(exported):
 
 def test_wrong_vocab_size_is_refused(exported, tmp_path):
     _, encoder, _, _ = exported
+    from bert_keras.model_loading import VocabMismatchError
+
     vocab = write_vocab(tmp_path / "vocab.txt", size=50)
-    with pytest.raises(ExportError, match="vocab_size"):
+    with pytest.raises(VocabMismatchError, match=f"50 tokens for the {encoder.vocab_size} "
+                       "embedding rows"):
         export_encoder(encoder, str(tmp_path / "m"), vocab)
     assert not os.path.exists(tmp_path / "m" / "1")
 

@@ -18,6 +18,23 @@ def test_nothing_appears_when_the_writer_fails(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_failed_write_takes_back_the_directories_it_created(tmp_path):
+    (tmp_path / "kept").mkdir()
+    target = tmp_path / "kept" / "new" / "deeper" / "out.txt"
+    with pytest.raises(RuntimeError):
+        with files.atomic_output(str(target)) as tmp:
+            open(tmp, "w").write("partial")
+            raise RuntimeError("writer failed")
+    assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
+    files.write_text(str(target), "done\n")  # a write that succeeds keeps them
+    assert target.read_text() == "done\n"
+    created = files.make_parent_dirs([str(tmp_path / "a" / "b" / "x"), str(tmp_path / "a" / "y")])
+    assert created == [str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+    (tmp_path / "a" / "b" / "someone_elses").write_text("")
+    files.remove_created_dirs(created)  # a directory something else wrote into stays
+    assert os.listdir(tmp_path / "a") == ["b"]
+
+
 def test_refuses_existing_output_unless_asked(tmp_path):
     final = tmp_path / "out.txt"
     final.write_text("keep")

@@ -208,7 +208,7 @@ def test_live_pretraining_heads_match_transformers(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from bert_keras import BertPretrainer
-    from bert_keras.checkpoints import load_model
+    from bert_keras.model_loading import load_checkpoint
 
     sys_path_testdata()
     import make_hf_golden
@@ -223,7 +223,7 @@ def test_live_pretraining_heads_match_transformers(tmp_path):
     hf.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
     inputs = make_inputs(batch=2, seq=10, lengths=[10, 6], seed=5)
     expected = _hf_pretraining_outputs(hf, inputs, POSITIONS)
-    model = load_model("hf", str(tmp_path / "hf"))
+    model = load_checkpoint(str(tmp_path / "hf"), fmt="hf").model
     assert isinstance(model, BertPretrainer)
     out = model(dict(inputs, masked_lm_positions=POSITIONS))
     np.testing.assert_allclose(out["mlm_logits"], expected["mlm_logits"], atol=1e-5)
@@ -239,7 +239,8 @@ def sys_path_testdata():
 
 @pytest.mark.parametrize("heads", [False, True])
 def test_round_trip_keras_hf_keras_is_bit_exact(tmp_path, heads):
-    from bert_keras.checkpoints import load_model, save_hf_weights
+    from bert_keras.checkpoints import save_hf_weights
+    from bert_keras.model_loading import load_checkpoint
     from safetensors.numpy import load_file
 
     model = _tiny_pretrainer(seed=4)
@@ -253,7 +254,7 @@ def test_round_trip_keras_hf_keras_is_bit_exact(tmp_path, heads):
         assert not any(k.startswith("cls.predictions.decoder") for k in keys)  # tied
     else:
         assert "encoder.layer.2.output.dense.weight" in keys and not any("cls" in k for k in keys)
-    loaded = load_model("hf", str(tmp_path / "out"))
+    loaded = load_checkpoint(str(tmp_path / "out"), fmt="hf").model
     assert type(loaded) is type(model)
     assert loaded.count_params() == model.count_params()
     for a, b in zip(model.weights, loaded.weights):

@@ -99,7 +99,7 @@ def hf_dirs(tmp_path_factory):
 def test_auto_loads_the_head_transformers_saved(hf_dirs, name):
     path, hf = hf_dirs[name]
     cls, labels = ARCHITECTURES[name]
-    model = checkpoints.load_model("hf", path)
+    model = model_loading.load_checkpoint(path, fmt="hf").model
     assert type(model) is cls
     assert checkpoints.read_hf_labels(path) == labels
     inputs = make_inputs(batch=3, seq=13, vocab=V)
@@ -120,7 +120,7 @@ def test_a_head_is_never_dropped_silently(hf_dirs):
     for a, b in zip(before, encoder.get_weights()):
         np.testing.assert_array_equal(a, b)  # all or nothing
     # Asking for less is explicit: the encoder alone, equal to transformers' BertModel.
-    encoder = checkpoints.load_model("hf", path, model="encoder")
+    encoder = model_loading.load_checkpoint(path, want="encoder", fmt="hf").model
     assert type(encoder) is BertEncoder
     inputs = make_inputs(batch=2, seq=9, vocab=V)
     with torch.no_grad():
@@ -135,7 +135,7 @@ def test_encoder_without_pooler_and_masked_lm(tmp_path):
     torch.manual_seed(3)
     bare = transformers.BertModel(transformers.BertConfig(**CONFIG), add_pooling_layer=False)
     path = save_hf(bare.eval(), tmp_path / "bare")
-    encoder = checkpoints.load_model("hf", path)
+    encoder = model_loading.load_checkpoint(path, fmt="hf").model
     assert type(encoder) is BertEncoder
     inputs = make_inputs(batch=2, seq=9, vocab=V)
     with torch.no_grad():
@@ -146,7 +146,7 @@ def test_encoder_without_pooler_and_masked_lm(tmp_path):
 
     mlm = hf_model("BertForMaskedLM", seed=4)
     path = save_hf(mlm, tmp_path / "mlm")
-    model = checkpoints.load_model("hf", path)
+    model = model_loading.load_checkpoint(path, fmt="hf").model
     assert isinstance(model, BertPretrainer) and not model.next_sentence
     positions = np.array([[1, 4], [2, 8]], np.int32)
     got = model({**inputs, "masked_lm_positions": positions}, training=False)
@@ -190,7 +190,7 @@ def test_unknown_or_unrepresentable_heads_are_clear_errors(hf_dirs, tmp_path, ch
     _edit_config(path, **changes)
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")
                        .replace("(", r"\(").replace("*", r"\*")):
-        checkpoints.load_model("hf", path)
+        model_loading.load_checkpoint(path, fmt="hf").model
 
 
 @pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
@@ -220,7 +220,7 @@ def test_our_task_models_load_in_transformers_auto_classes(tmp_path, cls):
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert len(tokenizer.vocab) == V
     # And in again: the same model.
-    again = checkpoints.load_model("hf", out)
+    again = model_loading.load_checkpoint(out, fmt="hf").model
     for a, b in zip(model.weights, again.weights):
         assert a.path == b.path
         if a.path.startswith("pooler_dense/") and cls is not BertClassifier:

@@ -96,7 +96,8 @@ def test_a_users_script_prints_nothing_and_can_still_configure_devices():
     code = ("import bert_keras\n"
             "import tensorflow as tf\n"
             "cpu = tf.config.list_physical_devices('CPU')[0]\n"
-            "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+            "two = [tf.config.LogicalDeviceConfiguration()] * 2\n"
+            "tf.config.set_logical_device_configuration(cpu, two)\n"
             "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
             "print(tf.transpose(tf.constant([[1, 2]], tf.int64)).shape, "
             "len(tf.config.list_logical_devices('CPU')))\n")

@@ -3,6 +3,12 @@
 Reading and conversion are `data_prep.classification`'s; this adapter adds the head
 (`BertClassifier`), the scores (accuracy, macro F1, per-class precision/recall/F1) and the
 predictions file (one {"where", "label", "probabilities"} per input row).
+
+A GLUE / XNLI run (`--task_name`) also writes Google's run_classifier.py files beside ours,
+which GLUE submission scripts read: `eval_results.txt` (`key = value` lines, keys sorted:
+eval_accuracy, eval_loss, global_step, loss) and `test_results.tsv` (one line per example
+of the task's test file, in input order: the class probabilities in label-list order,
+tab-separated, no header).
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ import numpy as np
 from absl import logging
 
 from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
-                                          LabelledFileTask, labels_from_flags)
+                                          LabelledFileTask, labels_from_flags, trained_steps)
 from bert_keras.tasks import BertClassifier
 from data_prep import classification, files
 from data_prep.cli import option
 
 PREDICTIONS_FILE = "predictions.jsonl"
+# Google's run_classifier.py outputs, written for --task_name runs.
+GOOGLE_EVAL_FILE = "eval_results.txt"
+GOOGLE_TEST_FILE = "test_results.tsv"
 
 
 # Google's flags select a split of a --task_name's --data_dir like this.
@@ -97,6 +106,26 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def mean_cross_entropy(logits: np.ndarray, label_ids: Sequence[int]) -> float:
+    """Mean softmax cross-entropy of float logits [N, C] against int label ids [N]."""
+    logits = np.asarray(logits, np.float64)
+    z = logits - logits.max(-1, keepdims=True)
+    log_probs = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return float(-np.mean(log_probs[np.arange(len(log_probs)), np.asarray(label_ids)]))
+
+
+def google_eval_text(results: dict) -> str:
+    """Google's eval_results.txt: `key = value` per line, keys sorted (its `str(value)`)."""
+    return "".join(f"{key} = {str(results[key])}\n" for key in sorted(results))
+
+
+def google_test_text(probabilities: np.ndarray) -> str:
+    """Google's test_results.tsv: one line per example, its class probabilities (float32,
+    shortest repr) tab-separated."""
+    return "".join("\t".join(str(np.float32(q)) for q in row) + "\n"
+                   for row in np.asarray(probabilities, np.float32))
+
+
 class ClassificationTask(LabelledFileTask):
     name = "classifier"
     model_class = BertClassifier
@@ -110,6 +139,11 @@ class ClassificationTask(LabelledFileTask):
 
     def input_flag(self, split):
         return f"--{split}_file (or --task_name with --data_dir)"
+
+    def output_files(self, common, opts):
+        google = (([GOOGLE_EVAL_FILE] if common.do_eval else []) +
+                  ([GOOGLE_TEST_FILE] if common.do_predict else [])) if opts.task_name else []
+        return super().output_files(common, opts) + google
 
     def input_file(self, split, opts):
         if opts.task_name:
@@ -162,8 +196,21 @@ class ClassificationTask(LabelledFileTask):
         predicted = outputs["logits"].argmax(-1)
         metrics = accuracy_and_f1(features.arrays["label_ids"], predicted, labels)
         metrics["truncated"] = features.stats.truncated
-        logging.info("eval: accuracy %.4f  macro F1 %.4f  (%d examples)", metrics["accuracy"],
-                     metrics["macro_f1"], metrics["num_examples"])
+        metrics["loss"] = mean_cross_entropy(outputs["logits"], features.arrays["label_ids"])
+        logging.info("eval: accuracy %.4f  macro F1 %.4f  loss %.4f  (%d examples)",
+                     metrics["accuracy"], metrics["macro_f1"], metrics["loss"],
+                     metrics["num_examples"])
+        if opts.task_name:
+            # Google's estimator.evaluate keys. Its "loss" averages per batch; here both
+            # losses are the mean over the examples (the same with full batches).
+            google = {"eval_accuracy": np.float32(metrics["accuracy"]),
+                      "eval_loss": np.float32(metrics["loss"]),
+                      # This run's steps, or those of the fine-tuned model it evaluates.
+                      "global_step": (trained_steps(common.output_dir) or
+                                      trained_steps(common.init_checkpoint or "")),
+                      "loss": np.float32(metrics["loss"])}
+            files.write_text(os.path.join(common.output_dir, GOOGLE_EVAL_FILE),
+                             google_eval_text(google))
         return metrics
 
     def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):
@@ -174,4 +221,7 @@ class ClassificationTask(LabelledFileTask):
                     "probabilities": {label: round(float(q), 6) for label, q in zip(labels, p)}}
                    for i, (e, p) in enumerate(zip(examples, probs))]
         files.write_jsonl(os.path.join(common.output_dir, PREDICTIONS_FILE), records)
+        if opts.task_name:
+            files.write_text(os.path.join(common.output_dir, GOOGLE_TEST_FILE),
+                             google_test_text(probs))
         return {"num_examples": len(records), "truncated": features.stats.truncated}

@@ -347,10 +347,13 @@ def run(task: Task, values: dict) -> dict:
             raise FinetuneError(f"the model has {model.num_classes} classes but the label list "
                                 f"has {len(labels)}: {labels}")
     encoder = model.encoder
-    vocab_file = common.vocab_file or (ckpt.vocab_file if ckpt is not None else None)
-    if not vocab_file:
-        raise FinetuneError("no --vocab_file given and none saved with the checkpoint")
-    model_loading.check_vocab_fits(encoder, vocab_file)
+    if ckpt is not None:
+        vocab_file = ckpt.vocabulary(common.vocab_file)
+    elif common.vocab_file:
+        vocab_file = common.vocab_file
+        model_loading.check_vocab_fits(encoder, vocab_file, common.bert_config_file)
+    else:
+        raise FinetuneError("no --vocab_file given and no checkpoint to take one from")
     saved = tokenizer_config.read_for_vocab(vocab_file) or (
         ckpt.saved_tokenizer if ckpt is not None else None)
     settings, source = tokenizer_config.resolve(None, common.tokenizer_overrides(), saved,
@@ -407,13 +410,14 @@ def run(task: Task, values: dict) -> dict:
         files.write_json(os.path.join(out, f"{split}_results.json"), summary)
         if split == "eval":
             _log_eval_scalars(os.path.join(out, LOGS_DIR, "validation"), summary,
-                              _trained_steps(out, results))
+                              trained_steps(out, results))
     return results
 
 
-def _trained_steps(out: str, results: dict) -> int:
-    """Training steps of the model evaluated: this run's, or the earlier run's results."""
-    if "train" in results:
+def trained_steps(out: str, results: dict | None = None) -> int:
+    """Training steps of the model evaluated: this run's (`results`, or its
+    train_results.json, written before evaluation), or the earlier run's results."""
+    if results and "train" in results:
         return int(results["train"]["num_train_steps"])
     try:
         with open(os.path.join(out, "train_results.json"), encoding="utf-8") as f:

@@ -1,0 +1,334 @@
+"""What both pretraining-data producers share: the job, reading, tokenizing and the checks.
+
+The local tool (data_prep/create_pretraining_data.py, N worker processes) and the Beam
+pipeline (data_prep/beam_pipeline.py) run the same job: a `JobSpec` (from the tool's flags),
+Google's text format read by `read_documents` (one sentence a line, a blank line between
+documents; binary files and overlong lines refused), whole documents tokenized in batches
+(`tokenize_documents`), the corpus-level checks (`check_totals`) and the sidecar every shard
+gets (`sidecar_common`). Both import this module; neither imports the other's internals
+(the tool hands a Beam --runner to beam_pipeline, which needs nothing of the tool).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import zlib
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from data_prep import features
+from data_prep import pretraining_instances as pi
+from data_prep.cli import ToolError
+from data_prep.tokenizer_config import TokenizerConfig
+
+# A line longer than this is not a sentence; refusing it keeps memory bounded.
+MAX_LINE_BYTES = 8 * 1024 * 1024
+LONG_LINE_WARN_BYTES = 10_000
+_SNIFF_BYTES = 64 * 1024
+_TOKENIZE_BATCH_LINES = 2048
+_TOKENIZE_BATCH_BYTES = 512 * 1024
+
+
+class InputError(ToolError):
+    """Bad input or settings; the message says which file or flag and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """Everything a run needs (picklable: it travels to spawned workers).
+
+    Attributes:
+      input_files: expanded input paths, in reading order.
+      output_files: final shard paths.
+      temp_files: where each shard is written until the whole run succeeds.
+      vocab_file: the WordPiece vocabulary.
+      tokenizer: its settings (saved beside the vocabulary, then flags).
+      tokenizer_source: the tokenizer_config.json they came from, or None.
+      config: instance-creation settings.
+      random_seed: base seed; worker w uses (random_seed, w).
+      num_workers: processes (1 = run in this process).
+      gzip: GZIP-compress the shards.
+      shuffle_buffer_size: instances held per worker for output shuffling.
+      num_examples_to_print: first instances logged decoded.
+      print_full_examples: log them in Google's full layout instead of compactly.
+      overwrite: replace existing outputs.
+      flag_values: flags recorded in the sidecars.
+    """
+
+    input_files: tuple[str, ...]
+    output_files: tuple[str, ...]
+    vocab_file: str
+    tokenizer: TokenizerConfig
+    config: pi.InstanceConfig
+    temp_files: tuple[str, ...] = ()
+    tokenizer_source: str | None = None
+    random_seed: int = 12345
+    num_workers: int = 1
+    gzip: bool = False
+    shuffle_buffer_size: int = 50_000
+    num_examples_to_print: int = 1
+    print_full_examples: bool = False
+    overwrite: bool = False
+    flag_values: tuple[tuple[str, object], ...] = ()
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    """What a worker reports back: counters and instances per shard it wrote."""
+
+    worker: int
+    stats: pi.InstanceStats
+    input_bytes: int
+    shard_counts: dict[int, int]
+    long_lines: int = 0
+    first_long_line: str = ""
+    bad_utf8_lines: int = 0
+    setup_seconds: float = 0.0  # TensorFlow import and tokenizer construction (wall)
+    work_seconds: float = 0.0  # reading to last record written (wall)
+    work_cpu_seconds: float = 0.0  # the same span in CPU time of this process, all threads
+
+
+# --- Reading Google's text format. ---
+
+
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> None:
+    """Rejects files that are not UTF-8 text, looking at their first 64 KB."""
+    try:
+        with open_file(path) as f:
+            head = f.read(_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error) as e:  # gzip: not gzip, truncated, corrupt
+        raise InputError(f"cannot read input file {path}: {e}") from None
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"input file {path} looks binary (NUL byte at offset {nul}); expected "
+                         "UTF-8 text, one sentence per line")
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - head.decode("utf-8", errors="ignore").count("\ufffd")
+    if bad > 8 and bad > 0.01 * len(text):
+        raise InputError(f"input file {path} is not UTF-8 text ({bad} undecodable bytes in its "
+                         f"first {len(head)} bytes)")
+
+
+class RawDocument:
+    """One document's lines, before tokenization."""
+
+    __slots__ = ("index", "lines", "nbytes")
+
+    def __init__(self, index: int, lines: list[str], nbytes: int):
+        self.index, self.lines, self.nbytes = index, lines, nbytes
+
+
+def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int = 1,
+                   warnings: WorkerResult | None = None,
+                   open_file: Callable[[str], BinaryIO] = _open_binary
+                   ) -> Iterator[RawDocument]:
+    """Streams the documents of Google's format that belong to one worker.
+
+    Documents are numbered across all files in order; worker w gets those with
+    index % num_workers == w (other workers' documents are skipped without decoding). A
+    document is decoded as a whole; a line with invalid UTF-8 loses the bad bytes (counted).
+
+    Args:
+      input_files: paths (.gz read decompressed).
+      worker, num_workers: which share to return.
+      warnings: optional WorkerResult whose long_lines / bad_utf8_lines counters are updated.
+      open_file: path -> binary file object with readline(size) (default: local files,
+        .gz decompressed; the Beam pipeline passes one for any Beam file system).
+
+    Yields:
+      RawDocument(index, lines (stripped, non-empty str), nbytes (raw bytes of its lines)).
+
+    Raises:
+      InputError: unreadable or binary file, or a line longer than MAX_LINE_BYTES.
+    """
+    index = 0
+    for path in input_files:
+        _sniff(path, open_file)
+        try:
+            f = open_file(path)
+        except OSError as e:
+            raise InputError(f"cannot read input file {path}: {e}") from None
+        with f:
+            readline = f.readline
+            current: list[bytes] = []  # stripped lines of the document being read
+            first_line = nbytes = line_no = 0
+            try:
+                while True:
+                    raw = readline(MAX_LINE_BYTES + 1)
+                    if not raw:
+                        break
+                    line_no += 1
+                    if len(raw) > MAX_LINE_BYTES:
+                        raise InputError(
+                            f"{path}:{line_no}: line longer than {MAX_LINE_BYTES} bytes; expected "
+                            "one sentence per line (python -m data_prep.prepare_corpus splits raw "
+                            "text)")
+                    stripped = raw.strip()
+                    if stripped:
+                        if not current:
+                            first_line = line_no
+                        current.append(stripped)
+                        nbytes += len(raw)
+                    elif current:
+                        if index % num_workers == worker:
+                            yield _decode_document(index, current, nbytes, path, first_line,
+                                                   warnings)
+                        index += 1
+                        current, nbytes = [], 0
+            except (EOFError, OSError, zlib.error) as e:  # gzip: truncated or corrupt
+                raise InputError(f"{path}:{line_no + 1}: cannot be read ({type(e).__name__}: "
+                                 f"{e}); the file is damaged or truncated") from None
+            if current:
+                if index % num_workers == worker:
+                    yield _decode_document(index, current, nbytes, path, first_line, warnings)
+                index += 1
+
+
+def _decode_document(index: int, lines: list[bytes], nbytes: int, path: str, first_line: int,
+                     warnings: WorkerResult | None) -> RawDocument:
+    """Decodes one document's stripped lines (numbered from `first_line` in `path`)."""
+    joined = b"\n".join(lines)
+    if b"\x00" in joined:
+        bad = next(i for i, line in enumerate(lines) if b"\x00" in line)
+        raise InputError(f"{path}:{first_line + bad}: NUL byte in text; the file looks binary")
+    try:
+        text = joined.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        text = []
+        for line in lines:
+            try:
+                text.append(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                text.append(line.decode("utf-8", errors="ignore"))
+                if warnings is not None:
+                    warnings.bad_utf8_lines += 1
+    if warnings is not None and max(map(len, lines)) > LONG_LINE_WARN_BYTES:
+        for i, line in enumerate(lines):
+            if len(line) > LONG_LINE_WARN_BYTES:
+                warnings.long_lines += 1
+                if not warnings.first_long_line:
+                    warnings.first_long_line = f"{path}:{first_line + i} ({len(line):,} bytes)"
+    return RawDocument(index, text, nbytes)
+
+
+# --- Tokenization in batches. ---
+
+
+def ragged_to_numpy(ids) -> tuple[np.ndarray, np.ndarray]:
+    """RaggedTensor [B, (words), (pieces)] or [B, (pieces)] -> (flat int32, row_splits int64)."""
+    if getattr(ids, "ragged_rank", 1) > 1:
+        ids = ids.merge_dims(1, -1)
+    return (np.asarray(ids.flat_values.numpy(), np.int32),
+            np.asarray(ids.row_splits.numpy(), np.int64))
+
+
+def tokenize_documents(raw_documents: Iterable[RawDocument],
+                       tokenize: Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
+                       ) -> Iterator[tuple[pi.Document, int]]:
+    """Tokenizes whole documents in batches of about 512 KB of text.
+
+    Args:
+      raw_documents: RawDocument stream.
+      tokenize: list of N lines -> (flat int32 ids, int64 row_splits [N + 1]).
+
+    Yields:
+      (Document with empty sentences dropped, raw byte count of the document).
+    """
+    batch: list[RawDocument] = []
+    batch_lines = batch_bytes = 0
+
+    def flush() -> Iterator[tuple[pi.Document, int]]:
+        lines = [line for doc in batch for line in doc.lines]
+        flat, splits = tokenize(lines)
+        splits = splits.tolist()
+        row = 0
+        for doc in batch:
+            starts = splits[row:row + len(doc.lines) + 1]
+            lo = starts[0]
+            bounds = [0]
+            for s in starts[1:]:
+                if s - lo > bounds[-1]:  # a sentence without tokens is dropped
+                    bounds.append(s - lo)
+            # Empty sentences hold no tokens, so the document is one contiguous run.
+            tokens = np.array(flat[lo:starts[-1]], np.int32)  # a copy: the batch can go
+            yield pi.Document(doc.index, tokens, bounds), doc.nbytes
+            row += len(doc.lines)
+
+    for doc in raw_documents:
+        batch.append(doc)
+        batch_lines += len(doc.lines)
+        batch_bytes += doc.nbytes
+        if batch_lines >= _TOKENIZE_BATCH_LINES or batch_bytes >= _TOKENIZE_BATCH_BYTES:
+            yield from flush()
+            batch, batch_lines, batch_bytes = [], 0, 0
+    if batch:
+        yield from flush()
+
+
+def limit_tf_threads(tf) -> None:
+    """One thread per worker process, so that --num_workers means cores used."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already initialized in this process (e.g. in tests)
+        pass
+
+
+def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,
+                  log: Callable[..., None]) -> None:
+    long_lines = sum(r.long_lines for r in results)
+    if long_lines:
+        first = next(r.first_long_line for r in results if r.first_long_line)
+        log("warning: %d line(s) longer than %d bytes, first at %s; input should hold one "
+            "sentence per line (python -m data_prep.prepare_corpus splits raw text)",
+            long_lines, LONG_LINE_WARN_BYTES, first)
+    bad = sum(r.bad_utf8_lines for r in results)
+    if bad:
+        log("warning: %d line(s) had undecodable UTF-8 bytes, which were dropped", bad)
+    if totals.documents and totals.one_sentence_documents == totals.documents:
+        raise InputError(
+            f"all {totals.documents} documents hold a single sentence, so every instance would "
+            "be NotNext; expected one sentence per line with a blank line between documents "
+            "(python -m data_prep.prepare_corpus makes that from raw text)")
+    if totals.one_sentence_documents * 2 > totals.documents:
+        log("warning: %d of %d documents hold a single sentence; their instances are all "
+            "NotNext (NotNext share %.1f%%)", totals.one_sentence_documents, totals.documents,
+            100.0 * totals.not_next / max(totals.instances, 1))
+
+
+def sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,
+                    vocab_sha: str) -> dict:
+    dynamic = spec.config.dynamic_masking
+    predictions = None if dynamic else spec.config.max_predictions_per_seq
+    spec_lengths = features.feature_spec(spec.config.max_seq_length, predictions)
+    return {
+        "format": features.SIDECAR_FORMAT,
+        "created_by": "data_prep.create_pretraining_data",
+        "max_seq_length": spec.config.max_seq_length,
+        "max_predictions_per_seq": predictions,
+        # "dynamic": no masked_lm_* features; the trainer masks on every pass.
+        "masking": features.DYNAMIC_MASKING if dynamic else features.STATIC_MASKING,
+        "features": {name: {"dtype": f.dtype.name, "length": int(f.shape[0])}
+                     for name, f in spec_lengths.items()},
+        "compression": "GZIP" if spec.gzip else "",
+        "vocab_file": os.path.abspath(spec.vocab_file),
+        "vocab_sha256": vocab_sha,
+        # The tokenizer settings, for the trainer and every later stage: top-level keys as
+        # before, plus the full tokenizer_config.json content.
+        "do_lower_case": spec.tokenizer.do_lower_case,
+        "strip_accents": spec.tokenizer.effective_strip_accents,
+        "tokenize_chinese_chars": spec.tokenizer.tokenize_chinese_chars,
+        "tokenizer": spec.tokenizer.to_json_dict(),
+        "tokenizer_source": spec.tokenizer_source,
+        "counts": dict(dataclasses.asdict(totals), input_bytes=input_bytes),
+        "num_input_files": len(spec.input_files),
+        "input_files": list(spec.input_files[:100]),
+        "flags": dict(spec.flag_values),
+    }

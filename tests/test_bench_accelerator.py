@@ -1,0 +1,57 @@
+"""bench/bench_accelerator.py on a CPU at its tiny size: every side runs and is reported."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+import bench_accelerator  # noqa: E402
+
+
+def test_flop_count_is_the_issues():
+    # Issue 41: BERT-base S128 at 5,000 examples/s is "about 35%" of an H100's 989 TFLOP/s
+    # bf16 dense peak, i.e. about 69 GFLOP per example (training = 3 x forward).
+    per_example = bench_accelerator.flops_per_sequence(bench_accelerator.SIZES["base"])
+    assert 5000 * per_example / 989e12 == pytest.approx(0.35, abs=0.01)
+    # Large: twice the layers at (1024/768)^2 = 1.78x the width's matrix work, 3.56x the
+    # encoder's FLOPs; the MLM head (1.33x) and the attention scores (2.7x) bring it lower.
+    ratio = (bench_accelerator.flops_per_sequence(bench_accelerator.SIZES["large"])
+             / per_example)
+    assert 3.3 < ratio < 3.56
+
+
+def test_unknown_sides_and_options_are_one_line_errors():
+    with pytest.raises(SystemExit, match="unknown side 'mxnet'"):
+        bench_accelerator.parse_side("mxnet")
+    with pytest.raises(SystemExit, match="options \\['heads'\\] not understood"):
+        bench_accelerator.parse_side("ours@heads=3")
+    assert bench_accelerator.parse_side("ours@attention_dropout=0,disable=a+b") == (
+        "ours", {"attention_dropout": "0", "disable": "a+b"})
+
+
+@pytest.mark.integration
+def test_tiny_run_reports_every_side(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, os.path.join(REPO, "bench", "bench_accelerator.py"),
+               "--sizes=tiny", "--sides=ours,keras_hub,torch,ours@attention_dropout=0",
+               "--steps=2", "--rounds=2", "--warmup_steps=1", f"--out={out}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["side"]: r for r in results["results"]}
+    assert set(rows) == {"ours", "keras_hub", "torch", "ours@attention_dropout=0"}
+    for side, row in rows.items():
+        assert "error" not in row, (side, row)
+        assert row["examples_per_second"] > 0 and len(row["step_seconds_per_round"]) == 2
+        # examples/s and model FLOP/s are the same measurement in two units.
+        assert row["model_tflops"] == pytest.approx(
+            row["examples_per_second"] * row["flops_per_example"] / 1e12)
+        assert row["utilisation"] == pytest.approx(row["model_tflops"] / results["peak_tflops"])
+    assert rows["ours"]["backend"] == "jax" and rows["torch"]["backend"].startswith("torch")
+    table = (out / "results.md").read_text()
+    assert "| tiny | keras_hub |" in table and "# tiny: ours = " in table

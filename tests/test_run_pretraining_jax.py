@@ -1,0 +1,122 @@
+"""run_pretraining on Keras' JAX backend, as users run it: the command line with
+KERAS_BACKEND=jax on Google-schema (statically masked) records and on records for dynamic
+masking, through tf.data as on TensorFlow; the run directory is TensorFlow's; the encoder
+it leaves exports from a TensorFlow process and passes export.verify.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import pytest
+from pretraining_data import write_dataset
+from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
+from test_dynamic_pretraining import S as DYNAMIC_S
+from test_dynamic_pretraining import VOCAB as DYNAMIC_VOCAB
+from test_dynamic_pretraining import run_cli as create_pretraining_data
+from test_run_pretraining import CONFIG, P, S, VOCAB
+
+from data_prep import files
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.integration  # fresh processes, ~1 min each on 2 cores
+
+
+def _tool(module, flags, backend="tensorflow"):
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+    command = [sys.executable, "-m", module] + [f"--{k}={v}" for k, v in flags.items()]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=900)
+
+
+def _layout(directory):
+    """Relative paths of a run directory's files; event files by their folder only."""
+    found = set()
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.relpath(os.path.join(root, name), directory)
+            found.add(os.path.dirname(path) + "/<events>" if "tfevents" in name else path)
+    return found
+
+
+def _weight_names(path):
+    names = set()
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: names.add(name) if isinstance(obj, h5py.Dataset)
+                     else None)
+    return names
+
+
+@pytest.fixture(scope="module")
+def static_data(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("static")
+    train = write_dataset(directory, num_files=2, per_file=16, max_seq_length=S,
+                          max_predictions_per_seq=P, vocab_size=VOCAB)
+    held_out = write_dataset(directory, num_files=1, per_file=8, max_seq_length=S,
+                             max_predictions_per_seq=P, vocab_size=VOCAB, seed=9, prefix="eval")
+    config = directory / "bert_config.json"
+    config.write_text(json.dumps(dict(CONFIG, hidden_dropout_prob=0.1,
+                                      attention_probs_dropout_prob=0.1)))
+    vocab = directory / "vocab.txt"
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab.write_text("".join(f"{t}\n" for t in specials + [f"tok{i}" for i in range(5, VOCAB)]))
+    return dict(input_file=train, eval_input_file=held_out, bert_config_file=str(config),
+                vocab_file=str(vocab), max_seq_length=S, max_predictions_per_seq=P)
+
+
+def _pretrain(data, output_dir, backend, **extra):
+    flags = dict(data, output_dir=output_dir, train_batch_size=8, eval_batch_size=4,
+                 max_eval_steps=2, num_train_steps=6, num_warmup_steps=2,
+                 save_checkpoints_steps=3, learning_rate=1e-3, seed=5, **extra)
+    return _tool("bert_keras.run_pretraining", flags, backend)
+
+
+def test_static_records_on_jax_give_tensorflows_run_directory_and_export(static_data,
+                                                                          tmp_path):
+    jax_run, tf_run = str(tmp_path / "jax"), str(tmp_path / "tf")
+    # Gradient accumulation and LAMB: the recipe options train on JAX too.
+    extra = dict(gradient_accumulation_steps=2, optimizer="lamb")
+    done = _pretrain(static_data, jax_run, "jax", **extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    done = _pretrain(static_data, tf_run, "tensorflow", **extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _layout(jax_run) == _layout(tf_run)
+    for name in ("pretrainer.weights.h5", "encoder/encoder.weights.h5"):
+        assert _weight_names(os.path.join(jax_run, name)) == _weight_names(
+            os.path.join(tf_run, name))
+    results = json.loads(open(os.path.join(jax_run, "eval_results.json")).read())
+    assert results["global_step"] == 6 and results["loss"] > 0
+    # The encoder a JAX run leaves, exported and verified in TensorFlow processes.
+    export_dir = str(tmp_path / "export")
+    done = _tool("export.export_encoder", dict(
+        init_checkpoint=os.path.join(jax_run, files.ENCODER_DIR), export_dir=export_dir,
+        seq_length=S))
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = _tool("export.verify", dict(export_dir=os.path.join(export_dir, "1")))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_dynamic_masking_on_jax(tmp_path):
+    train = str(tmp_path / "train")
+    assert create_pretraining_data(
+        input_file=os.path.join(REPO, "tests", "testdata", "pretrain_corpus.txt"),
+        vocab_file=DYNAMIC_VOCAB, output_file=train, num_output_shards=1,
+        max_seq_length=DYNAMIC_S, dynamic_masking=True, random_seed=1,
+        num_examples_to_print=0) == 0
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(DYNAMIC_CONFIG))
+    data = dict(input_file=train + "-00000-of-00001.tfrecord", bert_config_file=str(config),
+                vocab_file=DYNAMIC_VOCAB, max_seq_length=DYNAMIC_S)
+    output_dir = str(tmp_path / "run")
+    done = _tool("bert_keras.run_pretraining", dict(
+        data, output_dir=output_dir, train_batch_size=4, num_train_steps=4,
+        num_warmup_steps=1, save_checkpoints_steps=2, learning_rate=1e-3, seed=3,
+        do_whole_word_mask=True, next_sentence_prediction=False), "jax")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Dynamic masking" in done.stderr
+    assert os.path.isfile(os.path.join(output_dir, files.ENCODER_DIR, files.ENCODER_WEIGHTS_FILE))
+    history = open(os.path.join(output_dir, "history.csv")).read().splitlines()
+    assert history[0].split(",")[0] == "epoch" and len(history) == 3  # two intervals

@@ -35,6 +35,7 @@ import queue
 import random
 import re
 import sys
+import textwrap
 import time
 import traceback
 from typing import Callable, Iterable, Iterator, Sequence
@@ -125,8 +126,13 @@ _BEAM_BUCKET_MB = flags.DEFINE_float(
     "document of the same bucket (at most --random_doc_pool_size of them are pooled).",
     **_SHARED)
 _NUM_EXAMPLES_TO_PRINT = flags.DEFINE_integer(
-    "num_examples_to_print", 5, "Log this many first instances, decoded, for a human check.",
-    **_SHARED)
+    "num_examples_to_print", 1, "Log this many first instances, decoded to WordPieces, for a "
+    "human check: compactly (masked positions as [MASK]>label, with the masking counts), or "
+    "in full with --print_full_examples.", **_SHARED)
+_PRINT_FULL_EXAMPLES = flags.DEFINE_bool(
+    "print_full_examples", False, "Log the --num_examples_to_print instances in full, as "
+    "Google's tool does: tokens, segment_ids, is_random_next, masked_lm_positions and "
+    "masked_lm_labels.", **_SHARED)
 
 _PROGRESS_SECONDS = 2.0
 
@@ -144,8 +150,16 @@ def shards_of_worker(num_shards: int, num_workers: int, worker: int) -> list[int
     return [j for j in range(num_shards) if j % num_workers == worker]
 
 
-def _decode_examples(batch: pi.InstanceBatch, vocab: Sequence[str], count: int) -> list[str]:
-    """Human-readable dumps of the first `count` instances of a batch (like Google's log)."""
+def _decode_examples(batch: pi.InstanceBatch, vocab: Sequence[str], count: int,
+                     full: bool = False, dynamic: bool = False) -> list[str]:
+    """The first `count` instances of a batch, decoded to WordPieces for a human check.
+
+    Compact (the default): the WordPieces on wrapped lines, each masked position written
+    `shown>label` (`[MASK]>word`, `random>word`, `word>word` when left unchanged), and the
+    masking counts. `full`: Google's log layout (tokens, segment_ids, is_random_next,
+    masked_lm_positions, masked_lm_labels). With `dynamic` masking the data holds no masks
+    and both say so instead of printing empty lines.
+    """
     out = []
     for i in range(min(count, len(batch.input_ids))):
         length = int(batch.input_mask[i].sum())
@@ -153,13 +167,41 @@ def _decode_examples(batch: pi.InstanceBatch, vocab: Sequence[str], count: int) 
         tokens = [vocab[t] for t in batch.input_ids[i, :length].tolist()]
         labels = [vocab[t] for t in batch.masked_lm_ids[i, :n_masked].tolist()]
         positions = batch.masked_lm_positions[i, :n_masked].tolist()
+        random_next = bool(batch.next_sentence_labels[i])
+        no_masks = "none in the data (--dynamic_masking: run_pretraining masks on every pass)"
+        if full:
+            out.append(
+                "*** Example ***\n"
+                f"tokens: {' '.join(tokens)}\n"
+                f"segment_ids: {' '.join(map(str, batch.segment_ids[i, :length].tolist()))}\n"
+                f"is_random_next: {random_next}\n"
+                + (f"masked_lm_positions: {no_masks}\nmasked_lm_labels: {no_masks}" if dynamic
+                   else f"masked_lm_positions: {' '.join(map(str, positions))}\n"
+                        f"masked_lm_labels: {' '.join(labels)}"))
+            continue
+        segment_a = int((batch.segment_ids[i, :length] == 0).sum())
+        shown = list(tokens)
+        kinds = {"[MASK]": 0, "random": 0, "unchanged": 0}
+        for position, label in zip(positions, labels):
+            token = tokens[position]
+            kind = ("[MASK]" if token == "[MASK]" else "unchanged" if token == label
+                    else "random")
+            kinds[kind] += 1
+            shown[position] = f"{token}>{label}"
+        real = length - tokens.count("[CLS]") - tokens.count("[SEP]")
+        if dynamic:
+            masking = f"masks: {no_masks}"
+        else:
+            share = 100.0 * n_masked / max(real, 1)
+            masking = (f"masks: {n_masked} of {real} tokens ({share:.0f}%): "
+                       + ", ".join(f"{n} {kind}" for kind, n in kinds.items()))
         out.append(
-            "*** Example ***\n"
-            f"tokens: {' '.join(tokens)}\n"
-            f"segment_ids: {' '.join(map(str, batch.segment_ids[i, :length].tolist()))}\n"
-            f"is_random_next: {bool(batch.next_sentence_labels[i])}\n"
-            f"masked_lm_positions: {' '.join(map(str, positions))}\n"
-            f"masked_lm_labels: {' '.join(labels)}")
+            f"example instance {i + 1}: {length} WordPieces (segment A {segment_a}, B "
+            f"{length - segment_a}; B is {'a random segment' if random_next else 'the next one'}); "
+            f"{masking}\n" + "\n".join(f"  {line}" for line in textwrap.wrap(
+                " ".join(shown), 96, break_long_words=False, break_on_hyphens=False)))
+    if out and not full:
+        out[-1] += "\n  (--print_full_examples logs them in Google's full layout)"
     return out
 
 
@@ -236,7 +278,9 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
         stats = result.stats
         for batch in pi.generate_instances(documents(), spec.config, special, rng, stats):
             if to_print > 0:
-                report(("examples", _decode_examples(batch, vocab, to_print)))
+                report(("examples", _decode_examples(batch, vocab, to_print,
+                                                     full=spec.print_full_examples,
+                                                     dynamic=spec.config.dynamic_masking)))
                 to_print = 0
             masks = ((None,) * 3 if spec.config.dynamic_masking else
                      (batch.masked_lm_positions, batch.masked_lm_ids, batch.masked_lm_weights))
@@ -600,7 +644,8 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
         tokenizer=tokenizer, tokenizer_source=tokenizer_source, config=config,
         random_seed=_RANDOM_SEED.value, num_workers=_NUM_WORKERS.value,
         gzip=_GZIP_COMPRESS.value, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE.value,
-        num_examples_to_print=_NUM_EXAMPLES_TO_PRINT.value, overwrite=_OVERWRITE.value,
+        num_examples_to_print=_NUM_EXAMPLES_TO_PRINT.value,
+        print_full_examples=_PRINT_FULL_EXAMPLES.value, overwrite=_OVERWRITE.value,
         flag_values=flag_values)
 
 

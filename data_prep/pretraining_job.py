@@ -53,6 +53,7 @@ class JobSpec:
       gzip: GZIP-compress the shards.
       shuffle_buffer_size: instances held per worker for output shuffling.
       num_examples_to_print: first instances logged decoded.
+      print_full_examples: log them in Google's full layout instead of compactly.
       overwrite: replace existing outputs.
       flag_values: flags recorded in the sidecars.
     """
@@ -68,7 +69,8 @@ class JobSpec:
     num_workers: int = 1
     gzip: bool = False
     shuffle_buffer_size: int = 50_000
-    num_examples_to_print: int = 5
+    num_examples_to_print: int = 1
+    print_full_examples: bool = False
     overwrite: bool = False
     flag_values: tuple[tuple[str, object], ...] = ()
 

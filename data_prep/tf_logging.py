@@ -16,9 +16,17 @@ pointed at a temporary file, then writes back every line except the notices abov
 the log level hides: glog-style lines below TF_CPP_MIN_LOG_LEVEL (2, warnings and info
 hidden, unless the environment sets it), absl's pre-initialisation banner, and the cuInit
 error when no GPU was found (TensorFlow then runs on the CPU, as the line before it says).
-Everything else (Python warnings, real errors) comes back unchanged, in order. With
+Everything else (Python warnings, real errors) comes back unchanged, in order. absl's
+Python logging has the same prefix (`I1127 10:20:36.51 4242 loop.py:88] ...`):
+`python_log_message` picks a program's own lines out by file name (scripts/quickstart.py
+shows its tools' progress that way). With
 TF_CPP_MIN_LOG_LEVEL=0 nothing is filtered. The tools' packages call it before anything
 imports TensorFlow; once TensorFlow is imported it does nothing.
+
+TensorFlow logs one more notice as an error, once per process, at the first int64 op its
+oneDNN kernels decline (`oneDNN supports DT_INT64 only on platforms with AVX-512`, on
+every CPU): `import_tensorflow()` spends it while stderr is captured (see
+`_spend_onednn_dtype_notice`), so `import bert_keras` in a user's script hides it too.
 
 It also turns on TensorFlow's oneDNN kernels on x86-64 CPUs where TensorFlow leaves them
 off. TensorFlow 2.21 enables them by default only on CPUs with AVX-512 VNNI, BF16 or AMX;
@@ -36,6 +44,7 @@ import platform
 import re
 import sys
 import tempfile
+from typing import Collection
 
 LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 DEFAULT_LEVEL = "2"  # hide TensorFlow's C++ info and warnings; errors stay
@@ -44,7 +53,7 @@ ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 _BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 # glog / absl C++ prefix: severity letter, MMDD, time (before absl is initialised
 # "00:00:<seconds since 1970>"), thread id, file:line]
-_GLOG = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [^ \]]+:\d+\] ")
+_GLOG = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ ([^ \]]+):\d+\] ")
 _SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 _NOT_AN_ERROR = "oneDNN supports DT_INT64 only on platforms with AVX-512"
 
@@ -69,11 +78,60 @@ def keep_line(line: str, level: int, gpus_found: bool) -> bool:
     return severity >= level
 
 
+def is_log_line(line: str) -> bool:
+    """Whether a line starts like a glog / absl log record (`I1127 10:20:36.51 4242 x.cc:9] `)."""
+    return _GLOG.match(line) is not None
+
+
+def python_log_message(line: str, modules: Collection[str]) -> str | None:
+    """A line of absl's Python logging from one of `modules` (file names: `I1127
+    10:20:36.512345 4242 loop.py:88] step 50/60 ...` with "loop.py" in them) without its
+    prefix, warnings and errors marked (`warning: ...`); None for any other line
+    (TensorFlow's C++ log and its Python modules' log, which share the prefix, plain
+    output)."""
+    match = _GLOG.match(line)
+    if not match or match.group(2) not in modules:
+        return None
+    mark = {"I": "", "W": "warning: ", "E": "error: ", "F": "fatal: "}[match.group(1)]
+    return mark + line[match.end():]
+
+
 def onednn_default(machine: str | None = None) -> str | None:
     """The TF_ENABLE_ONEDNN_OPTS value to default to on this machine: "1" on x86-64 (the
     oneDNN kernels TensorFlow ships for it), None elsewhere (TensorFlow decides)."""
     machine = (machine or platform.machine()).lower()
     return "1" if machine in ("x86_64", "amd64") else None
+
+
+def log_level() -> int:
+    """TF_CPP_MIN_LOG_LEVEL as a number (2, the default here, when unset or not a number)."""
+    try:
+        return int(os.environ.get(LEVEL_ENV, DEFAULT_LEVEL))
+    except ValueError:
+        return int(DEFAULT_LEVEL)
+
+
+def _spend_onednn_dtype_notice(tf) -> None:
+    """With oneDNN on, TensorFlow logs `E0000 ... util.cc:131] oneDNN supports DT_INT64 only
+    on platforms with AVX-512` once per process (one call_once for every data type), at the
+    first int64 op its oneDNN kernels decline: a user's first `fit` or `saved_model_cli run`,
+    on any CPU, AVX-512 or not. It is a notice (the op runs on Eigen, as always). Running one
+    such op here, an int64 transpose in a private graph and session, spends it while stderr
+    is captured; the eager runtime is left uninitialised, so thread and logical-device
+    settings can still be made afterwards (about 70 ms)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        if not _pywrap_util_port.IsMklEnabled():
+            return
+        graph = tf.Graph()
+        with graph.as_default():
+            ids = tf.compat.v1.placeholder(tf.int64, [1, 1])
+            transposed = tf.transpose(ids)
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(transposed, {ids: [[0]]})
+    except (ImportError, AttributeError, RuntimeError, tf.errors.OpError):
+        pass  # another TensorFlow build: the notice, if any, is printed where it occurs
 
 
 def import_tensorflow():
@@ -84,10 +142,7 @@ def import_tensorflow():
     onednn = onednn_default()
     if onednn is not None:
         os.environ.setdefault(ONEDNN_ENV, onednn)
-    try:
-        level = int(os.environ[LEVEL_ENV])
-    except ValueError:
-        level = int(DEFAULT_LEVEL)
+    level = log_level()
     if level <= 0:
         import tensorflow as tf
 
@@ -106,6 +161,7 @@ def import_tensorflow():
             import tensorflow as tf
 
             gpus_found = bool(tf.config.list_physical_devices("GPU"))  # cuInit's message
+            _spend_onednn_dtype_notice(tf)
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)

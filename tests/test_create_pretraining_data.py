@@ -420,3 +420,54 @@ def test_shuffle_buffer_emits_every_record_once_in_bounded_memory():
     # No record comes out before it went in (at most size + one chunk places early).
     position = {r: k for k, r in enumerate(out)}
     assert min(position[r] - i for i, r in enumerate(records)) >= -(50 + 37)
+
+
+def _one_instance_batch(dynamic):
+    """One hand-made instance: [CLS] the cat sat [SEP] on a mat [SEP] + 2 padding, masks at
+    positions 2 ([MASK], was "cat"), 5 (random "mat", was "on") and 6 (kept "a")."""
+    from data_prep import pretraining_instances as pi
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "a", "mat"]
+    ids = [2, 5, 6, 7, 3, 8, 9, 10, 3, 0, 0]
+    masked = [2, 5, 6]
+    if not dynamic:
+        ids[2], ids[5] = 4, 10  # [MASK], and a random "mat"
+    p = 0 if dynamic else 4
+    positions = np.zeros([1, p], np.int32)
+    labels = np.zeros([1, p], np.int32)
+    weights = np.zeros([1, p], np.float32)
+    if not dynamic:
+        positions[0, :3], labels[0, :3], weights[0, :3] = masked, [6, 8, 9], 1.0
+    batch = pi.InstanceBatch(
+        input_ids=np.array([ids], np.int32), input_mask=np.array([[1] * 9 + [0, 0]], np.int32),
+        segment_ids=np.array([[0] * 5 + [1] * 4 + [0, 0]], np.int32),
+        masked_lm_positions=positions, masked_lm_ids=labels, masked_lm_weights=weights,
+        next_sentence_labels=np.array([1], np.int32), a_doc_ids=np.zeros(1, np.int64),
+        b_doc_ids=np.ones(1, np.int64))
+    return batch, vocab
+
+
+def test_example_is_logged_compactly_with_its_masking_counts():
+    batch, vocab = _one_instance_batch(dynamic=False)
+    (text,) = cpd._decode_examples(batch, vocab, 5)
+    first, tokens, hint = text.split("\n")
+    assert first == ("example instance 1: 9 WordPieces (segment A 5, B 4; B is a random "
+                     "segment); masks: 3 of 6 tokens (50%): 1 [MASK], 1 random, 1 unchanged")
+    assert tokens == "  [CLS] the [MASK]>cat sat [SEP] mat>on a>a mat [SEP]"
+    assert "--print_full_examples" in hint
+    # Google's full layout behind the flag.
+    (full,) = cpd._decode_examples(batch, vocab, 1, full=True)
+    assert full.splitlines() == [
+        "*** Example ***", "tokens: [CLS] the [MASK] sat [SEP] mat a mat [SEP]",
+        "segment_ids: 0 0 0 0 0 1 1 1 1", "is_random_next: True",
+        "masked_lm_positions: 2 5 6", "masked_lm_labels: cat on a"]
+
+
+def test_example_without_masks_says_so_instead_of_empty_lines():
+    batch, vocab = _one_instance_batch(dynamic=True)
+    (text,) = cpd._decode_examples(batch, vocab, 1, dynamic=True)
+    assert "masks: none in the data (--dynamic_masking" in text
+    assert "  [CLS] the cat sat [SEP] on a mat [SEP]" in text
+    (full,) = cpd._decode_examples(batch, vocab, 1, full=True, dynamic=True)
+    assert "masked_lm_positions: none in the data" in full
+    assert "masked_lm_labels: none in the data" in full

@@ -47,6 +47,13 @@ def _predictions(stdout):
     return rows
 
 
+def _stage_sections(stdout):
+    """{stage: what the run printed under its `=== stage: NAME ===` header}."""
+    parts = re.split(r"^=== stage: (\w+) ===$", stdout.split("=== quickstart summary ===")[0],
+                     flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
 @pytest.mark.integration  # Twelve tool processes, twice over: about 7 min on 2 cores.
 def test_quickstart_fixture_end_to_end(tmp_path):
     """corpus -> vocab -> data -> pretrain -> finetune -> export -> verify -> serve on a tiny
@@ -107,14 +114,49 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     assert [text for *_, text in predictions] == test_texts[:4]
     assert [gold for _, _, gold, _ in predictions] == test_labels[:4]
     assert all(0.5 <= p <= 1.0 for _, p, _, _ in predictions)
+    # Every stage shows its result; the tools' own log shows the progress of long stages.
+    stages = _stage_sections(out)
+    assert list(stages) == ["corpus", "vocab", "data", "pretrain", "spam", "finetune",
+                            "baseline", "export", "verify", "serve"]
+    assert "=> 4 training documents in corpus/train.txt, 2 held-out documents" in stages["corpus"]
+    assert "=> 1,200 WordPieces in vocab.txt" in stages["vocab"]
+    assert (f"=> held-out masked-LM accuracy {pretrain['mlm_logits_accuracy']:.4f} after 4 "
+            "steps") in stages["pretrain"]
+    for stage, result in (("finetune", finetune), ("baseline", baseline)):
+        section = stages[stage]
+        assert re.search(r"^step \d+/4  loss ", section, re.M), section
+        assert f"eval: accuracy {result['accuracy']:.4f}" in section
+        assert f"=> test accuracy {result['accuracy']:.4f}, macro F1 " in section
+    counts = [json.loads((work / "data" / f"{split}-00000-of-00002.tfrecord.meta.json")
+                         .read_text())["counts"]["instances"] for split in ("train", "heldout")]
+    assert (f"=> {counts[0]:,} train instances (dynamic masks), {counts[1]:,} heldout "
+            "instances (static masks)") in stages["data"]
+    # create_pretraining_data shows one instance, compactly: WordPieces and mask counts.
+    train_data, heldout_data = stages["data"].split("$ python -m")[1:3]
+    assert train_data.count("example instance") == 1 and "segment_ids:" not in train_data
+    assert "masks: none in the data (--dynamic_masking" in train_data
+    assert re.search(r"masks: \d+ of \d+ tokens \(\d+%\): \d+ \[MASK\], \d+ random, \d+ "
+                     r"unchanged", heldout_data), heldout_data
+    assert "[MASK]>" in heldout_data
+    right = sum(gold == predicted for predicted, _, gold, _ in predictions)
+    assert f"=> {right} of 4 predictions match the gold label" in stages["serve"]
+
     # The summary reports both runs' metrics and the artefacts.
     summary = out.split("=== quickstart summary ===", 1)[1]
-    assert "pretraining held-out mlm_logits_accuracy:" in summary
-    assert f"classifier test accuracy: {finetune['accuracy']:.4f}" in summary
-    gain = 100 * (finetune["accuracy"] - baseline["accuracy"])
-    assert (f"classifier test accuracy from random initialisation (same architecture, data and "
-            f"settings): {baseline['accuracy']:.4f}; pretraining bought {gain:+.1f} points"
+    assert (f"pretraining (tiny preset, modern recipe): held-out masked-LM accuracy "
+            f"{pretrain['mlm_logits_accuracy']:.4f}, loss {pretrain['loss']:.4f} after 4 steps"
             in summary)
+    assert (f"classifier test accuracy {finetune['accuracy']:.4f}, macro F1 "
+            f"{finetune['macro_f1']:.4f} from the pretrained encoder" in summary)
+    gain = 100 * (finetune["accuracy"] - baseline["accuracy"])
+    assert (f"classifier test accuracy {baseline['accuracy']:.4f}, macro F1 "
+            f"{baseline['macro_f1']:.4f} from random initialisation (same architecture, data "
+            f"and settings): pretraining bought {gain:+.1f} points of accuracy" in summary)
+    # What pretraining is worth, in one line, with the scale it ran at and the bench's value.
+    value = [line for line in summary.splitlines() if "what pretraining is worth: " in line]
+    assert len(value) == 1, summary
+    assert "tiny preset, 4 steps" in value[0] and "bench/pretraining_value.py measured +12.1" in value[0]
+    assert (f"{gain:+.1f} points in this run" in value[0]) == (gain > 0), value[0]
     assert str(work / "models" / "classifier" / "1") in summary
 
     # A rerun reuses every finished stage (no tool runs again) and still serves.
@@ -122,6 +164,16 @@ def test_quickstart_fixture_end_to_end(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "$ python -m" not in again.stdout
     assert _predictions(again.stdout) == predictions
+    # Each reused stage says so, with when and where, and its result again.
+    reused = _stage_sections(again.stdout)
+    for stage in ("corpus", "vocab", "data", "pretrain", "finetune", "baseline", "export",
+                  "verify"):
+        match = re.search(r"^reused \(finished (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \S*, (.*)\)$",
+                          reused[stage], re.M)
+        assert match, (stage, reused[stage])
+        assert all(os.path.exists(p) for p in match.group(2).split(", ")), match.group(2)
+        assert reused[stage].count("\n=> ") == 1 and stages[stage].count("\n=> ") == 1
+        assert reused[stage].split("\n=> ")[1] == stages[stage].split("\n=> ")[1], stage
     # Other settings in the same workdir redo only the stages they affect.
     other = subprocess.run(cmd + ["--finetune_epochs=2", "--stage=finetune"],
                            capture_output=True, text=True, env=env, timeout=600)
@@ -240,3 +292,18 @@ def test_echoed_file_lists_are_shortened():
     for short in ("--input=/a/1.txt,/a/2.txt,/a/3.txt,/a/4.txt,/a/5.txt", "--layers=-1,-2",
                   "--do_train", "positional"):
         assert quickstart.shorten_arg(short) == short
+
+
+def test_pretraining_value_line_states_the_scale_and_the_benchmarks_value():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    none = quickstart.pretraining_value_line(quickstart.FULL, -1.0)
+    assert none.startswith("what pretraining is worth: no gain at this scale (tiny preset, "
+                           "600 steps: ")
+    assert "bench/pretraining_value.py measured +12.1 points (seed sd 0.16) at 20 minutes" in none
+    assert "\n" not in none
+    some = quickstart.pretraining_value_line(
+        dataclasses.replace(quickstart.FULL, preset="mini", pretrain_steps=5000), 2.34)
+    assert "+2.3 points in this run (mini preset, 5000 steps; one seed, so no spread)" in some
+    assert "no gain" not in some

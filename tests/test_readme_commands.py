@@ -1,6 +1,7 @@
-"""README's commands run as written: every `python -m TOOL ...` and `python scripts/...`
-command in its code blocks names a tool that exists and flags that tool's --help lists and
-parses; `--help` exits 0 with no TensorFlow log lines."""
+"""The documentation's commands run as written: every `python -m TOOL ...` and `python
+scripts/...` command in the code blocks of README.md and the docs/ pages names a tool that
+exists and flags that tool's --help lists and parses; `--help` exits 0 with no TensorFlow
+log lines."""
 
 import argparse
 import importlib
@@ -14,16 +15,20 @@ import sys
 import pytest
 from absl import flags
 
+from doc_pages import doc_texts
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = re.compile(r"^python (-m [\w.]+|scripts/\w+\.py)\b")
 
 
 def readme_commands():
-    """(tool, args) for each command in README.md's ``` blocks; `\\` continues a line,
-    `[--flag]` is an optional flag, `a|b` alternatives (the first is taken)."""
-    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    """(tool, args) for each command in the ``` blocks of README.md and the docs/ pages;
+    `\\` continues a line, `[--flag]` is an optional flag, `a|b` alternatives (the first
+    is taken)."""
     commands = []
-    for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
+    blocks = [block for text in doc_texts().values()
+              for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)]
+    for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
             match = COMMAND.match(line)
@@ -44,7 +49,7 @@ def readme_commands():
 
 COMMANDS = readme_commands()
 ABSL_TOOLS = sorted({tool for tool, _ in COMMANDS if not tool.endswith(".py")} - {
-    "export.op_check", "public_data.fetch", "public_data.prepare"})
+    "export.op_check", "export.saved_model_cli", "public_data.fetch", "public_data.prepare"})
 
 
 def test_readme_names_every_tool():
@@ -106,7 +111,28 @@ class _Parsed(Exception):
     pass
 
 
-@pytest.mark.parametrize("tool,args", [c for c in COMMANDS if c[0] not in ABSL_TOOLS],
+# saved_model_cli declares absl flags (--overwrite, ...) that other tools declare too: its
+# commands are parsed by its own parser in a process of their own.
+_SAVED_MODEL_CLI = """
+import json, sys
+from tensorflow.python.tools import saved_model_cli
+parser = saved_model_cli.create_parser()
+print(json.dumps([parser.parse_args(args).func.__name__ for args in json.loads(sys.argv[1])]))
+"""
+
+
+def test_saved_model_cli_commands_parse():
+    commands = [args for tool, args in COMMANDS if tool == "export.saved_model_cli"]
+    assert {args[0] for args in commands} >= {"show", "run"}, commands
+    proc = subprocess.run([sys.executable, "-c", _SAVED_MODEL_CLI, json.dumps(commands)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [
+        {"show": "show", "run": "run"}[args[0]] for args in commands]
+
+
+@pytest.mark.parametrize("tool,args", [c for c in COMMANDS if c[0] not in ABSL_TOOLS
+                                       and c[0] != "export.saved_model_cli"],
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_argparse_command_parses(tool, args, monkeypatch):
     """The tool's own parser accepts README's arguments (and then stops: nothing runs)."""

@@ -1,4 +1,5 @@
-"""README's REST request bodies, mapped to tensors as TF Serving maps them, run on exports.
+"""The documentation's REST request bodies (README.md, docs/), mapped to tensors as TF
+Serving maps them, run on exports.
 
 No TF Serving binary can be installed here, so this test plays the server's JSON layer
 (tensorflow_serving/util/json_tensor.cc, documented in TF Serving's REST API guide):
@@ -9,7 +10,8 @@ No TF Serving binary can be installed here, so this test plays the server's JSON
     (strings -> bytes_list, ints -> int64_list, floats -> float_list), serialized into the
     classify signature's `inputs`;
 JSON numbers take the dtype of the signature's input; `signature_name` defaults to
-serving_default. Every curl command in README.md must be runnable this way.
+serving_default. Every curl command in README.md and the docs/ pages must be runnable
+this way.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tensorflow as tf
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
+from doc_pages import doc_texts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURL = re.compile(r"curl -d '(?P<body>\{.*?\})' \\\n\s+"
@@ -31,9 +34,12 @@ CURL = re.compile(r"curl -d '(?P<body>\{.*?\})' \\\n\s+"
 
 
 def readme_requests():
-    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    found = [(m["model"], m["verb"], json.loads(m["body"])) for m in CURL.finditer(text)]
-    assert len(found) == text.count("curl -d '"), "a curl command in README is not parsed"
+    """(model, verb, body) of every curl command in README.md and the docs/ pages."""
+    found = []
+    for page, text in doc_texts().items():
+        requests = [(m["model"], m["verb"], json.loads(m["body"])) for m in CURL.finditer(text)]
+        assert len(requests) == text.count("curl -d '"), f"a curl command in {page} is not parsed"
+        found += requests
     return found
 
 
@@ -80,7 +86,7 @@ def as_tensors(body: dict, verb: str, specs: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """Every export kind under README's model names, loaded as a server would."""
+    """Every export kind under the documentation's model names, loaded as a server would."""
     import tensorflow_text  # noqa: F401  (the text ops, which TF Serving links)
 
     from data_prep.tokenization import BertTokenizer
@@ -91,7 +97,7 @@ def served(tmp_path_factory):
     from export.export_tagger import export_tagger
 
     tmp = tmp_path_factory.mktemp("serving")
-    # README's encoder request uses bert-base-uncased ids (101, 7592, 2088, 102).
+    # The encoder request uses bert-base-uncased ids (101, 7592, 2088, 102).
     words = ["win", "a", "free", "cruise", "lunch", "at", "noon", "hello", "world", "yes"]
     vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     vocab += words + [f"w{i}" for i in range(7700 - len(vocab) - len(words))]
@@ -131,7 +137,7 @@ class _LazyExports(dict):
 
 
 def _request_cases():
-    """README's requests; the tagger and span-QA ones (their exports take a minute to write
+    """The documentation's requests; the tagger and span-QA ones (their exports take a minute to write
     on 2 cores) run with the slow tests, the others with the integration tests (each
     export takes about a minute here too)."""
     cases = []
@@ -144,7 +150,7 @@ def _request_cases():
 @pytest.mark.parametrize("index", _request_cases())
 def test_readme_request_runs_on_the_export(served, index):
     requests = readme_requests()
-    assert len(requests) == 10, "update the parametrization to README's request count"
+    assert len(requests) == 11, "update the parametrization to the documentation's request count"
     model, verb, body = requests[index]
     signature = served[model].signatures[body.get("signature_name", "serving_default")]
     specs = signature.structured_input_signature[1]

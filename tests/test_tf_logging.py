@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from data_prep.tf_logging import ONEDNN_ENV, keep_line, onednn_default
+from data_prep.tf_logging import (ONEDNN_ENV, is_log_line, keep_line, onednn_default,
+                                  python_log_message)
 
 # Lines TensorFlow 2.21 printed at import on a CPU-only machine with CUDA libraries.
 BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -39,6 +40,26 @@ def test_levels_follow_tf_cpp_min_log_level():
     assert [keep_line(l, 3, False) for l in (ERROR, PYTHON)] == [False, True]
 
 
+# absl's Python logging has the same prefix as TensorFlow's C++ log, with a .py file.
+TOOL_INFO = "I1127 10:20:36.512345 140231 loop.py:88] step 50/375  loss 0.4121 (steps 1-50)\n"
+TOOL_WARN = "W1127 10:20:36.512345 140231 loop.py:119] 3 training examples, fewer than 32\n"
+TF_PYTHON = ("W1127 10:21:02.100000 140231 save.py:1130] Function `serve_pair` contains input "
+             "name(s) wp_model with unsupported characters which will be renamed\n")
+
+
+def test_a_programs_own_log_lines_are_picked_out_by_file_name():
+    modules = {"loop.py", "runner.py"}
+    assert python_log_message(TOOL_INFO, modules) == "step 50/375  loss 0.4121 (steps 1-50)\n"
+    assert python_log_message(TOOL_WARN, modules) == ("warning: 3 training examples, fewer "
+                                                      "than 32\n")
+    for line in (TF_PYTHON, BANNER, INFO, CUDA, CUINIT, AVX, WARN, ERROR, PYTHON, "output\n"):
+        assert python_log_message(line, modules) is None, line
+    assert is_log_line(TOOL_INFO) and is_log_line(TF_PYTHON) and is_log_line(CUINIT)
+    assert not is_log_line("  [CLS] the [MASK]>cat sat [SEP]\n") and not is_log_line(PYTHON)
+    # TensorFlow's own Python log is filtered by level like its C++ log.
+    assert not keep_line(TF_PYTHON, 2, False) and keep_line(TF_PYTHON, 1, False)
+
+
 def test_onednn_default_is_x86_only():
     assert onednn_default("x86_64") == "1" and onednn_default("AMD64") == "1"
     assert onednn_default("aarch64") is None and onednn_default("arm64") is None
@@ -63,3 +84,25 @@ def test_onednn_on_by_default_on_x86_and_the_environment_wins():
         pytest.skip("oneDNN is defaulted on x86-64 only")
     assert _onednn_in_fresh_process(None)
     assert not _onednn_in_fresh_process("0")
+
+
+@pytest.mark.integration  # A fresh TensorFlow process: about 10 s on 2 cores.
+def test_a_users_script_prints_nothing_and_can_still_configure_devices():
+    """`import bert_keras` in a user's script: no start-up lines, no oneDNN int64 notice at
+    the first int64 transpose (the op that triggers it), and the eager runtime is still
+    unconfigured (logical CPU devices can be set, as --num_cpu_devices does)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", ONEDNN_ENV)}
+    code = ("import bert_keras\n"
+            "import tensorflow as tf\n"
+            "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+            "two = [tf.config.LogicalDeviceConfiguration()] * 2\n"
+            "tf.config.set_logical_device_configuration(cpu, two)\n"
+            "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
+            "print(tf.transpose(tf.constant([[1, 2]], tf.int64)).shape, "
+            "len(tf.config.list_logical_devices('CPU')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["(2,", "1)", "2"], proc.stdout
+    assert proc.stderr == "", proc.stderr

@@ -1,4 +1,5 @@
-r"""Pretrains BERT (masked LM + next sentence) with Keras `fit` on any tf.distribute strategy.
+r"""Pretrains BERT (masked LM + next sentence) with Keras `fit`: TensorFlow (any tf.distribute
+strategy) or JAX (`KERAS_BACKEND=jax`, keras.distribution; docs/backends.md).
 
     python -m bert_keras.run_pretraining \
       --input_file='data/train-*.tfrecord' --eval_input_file=data/heldout.tfrecord \
@@ -134,7 +135,8 @@ class PretrainingOptions:
     gradient_accumulation_steps: int = opt(1, "Micro-batches averaged into one update.")
     distribution_strategy: str = opt(
         "default", "tf.distribute strategy (multi_worker_mirrored reads the cluster from "
-        "TF_CONFIG).", enum=["default", "mirrored", "multi_worker_mirrored", "tpu"])
+        "TF_CONFIG); on JAX, mirrored is keras.distribution.DataParallel over the local "
+        "devices.", enum=["default", "mirrored", "multi_worker_mirrored", "tpu"])
     tpu: str = opt("", "For --distribution_strategy=tpu: empty/'local' on a TPU VM, or "
                    "grpc://host:port.")
     num_cpu_devices: int = opt(1, "Split the CPU into this many logical devices (mirrored on "
@@ -572,6 +574,9 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
       PretrainingError (a ValueError) or distribute.StrategyError: bad flags, data or
         output_dir, with a one-line explanation.
     """
+    from bert_keras import backends
+
+    backends.check_backend()  # TensorFlow or JAX, else one line naming them
     options.validate()
     with _op_determinism(options.deterministic):
         return _train(options, extra_callbacks)
@@ -587,6 +592,8 @@ def _op_determinism(enable: bool):
     import tensorflow as tf
     from tensorflow.python.framework import config as tf_config  # No public disable.
 
+    # TensorFlow's op determinism; on JAX, XLA's CPU and GPU programs are deterministic
+    # for a given input already (and the input pipeline is tf.data's, seeded).
     turn_on = enable and not tf_config.is_op_determinism_enabled()
     if turn_on:
         tf.config.experimental.enable_op_determinism()
@@ -658,17 +665,18 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     settings, settings_source = tokenizer_settings(options, input_files)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(),
                  settings_source or "defaults and flags")
+    # Before anything touches a device (loading initial weights does).
+    distribute.configure_cpu_devices(options.num_cpu_devices)
     initial = None
     if options.init_checkpoint and not os.path.isfile(
             os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
         initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
     keras.utils.set_random_seed(options.seed)
     keras.mixed_precision.set_global_policy(options.mixed_precision)
-    distribute.configure_cpu_devices(options.num_cpu_devices)
-    strategy = distribute.get_strategy(options.distribution_strategy, options.tpu)
-    chief = distribute.is_chief(strategy)
-    logging.info("Strategy %s (%s) with %d replica(s)", options.distribution_strategy,
-                 type(strategy).__name__, strategy.num_replicas_in_sync)
+    # tf.distribute on TensorFlow, keras.distribution on JAX (distribute.get_distribution).
+    strategy = distribute.get_distribution(options.distribution_strategy, options.tpu)
+    chief = strategy.is_chief
+    logging.info("Distribution: %r", strategy)
     check_replicas(options, strategy.num_replicas_in_sync)
     resuming = prepare_output_dir(options, chief)
     if chief:
@@ -679,9 +687,9 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     else:
         # Each non-chief worker keeps its own (identical) backup: two processes writing one
         # file would corrupt it.
+        resolver = strategy.strategy.cluster_resolver  # multi-worker: TensorFlow only
         worker_dir = os.path.join(options.output_dir, "workers",
-                                  f"{strategy.cluster_resolver.task_type}-"
-                                  f"{strategy.cluster_resolver.task_id}")
+                                  f"{resolver.task_type}-{resolver.task_id}")
         backup_dir = os.path.join(worker_dir, "backup")
 
     accumulation = options.gradient_accumulation_steps
@@ -747,7 +755,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
 
     def train_input(context):
         per_replica = context.get_per_replica_batch_size(options.train_batch_size)
-        replicas_per_pipeline = strategy.num_replicas_in_sync // context.num_input_pipelines
+        # Batches per step from each pipeline (JAX's context has one replica: global batches).
+        replicas_per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
         return pretraining_dataset(
             input_files, per_replica, options.max_seq_length,
             options.max_predictions_per_seq, is_training=True, seed=options.seed,
@@ -772,8 +781,28 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
 
-    logs = {}
     initial_epoch = done_steps // options.save_checkpoints_steps
+    # Under the distribution's scope: on JAX, fit and evaluate shard each batch as they run.
+    with strategy.scope():
+        logs = _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps,
+                                 initial_epoch, epochs, steps_per_epoch,
+                                 callbacks + list(extra_callbacks), chief)
+    if chief:
+        final = save_final_outputs(pretrainer, options, settings)
+        logging.info("Encoder for fine-tuning and export: %s", final)
+    shutil.rmtree(backup_dir if chief else worker_dir, ignore_errors=True)
+    if not chief:
+        try:
+            os.rmdir(os.path.dirname(worker_dir))  # workers/, once the last worker is done.
+        except OSError:
+            pass
+    return logs
+
+
+def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, initial_epoch,
+                      epochs, steps_per_epoch, callbacks, chief) -> dict:
+    """Trains the remaining steps and evaluates the final model; returns the last logs."""
+    logs = {}
     if done_steps < options.num_train_steps:
         history = pretrainer.fit(
             train_data,
@@ -783,7 +812,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             shuffle=False,  # The pipeline shuffles (deterministically, for resumption).
             validation_data=eval_data,
             validation_steps=options.max_eval_steps if eval_data is not None else None,
-            callbacks=callbacks + list(extra_callbacks),
+            callbacks=callbacks,
             verbose=options.verbose if options.verbose != "auto" else (
                 1 if sys.stdout.isatty() else 2),
         )
@@ -791,23 +820,14 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     if _updates_done(pretrainer) != options.num_train_steps:
         raise RuntimeError(f"training ended at step {_updates_done(pretrainer)}, "
                            f"expected {options.num_train_steps}")
-    if chief:
-        if eval_data is not None:
-            results = pretrainer.evaluate(eval_data, steps=options.max_eval_steps,
-                                          return_dict=True, verbose=0)
-            results["global_step"] = options.num_train_steps
-            files.write_json(os.path.join(options.output_dir, "eval_results.json"), results)
-            logs.update({f"final_val_{k}": v for k, v in results.items()})
-        final = save_final_outputs(pretrainer, options, settings)
-        logging.info("Encoder for fine-tuning and export: %s", final)
+    if chief and eval_data is not None:
+        results = pretrainer.evaluate(eval_data, steps=options.max_eval_steps,
+                                      return_dict=True, verbose=0)
+        results["global_step"] = options.num_train_steps
+        files.write_json(os.path.join(options.output_dir, "eval_results.json"), results)
+        logs.update({f"final_val_{k}": v for k, v in results.items()})
     elif eval_data is not None:
         pretrainer.evaluate(eval_data, steps=options.max_eval_steps, verbose=0)  # Collectives.
-    shutil.rmtree(backup_dir if chief else worker_dir, ignore_errors=True)
-    if not chief:
-        try:
-            os.rmdir(os.path.dirname(worker_dir))  # workers/, once the last worker is done.
-        except OSError:
-            pass
     return logs
 
 

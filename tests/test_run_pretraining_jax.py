@@ -120,3 +120,32 @@ def test_dynamic_masking_on_jax(tmp_path):
     assert os.path.isfile(os.path.join(output_dir, files.ENCODER_DIR, files.ENCODER_WEIGHTS_FILE))
     history = open(os.path.join(output_dir, "history.csv")).read().splitlines()
     assert history[0].split(",")[0] == "epoch" and len(history) == 3  # two intervals
+
+
+def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
+    """--distribution_strategy=mirrored on JAX is keras.distribution.DataParallel: two host
+    devices (XLA_FLAGS) train the same weights as one (no dropout, so no random state)."""
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(CONFIG))
+    data = dict(static_data, bert_config_file=str(config))
+    weights = {}
+    for name, devices in (("one", 1), ("two", 2)):
+        flags = dict(data, output_dir=str(tmp_path / name), train_batch_size=8,
+                     num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2,
+                     learning_rate=1e-3, seed=5, distribution_strategy="mirrored")
+        env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        done = subprocess.run([sys.executable, "-m", "bert_keras.run_pretraining"]
+                              + [f"--{k}={v}" for k, v in flags.items()],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"with {devices} replica(s)" in done.stderr
+        with h5py.File(str(tmp_path / name / "pretrainer.weights.h5")) as f:
+            arrays = {}
+            f.visititems(lambda key, obj: arrays.__setitem__(key, obj[()])
+                         if isinstance(obj, h5py.Dataset) else None)
+        weights[name] = arrays
+    assert weights["one"].keys() == weights["two"].keys()
+    for key, value in weights["one"].items():
+        scale = max(1e-3, float(abs(value).max()))
+        assert abs(weights["two"][key] - value).max() <= 1e-5 * scale, key

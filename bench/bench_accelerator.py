@@ -199,23 +199,10 @@ def run_keras_side(name, options, size, args):
     # ends its epoch early).
     count = max(args.steps, args.warmup_steps, 2)
     features, labels, weights = feed(synthetic_batches(size, count=count))
-    batch = size["batch"]
+    from bench_pretraining import keras_runner
 
-    class Timer(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.start = time.perf_counter()
-
-        def on_train_end(self, logs=None):
-            self.seconds = time.perf_counter() - self.start
-
-    def run(steps):
-        timer = Timer()
-        model.fit(features, labels, sample_weight=weights, batch_size=batch,
-                  steps_per_epoch=steps, epochs=1, shuffle=False, verbose=0,
-                  callbacks=[timer])
-        return timer.seconds
-
-    return run
+    return keras_runner(model, features, y=labels, sample_weight=weights,
+                        batch_size=size["batch"], shuffle=False)
 
 
 def profile_keras(run, profile_path):

@@ -126,8 +126,10 @@ def _keras_optimizer(stock=False):
     return optimizer
 
 
-def keras_runner(model, dataset):
+def keras_runner(model, dataset, **fit_kwargs):
     """A function running `steps` training steps of a compiled Keras model; returns seconds.
+
+    `fit_kwargs` go to `fit` beside `dataset` (for arrays: y, sample_weight, batch_size).
 
     The time is taken from Keras' `on_train_begin` to `on_train_end`: the steps only. Each
     `fit` call also sets up and tears down its epoch iterator, and on this machine that
@@ -145,7 +147,8 @@ def keras_runner(model, dataset):
 
     def run(steps):
         timer = StepsTimer()
-        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
+        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer],
+                  **fit_kwargs)
         return timer.seconds
 
     return run

@@ -11,12 +11,12 @@ import sys
 
 import h5py
 import pytest
-from pretraining_data import write_dataset
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
 from test_dynamic_pretraining import S as DYNAMIC_S
 from test_dynamic_pretraining import VOCAB as DYNAMIC_VOCAB
 from test_dynamic_pretraining import run_cli as create_pretraining_data
-from test_run_pretraining import CONFIG, P, S, VOCAB
+from test_run_pretraining import CONFIG, P, S
+from test_run_pretraining import data  # noqa: F401 (its module fixture, used below)
 
 from data_prep import files
 
@@ -50,20 +50,11 @@ def _weight_names(path):
 
 
 @pytest.fixture(scope="module")
-def static_data(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("static")
-    train = write_dataset(directory, num_files=2, per_file=16, max_seq_length=S,
-                          max_predictions_per_seq=P, vocab_size=VOCAB)
-    held_out = write_dataset(directory, num_files=1, per_file=8, max_seq_length=S,
-                             max_predictions_per_seq=P, vocab_size=VOCAB, seed=9, prefix="eval")
-    config = directory / "bert_config.json"
-    config.write_text(json.dumps(dict(CONFIG, hidden_dropout_prob=0.1,
-                                      attention_probs_dropout_prob=0.1)))
-    vocab = directory / "vocab.txt"
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab.write_text("".join(f"{t}\n" for t in specials + [f"tok{i}" for i in range(5, VOCAB)]))
-    return dict(input_file=train, eval_input_file=held_out, bert_config_file=str(config),
-                vocab_file=str(vocab), max_seq_length=S, max_predictions_per_seq=P)
+def static_data(data):
+    """test_run_pretraining's records, vocabulary and model (with dropout) as flags."""
+    return dict(input_file=data["train"], eval_input_file=data["eval"],
+                bert_config_file=data["dropout_config"], vocab_file=data["vocab"],
+                max_seq_length=S, max_predictions_per_seq=P)
 
 
 def _pretrain(data, output_dir, backend, **extra):

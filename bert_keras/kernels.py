@@ -13,6 +13,7 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
     | cross_entropy      | masked-LM loss, closed-form gradient     | tf       | yes |
     | dropout_16_bits    | 16 random bits per dropout decision      | tf, jax  | yes |
     | padding_free       | real-token rows only (dynamic shapes)    | tf       | no  |
+    | argmax             | MLM accuracy's argmax without -0.0 guard | tf       | yes |
     | layer_norm_gradient| LayerNorm's gradient in closed form      | all      | no  |
     | gelu_gradient      | GELU's derivative written out            | all      | no  |
 
@@ -37,6 +38,7 @@ KERNELS = {
     "cross_entropy": (("tensorflow",), True),
     "dropout_16_bits": (("tensorflow", "jax"), True),
     "padding_free": (("tensorflow",), False),
+    "argmax": (("tensorflow",), True),
     "layer_norm_gradient": (_ALL, False),
     "gelu_gradient": (_ALL, False),
 }

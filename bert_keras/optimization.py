@@ -146,15 +146,10 @@ def _squared_norm(gradient):
     The rows of `tf.IndexedSlices` for one id add up (that is the gradient); taking the
     norm of the slices as they come counts them as separate rows. The ids are sorted and
     the rows of each id summed into one of n segments (n = number of slices), which never
-    builds a vocabulary-sized table; under XLA the dense gradient is cheaper.
+    builds a vocabulary-sized table (outside XLA; see `_dense_under_xla`).
     """
     import tensorflow as tf
 
-    if isinstance(gradient, tf.IndexedSlices) and kernels.in_tensorflow_xla():
-        # Compiled by XLA, the sort and segment sum below took seconds per step of a
-        # classifier on a CPU (5.1 s against 0.76 s this way; BUILD_NOTES 8.9); the dense
-        # gradient, which the update builds anyway, is one scatter-add there.
-        return 2.0 * tf.nn.l2_loss(tf.cast(tf.convert_to_tensor(gradient), tf.float32))
     if isinstance(gradient, tf.IndexedSlices):
         indices = gradient.indices
         values = tf.cast(gradient.values, tf.float32)
@@ -169,11 +164,28 @@ def _squared_norm(gradient):
     return 2.0 * tf.nn.l2_loss(tf.cast(gradient, tf.float32))
 
 
+def _dense_under_xla(gradients):
+    """The gradients, with IndexedSlices densified when XLA compiles the computation.
+
+    Compiled by XLA, the sort and segment sum of `_squared_norm` took a fine-tuned
+    classifier's step (its word table's gradient is an IndexedSlices) from 1.3 s to 5.1 s
+    on a CPU; with the dense gradient, which the update needs anyway, it took 0.76-1.3 s
+    (BUILD_NOTES 8.9). Densified once, the norm and the update share it.
+    """
+    if not kernels.in_tensorflow_xla():
+        return gradients
+    import tensorflow as tf
+
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+            for g in gradients]
+
+
 def true_global_norm(gradients):
     """Global L2 norm of the gradients as the dense tensors they stand for (float32)."""
     import tensorflow as tf
 
-    return tf.sqrt(tf.add_n([_squared_norm(g) for g in gradients if g is not None]))
+    return tf.sqrt(tf.add_n([_squared_norm(g) for g in _dense_under_xla(gradients)
+                             if g is not None]))
 
 
 def clip_by_true_global_norm(gradients, clip_norm):
@@ -181,10 +193,11 @@ def clip_by_true_global_norm(gradients, clip_norm):
 
     Same rule as `keras`' (and `tf.clip_by_global_norm`'s), with the norm of
     `true_global_norm`; IndexedSlices stay IndexedSlices (scaling is linear, so duplicates
-    need no aggregation for that).
+    need no aggregation for that), except under XLA, where they come back dense.
     """
     import tensorflow as tf
 
+    gradients = _dense_under_xla(gradients)
     norm = true_global_norm(gradients)
     scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
     scale = scale + (norm - norm)  # NaN for an inf/NaN norm, as Keras.

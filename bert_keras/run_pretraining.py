@@ -674,10 +674,10 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     keras.utils.set_random_seed(options.seed)
     keras.mixed_precision.set_global_policy(options.mixed_precision)
     # tf.distribute on TensorFlow, keras.distribution on JAX (distribute.get_distribution).
-    strategy = distribute.get_distribution(options.distribution_strategy, options.tpu)
-    chief = strategy.is_chief
-    logging.info("Distribution: %r", strategy)
-    check_replicas(options, strategy.num_replicas_in_sync)
+    distribution = distribute.get_distribution(options.distribution_strategy, options.tpu)
+    chief = distribution.is_chief
+    logging.info("Distribution: %r", distribution)
+    check_replicas(options, distribution.num_replicas_in_sync)
     resuming = prepare_output_dir(options, chief)
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
@@ -687,7 +687,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     else:
         # Each non-chief worker keeps its own (identical) backup: two processes writing one
         # file would corrupt it.
-        resolver = strategy.strategy.cluster_resolver  # multi-worker: TensorFlow only
+        resolver = distribution.strategy.cluster_resolver  # multi-worker: TensorFlow only
         worker_dir = os.path.join(options.output_dir, "workers",
                                   f"{resolver.task_type}-{resolver.task_id}")
         backup_dir = os.path.join(worker_dir, "backup")
@@ -698,7 +698,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     # save_checkpoints_steps does not divide num_train_steps.
     epochs = -(-options.num_train_steps // options.save_checkpoints_steps)
 
-    with strategy.scope():
+    with distribution.scope():
         pretrainer = BertPretrainer.from_bert_config(config)
         pretrainer.compile(
             optimizer=create_optimizer(
@@ -774,16 +774,16 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
 
     # Building the pipelines checks the data (sidecars, shapes) before anything slow runs.
     try:
-        train_data = strategy.distribute_datasets_from_function(train_input)
+        train_data = distribution.distribute_datasets_from_function(train_input)
         eval_data = None
         if eval_files:
-            eval_data = strategy.distribute_datasets_from_function(eval_input)
+            eval_data = distribution.distribute_datasets_from_function(eval_input)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
 
     initial_epoch = done_steps // options.save_checkpoints_steps
     # Under the distribution's scope: on JAX, fit and evaluate shard each batch as they run.
-    with strategy.scope():
+    with distribution.scope():
         logs = _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps,
                                  initial_epoch, epochs, steps_per_epoch,
                                  callbacks + list(extra_callbacks), chief)

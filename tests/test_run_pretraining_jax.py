@@ -11,6 +11,7 @@ import sys
 
 import h5py
 import pytest
+from conftest import REPO, backend_env
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
 from test_dynamic_pretraining import S as DYNAMIC_S
 from test_dynamic_pretraining import VOCAB as DYNAMIC_VOCAB
@@ -20,15 +21,13 @@ from test_run_pretraining import data  # noqa: F401 (its module fixture, used be
 
 from data_prep import files
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.integration  # fresh processes, ~1 min each on 2 cores
 
 
-def _tool(module, flags, backend="tensorflow"):
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+def _tool(module, flags, backend="tensorflow", **env):
     command = [sys.executable, "-m", module] + [f"--{k}={v}" for k, v in flags.items()]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=900)
+    return subprocess.run(command, capture_output=True, text=True,
+                          env=backend_env(backend, **env), cwd=REPO, timeout=900)
 
 
 def _layout(directory):
@@ -124,11 +123,8 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
         flags = dict(data, output_dir=str(tmp_path / name), train_batch_size=8,
                      num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2,
                      learning_rate=1e-3, seed=5, distribution_strategy="mirrored")
-        env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-        done = subprocess.run([sys.executable, "-m", "bert_keras.run_pretraining"]
-                              + [f"--{k}={v}" for k, v in flags.items()],
-                              capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+        done = _tool("bert_keras.run_pretraining", flags, "jax",
+                     XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"with {devices} replica(s)" in done.stderr
         with h5py.File(str(tmp_path / name / "pretrainer.weights.h5")) as f:

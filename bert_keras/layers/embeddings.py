@@ -22,8 +22,7 @@ class BertEmbeddings(keras.layers.Layer):
     with `autocast=False`; `keras.layers.Embedding` turns off its layer's autocasting
     instead, which a layer called outside a model's autocast scope does not honour); the
     three lookups are summed and normalized in float32 and only the output is in the
-    compute dtype. Autocasting the
-    tables instead would cast each whole [V, H] table to bfloat16 before the lookup, and
+    compute dtype. Autocasting the tables instead would cast each whole [V, H] table to bfloat16 before the lookup, and
     under XLA (JAX, TensorFlow's `jit_compile`, TPUs) the gradient of that lookup is a
     bfloat16 scatter-add into a bfloat16 [V, H] buffer: slow on a GPU, and lossy (a
     frequent token's row sums thousands of contributions with an 8-bit mantissa). Here
@@ -111,8 +110,8 @@ class BertEmbeddings(keras.layers.Layer):
                 f"Sequence length {seq_length} exceeds the position table "
                 f"(max_sequence_length={self.max_sequence_length})."
             )
-        # float32 lookups and sum: their gradients (scatter-adds into [V, H] and [T, H], a
-        # sum over the batch into [S, H]) are accumulated in float32 under any policy.
+        # float32 lookups and sum: their gradients (a scatter-add into [V, H], a product
+        # into [T, H], a sum over the batch into [S, H]) are float32 under any policy.
         words = ops.take(self.word_embeddings, input_word_ids, axis=0)  # [B, S, H]
         # The segment table has T = 2 rows: a one-hot matmul (Google's modeling.py does the
         # same, "always faster for a small vocabulary") gives its gradient as a dense

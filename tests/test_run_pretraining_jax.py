@@ -136,3 +136,42 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
     for key, value in weights["one"].items():
         scale = max(1e-3, float(abs(value).max()))
         assert abs(weights["two"][key] - value).max() <= 1e-5 * scale, key
+
+
+def test_korean_recipe_through_a_jax_pretraining_run(tmp_path):
+    """build_vocab and create_pretraining_data with --strip_accents=false (Korean-safe), then
+    run_pretraining on JAX: the settings reach the encoder directory, and the encoder exports
+    and verifies in TensorFlow processes."""
+    from test_korean_pipeline import S as KOREAN_S
+    from test_korean_pipeline import _korean_lines
+
+    lines = _korean_lines()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join("\n".join(lines[i:i + 5]) for i in range(0, len(lines), 5))
+                      + "\n", encoding="utf-8")
+    vocab = tmp_path / "vocab" / "vocab.txt"
+    data, run = tmp_path / "data" / "train", tmp_path / "run"
+    for module, flags in (
+            ("data_prep.build_vocab", dict(input=corpus, output=vocab, vocab_size=600,
+                                           layout="compact", min_frequency=1,
+                                           strip_accents="false")),
+            ("data_prep.create_pretraining_data", dict(
+                input_file=corpus, vocab_file=vocab, output_file=data, num_output_shards=1,
+                max_seq_length=KOREAN_S, max_predictions_per_seq=5, dupe_factor=2,
+                num_examples_to_print=0, strip_accents="false"))):
+        done = _tool(module, flags)
+        assert done.returncode == 0, done.stderr[-3000:]
+    done = _tool("bert_keras.run_pretraining", dict(
+        input_file=f"{data}-*.tfrecord", output_dir=run, preset="tiny", vocab_file=vocab,
+        max_seq_length=KOREAN_S, max_predictions_per_seq=5, train_batch_size=4,
+        num_train_steps=4, num_warmup_steps=0, save_checkpoints_steps=4), "jax")
+    assert done.returncode == 0, done.stderr[-3000:]
+    encoder_dir = run / files.ENCODER_DIR
+    saved = json.loads((encoder_dir / files.TOKENIZER_CONFIG_FILE).read_text())
+    assert saved["do_lower_case"] is True and saved["strip_accents"] is False
+    export_dir = tmp_path / "export"
+    done = _tool("export.export_encoder", dict(init_checkpoint=encoder_dir,
+                                               export_dir=export_dir, seq_length=KOREAN_S))
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = _tool("export.verify", dict(export_dir=export_dir / "1"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

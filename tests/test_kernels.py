@@ -1,0 +1,34 @@
+"""bert_keras.kernels: where each hand-written kernel runs, and the A/B switch."""
+
+import keras
+import pytest
+import tensorflow as tf
+
+from bert_keras import kernels
+
+
+def test_tensorflow_kernels_run_outside_xla_and_only_the_measured_ones_inside(monkeypatch):
+    monkeypatch.delenv(kernels.DISABLE_ENV, raising=False)
+    assert keras.backend.backend() == "tensorflow"
+    outside = {name: kernels.applies(name) for name in kernels.KERNELS}
+    assert all(outside.values()), outside
+
+    @tf.function(jit_compile=True)
+    def traced(x):
+        inside.update({name: kernels.applies(name) for name in kernels.KERNELS})
+        return x
+
+    inside = {}
+    traced(tf.constant(1.0))
+    # BUILD_NOTES 8.9: under XLA the loss kernel, 16-bit dropout and TF's argmax won.
+    assert {name for name, on in inside.items() if on} == {
+        "cross_entropy", "dropout_16_bits", "argmax"}
+
+
+def test_the_environment_turns_kernels_off_and_refuses_unknown_names(monkeypatch):
+    monkeypatch.setenv(kernels.DISABLE_ENV, "gelu_gradient, adam_fused")
+    assert not kernels.applies("gelu_gradient") and not kernels.applies("adam_fused")
+    assert kernels.applies("layer_norm_gradient")
+    monkeypatch.setenv(kernels.DISABLE_ENV, "gelu_gradient,fast_softmax")
+    with pytest.raises(ValueError, match=r"unknown kernel names \['fast_softmax'\]"):
+        kernels.applies("gelu_gradient")

@@ -16,13 +16,21 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
     | argmax             | MLM accuracy's argmax without -0.0 guard | tf       | yes |
     | layer_norm_gradient| LayerNorm's gradient in closed form      | all      | no  |
     | gelu_gradient      | GELU's derivative written out            | all      | no  |
+    | flash_attention    | attention with in-kernel dropout (Pallas)| jax, GPU | yes |
+    | cudnn_attention    | cuDNN's flash attention, nothing dropped | jax, GPU | yes |
+    | cudnn_key_lengths  | right-padded masks as key lengths        | jax, GPU | yes |
 
 Under XLA on a CPU (mini preset, paired medians of per-round ratios) the cross-entropy
 kernel ran 1.35x and the 16-bit dropout 1.15x the library's step; the closed-form
 LayerNorm and GELU gradients 0.86x and 0.93x (XLA fuses the autodiff of the plain
 formulas better) and ResourceApplyAdam 1.02x (kept off: Keras' step is what TPUs run).
-On JAX every computation is XLA's. The last two are `keras.ops` code and the only ones
-other backends (torch) get.
+On JAX every computation is XLA's. The LayerNorm and GELU gradients are `keras.ops` code
+and the only ones other backends (torch) get. The attention kernels run on JAX's GPU
+platform only (bert_keras.flash_attention; bert_keras.layers.attention says which runs
+when): `flash_attention` wherever attention probabilities are dropped, `cudnn_attention`
+where none is, `cudnn_key_lengths` handing cuDNN a right-padded mask as key lengths
+rather than as a [B, 1, Q, S] mask. Turning off `cudnn_attention` leaves the Pallas kernel
+at rate 0 too; turning off both leaves XLA's fused attention and the explicit softmax.
 """
 
 from __future__ import annotations
@@ -41,6 +49,15 @@ KERNELS = {
     "argmax": (("tensorflow",), True),
     "layer_norm_gradient": (_ALL, False),
     "gelu_gradient": (_ALL, False),
+    "flash_attention": (("jax",), True),
+    "cudnn_attention": (("jax",), True),
+    "cudnn_key_lengths": (("jax",), True),
+}
+# Kernels that run only on some devices: name -> JAX platforms (jax.default_backend()).
+PLATFORMS = {
+    "flash_attention": ("gpu",),
+    "cudnn_attention": ("gpu",),
+    "cudnn_key_lengths": ("gpu",),
 }
 
 # Kernels to leave out, comma-separated (benchmarks' A/B switch, tests of the neutral path).
@@ -84,4 +101,16 @@ def applies(name: str) -> bool:
     backends, with_xla = KERNELS[name]
     if keras.backend.backend() not in backends:
         return False
+    if name in PLATFORMS and platform() not in PLATFORMS[name]:
+        return False
     return with_xla or not under_xla()
+
+
+def platform() -> str:
+    """The device platform computations run on: JAX's default backend ("cpu", "gpu", "tpu")
+    on JAX; "tensorflow" on TensorFlow (whose kernels above do not depend on the device)."""
+    if keras.backend.backend() != "jax":
+        return keras.backend.backend()
+    import jax
+
+    return jax.default_backend()

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from bert_keras import kernels
 from bert_keras.layers import padding_free
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dense import Dense
@@ -26,12 +27,18 @@ class SelfAttention(keras.layers.Layer):
     checkpoint layout), so weights convert by name with no reshape. Scores are computed and
     softmaxed in float32 even under a mixed-precision policy.
 
-    Where no attention probability is dropped (inference, exports, and training with
-    `dropout=0`), attention is `keras.ops.dot_product_attention`: fused (cuDNN's flash
-    attention on a recent NVIDIA GPU under JAX, XLA's fusion elsewhere), never
-    materializing the [B, N, Q, S] probabilities in memory. BERT's training with
-    attention-probability dropout, which a fused kernel does not express, takes the
-    explicit path; both compute the same function (tests/test_attention.py).
+    Which computation runs (all compute the same function; tests/test_attention.py and
+    tests/test_flash_attention.py):
+      - JAX on a GPU (bert_keras.kernels "flash_attention"): fused kernels in the
+        projections' [B, S, N, D] layout (bert_keras.flash_attention). Where no
+        probability is dropped, cuDNN's flash attention, a right-padded mask passed as key
+        lengths; in training with attention dropout, a Pallas flash-attention kernel that
+        draws the dropout decisions in registers and regenerates them in the backward
+        pass, so the [B, N, Q, S] probabilities never reach memory.
+      - Elsewhere, where no probability is dropped (inference, exports, `dropout=0`):
+        `keras.ops.dot_product_attention` (XLA's fusion, or TensorFlow's ops).
+      - Elsewhere, in training with attention dropout: the softmax written out, dropout on
+        the probabilities (Google's computation).
 
     Args:
       num_heads: N.
@@ -124,14 +131,37 @@ class SelfAttention(keras.layers.Layer):
 
     def _attend(self, q, k, v, attention_mask, training):
         """Scaled dot-product attention: [B, Q, N, D] queries over [B, S, N, D] keys and
-        values -> [B, Q, N, D]."""
+        values -> [B, Q, N, D]. Every path takes and returns the projections' layout."""
         scale = 1.0 / math.sqrt(self.head_size)
-        if not (training and self.dropout > 0):
-            # Nothing to drop: the fused kernel (class docstring). [B, S] -> [B, 1, 1, S]:
-            # the same key mask for every head and query.
+        rate = self.dropout if training else 0.0
+        if kernels.applies("flash_attention"):
+            # JAX on a GPU (bert_keras.flash_attention): fused kernels, no [B, N, Q, S]
+            # tensor in memory, no layout change.
+            from bert_keras import flash_attention
+
+            query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+            if flash_attention.supports(query_length, key_length, self.head_size):
+                key_mask = (ops.ones(ops.shape(k)[:2], "int32") if attention_mask is None
+                            else ops.cast(attention_mask, "int32"))
+                if rate == 0 and kernels.applies("cudnn_attention"):
+                    return flash_attention.cudnn_attention(
+                        q, k, v, key_mask, scale=scale,
+                        key_lengths=kernels.applies("cudnn_key_lengths"))
+                key_bias = (1.0 - ops.cast(key_mask, "float32")) * _MASK_ADDEND
+                seed = self.dropout_layer.seed_generator.next() if rate else None
+                return flash_attention.attention(q, k, v, key_bias, seed, dropout_rate=rate,
+                                                 scale=scale)
+        if rate == 0:
+            # Nothing to drop: XLA's fused attention. [B, S] -> [B, 1, 1, S]: the same key
+            # mask for every head and query.
             mask = None if attention_mask is None else ops.cast(
                 attention_mask, "bool")[:, None, None, :]
             return ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
+        return self._explicit_attention(q, k, v, attention_mask, scale, training)
+
+    def _explicit_attention(self, q, k, v, attention_mask, scale, training):
+        """The softmax written out, with dropout on the [B, N, Q, S] probabilities (CPUs,
+        and the reference of the fused paths)."""
         q, k, v = (ops.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))  # [B, N, *, D]
         # [B, N, Q, D] x [B, N, D, S] -> [B, N, Q, S], in float32 for a stable softmax.
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))

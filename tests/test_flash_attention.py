@@ -1,0 +1,260 @@
+"""bert_keras.flash_attention: the GPU attention kernels, checked on a CPU.
+
+The Pallas kernels run here with Pallas' interpreter (the same kernel code, executed op by
+op); cuDNN's wrapper runs with jax.nn.dot_product_attention's XLA implementation, which
+computes the function cuDNN computes. References: `flash_attention.reference` (the softmax
+written out, in float32) and a float64 numpy computation. The dropout decisions are checked
+against binomial bounds: the kept fraction, and the independence of decisions across
+steps, heads, batch rows and neighbouring positions. The last tests check that the kernels
+lower to Triton for CUDA (no GPU needed) and what SelfAttention runs when the platform is a
+GPU (on the JAX backend).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_on_backend
+
+from bert_keras import flash_attention as fa
+
+RATE = 0.1
+
+
+def _qkv(batch, query_length, key_length, heads, head_size, dtype=jnp.float32, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def draw(length):
+        return jnp.asarray(rng.normal(size=(batch, length, heads, head_size)), dtype)
+
+    return draw(query_length), draw(key_length), draw(key_length)
+
+
+def _masks(batch, key_length, seed=0):
+    """A right-padded mask (lengths from 1 to S) and an arbitrary one (holes, left padding),
+    each row with at least one real token."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, key_length + 1, size=batch)
+    lengths[0] = key_length
+    right = (np.arange(key_length)[None, :] < lengths[:, None]).astype(np.int32)
+    arbitrary = (rng.random((batch, key_length)) > 0.4).astype(np.int32)
+    arbitrary[:, rng.integers(key_length)] = 1
+    arbitrary[-1, : key_length // 2] = 0  # a left-padded row
+    arbitrary[-1, key_length // 2:] = 1
+    return right, arbitrary
+
+
+def _bias(mask):
+    return jnp.asarray((1.0 - mask) * -10000.0, jnp.float32)
+
+
+def _float64_reference(q, k, v, mask):
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    scores = np.einsum("bqnd,bknd->bnqk", q, k) / math.sqrt(q.shape[-1])
+    scores = scores - 10000.0 * (1 - mask[:, None, None, :])
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bnqk,bknd->bqnd", probs, v)
+
+
+def _relative(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.abs(a - b).max() / np.abs(b).max()
+
+
+# Sizes that all differ; S = 48 with 16-row key blocks makes the online softmax visit three
+# blocks; Q = 21 is padded to 32 inside (the pretrainer's last layer attends from P + 1 rows).
+SMALL_BLOCKS = dict(block_q=16, block_k=16, block_q_backward=16, block_k_backward=16)
+
+
+@pytest.mark.parametrize("query_length,config", [(48, SMALL_BLOCKS), (21, None)])
+def test_without_dropout_the_kernel_is_the_softmax_for_any_mask(query_length, config):
+    batch, key_length, heads, head_size = 3, 48, 2, 16
+    q, k, v = _qkv(batch, query_length, key_length, heads, head_size)
+    for mask in _masks(batch, key_length):
+        want = _float64_reference(q, k, v, mask)
+        got = fa.attention(q, k, v, _bias(mask), config=config)
+        assert got.shape == q.shape and got.dtype == q.dtype
+        assert _relative(got, want) < 1e-5
+        # bfloat16 operands, float32 softmax and accumulation.
+        q16, k16, v16 = (t.astype(jnp.bfloat16) for t in (q, k, v))
+        got16 = fa.attention(q16, k16, v16, _bias(mask), config=config)
+        assert got16.dtype == jnp.bfloat16 and _relative(got16, want) < 2e-2
+
+
+def test_with_dropout_forward_and_gradients_equal_the_softmax_with_the_kernels_mask():
+    batch, query_length, key_length, heads, head_size = 2, 32, 48, 3, 16
+    q, k, v = _qkv(batch, query_length, key_length, heads, head_size, seed=1)
+    _, mask = _masks(batch, key_length, seed=1)
+    bias = _bias(mask)
+    seed = jnp.array([1234, 7], jnp.uint32)
+    keep = fa.keep_mask(seed, batch, heads, query_length, key_length, RATE)
+    weights = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
+
+    def loss(attend):
+        return lambda q, k, v: jnp.sum(attend(q, k, v) * weights)
+
+    def kernel(q, k, v):
+        return fa.attention(q, k, v, bias, seed, dropout_rate=RATE, config=SMALL_BLOCKS)
+
+    def reference(q, k, v):
+        return fa.reference(q, k, v, bias, keep, RATE)
+
+    assert _relative(kernel(q, k, v), reference(q, k, v)) < 1e-5
+    # Another seed: another mask, so the forward pass differs from this reference.
+    other = fa.attention(q, k, v, bias, seed + 1, dropout_rate=RATE, config=SMALL_BLOCKS)
+    assert _relative(other, reference(q, k, v)) > 1e-2
+    got = jax.grad(loss(kernel), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(loss(reference), argnums=(0, 1, 2))(q, k, v)
+    for name, g, w in zip("qkv", got, want):
+        assert _relative(g, w) < 1e-5, name
+
+
+def test_the_kernel_drops_exactly_the_decisions_keep_mask_describes():
+    # Uniform probabilities (q = 0), no padding, v = identity over the keys (D = S): each
+    # output row is keep[b, h, i, :] / (S (1 - rate')), the kernel's own decisions.
+    batch, heads, length = 2, 3, 32
+    q = jnp.zeros((batch, length, heads, length), jnp.float32)
+    k = jnp.asarray(np.random.default_rng(0).normal(size=q.shape), jnp.float32)
+    v = jnp.broadcast_to(jnp.eye(length)[None, :, None, :], q.shape)
+    seed = jnp.array([99, 3], jnp.uint32)
+    out = fa.attention(q, k, v, jnp.zeros((batch, length)), seed, dropout_rate=0.5)
+    kept = 1.0 - fa.dropout_threshold(0.5) / 2 ** 24
+    decisions = np.asarray(out).transpose(0, 2, 1, 3) * length * kept  # [B, N, Q, S]
+    want = np.asarray(fa.keep_mask(seed, batch, heads, length, length, 0.5), np.float64)
+    np.testing.assert_allclose(decisions, want, atol=1e-5)
+
+
+def _binomial_ok(count, trials, probability, sigmas=5.0):
+    return abs(count - trials * probability) < sigmas * math.sqrt(
+        trials * probability * (1 - probability))
+
+
+def test_dropout_decisions_are_independent_bernoulli_draws():
+    batch, heads, length = 8, 12, 128
+    rate = fa.dropout_threshold(RATE) / 2 ** 24
+    assert abs(rate - RATE) < 2 ** -24
+    dropped = ~np.asarray(fa.keep_mask(jnp.array([5, 0], jnp.uint32), batch, heads, length,
+                                       length, RATE))
+    n = dropped.size
+    assert _binomial_ok(dropped.sum(), n, rate)
+    # Pairs that must be independent: the next step (the seed's counter), another run (the
+    # seed's first word), the next head, batch row, query and key.
+    pairs = {
+        "next step": ~np.asarray(fa.keep_mask(jnp.array([5, 1], jnp.uint32), batch, heads,
+                                              length, length, RATE)),
+        "another run": ~np.asarray(fa.keep_mask(jnp.array([6, 0], jnp.uint32), batch, heads,
+                                                length, length, RATE)),
+    }
+    for name, other in pairs.items():
+        assert _binomial_ok((dropped & other).sum(), n, rate * rate), name
+        assert (dropped != other).any(), name
+    for axis, name in ((1, "head"), (0, "batch row"), (2, "query"), (3, "key")):
+        a = np.moveaxis(dropped, axis, 0)
+        both = (a[1:] & a[:-1]).sum()
+        assert _binomial_ok(both, a[1:].size, rate * rate), name
+    # Within a row, the number dropped is binomial: its variance too (a test of
+    # dependence that a mean cannot see).
+    per_row = dropped.sum(-1).ravel()
+    variance = length * rate * (1 - rate)
+    assert abs(per_row.var() - variance) < 0.05 * variance
+
+
+def test_cudnn_wrapper_equals_the_softmax_for_right_padded_and_arbitrary_masks(monkeypatch):
+    batch, length, heads, head_size = 4, 24, 2, 8
+    q, k, v = _qkv(batch, length, length, heads, head_size, seed=3)
+    right, arbitrary = _masks(batch, length, seed=3)
+    assert bool(fa.is_right_padded(jnp.asarray(right)))
+    assert not bool(fa.is_right_padded(jnp.asarray(arbitrary)))
+    # What reaches jax.nn.dot_product_attention on each branch (both are traced; the
+    # device picks one per batch).
+    calls = []
+    original = jax.nn.dot_product_attention
+
+    def recording(*args, **kwargs):
+        calls.append({k: getattr(v, "shape", v) for k, v in kwargs.items()})
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recording)
+    for mask in (right, arbitrary):
+        for key_lengths in (True, False):
+            got = fa.cudnn_attention(q, k, v, jnp.asarray(mask), scale=1 / math.sqrt(head_size),
+                                     key_lengths=key_lengths, implementation="xla")
+            assert _relative(got, _float64_reference(q, k, v, mask)) < 1e-5
+    by_lengths = [c for c in calls if "key_value_seq_lengths" in c]
+    by_mask = [c for c in calls if "mask" in c]
+    assert by_lengths and all(c["key_value_seq_lengths"] == (batch,) for c in by_lengths)
+    assert by_mask and all(c["mask"] == (batch, 1, length, length) for c in by_mask)
+    assert len(by_lengths) == 2 and len(by_mask) == 4  # key_lengths=False: the mask only
+
+
+def test_kernels_lower_to_triton_for_cuda():
+    """The Pallas kernels go through Pallas' Triton lowering for CUDA (what a GPU compiles):
+    forward, and both backward kernels, at BERT-base's head and sequence sizes."""
+    from jax import export
+
+    sds = jax.ShapeDtypeStruct
+    qkv = sds((2, 128, 12, 64), jnp.bfloat16)
+
+    def step(q, k, v, bias, seed):
+        out, vjp = jax.vjp(
+            lambda q, k, v: fa.attention(q, k, v, bias, seed, dropout_rate=RATE,
+                                         interpret=False), q, k, v)
+        return out, vjp(out)
+
+    exported = export.export(
+        jax.jit(step), platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+        qkv, qkv, qkv, sds((2, 128), jnp.float32), sds((2,), jnp.uint32))
+    text = exported.mlir_module()
+    for name in ("bert_flash_attention_forward", "bert_flash_attention_dkdv",
+                 "bert_flash_attention_dq"):
+        assert f'name = "{name}"' in text, name
+    assert text.count("__gpu$xla.gpu.triton") == 3
+    # No [B, N, S, S] tensor and no transpose outside the kernels.
+    assert "tensor<2x12x128x128" not in text
+    assert "stablehlo.transpose" not in text
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_self_attention_on_a_gpu_platform_runs_the_fused_kernels(backend, monkeypatch):
+    """SelfAttention with the platform taken for a GPU: cuDNN's wrapper where nothing is
+    dropped, the Pallas kernel in training with attention dropout, each equal to the
+    explicit path (the TensorFlow and CPU computation) given the kernel's mask."""
+    if run_on_backend(backend, __file__, f"test_self_attention_on_a_gpu_platform_runs_the_"
+                                         f"fused_kernels[{backend}]"):
+        return
+    import keras
+
+    from bert_keras import kernels
+    from bert_keras.layers import SelfAttention
+
+    batch, length, hidden, heads = 3, 32, 48, 3
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(batch, length, hidden)).astype("float32")
+    _, mask = _masks(batch, length, seed=4)
+    layer = SelfAttention(heads, dropout=RATE)
+    layer.build((None, None, hidden))
+    explicit = np.asarray(layer(x, attention_mask=mask), "float32")  # XLA's fused, on CPU
+
+    used = []
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    for name in ("cudnn_attention", "attention"):
+        original = getattr(fa, name)
+        monkeypatch.setattr(fa, name, lambda *a, _f=original, _n=name, **kw: (
+            used.append(_n), _f(*a, **kw))[1])
+    inference = np.asarray(layer(x, attention_mask=mask), "float32")
+    assert used == ["cudnn_attention"]
+    assert _relative(inference, explicit) < 1e-5
+
+    seed = np.asarray(layer.dropout_layer.seed_generator.state.value)
+    training = np.asarray(layer(x, attention_mask=mask, training=True), "float32")
+    assert used == ["cudnn_attention", "attention"]
+    q, k, v = (np.asarray(dense(x)).reshape(batch, length, heads, hidden // heads)
+               for dense in (layer.query, layer.key, layer.value))
+    keep = fa.keep_mask(seed, batch, heads, length, length, RATE)
+    want = fa.reference(q, k, v, _bias(mask), keep, RATE).reshape(batch, length, hidden)
+    assert _relative(training, want) < 1e-5
+    assert keras.backend.backend() == "jax"

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -95,7 +96,8 @@ def parse_side(spec):
     name, _, options = spec.partition("@")
     if name not in SIDES:
         raise SystemExit(f"error: --sides: unknown side {name!r}; expected some of {SIDES}")
-    parsed = dict(o.split("=", 1) for o in options.split(",") if o)
+    # Options are separated by "," or by ";" (inside --order, whose runs "," separates).
+    parsed = dict(o.split("=", 1) for o in options.replace(";", ",").split(",") if o)
     allowed = {"ours": {"attention_dropout", "dropout", "disable"}}.get(name, set())
     if set(parsed) - allowed:
         raise SystemExit(f"error: --sides: {spec!r}: options {sorted(set(parsed) - allowed)} "
@@ -221,6 +223,51 @@ def profile_keras(run, profile_path):
             shutil.copyfile(traces[0], profile_path)
 
 
+def profile_breakdown(xplane_path, steps=2):
+    """Kernel time per step by category (matmul, attention, transposes, reductions, other)
+    from the trace `profile_keras` wrote (bench/profile_breakdown.py); an error string if
+    the trace could not be read."""
+    try:
+        from profile_breakdown import kernel_time_by_category
+
+        return kernel_time_by_category(xplane_path, steps)
+    except Exception as error:  # the figures above stand without it
+        return {"error": f"{type(error).__name__}: {error}"[:300]}
+
+
+# The custom calls of fused attention in a compiled XLA module: cuDNN's flash attention
+# (JAX's cuDNN binding) and bert_keras' Pallas kernels (Triton calls named after them).
+CUDNN_ATTENTION_TARGET = "__cudnn$fmha"
+PALLAS_ATTENTION_NAMES = ("bert_flash_attention_forward", "bert_flash_attention_dkdv",
+                          "bert_flash_attention_dq")
+FALLBACK_LOG = "Failed to apply"
+
+
+def fused_attention_in_dump(dump_dir):
+    """What the compiled train step holds, read from XLA's dump (`--xla_dump_to`): counts of
+    cuDNN fused-attention custom calls and of bert_keras' Pallas attention kernels in the
+    largest optimized module whose name has "train_step" (Keras' jitted step)."""
+    import glob
+
+    modules = [p for p in glob.glob(os.path.join(dump_dir, "*train_step*after_optimizations.txt"))]
+    if not modules:
+        return {"error": f"no optimized train_step module in {dump_dir}"}
+    module = max(modules, key=os.path.getsize)
+    with open(module) as f:
+        text = f.read()
+    instructions = [line for line in text.splitlines() if " = " in line]
+    found = {"module": os.path.basename(module),
+             "cudnn_fused_attention_calls": sum(1 for line in instructions
+                                                if CUDNN_ATTENTION_TARGET in line),
+             "pallas_attention_calls": sum(1 for line in instructions
+                                           if "__gpu$xla.gpu.triton" in line
+                                           and "bert_flash_attention" in line),
+             "custom_call_targets": sorted(set(re.findall(r'custom_call_target="([^"]+)"',
+                                                          text)))}
+    found["fused"] = bool(found["cudnn_fused_attention_calls"] or found["pallas_attention_calls"])
+    return found
+
+
 # --------------------------------------------------------------------------------------
 # transformers on torch, run in a child process
 
@@ -308,14 +355,18 @@ def child(args):
     warmup_seconds = time.perf_counter() - start
     rounds = [run(args.steps) / args.steps for _ in range(args.rounds)]
     step_seconds = statistics.median(rounds)
+    breakdown = None
     if args.profile_path and name in ("ours", "keras_hub"):
         import keras
 
         if keras.backend.backend() == "jax":
             profile_keras(run, args.profile_path)
+            breakdown = profile_breakdown(args.profile_path)
     result = dict(side=args.side, size=args.size, step_seconds=step_seconds,
                   step_seconds_per_round=rounds, warmup_seconds=warmup_seconds,
                   examples_per_second=size["batch"] / step_seconds)
+    if breakdown is not None:
+        result["kernel_breakdown"] = breakdown
     if name in ("ours", "keras_hub"):
         import keras
 
@@ -364,28 +415,47 @@ def device_peak(args):
 
 
 def run_child(size, side, args, timeout):
+    import shutil
+    import tempfile
+
     env = dict(os.environ)
     env["KERAS_BACKEND"] = args.keras_backend
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    keras_side = parse_side(side)[0] in ("ours", "keras_hub")
+    dump_dir = None
+    if keras_side and args.keras_backend == "jax":
+        # XLA's compiled modules, to read the train step's custom calls from.
+        dump_dir = tempfile.mkdtemp(prefix="xla_dump_")
+        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), f"--xla_dump_to={dump_dir}",
+                                     "--xla_dump_hlo_as_text",
+                                     "--xla_dump_hlo_module_re=.*train_step.*"]).strip()
     command = [sys.executable, os.path.abspath(__file__), f"--side={side}", f"--size={size}",
                f"--steps={args.steps}", f"--rounds={args.rounds}",
                f"--warmup_steps={args.warmup_steps}"]
-    if args.profile_dir and side == "ours" and size == "base":
+    if args.profile_dir and keras_side and args.keras_backend == "jax":
         os.makedirs(args.profile_dir, exist_ok=True)
-        command.append(f"--profile_path={os.path.join(args.profile_dir, 'ours_base.xplane.pb')}")
+        trace = "".join(c if c.isalnum() else "_" for c in side) + f"_{size}.xplane.pb"
+        command.append(f"--profile_path={os.path.join(args.profile_dir, trace)}")
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return dict(side=side, size=size, error=f"timed out after {timeout:.0f} s")
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-            result["process_seconds"] = time.perf_counter() - started
-            return result
-    tail = (done.stderr or done.stdout).strip().splitlines()[-12:]
-    return dict(side=side, size=size, error=f"exit {done.returncode}", log="\n".join(tail))
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return dict(side=side, size=size, error=f"timed out after {timeout:.0f} s")
+        for line in done.stdout.splitlines():
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+                result["process_seconds"] = time.perf_counter() - started
+                if dump_dir:
+                    result["fused_attention"] = fused_attention_in_dump(dump_dir)
+                    result["fused_attention"]["fallback_logs"] = done.stderr.count(FALLBACK_LOG)
+                return result
+        tail = (done.stderr or done.stdout).strip().splitlines()[-12:]
+        return dict(side=side, size=size, error=f"exit {done.returncode}", log="\n".join(tail))
+    finally:
+        if dump_dir:
+            shutil.rmtree(dump_dir, ignore_errors=True)
 
 
 def main(argv=None):
@@ -407,7 +477,8 @@ def main(argv=None):
                              "gets at most the time left")
     parser.add_argument("--out", default="", help="folder for results.json and results.md")
     parser.add_argument("--profile_dir", default="",
-                        help="JAX only: trace two steps of ours at base size into this folder")
+                        help="JAX only: trace two more steps of every Keras side into this "
+                             "folder and print the kernel time by category")
     # Child mode.
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
@@ -454,21 +525,55 @@ def main(argv=None):
     return results
 
 
+def describe_fused(found):
+    """The table's cell for `fused_attention_in_dump`'s findings."""
+    if not found:
+        return "-"
+    if "error" in found:
+        return found["error"]
+    parts = []
+    if found["cudnn_fused_attention_calls"]:
+        parts.append(f"cuDNN x{found['cudnn_fused_attention_calls']}")
+    if found["pallas_attention_calls"]:
+        parts.append(f"Pallas x{found['pallas_attention_calls']}")
+    cell = ", ".join(parts) or "none (XLA)"
+    if found.get("fallback_logs"):
+        cell += f"; {found['fallback_logs']} '{FALLBACK_LOG}' logs"
+    return cell
+
+
+def describe_breakdown(breakdown):
+    if "error" in breakdown:
+        return breakdown["error"]
+    try:
+        from profile_breakdown import format_breakdown
+
+        return format_breakdown(breakdown)
+    except ImportError:
+        return json.dumps(breakdown)
+
+
 def format_table(results, peak, peak_source, args):
     lines = [f"# Keras backend {args.keras_backend}; peak {peak or 0:.1f} TFLOP/s "
              f"({peak_source}); step time = median of {args.rounds} rounds of {args.steps} "
              f"steps after {args.warmup_steps} warm-up steps",
              "| size | side | examples/s | step ms | model TFLOP/s | utilisation | "
-             "warm-up s | device |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "warm-up s | fused attention in the step | device |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    breakdowns = []
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['size']} | {r['side']} | {r['error']} | | | | | |")
+            lines.append(f"| {r['size']} | {r['side']} | {r['error']} | | | | | | |")
             continue
         utilisation = f"{r['utilisation']:.1%}" if r.get("utilisation") else "-"
         lines.append(f"| {r['size']} | {r['side']} | {r['examples_per_second']:,.0f} | "
                      f"{1000 * r['step_seconds']:.1f} | {r['model_tflops']:.1f} | "
-                     f"{utilisation} | {r['warmup_seconds']:.0f} | {r.get('device', '')} |")
+                     f"{utilisation} | {r['warmup_seconds']:.0f} | "
+                     f"{describe_fused(r.get('fused_attention'))} | {r.get('device', '')} |")
+        if r.get("kernel_breakdown"):
+            breakdowns.append(f"# {r['size']} {r['side']}: "
+                              f"{describe_breakdown(r['kernel_breakdown'])}")
+    lines.extend(breakdowns)
     for size in dict.fromkeys(r["size"] for r in results):
         rate = {r["side"]: r["examples_per_second"] for r in results
                 if r["size"] == size and "error" not in r}

@@ -35,7 +35,9 @@ only on a GPU (bert_keras.kernels: "flash_attention").
 from __future__ import annotations
 
 import functools
+import json
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -375,6 +377,28 @@ def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, conf
 # Tile sizes and Triton settings. At BERT's S = 128 one block covers the keys.
 DEFAULT_CONFIG = dict(block_q=128, block_k=128, block_q_backward=64, block_k_backward=64,
                       num_warps=4, num_warps_backward=4, num_stages=2)
+# A JSON object overriding DEFAULT_CONFIG where `attention` gets no config (the A/B switch
+# of bench/bench_accelerator.py; read when a computation is traced, like kernels.DISABLE_ENV).
+CONFIG_ENV = "BERT_KERAS_FLASH_ATTENTION_CONFIG"
+
+
+def configured(config=None):
+    """DEFAULT_CONFIG updated by $BERT_KERAS_FLASH_ATTENTION_CONFIG and then by `config`."""
+    merged = dict(DEFAULT_CONFIG)
+    if os.environ.get(CONFIG_ENV):
+        try:
+            override = json.loads(os.environ[CONFIG_ENV])
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{CONFIG_ENV}: expected a JSON object, got "
+                             f"{os.environ[CONFIG_ENV]!r} ({error})") from None
+        unknown = sorted(set(override) - set(DEFAULT_CONFIG)) if isinstance(override, dict) \
+            else ["(not an object)"]
+        if unknown:
+            raise ValueError(f"{CONFIG_ENV}: unknown keys {unknown}; expected some of "
+                             f"{sorted(DEFAULT_CONFIG)}")
+        merged.update(override)
+    merged.update(config or {})
+    return merged
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
@@ -413,7 +437,8 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
         dropout_rate > 0.
       dropout_rate: Python float in [0, 1), the fraction of attention links dropped.
       scale: Python float, the scores' scale; 1 / sqrt(D) by default.
-      config: optional dict overriding DEFAULT_CONFIG (tile sizes, Triton warps/stages).
+      config: optional dict overriding DEFAULT_CONFIG (tile sizes, Triton warps/stages) and
+        $BERT_KERAS_FLASH_ATTENTION_CONFIG.
       interpret: run with Pallas' interpreter (any device: tests on CPUs); None: only
         where the default device is not a GPU.
 
@@ -434,7 +459,7 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
         raise ValueError("flash attention: dropout_rate > 0 needs a seed")
     seed = jnp.zeros((2,), jnp.int32) if seed is None else _as_int32_seed(seed)
     scale = 1.0 / math.sqrt(head_size) if scale is None else float(scale)
-    merged = dict(DEFAULT_CONFIG, **(config or {}))
+    merged = configured(config)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     # Queries padded to a multiple of 16 (the pretrainer's last layer attends from [CLS]

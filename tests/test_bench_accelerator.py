@@ -53,5 +53,38 @@ def test_tiny_run_reports_every_side(tmp_path):
             row["examples_per_second"] * row["flops_per_example"] / 1e12)
         assert row["utilisation"] == pytest.approx(row["model_tflops"] / results["peak_tflops"])
     assert rows["ours"]["backend"] == "jax" and rows["torch"]["backend"].startswith("torch")
+    # On a CPU the compiled step holds no fused-attention call, and nothing fell back.
+    for side in ("ours", "keras_hub", "ours@attention_dropout=0"):
+        found = rows[side]["fused_attention"]
+        assert found["fused"] is False and found["fallback_logs"] == 0, (side, found)
+    assert "fused_attention" not in rows["torch"]
     table = (out / "results.md").read_text()
     assert "| tiny | keras_hub |" in table and "# tiny: ours = " in table
+
+
+def test_fused_attention_is_read_from_the_compiled_train_step(tmp_path):
+    """What `fused_attention_in_dump` counts in an XLA dump: lines of the optimized train
+    step (hand-written in the format XLA dumps), not the unoptimized module or others."""
+    def module(name, lines):
+        (tmp_path / name).write_text("HloModule jit_train_step\n" + "\n".join(lines) + "\n")
+
+    cudnn = ('  %custom-call.4 = (bf16[8,128,12,64]{3,2,1,0}, f32[8,12,128]{2,1,0}) '
+             'custom-call(%a, %b, %c), custom_call_target="__cudnn$fmhaSoftmax"')
+    pallas = ('  %custom-call.9 = bf16[8,128,12,64]{3,2,1,0} custom-call(%s, %q), '
+              'custom_call_target="__gpu$xla.gpu.triton", backend_config={"name":'
+              '"bert_flash_attention_forward","ir":"..."}')
+    other_triton = pallas.replace("bert_flash_attention_forward", "layer_norm")
+    module("module_0012.jit_train_step.sm_9.0_gpu_after_optimizations.txt",
+           [cudnn, cudnn, pallas, other_triton])
+    module("module_0012.jit_train_step.before_optimizations.txt", [cudnn] * 5)
+    module("module_0013.jit_train_step.sm_9.0_gpu_after_optimizations.txt", [pallas])
+    found = bench_accelerator.fused_attention_in_dump(str(tmp_path))
+    assert found["module"].startswith("module_0012")  # the largest optimized step
+    assert found["cudnn_fused_attention_calls"] == 2 and found["pallas_attention_calls"] == 1
+    assert found["custom_call_targets"] == ["__cudnn$fmhaSoftmax", "__gpu$xla.gpu.triton"]
+    assert found["fused"]
+    assert "cuDNN x2, Pallas x1" == bench_accelerator.describe_fused(found)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no optimized train_step module" in bench_accelerator.fused_attention_in_dump(
+        str(empty))["error"]

@@ -258,3 +258,16 @@ def test_self_attention_on_a_gpu_platform_runs_the_fused_kernels(backend, monkey
     want = fa.reference(q, k, v, _bias(mask), keep, RATE).reshape(batch, length, hidden)
     assert _relative(training, want) < 1e-5
     assert keras.backend.backend() == "jax"
+
+
+def test_the_config_switch_overrides_tiles_and_refuses_unknown_keys(monkeypatch):
+    monkeypatch.setenv(fa.CONFIG_ENV, '{"block_q_backward": 32}')
+    assert fa.configured()["block_q_backward"] == 32
+    assert fa.configured({"block_q_backward": 16})["block_q_backward"] == 16
+    assert fa.configured()["block_k"] == fa.DEFAULT_CONFIG["block_k"]
+    monkeypatch.setenv(fa.CONFIG_ENV, '{"block_x": 32}')
+    with pytest.raises(ValueError, match=r"unknown keys \['block_x'\]"):
+        fa.configured()
+    monkeypatch.setenv(fa.CONFIG_ENV, "[32]")
+    with pytest.raises(ValueError, match="not an object"):
+        fa.configured()

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The accelerator measurements of BUILD_NOTES.md section 8.10, as one command on a GPU
+# machine that has JAX, torch and transformers but neither TensorFlow nor Keras: Keras
+# 3.15.1, keras-hub 0.32.0, namex and optree travel as Python 3.12 wheels in .whl/ (fetch
+# them with `pip download --no-deps --only-binary=:all: --python-version 3.12 ...`).
+#
+#   bash bench/accelerator_session.sh PART DEADLINE_S    (results under $OUT, a log on stdout)
+#
+# PART 1: the attention A/B (bench/bench_attention_kernels.py at base size), then the
+#         pretraining sides, most important first; the Pallas kernel's tiles are the A/B's
+#         fastest at BERT's rate (BERT_KERAS_FLASH_ATTENTION_CONFIG), printed.
+# PART 2: fine-tuning and inference (issue 48), then the remaining pretraining sides.
+# Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
+set -uo pipefail
+PART=${1:-1}
+DEADLINE=${2:-420}
+OUT=${OUT:-/tmp/accelerator}
+mkdir -p "$OUT"
+START=$(date +%s)
+left() { echo $((DEADLINE - $(date +%s) + START)); }
+
+if ! python3 -c "import keras" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memory.total \
+  --format=csv
+python3 -c "import jax, keras, torch, transformers; print('jax', jax.__version__, \
+'keras', keras.__version__, 'torch', torch.__version__, 'transformers', \
+transformers.__version__, jax.devices())"
+
+case "$PART" in
+1)
+  timeout 150 python3 bench/bench_attention_kernels.py --size=base --repeats=10 --out="$OUT"
+  BEST=$(python3 - "$OUT/attention_base.json" <<'EOF'
+import json, sys
+sys.path.insert(0, "bench")
+from bench_attention_kernels import FLASH_CONFIGS
+rows = json.load(open(sys.argv[1]))["rows"]
+timed = [r for r in rows if r["path"] in FLASH_CONFIGS and r["rate"] == 0.1 and "ms" in r
+         and (r.get("max_relative_error") or 1) < 2e-2]
+print(json.dumps(FLASH_CONFIGS[min(timed, key=lambda r: r["ms"])["path"]]) if timed else "{}")
+EOF
+)
+  echo "# Pallas tiles for the pretraining sides: ${BEST:-{\}}"
+  export BERT_KERAS_FLASH_ATTENTION_CONFIG="${BEST:-{\}}"
+  python3 bench/bench_accelerator.py \
+    --order=base:ours,base:torch_compile,base:ours@attention_dropout=0,base:keras_hub,large:ours,large:torch_compile \
+    --steps=6 --rounds=4 --warmup_steps=3 --deadline_s="$(left)" --out="$OUT" \
+    --profile_dir=/tmp/profiles
+  ;;
+2)
+  export BERT_KERAS_FLASH_ATTENTION_CONFIG="${FLASH_CONFIG:-{\}}"
+  python3 bench/bench_accelerator.py --mode=finetuning \
+    --order=base:ours,base:torch_compile,base:torch --steps=10 --rounds=4 --warmup_steps=3 \
+    --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/finetuning"
+  python3 bench/bench_accelerator.py --mode=inference \
+    --order=base:ours,base:torch_compile,base:torch,base:keras_hub --steps=10 --rounds=4 \
+    --warmup_steps=3 --deadline_s="$(( $(left) * 60 / 100 ))" --out="$OUT/inference"
+  python3 bench/bench_accelerator.py \
+    --order=base:torch,"base:ours@attention_dropout=0;disable=cudnn_attention",large:keras_hub \
+    --steps=6 --rounds=4 --warmup_steps=3 --deadline_s="$(left)" --out="$OUT/pretraining2" \
+    --profile_dir=/tmp/profiles
+  ;;
+esac
+# The traces stay on the machine (the breakdowns are in the results); ours at base comes back.
+cp /tmp/profiles/ours_base.xplane.pb "$OUT/" 2>/dev/null
+echo "# part $PART done in $(( $(date +%s) - START )) s"

@@ -49,6 +49,7 @@ FLASH_CONFIGS = {
     "flash[bwd128,w8]": dict(block_q_backward=128, block_k_backward=128, num_warps_backward=8),
     "flash[bwd32]": dict(block_q_backward=32, block_k_backward=32),
     "flash[fwd64]": dict(block_q=64),
+    "flash[1 round]": dict(hash_rounds=1),
 }
 
 
@@ -140,7 +141,8 @@ def check(name, fn, q, k, v, mask, seed, rate):
     bias = (1.0 - mask.astype(jnp.float32)) * -10000.0
     keep = None
     if name.startswith("flash") and rate:
-        keep = fa.keep_mask(seed, q.shape[0], q.shape[2], q.shape[1], k.shape[1], rate)
+        keep = fa.keep_mask(seed, q.shape[0], q.shape[2], q.shape[1], k.shape[1], rate,
+                            FLASH_CONFIGS[name])
     elif rate:
         return None  # the explicit path's decisions are its own
     want = np.asarray(fa.reference(q, k, v, bias, keep, rate), np.float64)

@@ -18,8 +18,9 @@ hash of (step seed, b, h, i, j), so the forward pass draws them in registers and
 backward pass regenerates the same ones: nothing of size [B, N, Q, S] is kept for the
 backward pass either (only the [B, N, Q] log-sum-exp of each row).
 
-The hash is two rounds of Wellons' lowbias32 (https://nullprogram.com/blog/2018/07/31/),
-keyed per (seed, b, h): 24 of its 32 bits decide, so the rate in effect is
+The hash is two rounds (one with config "hash_rounds": 1, half the integer work) of
+Wellons' lowbias32 (https://nullprogram.com/blog/2018/07/31/), keyed per (seed, b, h): 24 of
+its 32 bits decide, so the rate in effect is
 rate' = round(rate * 2^24) / 2^24 and kept probabilities are scaled by 1 / (1 - rate'), which
 keeps the expectation exact. A fresh seed per step (the layer's Keras SeedGenerator) gives a
 fresh mask per step. `keep_mask` computes the same decisions outside a kernel for tests;
@@ -85,10 +86,14 @@ def _row_keys(seed0, seed1, batch_head):
     return key1, _mix(key1 ^ jnp.int32(_SECOND_KEY))
 
 
-def _keep(key1, key2, rows, cols, key_length, threshold):
-    """Bool [..., rows, cols]: whether attention link (row, col) is kept."""
+def _keep(key1, key2, rows, cols, key_length, threshold, rounds=2):
+    """Bool [..., rows, cols]: whether attention link (row, col) is kept. `rounds` of the
+    hash per decision: 2 (the default), or 1 (half the integer work; it passes the same
+    statistical tests)."""
     counter = rows * jnp.int32(key_length) + cols  # unique per (i, j) of a head for S < 2^16
-    bits = _mix(_mix(counter ^ key1) + key2)
+    bits = _mix(counter ^ key1)
+    if rounds == 2:
+        bits = _mix(bits + key2)
     return lax.shift_right_logical(bits, jnp.int32(32 - _DECISION_BITS)) >= jnp.int32(threshold)
 
 
@@ -100,13 +105,15 @@ def _as_int32_seed(seed):
     return seed
 
 
-def keep_mask(seed, batch_size, num_heads, query_length, key_length, dropout_rate):
+def keep_mask(seed, batch_size, num_heads, query_length, key_length, dropout_rate,
+              config=None):
     """The kernels' dropout decisions as a bool Tensor [B, N, Q, S] (for tests and references).
 
     Args:
       seed: int Tensor [2], the step's seed (as given to `attention`).
       batch_size, num_heads, query_length, key_length: B, N, Q, S (Python ints).
       dropout_rate: float in [0, 1).
+      config: as for `attention` (its "hash_rounds").
     """
     seed = _as_int32_seed(seed)
     batch_head = jnp.arange(batch_size * num_heads, dtype=jnp.int32)
@@ -114,7 +121,7 @@ def keep_mask(seed, batch_size, num_heads, query_length, key_length, dropout_rat
     rows = jnp.arange(query_length, dtype=jnp.int32)[:, None]
     cols = jnp.arange(key_length, dtype=jnp.int32)[None, :]
     keep = _keep(key1[:, None, None], key2[:, None, None], rows, cols, key_length,
-                 dropout_threshold(dropout_rate))
+                 dropout_threshold(dropout_rate), configured(config)["hash_rounds"])
     return keep.reshape(batch_size, num_heads, query_length, key_length)
 
 
@@ -163,7 +170,7 @@ def _dot(a, b, trans_b=False, trans_a=False):
 
 
 def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, lse_ref, *, scale,
-                    threshold, block_k, num_heads):
+                    threshold, block_k, num_heads, rounds):
     from jax.experimental import pallas as pl
 
     block_q, head_size = q_ref.shape
@@ -185,7 +192,7 @@ def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, lse_ref, *, 
         probs = jnp.exp(scores - new_max[:, None])
         row_sum = row_sum * correction + jnp.sum(probs, axis=1)
         if threshold:
-            keep = _keep(key1, key2, rows, j * block_k + cols, key_length, threshold)
+            keep = _keep(key1, key2, rows, j * block_k + cols, key_length, threshold, rounds)
             probs = jnp.where(keep, probs, 0.0)
         v = v_ref[keys, :]
         acc = acc * correction[:, None] + _dot(probs.astype(v.dtype), v)
@@ -216,7 +223,7 @@ def _probs_and_dprobs(q, k, v, do, bias, lse, delta, keep, scale, threshold):
 
 
 def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_ref,
-                 dk_ref, dv_ref, *, scale, threshold, block_q, num_heads, key_length):
+                 dk_ref, dv_ref, *, scale, threshold, block_q, num_heads, key_length, rounds):
     from jax.experimental import pallas as pl
 
     block_k, head_size = k_ref.shape
@@ -233,7 +240,7 @@ def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta
         dk, dv = carry
         queries = pl.ds(i * block_q, block_q)
         q, do = q_ref[queries, :], do_ref[queries, :]
-        keep = (_keep(key1, key2, i * block_q + rows, cols, key_length, threshold)
+        keep = (_keep(key1, key2, i * block_q + rows, cols, key_length, threshold, rounds)
                 if threshold else None)
         dropped, dscores = _probs_and_dprobs(q, k, v, do, bias, lse_ref[queries],
                                              delta_ref[queries], keep, scale, threshold)
@@ -248,7 +255,7 @@ def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta
 
 
 def _dq_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_ref, dq_ref,
-               *, scale, threshold, block_k, num_heads):
+               *, scale, threshold, block_k, num_heads, rounds):
     from jax.experimental import pallas as pl
 
     block_q, head_size = q_ref.shape
@@ -264,7 +271,7 @@ def _dq_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_r
     def body(j, dq):
         keys = pl.ds(j * block_k, block_k)
         k = k_ref[keys, :]
-        keep = (_keep(key1, key2, rows, j * block_k + cols, key_length, threshold)
+        keep = (_keep(key1, key2, rows, j * block_k + cols, key_length, threshold, rounds)
                 if threshold else None)
         _, dscores = _probs_and_dprobs(q, k, v_ref[keys, :], do, bias_ref[keys], lse, delta,
                                        keep, scale, threshold)
@@ -319,7 +326,8 @@ def _forward(q, k, v, key_bias, seed, *, scale, threshold, config, interpret):
                         _block(key_length, config["block_k"]))
     rows, whole, row_stats, _, bias, seed_spec = _specs(batch_size, num_heads, head_size)
     kernel = functools.partial(_forward_kernel, scale=scale, threshold=threshold,
-                               block_k=block_k, num_heads=num_heads)
+                               block_k=block_k, num_heads=num_heads,
+                               rounds=config["hash_rounds"])
     return pl.pallas_call(
         kernel,
         grid=(query_length // block_q, batch_size, num_heads),
@@ -350,7 +358,8 @@ def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, conf
     params = _compiler_params(config["num_warps_backward"], config["num_stages"])
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, scale=scale, threshold=threshold, block_q=block_q,
-                          num_heads=num_heads, key_length=key_length),
+                          num_heads=num_heads, key_length=key_length,
+                          rounds=config["hash_rounds"]),
         grid=(key_length // block_k, batch_size, num_heads),
         in_specs=[seed_spec, whole(query_length), rows(block_k), rows(block_k),
                   bias(block_k, True), whole(query_length), whole_stats(query_length),
@@ -362,7 +371,7 @@ def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, conf
     )(seed, q, k, v, key_bias, dout, lse, delta)
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, scale=scale, threshold=threshold, block_k=block_k,
-                          num_heads=num_heads),
+                          num_heads=num_heads, rounds=config["hash_rounds"]),
         grid=(query_length // block_q, batch_size, num_heads),
         in_specs=[seed_spec, rows(block_q), whole(key_length), whole(key_length),
                   bias(key_length, False), rows(block_q), row_stats(block_q),
@@ -376,7 +385,7 @@ def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, conf
 
 # Tile sizes and Triton settings. At BERT's S = 128 one block covers the keys.
 DEFAULT_CONFIG = dict(block_q=128, block_k=128, block_q_backward=64, block_k_backward=64,
-                      num_warps=4, num_warps_backward=4, num_stages=2)
+                      num_warps=4, num_warps_backward=4, num_stages=2, hash_rounds=2)
 # A JSON object overriding DEFAULT_CONFIG where `attention` gets no config (the A/B switch
 # of bench/bench_accelerator.py; read when a computation is traced, like kernels.DISABLE_ENV).
 CONFIG_ENV = "BERT_KERAS_FLASH_ATTENTION_CONFIG"

@@ -112,7 +112,8 @@ def test_with_dropout_forward_and_gradients_equal_the_softmax_with_the_kernels_m
         assert _relative(g, w) < 1e-5, name
 
 
-def test_the_kernel_drops_exactly_the_decisions_keep_mask_describes():
+@pytest.mark.parametrize("rounds", [2, 1])
+def test_the_kernel_drops_exactly_the_decisions_keep_mask_describes(rounds):
     # Uniform probabilities (q = 0), no padding, v = identity over the keys (D = S): each
     # output row is keep[b, h, i, :] / (S (1 - rate')), the kernel's own decisions.
     batch, heads, length = 2, 3, 32
@@ -120,10 +121,13 @@ def test_the_kernel_drops_exactly_the_decisions_keep_mask_describes():
     k = jnp.asarray(np.random.default_rng(0).normal(size=q.shape), jnp.float32)
     v = jnp.broadcast_to(jnp.eye(length)[None, :, None, :], q.shape)
     seed = jnp.array([99, 3], jnp.uint32)
-    out = fa.attention(q, k, v, jnp.zeros((batch, length)), seed, dropout_rate=0.5)
+    config = {"hash_rounds": rounds}
+    out = fa.attention(q, k, v, jnp.zeros((batch, length)), seed, dropout_rate=0.5,
+                       config=config)
     kept = 1.0 - fa.dropout_threshold(0.5) / 2 ** 24
     decisions = np.asarray(out).transpose(0, 2, 1, 3) * length * kept  # [B, N, Q, S]
-    want = np.asarray(fa.keep_mask(seed, batch, heads, length, length, 0.5), np.float64)
+    want = np.asarray(fa.keep_mask(seed, batch, heads, length, length, 0.5, config),
+                      np.float64)
     np.testing.assert_allclose(decisions, want, atol=1e-5)
 
 
@@ -132,21 +136,23 @@ def _binomial_ok(count, trials, probability, sigmas=5.0):
         trials * probability * (1 - probability))
 
 
-def test_dropout_decisions_are_independent_bernoulli_draws():
+@pytest.mark.parametrize("rounds", [2, 1])
+def test_dropout_decisions_are_independent_bernoulli_draws(rounds):
     batch, heads, length = 8, 12, 128
+    config = {"hash_rounds": rounds}
     rate = fa.dropout_threshold(RATE) / 2 ** 24
     assert abs(rate - RATE) < 2 ** -24
     dropped = ~np.asarray(fa.keep_mask(jnp.array([5, 0], jnp.uint32), batch, heads, length,
-                                       length, RATE))
+                                       length, RATE, config))
     n = dropped.size
     assert _binomial_ok(dropped.sum(), n, rate)
     # Pairs that must be independent: the next step (the seed's counter), another run (the
     # seed's first word), the next head, batch row, query and key.
     pairs = {
         "next step": ~np.asarray(fa.keep_mask(jnp.array([5, 1], jnp.uint32), batch, heads,
-                                              length, length, RATE)),
+                                              length, length, RATE, config)),
         "another run": ~np.asarray(fa.keep_mask(jnp.array([6, 0], jnp.uint32), batch, heads,
-                                                length, length, RATE)),
+                                                length, length, RATE, config)),
     }
     for name, other in pairs.items():
         assert _binomial_ok((dropped & other).sum(), n, rate * rate), name

@@ -6,6 +6,8 @@
 #
 #   bash bench/accelerator_session.sh PART DEADLINE_S    (results under $OUT, a log on stdout)
 #
+# SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
+#
 # PART 1: the attention A/B (bench/bench_attention_kernels.py at base size), then the
 #         pretraining sides, most important first; the Pallas kernel's tiles are the A/B's
 #         fastest at BERT's rate (BERT_KERAS_FLASH_ATTENTION_CONFIG), printed.
@@ -15,6 +17,8 @@ set -uo pipefail
 PART=${1:-1}
 DEADLINE=${2:-420}
 OUT=${OUT:-/tmp/accelerator}
+S=${SIZE:-base}
+L=${LARGE:-large}
 mkdir -p "$OUT"
 START=$(date +%s)
 left() { echo $((DEADLINE - $(date +%s) + START)); }
@@ -33,8 +37,8 @@ transformers.__version__, jax.devices())"
 
 case "$PART" in
 1)
-  timeout 150 python3 bench/bench_attention_kernels.py --size=base --repeats=10 --out="$OUT"
-  BEST=$(python3 - "$OUT/attention_base.json" <<'EOF'
+  timeout 150 python3 bench/bench_attention_kernels.py --size="$S" --repeats=10 --out="$OUT"
+  BEST=$(python3 - "$OUT/attention_$S.json" <<'EOF'
 import json, sys
 sys.path.insert(0, "bench")
 from bench_attention_kernels import FLASH_CONFIGS
@@ -47,24 +51,26 @@ EOF
   echo "# Pallas tiles for the pretraining sides: ${BEST:-{\}}"
   export BERT_KERAS_FLASH_ATTENTION_CONFIG="${BEST:-{\}}"
   python3 bench/bench_accelerator.py \
-    --order=base:ours,base:torch_compile,base:ours@attention_dropout=0,base:keras_hub,large:ours,large:torch_compile \
+    --order=$S:ours,$S:torch_compile,$S:ours@attention_dropout=0,$S:keras_hub,$L:ours,$L:torch_compile \
     --steps=6 --rounds=4 --warmup_steps=3 --deadline_s="$(left)" --out="$OUT" \
     --profile_dir=/tmp/profiles
   ;;
 2)
   export BERT_KERAS_FLASH_ATTENTION_CONFIG="${FLASH_CONFIG:-{\}}"
   python3 bench/bench_accelerator.py --mode=finetuning \
-    --order=base:ours,base:torch_compile,base:torch --steps=10 --rounds=4 --warmup_steps=3 \
+    --order=$S:ours,$S:torch_compile,$S:torch --steps=10 --rounds=4 --warmup_steps=3 \
     --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/finetuning"
   python3 bench/bench_accelerator.py --mode=inference \
-    --order=base:ours,base:torch_compile,base:torch,base:keras_hub --steps=10 --rounds=4 \
+    --order=$S:ours,$S:torch_compile,$S:torch,$S:keras_hub --steps=10 --rounds=4 \
     --warmup_steps=3 --deadline_s="$(( $(left) * 60 / 100 ))" --out="$OUT/inference"
   python3 bench/bench_accelerator.py \
-    --order=base:torch,"base:ours@attention_dropout=0;disable=cudnn_attention",large:keras_hub \
+    --order=$S:torch,"$S:ours@attention_dropout=0;disable=cudnn_attention",$L:keras_hub \
     --steps=6 --rounds=4 --warmup_steps=3 --deadline_s="$(left)" --out="$OUT/pretraining2" \
     --profile_dir=/tmp/profiles
   ;;
 esac
-# The traces stay on the machine (the breakdowns are in the results); ours at base comes back.
-cp /tmp/profiles/ours_base.xplane.pb "$OUT/" 2>/dev/null
+# The traces of ours, with and without attention dropout, come back (the breakdowns of the
+# others are in the results).
+cp /tmp/profiles/ours_"$S".xplane.pb /tmp/profiles/ours_attention_dropout_0_"$S".xplane.pb \
+  "$OUT/" 2>/dev/null
 echo "# part $PART done in $(( $(date +%s) - START )) s"

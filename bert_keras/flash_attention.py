@@ -544,3 +544,42 @@ def cudnn_attention(q, k, v, key_mask, *, scale, key_lengths=True, implementatio
                                             scale=scale, implementation=implementation)
 
     return lax.cond(is_right_padded(key_mask), by_lengths, by_mask, q)
+
+
+# --------------------------------------------------------------------------------------
+# The same hash for element-wise dropout (bert_keras.layers.Dropout on JAX)
+
+# Keys element-wise dropout with a "head" no attention row has, so that a dropout layer and
+# an attention kernel given equal seeds still draw different decisions.
+_ELEMENTWISE_STREAM = -1
+
+
+def dropout_keep(seed, shape, dropout_rate, rounds=2):
+    """Bool Tensor of `shape`: keep decisions for element-wise dropout at `dropout_rate`.
+
+    The decision of element e (its index in the flattened tensor) is the hash of
+    (seed, e), as in the attention kernel: pure integer arithmetic on an iota, which XLA
+    fuses into whatever consumes the mask, with nothing random to generate or store (JAX's
+    threefry bits took 5-10 ms of a BERT-base step on an H200: BUILD_NOTES 8.10). The rate
+    in effect is round(rate * 2^24) / 2^24.
+
+    Args:
+      seed: int Tensor [2], the layer's seed for this call (a Keras SeedGenerator's next()).
+      shape: Python tuple, the tensor's shape (at most 2^32 elements per distinct decision).
+      dropout_rate: Python float in (0, 1).
+      rounds: 2 or 1 rounds of the hash per decision.
+    """
+    seed = _as_int32_seed(seed)
+    key1, key2 = _row_keys(seed[0], seed[1], jnp.int32(_ELEMENTWISE_STREAM))
+    size = int(np.prod(shape))
+    counter = lax.iota(jnp.int32, size).reshape(shape) if size else jnp.zeros(shape, jnp.int32)
+    bits = _mix(counter ^ key1)
+    if rounds == 2:
+        bits = _mix(bits + key2)
+    return (lax.shift_right_logical(bits, jnp.int32(32 - _DECISION_BITS))
+            >= jnp.int32(dropout_threshold(dropout_rate)))
+
+
+def dropout_scale(dropout_rate):
+    """1 / (1 - rate'): the scale of kept elements that keeps the expectation exact."""
+    return 1.0 / (1.0 - dropout_threshold(dropout_rate) / (1 << _DECISION_BITS))

@@ -11,7 +11,8 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
     | name               | what                                     | backends | XLA |
     | adam_fused         | AdamW's step as ResourceApplyAdam        | tf       | no  |
     | cross_entropy      | masked-LM loss, closed-form gradient     | tf       | yes |
-    | dropout_16_bits    | 16 random bits per dropout decision      | tf, jax  | yes |
+    | dropout_16_bits    | 16 random bits per dropout decision      | tf       | yes |
+    | dropout_hash       | dropout decisions from a counter hash    | jax      | yes |
     | padding_free       | real-token rows only (dynamic shapes)    | tf       | no  |
     | argmax             | MLM accuracy's argmax without -0.0 guard | tf       | yes |
     | layer_norm_gradient| LayerNorm's gradient in closed form      | all      | no  |
@@ -44,7 +45,8 @@ _ALL = ("tensorflow", "jax", "torch", "numpy")
 KERNELS = {
     "adam_fused": (("tensorflow",), False),
     "cross_entropy": (("tensorflow",), True),
-    "dropout_16_bits": (("tensorflow", "jax"), True),
+    "dropout_16_bits": (("tensorflow",), True),
+    "dropout_hash": (("jax",), True),
     "padding_free": (("tensorflow",), False),
     "argmax": (("tensorflow",), True),
     "layer_norm_gradient": (_ALL, False),

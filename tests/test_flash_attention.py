@@ -277,3 +277,49 @@ def test_the_config_switch_overrides_tiles_and_refuses_unknown_keys(monkeypatch)
     monkeypatch.setenv(fa.CONFIG_ENV, "[32]")
     with pytest.raises(ValueError, match="not an object"):
         fa.configured()
+
+
+def test_elementwise_dropout_decisions_are_independent_bernoulli_draws():
+    shape = (64, 128, 96)
+    dropped = ~np.asarray(fa.dropout_keep(jnp.array([3, 0], jnp.uint32), shape, RATE))
+    rate = fa.dropout_threshold(RATE) / 2 ** 24
+    assert _binomial_ok(dropped.sum(), dropped.size, rate)
+    flat = dropped.reshape(-1)
+    assert _binomial_ok((flat[1:] & flat[:-1]).sum(), flat.size - 1, rate * rate)
+    for axis in range(3):
+        a = np.moveaxis(dropped, axis, 0)
+        assert _binomial_ok((a[1:] & a[:-1]).sum(), a[1:].size, rate * rate), axis
+    following = ~np.asarray(fa.dropout_keep(jnp.array([3, 1], jnp.uint32), shape, RATE))
+    assert _binomial_ok((dropped & following).sum(), dropped.size, rate * rate)
+    # Not the attention kernel's stream for the same seed (B=64 rows of N=1 head, S=128).
+    attention = ~np.asarray(fa.keep_mask(jnp.array([3, 0], jnp.uint32), 64, 1, 128, 96, RATE))
+    assert _binomial_ok((dropped & attention[:, 0]).sum(), dropped.size, rate * rate)
+    assert fa.dropout_scale(RATE) == pytest.approx(1 / (1 - rate), rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_dropout_layer_on_jax_drops_by_the_hash(backend):
+    if run_on_backend(backend, __file__,
+                      f"test_dropout_layer_on_jax_drops_by_the_hash[{backend}]"):
+        return
+    import keras
+
+    from bert_keras.layers import Dropout
+
+    layer = Dropout(0.25, seed=9)
+    x = np.random.default_rng(0).normal(size=(32, 48, 40)).astype("float32")
+    seed = np.asarray(layer.seed_generator.state.value)
+    y = np.asarray(layer(x, training=True))
+    keep = np.asarray(fa.dropout_keep(seed, x.shape, 0.25))
+    np.testing.assert_allclose(y, np.where(keep, x * fa.dropout_scale(0.25), 0), rtol=1e-6)
+    assert not np.array_equal(y, np.asarray(layer(x, training=True)))  # the seed advances
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    # The gradient is the mask, and bfloat16 stays bfloat16.
+    import jax
+
+    grad = jax.grad(lambda v: (layer(v, training=True) * x).sum())(x)
+    ratio = np.asarray(grad, np.float64) / x
+    assert np.all(np.isclose(ratio, 0.0, atol=1e-6)
+                  | np.isclose(ratio, fa.dropout_scale(0.25), rtol=1e-5))
+    y16 = Dropout(0.1, dtype="mixed_bfloat16")(x, training=True)
+    assert keras.backend.standardize_dtype(y16.dtype) == "bfloat16"

@@ -16,7 +16,7 @@ def test_tensorflow_kernels_run_outside_xla_and_only_the_measured_ones_inside(mo
     assert {name for name, on in outside.items() if on} == written_for_tensorflow
     # The JAX GPU attention kernels are the only others.
     assert set(kernels.KERNELS) - written_for_tensorflow == {
-        "flash_attention", "cudnn_attention", "cudnn_key_lengths"}
+        "flash_attention", "cudnn_attention", "cudnn_key_lengths", "dropout_hash"}
 
     @tf.function(jit_compile=True)
     def traced(x):

@@ -1,4 +1,4 @@
-"""Dropout: Keras' dropout layer with half the random bits per element (TensorFlow, JAX)."""
+"""Dropout: Keras' dropout layer with cheaper random decisions (TensorFlow, JAX)."""
 
 import keras
 
@@ -10,7 +10,7 @@ _LEVELS = 1 << 16
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` that draws 16 random bits per element, not 32 (TensorFlow, JAX).
+    """`keras.layers.Dropout` with cheaper random decisions on TensorFlow and JAX.
 
     On a CPU the random numbers are the largest cost of dropout: Keras' TensorFlow path
     draws one 32-bit Philox output per element (a float32 uniform). BERT drops out the
@@ -22,16 +22,16 @@ class Dropout(keras.layers.Dropout):
     scaled by 1 / (1 - rate'), which keeps the expected value exact. The backward pass is
     one multiplication by the saved mask.
 
-    On JAX the bits come from `jax.random.bits(seed, shape, uint16)`: JAX's default
-    generator (threefry) makes 32-bit words and splits them, so that is half the generator
-    work of Keras' `jax.random.bernoulli`, which draws a 32-bit uniform per element. BERT
-    draws about 1.2 billion dropout decisions per BERT-base step at batch 256 (the
-    attention probabilities alone are [256, 12, 128, 128] per layer), which an accelerator
-    computes with integer arithmetic.
+    On JAX each decision is a counter-based hash of (seed, element index), the one the
+    fused attention kernel draws its decisions with (`bert_keras.flash_attention.
+    dropout_keep`; kernel "dropout_hash"): integer arithmetic on an iota that XLA fuses
+    into the mask's consumer. JAX's own bits (threefry) cost 5-10 ms of a BERT-base step
+    on an H200, and 16-bit words from them were interleaved by a transpose (BUILD_NOTES
+    8.10). There the rate in effect is round(rate * 2^24) / 2^24.
 
     Everything else is Keras' Dropout: arguments, config, seeding (one `SeedGenerator`,
-    advanced once per call). With `noise_shape`, a rate below 2^-17 or of 1, or another
-    backend (torch, numpy), the layer runs Keras' own dropout unchanged.
+    advanced once per call). With `noise_shape`, a rate below 2^-17 or of 1, another
+    backend (torch, numpy), or the kernel turned off, the layer runs Keras' own dropout.
 
     Args:
       rate: float in [0, 1], the fraction of elements to drop.
@@ -42,14 +42,13 @@ class Dropout(keras.layers.Dropout):
         if not training or self.rate == 0:
             return inputs
         threshold = round(self.rate * _LEVELS)
-        if (
-            self.noise_shape is not None
-            or not 0 < threshold < _LEVELS
-            or not kernels.applies("dropout_16_bits")
-        ):
+        if self.noise_shape is not None or not 0 < threshold < _LEVELS:
             return super().call(inputs, training=training)
-        dropout = _SIXTEEN_BIT_DROPOUT[keras.backend.backend()]
-        return dropout(inputs, threshold, self.seed_generator.next())
+        if kernels.applies("dropout_hash"):
+            return _dropout_hash(inputs, self.rate, self.seed_generator.next())
+        if kernels.applies("dropout_16_bits"):
+            return _dropout_16_bits(inputs, threshold, self.seed_generator.next())
+        return super().call(inputs, training=training)
 
 
 def _dropout_16_bits(inputs, threshold, seed):
@@ -79,15 +78,21 @@ def _dropout_16_bits(inputs, threshold, seed):
     return inputs * tf.stop_gradient(mask)
 
 
-def _dropout_16_bits_jax(inputs, threshold, seed):
-    """`_dropout_16_bits` on JAX: the same rule, bits from `jax.random.bits` (uint32[2] seed)."""
-    import jax
+def _dropout_hash(inputs, rate, seed):
+    """Drops elements of `inputs` by the hash's decisions (JAX only).
+
+    Args:
+      inputs: float Tensor of any shape.
+      rate: Python float in (0, 1).
+      seed: uint32 Tensor [2], from the layer's `SeedGenerator`.
+
+    Returns:
+      Tensor like `inputs`: zeros, or the input times 1 / (1 - rate').
+    """
     import jax.numpy as jnp
 
-    halves = jax.random.bits(seed, inputs.shape, dtype=jnp.uint16)
-    scale = jnp.asarray(_LEVELS / (_LEVELS - threshold), inputs.dtype)
-    return jax.lax.select(halves >= threshold, inputs * scale, jnp.zeros_like(inputs))
+    from bert_keras import flash_attention
 
-
-# The 16-bit path of each backend that has one (kernels.KERNELS["dropout_16_bits"]).
-_SIXTEEN_BIT_DROPOUT = {"tensorflow": _dropout_16_bits, "jax": _dropout_16_bits_jax}
+    keep = flash_attention.dropout_keep(seed, inputs.shape, rate)
+    scale = jnp.asarray(flash_attention.dropout_scale(rate), inputs.dtype)
+    return jnp.where(keep, inputs * scale, jnp.zeros((), inputs.dtype))

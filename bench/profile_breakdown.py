@@ -133,7 +133,7 @@ def categorize(name: str, stats: dict | None = None, hlo_ops: dict | None = None
 # The compiled HLO: what each instruction runs
 
 
-_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|called_computations|"
                      r"branch_computations)=\{?([^}]*?)\}?(?=,\s*[a-z_]+=|$)")
@@ -195,8 +195,10 @@ def hlo_op_categories(hlo_text) -> dict:
                 module = line.split()[1].rstrip(",")
                 continue
             if current is None:
+                # A computation's header starts at the margin and ends with "{" (its
+                # parameter list may hold "/*index=5*/" comments); instructions are indented.
                 match = _COMPUTATION.match(line)
-                if match and "=" not in line.split("{")[0]:
+                if match and not line[:1].isspace() and line.rstrip().endswith("{"):
                     current = computations.setdefault(match.group(1), [])
                 continue
             if line.strip() == "}":

@@ -108,7 +108,7 @@ HloModule jit_step, is_scheduled=true, entry_computation_layout={(bf16[4,8]{1,0}
   ROOT %c = pred[] constant(false)
 }
 
-ENTRY %main (x.1: bf16[4,8]) -> bf16[4,8] {
+ENTRY %main (x.1: bf16[4,8], /*index=1*/y.1: f32[]) -> bf16[4,8] {
   %x.1 = bf16[4,8]{1,0} parameter(0)
   %w = bf16[8,8]{1,0} constant({...})
   %gemm_fusion = bf16[4,8]{1,0} fusion(%x.1, %w), kind=kCustom, calls=%fused_gemm
@@ -289,3 +289,13 @@ def test_cpu_trace_of_a_jitted_function(tmp_path):
     assert shown[0] == "kernel" and shown[2:4] == ["ms/step:", "matmul"]
     assert float(shown[1]) == pytest.approx(found["total_ms_per_step"], abs=0.05)
     assert "[host XLA ops (no GPU plane)]" in result["line"]
+
+
+def test_read_hlo_dump_reads_the_optimized_modules_only(tmp_path):
+    for name, text in (("module_0004.jit_step.cpu_after_optimizations.txt", "optimized"),
+                       ("module_0004.jit_step.cpu_after_optimizations-buffer-assignment.txt",
+                        "buffers"),
+                       ("module_0004.jit_step.before_optimizations.txt", "before"),
+                       ("module_0002.jit_add.sm_9.0_gpu_after_optimizations.txt", "gpu")):
+        (tmp_path / name).write_text(text)
+    assert profile_breakdown.read_hlo_dump(str(tmp_path)) == ["gpu", "optimized"]

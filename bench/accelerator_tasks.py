@@ -324,10 +324,10 @@ def keras_inference(side: str, size: dict, data: dict):
     batch = size["batch"]
     batches = [jax.device_put({k: v[i * batch:(i + 1) * batch] for k, v in inputs.items()})
                for i in range(len(data["ids"]) // batch)]
-    return _cycling_runner(forward, batches, jax.block_until_ready)
+    return cycling_runner(forward, batches, jax.block_until_ready)
 
 
-def _cycling_runner(step, batches, wait, context=contextlib.nullcontext):
+def cycling_runner(step, batches, wait, context=contextlib.nullcontext):
     """run(steps) -> seconds: step(batch) over `batches` in turn, then wait(last result).
 
     A device runs one program's launches in order, so the last result complete means all
@@ -396,7 +396,9 @@ def _torch_batches(data: dict, size: dict, device: str, names: dict) -> list[dic
             for i in range(len(data["ids"]) // batch)]
 
 
-def _torch_wait(device):
+def torch_wait(device):
+    """wait(result) for `cycling_runner`: torch.cuda.synchronize on a GPU (CPU ops are
+    synchronous)."""
     import torch
 
     return (lambda _: torch.cuda.synchronize()) if device == "cuda" else (lambda _: None)
@@ -436,7 +438,7 @@ def torch_finetune(side: str, size: dict, data: dict):
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    return _cycling_runner(step, batches, _torch_wait(device))
+    return cycling_runner(step, batches, torch_wait(device))
 
 
 def torch_inference(side: str, size: dict, data: dict):
@@ -457,4 +459,4 @@ def torch_inference(side: str, size: dict, data: dict):
         out = forward(**batch)
         return out.last_hidden_state, out.pooler_output
 
-    return _cycling_runner(step, batches, _torch_wait(device), context=torch.inference_mode)
+    return cycling_runner(step, batches, torch_wait(device), context=torch.inference_mode)

@@ -41,13 +41,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 
-def training_flops_per_sequence(layers, hidden, intermediate, vocab, seq, predictions,
-                                nsp=True):
-    """Analytic FLOPs of one training step per sequence (2 per multiply-add, 3 x forward)."""
+def encoder_forward_flops(layers, hidden, intermediate, seq):
+    """Analytic FLOPs of the encoder layers' forward per sequence (2 per multiply-add):
+    L x (8SH^2 + 4SHI + 4S^2H); embeddings, pooler and heads not included."""
     per_layer = (4 * 2 * seq * hidden * hidden          # Q, K, V and output projections
                  + 2 * 2 * seq * hidden * intermediate  # feed-forward in and out
                  + 2 * 2 * seq * seq * hidden)          # scores and weighted sum
-    forward = layers * per_layer
+    return layers * per_layer
+
+
+def training_flops_per_sequence(layers, hidden, intermediate, vocab, seq, predictions,
+                                nsp=True):
+    """Analytic FLOPs of one training step per sequence (2 per multiply-add, 3 x forward)."""
+    forward = encoder_forward_flops(layers, hidden, intermediate, seq)
     forward += 2 * predictions * hidden * hidden + 2 * predictions * hidden * vocab  # MLM head
     if nsp:
         forward += 2 * hidden * hidden + 2 * hidden * 2  # pooler + NSP
@@ -109,18 +115,19 @@ def torch_matmul_peak(n=1024, seconds=2.0):
 # Keras models (ours and keras-hub)
 
 
-def _keras_optimizer(stock=False):
+def keras_optimizer(stock=False, learning_rate=1e-4):
     """BERT's AdamW: ours (`create_optimizer`), or with stock=True Keras' own AdamW with the
-    same settings and decay exclusions, as a keras-hub user's script would build it."""
+    same settings and decay exclusions, as a keras-hub user's script would build it.
+    `learning_rate` is the peak rate (1e-4: pretraining)."""
     import keras
 
     from bert_keras.optimization import NO_DECAY_PATTERN, WarmupLinearDecay, create_optimizer
 
     # A constant-ish schedule: no warmup, long decay (the schedule costs nothing measurable).
     if not stock:
-        return create_optimizer(1e-4, num_train_steps=10 ** 6, num_warmup_steps=0)
+        return create_optimizer(learning_rate, num_train_steps=10 ** 6, num_warmup_steps=0)
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(1e-4, 10 ** 6, 0), weight_decay=0.01, beta_1=0.9,
+        learning_rate=WarmupLinearDecay(learning_rate, 10 ** 6, 0), weight_decay=0.01, beta_1=0.9,
         beta_2=0.999, epsilon=1e-6, global_clipnorm=1.0)
     optimizer.exclude_from_weight_decay(var_names=[NO_DECAY_PATTERN])
     return optimizer
@@ -180,7 +187,7 @@ def ours_model(args, data, mlm_only, jit_compile, config=None):
         labels = {"mlm_logits": data["labels"], "nsp_logits": data["nsp"]}
         weights = {"mlm_logits": data["weights"],
                    "nsp_logits": np.ones_like(data["nsp"], np.float32)}
-    model.compile(optimizer=_keras_optimizer(), jit_compile=jit_compile,
+    model.compile(optimizer=keras_optimizer(), jit_compile=jit_compile,
                   **pretraining_losses_and_metrics(mlm_only=mlm_only))
     dataset = tf.data.Dataset.from_tensors((features, labels, weights)).repeat()
     return model, dataset
@@ -204,7 +211,7 @@ def keras_hub_masked_lm(args, data, jit_compile, our_optimizer=False):
         num_heads=config.num_attention_heads, hidden_dim=config.hidden_size,
         intermediate_dim=config.intermediate_size, max_sequence_length=512)
     model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
-    model.compile(optimizer=_keras_optimizer(stock=not our_optimizer), jit_compile=jit_compile,
+    model.compile(optimizer=keras_optimizer(stock=not our_optimizer), jit_compile=jit_compile,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()])
     features = {"token_ids": data["ids"], "padding_mask": data["mask"].astype(bool),

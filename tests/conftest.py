@@ -116,3 +116,34 @@ def run_on_backend(backend, test_file, test_id):
     assert counts.get("passed") == 1 and not counts.keys() - {"passed", "warning", "warnings"}, \
         done.stdout[-2000:]
     return True
+
+
+# Imported by a fresh process whose PYTHONPATH starts with its folder: TensorFlow (and
+# tensorflow-text) cannot be found, as on a machine without them (the GPU machines the
+# accelerator bench runs on); importlib.util.find_spec says None, an import fails.
+_HIDE_TENSORFLOW = '''\
+import importlib.machinery
+import sys
+
+
+class _WithoutTensorFlow(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras"):
+            return None
+        return super().find_spec(name, path, target)
+
+
+sys.meta_path[:] = [_WithoutTensorFlow if f is importlib.machinery.PathFinder else f
+                    for f in sys.meta_path]
+'''
+
+
+def without_tensorflow_env(backend, folder, **extra):
+    """`backend_env` for a fresh process in which TensorFlow cannot be imported (a
+    sitecustomize.py written into `folder` hides it)."""
+    with open(os.path.join(folder, "sitecustomize.py"), "w") as f:
+        f.write(_HIDE_TENSORFLOW)
+    env = backend_env(backend, **extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), REPO])
+    return env

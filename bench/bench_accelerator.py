@@ -73,6 +73,24 @@ BF16_PEAKS = (("H200", 989.0), ("H100", 989.0), ("A100", 312.0))
 LEARNING_RATE, WEIGHT_DECAY, EPSILON, CLIPNORM = 1e-4, 0.01, 1e-6, 1.0
 
 
+def sizes_of(mode):
+    """The named sizes of a mode."""
+    if mode == "pretraining":
+        return SIZES
+    import accelerator_tasks
+
+    return accelerator_tasks.SIZES[mode]
+
+
+def flops_per_example(mode, size_name):
+    """Model FLOPs of one example of a mode's step at a named size."""
+    if mode == "pretraining":
+        return flops_per_sequence(SIZES[size_name])
+    import accelerator_tasks
+
+    return accelerator_tasks.flops_per_example(mode, accelerator_tasks.SIZES[mode][size_name])
+
+
 def flops_per_sequence(size):
     from bench_pretraining import training_flops_per_sequence
 
@@ -91,14 +109,16 @@ def synthetic_batches(size, count=4, seed=0):
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def parse_side(spec):
-    """"ours@attention_dropout=0,disable=x" -> ("ours", {"attention_dropout": "0", ...})."""
+def parse_side(spec, mode="pretraining"):
+    """"ours@attention_dropout=0,disable=x" -> ("ours", {"attention_dropout": "0", ...}).
+    The fine-tuning and inference modes take `disable` only."""
     name, _, options = spec.partition("@")
     if name not in SIDES:
         raise SystemExit(f"error: --sides: unknown side {name!r}; expected some of {SIDES}")
     # Options are separated by "," or by ";" (inside --order, whose runs "," separates).
     parsed = dict(o.split("=", 1) for o in options.replace(";", ",").split(",") if o)
-    allowed = {"ours": {"attention_dropout", "dropout", "disable"}}.get(name, set())
+    allowed = {"ours": ({"attention_dropout", "dropout", "disable"} if mode == "pretraining"
+                        else {"disable"})}.get(name, set())
     if set(parsed) - allowed:
         raise SystemExit(f"error: --sides: {spec!r}: options {sorted(set(parsed) - allowed)} "
                          f"not understood; {name} takes {sorted(allowed) or 'none'}")
@@ -243,15 +263,20 @@ PALLAS_ATTENTION_NAMES = ("bert_flash_attention_forward", "bert_flash_attention_
 FALLBACK_LOG = "Failed to apply"
 
 
-def fused_attention_in_dump(dump_dir):
-    """What the compiled train step holds, read from XLA's dump (`--xla_dump_to`): counts of
-    cuDNN fused-attention custom calls and of bert_keras' Pallas attention kernels in the
-    largest optimized module whose name has "train_step" (Keras' jitted step)."""
+# The jitted function whose compiled module holds a mode's step: Keras' train step, or the
+# inference sides' jitted forward (accelerator_tasks.jitted_forward).
+STEP_MODULE = {"pretraining": "train_step", "finetune": "train_step", "inference": "forward"}
+
+
+def fused_attention_in_dump(dump_dir, step="train_step"):
+    """What the compiled step holds, read from XLA's dump (`--xla_dump_to`): counts of cuDNN
+    fused-attention custom calls and of bert_keras' Pallas attention kernels in the largest
+    optimized module whose name has `step` (Keras' jitted train step by default)."""
     import glob
 
-    modules = [p for p in glob.glob(os.path.join(dump_dir, "*train_step*after_optimizations.txt"))]
+    modules = glob.glob(os.path.join(dump_dir, f"*{step}*after_optimizations.txt"))
     if not modules:
-        return {"error": f"no optimized train_step module in {dump_dir}"}
+        return {"error": f"no optimized {step} module in {dump_dir}"}
     module = max(modules, key=os.path.getsize)
     with open(module) as f:
         text = f.read()
@@ -344,12 +369,22 @@ def run_torch_side(name, size, args):
 
 
 def child(args):
-    name, options = parse_side(args.side)
-    size = SIZES[args.size]
+    name, options = parse_side(args.side, args.mode)
     start = time.perf_counter()
-    if name in ("ours", "keras_hub"):
+    if args.mode != "pretraining":
+        import accelerator_tasks
+
+        if options.get("disable"):
+            from bert_keras import kernels
+
+            os.environ[kernels.DISABLE_ENV] = options["disable"].replace("+", ",")
+        run = accelerator_tasks.build(args.mode, name, args.size)
+        size = accelerator_tasks.SIZES[args.mode][args.size]
+    elif name in ("ours", "keras_hub"):
+        size = SIZES[args.size]
         run = run_keras_side(name, options, size, args)
     else:
+        size = SIZES[args.size]
         run = run_torch_side(name, size, args)
     run(args.warmup_steps)
     warmup_seconds = time.perf_counter() - start
@@ -414,6 +449,22 @@ def device_peak(args):
     return rate, "measured torch float32 1024^3 matmul on this CPU"
 
 
+def trace_name(side):
+    """A side's name in file names: "ours@attention_dropout=0" -> "ours_attention_dropout_0"."""
+    return "".join(c if c.isalnum() else "_" for c in side)
+
+
+def keep_module(dump_dir, module, hlo_dir, name):
+    """Copies a compiled module's text from XLA's dump to hlo_dir/name, gzipped."""
+    import gzip
+    import shutil
+
+    os.makedirs(hlo_dir, exist_ok=True)
+    with open(os.path.join(dump_dir, module), "rb") as source, \
+            gzip.open(os.path.join(hlo_dir, name), "wb") as target:
+        shutil.copyfileobj(source, target)
+
+
 def run_child(size, side, args, timeout):
     import shutil
     import tempfile
@@ -421,20 +472,22 @@ def run_child(size, side, args, timeout):
     env = dict(os.environ)
     env["KERAS_BACKEND"] = args.keras_backend
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    keras_side = parse_side(side)[0] in ("ours", "keras_hub")
+    keras_side = parse_side(side, args.mode)[0] in ("ours", "keras_hub")
     dump_dir = None
     if keras_side and args.keras_backend == "jax":
         # XLA's compiled modules, to read the train step's custom calls from.
         dump_dir = tempfile.mkdtemp(prefix="xla_dump_")
         env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), f"--xla_dump_to={dump_dir}",
                                      "--xla_dump_hlo_as_text",
-                                     "--xla_dump_hlo_module_re=.*train_step.*"]).strip()
-    command = [sys.executable, os.path.abspath(__file__), f"--side={side}", f"--size={size}",
+                                     f"--xla_dump_hlo_module_re=.*{STEP_MODULE[args.mode]}.*"]
+                                    ).strip()
+    command = [sys.executable, os.path.abspath(__file__), f"--mode={args.mode}",
+               f"--side={side}", f"--size={size}",
                f"--steps={args.steps}", f"--rounds={args.rounds}",
                f"--warmup_steps={args.warmup_steps}"]
     if args.profile_dir and keras_side and args.keras_backend == "jax":
         os.makedirs(args.profile_dir, exist_ok=True)
-        trace = "".join(c if c.isalnum() else "_" for c in side) + f"_{size}.xplane.pb"
+        trace = f"{trace_name(side)}_{size}.xplane.pb"
         command.append(f"--profile_path={os.path.join(args.profile_dir, trace)}")
     started = time.perf_counter()
     try:
@@ -448,7 +501,11 @@ def run_child(size, side, args, timeout):
                 result = json.loads(line[len("RESULT "):])
                 result["process_seconds"] = time.perf_counter() - started
                 if dump_dir:
-                    result["fused_attention"] = fused_attention_in_dump(dump_dir)
+                    result["fused_attention"] = fused_attention_in_dump(
+                        dump_dir, STEP_MODULE[args.mode])
+                    if args.hlo_dir and "module" in result["fused_attention"]:
+                        keep_module(dump_dir, result["fused_attention"]["module"],
+                                    args.hlo_dir, f"{trace_name(side)}_{size}.hlo.txt.gz")
                     result["fused_attention"]["fallback_logs"] = done.stderr.count(FALLBACK_LOG)
                 return result
         tail = (done.stderr or done.stdout).strip().splitlines()[-12:]
@@ -460,6 +517,11 @@ def run_child(size, side, args, timeout):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", default="pretraining",
+                        choices=("pretraining", "finetune", "inference"),
+                        help="pretraining (BertPretrainer's step), finetune (run_classifier's "
+                             "step, issue 48) or inference (the encoder's forward); the last "
+                             "two: bench/accelerator_tasks.py")
     parser.add_argument("--sizes", default="base,large")
     parser.add_argument("--sides", default=",".join(SIDES),
                         help="comma-separated; run in this order for each size, sizes in turn "
@@ -479,6 +541,9 @@ def main(argv=None):
     parser.add_argument("--profile_dir", default="",
                         help="JAX only: trace two more steps of every Keras side into this "
                              "folder and print the kernel time by category")
+    parser.add_argument("--hlo_dir", default="",
+                        help="JAX only: keep each Keras side's compiled step (XLA's optimized "
+                             "HLO text, gzipped) in this folder")
     # Child mode.
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
@@ -493,9 +558,10 @@ def main(argv=None):
         runs = [(size, side) for size in args.sizes.split(",") if size
                 for side in args.sides.split(",") if side]
     for size, side in runs:
-        if size not in SIZES:
-            raise SystemExit(f"error: unknown size {size!r}; expected one of {sorted(SIZES)}")
-        parse_side(side)
+        if size not in sizes_of(args.mode):
+            raise SystemExit(f"error: unknown {args.mode} size {size!r}; expected one of "
+                             f"{sorted(sizes_of(args.mode))}")
+        parse_side(side, args.mode)
     peak, peak_source = device_peak(args)
     began = time.perf_counter()
     results = []
@@ -507,7 +573,7 @@ def main(argv=None):
         print(f"# running {side} at {size} ({left:.0f} s left)", flush=True)
         result = run_child(size, side, args, timeout=left)
         if "error" not in result:
-            flops = flops_per_sequence(SIZES[size])
+            flops = flops_per_example(args.mode, size)
             result["model_tflops"] = result["examples_per_second"] * flops / 1e12
             result["utilisation"] = result["model_tflops"] / peak if peak else None
             result["flops_per_example"] = flops
@@ -554,7 +620,7 @@ def describe_breakdown(breakdown):
 
 
 def format_table(results, peak, peak_source, args):
-    lines = [f"# Keras backend {args.keras_backend}; peak {peak or 0:.1f} TFLOP/s "
+    lines = [f"# {args.mode}; Keras backend {args.keras_backend}; peak {peak or 0:.1f} TFLOP/s "
              f"({peak_source}); step time = median of {args.rounds} rounds of {args.steps} "
              f"steps after {args.warmup_steps} warm-up steps",
              "| size | side | examples/s | step ms | model TFLOP/s | utilisation | "

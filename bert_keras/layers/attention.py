@@ -143,7 +143,11 @@ class SelfAttention(keras.layers.Layer):
             if flash_attention.supports(query_length, key_length, self.head_size):
                 key_mask = (ops.ones(ops.shape(k)[:2], "int32") if attention_mask is None
                             else ops.cast(attention_mask, "int32"))
-                if rate == 0 and kernels.applies("cudnn_attention"):
+                # cuDNN where every position attends (it refused the pretrainer's last
+                # layer, which attends from [CLS] and the P masked positions only: Q = 21,
+                # on an H200 with JAX 0.11.2); the Pallas kernel elsewhere.
+                if (rate == 0 and query_length == key_length
+                        and kernels.applies("cudnn_attention")):
                     return flash_attention.cudnn_attention(
                         q, k, v, key_mask, scale=scale,
                         key_lengths=kernels.applies("cudnn_key_lengths"))

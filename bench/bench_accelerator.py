@@ -26,10 +26,18 @@ A side may carry options after "@" (for A/B rows of ours): `ours@attention_dropo
 (fused attention, `keras.ops.dot_product_attention`), `ours@dropout=0` (no dropout at
 all), `ours@disable=dropout_16_bits` (a kernel of bert_keras.kernels off).
 
-Timing: after --warmup_steps (compilation included), --rounds rounds of --steps steps;
-each round is timed from the first step's start to the last step's completion (Keras: fit's
-on_train_begin to on_train_end, after which the results are on the host; torch: CUDA
-synchronize), and the step time is the median over rounds of round time / steps.
+Timing: after --warmup_steps (compilation included), --rounds rounds; each round runs
+--steps steps and then 2 x --steps steps, each call timed from its first step's start to its
+last step's completion (Keras: fit's on_train_begin to on_train_end, after which the results
+are on the host; torch: CUDA synchronize). For the Keras sides the step time is the median
+over rounds of (time of 2n steps - time of n steps) / n: what each further step costs,
+without the fixed cost of a call; for the torch sides, whose call is a plain loop of steps
+with no setup, the median of the 2n-step call's time / 2n. A Keras fit call has one (it builds its epoch iterator and syncs the
+training state back into the variables: about 40 ms on an H200 at BERT-base, idle on the
+device, BUILD_NOTES 8.10), which a training run pays once per epoch of thousands of steps;
+divided over a round of 5 steps it added 8 ms to a 53.5 ms step. `step_seconds_per_call`
+keeps the whole call's time / steps of the longer calls (what earlier versions of this
+bench reported).
 
 Model FLOPs per sequence (stated in the output): 3 x forward, forward = L x (8SH^2 +
 4SHI + 4S^2H) + 2PH^2 + 2PHV + 2H^2 + 4H (bench_pretraining.training_flops_per_sequence;
@@ -219,7 +227,7 @@ def run_keras_side(name, options, size, args):
     model, feed = (build_ours if name == "ours" else build_keras_hub)(size, options)
     # As many distinct batches as the longest fit call takes (a fit that runs out of data
     # ends its epoch early).
-    count = max(args.steps, args.warmup_steps, 2)
+    count = max(2 * args.steps, args.warmup_steps, 2)
     features, labels, weights = feed(synthetic_batches(size, count=count))
     from bench_pretraining import keras_runner
 
@@ -368,6 +376,20 @@ def run_torch_side(name, size, args):
 # The child: one side, one size; prints one JSON line
 
 
+def time_rounds(run, steps, rounds, differential):
+    """Per-step seconds of `rounds` rounds: ([step time per round], [call time / steps of the
+    longer call per round]). Each round calls run(steps) then run(2 * steps); with
+    `differential` the step time is their difference / steps (a call's fixed cost cancels:
+    the Keras sides), else the longer call's time / (2 * steps) (the torch sides)."""
+    step_times, per_call = [], []
+    for _ in range(rounds):
+        short = run(steps)
+        long = run(2 * steps)
+        per_call.append(long / (2 * steps))
+        step_times.append((long - short) / steps if differential else per_call[-1])
+    return step_times, per_call
+
+
 def child(args):
     name, options = parse_side(args.side, args.mode)
     start = time.perf_counter()
@@ -388,7 +410,8 @@ def child(args):
         run = run_torch_side(name, size, args)
     run(args.warmup_steps)
     warmup_seconds = time.perf_counter() - start
-    rounds = [run(args.steps) / args.steps for _ in range(args.rounds)]
+    rounds, per_call = time_rounds(run, args.steps, args.rounds,
+                                   differential=name in ("ours", "keras_hub"))
     step_seconds = statistics.median(rounds)
     breakdown = None
     if args.profile_path and name in ("ours", "keras_hub"):
@@ -398,7 +421,9 @@ def child(args):
             profile_keras(run, args.profile_path)
             breakdown = profile_breakdown(args.profile_path)
     result = dict(side=args.side, size=args.size, step_seconds=step_seconds,
-                  step_seconds_per_round=rounds, warmup_seconds=warmup_seconds,
+                  step_seconds_per_round=rounds,
+                  step_seconds_per_call=statistics.median(per_call),
+                  warmup_seconds=warmup_seconds,
                   examples_per_second=size["batch"] / step_seconds)
     if breakdown is not None:
         result["kernel_breakdown"] = breakdown

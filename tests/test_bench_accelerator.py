@@ -88,3 +88,19 @@ def test_fused_attention_is_read_from_the_compiled_train_step(tmp_path):
     empty.mkdir()
     assert "no optimized train_step module" in bench_accelerator.fused_attention_in_dump(
         str(empty))["error"]
+
+
+def test_the_step_time_leaves_out_a_calls_fixed_cost():
+    # A fake side: each call costs 40 ms once plus 10 ms a step (a Keras fit call's shape).
+    calls = []
+
+    def run(steps):
+        calls.append(steps)
+        return 0.040 + 0.010 * steps
+
+    step, per_call = bench_accelerator.time_rounds(run, 5, 3, differential=True)
+    assert calls == [5, 10] * 3
+    assert step == pytest.approx([0.010] * 3)
+    assert per_call == pytest.approx([0.014] * 3)  # (40 + 100) ms / 10 steps
+    step, _ = bench_accelerator.time_rounds(run, 5, 2, differential=False)
+    assert step == pytest.approx([0.014] * 2)

@@ -53,6 +53,12 @@ _GOLDEN = 0x9E3779B9 - (1 << 32)
 _SECOND_KEY = 0x68E31DA4
 
 
+def on_gpu():
+    """Whether JAX computes on a GPU (else the kernels run interpreted, cuDNN's function on
+    XLA's implementation)."""
+    return jax.default_backend() == "gpu"
+
+
 def supports(query_length, key_length, head_size):
     """Whether the kernels take these sizes: Triton's matrix products want block sides that
     are powers of two of at least 16 (queries are padded up; keys and heads are not)."""
@@ -470,7 +476,7 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
     scale = 1.0 / math.sqrt(head_size) if scale is None else float(scale)
     merged = configured(config)
     if interpret is None:
-        interpret = jax.default_backend() != "gpu"
+        interpret = not on_gpu()
     # Queries padded to a multiple of 16 (the pretrainer's last layer attends from [CLS]
     # and the P masked positions only); padded rows are computed and dropped.
     padded_length = max(16, -(-query_length // 16) * 16)
@@ -523,7 +529,7 @@ def cudnn_attention(q, k, v, key_mask, *, scale, key_lengths=True, implementatio
     batch_size, query_length = q.shape[0], q.shape[1]
     key_mask = key_mask.astype(jnp.int32)
     if implementation is None:
-        implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+        implementation = "cudnn" if on_gpu() else "xla"
 
     def by_mask(q):
         padded = q

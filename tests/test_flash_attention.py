@@ -329,3 +329,48 @@ def test_dropout_layer_on_jax_drops_by_the_hash(backend):
                   | np.isclose(ratio, fa.dropout_scale(0.25), rtol=1e-5))
     y16 = Dropout(0.1, dtype="mixed_bfloat16")(x, training=True)
     assert keras.backend.standardize_dtype(y16.dtype) == "bfloat16"
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_self_attention_for_cuda_has_no_layout_transposes(backend, monkeypatch):
+    """SelfAttention's training step (forward and gradients) as a GPU compiles it, exported
+    for CUDA from this CPU: the fused kernels read the projections' [B, S, N, D] layout, so
+    no 4-D tensor is transposed and no [B, N, S, S] tensor exists."""
+    if run_on_backend(backend, __file__, f"test_self_attention_for_cuda_has_no_layout_"
+                                         f"transposes[{backend}]"):
+        return
+    import re
+
+    from jax import export
+
+    from bert_keras import kernels
+    from bert_keras.layers import SelfAttention
+
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setattr(fa, "on_gpu", lambda: True)
+    batch, length, hidden, heads = 3, 48, 64, 4
+    layer = SelfAttention(heads, dropout=RATE)
+    layer.build((None, None, hidden))
+    trainable = [v.value for v in layer.trainable_variables]
+    others = [v.value for v in layer.non_trainable_variables]
+
+    def step(trainable, x, mask, rows):
+        def loss(trainable):
+            full, _ = layer.stateless_call(trainable, others, x, attention_mask=mask,
+                                           training=True)
+            subset, _ = layer.stateless_call(trainable, others, x, attention_mask=mask,
+                                             query=rows)
+            return jnp.sum(full.astype(jnp.float32)) + jnp.sum(subset.astype(jnp.float32))
+        return jax.grad(loss)(trainable)
+
+    sds = jax.ShapeDtypeStruct
+    exported = export.export(
+        jax.jit(step), platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+        [sds(t.shape, t.dtype) for t in trainable], sds((batch, length, hidden), jnp.float32),
+        sds((batch, length), jnp.int32), sds((batch, 5, hidden), jnp.float32))
+    text = exported.mlir_module()
+    assert text.count("__gpu$xla.gpu.triton") == 6  # training and query-subset paths
+    transposes = re.findall(r"stablehlo.transpose.*", text)
+    assert not [t for t in transposes if re.search(r"tensor<\d+x\d+x\d+x\d+x", t)], transposes
+    assert f"tensor<{batch}x{heads}x{length}x{length}x" not in text

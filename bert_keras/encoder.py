@@ -160,6 +160,13 @@ class BertEncoder(keras.Model):
         self.transformer_layers = blocks
         self.pooler_layer = pooler
 
+    @property
+    def layers_dtype_policy(self):
+        """The dtype policy the encoder's layers compute in: its `dtype` argument, else the
+        global policy when it was built. Keras' functional models keep their own policy at
+        the global one whatever `dtype` says, so heads built on an encoder take this one."""
+        return self.pooler_layer.dtype_policy
+
     @classmethod
     def from_bert_config(cls, config: BertConfig, **kwargs):
         """Builds an encoder from a `BertConfig` (Google's bert_config.json keys)."""

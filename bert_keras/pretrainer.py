@@ -49,13 +49,13 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
             activation=encoder.hidden_act,
             layer_norm_epsilon=encoder.layer_norm_epsilon,
             initializer=clone_initializer(initializer),
-            dtype=encoder.dtype_policy,
+            dtype=encoder.layers_dtype_policy,
             name="masked_lm",
         )
         nsp_dense = Dense(
             2,
             kernel_initializer=clone_initializer(initializer),
-            dtype=encoder.dtype_policy,
+            dtype=encoder.layers_dtype_policy,
             name="nsp_dense",
         ) if next_sentence else None
 

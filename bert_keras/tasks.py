@@ -145,11 +145,11 @@ class BertClassifier(_TaskModel):
         _check_dropout(dropout)
         _check_head_initializer(head_initializer)
         _check_skip_padding(skip_padding)
-        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="classifier_dropout")
+        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.layers_dtype_policy, name="classifier_dropout")
         head = Dense(
             num_classes,
             kernel_initializer=_initializer(encoder, head_initializer),
-            dtype=encoder.dtype_policy,
+            dtype=encoder.layers_dtype_policy,
             name="classifier",
         )
 
@@ -207,11 +207,11 @@ class BertTagger(_TaskModel):
         _check_dropout(dropout)
         _check_head_initializer(head_initializer)
         _check_skip_padding(skip_padding)
-        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.dtype_policy, name="tagger_dropout")
+        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.layers_dtype_policy, name="tagger_dropout")
         head = Dense(
             num_classes,
             kernel_initializer=_initializer(encoder, head_initializer),
-            dtype=encoder.dtype_policy,
+            dtype=encoder.layers_dtype_policy,
             name="tagger",
         )
 
@@ -258,7 +258,7 @@ class BertSpanQA(_TaskModel):
         head = Dense(
             2,
             kernel_initializer=_initializer(encoder, head_initializer),
-            dtype=encoder.dtype_policy,
+            dtype=encoder.layers_dtype_policy,
             name="span_logits",  # Google's cls/squad/output_weights [2, H] (transposed).
         )
 

@@ -226,3 +226,22 @@ def test_heads_without_pooler_neither_compute_nor_train_it(cls, tmp_path):
     fresh.load_weights(theirs)
     for a, b in zip(fresh.weights, model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
+def test_heads_compute_in_the_encoders_dtype_policy(cls):
+    """An encoder built with dtype="mixed_bfloat16" under a float32 global policy: Keras
+    keeps the functional model's own policy at float32, and the heads must follow the
+    encoder's layers (bfloat16 compute, float32 weights), with float32 logits."""
+    assert keras.mixed_precision.global_policy().name == "float32"
+    encoder = BertEncoder(**TINY, dtype="mixed_bfloat16")
+    assert encoder.layers_dtype_policy.name == "mixed_bfloat16"
+    kwargs = {} if cls is BertSpanQA else {"num_classes": 3}
+    model = cls(encoder, **kwargs)
+    heads = [layer for layer in model.layers if layer is not encoder
+             and not isinstance(layer, keras.layers.InputLayer) and layer.weights]
+    assert heads and all(layer.dtype_policy.name == "mixed_bfloat16" for layer in heads), [
+        (layer.name, layer.dtype_policy.name) for layer in heads]
+    outputs = model(make_inputs(batch=2, seq=7))
+    for value in keras.tree.flatten(outputs):
+        assert keras.backend.standardize_dtype(value.dtype) == "float32"

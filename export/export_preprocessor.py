@@ -32,6 +32,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
+
 import numpy as np
 
 from data_prep import tf_logging
@@ -41,7 +46,7 @@ from absl import app, flags, logging
 
 from data_prep import files, tokenizer_config
 from data_prep.tokenization import BertTokenizer
-from export import saved_model_writer
+from export import length_buckets, saved_model_writer
 from export.text_preprocessing import bert_pack_inputs
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -112,12 +117,15 @@ class HubPackInputs(tf.Module):
 class PreprocessorModule(tf.Module):
     """The preprocessor SavedModel's root object, callable TF Hub-style on a string batch."""
 
-    def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None):
+    def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None,
+                 buckets=None):
         """Args:
           tokenizer: the BertTokenizer (vocabulary and settings) to serve.
           seq_length: output length of the packed inputs.
           assets_dir: a directory that exists until the module is saved; the vocabulary and
             tokenizer_config.json are written there and saved as the export's assets.
+          buckets: the lengths `encoder_inputs` rounds a batch up to
+            (`length_buckets.resolve`; None: the default set).
         """
         super().__init__()
         if seq_length < 5:
@@ -126,6 +134,7 @@ class PreprocessorModule(tf.Module):
             )
         self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
         self.seq_length = seq_length
+        self.buckets = length_buckets.resolve(buckets, seq_length)
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
         self.mask_id, self.unk_id = tokenizer.mask_id, tokenizer.unk_id
         self.vocab_size = tokenizer.vocab_size
@@ -154,6 +163,24 @@ class PreprocessorModule(tf.Module):
 
     def _tokenize(self, text):
         return tf.cast(self.tokenizer(text), tf.int32)
+
+    def encoder_inputs(self, segments):
+        """Text to what the encoder runs on, for the end-to-end exports.
+
+        Args:
+          segments: one or two int32 RaggedTensors [B, (pieces)] (`_tokenize`'s output).
+
+        Returns:
+          (packed, trimmed): the three int32 inputs [B, seq_length], and the same cut to
+          the batch's bucket length [B, L] (`length_buckets.trim`).
+        """
+        packed = self._pack(segments)
+        return packed, length_buckets.trim(packed, self.buckets)
+
+    def warmup_texts(self, segments: int) -> list:
+        """One request's texts per bucket (`length_buckets.warmup_texts`)."""
+        return length_buckets.warmup_texts(self.tokenizer, self.buckets, segments,
+                                           WARMUP_TEXTS[2])
 
     @tf.function(input_signature=[_TEXT])
     def serve(self, text):
@@ -223,6 +250,7 @@ def main(argv):
     from data_prep.schema import VocabError
 
     def body() -> int:
+        logging.info(keras_backend.describe(_ENVIRONMENT_BACKEND))
         settings, source = tokenizer_config.resolve(
             _VOCAB_FILE.value, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS),
             warn=logging.warning)

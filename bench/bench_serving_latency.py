@@ -43,7 +43,10 @@ tokenizer is part of it):
                               `keras.export.ExportArchive`: text in, logits out. (real mode)
   keras-hub (ids in)          `BertTextClassifier(preprocessor=None).export(format=
                               "tf_saved_model")` on int32 [1, n] token_ids, segment_ids,
-                              padding_mask: n = the request's own length (no padding).
+                              padding_mask, tokenized off the clock. Full mode: n = S. Real
+                              mode, two rows on one loaded export: "padded", n = S as
+                              keras-hub's preprocessor pads; "own length", n = the
+                              request's length (a client doing its own dynamic padding).
   transformers end-to-end     `BertTokenizerFast` (truncation at --seq_length, no padding:
                               dynamic padding of one request) and
                               `BertForSequenceClassification` in eval mode under
@@ -123,8 +126,11 @@ def filling_text(tokenizer, seq_length: int) -> str:
     return text
 
 
-def real_requests(count: int, seed: int = SEED) -> list[dict]:
-    """`count` real requests, a third from each source, shuffled with `seed`.
+SOURCES = ("sentence", "question", "email")
+
+
+def real_requests(count: int, seed: int = SEED, sources=SOURCES) -> list[dict]:
+    """`count` real requests, an equal share from each of `sources`, shuffled with `seed`.
 
     Sources (public data the project fetches, `public_data`):
       sentence  sentences of 24 State of the Union addresses (every tenth, 1790-2020; npm
@@ -154,10 +160,14 @@ def real_requests(count: int, seed: int = SEED) -> list[dict]:
     questions += [qa["question"] for article in squad["data"]
                   for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
     emails = datasets.spam_assassin_emails()
-    share = [count // 3 + (i < count % 3) for i in range(3)]
-    picked = ([("sentence", s) for s in rng.sample(sentences, share[0])]
-              + [("question", q) for q in rng.sample(questions, share[1])]
-              + [("email", datasets.email_text(e.raw)) for e in rng.sample(emails, share[2])])
+    pools = {"sentence": sentences, "question": questions, "email": emails}
+    picked = []
+    for i, source in enumerate(sources):
+        share = count // len(sources) + (i < count % len(sources))
+        chosen = rng.sample(pools[source], share)
+        if source == "email":
+            chosen = [datasets.email_text(e.raw) for e in chosen]
+        picked += [(source, text) for text in chosen]
     rng.shuffle(picked)
     return [{"source": source, "text": text} for source, text in picked]
 
@@ -248,13 +258,19 @@ def ours_text_in(config, vocab_file, seq_length, work_dir, buckets=None, check_t
                logits=lambda out: out["logits"], keep=loaded), path
 
 
-def ours_batched(path, buckets, seq_length):
-    """`ours_text_in`'s export behind BatchFunction with the export's batching parameters."""
+def ours_batched(path, buckets, seq_length, overrides=None):
+    """`ours_text_in`'s export behind BatchFunction with the export's batching parameters
+    (`overrides`: field -> value replacing some, for experiments)."""
     import tensorflow as tf
 
     from export import batching_parameters, length_buckets
 
     params = batching_parameters.for_buckets(length_buckets.resolve(buckets, seq_length))
+    params.update(overrides or {})
+    if "max_batch_size" in (overrides or {}) and "allowed_batch_sizes" not in overrides:
+        params["allowed_batch_sizes"] = [b for b in params["allowed_batch_sizes"]
+                                         if b < params["max_batch_size"]]
+        params["allowed_batch_sizes"].append(params["max_batch_size"])
     loaded = tf.saved_model.load(path)
     return batched_row(loaded.signatures["serving_default"], params, keep=loaded), params
 
@@ -280,12 +296,12 @@ def batched_row(serve, params: dict, keep=None) -> Row:
         num_batch_threads=params["num_batch_threads"], max_batch_size=params["max_batch_size"],
         batch_timeout_micros=params["batch_timeout_micros"],
         allowed_batch_sizes=params["allowed_batch_sizes"],
-        max_enqueued_batches=params["max_enqueued_batches"])
+        max_enqueued_batches=params["max_enqueued_batches"], autograph=False)
     def batched(text):
         out = serve(text=text)
         return [out[name] for name in names]
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def call(text):
         return dict(zip(names, batched(text)))
 
@@ -326,14 +342,16 @@ def _keras_hub_model(config):
                                                preprocessor=None)
 
 
-def keras_hub_ids_in(config, work_dir, ids_of):
-    """keras-hub's BertTextClassifier exported with Keras' own SavedModel export, ids in."""
+def keras_hub_ids_in(config, work_dir, ids_of, loaded=None):
+    """keras-hub's BertTextClassifier exported with Keras' own SavedModel export, ids in
+    (`loaded`: that export, loaded already, for a second row with other ids)."""
     import tensorflow as tf
 
-    model = _keras_hub_model(config)
-    path = os.path.join(work_dir, "keras_hub_classifier")
-    model.export(path, format="tf_saved_model", verbose=False)
-    loaded = tf.saved_model.load(path)
+    if loaded is None:
+        model = _keras_hub_model(config)
+        path = os.path.join(work_dir, "keras_hub_classifier")
+        model.export(path, format="tf_saved_model", verbose=False)
+        loaded = tf.saved_model.load(path)
 
     def prepare(text):
         ids = ids_of(text)
@@ -677,16 +695,18 @@ def run_full(args, config, vocab_file, tokenizer):
                      for name, peer, _ in specs]}
 
 
-def ids_maker(tokenizer, seq_length):
-    """text -> int32 [1, n] ids as the Python tokenizer packs it, n = its own length."""
-    from data_prep.packing import pack
+def ids_maker(tokenizer, seq_length, padded=False):
+    """text -> int32 [1, n] ids as the Python tokenizer packs it: n = its own length, or
+    seq_length with `padded` (zeros after [SEP], as keras-hub's preprocessor pads)."""
+    from data_prep.packing import pack, pad_features
 
     def ids_of(text):
         packed = pack(tokenizer.encode([text])[0], None, seq_length, tokenizer.cls_id,
                       tokenizer.sep_id)
-        word_ids = np.array([packed.tokens], np.int32)
-        return {"input_word_ids": word_ids, "input_mask": np.ones_like(word_ids),
-                "input_type_ids": np.array([packed.segment_ids], np.int32)}
+        f = pad_features([packed.tokens], [packed.segment_ids],
+                         seq_length if padded else len(packed.tokens))
+        return {"input_word_ids": f["input_ids"], "input_mask": f["input_mask"],
+                "input_type_ids": f["segment_ids"]}
 
     return ids_of
 
@@ -696,7 +716,7 @@ def run_real(args, config, vocab_file, tokenizer):
     from export import length_buckets
 
     buckets = length_buckets.resolve(None, args.seq_length)
-    requests = real_requests(args.requests, args.seed)
+    requests = real_requests(args.requests, args.seed, args.sources.split(","))
     for r in requests:
         r["length"] = packed_length(tokenizer, r["text"], args.seq_length)
     distribution = length_distribution(requests, buckets)
@@ -709,8 +729,20 @@ def run_real(args, config, vocab_file, tokenizer):
         return built["ours"][0]
 
     def batched(d):
-        row, built["batching"] = ours_batched(built["ours"][1], None, args.seq_length)
+        overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.batching.split(",")
+                                             if kv)}
+        row, built["batching"] = ours_batched(built["ours"][1], None, args.seq_length,
+                                              overrides)
         return row
+
+    def keras_hub_own_length(d):
+        built["keras_hub"] = keras_hub_ids_in(config, d, ids_of)
+        return built["keras_hub"]
+
+    def keras_hub_padded(d):
+        loaded = built["keras_hub"].keep if "keras_hub" in built else None
+        return keras_hub_ids_in(config, d, ids_maker(tokenizer, args.seq_length, padded=True),
+                                loaded=loaded)
 
     specs = [
         ("ours text-in", False, ours),
@@ -720,7 +752,8 @@ def run_real(args, config, vocab_file, tokenizer):
                                 name="ours_fixed")[0]),
         ("keras-hub end-to-end (text in)", True,
          lambda d: keras_hub_end_to_end(config, vocab_file, args.seq_length, d)),
-        ("keras-hub (ids in)", True, lambda d: keras_hub_ids_in(config, d, ids_of)),
+        ("keras-hub (ids in, own length)", True, keras_hub_own_length),
+        ("keras-hub (ids in, padded)", True, keras_hub_padded),
         ("transformers end-to-end (text in)", True,
          lambda _: transformers_end_to_end(config, vocab_file, args.seq_length)),
     ]
@@ -842,6 +875,11 @@ def main():
                         help="real: outputs under load equal the single client's within "
                              "rtol x the logits' scale")
     parser.add_argument("--seed", type=int, default=SEED, help="real: request sample")
+    parser.add_argument("--sources", default=",".join(SOURCES),
+                        help=f"real: comma-separated request sources ({', '.join(SOURCES)})")
+    parser.add_argument("--batching", default="",
+                        help="real: field=value,... replacing exported batching parameters "
+                             "in the batching row (experiments)")
     parser.add_argument("--only", default="", help="comma-separated substrings of row names")
     parser.add_argument("--json", default="", help="also write the results here")
     parser.add_argument("--work_dir", default="",
@@ -869,6 +907,9 @@ def main():
                      f"{config.max_position_embeddings} positions")
     vocab_file = fetch.bert_base_uncased_vocab()
     tokenizer = BertTokenizer(vocab_file)
+    unknown = set(args.sources.split(",")) - set(SOURCES)
+    if unknown:
+        parser.error(f"--sources: expected some of {','.join(SOURCES)}. Received: {args.sources}")
     run = run_full if args.mode == "full" else run_real
     results = run(args, config, vocab_file, tokenizer)
     failed = [name for name, s in results.get("soak", {}).items() if not s["ok"]]

@@ -68,7 +68,7 @@ def for_buckets(buckets: Sequence[int]) -> dict:
       BatchingParameters field -> value (an int, a list of ints, or a bool).
     """
     largest = 1
-    while largest * 2 <= min(buckets[-1] // buckets[0], LARGEST_BATCH):
+    while largest * 2 <= min(buckets[-1] // max(buckets[0], 1), LARGEST_BATCH):
         largest *= 2
     allowed, size = [], 1
     while size <= largest:

@@ -10,6 +10,12 @@ ids rows get exactly the ids it tokenizes to, so every model runs the full seque
     .venv/bin/python bench/bench_serving_latency.py --preset=base --seq_length=128 \
       --requests=200 --rounds=10 --warmup=10 --json=serving_latency_base.json
 
+--mode=batches: what one batch of B requests of L wordpieces costs our text-in export, for
+the batch sizes and buckets TF Serving's batching parameters are chosen from:
+
+    .venv/bin/python bench/bench_serving_latency.py --mode=batches --preset=base \
+      --seq_length=128 --batch_sizes=1,4,8 --requests=24 --rounds=6
+
 --mode=real (issue 47): real requests with their real length distribution (`real_requests`:
 State of the Union sentences, questions, SpamAssassin e-mails), first one client at batch 1,
 then --clients threads calling one loaded model at once (as a server's request threads do),
@@ -695,6 +701,47 @@ def run_full(args, config, vocab_file, tokenizer):
                      for name, peer, _ in specs]}
 
 
+def run_batches(args, config, vocab_file, tokenizer):
+    """What a server's batch costs: our text-in export on B copies of a text of L packed
+    wordpieces, for B in --batch_sizes and L in the buckets (how export/batching_parameters.py
+    sizes its batches)."""
+    import tensorflow as tf
+
+    from export import length_buckets
+
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    lengths = length_buckets.resolve(None, args.seq_length)
+    texts = {n: filling_text(tokenizer, n) if n > 2 else "" for n in lengths}
+    with work_directory(args) as work_dir:
+        row, _ = ours_text_in(config, vocab_file, args.seq_length, work_dir)
+        shapes = [(b, n) for n in lengths for b in sizes]
+        inputs = {shape: tf.constant([texts[shape[1]]] * shape[0]) for shape in shapes}
+        for shape in shapes:
+            row.call(inputs[shape])
+        latencies = {shape: [] for shape in shapes}
+        per_round = max(1, args.requests // args.rounds)
+        for r in range(args.rounds):
+            for shape in rotated(shapes, r):
+                row.call(inputs[shape])
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    row.call(inputs[shape])
+                    latencies[shape].append(time.perf_counter() - start)
+    print(f"\nour text-in export, one batch of B copies of a text of L packed wordpieces "
+          f"(p50 over {args.rounds} interleaved rounds)")
+    print("| L |" + "".join(f" B={b} ms | per request |" for b in sizes))
+    print("| ---: |" + " ---: | ---: |" * len(sizes))
+    table = {}
+    for n in lengths:
+        cells = ""
+        for b in sizes:
+            p50 = float(np.median(latencies[(b, n)]) * 1e3)
+            table[f"{b}x{n}"] = p50
+            cells += f" {p50:.1f} | {p50 / b:.1f} |"
+        print(f"| {n} |{cells}")
+    return {"p50_ms": table}
+
+
 def ids_maker(tokenizer, seq_length, padded=False):
     """text -> int32 [1, n] ids as the Python tokenizer packs it: n = its own length, or
     seq_length with `padded` (zeros after [SEP], as keras-hub's preprocessor pads)."""
@@ -728,12 +775,12 @@ def run_real(args, config, vocab_file, tokenizer):
                                      check_text=requests[0]["text"])
         return built["ours"][0]
 
-    def batched(d):
-        overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.batching.split(",")
-                                             if kv)}
-        row, built["batching"] = ours_batched(built["ours"][1], None, args.seq_length,
-                                              overrides)
-        return row
+    def batched(overrides):
+        def build(d):
+            row, params = ours_batched(built["ours"][1], None, args.seq_length, overrides)
+            built.setdefault("batching", params)
+            return row
+        return build
 
     def keras_hub_own_length(d):
         built["keras_hub"] = keras_hub_ids_in(config, d, ids_of)
@@ -744,9 +791,12 @@ def run_real(args, config, vocab_file, tokenizer):
         return keras_hub_ids_in(config, d, ids_maker(tokenizer, args.seq_length, padded=True),
                                 loaded=loaded)
 
+    variants = [{k: int(v) for k, v in (kv.split("=") for kv in variant.split(",") if kv)}
+                for variant in args.batching.split(";")]
     specs = [
         ("ours text-in", False, ours),
-        ("ours text-in + batching", False, batched),
+        *[("ours text-in + batching" + (f" ({','.join(f'{k}={v}' for k, v in o.items())})"
+                                        if o else ""), False, batched(o)) for o in variants],
         ("ours text-in, fixed length", False,
          lambda d: ours_text_in(config, vocab_file, args.seq_length, d, buckets=(),
                                 name="ours_fixed")[0]),
@@ -758,7 +808,7 @@ def run_real(args, config, vocab_file, tokenizer):
          lambda _: transformers_end_to_end(config, vocab_file, args.seq_length)),
     ]
     specs = select(specs, args)
-    if any(name == "ours text-in + batching" for name, _, _ in specs):
+    if any(name.startswith("ours text-in + batching") for name, _, _ in specs):
         if not any(name == "ours text-in" for name, _, _ in specs):
             specs.insert(0, ("ours text-in", False, ours))
     print(f"# {args.preset}: L={config.num_hidden_layers} H={config.hidden_size} "
@@ -856,7 +906,7 @@ def select(specs, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("full", "real"), default="full")
+    parser.add_argument("--mode", choices=("full", "real", "batches"), default="full")
     parser.add_argument("--preset", default="base", help="BertConfig preset: tiny ... large")
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--requests", type=int, default=200,
@@ -875,11 +925,12 @@ def main():
                         help="real: outputs under load equal the single client's within "
                              "rtol x the logits' scale")
     parser.add_argument("--seed", type=int, default=SEED, help="real: request sample")
+    parser.add_argument("--batch_sizes", default="1,4,8", help="batches: batch sizes")
     parser.add_argument("--sources", default=",".join(SOURCES),
                         help=f"real: comma-separated request sources ({', '.join(SOURCES)})")
     parser.add_argument("--batching", default="",
                         help="real: field=value,... replacing exported batching parameters "
-                             "in the batching row (experiments)")
+                             "in the batching row; several rows separated by ';' (experiments)")
     parser.add_argument("--only", default="", help="comma-separated substrings of row names")
     parser.add_argument("--json", default="", help="also write the results here")
     parser.add_argument("--work_dir", default="",
@@ -910,7 +961,7 @@ def main():
     unknown = set(args.sources.split(",")) - set(SOURCES)
     if unknown:
         parser.error(f"--sources: expected some of {','.join(SOURCES)}. Received: {args.sources}")
-    run = run_full if args.mode == "full" else run_real
+    run = {"full": run_full, "real": run_real, "batches": run_batches}[args.mode]
     results = run(args, config, vocab_file, tokenizer)
     failed = [name for name, s in results.get("soak", {}).items() if not s["ok"]]
     if args.json:

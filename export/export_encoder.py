@@ -1,10 +1,12 @@
 r"""Exports a BertEncoder as a SavedModel for TF Serving and TF Hub-style reuse.
 
     python -m export.export_encoder --init_checkpoint=runs/phase1 \
-        --export_dir=/models/bert_encoder [--version=1] [--seq_length=128] [--mlm]
+        --export_dir=/models/bert_encoder [--version=1] [--seq_length=128] [--mlm] \
+        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
 
 Signatures (`serving_default` and `encoder`, the same function):
-  inputs   input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
+  inputs   input_word_ids, input_mask, input_type_ids: int32 [batch, seq], any seq up to
+           the position table (max_position_embeddings); the encoder runs the length given
   outputs  pooled_output [batch, H], sequence_output [batch, seq, H],
            encoder_outputs [batch, L, seq, H] (every layer; stacked so that a REST row
            request keeps batch as the first dimension), default = pooled_output.
@@ -22,6 +24,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
+
 import numpy as np
 
 from data_prep import tf_logging
@@ -31,7 +38,7 @@ from absl import app, flags, logging
 
 from data_prep import files, schema, tokenizer_config
 from data_prep.tokenizer_config import TokenizerConfig
-from export import saved_model_writer
+from export import length_buckets, saved_model_writer
 
 INPUT_NAMES = schema.MODEL_INPUT_NAMES
 
@@ -112,6 +119,7 @@ def export_encoder(
     pretrainer=None,
     warmup_seq_length: int = 128,
     settings: TokenizerConfig | None = None,
+    buckets=None,
 ) -> str:
     """Writes `encoder` (and optionally an `mlm` endpoint) as `<export_dir>/<version>`.
 
@@ -125,6 +133,8 @@ def export_encoder(
         at most the encoder's max_sequence_length.
       settings: the tokenizer settings of the vocabulary (saved as
         assets/tokenizer_config.json); default: those saved beside `vocab_file`.
+      buckets: more warmup lengths, capped by warmup_seq_length (`length_buckets.resolve`;
+        None: the default set): the lengths clients that trim their ids send.
 
     Returns:
       The written version directory.
@@ -154,6 +164,9 @@ def export_encoder(
         warmup = []
         for batch in (1, 8):
             inputs = example_inputs(batch, seq_length, cls_id, sep_id, vocab_size)
+            warmup.append(("serving_default", inputs))
+        for length in length_buckets.resolve(buckets, seq_length)[:-1]:
+            inputs = example_inputs(1, length, cls_id, sep_id, vocab_size)
             warmup.append(("serving_default", inputs))
         if pretrainer is not None:
             signatures["mlm"] = module.mlm.get_concrete_function()
@@ -185,6 +198,7 @@ _MLM = flags.DEFINE_boolean(
 _SEQ_LENGTH = flags.DEFINE_integer(
     "seq_length", 128, "Sequence length of the warmup requests (your serving length).",
     allow_override=True)
+_LENGTH_BUCKETS = length_buckets.define_flag()
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
@@ -197,8 +211,10 @@ def main(argv):
 
     def body() -> int:
         backends.check_backend(backends.EXPORT_BACKENDS)
+        logging.info(keras_backend.describe(_ENVIRONMENT_BACKEND))
         # An existing version is refused before the model is loaded (seconds to minutes).
         export_dir, version = _DESTINATION["export_dir"].value, _DESTINATION["version"].value
+        buckets = length_buckets.parse_flag(_LENGTH_BUCKETS.value)
         saved_model_writer.version_dir(export_dir, version)
         ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                                              want="pretrainer" if _MLM.value else "auto")
@@ -210,7 +226,7 @@ def main(argv):
         pretrainer = ckpt.model if isinstance(ckpt.model, BertPretrainer) and _MLM.value else None
         print(export_encoder(ckpt.encoder, export_dir, vocab_file, version=version,
                              pretrainer=pretrainer, warmup_seq_length=_SEQ_LENGTH.value,
-                             settings=settings))
+                             settings=settings, buckets=buckets))
         return 0
 
     return report_errors(body, (saved_model_writer.ExportError, model_loading.CheckpointError,

@@ -1,7 +1,8 @@
 r"""Exports the BERT text preprocessor: strings in, the encoder's three int32 inputs out.
 
     python -m export.export_preprocessor --vocab_file=runs/phase1/encoder/vocab.txt \
-        --seq_length=128 --export_dir=/models/bert_preprocess [--version=1]
+        --seq_length=128 --export_dir=/models/bert_preprocess [--version=1] \
+        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
 
 The tokenizer settings are those saved beside the vocabulary (tokenizer_config.json, written
 by build_vocab, run_pretraining and the fine-tuning tools); --do_lower_case,
@@ -13,6 +14,11 @@ Signatures:
                     int32 [batch, seq_length] ("[CLS] text [SEP]", truncated to fit)
   pair              text_a, text_b: string [batch] -> the same, "[CLS] a [SEP] b [SEP]",
                     truncated fairly (the longer segment loses tokens first)
+  bucketed          text: string [batch] -> the same three inputs cut to the batch's length
+                    bucket, int32 [batch, L] (L: the smallest of --length_buckets holding
+                    the longest row; `export.length_buckets`): what to feed the encoder
+                    export in one graph, which takes any length
+  bucketed_pair     text_a, text_b: string [batch] -> the pair inputs cut the same way
   tokenize          text: string [batch] -> token_ids int32 [batch, max_tokens] (0-padded)
                     and num_tokens int32 [batch]
   special_tokens    no input -> cls_id, sep_id, pad_id, mask_id, unk_id, vocab_size
@@ -32,6 +38,11 @@ from __future__ import annotations
 import os
 import tempfile
 
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
+
 import numpy as np
 
 from data_prep import tf_logging
@@ -41,7 +52,7 @@ from absl import app, flags, logging
 
 from data_prep import files, tokenizer_config
 from data_prep.tokenization import BertTokenizer
-from export import saved_model_writer
+from export import length_buckets, saved_model_writer
 from export.text_preprocessing import bert_pack_inputs
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -112,12 +123,15 @@ class HubPackInputs(tf.Module):
 class PreprocessorModule(tf.Module):
     """The preprocessor SavedModel's root object, callable TF Hub-style on a string batch."""
 
-    def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None):
+    def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None,
+                 buckets=None):
         """Args:
           tokenizer: the BertTokenizer (vocabulary and settings) to serve.
           seq_length: output length of the packed inputs.
           assets_dir: a directory that exists until the module is saved; the vocabulary and
             tokenizer_config.json are written there and saved as the export's assets.
+          buckets: the lengths `encoder_inputs` rounds a batch up to
+            (`length_buckets.resolve`; None: the default set).
         """
         super().__init__()
         if seq_length < 5:
@@ -126,6 +140,7 @@ class PreprocessorModule(tf.Module):
             )
         self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
         self.seq_length = seq_length
+        self.buckets = length_buckets.resolve(buckets, seq_length)
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
         self.mask_id, self.unk_id = tokenizer.mask_id, tokenizer.unk_id
         self.vocab_size = tokenizer.vocab_size
@@ -155,6 +170,24 @@ class PreprocessorModule(tf.Module):
     def _tokenize(self, text):
         return tf.cast(self.tokenizer(text), tf.int32)
 
+    def encoder_inputs(self, segments):
+        """Text to what the encoder runs on, for the end-to-end exports.
+
+        Args:
+          segments: one or two int32 RaggedTensors [B, (pieces)] (`_tokenize`'s output).
+
+        Returns:
+          (packed, trimmed): the three int32 inputs [B, seq_length], and the same cut to
+          the batch's bucket length [B, L] (`length_buckets.trim`).
+        """
+        packed = self._pack(segments)
+        return packed, length_buckets.trim(packed, self.buckets)
+
+    def warmup_texts(self, segments: int) -> list:
+        """One request's texts per bucket (`length_buckets.warmup_texts`)."""
+        return length_buckets.warmup_texts(self.tokenizer, self.buckets, segments,
+                                           WARMUP_TEXTS[2])
+
     @tf.function(input_signature=[_TEXT])
     def serve(self, text):
         return self._pack([self._tokenize(text)])
@@ -163,6 +196,15 @@ class PreprocessorModule(tf.Module):
                                   tf.TensorSpec([None], tf.string, name="text_b")])
     def serve_pair(self, text_a, text_b):
         return self._pack([self._tokenize(text_a), self._tokenize(text_b)])
+
+    @tf.function(input_signature=[_TEXT])
+    def serve_bucketed(self, text):
+        return self.encoder_inputs([self._tokenize(text)])[1]
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
+                                  tf.TensorSpec([None], tf.string, name="text_b")])
+    def serve_bucketed_pair(self, text_a, text_b):
+        return self.encoder_inputs([self._tokenize(text_a), self._tokenize(text_b)])[1]
 
     @tf.function(input_signature=[_TEXT])
     def serve_tokenize(self, text):
@@ -182,17 +224,23 @@ def preprocessor_signatures(module: PreprocessorModule) -> dict:
     return {
         "serving_default": module.serve.get_concrete_function(),
         "pair": module.serve_pair.get_concrete_function(),
+        "bucketed": module.serve_bucketed.get_concrete_function(),
+        "bucketed_pair": module.serve_bucketed_pair.get_concrete_function(),
         "tokenize": module.serve_tokenize.get_concrete_function(),
         "special_tokens": module.serve_special_tokens.get_concrete_function(),
     }
 
 
 def export_preprocessor(tokenizer: BertTokenizer, export_dir: str, seq_length: int = 128,
-                        version: int | None = None) -> str:
-    """Writes the preprocessor SavedModel to `<export_dir>/<version>` and returns that path."""
+                        version: int | None = None, buckets=None) -> str:
+    """Writes the preprocessor SavedModel to `<export_dir>/<version>` and returns that path.
+
+    `buckets`: the lengths of the bucketed signatures (`length_buckets.resolve`; None: the
+    default set).
+    """
     path = saved_model_writer.version_dir(export_dir, version)
     with tempfile.TemporaryDirectory() as assets:
-        module = PreprocessorModule(tokenizer, seq_length, assets)
+        module = PreprocessorModule(tokenizer, seq_length, assets, buckets)
         signatures = preprocessor_signatures(module)
         texts = np.array(WARMUP_TEXTS, dtype=object)
         warmup = [
@@ -200,6 +248,10 @@ def export_preprocessor(tokenizer: BertTokenizer, export_dir: str, seq_length: i
             ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
             ("tokenize", {"text": texts}),
         ]
+        for (text,), (text_a, text_b) in zip(module.warmup_texts(1), module.warmup_texts(2)):
+            warmup += [("bucketed", {"text": np.array([text], dtype=object)}),
+                       ("bucketed_pair", {"text_a": np.array([text_a], dtype=object),
+                                          "text_b": np.array([text_b], dtype=object)})]
         saved_model_writer.write_saved_model(module, path, signatures, warmup)
     logging.info("Wrote preprocessor export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
@@ -213,6 +265,7 @@ _VOCAB_FILE = flags.DEFINE_string(
 _SEQ_LENGTH = flags.DEFINE_integer("seq_length", 128, "Output sequence length.",
                                    allow_override=True)
 _DESTINATION = saved_model_writer.define_flags()  # --export_dir, --version
+_LENGTH_BUCKETS = length_buckets.define_flag()
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
@@ -223,6 +276,8 @@ def main(argv):
     from data_prep.schema import VocabError
 
     def body() -> int:
+        logging.info(keras_backend.describe(_ENVIRONMENT_BACKEND))
+        buckets = length_buckets.parse_flag(_LENGTH_BUCKETS.value)
         settings, source = tokenizer_config.resolve(
             _VOCAB_FILE.value, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS),
             warn=logging.warning)
@@ -230,7 +285,7 @@ def main(argv):
                      source or "defaults and flags")
         tokenizer = BertTokenizer.from_config(_VOCAB_FILE.value, settings)
         print(export_preprocessor(tokenizer, _DESTINATION["export_dir"].value, _SEQ_LENGTH.value,
-                                  _DESTINATION["version"].value))
+                                  _DESTINATION["version"].value, buckets))
         return 0
 
     return report_errors(body, (saved_model_writer.ExportError, VocabError,

@@ -2,7 +2,7 @@ r"""Exports a fine-tuned span-QA model (SQuAD) as a SavedModel: question and con
 
     python -m export.export_span_qa --model_dir=runs/squad \
         --export_dir=/models/squad [--version=1] [--max_seq_length=384] \
-        [--max_answer_length=30]
+        [--max_answer_length=30] [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
 
 --model_dir is what `python -m bert_keras.run_squad --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers
@@ -11,26 +11,36 @@ BertForQuestionAnswering): model.keras, vocab.txt, tokenizer_config.json.
 Signatures (S = max_seq_length):
   serving_default  question, context: string [batch] -> "[CLS] question [SEP] context [SEP]"
                    (truncated fairly to S: a long context loses its end; no doc-stride
-                   windows here) -> start_logits, end_logits float32 [batch, S],
-                   input_word_ids, input_type_ids int32 [batch, S] (what the logits index),
+                   windows here) -> start_logits, end_logits float32 [batch, S] (-10000 at
+                   padding positions, input_mask 0), input_word_ids, input_type_ids int32
+                   [batch, S] (what the logits index),
                    answer_start, answer_end int32 [batch] (token positions of the best span:
                    highest start + end logit, both in the context, end >= start, at most
                    max_answer_length tokens; -1 when the context is empty), answer string
                    [batch] (its WordPieces joined, normalized as the tokenizer normalizes)
   ids              input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
                    (packed as run_squad packs) -> start_logits, end_logits [batch, seq]
+
+The text signature runs the encoder on the batch's real length rounded up to one of
+--length_buckets (`export.length_buckets`) and pads the logits back to S: at real positions
+they are those of the full-length run; the ids signature runs the length it is given.
 """
 
 from __future__ import annotations
 
 import tempfile
 
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
+
 import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
 from data_prep import schema, tokenizer_config
-from export import saved_model_writer, task_export
+from export import length_buckets, saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
@@ -65,18 +75,18 @@ class SpanQAModule(tf.Module):
                                   tf.TensorSpec([None], tf.string, name="context")])
     def serve(self, question, context):
         pre = self.preprocessor
-        inputs = pre._pack([pre._tokenize(question), pre._tokenize(context)])
-        out = self._logits(inputs)
-        ids = inputs[schema.INPUT_WORD_IDS]  # [B, S]
+        packed, inputs = pre.encoder_inputs([pre._tokenize(question), pre._tokenize(context)])
+        out = self._logits(inputs)  # [B, L] each, L <= S the bucket length
+        ids = inputs[schema.INPUT_WORD_IDS]  # [B, L]
         # Context tokens: segment 1, real, not the closing [SEP].
         in_context = ((inputs[schema.INPUT_TYPE_IDS] == 1) & (inputs[schema.MODEL_INPUT_MASK] == 1)
-                      & (ids != pre.sep_id))  # [B, S]
+                      & (ids != pre.sep_id))  # [B, L]
         seq = tf.shape(ids)[1]
-        start = tf.range(seq)[:, None]  # [S, 1]
-        end = tf.range(seq)[None, :]  # [1, S]
-        allowed = (end >= start) & (end - start < self.max_answer_length)  # [S, S]
-        valid = in_context[:, :, None] & in_context[:, None, :] & allowed[None]  # [B, S, S]
-        scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [B, S, S]
+        start = tf.range(seq)[:, None]  # [L, 1]
+        end = tf.range(seq)[None, :]  # [1, L]
+        allowed = (end >= start) & (end - start < self.max_answer_length)  # [L, L]
+        valid = in_context[:, :, None] & in_context[:, None, :] & allowed[None]  # [B, L, L]
+        scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [B, L, L]
         best = tf.argmax(tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq]), axis=-1,
                          output_type=tf.int32)  # [B]
         found = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [B]
@@ -87,10 +97,12 @@ class SpanQAModule(tf.Module):
         rows = tf.cast(positions.value_rowids(), tf.int32)
         pieces = positions.with_flat_values(
             tf.gather_nd(ids, tf.stack([rows, positions.flat_values], axis=1)))
+        mask = packed[schema.MODEL_INPUT_MASK]  # [B, S]
         return {
-            **out,
-            "input_word_ids": ids,
-            "input_type_ids": inputs[schema.INPUT_TYPE_IDS],
+            **{name: length_buckets.pad_positions(logits, mask, length_buckets.PADDING_LOGIT)
+               for name, logits in out.items()},  # [B, S]
+            "input_word_ids": packed[schema.INPUT_WORD_IDS],
+            "input_type_ids": packed[schema.INPUT_TYPE_IDS],
             "answer_start": answer_start,
             "answer_end": answer_end,
             "answer": pre.tokenizer.detokenize_tensor(pieces),
@@ -99,7 +111,7 @@ class SpanQAModule(tf.Module):
 
 def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
                    version: int | None = None,
-                   max_answer_length: int = MAX_ANSWER_LENGTH) -> str:
+                   max_answer_length: int = MAX_ANSWER_LENGTH, buckets=None) -> str:
     """Writes the span-QA SavedModel to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -107,6 +119,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
       tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
       seq_length: the fine-tuning max_seq_length (length of the text signature's windows).
       max_answer_length: the longest answer span, in tokens.
+      buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
     """
     if seq_length > model.encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
@@ -114,7 +127,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
             f"({model.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets)
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
         module = SpanQAModule(pre, model, max_answer_length)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
@@ -127,7 +140,10 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
             ("serving_default", {"question": texts[::-1].copy(), "context": texts}),
             ("ids", {k: v.numpy() for k, v in packed.items()}),
         ]
-        saved_model_writer.write_saved_model(module, path, signatures, warmup)
+        warmup += [("serving_default", {"question": np.array([question], dtype=object),
+                                        "context": np.array([context], dtype=object)})
+                   for question, context in pre.warmup_texts(2)]
+        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
     logging.info("Wrote span-QA export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
 
@@ -144,12 +160,13 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    def export(model, tokenizer, _, export_dir, seq_length, version):
+    def export(model, tokenizer, _, export_dir, seq_length, version, buckets):
         return export_span_qa(model, tokenizer, export_dir, seq_length, version=version,
-                              max_answer_length=_MAX_ANSWER_LENGTH.value)
+                              max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
-                           "export_span_qa", needs_labels=False)
+                           "export_span_qa", needs_labels=False,
+                           environment_backend=_ENVIRONMENT_BACKEND)
 
 
 if __name__ == "__main__":

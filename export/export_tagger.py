@@ -1,7 +1,8 @@
 r"""Exports a fine-tuned token tagger as an end-to-end SavedModel: words in, one tag per word out.
 
     python -m export.export_tagger --model_dir=runs/ner \
-        --export_dir=/models/ner [--version=1] [--max_seq_length=128]
+        --export_dir=/models/ner [--version=1] [--max_seq_length=128] \
+        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
 
 --model_dir is what `python -m bert_keras.run_tagger --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers
@@ -10,7 +11,9 @@ BertForTokenClassification): model.keras, labels.txt, vocab.txt, tokenizer_confi
 A word is what the tagging data calls one (`data_prep.tagging`): a whitespace-separated
 token, WordPiece-tokenized on its own (a word that gives no piece counts as one [UNK]); its
 tag is read at its first sub-token, as in training. Words past max_seq_length - 2 sub-tokens
-are truncated away: they get the tag "" (tag_id -1).
+are truncated away: they get the tag "" (tag_id -1). The encoder runs on the batch's real
+length rounded up to one of --length_buckets (`export.length_buckets`); the tags are those
+of the full --max_seq_length run.
 
 Signatures (W = the most words of a row in the batch; shorter rows are padded with "",
 tag "" and tag_id -1, probabilities 0):
@@ -23,6 +26,11 @@ tag "" and tag_id -1, probabilities 0):
 from __future__ import annotations
 
 import tempfile
+
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
 
 import numpy as np
 import tensorflow as tf
@@ -56,14 +64,14 @@ class TaggerModule(tf.Module):
             tf.cast(empty, tf.int64))  # [N, (0 or 1)]
         pieces = tf.concat([pieces, unk], axis=1)  # [N, (P >= 1)]
         tokens = words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]
-        inputs = pre._pack([tokens])  # [B, S] each
-        logits = self.tagger(inputs, training=False)["logits"]  # [B, S, C]
+        _, inputs = pre.encoder_inputs([tokens])  # [B, L] each, L <= S the bucket length
+        logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
 
         lengths = pieces.row_lengths()  # [N]
         row = words.value_rowids()  # [N]
         first = tf.cumsum(lengths, exclusive=True) - tf.gather(tokens.row_splits, row)  # [N]
         kept = first < pre.seq_length - 2  # [N], the word's first piece survived truncation
-        position = tf.where(kept, first + 1, 0)  # [N], +1 for [CLS]
+        position = tf.where(kept, first + 1, 0)  # [N], +1 for [CLS]; < L (a real position)
         word_logits = tf.gather_nd(logits, tf.stack([row, position], axis=1))  # [N, C]
         probabilities = tf.where(kept[:, None], tf.nn.softmax(word_logits, axis=-1), 0.0)
         tag_ids = tf.where(kept, tf.argmax(word_logits, axis=-1, output_type=tf.int32), -1)
@@ -90,7 +98,7 @@ class TaggerModule(tf.Module):
 
 
 def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
-                  version: int | None = None) -> str:
+                  version: int | None = None, buckets=None) -> str:
     """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -98,6 +106,7 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
       tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
       labels: tag names, index i = class i.
       seq_length: the fine-tuning max_seq_length.
+      buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
     """
     if seq_length > tagger.encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
@@ -105,7 +114,8 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
             f"({tagger.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
     with tempfile.TemporaryDirectory() as assets:
-        module = TaggerModule(PreprocessorModule(tokenizer, seq_length, assets), tagger, labels)
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
+        module = TaggerModule(pre, tagger, labels)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
             "words": module.serve_words.get_concrete_function(),
@@ -117,7 +127,9 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
             ("serving_default", {"text": texts}),
             ("words", {"words": words}),
         ]
-        saved_model_writer.write_saved_model(module, path, signatures, warmup)
+        warmup += [("serving_default", {"text": np.array(bucket, dtype=object)})
+                   for bucket in pre.warmup_texts(1)]
+        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
     logging.info("Wrote tagger export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
 
@@ -132,7 +144,7 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 def main(argv):
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
-                           export_tagger, "export_tagger")
+                           export_tagger, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND)
 
 
 if __name__ == "__main__":

@@ -146,6 +146,7 @@ def write_saved_model(
     warmup: Sequence[tuple[str, Mapping[str, np.ndarray]]] = (),
     extra_files: Mapping[str, str] = (),
     method_names: Mapping[str, str] = (),
+    version_files: Mapping[str, str] = (),
 ) -> str:
     """Saves `module` to `path` atomically, with warmup requests and extra asset files.
 
@@ -158,6 +159,8 @@ def write_saved_model(
       method_names: signature name -> SignatureDef method name. tf.saved_model.save writes
         every signature as "tensorflow/serving/predict"; TF Serving's Classify and Regress
         APIs accept only signatures marked "tensorflow/serving/classify" / "regress".
+      version_files: name -> text, written into `path` itself (TF Serving reads
+        batching_params.pbtxt there).
 
     Returns:
       `path`.
@@ -179,6 +182,9 @@ def write_saved_model(
         os.makedirs(extra_dir, exist_ok=True)
         for name, source in dict(extra_files).items():
             shutil.copyfile(source, os.path.join(extra_dir, name))
+        for name, text in dict(version_files).items():
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                f.write(text)
         if warmup:
             with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as writer:
                 for signature_name, inputs in warmup:

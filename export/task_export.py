@@ -1,22 +1,25 @@
 """What the task export CLIs (export_classifier, export_tagger, export_span_qa) share.
 
-Their flags (--model_dir, --export_dir, --version, --max_seq_length), the loading of a
+Their flags (--model_dir, --export_dir, --version, --max_seq_length, --length_buckets), the
+loading of a
 fine-tuned model directory and the body of their `main`. This module defines no flags when
 imported, so a task export imports it without the other exports' flags.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from absl import app, flags, logging
 
 from data_prep import tokenizer_config
-from export import saved_model_writer
+from export import batching_parameters, keras_backend, length_buckets, saved_model_writer
 
 
 def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
-    """Defines --model_dir, --export_dir, --version and --max_seq_length; returns holders.
+    """Defines --model_dir, --export_dir, --version, --max_seq_length and --length_buckets;
+    returns holders.
 
     The flags belong to the calling tool, so its --help lists them.
 
@@ -26,7 +29,7 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
       max_seq_length_help: --max_seq_length's help.
 
     Returns:
-      name -> FlagHolder for the four flags.
+      name -> FlagHolder for the five flags.
     """
     from data_prep.cli import calling_module
 
@@ -36,6 +39,7 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     holders.update(saved_model_writer.define_flags(module))
     holders["max_seq_length"] = flags.DEFINE_integer(
         "max_seq_length", max_seq_length, max_seq_length_help, **kwargs)
+    holders["length_buckets"] = length_buckets.define_flag(module)
     return holders
 
 
@@ -80,6 +84,34 @@ def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
     return ckpt.model, ckpt.labels, BertTokenizer.from_config(vocab_file, settings)
 
 
+def write_text_in_export(module, path: str, signatures: dict, warmup: list, buckets,
+                         method_names=()) -> str:
+    """Writes a text-in export's version and TF Serving's batching parameters for it.
+
+    `<version>/batching_params.pbtxt` goes into the version; `batching_parameters.txt`
+    beside it unless an identical one is there (`export.batching_parameters`).
+
+    Args:
+      module, path, signatures, warmup, method_names: as `saved_model_writer.write_saved_model`.
+      buckets: the export's length buckets (`PreprocessorModule.buckets`).
+
+    Returns:
+      `path`.
+
+    Raises:
+      saved_model_writer.ExportError: batching_parameters.txt exists with other contents
+        (checked before anything is written).
+    """
+    export_dir = os.path.dirname(path)
+    text = batching_parameters.text_for(buckets)
+    batching_parameters.check_beside(export_dir, text)
+    saved_model_writer.write_saved_model(
+        module, path, signatures, warmup, method_names=method_names,
+        version_files={batching_parameters.PER_MODEL_FILE: text})
+    batching_parameters.write_beside(export_dir, text)
+    return path
+
+
 def task_dir_errors() -> tuple:
     """The errors a task export reports in one line."""
     from bert_keras import checkpoints, model_loading
@@ -91,7 +123,8 @@ def task_dir_errors() -> tuple:
 
 
 def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: str,
-        export: Callable, prog: str, needs_labels: bool = True) -> int:
+        export: Callable, prog: str, needs_labels: bool = True,
+        environment_backend: str | None = None) -> int:
     """The `main` of a task export: loads --model_dir, exports it, prints the version path.
 
     Args:
@@ -100,10 +133,12 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
       model_class: the name of the `bert_keras.tasks` class expected in --model_dir
         (imported here, after the command line is checked).
       tool: the fine-tuning tool whose output directory --model_dir is (for messages).
-      export: `export(model, tokenizer, labels, export_dir, seq_length, version=...)` -> the
-        written version's path.
+      export: `export(model, tokenizer, labels, export_dir, seq_length, version=...,
+        buckets=...)` -> the written version's path.
       prog: the export tool's name.
       needs_labels: whether --model_dir must hold labels.txt.
+      environment_backend: what KERAS_BACKEND said (`keras_backend.use_tensorflow()`),
+        for the line saying which backend the export used.
 
     Returns:
       The exit status: 0, or 1 after one error line on stderr.
@@ -115,12 +150,17 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
 
     def body() -> int:
         backends.check_backend(backends.EXPORT_BACKENDS)
+        logging.info(keras_backend.describe(environment_backend))
         export_dir, version = task_flags["export_dir"].value, task_flags["version"].value
+        buckets = length_buckets.parse_flag(task_flags["length_buckets"].value)
+        # Refused before the model is loaded, as an existing version is.
+        batching_parameters.check_beside(export_dir, batching_parameters.text_for(
+            length_buckets.resolve(buckets, task_flags["max_seq_length"].value)))
         model, labels, tokenizer = load_task_dir(
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
             needs_labels=needs_labels, export_dir=export_dir, version=version)
         print(export(model, tokenizer, labels, export_dir, task_flags["max_seq_length"].value,
-                     version=version))
+                     version=version, buckets=buckets))
         return 0
 
     return report_errors(body, task_dir_errors(), prog)

@@ -46,8 +46,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from export import keras_backend
+
+# Run as a program: Keras on TensorFlow whatever KERAS_BACKEND says (before TF imports it).
+_ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
+
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from data_prep import tf_logging
 
@@ -345,6 +350,7 @@ def main(argv):
     from data_prep import cli
 
     def body() -> int:
+        logging.info(keras_backend.describe(_ENVIRONMENT_BACKEND))
         report = verify(_EXPORT_DIR.value, _INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                         _RTOL.value)
         print(report)

@@ -133,6 +133,9 @@ def build_fixtures(d: str) -> str:
     # Existing outputs that a run must not touch.
     os.makedirs(p("existing_out"))
     _write(p("existing_out", "model.keras"), "keep me")
+    # Batching parameters of another export beside the versions (issue 47): never replaced.
+    os.makedirs(p("other_batching"))
+    _write(p("other_batching", "batching_parameters.txt"), "max_batch_size { value: 3 }\n")
     _write(p("existing.txt"), "keep me")
     return d
 
@@ -456,7 +459,7 @@ CASES = [
      CPD.replace("{W}/shard.tfrecord", "{F}/existing.txt"), "existing.txt"),
     # export_encoder
     *_flag_cases("export_encoder", EENC, [("seq_length", 0), ("seq_length", 128),
-                                          ("version", 0)]),
+                                          ("version", 0), ("length_buckets", "16,sixteen")]),
     ("export_encoder-missing-init", "export_encoder", EENC.replace("{F}/encoder", "{F}/nope"),
      "nope"),
     ("export_encoder-garbage-init", "export_encoder",
@@ -472,7 +475,10 @@ CASES = [
      "exports"),
     # export_classifier
     *_flag_cases("export_classifier", ECLS, [("max_seq_length", 0), ("max_seq_length", 64),
-                                             ("version", -1)]),
+                                             ("version", -1), ("length_buckets", "8,x"),
+                                             ("length_buckets", "0"), ("length_buckets", -16)]),
+    ("export_classifier-other-batching-parameters", "export_classifier",
+     ECLS.replace("{W}/exp", "{F}/other_batching"), "other_batching/batching_parameters.txt"),
     ("export_classifier-missing-model", "export_classifier",
      ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
     ("export_classifier-not-classifier", "export_classifier",
@@ -480,7 +486,8 @@ CASES = [
     ("export_classifier-export-dir-is-file", "export_classifier",
      ECLS.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
     # export_tagger (transformers' task heads, issue 31): the same checks as export_classifier
-    *_flag_cases("export_tagger", ECLS, [("max_seq_length", 0), ("version", -1)]),
+    *_flag_cases("export_tagger", ECLS, [("max_seq_length", 0), ("version", -1),
+                                         ("length_buckets", "1.5")]),
     ("export_tagger-missing-model", "export_tagger", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
     ("export_tagger-given-a-classifier", "export_tagger", ECLS, "--model_dir"),
     ("export_tagger-given-an-encoder", "export_tagger", ECLS.replace("{F}/classifier", "{F}/encoder"),
@@ -489,7 +496,8 @@ CASES = [
     ("export_tagger-version-exists", "export_tagger",
      ECLS.replace("{W}/exp", "{F}/exports") + " --version=1", "exports"),
     # export_span_qa (transformers' task heads, issue 31): the same checks as export_classifier
-    *_flag_cases("export_span_qa", ECLS, [("max_seq_length", 0), ("version", -1)]),
+    *_flag_cases("export_span_qa", ECLS, [("max_seq_length", 0), ("version", -1),
+                                          ("length_buckets", "-1")]),
     ("export_span_qa-missing-model", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
     ("export_span_qa-given-a-classifier", "export_span_qa", ECLS, "--model_dir"),
     ("export_span_qa-given-an-encoder", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/encoder"),

@@ -83,6 +83,26 @@ def test_warmup_records_parse_and_run(exported):
         assert all(np.isfinite(v.numpy()).all() for v in out.values())
 
 
+def test_encoder_takes_any_length_up_to_its_position_table(exported, tmp_path):
+    """Issue 47: ids-in clients send their batch's own length; warmup covers the buckets."""
+    _, encoder, _, _ = exported
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    path = export_encoder(encoder, str(tmp_path / "m"), vocab, warmup_seq_length=16,
+                          buckets=(4, 8, 99))
+    requests = read_warmup_requests(os.path.join(path, saved_model_writer.WARMUP_FILE))
+    assert [r["input_word_ids"].shape for _, r in requests] == [(1, 16), (8, 16), (1, 4), (1, 8)]
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    positions = TINY["max_sequence_length"]
+    for seq in (1, 5, 17, positions):
+        x = make_inputs(batch=2, seq=seq, lengths=[seq, max(1, seq // 2)])
+        out = serve(**{k: tf.constant(v) for k, v in x.items()})
+        np.testing.assert_allclose(out["sequence_output"], encoder(x)["sequence_output"],
+                                   atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # longer than the table: refused
+        x = make_inputs(batch=1, seq=positions + 1)
+        serve(**{k: tf.constant(v) for k, v in x.items()})
+
+
 def test_refuses_to_overwrite_and_next_version(exported):
     tmp, encoder, _, path = exported
     vocab = str(tmp / "vocab.txt")

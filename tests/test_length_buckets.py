@@ -1,0 +1,408 @@
+"""Length-adaptive text-in exports (export/length_buckets.py), TF Serving's batching
+parameters (export/batching_parameters.py) and exports whatever KERAS_BACKEND says.
+
+The reference for "the same outputs" is the fixed-length run: the same modules with
+buckets=() (every request at max_seq_length, what the exports did before buckets), and for
+the classifier the Keras model on ids packed by the Python tokenizer and
+data_prep.packing (tests/test_export.py's `_keras_probabilities`).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO, TINY
+from test_export import _keras_probabilities, write_vocab
+
+from bert_keras import BertEncoder
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
+from data_prep import schema
+from export import batching_parameters, length_buckets
+from export.saved_model_writer import ExportError
+
+S = 32  # max_seq_length of these exports; TINY's position table has 40 rows
+BUCKETS = (8, 16, 24)  # resolve() appends S
+
+
+def texts_of(lengths, offset=0):
+    """One text per length, of that many words w<i> (each one WordPiece of write_vocab's)."""
+    return [" ".join(f"w{(offset + 7 * i + j) % 90}" for j in range(n))
+            for i, n in enumerate(lengths)]
+
+
+# Word counts around every bucket edge (packed length = words + 2), past S, and empty.
+LENGTHS = [0, 1, 5, 6, 7, 13, 14, 15, 21, 22, 23, 29, 30, 31, 45]
+
+
+def test_resolve_caps_sorts_and_ends_with_max_seq_length():
+    assert length_buckets.resolve(None, 128) == (16, 24, 32, 48, 64, 96, 128)
+    assert length_buckets.resolve(None, 384)[-3:] == (192, 256, 384)
+    assert length_buckets.resolve((64, 16, 500, 16), 100) == (16, 64, 100)
+    assert length_buckets.resolve((), 128) == (128,)  # fixed length
+    assert length_buckets.resolve((128,), 128) == (128,)
+
+
+@pytest.mark.parametrize("values", [["x"], ["16", "0"], ["-8"], ["1.5"]])
+def test_bad_bucket_flags_are_one_line_errors(values):
+    with pytest.raises(ExportError, match=r"^--length_buckets: expected comma-separated "
+                       r"positive integers"):
+        length_buckets.parse_flag(values)
+
+
+def test_parse_flag():
+    assert length_buckets.parse_flag(None) is None  # not given: the default
+    assert length_buckets.parse_flag([]) == ()  # --length_buckets= : fixed length
+    assert length_buckets.parse_flag(["16", " 32"]) == (16, 32)
+
+
+@pytest.mark.parametrize("lengths,width,buckets,expected", [
+    ([3, 17], 32, (16, 24, 32), 24),
+    ([16, 2], 32, (16, 24, 32), 16),
+    ([17], 32, (16, 24, 32), 24),
+    ([33, 1], 40, (16, 24, 32, 40), 40),
+    ([5], 40, (40,), 40),
+    ([], 32, (16, 24, 32), 16),  # an empty batch
+])
+def test_bucket_length_is_the_smallest_bucket_holding_the_longest_row(lengths, width, buckets,
+                                                                       expected):
+    mask = (np.arange(width)[None, :] < np.array(lengths, np.int32)[:, None]).astype(np.int32)
+    mask = mask.reshape(len(lengths), width)
+    assert int(length_buckets.bucket_length(tf.constant(mask), buckets)) == expected
+
+
+def test_pad_positions_fills_every_padding_position():
+    mask = tf.constant([[1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]])
+    values = tf.constant([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])  # run at L = 4
+    got = length_buckets.pad_positions(values, mask, -9.0).numpy()
+    np.testing.assert_array_equal(got, [[1, 2, 3, -9, -9, -9], [5, 6, -9, -9, -9, -9]])
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    """Bucketed and fixed-length preprocessors sharing one tokenizer, and a TINY encoder."""
+    from data_prep.tokenization import BertTokenizer
+    from export.export_preprocessor import PreprocessorModule
+
+    tokenizer = BertTokenizer(write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt"))
+    return {"tokenizer": tokenizer, "encoder": BertEncoder(**TINY),
+            "bucketed": PreprocessorModule(tokenizer, S, buckets=BUCKETS),
+            "fixed": PreprocessorModule(tokenizer, S, buckets=())}
+
+
+def _batches(texts):
+    """Each text alone (one bucket each), all together, and a short-only batch."""
+    return [[t] for t in texts] + [texts, texts[:4]]
+
+
+def test_encoder_runs_on_the_bucket_length(modules):
+    pre, tokenizer = modules["bucketed"], modules["tokenizer"]
+    assert pre.buckets == BUCKETS + (S,)
+    for words in LENGTHS:
+        packed, trimmed = pre.encoder_inputs([pre._tokenize(tf.constant(texts_of([words])))])
+        real = min(words + 2, S)
+        expected = min(b for b in pre.buckets if b >= real)
+        assert trimmed[schema.INPUT_WORD_IDS].shape == (1, expected), words
+        assert packed[schema.INPUT_WORD_IDS].shape == (1, S)
+        for name in schema.MODEL_INPUT_NAMES:  # a cut of the packed inputs, all padding
+            np.testing.assert_array_equal(trimmed[name], packed[name][:, :expected])
+            assert not packed[schema.MODEL_INPUT_MASK][:, expected:].numpy().any()
+    # The batch runs at its longest row's bucket.
+    _, trimmed = pre.encoder_inputs([pre._tokenize(tf.constant(texts_of([3, 15, 1])))])
+    assert trimmed[schema.MODEL_INPUT_MASK].shape == (3, 24)
+    assert tokenizer.cls_id == int(trimmed[schema.INPUT_WORD_IDS][0, 0])
+
+
+def test_preprocessor_bucketed_signatures_feed_the_encoder_at_the_bucket_length(modules):
+    """The preprocessor export's `bucketed` signatures: its inputs cut to the bucket, which
+    the encoder (any length) turns into the full-length run's outputs."""
+    pre, encoder = modules["bucketed"], modules["encoder"]
+    for words in ([3], [3, 15, 1], [40, 2]):
+        texts = tf.constant(texts_of(words))
+        full, cut = pre.serve(texts), pre.serve_bucketed(texts)
+        width = min(b for b in pre.buckets if b >= min(max(words) + 2, S))
+        assert cut[schema.INPUT_WORD_IDS].shape == (len(words), width)
+        for name in schema.MODEL_INPUT_NAMES:
+            np.testing.assert_array_equal(cut[name], full[name][:, :width])
+        np.testing.assert_allclose(encoder(cut)["pooled_output"],
+                                   encoder(full)["pooled_output"], atol=1e-5)
+    pair = pre.serve_bucketed_pair(tf.constant(texts_of([4])), tf.constant(texts_of([9])))
+    assert pair[schema.INPUT_TYPE_IDS].shape == (1, 16)  # 4 + 9 + 3 = 16
+
+
+def test_warmup_texts_fill_every_bucket(modules):
+    from data_prep.packing import pack
+
+    pre, tokenizer = modules["bucketed"], modules["tokenizer"]
+    for segments in (1, 2):
+        texts = pre.warmup_texts(segments)
+        assert len(texts) == len(pre.buckets)
+        for bucket, request in zip(pre.buckets, texts):
+            ids = tokenizer.encode(request)
+            packed = pack(ids[0], ids[1] if segments == 2 else None, S, tokenizer.cls_id,
+                          tokenizer.sep_id)
+            assert len(packed.tokens) == bucket, (segments, bucket, request)
+
+
+def test_classifier_equals_the_fixed_length_export_and_keras(modules):
+    from export.export_classifier import ClassifierModule
+
+    classifier = BertClassifier(modules["encoder"], num_classes=3)
+    labels = ["neg", "neu", "pos"]
+    bucketed = ClassifierModule(modules["bucketed"], classifier, labels, pair=False)
+    fixed = ClassifierModule(modules["fixed"], classifier, labels, pair=False)
+    texts = texts_of(LENGTHS)
+    for batch in _batches(texts):
+        got = bucketed.serve(tf.constant(batch))
+        want = fixed.serve(tf.constant(batch))
+        np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
+        np.testing.assert_array_equal(got["label"], want["label"])
+        np.testing.assert_allclose(got["probabilities"], _keras_probabilities(
+            classifier, modules["tokenizer"], batch, seq_length=S), atol=1e-5)
+    pair_a, pair_b = texts_of(LENGTHS), texts_of(LENGTHS[::-1], offset=3)
+    got = bucketed.serve_pair(tf.constant(pair_a), tf.constant(pair_b))
+    np.testing.assert_allclose(got["probabilities"], _keras_probabilities(
+        classifier, modules["tokenizer"], pair_a, pair_b, seq_length=S), atol=1e-5)
+
+
+@pytest.mark.integration  # Two more task modules traced: about 30 s on 2 cores.
+def test_tagger_and_span_qa_equal_the_fixed_length_export(modules):
+    from export.export_span_qa import SpanQAModule
+    from export.export_tagger import TaggerModule
+
+    tagger = BertTagger(modules["encoder"], 4)
+    tags = ["O", "B", "I", "X"]
+    bucketed, fixed = (TaggerModule(modules[k], tagger, tags) for k in ("bucketed", "fixed"))
+    texts = texts_of(LENGTHS)
+    for batch in _batches(texts):
+        got, want = bucketed.serve(tf.constant(batch)), fixed.serve(tf.constant(batch))
+        np.testing.assert_array_equal(got["tag_ids"], want["tag_ids"])
+        np.testing.assert_array_equal(got["tags"], want["tags"])
+        np.testing.assert_allclose(got["probabilities"], want["probabilities"], atol=1e-5)
+    qa = BertSpanQA(modules["encoder"])
+    bucketed, fixed = (SpanQAModule(modules[k], qa, 5) for k in ("bucketed", "fixed"))
+    questions = texts_of(LENGTHS[::-1], offset=11)
+    for batch in _batches(list(zip(questions, texts))):
+        question, context = (tf.constant([pair[i] for pair in batch]) for i in (0, 1))
+        got, want = bucketed.serve(question, context), fixed.serve(question, context)
+        assert got["start_logits"].shape == (len(batch), S)  # the documented shape
+        for name in got:
+            if got[name].dtype.is_floating:
+                np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=name)
+            else:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        # At real positions, the Keras model's logits on the packed ids.
+        packed = modules["fixed"].serve_pair(question, context)
+        keras_out = qa({k: v.numpy() for k, v in packed.items()}, training=False)
+        real = packed[schema.MODEL_INPUT_MASK].numpy() == 1
+        np.testing.assert_allclose(got["start_logits"].numpy()[real],
+                                   np.asarray(keras_out["start_logits"])[real], atol=1e-5)
+        assert (got["end_logits"].numpy()[~real] == length_buckets.PADDING_LOGIT).all()
+
+
+# --- TF Serving's batching parameters. ---
+
+def batching_parameters_message():
+    """tensorflow.serving.BatchingParameters.
+
+    tensorflow-serving-api (2.21) ships the API and config protos (apis/, config/) but not
+    tensorflow_serving/servables/tensorflow/session_bundle_config.proto, where TF Serving
+    defines BatchingParameters, and none of the shipped messages has its fields. So unless a
+    later package ships it, the message is built here from that file's definition (fields,
+    numbers and types as in TF Serving's repository), with the google.protobuf wrappers the
+    protobuf package ships, and text_format parses strictly: an unknown field, a wrong type
+    or a malformed line is an error, as in TF Serving's ParseProtoTextFile.
+    """
+    try:
+        from tensorflow_serving.servables.tensorflow import session_bundle_config_pb2
+        return session_bundle_config_pb2.BatchingParameters
+    except ImportError:
+        pass
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="session_bundle_config_batching.proto", package="tensorflow.serving",
+        syntax="proto3", dependency=["google/protobuf/wrappers.proto"])
+    message = proto.message_type.add(name="BatchingParameters")
+    for name, number, wrapper in [("max_batch_size", 1, "Int64Value"),
+                                  ("batch_timeout_micros", 2, "Int64Value"),
+                                  ("max_enqueued_batches", 3, "Int64Value"),
+                                  ("num_batch_threads", 4, "Int64Value"),
+                                  ("thread_pool_name", 5, "StringValue")]:
+        message.field.add(name=name, number=number, type=field.TYPE_MESSAGE,
+                          label=field.LABEL_OPTIONAL, type_name=f".google.protobuf.{wrapper}")
+    message.field.add(name="allowed_batch_sizes", number=6, type=field.TYPE_INT64,
+                      label=field.LABEL_REPEATED)
+    message.field.add(name="pad_variable_length_inputs", number=7, type=field.TYPE_BOOL,
+                      label=field.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    pool.AddSerializedFile(proto.SerializeToString())
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
+
+
+def parse_batching_parameters(text):
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, batching_parameters_message()())
+
+
+@pytest.mark.parametrize("buckets,largest", [
+    ((16, 24, 32, 48, 64, 96, 128), 8),  # 128 / 16
+    ((16, 24, 32, 48, 64, 96, 128, 192, 256, 384), 16),  # 384 / 16 = 24, down to 16
+    ((16, 512), 32),
+    ((8, 4096), 32),  # at most LARGEST_BATCH
+    ((128,), 1),  # fixed length: a batch buys nothing over the long requests
+])
+def test_batching_parameters_parse_with_tf_servings_schema(buckets, largest):
+    params = parse_batching_parameters(batching_parameters.text_for(buckets))
+    assert params.max_batch_size.value == largest
+    assert list(params.allowed_batch_sizes) == [2 ** i for i in range(largest.bit_length())]
+    assert params.allowed_batch_sizes[-1] == params.max_batch_size.value  # TF Serving's rule
+    assert params.batch_timeout_micros.value == batching_parameters.BATCH_TIMEOUT_MICROS
+    assert params.num_batch_threads.value == batching_parameters.NUM_BATCH_THREADS
+    assert params.max_enqueued_batches.value == batching_parameters.MAX_ENQUEUED_BATCHES
+    assert params.pad_variable_length_inputs is False
+
+
+def test_the_schema_is_strict():
+    from google.protobuf import text_format
+
+    with pytest.raises(text_format.ParseError):
+        parse_batching_parameters("max_batch_size { value: 8 }\nmax_batch_sise { value: 8 }\n")
+    with pytest.raises(text_format.ParseError):
+        parse_batching_parameters("max_batch_size: 8\n")  # a wrapper, not a bare int
+
+
+def test_batching_file_beside_the_versions_is_never_overwritten(tmp_path):
+    text = batching_parameters.text_for((16, 128))
+    path = batching_parameters.write_beside(str(tmp_path / "m"), text)
+    assert path == str(tmp_path / "m" / "batching_parameters.txt")
+    assert open(path).read() == text
+    mtime = os.stat(path).st_mtime_ns
+    assert batching_parameters.write_beside(str(tmp_path / "m"), text) == path  # same: kept
+    assert os.stat(path).st_mtime_ns == mtime
+    other = batching_parameters.text_for((16, 384))
+    with pytest.raises(ExportError, match="exists with other batching parameters: refusing "
+                       "to overwrite"):
+        batching_parameters.write_beside(str(tmp_path / "m"), other)
+    assert open(path).read() == text
+    assert sorted(os.listdir(tmp_path / "m")) == ["batching_parameters.txt"]
+
+
+# --- Whole exports: files, warmup, verify, the TF 2.12 process, KERAS_BACKEND=jax. ---
+
+def _tf212_python():
+    for candidate in (os.environ.get("BERT_KERAS_TF212_PYTHON"), "/tmp/tf212/bin/python"):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+@pytest.mark.integration  # Three classifier exports, verify and a TF 2.12 process: ~3 min.
+def test_classifier_export_files_warmup_verify_and_stock_serving(modules, tmp_path):
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from export.export_classifier import export_classifier
+    from export.saved_model_writer import WARMUP_FILE, read_warmup_requests
+    from export.verify import verify
+
+    tokenizer = modules["tokenizer"]
+    classifier = BertClassifier(modules["encoder"], num_classes=2)
+    export_dir = str(tmp_path / "clf")
+    path = export_classifier(classifier, tokenizer, ["ham", "spam"], export_dir, seq_length=S,
+                             buckets=BUCKETS)
+    beside = open(os.path.join(export_dir, "batching_parameters.txt")).read()
+    assert open(os.path.join(path, "batching_params.pbtxt")).read() == beside
+    assert parse_batching_parameters(beside).max_batch_size.value == 4  # 32 / 8
+    # The same settings again: a new version, the file beside it kept.
+    export_classifier(classifier, tokenizer, ["ham", "spam"], export_dir, seq_length=S,
+                      buckets=BUCKETS)
+    # Other buckets: refused before anything is written.
+    with pytest.raises(ExportError, match="batching_parameters.txt exists"):
+        export_classifier(classifier, tokenizer, ["ham", "spam"], export_dir, seq_length=S,
+                          buckets=(16,))
+    assert sorted(os.listdir(export_dir)) == ["1", "2", "batching_parameters.txt"]
+
+    # Warmup requests land in every bucket, in every text signature.
+    from data_prep.packing import pack
+
+    covered = {}
+    for name, inputs in read_warmup_requests(os.path.join(path, WARMUP_FILE)):
+        if name == "serve_examples":
+            continue
+        segments = [inputs[k] for k in ("text", "text_a", "text_b") if k in inputs]
+        for row in zip(*segments):
+            ids = tokenizer.encode([t.decode() for t in row])
+            real = len(pack(ids[0], ids[1] if len(ids) == 2 else None, S, tokenizer.cls_id,
+                            tokenizer.sep_id).tokens)
+            covered.setdefault(name, set()).add(min(b for b in BUCKETS + (S,) if b >= real))
+    assert covered == {"serving_default": set(BUCKETS + (S,)), "pair": set(BUCKETS + (S,))}
+
+    report = verify(path)
+    assert report.ok, str(report)
+
+    texts = texts_of(LENGTHS)
+    loaded = tf.saved_model.load(path).signatures["serving_default"]
+    here = [loaded(text=tf.constant([t]))["probabilities"].numpy()[0] for t in texts]
+    np.testing.assert_allclose(here, _keras_probabilities(classifier, tokenizer, texts,
+                                                          seq_length=S), atol=1e-5)
+    python = _tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON; "
+                    "bench/tf_text_2_12_compat.py shows how to make one)")
+    script = ("import json, sys\n"
+              "import tensorflow as tf, tensorflow_text\n"
+              "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+              "texts = json.loads(sys.argv[2])\n"
+              "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
+              "  'one': [fn(text=tf.constant([t]))['probabilities'].numpy()[0].tolist()\n"
+              "          for t in texts],\n"
+              "  'all': fn(text=tf.constant(texts))['probabilities'].numpy().tolist()}))\n")
+    result = subprocess.run([python, "-c", script, path, json.dumps(texts)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["versions"] == ["2.12.1", "2.12.1"]
+    np.testing.assert_allclose(got["one"], here, atol=1e-5)
+    np.testing.assert_allclose(got["all"], here, atol=1e-5)
+
+
+@pytest.mark.integration  # A tool process on a KERAS_BACKEND=jax environment: about 1 min.
+def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp_path):
+    """A classifier directory as run_classifier writes it, exported from a shell where
+    KERAS_BACKEND=jax (a user who trained on JAX): the export runs on TensorFlow and says so
+    in one line."""
+    from bert_keras import run_classifier
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    encoder = str(tmp_path / "encoder.keras")
+    BertEncoder(**TINY).save(encoder)
+    with open(tmp_path / "train.jsonl", "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"text": texts_of([3 + i])[0], "label": "ab"[i % 2]}) + "\n")
+    run_classifier.run(train_file=str(tmp_path / "train.jsonl"),
+                       output_dir=str(tmp_path / "run"), init_checkpoint=encoder,
+                       vocab_file=vocab, do_train=True, max_seq_length=16, train_batch_size=4,
+                       num_train_steps=1)
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-m", "export.export_classifier", f"--model_dir={tmp_path / 'run'}",
+         f"--export_dir={tmp_path / 'models'}", "--max_seq_length=16",
+         "--length_buckets=8"], capture_output=True, text=True, env=env, timeout=600,
+        cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == str(tmp_path / "models" / "1")
+    said = [line for line in result.stderr.splitlines() if "Keras backend:" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "Keras backend: tensorflow (KERAS_BACKEND=jax from the environment is for training; "
+        "exports write TensorFlow SavedModels)"), result.stderr[-3000:]
+    params = parse_batching_parameters(
+        open(tmp_path / "models" / "batching_parameters.txt").read())
+    assert params.max_batch_size.value == 2  # 16 / 8

@@ -1,0 +1,116 @@
+"""Nothing lost under load (issue 47, item 4), at tiny size for a few seconds: the checks of
+bench/bench_serving_latency.py's soak on a text-in classifier, with and without TF Serving's
+batching parameters (TensorFlow's BatchFunction op), and the checks catching a lost request,
+a wrong output and a growing resident set.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO, TINY
+from test_export import write_vocab
+
+from bert_keras import BertEncoder
+from bert_keras.tasks import BertClassifier
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import bench_serving_latency as bench  # noqa: E402
+
+S = 32
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A tiny text-in classifier (the export's serving function, not saved) and texts of
+    every length up to past S."""
+    from data_prep.tokenization import BertTokenizer
+    from export.export_classifier import ClassifierModule
+    from export.export_preprocessor import PreprocessorModule
+
+    tokenizer = BertTokenizer(write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt"))
+    module = ClassifierModule(PreprocessorModule(tokenizer, S, buckets=(8, 16)),
+                              BertClassifier(BertEncoder(**TINY), num_classes=2), ["a", "b"],
+                              pair=False)
+    texts = [" ".join(f"w{(3 * i + j) % 90}" for j in range(i % 40)) for i in range(24)]
+    return module, texts
+
+
+def _row(serve):
+    return bench.Row(prepare=lambda text: tf.constant([text]),
+                     call=lambda x: bench._to_numpy(serve(x)),
+                     logits=lambda out: out["logits"])
+
+
+def _single(row, texts):
+    return [np.asarray(row.logits(row.call(row.prepare(t)))) for t in texts]
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_under_four_clients_every_request_is_answered_with_its_single_client_output(
+        served, batching):
+    from export import batching_parameters, length_buckets
+
+    module, texts = served
+    row = _row(module.serve)
+    single = _single(row, texts)
+    if batching:
+        params = batching_parameters.for_buckets(length_buckets.resolve((8, 16), S))
+        row = bench.batched_row(module.serve, params)
+    inputs = [row.prepare(t) for t in texts]
+    row.call(inputs[0])  # traced before the clock starts, as a server warms up
+    result = bench.soak(row, inputs, single, clients=4, seconds=6, rtol=1e-4)
+    assert result["ok"], result
+    assert result["answered"] == result["sent"] > 24  # every text, several times
+    assert result["rss_after_warmup_mb"] > 0
+
+
+class _Flaky:
+    """A row that fails every 7th request and returns other logits every 5th."""
+
+    def __init__(self, row):
+        self.row, self.count = row, 0
+        self.prepare, self.logits = row.prepare, row.logits
+
+    def call(self, x):
+        self.count += 1
+        if self.count % 7 == 0:
+            raise RuntimeError("dropped")
+        out = self.row.call(x)
+        return {**out, "logits": out["logits"] + 0.1} if self.count % 5 == 0 else out
+
+
+def test_the_checks_catch_lost_requests_and_wrong_outputs(served):
+    module, texts = served
+    row = _row(module.serve)
+    single = _single(row, texts)
+    flaky = _Flaky(row)
+    result = bench.soak(flaky, [row.prepare(t) for t in texts], single, clients=2, seconds=5,
+                        rtol=1e-4)
+    assert not result["checks"]["answered"] and result["errors"][0] == "RuntimeError: dropped"
+    assert result["answered"] < result["sent"]
+    assert not result["checks"]["outputs_equal_single_client"]
+    assert result["max_relative_difference"] > 1e-3
+
+
+def test_the_checks_catch_a_growing_resident_set(served):
+    import time
+
+    module, texts = served
+    row = _row(module.serve)
+    kept, state = [], {}
+
+    def leaking(x):  # 6 s after the first request (past the 5 s warm-up) keeps 2 MB
+        start = state.setdefault("start", time.perf_counter())  # (touched: resident)
+        if time.perf_counter() - start > 6 and len(kept) < 400:  # 800 MB at most
+            kept.append(np.ones(1 << 19, np.float32))
+        return row.call(x)
+
+    leaky = bench.Row(prepare=row.prepare, call=leaking, logits=row.logits)
+    single = _single(row, texts)
+    result = bench.soak(leaky, [row.prepare(t) for t in texts], single, clients=2, seconds=9,
+                        rtol=1e-4)
+    assert not result["checks"]["rss_flat"], result
+    assert result["checks"]["answered"] and result["checks"]["outputs_equal_single_client"]

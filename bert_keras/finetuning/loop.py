@@ -146,7 +146,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g", n,
                  batch_size, num_train_steps, num_warmup_steps, learning_rate)
     start = time.time()
-    model.fit(ds, epochs=1, verbose=0, shuffle=False,  # tf.data shuffles
+    # steps_per_epoch: the count is lost when Keras shards the batches among JAX processes.
+    model.fit(ds, epochs=1, steps_per_epoch=num_train_steps, verbose=0,
+              shuffle=False,  # tf.data shuffles
               callbacks=[logger, *callbacks])
     seconds = time.time() - start
     summary = {"num_examples": n, "num_train_steps": num_train_steps,

@@ -1,5 +1,6 @@
 r"""Pretrains BERT (masked LM + next sentence) with Keras `fit`: TensorFlow (any tf.distribute
-strategy) or JAX (`KERAS_BACKEND=jax`, keras.distribution; docs/backends.md).
+strategy) or JAX (`KERAS_BACKEND=jax`, keras.distribution, across processes too;
+docs/backends.md, docs/distributed.md).
 
     python -m bert_keras.run_pretraining \
       --input_file='data/train-*.tfrecord' --eval_input_file=data/heldout.tfrecord \

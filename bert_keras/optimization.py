@@ -289,6 +289,32 @@ def _bias_corrections(optimizer, dtype):
                  for beta in (optimizer.beta_1, optimizer.beta_2))
 
 
+def _update_moments(optimizer, gradient, variable):
+    """Adam's moment updates for `variable` (m += (g - m)(1 - beta_1), v likewise with g^2);
+    returns (m, v, 1 - beta_1^t, 1 - beta_2^t) for the step of Adam or LAMB to take.
+
+    Args:
+      gradient: the variable's gradient (any dtype; an IndexedSlices is densified).
+      variable: a model variable of `optimizer`, float32 or float16.
+    """
+    dtype = variable.dtype
+    gradient = ops.cast(_dense(gradient), dtype)
+    index = optimizer._get_variable_index(variable)
+    m, v = optimizer._momentums[index], optimizer._velocities[index]
+    optimizer.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - optimizer.beta_1))
+    optimizer.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v),
+                                         1 - optimizer.beta_2))
+    return (m, v, *_bias_corrections(optimizer, dtype))
+
+
+def _trust_ratio(variable, update):
+    """LAMB's ||variable|| / ||update||, 1 where either norm is 0."""
+    w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+    u_norm = ops.sqrt(ops.sum(ops.square(update)))
+    return ops.where(ops.greater(w_norm, 0),
+                     ops.where(ops.greater(u_norm, 0), w_norm / u_norm, 1.0), 1.0)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` with true-gradient clipping, epsilon placement and a fused step.
@@ -328,7 +354,7 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
 
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad or not kernels.applies("adam_fused"):
-            return self._adam_step(_dense(gradient), variable, learning_rate)
+            return self._adam_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
         index = self._get_variable_index(variable)
@@ -360,18 +386,13 @@ class AdamW(TrueGlobalNormClipping, keras.optimizers.AdamW):
         """Keras' Adam step (`keras.optimizers.Adam.update_step`, amsgrad included) with
         the bias corrections of `_bias_corrections` and epsilon per placement."""
         dtype = variable.dtype
-        gradient = ops.cast(gradient, dtype)
-        correction_1, correction_2 = _bias_corrections(self, dtype)
+        m, v, correction_1, correction_2 = _update_moments(self, gradient, variable)
         alpha = ops.cast(learning_rate, dtype) * ops.sqrt(correction_2) / correction_1
         epsilon = ops.cast(self.epsilon, dtype)
         if self.epsilon_placement == "adam_paper":
             epsilon = epsilon * ops.sqrt(correction_2)
-        index = self._get_variable_index(variable)
-        m, v = self._momentums[index], self._velocities[index]
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
-        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
         if self.amsgrad:
-            v_hat = self._velocity_hats[index]
+            v_hat = self._velocity_hats[self._get_variable_index(variable)]
             self.assign(v_hat, ops.maximum(v_hat, v))
             v = v_hat
         self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.sqrt(v) + epsilon))
@@ -453,12 +474,7 @@ class Lamb(TrueGlobalNormClipping, keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(_dense(gradient), dtype)
-        correction_1, correction_2 = _bias_corrections(self, dtype)
-        index = self._get_variable_index(variable)
-        m, v = self._momentums[index], self._velocities[index]
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
-        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+        m, v, correction_1, correction_2 = _update_moments(self, gradient, variable)
         epsilon = ops.cast(self.epsilon, dtype)
         if self.epsilon_placement == "keras":
             epsilon = epsilon / ops.sqrt(correction_2)
@@ -467,11 +483,7 @@ class Lamb(TrueGlobalNormClipping, keras.optimizers.Optimizer):
         if self._use_weight_decay(variable):
             if self.weight_decay:
                 update = update + ops.cast(self.weight_decay, dtype) * variable
-            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
-            u_norm = ops.sqrt(ops.sum(ops.square(update)))
-            ratio = ops.where(ops.greater(w_norm, 0),
-                              ops.where(ops.greater(u_norm, 0), w_norm / u_norm, 1.0), 1.0)
-            update = ratio * update
+            update = _trust_ratio(variable, update) * update
         self.assign_sub(variable, lr * update)
 
     def get_config(self):
@@ -493,21 +505,11 @@ class KerasLamb(TrueGlobalNormClipping, keras.optimizers.Lamb):
     def update_step(self, gradient, variable, learning_rate):
         """`keras.optimizers.Lamb.update_step` with the bias corrections of
         `_bias_corrections` (Keras' are 1.3e-5 off: see there)."""
-        dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(_dense(gradient), dtype)
-        correction_1, correction_2 = _bias_corrections(self, dtype)
-        index = self._get_variable_index(variable)
-        m, v = self._momentums[index], self._velocities[index]
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
-        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+        m, v, correction_1, correction_2 = _update_moments(self, gradient, variable)
         update = ops.divide(ops.divide(m, correction_1),
                             ops.add(ops.sqrt(ops.divide(v, correction_2)), self.epsilon))
-        w_norm = ops.sqrt(ops.sum(ops.power(variable, 2)))
-        u_norm = ops.sqrt(ops.sum(ops.power(update, 2)))
-        ratio = ops.where(ops.greater(w_norm, 0),
-                          ops.where(ops.greater(u_norm, 0), w_norm / u_norm, 1.0), 1.0)
-        self.assign_sub(variable, ratio * lr * update)
+        lr = ops.cast(learning_rate, variable.dtype)
+        self.assign_sub(variable, _trust_ratio(variable, update) * lr * update)
 
 
 def create_optimizer(

@@ -1,8 +1,9 @@
-"""Where a run trains, from a flag value, on either Keras backend (docs/DESIGN.md section 7,
-docs/backends.md).
+"""Where a run trains, from its flags, on either Keras backend (docs/DESIGN.md section 7,
+docs/backends.md, docs/distributed.md).
 
-`get_distribution(name, tpu)` is the entry point the tools use: a `Distribution` whose
-`scope()` the model is built, compiled and trained under, on TensorFlow and on JAX.
+`get_distribution(name, tpu, ...)` is the entry point the tools use (through
+`DistributionOptions.distribution`, the flags they share): a `Distribution` whose `scope()`
+the model is built, compiled and trained under, on TensorFlow and on JAX.
 
 TensorFlow (`get_strategy`: a tf.distribute strategy):
 
@@ -18,29 +19,109 @@ JAX (Keras' backend "jax"; `keras.distribution`):
     mirrored               keras.distribution.DataParallel over the local devices (GPUs, TPU
                            cores, or the host's CPU devices: `configure_cpu_devices`): the
                            variables replicated, each global batch split along its first axis
-    multi_worker_mirrored, tpu
-                           tf.distribute strategies: a one-line `StrategyError` (JAX reaches
-                           a TPU's cores through "mirrored")
+    multi_worker_mirrored  the same over the devices of several processes (a TPU pod slice,
+                           several GPU hosts): `keras.distribution.initialize` (which calls
+                           `jax.distributed.initialize`) joins them first, with the
+                           coordinator's address, the number of processes and this process's
+                           index from --coordinator_address, --num_processes, --process_id,
+                           else from Keras' KERAS_DISTRIBUTION_JOB_ADDRESSES,
+                           KERAS_DISTRIBUTION_NUM_PROCESSES, KERAS_DISTRIBUTION_PROCESS_ID,
+                           else as JAX finds them on Cloud TPU and under SLURM
+    tpu                    a tf.distribute strategy: a one-line `StrategyError` (JAX reaches
+                           a TPU's cores through "mirrored", a pod slice's through
+                           "multi_worker_mirrored")
 
 The TPU path never contacts the cloud metadata server: TPUClusterResolver resolves a bare
 TPU *name* through it, so only local TPUs and explicit `grpc://host:port` addresses are
 accepted, and without a TPU it fails with a one-line `StrategyError`.
 """
 
+from __future__ import annotations
+
 import contextlib
+import dataclasses
+import os
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-from data_prep.cli import ToolError
+from data_prep.cli import ToolError, option
 
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
-JAX_STRATEGIES = ("default", "mirrored")
+JAX_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored")
+# Keras' environment variables for `keras.distribution.initialize`, by the flag they stand for.
+PROCESS_ENVIRONMENT = {"coordinator_address": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+                       "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                       "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
 
 
 class StrategyError(ToolError):
     """The requested strategy cannot run here; the message is one line, meant for users."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributionOptions:
+    """The flags that say where a tool trains (run_pretraining and the fine-tuning tools)."""
+
+    distribution_strategy: str = option(
+        "default", "Where to train: default (one device), mirrored (the local devices), "
+        "multi_worker_mirrored (several workers: TF_CONFIG on TensorFlow; on JAX several "
+        "processes joined by keras.distribution.initialize, see --coordinator_address), tpu "
+        "(TensorFlow). On JAX, mirrored and multi_worker_mirrored are "
+        "keras.distribution.DataParallel.", enum=list(STRATEGIES))
+    tpu: str = option("", "For --distribution_strategy=tpu: empty/'local' on a TPU VM, or "
+                      "grpc://host:port.")
+    num_cpu_devices: int = option(1, "Split the CPU into this many logical devices (mirrored "
+                                  "on CPU).")
+    coordinator_address: str = option(
+        "", "KERAS_BACKEND=jax with --distribution_strategy=multi_worker_mirrored: HOST:PORT "
+        "of process 0 (the coordinator), the same on every process. Empty: "
+        "$KERAS_DISTRIBUTION_JOB_ADDRESSES, else as JAX finds it (Cloud TPU, SLURM).")
+    num_processes: int | None = option(
+        None, "JAX, multi_worker_mirrored: processes in the job (default: "
+        "$KERAS_DISTRIBUTION_NUM_PROCESSES, else as JAX finds it).")
+    process_id: int | None = option(
+        None, "JAX, multi_worker_mirrored: this process's index, 0 to num_processes - 1; "
+        "process 0 writes the outputs (default: $KERAS_DISTRIBUTION_PROCESS_ID, else as JAX "
+        "finds it).")
+
+    def check_distribution(self) -> None:
+        """Raises StrategyError for values no backend accepts (before anything is built)."""
+        if self.num_cpu_devices < 1:
+            raise StrategyError(f"--num_cpu_devices must be >= 1, got {self.num_cpu_devices}")
+        _check_processes(self.coordinator_address, self.num_processes, self.process_id)
+
+    def distribution(self) -> "Distribution":
+        """`configure_cpu_devices` and `get_distribution` for these flags: call it before
+        anything touches a device (loading weights does), as JAX's processes must be joined
+        before JAX computes anything.
+
+        Raises:
+          StrategyError: see `get_distribution`.
+        """
+        self.check_distribution()
+        configure_cpu_devices(self.num_cpu_devices)
+        return get_distribution(self.distribution_strategy, self.tpu,
+                                coordinator_address=self.coordinator_address,
+                                num_processes=self.num_processes, process_id=self.process_id)
+
+
+def _check_processes(coordinator_address: str, num_processes, process_id) -> None:
+    """Raises StrategyError for process flags that cannot name a process of a job."""
+    if num_processes is not None and num_processes < 1:
+        raise StrategyError(f"--num_processes must be >= 1, got {num_processes}")
+    if process_id is not None and (process_id < 0 or (
+            num_processes is not None and process_id >= num_processes)):
+        upper = f"num_processes - 1 = {num_processes - 1}" if num_processes else \
+            "num_processes - 1"
+        raise StrategyError(f"--process_id={process_id}: expected 0 to {upper} (each process "
+                            "of the job its own index; process 0 is the coordinator)")
+    if coordinator_address:
+        host, _, port = coordinator_address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise StrategyError(f"--coordinator_address={coordinator_address!r}: expected "
+                                "HOST:PORT of process 0 (e.g. 10.0.0.1:8476)")
 
 
 def configure_cpu_devices(num_devices: int) -> None:
@@ -171,12 +252,22 @@ class Distribution:
 
     @property
     def num_replicas_in_sync(self) -> int:
-        """Devices each global batch is split over."""
+        """Devices each global batch is split over (every process's, on JAX)."""
         if self.strategy is not None:
             return self.strategy.num_replicas_in_sync
         if self.keras_distribution is not None:
             return len(self.keras_distribution.device_mesh.devices.flatten())
         return 1
+
+    @property
+    def num_processes(self) -> int:
+        """JAX: the processes training together (1 unless multi_worker_mirrored); TensorFlow:
+        1 (its workers are the strategy's)."""
+        if self.keras_distribution is None:
+            return 1
+        import jax
+
+        return jax.process_count()
 
     @property
     def is_chief(self) -> bool:
@@ -186,6 +277,17 @@ class Distribution:
         import jax
 
         return jax.process_index() == 0
+
+    @property
+    def worker_name(self) -> str:
+        """This worker's name among several, for its own files (a non-chief's backup):
+        TensorFlow "<task type>-<task id>" from the cluster, JAX "process-<index>"."""
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        if resolver is not None and resolver.task_type is not None:
+            return f"{resolver.task_type}-{resolver.task_id}"
+        import jax
+
+        return f"process-{jax.process_index()}"
 
     def scope(self):
         if self.strategy is not None:
@@ -200,41 +302,139 @@ class Distribution:
         TensorFlow: the strategy's (per-replica batches, one pipeline per worker). JAX: one
         pipeline of *global* batches (the context says one replica), which Keras splits
         across the devices; so batches per update = context.num_replicas_in_sync //
-        context.num_input_pipelines on both backends.
+        context.num_input_pipelines on both backends. With several JAX processes, Keras'
+        DataParallel (`auto_shard_dataset`, `distribute_dataset`) gives each process its
+        share of every global batch, sharded by process index: the global batch of B rows
+        is cut into batches of B / num_processes rows and process p keeps the p-th of each
+        num_processes, so the processes together train on the global batches of one
+        process, in the same order (each process reads and parses them all).
         """
         if self.strategy is not None:
             return self.strategy.distribute_datasets_from_function(dataset_fn)
         return dataset_fn(tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                                      num_replicas_in_sync=1))
 
+    def on_one_device(self, model):
+        """`model` as one process can run it alone, for evaluation and prediction.
+
+        Under a JAX DataParallel the variables live on every device of the mesh, every
+        process's on multi_worker_mirrored, so each step would need all processes: this
+        returns a copy made outside any distribution, with the trained weights, on the
+        default device. TensorFlow's strategies and "default": `model` itself.
+        """
+        if self.keras_distribution is None:
+            return model
+        assert keras.distribution.distribution() is None, "call outside scope()"
+        copy = type(model).from_config(model.get_config())
+        copy.set_weights(model.get_weights())
+        return copy
+
     def __repr__(self):
         kind = type(self.strategy or self.keras_distribution).__name__ if (
             self.strategy or self.keras_distribution) else "one device"
-        return f"{self.name} ({kind}) with {self.num_replicas_in_sync} replica(s)"
+        processes = f" over {self.num_processes} processes" if self.num_processes > 1 else ""
+        return f"{self.name} ({kind}) with {self.num_replicas_in_sync} replica(s){processes}"
 
 
-def get_distribution(name: str = "default", tpu: str = "") -> Distribution:
+def get_distribution(name: str = "default", tpu: str = "", *, coordinator_address: str = "",
+                     num_processes: int | None = None,
+                     process_id: int | None = None) -> Distribution:
     """The `Distribution` for a --distribution_strategy value on Keras' backend.
 
-    TensorFlow: `get_strategy(name, tpu)`. JAX: `JAX_STRATEGIES` (module docstring).
+    TensorFlow: `get_strategy(name, tpu)`. JAX: `JAX_STRATEGIES` (module docstring); for
+    multi_worker_mirrored this joins the job's processes first (`keras.distribution.
+    initialize`), which must happen before JAX computes anything in this process.
+
+    Args:
+      name: one of `STRATEGIES`.
+      tpu: for "tpu" on TensorFlow: "" or "local" (TPU VM) or "grpc://host:port".
+      coordinator_address, num_processes, process_id: for multi_worker_mirrored on JAX:
+        HOST:PORT of process 0, the number of processes, this process's index; "" / None
+        for Keras' environment variables (`PROCESS_ENVIRONMENT`) or JAX's cluster detection.
 
     Raises:
-      StrategyError: an unknown name; on TensorFlow no TPU for "tpu"; on JAX a tf.distribute
-        strategy (one line naming the flag, what JAX runs and what was asked).
+      StrategyError: an unknown name; on TensorFlow no TPU for "tpu", or JAX's process flags;
+        on JAX "tpu", process flags without multi_worker_mirrored, or processes that cannot
+        be joined (one line naming the flag, what was expected and what was found).
     """
     backend = keras.backend.backend()
+    process_flags = [f"--{k}" for k, v in (("coordinator_address", coordinator_address),
+                                          ("num_processes", num_processes),
+                                          ("process_id", process_id)) if v not in ("", None)]
     if backend == "tensorflow":
+        if process_flags:
+            raise StrategyError(
+                f"{', '.join(process_flags)}: JAX's (KERAS_BACKEND=jax with "
+                "--distribution_strategy=multi_worker_mirrored); on TensorFlow "
+                "multi_worker_mirrored reads the cluster from TF_CONFIG")
         return Distribution(name, strategy=get_strategy(name, tpu))
     if name not in STRATEGIES:
         raise StrategyError(f"unknown distribution_strategy {name!r}; expected one of "
                             f"{JAX_STRATEGIES} on KERAS_BACKEND={backend}")
     if name not in JAX_STRATEGIES:
         raise StrategyError(
-            f"--distribution_strategy: expected default or mirrored on KERAS_BACKEND={backend} "
-            f"(mirrored: keras.distribution.DataParallel over the local GPUs, TPU cores or CPU "
-            f"devices), found {name} (a tf.distribute strategy: run with "
+            f"--distribution_strategy: expected default, mirrored or multi_worker_mirrored on "
+            f"KERAS_BACKEND={backend} (keras.distribution.DataParallel over the local devices, "
+            f"or over several processes': a TPU VM's cores are mirrored, a pod slice's "
+            f"multi_worker_mirrored), found {name} (a tf.distribute strategy: run with "
             "KERAS_BACKEND=tensorflow)")
+    if process_flags and name != "multi_worker_mirrored":
+        raise StrategyError(f"{', '.join(process_flags)}: for processes joined by "
+                            "--distribution_strategy=multi_worker_mirrored, found "
+                            f"--distribution_strategy={name}")
     if name == "default":
         return Distribution(name)
-    devices = keras.distribution.list_devices()
+    if name == "multi_worker_mirrored":
+        _join_processes(coordinator_address, num_processes, process_id)
+        _local_saving()
+    devices = keras.distribution.list_devices()  # Every process's, once they are joined.
     return Distribution(name, keras_distribution=keras.distribution.DataParallel(devices=devices))
+
+
+def _join_processes(coordinator_address: str, num_processes, process_id) -> None:
+    """`keras.distribution.initialize` (jax.distributed.initialize), once per process.
+
+    Raises:
+      StrategyError: bad process flags, no coordinator address given or found, or JAX could
+        not join (already computing, coordinator unreachable); one line.
+    """
+    import jax
+
+    _check_processes(coordinator_address, num_processes, process_id)
+    if jax.distributed.is_initialized():
+        return  # Joined by an earlier run in this process (a script, a notebook).
+    try:
+        keras.distribution.initialize(coordinator_address or None, num_processes, process_id)
+    except (ValueError, RuntimeError) as e:
+        found = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if not (coordinator_address or os.environ.get(
+                PROCESS_ENVIRONMENT["coordinator_address"])):
+            raise StrategyError(
+                "--coordinator_address: expected HOST:PORT of process 0 for "
+                "--distribution_strategy=multi_worker_mirrored on JAX (or "
+                f"${PROCESS_ENVIRONMENT['coordinator_address']}), found none, and JAX found "
+                f"no cluster (Cloud TPU, SLURM) to take it from: {found}") from None
+        raise StrategyError(f"--distribution_strategy=multi_worker_mirrored: JAX could not "
+                            f"join the processes: {found}") from None
+    logging.info("JAX process %d of %d: %d local device(s), %d in all", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def _local_saving() -> None:
+    """Makes Keras' saving local to each process under a multi-process DataParallel.
+
+    Keras' saving lists the attributes to skip per object type from a reference object
+    (`saving_lib.get_attr_skipset`); an optimizer's makes two variables, and made under a
+    multi-process DataParallel each is a collective (jax.device_put compares the value across
+    processes). Keras 3.15.1 means to make each list once per process, but stores it under
+    "saving_attr_skipset_<type>" and looks for "saving_attr_skiplist_<type>", so it makes it
+    at every save: a save that process 0 alone makes (a checkpoint) was a collective the
+    others never joined, and failed ("passed to device_put is not the same on each
+    process"). The list is made here, before any distribution is in effect, and stored
+    under both names, so that every later save (and load) only reads the variables.
+    """
+    from keras.src.backend.common import global_state
+    from keras.src.saving import saving_lib
+
+    skipset = saving_lib.get_attr_skipset("Optimizer")
+    global_state.set_global_attribute("saving_attr_skiplist_Optimizer", skipset)

@@ -1,5 +1,6 @@
 r"""Pretrains BERT (masked LM + next sentence) with Keras `fit`: TensorFlow (any tf.distribute
-strategy) or JAX (`KERAS_BACKEND=jax`, keras.distribution; docs/backends.md).
+strategy) or JAX (`KERAS_BACKEND=jax`, keras.distribution, across processes too;
+docs/backends.md, docs/distributed.md).
 
     python -m bert_keras.run_pretraining \
       --input_file='data/train-*.tfrecord' --eval_input_file=data/heldout.tfrecord \
@@ -60,6 +61,7 @@ import sys
 from absl import app, flags, logging
 
 
+from bert_keras.distribute import DistributionOptions, StrategyError
 from data_prep import cli, files, tokenizer_config
 
 # TensorFlow is imported lazily in `train`, so that --help and flag errors are instant.
@@ -76,8 +78,9 @@ _RECORDED_BEFORE_FLAG = {"lr_schedule": "google", "epsilon_placement": "keras"}
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainingOptions:
-    """Everything a pretraining run needs; each field with help text is a flag (Google's names)."""
+class PretrainingOptions(DistributionOptions):
+    """Everything a pretraining run needs; each field with help text is a flag (Google's names;
+    where to train: `DistributionOptions`)."""
 
     input_file: str = opt(None, "Training TFRecords: comma-separated files or globs.",
                           required=True)
@@ -133,14 +136,6 @@ class PretrainingOptions:
     steps_per_execution: int = opt(1, "Micro-batches run per tf.function call (fewer host "
                                    "round trips).")
     gradient_accumulation_steps: int = opt(1, "Micro-batches averaged into one update.")
-    distribution_strategy: str = opt(
-        "default", "tf.distribute strategy (multi_worker_mirrored reads the cluster from "
-        "TF_CONFIG); on JAX, mirrored is keras.distribution.DataParallel over the local "
-        "devices.", enum=["default", "mirrored", "multi_worker_mirrored", "tpu"])
-    tpu: str = opt("", "For --distribution_strategy=tpu: empty/'local' on a TPU VM, or "
-                   "grpc://host:port.")
-    num_cpu_devices: int = opt(1, "Split the CPU into this many logical devices (mirrored on "
-                               "CPU).")
     mixed_precision: str = opt("float32", "Keras dtype policy.",
                                enum=["float32", "mixed_bfloat16", "mixed_float16"])
     jit_compile: bool = opt(False, "Compile the train step with XLA.")
@@ -162,7 +157,9 @@ class PretrainingOptions:
 
     # Fields that may differ between the first run and a resumed one.
     _RESUMABLE_CHANGES = ("verbose", "autotune", "log_steps", "keep_checkpoint_max",
-                          "max_eval_steps", "eval_batch_size", "eval_input_file")
+                          "max_eval_steps", "eval_batch_size", "eval_input_file",
+                          # Where the processes run (a resumed job may use other hosts).
+                          "coordinator_address", "num_processes", "process_id")
 
     def tokenizer_overrides(self) -> dict:
         return {name: getattr(self, name) for name in tokenizer_config.SETTINGS
@@ -189,10 +186,11 @@ class PretrainingOptions:
         positive = ("max_seq_length", "train_batch_size",
                     "eval_batch_size", "num_train_steps", "save_checkpoints_steps",
                     "steps_per_execution", "gradient_accumulation_steps", "keep_checkpoint_max",
-                    "max_eval_steps", "num_cpu_devices", "log_steps")
+                    "max_eval_steps", "log_steps")
         for name in positive:
             if getattr(self, name) < 1:
                 raise PretrainingError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        self.check_distribution()
         if not self.learning_rate > 0:
             raise PretrainingError(f"--learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.weight_decay < 1:
@@ -608,7 +606,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     import keras
     import tensorflow as tf
 
-    from bert_keras import distribute, multi_worker_fix
+    from bert_keras import multi_worker_fix
     from bert_keras.backup import BackupError
     from bert_keras.inputs import check_input_files, input_masking, pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
@@ -665,18 +663,18 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     settings, settings_source = tokenizer_settings(options, input_files)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(),
                  settings_source or "defaults and flags")
-    # Before anything touches a device (loading initial weights does).
-    distribute.configure_cpu_devices(options.num_cpu_devices)
+    # tf.distribute on TensorFlow, keras.distribution on JAX (distribute.get_distribution),
+    # before anything touches a device (loading initial weights does): JAX's processes are
+    # joined before JAX computes anything.
+    distribution = options.distribution()
+    chief = distribution.is_chief
+    logging.info("Distribution: %r", distribution)
     initial = None
     if options.init_checkpoint and not os.path.isfile(
             os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
         initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
     keras.utils.set_random_seed(options.seed)
     keras.mixed_precision.set_global_policy(options.mixed_precision)
-    # tf.distribute on TensorFlow, keras.distribution on JAX (distribute.get_distribution).
-    distribution = distribute.get_distribution(options.distribution_strategy, options.tpu)
-    chief = distribution.is_chief
-    logging.info("Distribution: %r", distribution)
     check_replicas(options, distribution.num_replicas_in_sync)
     resuming = prepare_output_dir(options, chief)
     if chief:
@@ -687,9 +685,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     else:
         # Each non-chief worker keeps its own (identical) backup: two processes writing one
         # file would corrupt it.
-        resolver = distribution.strategy.cluster_resolver  # multi-worker: TensorFlow only
-        worker_dir = os.path.join(options.output_dir, "workers",
-                                  f"{resolver.task_type}-{resolver.task_id}")
+        worker_dir = os.path.join(options.output_dir, "workers", distribution.worker_name)
         backup_dir = os.path.join(worker_dir, "backup")
 
     accumulation = options.gradient_accumulation_steps
@@ -838,8 +834,6 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from bert_keras.distribute import StrategyError
-
     values = cli.values_from_flags(_FLAGS)
     values.update(tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))
 

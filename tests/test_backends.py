@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 from conftest import REPO, TESTDATA, backend_env, h5_keys
+from multiprocess import describe, jax_process_flags, run_job
 from test_run_finetune import SMALL, VOCAB, write_classification, write_conll
 
 from bert_keras import (BertEncoder, backends, distribute, extract_features, run_classifier,
@@ -72,16 +73,32 @@ def test_distribution_entry_point_on_tensorflow():
         distribute.get_distribution("tpu")
 
 
-@pytest.mark.parametrize("name", ["tpu", "multi_worker_mirrored"])
-def test_tensorflow_strategies_on_jax_are_one_line(name, monkeypatch, capsys):
+def test_tensorflow_strategies_on_jax_are_one_line(monkeypatch, capsys):
     _pretend_backend(monkeypatch, "jax")
-    status = cli.report_errors(lambda: distribute.get_distribution(name))
+    status = cli.report_errors(lambda: distribute.get_distribution("tpu"))
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1, err
-    assert err.startswith("error: --distribution_strategy: expected default or mirrored on "
-                          "KERAS_BACKEND=jax (mirrored: keras.distribution.DataParallel")
-    assert err.rstrip().endswith(f"found {name} (a tf.distribute strategy: run with "
-                                 "KERAS_BACKEND=tensorflow)")
+    assert err == ("error: --distribution_strategy: expected default, mirrored or "
+                   "multi_worker_mirrored on KERAS_BACKEND=jax (keras.distribution.DataParallel "
+                   "over the local devices, or over several processes': a TPU VM's cores are "
+                   "mirrored, a pod slice's multi_worker_mirrored), found tpu (a tf.distribute "
+                   "strategy: run with KERAS_BACKEND=tensorflow)\n")
+
+
+@pytest.mark.parametrize("name", ["multi_worker_mirrored", "tpu"])
+def test_fine_tuning_strategies_on_tensorflow_are_one_line(name, capsys, tmp_path):
+    """Fine-tuning trains on one host on TensorFlow (default, mirrored); across processes
+    on JAX. Refused before any input is read."""
+    values = dict(output_dir=str(tmp_path / "out"), do_train=True, train_file="missing.jsonl",
+                  distribution_strategy=name)
+    status = cli.report_errors(lambda: run_classifier.run(**values),
+                               run_classifier.runner.expected_errors())
+    err = capsys.readouterr().err
+    assert status == 1 and err == (
+        "error: --distribution_strategy: expected default or mirrored for fine-tuning on "
+        f"KERAS_BACKEND=tensorflow, found {name} (across hosts: KERAS_BACKEND=jax with "
+        "multi_worker_mirrored; docs/distributed.md)\n")
+    assert not (tmp_path / "out").exists()
 
 
 # On JAX with 2 host devices: "mirrored" is keras.distribution.DataParallel over both, and
@@ -166,6 +183,54 @@ def test_unsupported_backend_from_the_command_line(tmp_path):
             f"error: KERAS_BACKEND: expected tensorflow or jax, found {backend} (set "
             "KERAS_BACKEND=tensorflow; see docs/backends.md)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.integration  # Three JAX tool processes: about 2 min on 2 cores.
+def test_run_classifier_in_two_jax_processes_trains_the_weights_of_one(tmp_path):
+    """--distribution_strategy=multi_worker_mirrored: 2 JAX processes (1 CPU device each,
+    joined on 127.0.0.1) fine-tune the weights one process does with the same global batch,
+    over 20 updates, within float32 noise (the order of the gradient's sums: 1.2e-5 of one
+    learning-rate step here, the bound 2e-3 steps); process 0 writes the directory,
+    evaluates and predicts."""
+    encoder = tmp_path / "encoder.keras"
+    BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(encoder)
+    write_classification(tmp_path / "train.jsonl", 56, 0)
+    write_classification(tmp_path / "test.jsonl", 11, 1)
+    lr, steps = 5e-3, 20
+    values = dict(train_file=tmp_path / "train.jsonl", eval_file=tmp_path / "test.jsonl",
+                  predict_file=tmp_path / "test.jsonl", init_checkpoint=encoder,
+                  vocab_file=VOCAB, do_lower_case=True, do_train=True, do_eval=True,
+                  do_predict=True, max_seq_length=16, train_batch_size=8, eval_batch_size=4,
+                  num_train_steps=steps, learning_rate=lr, classifier_dropout=0.0, seed=3)
+    one, two = tmp_path / "one", tmp_path / "two"
+    result = _tool("bert_keras.run_classifier", _args({**values, "output_dir": one}), "jax")
+    assert result.returncode == 0, result.stderr[-3000:]
+    command = [sys.executable, "-m", "bert_keras.run_classifier",
+               *_args({**values, "output_dir": two,
+                       "distribution_strategy": "multi_worker_mirrored"})]
+    codes, outputs = run_job([command + flags for flags in jax_process_flags(2)],
+                             [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+    assert all("multi_worker_mirrored (DataParallel) with 2 replica(s) over 2 processes" in out
+               for out in outputs)
+    assert sorted(os.listdir(two)) == sorted(os.listdir(one))  # Process 1 wrote nothing.
+    trained = {d: keras.saving.load_model(d / "model.keras") for d in (one, two)}
+    differences = [float(np.abs(a - b).max()) for a, b in zip(
+        trained[one].get_weights(), trained[two].get_weights())]
+    initial = keras.saving.load_model(encoder).get_weights()
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(
+        trained[one].encoder.get_weights(), initial))
+    print(json.dumps({"max_difference": max(differences), "moved": moved, "lr": lr}))  # pytest -s
+    assert max(differences) <= 1e-4 * lr * steps, differences
+    assert moved > 100 * 1e-4 * lr * steps, moved  # The bound tests something.
+    predicted = {d: [json.loads(line) for line in open(d / "predictions.jsonl")]
+                 for d in (one, two)}
+    assert [p["label"] for p in predicted[two]] == [p["label"] for p in predicted[one]]
+    assert max(abs(p["probabilities"][k] - q["probabilities"][k])
+               for p, q in zip(predicted[one], predicted[two]) for k in p["probabilities"]) < 1e-5
+    one_eval, two_eval = (json.loads((d / "eval_results.json").read_text()) for d in (one, two))
+    assert two_eval["accuracy"] == one_eval["accuracy"]
+    assert abs(two_eval["loss"] - one_eval["loss"]) < 1e-5
 
 
 @pytest.mark.slow  # The tools' own suites in a JAX process: 2-3 min on 2 cores.

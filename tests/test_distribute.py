@@ -1,23 +1,27 @@
-"""Strategies: TPU without a TPU, MirroredStrategy on 2 logical CPUs, 2 local MWMS workers.
+"""Strategies: TPU without a TPU, MirroredStrategy on 2 logical CPUs, 2 local MWMS workers;
+on JAX, 2 processes joined by keras.distribution.initialize (multi_worker_mirrored).
 
 Multi-device runs happen in subprocesses: logical CPU devices and TF_CONFIG must be set
-before TensorFlow initializes, and this test process has long since initialized it.
+before TensorFlow initializes, and this test process has long since initialized it; JAX's
+processes must be joined before JAX computes anything (`tests/multiprocess.py` runs a job).
 """
 
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import TINY
+from conftest import TINY, backend_env
+from multiprocess import (KERAS_PROCESS_VARIABLES, describe, free_ports, jax_process_flags,
+                          run_job)
 from pretraining_data import write_dataset
 
 from bert_keras import BertEncoder, BertPretrainer, distribute, multi_worker_fix
 from bert_keras.run_pretraining import PretrainingError, PretrainingOptions, check_replicas
+from data_prep import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S, P = 16, 4
@@ -197,45 +201,138 @@ def test_settings_keras_cannot_distribute_fail_early():
         check_replicas(dataclasses.replace(single, steps_per_execution=4), 2)
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 @pytest.mark.slow
 def test_multi_worker_mirrored_with_two_local_workers(data, tmp_path):
     out = tmp_path / "out"
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
-    processes, logs = [], []
-    try:
-        for index in range(2):
-            tf_config = json.dumps({"cluster": {"worker": workers},
-                                    "task": {"type": "worker", "index": index}})
-            log = open(tmp_path / f"worker{index}.log", "w+")
-            logs.append(log)
-            processes.append(subprocess.Popen(
-                _args(data, out, "--distribution_strategy=multi_worker_mirrored"),
-                cwd=REPO, env=_env(TF_CONFIG=tf_config), stdout=log, stderr=subprocess.STDOUT))
-        codes = [p.wait(timeout=420) for p in processes]
-    finally:
-        for p in processes:  # Workers end themselves; this only guards a hang.
-            if p.poll() is None:
-                p.kill()
-                p.wait(30)
-    outputs = []
-    for log in logs:
-        log.seek(0)
-        outputs.append(log.read())
-        log.close()
-    assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    envs = [_env(TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                       "task": {"type": "worker", "index": index}}))
+            for index in range(2)]
+    command = _args(data, out, "--distribution_strategy=multi_worker_mirrored")
+    codes, outputs = run_job([command, command], envs, REPO, timeout=420)
+    assert codes == [0, 0], describe(codes, outputs)
     assert "multi_worker_mirrored (CollectiveAllReduceStrategy) with 2 replica(s)" in outputs[0]
     # The chief (worker 0) writes the shared outputs.
     assert sorted(os.listdir(out / "checkpoints")) == ["ckpt-00000002.weights.h5",
                                                        "ckpt-00000004.weights.h5"]
     assert (out / "encoder" / "encoder.weights.h5").exists()
     assert not (out / "workers").exists()  # Worker 1's own backup, removed at the end.
+
+
+# --- JAX across processes (multi_worker_mirrored: keras.distribution.initialize) ---
+
+
+@pytest.mark.parametrize("flags,message", [
+    (dict(num_processes=2, process_id=2),
+     "--process_id=2: expected 0 to num_processes - 1 = 1 (each process of the job its own "
+     "index; process 0 is the coordinator)"),
+    (dict(process_id=-1), "--process_id=-1: expected 0 to num_processes - 1"),
+    (dict(num_processes=0), "--num_processes must be >= 1, got 0"),
+    (dict(coordinator_address="10.0.0.1"),
+     "--coordinator_address='10.0.0.1': expected HOST:PORT of process 0 (e.g. 10.0.0.1:8476)"),
+    (dict(coordinator_address="10.0.0.1:http"), "--coordinator_address='10.0.0.1:http'"),
+    (dict(num_cpu_devices=0), "--num_cpu_devices must be >= 1, got 0")])
+def test_bad_process_flags_are_one_line_before_anything_runs(flags, message, capsys):
+    options = PretrainingOptions(input_file="x", output_dir="y", preset="tiny",
+                                 distribution_strategy="multi_worker_mirrored", **flags)
+    assert cli.report_errors(options.validate) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {message}"), err
+
+
+def test_process_flags_are_jaxs(monkeypatch):
+    """TensorFlow reads its cluster from TF_CONFIG; on JAX the flags need multi_worker_mirrored
+    (both refused before any process is joined)."""
+    with pytest.raises(distribute.StrategyError, match=r"^--coordinator_address, "
+                       r"--process_id: JAX's \(KERAS_BACKEND=jax with --distribution_strategy="
+                       r"multi_worker_mirrored\); on TensorFlow multi_worker_mirrored reads the "
+                       r"cluster from TF_CONFIG$"):
+        distribute.get_distribution("multi_worker_mirrored", coordinator_address="h:1",
+                                    process_id=0)
+    monkeypatch.setattr(distribute.keras.backend, "backend", lambda: "jax")
+    with pytest.raises(distribute.StrategyError, match=r"^--num_processes: for processes "
+                       "joined by --distribution_strategy=multi_worker_mirrored, found "
+                       "--distribution_strategy=mirrored$"):
+        distribute.get_distribution("mirrored", num_processes=2)
+
+
+# One process of a 2-process JAX job: joined through the tools' flags, it trains a model whose
+# metrics count the rows of every global batch and sum their ids (0..23, each once), and lists
+# the rows Keras' DataParallel leaves this process of the global batches.
+_JAX_PROCESS = textwrap.dedent("""
+    import sys
+    import keras, numpy as np, tensorflow as tf
+    from keras import ops
+    from bert_keras import distribute
+    options = distribute.DistributionOptions(
+        distribution_strategy="multi_worker_mirrored", coordinator_address=sys.argv[1],
+        num_processes=2, process_id=int(sys.argv[2]))
+    d = options.distribution()
+    print("REPR", d)
+    print("CHIEF", d.is_chief, "WORKER", d.worker_name, "PROCESSES", d.num_processes)
+
+    class Total(keras.metrics.Metric):  # Over the global batch the train step sees.
+        def __init__(self, name, of):
+            super().__init__(name=name)
+            self.of = of
+            self.total = self.add_variable((), initializer="zeros", name="total")
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.total.assign_add(ops.sum(self.of(ops.cast(y_true, "float32"))))
+        def result(self):
+            return ops.convert_to_tensor(self.total)
+
+    ids = tf.data.Dataset.range(24).map(lambda i: (tf.cast([i], "float32"),
+                                                    tf.cast([i], "float32")))
+    global_batches = ids.batch(8, drop_remainder=True)
+    shares = [[int(v) for v in x[:, 0]] for x, _ in
+              d.keras_distribution.distribute_dataset(global_batches)]
+    print("SHARES", shares)
+    keras.utils.set_random_seed(1)
+    with d.scope():
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", metrics=[
+            Total("rows", ops.ones_like), Total("ids", lambda y: y)])
+        history = model.fit(global_batches, epochs=1, steps_per_epoch=3, verbose=0)
+    print("SEEN", int(history.history["rows"][-1]), int(history.history["ids"][-1]))
+    local = d.on_one_device(model)
+    print("LOCAL", len(local.weights[0].value.sharding.device_set),
+          np.array_equal(local.get_weights()[0], model.get_weights()[0]))
+""")
+
+
+@pytest.mark.integration  # Two JAX processes: about 30 s on 2 cores.
+def test_jax_processes_feed_their_share_of_each_global_batch():
+    commands = [[sys.executable, "-c", _JAX_PROCESS, flags[0].split("=", 1)[1], str(index)]
+                for index, flags in enumerate(jax_process_flags(2))]
+    codes, outputs = run_job(commands, [backend_env("jax")] * 2, REPO, timeout=300)
+    assert codes == [0, 0], describe(codes, outputs)
+    lines = [dict(line.split(" ", 1) for line in out.splitlines()
+                  if line.startswith(("REPR", "CHIEF", "SHARES", "SEEN", "LOCAL")))
+             for out in outputs]
+    for index, found in enumerate(lines):
+        assert found["REPR"] == ("multi_worker_mirrored (DataParallel) with 2 replica(s) over 2 "
+                                 "processes")
+        assert found["CHIEF"] == f"{index == 0} WORKER process-{index} PROCESSES 2"
+        # Process p: rows 4p..4p+3 of every global batch of 8 (Keras' rebatch and shard).
+        assert found["SHARES"] == str([[8 * b + 4 * index + i for i in range(4)]
+                                       for b in range(3)])
+        # The train step saw the 3 global batches of 8 once each: 24 rows, ids 0..23 (276);
+        # with every process feeding whole batches it would be 48 rows and 552.
+        assert found["SEEN"] == "24 276"
+        # Evaluation and prediction run on a copy on this process's own device.
+        assert found["LOCAL"] == "1 True"
+
+
+def test_jax_processes_without_a_coordinator_are_one_line(data, tmp_path):
+    """No --coordinator_address, no $KERAS_DISTRIBUTION_JOB_ADDRESSES, no cluster JAX knows."""
+    result = subprocess.run(
+        _args(data, tmp_path / "out", "--distribution_strategy=multi_worker_mirrored",
+              "--num_processes=2", "--process_id=1"), cwd=REPO, env={
+            k: v for k, v in backend_env("jax").items() if k not in KERAS_PROCESS_VARIABLES},
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: --coordinator_address: expected HOST:PORT of process 0 for "
+        "--distribution_strategy=multi_worker_mirrored on JAX (or "
+        "$KERAS_DISTRIBUTION_JOB_ADDRESSES), found none, and JAX found no cluster")
+    assert not (tmp_path / "out").exists()  # Refused before anything was written.

@@ -78,3 +78,16 @@ def test_predict_pads_the_last_batch_instead_of_tracing_again():
     short, _ = loop.predict(model, {"a": x["a"][:3]}, batch_size=4)  # one short batch
     assert len(traces) == 1  # not padded: a new shape, traced again
     np.testing.assert_allclose(short["out"], expected[:3], rtol=1e-5, atol=1e-6)
+
+
+def test_the_shuffled_stream_is_the_same_for_every_iterator():
+    """Every pass a permutation of its own, and a second iterator (Keras' fit under a
+    tf.distribute strategy makes two) yields the same stream as the first."""
+    x = {"ids": np.arange(10, dtype=np.int32)[:, None]}
+    ds = loop.make_dataset(x, None, 5, shuffle=True, seed=4, repeat=True, drop_remainder=True)
+    streams = [[int(i) for batch in ds.take(6) for i in batch["ids"].numpy().ravel()]
+               for _ in range(2)]
+    assert streams[0] == streams[1]
+    passes = [streams[0][k:k + 10] for k in (0, 10, 20)]
+    assert all(sorted(p) == list(range(10)) for p in passes)
+    assert passes[0] != passes[1] != passes[2] and passes[0] != list(range(10))

@@ -378,3 +378,38 @@ def test_skip_padding_flag_reaches_the_model(tmp_path, encoder_file, module_name
                                                do_predict=False, num_train_steps=1,
                                                skip_padding=False))
     assert model_loading.load_checkpoint(str(out)).model.skip_padding is False
+
+
+@pytest.mark.integration  # Two tool processes: about 40 s on 2 cores.
+def test_mirrored_on_two_cpu_devices_trains_the_weights_of_one(tmp_path):
+    """--distribution_strategy=mirrored --num_cpu_devices=2 (MirroredStrategy on TensorFlow,
+    keras.distribution.DataParallel on JAX) fine-tunes the weights one device does, over 20
+    updates, within float32 noise (the order of the gradient's sums); the data order is the
+    same however many iterators Keras makes (finetuning.loop.make_dataset)."""
+    import keras
+
+    from conftest import backend_env
+
+    encoder = tmp_path / "encoder.keras"
+    BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(encoder)
+    write_classification(tmp_path / "train.jsonl", 56, 0)
+    lr, steps = 5e-3, 20
+    args = [f"--train_file={tmp_path / 'train.jsonl'}", f"--init_checkpoint={encoder}",
+            f"--vocab_file={VOCAB}", "--do_lower_case", "--do_train", "--max_seq_length=16",
+            "--train_batch_size=8", f"--num_train_steps={steps}", f"--learning_rate={lr}",
+            "--classifier_dropout=0", "--seed=3"]
+    weights = []
+    for name, extra in (("one", []), ("two", ["--distribution_strategy=mirrored",
+                                              "--num_cpu_devices=2"])):
+        done = subprocess.run(
+            [sys.executable, "-m", "bert_keras.run_classifier", *args, *extra,
+             f"--output_dir={tmp_path / name}"], cwd=REPO, capture_output=True, text=True,
+            timeout=900, env=backend_env(keras.backend.backend()))
+        assert done.returncode == 0, done.stderr[-3000:]
+        weights.append(keras.saving.load_model(tmp_path / name / "model.keras").get_weights())
+    assert "mirrored (" in done.stderr and "with 2 replica(s)" in done.stderr
+    difference = max(float(np.abs(a - b).max()) for a, b in zip(*weights))
+    assert difference <= 1e-4 * lr * steps, difference
+    initial = keras.saving.load_model(encoder).get_weights()
+    trained = model_loading.load_checkpoint(str(tmp_path / "one")).model.encoder.get_weights()
+    assert max(float(np.abs(a - b).max()) for a, b in zip(trained, initial)) > 1e-2 * lr * steps

@@ -12,6 +12,7 @@ import sys
 import h5py
 import pytest
 from conftest import REPO, backend_env
+from multiprocess import describe, jax_process_flags, run_job
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
 from test_dynamic_pretraining import S as DYNAMIC_S
 from test_dynamic_pretraining import VOCAB as DYNAMIC_VOCAB
@@ -136,6 +137,59 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
     for key, value in weights["one"].items():
         scale = max(1e-3, float(abs(value).max()))
         assert abs(weights["two"][key] - value).max() <= 1e-5 * scale, key
+
+
+def _weights(path):
+    arrays = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda key, obj: arrays.__setitem__(key, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return arrays
+
+
+def test_two_processes_train_the_weights_of_one(static_data, tmp_path):
+    """--distribution_strategy=multi_worker_mirrored on JAX: 2 processes (1 CPU device each,
+    joined on 127.0.0.1 by keras.distribution.initialize) train the weights one process
+    trains with the same global batch, over 20 updates; process 0 writes the run directory.
+
+    The bound is float32's: the two runs differ only in the order of the gradient's sums
+    (the 2-device single-process run, --distribution_strategy=mirrored, gives the same
+    weights as the 2 processes bit for bit): 3.5e-4 of one learning-rate step at most here,
+    the bound 2e-3 steps; a process training on its half of the batch alone, or on another
+    half, would be off by about one step (lr) per update.
+    """
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(CONFIG))
+    lr, steps = 1e-3, 20
+    flags = dict(static_data, bert_config_file=str(config), eval_input_file="",
+                 train_batch_size=8, num_train_steps=steps, num_warmup_steps=2,
+                 save_checkpoints_steps=10, learning_rate=lr, seed=5)
+    one, two = tmp_path / "one", tmp_path / "two"
+    done = _tool("bert_keras.run_pretraining", dict(flags, output_dir=one), "jax")
+    assert done.returncode == 0, done.stderr[-3000:]
+    command = [sys.executable, "-m", "bert_keras.run_pretraining",
+               *[f"--{k}={v}" for k, v in dict(flags, output_dir=two).items()],
+               "--distribution_strategy=multi_worker_mirrored"]
+    codes, outputs = run_job([command + process for process in jax_process_flags(2)],
+                             [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+    for output in outputs:
+        assert "multi_worker_mirrored (DataParallel) with 2 replica(s) over 2 processes" in output
+    # Process 0's run directory, as one process leaves it (process 1's backup removed).
+    assert _layout(two) == _layout(one)
+    recorded = json.loads((two / files.RUN_CONFIG_FILE).read_text())
+    assert recorded["distribution_strategy"] == "multi_worker_mirrored"
+    assert not {"coordinator_address", "num_processes", "process_id"} & set(recorded)
+    ours, theirs = (_weights(str(d / files.PRETRAINER_WEIGHTS_FILE)) for d in (two, one))
+    assert ours.keys() == theirs.keys()
+    differences = {k: float(abs(ours[k] - theirs[k]).max()) for k in ours}
+    # The weights moved (about one step per update) far more than the bound: it tests.
+    halfway = _weights(str(one / "checkpoints" / "ckpt-00000010.weights.h5"))
+    moved = max(float(abs(theirs[k] - halfway[k]).max()) for k in theirs if k in halfway)
+    largest = max(differences.values())
+    print(json.dumps({"max_difference": largest, "moved": moved, "lr": lr}))  # pytest -s
+    assert largest <= 1e-4 * lr * steps, differences
+    assert moved > 100 * 1e-4 * lr * steps, moved
 
 
 def test_korean_recipe_through_a_jax_pretraining_run(tmp_path):

@@ -12,10 +12,14 @@ warmup then linear decay.
 
 The bound comes from float32 itself: the reference runs in float32 and in float64, and ours
 (float32) must stay within `NOISE_FACTOR` times the reference's own float32 distance from
-float64 (plus a floor of a few float32 ulps), in per-step loss and in final weights. Today's
-figures are in BUILD_NOTES.md (issue 28): ours stays within 0.5-4x the noise; with Keras'
-stock `global_clipnorm` (before the fix) the same cases are 10^2-10^4x the noise off, and
-`test_stock_keras_clipping_fails_this_suite` keeps that sensitivity checked.
+float64 (plus a floor of a few float32 ulps, `FLOOR`), in per-step loss and in final weights.
+Today's figures are in BUILD_NOTES.md (issues 28 and 48): ours stays within 0.4-3x the noise
+on TensorFlow and 0.4-2x on JAX; with Keras' stock `global_clipnorm` (before the fix) the
+same cases are 10^2-10^4x the noise off, and `test_stock_keras_clipping_fails_this_suite`
+keeps that sensitivity checked. JAX is held to 3x the noise and a floor of one ulp: with
+Keras' own bias corrections (1 - float32(beta_2)^t, before issue 48) its per-step losses
+were 2-6x the noise off over the 12 updates here and 3-8x over 40 (`test_fine_tuning_losses_
+per_step_over_40_updates`), which that bound fails.
 
 Convention: transformers freezes the [PAD] embedding row (`padding_idx`); Google's BERT and
 ours train it (span QA scores padded positions, so the row gets a gradient). The reference's
@@ -62,8 +66,10 @@ S, B, P, CLASSES, TAGS = 16, 8, 4, 3, 5
 STEPS, WARMUP, WEIGHT_DECAY, CLIP, EPSILON = 12, 3, 0.01, 1.0, 1e-6
 PEAK = {"adamw": 2e-3, "lamb": 2e-2, "keras_lamb": 2e-2}
 BETAS = (0.9, 0.999)
-NOISE_FACTOR = 20.0
-FLOOR = {"loss": 5e-7, "weights": 1e-6}  # A few float32 ulps at the values compared.
+# Tolerances per backend (module docstring): NOISE_FACTOR times the reference's own float32
+# noise plus FLOOR, a few float32 ulps at the values compared (one for JAX's losses).
+NOISE_FACTOR = {"tensorflow": 20.0, "jax": 3.0}.get(BACKEND, 20.0)
+FLOOR = {"loss": 1e-7 if BACKEND == "jax" else 5e-7, "weights": 1e-6}
 STOCK = bool(os.environ.get("PARITY_STOCK_CLIPPING"))
 
 
@@ -163,12 +169,12 @@ def _reference_loss(task, model, x, y, sw):
                   + _cross_entropy(out.end_logits, t(y["end_logits"])).mean())
 
 
-def _learning_rate(peak, s, schedule):
+def _learning_rate(peak, s, schedule, steps=STEPS):
     if s < WARMUP:
         return peak * s / WARMUP
     if schedule == "google":
-        return peak * max(0.0, 1 - s / STEPS)
-    return peak * (STEPS - s) / (STEPS - WARMUP)
+        return peak * max(0.0, 1 - s / steps)
+    return peak * (steps - s) / (steps - WARMUP)
 
 
 def reference_train(task, hf_model, data, dtype, optimizer="adamw", placement="adam_paper",
@@ -185,6 +191,7 @@ def reference_train(task, hf_model, data, dtype, optimizer="adamw", placement="a
         assert not any(k.startswith("bert.pooler") for k in params)
     m = {k: torch.zeros_like(p) for k, p in params.items()}
     v = {k: torch.zeros_like(p) for k, p in params.items()}
+    steps = len(data[0]["input_word_ids"]) // batch
     losses, norms = [], []
     largest = {k: 0.0 for k in params}
     for t, (x, y, sw) in enumerate(_batches(data, batch), start=1):
@@ -196,7 +203,7 @@ def reference_train(task, hf_model, data, dtype, optimizer="adamw", placement="a
         for k, g in zip(params, grads):
             largest[k] = max(largest[k], g.abs().max().item() / norm.item())
         scale = torch.clamp(CLIP / norm, max=1.0)
-        lr = _learning_rate(PEAK[optimizer], t - 1, schedule)
+        lr = _learning_rate(PEAK[optimizer], t - 1, schedule, steps)
         c1, c2 = 1 - BETAS[0] ** t, 1 - BETAS[1] ** t
         eps = EPSILON if placement == "adam_paper" else EPSILON / np.sqrt(c2)
         with torch.no_grad():
@@ -345,15 +352,16 @@ def _max_weight_difference(ours, reference, zero_gradient=()):
                if k not in zero_gradient)
 
 
-def parity_figures(task, tmp_path, optimizer="adamw", placement="adam_paper", stock=STOCK):
-    data = _data(task)
+def parity_figures(task, tmp_path, optimizer="adamw", placement="adam_paper", stock=STOCK,
+                   steps=STEPS):
+    data = _data(task, steps=steps)
     hf_model = _hf_model(task)
     ref64, w64, norms, zero = reference_train(task, hf_model, data, torch.float64, optimizer,
                                               placement)
     ref32, w32, _, _ = reference_train(task, hf_model, data, torch.float32, optimizer,
                                        placement)
     model, rows = our_model(task, hf_model, tmp_path)
-    compile_like_the_trainers(model, task, optimizer, placement, stock=stock)
+    compile_like_the_trainers(model, task, optimizer, placement, stock=stock, steps=steps)
     ours, weights = train_ours(model, rows, data)
     return {
         "loss": _max_relative(ours, ref64),
@@ -394,6 +402,18 @@ CASES = [("pretraining", "adamw", "adam_paper"), ("pretraining", "lamb", "adam_p
 @pytest.mark.parametrize("task,optimizer,placement", CASES)
 def test_updates_match_the_reference_within_float32_noise(task, optimizer, placement, tmp_path):
     _assert_within_noise(parity_figures(task, tmp_path, optimizer, placement))
+
+
+# 40 updates of each fine-tuning task, as its tool trains it (AdamW); on TensorFlow in the
+# slow tier, on JAX where this suite's JAX run is (its integration tier).
+@pytest.mark.parametrize("task", [
+    pytest.param(task, marks=pytest.mark.slow if BACKEND == "tensorflow" else ())
+    for task in ("classifier", "tagger", "span_qa")])
+def test_fine_tuning_losses_per_step_over_40_updates(task, tmp_path):
+    """Every one of 40 per-step losses within the bound (the drift of a systematic error
+    grows with the updates; with Keras' bias corrections on JAX the classifier's and the
+    tagger's were 7.6x and 8.4x the noise here)."""
+    _assert_within_noise(parity_figures(task, tmp_path, steps=40))
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="IndexedSlices and per-replica clipping "

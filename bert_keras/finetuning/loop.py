@@ -28,15 +28,28 @@ def make_dataset(x: dict, y: dict | None, batch_size: int, shuffle: bool = False
                  seed: int = 0, repeat: bool = False, drop_remainder: bool = False) -> tf.data.Dataset:
     """tf.data over in-memory arrays (all int32 [N, ...]); deterministic for a seed.
 
+    Shuffled, every pass over the data has its own order, a pure function of (seed, pass):
+    every iterator of the dataset yields the same stream. (With reshuffle_each_iteration the
+    stream depended on how many iterators had been made before, and Keras' fit under a
+    tf.distribute strategy makes two, so --distribution_strategy=mirrored trained on another
+    order than one device did.)
+
     Autotune is off and prefetch fixed: with autotune, `fit` can wait seconds for a
     background thread after its last step (docs/DESIGN.md section 9).
     """
     data = (x, y) if y is not None else x
-    ds = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
-        ds = ds.shuffle(num_examples(x), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
+        n = num_examples(x)
+        passes = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+        order = passes.map(lambda p: tf.random.experimental.stateless_shuffle(
+            tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), p])))
+        tensors = tf.nest.map_structure(tf.constant, data)
+        ds = order.unbatch().map(
+            lambda i: tf.nest.map_structure(lambda t: tf.gather(t, i), tensors))
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(data)
+        if repeat:
+            ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(2)
     options = tf.data.Options()
     options.autotune.enabled = False
@@ -146,7 +159,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g", n,
                  batch_size, num_train_steps, num_warmup_steps, learning_rate)
     start = time.time()
-    model.fit(ds, epochs=1, verbose=0, shuffle=False,  # tf.data shuffles
+    # steps_per_epoch: the count is lost when Keras shards the batches among JAX processes.
+    model.fit(ds, epochs=1, steps_per_epoch=num_train_steps, verbose=0,
+              shuffle=False,  # tf.data shuffles
               callbacks=[logger, *callbacks])
     seconds = time.time() - start
     summary = {"num_examples": n, "num_train_steps": num_train_steps,

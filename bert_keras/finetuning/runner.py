@@ -28,6 +28,7 @@ from absl import logging
 
 from bert_keras import backends, model_loading
 from bert_keras.config import BertConfig
+from bert_keras.distribute import DistributionOptions
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
 from bert_keras.tasks import HEAD_INITIALIZERS, with_skip_padding
@@ -51,9 +52,16 @@ class FinetuneError(ValueError):
     """Bad flags, inputs or model for a fine-tuning run; the message names the flag or file."""
 
 
+# On TensorFlow the fine-tuning tools train on one host (tf.distribute's multi-worker and
+# TPU strategies are run_pretraining's); on JAX across processes too.
+FINETUNE_STRATEGIES = {"tensorflow": ("default", "mirrored"),
+                       "jax": ("default", "mirrored", "multi_worker_mirrored")}
+
+
 @dataclasses.dataclass(frozen=True)
-class FinetuneOptions:
-    """The flags every fine-tuning tool shares (Google's names)."""
+class FinetuneOptions(DistributionOptions):
+    """The flags every fine-tuning tool shares (Google's names; where to train:
+    `DistributionOptions`)."""
 
     output_dir: str | None = option(None, "Where the model and results go.", required=True)
     init_checkpoint: str | None = option(
@@ -118,6 +126,14 @@ class FinetuneOptions:
         return out
 
     def validate(self) -> None:
+        self.check_distribution()
+        backend = keras.backend.backend()
+        allowed = FINETUNE_STRATEGIES.get(backend, ())
+        if self.distribution_strategy not in allowed:
+            raise FinetuneError(
+                f"--distribution_strategy: expected {' or '.join(allowed)} for fine-tuning on "
+                f"KERAS_BACKEND={backend}, found {self.distribution_strategy} (across hosts: "
+                "KERAS_BACKEND=jax with multi_worker_mirrored; docs/distributed.md)")
         if self.log_steps < 1:
             raise FinetuneError(f"--log_steps must be at least 1, got {self.log_steps}")
         if not (self.do_train or self.do_eval or self.do_predict):
@@ -338,7 +354,16 @@ def run(task: Task, values: dict) -> dict:
                 f"{labels[0] if labels else None!r}; expected at least 2 classes (pass "
                 "--allow_single_class to train a one-class model anyway)")
 
-    model, ckpt = _load_model(task, common, opts, labels)
+    # Joins JAX's processes (multi_worker_mirrored) once every input is accepted, before
+    # anything touches a device; process 0 (the chief) writes the outputs.
+    distribution = common.distribution()
+    chief = distribution.is_chief
+    logging.info("Distribution: %r", distribution)
+    if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
+        raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
+                            f"the {distribution.num_replicas_in_sync} replicas")
+    with distribution.scope():
+        model, ckpt = _load_model(task, common, opts, labels)
     if labels is None and ckpt is not None:
         labels = ckpt.labels
     if task.uses_labels:
@@ -377,30 +402,35 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train:
         data = features["train"]
         logs_dir = os.path.join(out, LOGS_DIR)
-        if common.overwrite_output and os.path.isdir(logs_dir):
+        if chief and common.overwrite_output and os.path.isdir(logs_dir):
             shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
         if getattr(opts, "skip_padding", False) and keras.backend.backend() != "tensorflow":
             logging.info("--skip_padding: padding-free rows are TensorFlow-only; training on "
                          "%s runs the padded computation (same loss and gradients)",
                          keras.backend.backend())
-        summary = loop.train(model, _model_inputs(data), task.targets(data),
-                             common.train_batch_size, common.num_train_epochs,
-                             common.learning_rate, common.warmup_proportion, seed=common.seed,
-                             jit_compile=common.jit_compile,
-                             num_train_steps=common.num_train_steps,
-                             lr_schedule=common.lr_schedule,
-                             epsilon_placement=common.epsilon_placement,
-                             log_every=common.log_steps,
-                             callbacks=[TensorBoard(logs_dir, log_steps=common.log_steps)])
+        # Under the distribution's scope: on JAX, fit shards each batch as it runs (each
+        # process its share of the global batch: distribute.Distribution).
+        with distribution.scope():
+            summary = loop.train(
+                model, _model_inputs(data), task.targets(data), common.train_batch_size,
+                common.num_train_epochs, common.learning_rate, common.warmup_proportion,
+                seed=common.seed, jit_compile=common.jit_compile,
+                num_train_steps=common.num_train_steps, lr_schedule=common.lr_schedule,
+                epsilon_placement=common.epsilon_placement, log_every=common.log_steps,
+                callbacks=[TensorBoard(logs_dir, log_steps=common.log_steps)] if chief else [])
         summary.update(task.train_summary(data, read_info))
         if labels is not None:
             summary["label_list"] = labels
         summary["tokenizer"] = settings.to_json_dict()
-        model_loading.save_task_dir(model, out, labels, vocab_file, settings,
-                                    overwrite=common.overwrite_output,
-                                    include_optimizer=common.save_optimizer_state)
-        files.write_json(os.path.join(out, "train_results.json"), summary)
+        if chief:
+            model_loading.save_task_dir(model, out, labels, vocab_file, settings,
+                                        overwrite=common.overwrite_output,
+                                        include_optimizer=common.save_optimizer_state)
+            files.write_json(os.path.join(out, "train_results.json"), summary)
         results["train"] = summary
+    # Evaluation and prediction: every process on its own copy of the model (no collectives),
+    # so all of them end together; the chief writes.
+    model = distribution.on_one_device(model)
     outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
     for split, writer in (("eval", task.evaluate), ("predict", task.write_predictions)):
         if split not in features:
@@ -408,6 +438,8 @@ def run(task: Task, values: dict) -> dict:
         data = features[split]
         if id(data) not in outputs_of:
             outputs_of[id(data)] = loop.predict(model, _model_inputs(data), common.eval_batch_size)
+        if not chief:
+            continue
         outputs, timing = outputs_of[id(data)]
         summary = writer(examples[split], data, outputs, labels, tokenizer, common, opts)
         summary[f"{split}_seconds"] = timing["seconds"]

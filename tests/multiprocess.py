@@ -1,0 +1,83 @@
+"""Runs the processes of one distributed job on this machine (loopback), for tests.
+
+TensorFlow's MultiWorkerMirroredStrategy (a TF_CONFIG per worker) and JAX's processes
+joined by `keras.distribution.initialize` (--coordinator_address, --num_processes,
+--process_id) both need every process started before any of them can go on; `run_job`
+starts them, waits a bounded time and kills whatever is left, so a hang fails the test
+instead of stalling the suite.
+"""
+
+import socket
+import subprocess
+import tempfile
+import time
+
+# Keras reads these when no flag gives the value (bert_keras.distribute.PROCESS_ENVIRONMENT);
+# a test's processes must not pick up the environment of whoever runs the suite.
+KERAS_PROCESS_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                           "KERAS_DISTRIBUTION_PROCESS_ID")
+
+
+def free_ports(count):
+    """`count` TCP ports free on 127.0.0.1 now (the OS's choice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def jax_process_flags(num_processes, port=None):
+    """The flags of each of `num_processes` JAX processes joined on 127.0.0.1."""
+    port = port or free_ports(1)[0]
+    return [[f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={num_processes}",
+             f"--process_id={index}"] for index in range(num_processes)]
+
+
+def run_job(commands, envs, cwd, timeout):
+    """Starts one process per command (with its environment), waits for all of them.
+
+    Args:
+      commands: a list of argv lists, one per process.
+      envs: a list of environments, one per process.
+      cwd: the working directory of every process.
+      timeout: seconds for the whole job; processes still running then are killed.
+
+    Returns:
+      (exit codes, outputs): each process's code (None if it had to be killed) and its
+      stdout and stderr together.
+    """
+    processes, logs = [], []
+    try:
+        for command, env in zip(commands, envs):
+            env = {k: v for k, v in env.items() if k not in KERAS_PROCESS_VARIABLES}
+            log = tempfile.TemporaryFile("w+")
+            logs.append(log)
+            processes.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
+                                              stderr=subprocess.STDOUT, text=True))
+        deadline = time.monotonic() + timeout
+        codes = []
+        for process in processes:
+            try:
+                codes.append(process.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+    finally:
+        for process in processes:  # Processes end themselves; this only guards a hang.
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+    outputs = []
+    for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
+    return codes, outputs
+
+
+def describe(codes, outputs, tail=3000):
+    """The exit codes and each process's last output, for an assertion message."""
+    return f"exit codes {codes}\n" + "\n".join(
+        f"--- process {i} ---\n{out[-tail:]}" for i, out in enumerate(outputs))

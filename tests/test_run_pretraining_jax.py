@@ -115,15 +115,22 @@ def test_dynamic_masking_on_jax(tmp_path):
 
 def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
     """--distribution_strategy=mirrored on JAX is keras.distribution.DataParallel: two host
-    devices (XLA_FLAGS) train the same weights as one (no dropout, so no random state)."""
+    devices (XLA_FLAGS) train the same weights as one (no dropout, so no random state).
+
+    The bound is float32's, in learning-rate steps as in the two-process test below: the runs
+    differ only in the order of the gradient's sums, which Adam's m / sqrt(v) turns into a
+    relative error of the update, not of the weight (a bias that starts at 0 is a few steps
+    large; 1.7e-8 = 1.7e-5 of a step was seen on CI's CPU). Training each device on its half
+    of the batch alone would be off by about one step (lr) per update."""
     config = tmp_path / "bert_config.json"
     config.write_text(json.dumps(CONFIG))
     data = dict(static_data, bert_config_file=str(config))
     weights = {}
+    lr, steps = 1e-3, 4
     for name, devices in (("one", 1), ("two", 2)):
         flags = dict(data, output_dir=str(tmp_path / name), train_batch_size=8,
-                     num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2,
-                     learning_rate=1e-3, seed=5, distribution_strategy="mirrored")
+                     num_train_steps=steps, num_warmup_steps=1, save_checkpoints_steps=2,
+                     learning_rate=lr, seed=5, distribution_strategy="mirrored")
         done = _tool("bert_keras.run_pretraining", flags, "jax",
                      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
         assert done.returncode == 0, done.stderr[-3000:]
@@ -134,9 +141,8 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
                          if isinstance(obj, h5py.Dataset) else None)
         weights[name] = arrays
     assert weights["one"].keys() == weights["two"].keys()
-    for key, value in weights["one"].items():
-        scale = max(1e-3, float(abs(value).max()))
-        assert abs(weights["two"][key] - value).max() <= 1e-5 * scale, key
+    differences = {k: float(abs(weights["two"][k] - v).max()) for k, v in weights["one"].items()}
+    assert max(differences.values()) <= 1e-4 * lr * steps, differences
 
 
 def _weights(path):

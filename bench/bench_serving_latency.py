@@ -37,6 +37,9 @@ tokenizer is part of it):
                               encoder at the bucket length, dense, softmax, labels.
   ours text-in, fixed length  the same export with --length_buckets= (every request at
                               --seq_length, what the export did before issue 47).
+  ours text-in, bfloat16      the same export with --serving_dtype=bfloat16: weights and
+                              matmuls in bfloat16 (AMX on this CPU), outputs within
+                              bfloat16 rounding of float32's. (real mode)
   ours text-in + batching     ours text-in behind TensorFlow's BatchFunction op run with the
                               batching parameters the export writes
                               (export/batching_parameters.py): the shared batch scheduler TF
@@ -221,16 +224,17 @@ class Row:
     keep: Any = None
 
 
-def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name):
+def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name, dtype="float32"):
     import keras
 
     from bert_keras import BertEncoder
-    from bert_keras.tasks import BertClassifier
+    from bert_keras.tasks import BertClassifier, with_dtype
     from data_prep.tokenization import BertTokenizer
     from export.export_classifier import export_classifier
 
     keras.utils.set_random_seed(SEED)
     classifier = BertClassifier(BertEncoder.from_bert_config(config), num_classes=len(LABELS))
+    classifier = with_dtype(classifier, dtype)  # the exports' --serving_dtype
     path = export_classifier(classifier, BertTokenizer(vocab_file), LABELS,
                              os.path.join(work_dir, name), seq_length=seq_length,
                              buckets=buckets)
@@ -238,15 +242,17 @@ def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name):
 
 
 def ours_text_in(config, vocab_file, seq_length, work_dir, buckets=None, check_text=None,
-                 name="ours_classifier"):
-    """Our classifier export, text in; checks it against the Keras model on `check_text`."""
+                 name="ours_classifier", dtype="float32"):
+    """Our classifier export, text in (`dtype`: its --serving_dtype); checks it against the
+    Keras model on `check_text`."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
     from data_prep.packing import pack, pad_features
     from data_prep.tokenization import BertTokenizer
 
-    classifier, path = _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name)
+    classifier, path = _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name,
+                                        dtype)
     loaded = tf.saved_model.load(path)
     if check_text is not None:
         # Same logits from text as the Keras model from the Python tokenizer's packing.
@@ -256,9 +262,13 @@ def ours_text_in(config, vocab_file, seq_length, work_dir, buckets=None, check_t
         f = pad_features([packed.tokens], [packed.segment_ids], seq_length)
         ids = {"input_word_ids": f["input_ids"], "input_mask": f["input_mask"],
                "input_type_ids": f["segment_ids"]}
+        # bfloat16: the export runs at the request's bucket, the model at seq_length, and
+        # their bfloat16 roundings differ (tests/test_serving_dtype.py).
+        expected = classifier(ids, training=False)["logits"].numpy()
+        tolerance = (1e-4 if dtype == "float32" else 2e-2) * max(1.0, np.abs(expected).max())
         np.testing.assert_allclose(
             loaded.signatures["serving_default"](text=tf.constant([check_text]))["logits"],
-            classifier(ids, training=False)["logits"], rtol=1e-4, atol=1e-4)
+            expected, rtol=0, atol=tolerance)
     return Row(prepare=lambda text: tf.constant([text]),
                call=lambda x: _to_numpy(loaded.signatures["serving_default"](text=x)),
                logits=lambda out: out["logits"], keep=loaded), path
@@ -800,6 +810,10 @@ def run_real(args, config, vocab_file, tokenizer):
         ("ours text-in, fixed length", False,
          lambda d: ours_text_in(config, vocab_file, args.seq_length, d, buckets=(),
                                 name="ours_fixed")[0]),
+        ("ours text-in, bfloat16 (--serving_dtype)", False,
+         lambda d: ours_text_in(config, vocab_file, args.seq_length, d,
+                                check_text=requests[0]["text"], name="ours_bfloat16",
+                                dtype="bfloat16")[0]),
         ("keras-hub end-to-end (text in)", True,
          lambda d: keras_hub_end_to_end(config, vocab_file, args.seq_length, d)),
         ("keras-hub (ids in, own length)", True, keras_hub_own_length),

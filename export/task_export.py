@@ -1,8 +1,7 @@
 """What the task export CLIs (export_classifier, export_tagger, export_span_qa) share.
 
-Their flags (--model_dir, --export_dir, --version, --max_seq_length, --length_buckets), the
-loading of a
-fine-tuned model directory and the body of their `main`. This module defines no flags when
+Their flags (--model_dir, --export_dir, --version, --max_seq_length, --length_buckets,
+--serving_dtype), the loading of a fine-tuned model directory and the body of their `main`. This module defines no flags when
 imported, so a task export imports it without the other exports' flags.
 """
 
@@ -18,8 +17,8 @@ from export import batching_parameters, keras_backend, length_buckets, saved_mod
 
 
 def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
-    """Defines --model_dir, --export_dir, --version, --max_seq_length and --length_buckets;
-    returns holders.
+    """Defines --model_dir, --export_dir, --version, --max_seq_length, --length_buckets and
+    --serving_dtype; returns holders.
 
     The flags belong to the calling tool, so its --help lists them.
 
@@ -29,7 +28,7 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
       max_seq_length_help: --max_seq_length's help.
 
     Returns:
-      name -> FlagHolder for the five flags.
+      name -> FlagHolder for the six flags.
     """
     from data_prep.cli import calling_module
 
@@ -40,6 +39,13 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     holders["max_seq_length"] = flags.DEFINE_integer(
         "max_seq_length", max_seq_length, max_seq_length_help, **kwargs)
     holders["length_buckets"] = length_buckets.define_flag(module)
+    holders["serving_dtype"] = flags.DEFINE_enum(
+        "serving_dtype", "float32", ["float32", "bfloat16"],
+        "What the exported model computes in. float32: the fine-tuned model's outputs up to "
+        "float32 rounding. bfloat16: weights stored and matmuls run in bfloat16 (half the "
+        "bytes per request; fast on CPUs with AMX or AVX512-BF16 and on GPUs, slow "
+        "elsewhere), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
+        "rounding (docs/serving.md).", **kwargs)
     return holders
 
 
@@ -159,6 +165,10 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         model, labels, tokenizer = load_task_dir(
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
             needs_labels=needs_labels, export_dir=export_dir, version=version)
+        dtype = task_flags["serving_dtype"].value
+        if dtype != "float32":
+            logging.info("Serving dtype: %s (weights and matmuls; --serving_dtype)", dtype)
+        model = tasks.with_dtype(model, dtype)
         print(export(model, tokenizer, labels, export_dir, task_flags["max_seq_length"].value,
                      version=version, buckets=buckets))
         return 0

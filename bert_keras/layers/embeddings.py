@@ -112,16 +112,18 @@ class BertEmbeddings(keras.layers.Layer):
             )
         # float32 lookups and sum: their gradients (a scatter-add into [V, H], a product
         # into [T, H], a sum over the batch into [S, H]) are float32 under any policy.
-        words = ops.take(self.word_embeddings, input_word_ids, axis=0)  # [B, S, H]
+        # (Under a pure "bfloat16" policy, as a bfloat16 serving export builds, the tables
+        # are bfloat16 variables: the rows are widened after the lookup; a no-op otherwise.)
+        words = ops.cast(ops.take(self.word_embeddings, input_word_ids, axis=0), "float32")
         # The segment table has T = 2 rows: a one-hot matmul (Google's modeling.py does the
         # same, "always faster for a small vocabulary") gives its gradient as a dense
         # [B * S, T]^T x [B * S, H] product instead of a scatter-add of B * S rows into T,
         # which XLA on a CPU ran at seconds per step (BUILD_NOTES.md, issue 41).
         types = ops.matmul(
             ops.one_hot(input_type_ids, self.type_vocab_size, dtype="float32"),
-            self.token_type_embeddings,
+            ops.cast(self.token_type_embeddings, "float32"),
         )  # [B, S, T] x [T, H] -> [B, S, H]
-        positions = self.position_embeddings[:seq_length]  # [S, H]
+        positions = ops.cast(self.position_embeddings[:seq_length], "float32")  # [S, H]
         x = words + types + positions[None, :, :]  # float32 [B, S, H]
         x = self.layer_norm(x)  # float32 statistics, output in the compute dtype
         return self.dropout_layer(x, training=training)

@@ -1,0 +1,159 @@
+"""bfloat16 serving exports (`tasks.with_dtype`, the task exports' --serving_dtype).
+
+The reference is the float32 model with the same weights: a bfloat16 copy must differ from
+it by bfloat16 rounding only. bfloat16 keeps 8 significant bits (a relative rounding of at
+most 2^-9 = 0.2% per value); TINY's two layers round the weights once and the activations a
+few dozen times, which measured 0.3-3% of the outputs' scale; the bound is 5%, where a
+wrong, transposed or missing weight moves the outputs by O(1) of their scale. And the copy
+must not be float32 in disguise: its outputs differ from float32's by more than float32
+noise.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO, TINY
+from test_export import write_vocab
+from test_length_buckets import LENGTHS, _tf212_python, texts_of
+
+from bert_keras import BertEncoder
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, with_dtype
+
+BOUND = 0.05  # of the outputs' scale (the module docstring)
+
+
+def _inputs(seed=0, batch=3, length=12):
+    rng = np.random.default_rng(seed)
+    mask = (np.arange(length)[None, :] < rng.integers(3, length + 1, (batch, 1))).astype("int32")
+    return {"input_word_ids": rng.integers(5, TINY["vocab_size"], (batch, length)) * mask,
+            "input_mask": mask, "input_type_ids": np.zeros((batch, length), "int32")}
+
+
+def _relative(got, expected):
+    return float(np.abs(np.asarray(got) - np.asarray(expected)).max()
+                 / np.abs(np.asarray(expected)).max())
+
+
+@pytest.mark.parametrize("task", [BertClassifier, BertTagger, BertSpanQA])
+def test_bfloat16_copy_stores_bfloat16_and_rounds_only(task):
+    keras.utils.set_random_seed(3)
+    kwargs = {} if task is BertSpanQA else {"num_classes": 3}
+    model = task(BertEncoder(**TINY), **kwargs)
+    copy = with_dtype(model, "bfloat16")
+    assert copy is not model and type(copy) is task
+    assert {v.dtype for v in copy.weights} == {"bfloat16"}
+    assert [v.path for v in copy.weights] == [v.path for v in model.weights]
+    x = _inputs()
+    expected, got = model(x, training=False), copy(x, training=False)
+    for name in expected:
+        assert got[name].dtype == "float32", name  # logits stay float32
+        relative = _relative(got[name], expected[name])
+        assert 1e-5 < relative <= BOUND, (name, relative)
+    # The weights are the model's, rounded: back to float32 they give the model's outputs
+    # up to the activations' rounding, and the original is untouched.
+    for original, rounded in zip(model.get_weights(), copy.get_weights()):
+        np.testing.assert_allclose(rounded.astype("float32"), original, rtol=2 ** -8, atol=0)
+
+
+def test_float32_is_the_model_itself_and_mixed_precision_comes_back_to_float32():
+    keras.utils.set_random_seed(4)
+    model = BertClassifier(BertEncoder(**TINY), num_classes=2)
+    assert with_dtype(model, "float32") is model
+    mixed = BertClassifier(BertEncoder(**TINY, dtype="mixed_bfloat16"), num_classes=2)
+    mixed.set_weights(model.get_weights())
+    back = with_dtype(mixed, "float32")
+    assert back.encoder.layers_dtype_policy.name == "float32"
+    x = _inputs(1)
+    np.testing.assert_allclose(back(x)["logits"], model(x)["logits"], rtol=1e-6, atol=1e-6)
+    assert _relative(mixed(x)["logits"], model(x)["logits"]) > 1e-5  # mixed really was bf16
+    with pytest.raises(ValueError, match=r"dtype 'float16': expected one of float32, bfloat16"):
+        with_dtype(model, "float16")
+
+
+@pytest.mark.integration  # A run_classifier directory, the export tool twice, verify: ~2 min.
+def test_export_classifier_serving_dtype_bfloat16(tmp_path):
+    """--serving_dtype=bfloat16 from the command line: the export holds bfloat16 weights,
+    verifies, says so in one line, answers within bfloat16 rounding of the float32 export
+    on texts of every bucket, its buckets give its fixed-length run's outputs, and the TF
+    2.12.1 + tensorflow-text 2.12.1 process (stock TF Serving's) runs it."""
+    import tensorflow_text  # noqa: F401  (the exports hold text ops)
+
+    from bert_keras import run_classifier
+    from export.verify import verify
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    encoder = str(tmp_path / "encoder.keras")
+    keras.utils.set_random_seed(5)
+    BertEncoder(**TINY).save(encoder)
+    with open(tmp_path / "train.jsonl", "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"text": texts_of([3 + i])[0], "label": "ab"[i % 2]}) + "\n")
+    run_classifier.run(train_file=str(tmp_path / "train.jsonl"),
+                       output_dir=str(tmp_path / "run"), init_checkpoint=encoder,
+                       vocab_file=vocab, do_train=True, max_seq_length=32, train_batch_size=4,
+                       num_train_steps=2)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    paths, logs = {}, {}
+    for dtype, buckets in (("float32", "8,16,24"), ("bfloat16", "8,16,24"),
+                           ("bfloat16_fixed", "")):
+        result = subprocess.run(
+            [sys.executable, "-m", "export.export_classifier", f"--model_dir={tmp_path / 'run'}",
+             f"--export_dir={tmp_path / dtype}", "--max_seq_length=32",
+             f"--length_buckets={buckets}", f"--serving_dtype={dtype.split('_')[0]}"],
+            capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+        assert result.returncode == 0, result.stderr[-3000:]
+        paths[dtype], logs[dtype] = result.stdout.strip().splitlines()[-1], result.stderr
+    assert [line.split("] ")[-1] for line in logs["bfloat16"].splitlines()
+            if "Serving dtype" in line] == [
+        "Serving dtype: bfloat16 (weights and matmuls; --serving_dtype)"]
+    assert "Serving dtype" not in logs["float32"]
+
+    def stored(path):  # the export's variables: name -> dtype
+        reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+        return {name: dtype for name, dtype in reader.get_variable_to_dtype_map().items()
+                if name.startswith("serving_variables/")}
+
+    full, half = stored(paths["float32"]), stored(paths["bfloat16"])
+    assert full.keys() == half.keys() and len(full) > 50
+    assert set(full.values()) == {tf.float32} and set(half.values()) == {tf.bfloat16}
+
+    report = verify(paths["bfloat16"])
+    assert report.ok, str(report)
+    texts = texts_of(LENGTHS)
+
+    def logits(path, batch):
+        fn = tf.saved_model.load(path).signatures["serving_default"]
+        if batch:
+            return fn(text=tf.constant(texts))["logits"].numpy()
+        return np.concatenate([fn(text=tf.constant([t]))["logits"].numpy() for t in texts])
+
+    for batch in (False, True):
+        full = logits(paths["float32"], batch)
+        half = logits(paths["bfloat16"], batch)
+        assert 1e-5 < _relative(half, full) <= BOUND
+        # The buckets cut padding only: the fixed-length bfloat16 export's logits, up to
+        # the matmuls' float32 accumulation over other shapes.
+        fixed = logits(paths["bfloat16_fixed"], batch)
+        assert _relative(half, fixed) <= 1e-2, _relative(half, fixed)
+
+    python = _tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON; "
+                    "bench/tf_text_2_12_compat.py shows how to make one)")
+    script = ("import json, sys\n"
+              "import tensorflow as tf, tensorflow_text\n"
+              "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+              "print(json.dumps([fn(text=tf.constant([t]))['logits'].numpy()[0].tolist()\n"
+              "                  for t in json.loads(sys.argv[2])]))\n")
+    result = subprocess.run([python, "-c", script, paths["bfloat16"], json.dumps(texts)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    there = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert _relative(there, logits(paths["bfloat16"], False)) <= 1e-2

@@ -2,7 +2,8 @@ r"""Exports a fine-tuned span-QA model (SQuAD) as a SavedModel: question and con
 
     python -m export.export_span_qa --model_dir=runs/squad \
         --export_dir=/models/squad [--version=1] [--max_seq_length=384] \
-        [--max_answer_length=30] [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
+        [--max_answer_length=30] [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] \
+        [--serving_dtype=bfloat16]
 
 --model_dir is what `python -m bert_keras.run_squad --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers

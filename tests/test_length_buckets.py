@@ -374,11 +374,9 @@ def test_classifier_export_files_warmup_verify_and_stock_serving(modules, tmp_pa
     np.testing.assert_allclose(got["all"], here, atol=1e-5)
 
 
-@pytest.mark.integration  # A tool process on a KERAS_BACKEND=jax environment: about 1 min.
-def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp_path):
-    """A classifier directory as run_classifier writes it, exported from a shell where
-    KERAS_BACKEND=jax (a user who trained on JAX): the export runs on TensorFlow and says so
-    in one line."""
+def classifier_run(tmp_path, max_seq_length, steps):
+    """tmp_path/run: a TINY classifier directory as run_classifier writes it (two labels,
+    eight texts of write_vocab's words)."""
     from bert_keras import run_classifier
 
     vocab = write_vocab(tmp_path / "vocab.txt")
@@ -389,8 +387,17 @@ def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp
             f.write(json.dumps({"text": texts_of([3 + i])[0], "label": "ab"[i % 2]}) + "\n")
     run_classifier.run(train_file=str(tmp_path / "train.jsonl"),
                        output_dir=str(tmp_path / "run"), init_checkpoint=encoder,
-                       vocab_file=vocab, do_train=True, max_seq_length=16, train_batch_size=4,
-                       num_train_steps=1)
+                       vocab_file=vocab, do_train=True, max_seq_length=max_seq_length,
+                       train_batch_size=4, num_train_steps=steps)
+    return tmp_path / "run"
+
+
+@pytest.mark.integration  # A tool process on a KERAS_BACKEND=jax environment: about 1 min.
+def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp_path):
+    """A classifier directory as run_classifier writes it, exported from a shell where
+    KERAS_BACKEND=jax (a user who trained on JAX): the export runs on TensorFlow and says so
+    in one line."""
+    classifier_run(tmp_path, max_seq_length=16, steps=1)
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [sys.executable, "-m", "export.export_classifier", f"--model_dir={tmp_path / 'run'}",

@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO, TINY
-from test_export import write_vocab
-from test_length_buckets import LENGTHS, _tf212_python, texts_of
+from test_length_buckets import LENGTHS, _tf212_python, classifier_run, texts_of
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, with_dtype
@@ -84,20 +83,10 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
     2.12.1 + tensorflow-text 2.12.1 process (stock TF Serving's) runs it."""
     import tensorflow_text  # noqa: F401  (the exports hold text ops)
 
-    from bert_keras import run_classifier
     from export.verify import verify
 
-    vocab = write_vocab(tmp_path / "vocab.txt")
-    encoder = str(tmp_path / "encoder.keras")
     keras.utils.set_random_seed(5)
-    BertEncoder(**TINY).save(encoder)
-    with open(tmp_path / "train.jsonl", "w") as f:
-        for i in range(8):
-            f.write(json.dumps({"text": texts_of([3 + i])[0], "label": "ab"[i % 2]}) + "\n")
-    run_classifier.run(train_file=str(tmp_path / "train.jsonl"),
-                       output_dir=str(tmp_path / "run"), init_checkpoint=encoder,
-                       vocab_file=vocab, do_train=True, max_seq_length=32, train_batch_size=4,
-                       num_train_steps=2)
+    classifier_run(tmp_path, max_seq_length=32, steps=2)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     paths, logs = {}, {}
     for dtype, buckets in (("float32", "8,16,24"), ("bfloat16", "8,16,24"),

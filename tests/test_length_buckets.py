@@ -304,6 +304,31 @@ def _tf212_python():
     return None
 
 
+def in_tf212(tmp_path, path, texts, output):
+    """The text-in export at `path` run in the TF 2.12.1 + tensorflow-text 2.12.1 process
+    (stock TF Serving's versions; no project code): {"versions", "one": `output` of each
+    text alone, "all": of all of them as one batch}. Skips the test without that process."""
+    python = _tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON; "
+                    "bench/tf_text_2_12_compat.py shows how to make one)")
+    script = ("import json, sys\n"
+              "import tensorflow as tf, tensorflow_text\n"
+              "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+              "texts, output = json.loads(sys.argv[2]), sys.argv[3]\n"
+              "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
+              "  'one': [fn(text=tf.constant([t]))[output].numpy()[0].tolist()\n"
+              "          for t in texts],\n"
+              "  'all': fn(text=tf.constant(texts))[output].numpy().tolist()}))\n")
+    result = subprocess.run([python, "-c", script, path, json.dumps(texts), output],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["versions"] == ["2.12.1", "2.12.1"]
+    return got
+
+
 @pytest.mark.integration  # Three classifier exports, verify and a TF 2.12 process: ~3 min.
 def test_classifier_export_files_warmup_verify_and_stock_serving(modules, tmp_path):
     import tensorflow_text  # noqa: F401  (the export holds text ops)
@@ -352,24 +377,7 @@ def test_classifier_export_files_warmup_verify_and_stock_serving(modules, tmp_pa
     here = [loaded(text=tf.constant([t]))["probabilities"].numpy()[0] for t in texts]
     np.testing.assert_allclose(here, _keras_probabilities(classifier, tokenizer, texts,
                                                           seq_length=S), atol=1e-5)
-    python = _tf212_python()
-    if python is None:
-        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON; "
-                    "bench/tf_text_2_12_compat.py shows how to make one)")
-    script = ("import json, sys\n"
-              "import tensorflow as tf, tensorflow_text\n"
-              "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
-              "texts = json.loads(sys.argv[2])\n"
-              "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
-              "  'one': [fn(text=tf.constant([t]))['probabilities'].numpy()[0].tolist()\n"
-              "          for t in texts],\n"
-              "  'all': fn(text=tf.constant(texts))['probabilities'].numpy().tolist()}))\n")
-    result = subprocess.run([python, "-c", script, path, json.dumps(texts)],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
-    assert got["versions"] == ["2.12.1", "2.12.1"]
+    got = in_tf212(tmp_path, path, texts, "probabilities")
     np.testing.assert_allclose(got["one"], here, atol=1e-5)
     np.testing.assert_allclose(got["all"], here, atol=1e-5)
 

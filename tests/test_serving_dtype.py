@@ -9,7 +9,6 @@ must not be float32 in disguise: its outputs differ from float32's by more than 
 noise.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO, TINY
-from test_length_buckets import LENGTHS, _tf212_python, classifier_run, texts_of
+from test_length_buckets import LENGTHS, classifier_run, in_tf212, texts_of
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, with_dtype
@@ -131,18 +130,6 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
         fixed = logits(paths["bfloat16_fixed"], batch)
         assert _relative(half, fixed) <= 1e-2, _relative(half, fixed)
 
-    python = _tf212_python()
-    if python is None:
-        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON; "
-                    "bench/tf_text_2_12_compat.py shows how to make one)")
-    script = ("import json, sys\n"
-              "import tensorflow as tf, tensorflow_text\n"
-              "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
-              "print(json.dumps([fn(text=tf.constant([t]))['logits'].numpy()[0].tolist()\n"
-              "                  for t in json.loads(sys.argv[2])]))\n")
-    result = subprocess.run([python, "-c", script, paths["bfloat16"], json.dumps(texts)],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    there = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
-    assert _relative(there, logits(paths["bfloat16"], False)) <= 1e-2
+    there = in_tf212(tmp_path, paths["bfloat16"], texts, "logits")
+    assert _relative(there["one"], logits(paths["bfloat16"], False)) <= 1e-2
+    assert _relative(there["all"], logits(paths["bfloat16"], True)) <= 1e-2

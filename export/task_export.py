@@ -1,8 +1,9 @@
 """What the task export CLIs (export_classifier, export_tagger, export_span_qa) share.
 
 Their flags (--model_dir, --export_dir, --version, --max_seq_length, --length_buckets,
---serving_dtype), the loading of a fine-tuned model directory and the body of their `main`. This module defines no flags when
-imported, so a task export imports it without the other exports' flags.
+--serving_dtype), the loading of a fine-tuned model directory and the body of their `main`.
+This module defines no flags when imported, so a task export imports it without the other
+exports' flags.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     Returns:
       name -> FlagHolder for the six flags.
     """
+    from bert_keras.tasks import SERVING_DTYPES
     from data_prep.cli import calling_module
 
     module = calling_module()
@@ -40,11 +42,11 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
         "max_seq_length", max_seq_length, max_seq_length_help, **kwargs)
     holders["length_buckets"] = length_buckets.define_flag(module)
     holders["serving_dtype"] = flags.DEFINE_enum(
-        "serving_dtype", "float32", ["float32", "bfloat16"],
+        "serving_dtype", "float32", list(SERVING_DTYPES),
         "What the exported model computes in. float32: the fine-tuned model's outputs up to "
         "float32 rounding. bfloat16: weights stored and matmuls run in bfloat16 (half the "
-        "bytes per request; fast on CPUs with AMX or AVX512-BF16 and on GPUs, slow "
-        "elsewhere), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
+        "bytes per request; faster on CPUs with AMX, emulated and slower without AMX or "
+        "AVX512-BF16), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
         "rounding (docs/serving.md).", **kwargs)
     return holders
 

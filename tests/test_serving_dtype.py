@@ -74,6 +74,22 @@ def test_float32_is_the_model_itself_and_mixed_precision_comes_back_to_float32()
         with_dtype(model, "float16")
 
 
+def test_serving_dtype_flag_names_its_choices():
+    from absl import flags
+
+    import export.export_classifier  # noqa: F401  (defines the task exports' flags)
+
+    try:
+        with pytest.raises(flags.IllegalFlagValueError,
+                           match=r"--serving_dtype=float16: value should be one of "
+                                 r"<float32\|bfloat16>"):
+            flags.FLAGS(["prog", "--serving_dtype=float16"])
+        flags.FLAGS(["prog", "--serving_dtype=bfloat16"])
+        assert flags.FLAGS.serving_dtype == "bfloat16"
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
 @pytest.mark.integration  # A run_classifier directory, the export tool twice, verify: ~2 min.
 def test_export_classifier_serving_dtype_bfloat16(tmp_path):
     """--serving_dtype=bfloat16 from the command line: the export holds bfloat16 weights,

@@ -43,6 +43,9 @@ class BertEncoder(keras.Model):
       initializer_range: stddev of the TruncatedNormal initializer.
       layer_norm_epsilon: LayerNorm epsilon.
       dtype: dtype policy, e.g. "mixed_bfloat16" (LayerNorm and softmax stay float32).
+      kernel_layout: the Dense kernels' layout (`bert_keras.layers.dense.Dense`): "in_out",
+        Google's checkpoints' and training's, or "out_in", for serving copies
+        (`bert_keras.tasks.for_serving`); checkpoints are read and written in "in_out".
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class BertEncoder(keras.Model):
         initializer_range=0.02,
         layer_norm_epsilon=1e-12,
         dtype=None,
+        kernel_layout="in_out",
         **kwargs,
     ):
         # Validate through BertConfig so a bad size fails here, naming the field, and not
@@ -101,6 +105,7 @@ class BertEncoder(keras.Model):
                 attention_dropout=attention_dropout,
                 layer_norm_epsilon=layer_norm_epsilon,
                 initializer=clone_initializer(initializer),
+                kernel_layout=kernel_layout,
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
@@ -110,6 +115,7 @@ class BertEncoder(keras.Model):
             hidden_size,
             activation="tanh",
             kernel_initializer=clone_initializer(initializer),
+            kernel_layout=kernel_layout,
             dtype=dtype,
             name="pooler_dense",
         )
@@ -156,6 +162,7 @@ class BertEncoder(keras.Model):
         self.type_vocab_size = type_vocab_size
         self.initializer_range = initializer_range
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_layout = kernel_layout
         self.embeddings_layer = embeddings
         self.transformer_layers = blocks
         self.pooler_layer = pooler
@@ -272,6 +279,7 @@ class BertEncoder(keras.Model):
             "type_vocab_size": self.type_vocab_size,
             "initializer_range": self.initializer_range,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_layout": self.kernel_layout,
         }
 
     @classmethod

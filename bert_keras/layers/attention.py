@@ -44,15 +44,19 @@ class SelfAttention(keras.layers.Layer):
       num_heads: N.
       dropout: dropout rate on attention probabilities (BERT drops whole attention links).
       initializer: kernel initializer of the projections.
+      kernel_layout: the projections' kernel layout (`bert_keras.layers.dense.Dense`):
+        "in_out" (Google's checkpoints, training) or "out_in" (serving copies).
     """
 
-    def __init__(self, num_heads, dropout=0.1, initializer="truncated_normal", **kwargs):
+    def __init__(self, num_heads, dropout=0.1, initializer="truncated_normal",
+                 kernel_layout="in_out", **kwargs):
         super().__init__(**kwargs)
         if not isinstance(num_heads, int) or num_heads <= 0:
             raise ValueError(f"`num_heads` must be a positive integer. Received: {num_heads!r}")
         self.num_heads = num_heads
         self.dropout = dropout
         self.initializer = keras.initializers.get(initializer)
+        self.kernel_layout = kernel_layout
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -67,6 +71,7 @@ class SelfAttention(keras.layers.Layer):
             layer = Dense(
                 hidden_size,
                 kernel_initializer=clone_initializer(self.initializer),
+                kernel_layout=self.kernel_layout,
                 name=name,
                 dtype=self.dtype_policy,
             )
@@ -189,6 +194,7 @@ class SelfAttention(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "dropout": self.dropout,
                 "initializer": keras.initializers.serialize(self.initializer),
+                "kernel_layout": self.kernel_layout,
             }
         )
         return config

@@ -31,6 +31,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
       attention_dropout: dropout on attention probabilities.
       layer_norm_epsilon: LayerNorm epsilon (1e-12 in BERT).
       initializer: kernel initializer (TruncatedNormal(0.02) in BERT).
+      kernel_layout: the Dense kernels' layout (`bert_keras.layers.dense.Dense`): "in_out"
+        (Google's checkpoints, training) or "out_in" (serving copies).
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         attention_dropout=0.1,
         layer_norm_epsilon=1e-12,
         initializer="truncated_normal",
+        kernel_layout="in_out",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -56,11 +59,13 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer = keras.initializers.get(initializer)
+        self.kernel_layout = kernel_layout
         self._activation_fn = get_activation(activation)
         self.self_attention = SelfAttention(
             num_heads,
             dropout=attention_dropout,
             initializer=clone_initializer(self.initializer),
+            kernel_layout=kernel_layout,
             name="self_attention",
             dtype=self.dtype_policy,
         )
@@ -74,6 +79,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             return Dense(
                 units,
                 kernel_initializer=clone_initializer(self.initializer),
+                kernel_layout=self.kernel_layout,
                 name=name,
                 dtype=self.dtype_policy,
             )
@@ -171,6 +177,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "initializer": keras.initializers.serialize(self.initializer),
+                "kernel_layout": self.kernel_layout,
             }
         )
         return config

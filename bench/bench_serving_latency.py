@@ -228,16 +228,15 @@ def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name, dt
     import keras
 
     from bert_keras import BertEncoder
-    from bert_keras.tasks import BertClassifier, with_dtype
+    from bert_keras.tasks import BertClassifier
     from data_prep.tokenization import BertTokenizer
     from export.export_classifier import export_classifier
 
     keras.utils.set_random_seed(SEED)
     classifier = BertClassifier(BertEncoder.from_bert_config(config), num_classes=len(LABELS))
-    classifier = with_dtype(classifier, dtype)  # the exports' --serving_dtype
     path = export_classifier(classifier, BertTokenizer(vocab_file), LABELS,
                              os.path.join(work_dir, name), seq_length=seq_length,
-                             buckets=buckets)
+                             buckets=buckets, serving_dtype=dtype)
     return classifier, path
 
 

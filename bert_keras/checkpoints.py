@@ -248,10 +248,17 @@ def model_weight_names(model) -> list[WeightName]:
 
     Raises:
       TypeError: `model` is none of these.
+      ValueError: `model` is a serving copy (`tasks.for_serving`), whose kernels are stored
+        [out, in]: the table's layouts are those of the [in, out] models training builds.
       WeightLoadError: the model has a variable the table does not name (or vice versa);
         such a variable would silently keep its random value on load and vanish on save.
     """
-    num_layers = _encoder_of(model).num_layers
+    encoder = _encoder_of(model)
+    if encoder.kernel_layout != "in_out":
+        raise ValueError(f"{type(model).__name__} stores its kernels {encoder.kernel_layout!r} "
+                         "(a serving copy, bert_keras.tasks.for_serving): checkpoints are read "
+                         "and written from the model it was made from.")
+    num_layers = encoder.num_layers
     if isinstance(model, BertPretrainer):
         rows = pretrainer_weight_names(num_layers, model.next_sentence)
     elif isinstance(model, TASK_MODELS):

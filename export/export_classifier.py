@@ -111,7 +111,7 @@ def _example(text, text_b=None) -> bytes:
 
 def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length: int = 128,
                       pair: bool = False, version: int | None = None,
-                      buckets=None) -> str:
+                      buckets=None, serving_dtype: str = "float32") -> str:
     """Writes the end-to-end classifier to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -121,12 +121,17 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
       seq_length: the fine-tuning max_seq_length.
       pair: whether the task classifies sentence pairs (decides what serve_examples parses).
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
+      serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
+        exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
     """
+    from bert_keras import tasks
+
     if seq_length > classifier.encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({classifier.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
+    classifier = tasks.for_serving(classifier, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
         module = ClassifierModule(pre, classifier, labels, pair)
@@ -170,9 +175,11 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    def export(model, tokenizer, labels, export_dir, seq_length, version, buckets):
+    def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
+               serving_dtype):
         return export_classifier(model, tokenizer, labels, export_dir, seq_length,
-                                 pair=_PAIR.value, version=version, buckets=buckets)
+                                 pair=_PAIR.value, version=version, buckets=buckets,
+                                 serving_dtype=serving_dtype)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertClassifier", "run_classifier",
                            export, "export_classifier", environment_backend=_ENVIRONMENT_BACKEND)

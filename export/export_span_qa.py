@@ -112,7 +112,8 @@ class SpanQAModule(tf.Module):
 
 def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
                    version: int | None = None,
-                   max_answer_length: int = MAX_ANSWER_LENGTH, buckets=None) -> str:
+                   max_answer_length: int = MAX_ANSWER_LENGTH, buckets=None,
+                   serving_dtype: str = "float32") -> str:
     """Writes the span-QA SavedModel to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -121,12 +122,17 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
       seq_length: the fine-tuning max_seq_length (length of the text signature's windows).
       max_answer_length: the longest answer span, in tokens.
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
+      serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
+        exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
     """
+    from bert_keras import tasks
+
     if seq_length > model.encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({model.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
+    model = tasks.for_serving(model, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
         module = SpanQAModule(pre, model, max_answer_length)
@@ -161,9 +167,10 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    def export(model, tokenizer, _, export_dir, seq_length, version, buckets):
+    def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype):
         return export_span_qa(model, tokenizer, export_dir, seq_length, version=version,
-                              max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets)
+                              max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets,
+                              serving_dtype=serving_dtype)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,

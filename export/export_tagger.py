@@ -98,7 +98,8 @@ class TaggerModule(tf.Module):
 
 
 def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
-                  version: int | None = None, buckets=None) -> str:
+                  version: int | None = None, buckets=None,
+                  serving_dtype: str = "float32") -> str:
     """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -107,12 +108,17 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
       labels: tag names, index i = class i.
       seq_length: the fine-tuning max_seq_length.
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
+      serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
+        exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
     """
+    from bert_keras import tasks
+
     if seq_length > tagger.encoder.max_sequence_length:
         raise saved_model_writer.ExportError(
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({tagger.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
+    tagger = tasks.for_serving(tagger, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
         module = TaggerModule(pre, tagger, labels)

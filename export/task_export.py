@@ -142,7 +142,7 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         (imported here, after the command line is checked).
       tool: the fine-tuning tool whose output directory --model_dir is (for messages).
       export: `export(model, tokenizer, labels, export_dir, seq_length, version=...,
-        buckets=...)` -> the written version's path.
+        buckets=..., serving_dtype=...)` -> the written version's path.
       prog: the export tool's name.
       needs_labels: whether --model_dir must hold labels.txt.
       environment_backend: what KERAS_BACKEND said (`keras_backend.use_tensorflow()`),
@@ -170,9 +170,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         dtype = task_flags["serving_dtype"].value
         if dtype != "float32":
             logging.info("Serving dtype: %s (weights and matmuls; --serving_dtype)", dtype)
-        model = tasks.with_dtype(model, dtype)
         print(export(model, tokenizer, labels, export_dir, task_flags["max_seq_length"].value,
-                     version=version, buckets=buckets))
+                     version=version, buckets=buckets, serving_dtype=dtype))
         return 0
 
     return report_errors(body, task_dir_errors(), prog)

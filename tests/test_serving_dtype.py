@@ -1,4 +1,5 @@
-"""bfloat16 serving exports (`tasks.with_dtype`, the task exports' --serving_dtype).
+"""Serving copies (`tasks.for_serving`) and bfloat16 exports (the task exports'
+--serving_dtype).
 
 The reference is the float32 model with the same weights: a bfloat16 copy must differ from
 it by bfloat16 rounding only. bfloat16 keeps 8 significant bits (a relative rounding of at
@@ -7,6 +8,10 @@ few dozen times, which measured 0.3-3% of the outputs' scale; the bound is 5%, w
 wrong, transposed or missing weight moves the outputs by O(1) of their scale. And the copy
 must not be float32 in disguise: its outputs differ from float32's by more than float32
 noise.
+
+Every serving copy stores the encoder's Dense kernels [out, in] (`kernel_layout="out_in"`):
+in float32 it must give the model's outputs within float32 noise, which a kernel copied
+untransposed (square attention kernels keep their shape) would not.
 """
 
 import os
@@ -21,7 +26,7 @@ from conftest import REPO, TINY
 from test_length_buckets import LENGTHS, classifier_run, in_tf212, texts_of
 
 from bert_keras import BertEncoder
-from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, with_dtype
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, for_serving
 
 BOUND = 0.05  # of the outputs' scale (the module docstring)
 
@@ -43,8 +48,9 @@ def test_bfloat16_copy_stores_bfloat16_and_rounds_only(task):
     keras.utils.set_random_seed(3)
     kwargs = {} if task is BertSpanQA else {"num_classes": 3}
     model = task(BertEncoder(**TINY), **kwargs)
-    copy = with_dtype(model, "bfloat16")
+    copy = for_serving(model, "bfloat16")
     assert copy is not model and type(copy) is task
+    assert for_serving(copy, "bfloat16") is copy
     assert {v.dtype for v in copy.weights} == {"bfloat16"}
     assert [v.path for v in copy.weights] == [v.path for v in model.weights]
     x = _inputs()
@@ -55,23 +61,65 @@ def test_bfloat16_copy_stores_bfloat16_and_rounds_only(task):
         assert 1e-5 < relative <= BOUND, (name, relative)
     # The weights are the model's, rounded: back to float32 they give the model's outputs
     # up to the activations' rounding, and the original is untouched.
-    for original, rounded in zip(model.get_weights(), copy.get_weights()):
+    for variable, original, rounded in zip(model.weights, model.get_weights(),
+                                           copy.get_weights()):
+        if _encoder_kernel(variable.path):
+            rounded = rounded.T
         np.testing.assert_allclose(rounded.astype("float32"), original, rtol=2 ** -8, atol=0)
 
 
-def test_float32_is_the_model_itself_and_mixed_precision_comes_back_to_float32():
+def _encoder_kernel(path):
+    """Whether a variable path names one of the encoder's Dense kernels (heads keep [in,
+    out])."""
+    return path.endswith("/kernel") and path.startswith(("transformer_layer_", "pooler_dense"))
+
+
+@pytest.mark.parametrize("task", [BertClassifier, BertTagger, BertSpanQA])
+def test_float32_copy_stores_kernels_out_in_and_gives_the_same_outputs(task):
+    keras.utils.set_random_seed(6)
+    kwargs = {} if task is BertSpanQA else {"num_classes": 3}
+    model = task(BertEncoder(**TINY), **kwargs)
+    rng = np.random.default_rng(6)  # non-zero biases and LayerNorm offsets, as trained
+    model.set_weights([w + rng.normal(0, 0.05, w.shape).astype(w.dtype)
+                       for w in model.get_weights()])
+    copy = for_serving(model, "float32")
+    assert copy.encoder.kernel_layout == "out_in" and model.encoder.kernel_layout == "in_out"
+    transposed = 0
+    for variable, kept in zip(model.weights, copy.weights):
+        if _encoder_kernel(variable.path):
+            np.testing.assert_array_equal(kept.numpy(), variable.numpy().T)
+            transposed += 1
+        else:
+            np.testing.assert_array_equal(kept.numpy(), variable.numpy())
+    assert transposed == 6 * TINY["num_layers"] + 1  # q, k, v, output, FFN x 2; pooler
+    x = _inputs(2)
+    expected, got = model(x, training=False), copy(x, training=False)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+    assert for_serving(copy, "float32") is copy
+
+
+def test_mixed_precision_comes_back_to_float32_and_a_bad_dtype_is_refused():
     keras.utils.set_random_seed(4)
     model = BertClassifier(BertEncoder(**TINY), num_classes=2)
-    assert with_dtype(model, "float32") is model
     mixed = BertClassifier(BertEncoder(**TINY, dtype="mixed_bfloat16"), num_classes=2)
     mixed.set_weights(model.get_weights())
-    back = with_dtype(mixed, "float32")
+    back = for_serving(mixed, "float32")
     assert back.encoder.layers_dtype_policy.name == "float32"
     x = _inputs(1)
     np.testing.assert_allclose(back(x)["logits"], model(x)["logits"], rtol=1e-6, atol=1e-6)
     assert _relative(mixed(x)["logits"], model(x)["logits"]) > 1e-5  # mixed really was bf16
     with pytest.raises(ValueError, match=r"dtype 'float16': expected one of float32, bfloat16"):
-        with_dtype(model, "float16")
+        for_serving(model, "float16")
+
+
+def test_a_serving_copy_is_refused_by_the_checkpoint_writers(tmp_path):
+    from bert_keras import checkpoints
+
+    copy = for_serving(BertClassifier(BertEncoder(**TINY), num_classes=2), "float32")
+    with pytest.raises(ValueError, match=r"stores its kernels 'out_in' \(a serving copy"):
+        checkpoints.save_google_checkpoint(copy, str(tmp_path / "model.ckpt"))
+    assert not os.listdir(tmp_path)
 
 
 def test_serving_dtype_flag_names_its_choices():

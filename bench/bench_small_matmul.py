@@ -14,8 +14,14 @@ bandwidth, and how many bytes it reads. This times, per [M, 768] x [768, 3072] p
                    TF_ENABLE_ONEDNN_OPTS=0): what a float32 export runs
   tf 3d            the same with a [1, M, 768] input (BatchMatMulV2, as a batch of 1)
   tf bfloat16      tf.matmul on bfloat16 variables and a bfloat16 cast of the input (AMX
-                   / AVX512-BF16 through oneDNN where the CPU has them): what an export
-                   with --serving_dtype=bfloat16 runs
+                   / AVX512-BF16 through oneDNN where the CPU has them)
+  Dense in_out     keras.ops.matmul of a [1, M, 768] input and a [768, 3072] variable: what
+                   `bert_keras.layers.dense.Dense` runs with Keras' and Google's kernel
+                   layout (tensordot: reshape, MatMul, reshape); the layout training uses
+  Dense out_in     keras.ops.einsum("...k,nk->...n") with the kernel stored [3072, 768]
+                   (torch's nn.Linear layout): what Dense runs with kernel_layout="out_in",
+                   the layout of every task export (`bert_keras.tasks.for_serving`)
+  ... bfloat16     the two Dense rows on bfloat16 variables (--serving_dtype=bfloat16)
   copy bandwidth   numpy copying 64 MiB (read + write), for scale
 
 BUILD_NOTES.md section 8.11 has the figures and what they decided.
@@ -86,8 +92,27 @@ def main():
         h = tf.cast(h, tf.bfloat16)
         return [tf.matmul(h, v) for v in bf16_variables]
 
+    import keras  # the layer's ops (TensorFlow backend)
+
+    transposed = {"float32": [tf.Variable(w.T) for w in kernels],
+                  "bfloat16": [tf.Variable(tf.cast(w.T, tf.bfloat16)) for w in kernels]}
+    plain = {"float32": variables, "bfloat16": bf16_variables}
+
+    def dense_pass(layout, dtype):
+        @tf.function
+        def run(h):
+            h = tf.cast(h, dtype)[None]  # [1, M, K], as a request of batch 1
+            if layout == "in_out":
+                return [keras.ops.matmul(h, v) for v in plain[dtype]]
+            return [keras.ops.einsum("...k,nk->...n", h, v) for v in transposed[dtype]]
+        return lambda: run(tf_x)
+
     rows = {"torch": torch_pass, "tf": lambda: tf_pass(tf_x), "tf 3d": lambda: tf_3d_pass(tf_x),
             "tf bfloat16": lambda: tf_bf16_pass(tf_x)}
+    for dtype in ("float32", "bfloat16"):
+        for layout in ("in_out", "out_in"):
+            rows[f"Dense {layout}" + (" bfloat16" if dtype == "bfloat16" else "")] = \
+                dense_pass(layout, dtype)
     source = np.ones((64 << 20) // 4, np.float32)
     target = np.empty_like(source)
     copy_ms = median_ms(lambda: np.copyto(target, source), args.repeats)

@@ -85,15 +85,12 @@ class Dense(keras.layers.Dense):
             x = ops.einsum("...k,nk->...n", inputs, self.kernel)
         if self.use_bias:
             if self.compute_dtype == self.variable_dtype:
-                x = x + ops.cast(self.bias, self.compute_dtype)
+                x = x + self.bias
             else:
                 x = ops.cast(ops.cast(x, "float32") + self.bias, self.compute_dtype)
         if self.activation is not None:
             x = self.activation(x)
         return x
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (self.units,)
 
     def get_config(self):
         return {**super().get_config(), "kernel_layout": self.kernel_layout}

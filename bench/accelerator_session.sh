@@ -8,11 +8,14 @@
 #
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
-# PART 1: the attention A/B (bench/bench_attention_kernels.py at base size), then the
-#         pretraining sides, most important first; the Pallas kernel's tiles are the A/B's
-#         fastest at BERT's rate (BERT_KERAS_FLASH_ATTENTION_CONFIG), printed.
-# PART 2: the pretraining sides again (after part 1's findings), then fine-tuning and
-#         inference (issue 48); ours' compiled step comes back as gzipped HLO text.
+# PART 1: the pretraining sides, most important first: ours, torch under torch.compile,
+#         ours at attention dropout 0, keras-hub, then BERT-large ours and torch_compile.
+#         Ours' compiled step comes back as gzipped HLO text and its trace as .xplane.pb.
+# PART 2: the A/B of the LayerNorm and GELU recompute kernels (pretraining, base: ours with
+#         and without them, profiled), then issue 48's modes: inference (ours, torch_compile,
+#         torch eager, keras-hub) and fine-tuning (ours, torch_compile, torch eager), ours
+#         profiled in each (the traces come back).
+# PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
 set -uo pipefail
 PART=${1:-1}
@@ -38,40 +41,33 @@ transformers.__version__, jax.devices())"
 
 case "$PART" in
 1)
-  timeout 150 python3 bench/bench_attention_kernels.py --size="$S" --repeats=10 --out="$OUT"
-  BEST=$(python3 - "$OUT/attention_$S.json" <<'EOF'
-import json, sys
-sys.path.insert(0, "bench")
-from bench_attention_kernels import FLASH_CONFIGS
-rows = json.load(open(sys.argv[1]))["rows"]
-timed = [r for r in rows if r["path"] in FLASH_CONFIGS and r["rate"] == 0.1 and "ms" in r
-         and (r.get("max_relative_error") or 1) < 2e-2]
-print(json.dumps(FLASH_CONFIGS[min(timed, key=lambda r: r["ms"])["path"]]) if timed else "{}")
-EOF
-)
-  echo "# Pallas tiles for the pretraining sides: ${BEST:-{\}}"
-  export BERT_KERAS_FLASH_ATTENTION_CONFIG="${BEST:-{\}}"
   python3 bench/bench_accelerator.py \
     --order=$S:ours,$S:torch_compile,$S:ours@attention_dropout=0,$S:keras_hub,$L:ours,$L:torch_compile \
-    --steps=6 --rounds=4 --warmup_steps=3 --deadline_s="$(left)" --out="$OUT" \
-    --profile_dir=/tmp/profiles
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(left)" --out="$OUT" \
+    --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
+  cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
   ;;
 2)
-  # Pretraining first (issue 46), then fine-tuning and inference (issue 48).
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:ours@attention_dropout=0,$S:keras_hub,$L:ours,$L:torch_compile \
-    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) - 110 ))" --out="$OUT" \
-    --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
-  python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
-    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) - 50 ))" \
-    --out="$OUT/finetune"
-  python3 bench/bench_accelerator.py --mode=inference --order=$S:ours,$S:torch_compile \
-    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(left)" --out="$OUT/inference"
-  cp /tmp/hlo/ours_"$S".hlo.txt.gz "$OUT/" 2>/dev/null
+    --order=$S:ours,$S:ours@disable=layer_norm_recompute+gelu_recompute --steps=5 \
+    --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 35 / 100 ))" --out="$OUT/ab" \
+    --profile_dir=/tmp/profiles/ab --hlo_dir=/tmp/hlo
+  python3 bench/bench_accelerator.py --mode=inference \
+    --order=$S:ours,$S:torch_compile,$S:torch,$S:keras_hub --steps=10 --rounds=4 \
+    --warmup_steps=2 --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/inference" \
+    --profile_dir=/tmp/profiles/inf
+  python3 bench/bench_accelerator.py --mode=finetune \
+    --order=$S:ours,$S:torch_compile,$S:torch --steps=10 --rounds=4 --warmup_steps=2 \
+    --deadline_s="$(left)" --out="$OUT/finetune" --profile_dir=/tmp/profiles/ft
+  cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ab/ours_"$S".xplane.pb "$OUT/ab/" 2>/dev/null
+  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
+  cp /tmp/profiles/ft/ours_"$S".xplane.pb "$OUT/finetune/" 2>/dev/null
+  ;;
+attention)
+  timeout 150 python3 bench/bench_attention_kernels.py --size="$S" --repeats=10 --out="$OUT"
   ;;
 esac
-# Ours' trace comes back (the others' breakdowns are in the results); the tables are in the
+# Ours' traces come back (the others' breakdowns are in the results); the tables are in the
 # log, so only results.json stays (at most 8 files come back from the machine).
-cp /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
 rm -f "$OUT"/results.md "$OUT"/*/results.md
 echo "# part $PART done in $(( $(date +%s) - START )) s"

@@ -17,6 +17,8 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
     | argmax             | MLM accuracy's argmax without -0.0 guard | tf       | yes |
     | layer_norm_gradient| LayerNorm's gradient in closed form      | all      | no  |
     | gelu_gradient      | GELU's derivative written out            | all      | no  |
+    | layer_norm_recompute| LayerNorm keeping its input, rows' stats | jax, GPU | yes |
+    | gelu_recompute     | GELU's derivative recomputed from input  | jax, GPU | yes |
     | flash_attention    | attention with in-kernel dropout (Pallas)| jax, GPU | yes |
     | cudnn_attention    | cuDNN's flash attention, nothing dropped | jax, GPU | yes |
     | cudnn_key_lengths  | right-padded masks as key lengths        | jax, GPU | yes |
@@ -32,6 +34,14 @@ when): `flash_attention` wherever attention probabilities are dropped, `cudnn_at
 where none is, `cudnn_key_lengths` handing cuDNN a right-padded mask as key lengths
 rather than as a [B, 1, Q, S] mask. Turning off `cudnn_attention` leaves the Pallas kernel
 at rate 0 too; turning off both leaves XLA's fused attention and the explicit softmax.
+
+On JAX's GPU platform LayerNorm and GELU keep less for their backward pass than XLA's
+autodiff of Keras' formulas does: `layer_norm_recompute` keeps the input in its own dtype
+and each row's mean and 1 / std (torch's fused LayerNorm keeps the same) and reduces the
+gamma and beta gradients over a [rows, H] view; `gelu_recompute` keeps only its input and
+recomputes Phi(x) and phi(x) in the backward pass (BUILD_NOTES.md 8.10: autodiff wrote three
+[B, S, I] tensors for GELU's backward, and LayerNorm's reductions over (B, S) made XLA lay
+the residual stream out batch-minor, with transposes around every matrix product).
 """
 
 from __future__ import annotations
@@ -51,6 +61,8 @@ KERNELS = {
     "argmax": (("tensorflow",), True),
     "layer_norm_gradient": (_ALL, False),
     "gelu_gradient": (_ALL, False),
+    "layer_norm_recompute": (("jax",), True),
+    "gelu_recompute": (("jax",), True),
     "flash_attention": (("jax",), True),
     "cudnn_attention": (("jax",), True),
     "cudnn_key_lengths": (("jax",), True),
@@ -60,6 +72,8 @@ PLATFORMS = {
     "flash_attention": ("gpu",),
     "cudnn_attention": ("gpu",),
     "cudnn_key_lengths": ("gpu",),
+    "layer_norm_recompute": ("gpu",),
+    "gelu_recompute": ("gpu",),
 }
 
 # Kernels to leave out, comma-separated (benchmarks' A/B switch, tests of the neutral path).

@@ -13,9 +13,12 @@ _INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi), the standard normal densit
 def gelu(x):
     """Exact GELU, x * Phi(x) with the erf form (Google's 2018 BERT, Hugging Face "gelu").
 
-    With the closed-form gradient below (`kernels.applies("gelu_gradient")`), else
-    `keras.ops.gelu(x, approximate=False)`.
+    With the derivative recomputed from x in the backward pass
+    (`kernels.applies("gelu_recompute")`: JAX on a GPU), or with the closed-form gradient
+    below (`kernels.applies("gelu_gradient")`), else `keras.ops.gelu(x, approximate=False)`.
     """
+    if kernels.applies("gelu_recompute"):
+        return _gelu_recomputed(x)
     if kernels.applies("gelu_gradient"):
         return _gelu_closed_form(x)
     return ops.gelu(x, approximate=False)
@@ -46,6 +49,23 @@ def _gelu_closed_form(x):
         return upstream * (cdf + x * pdf)
 
     return x * cdf, grad
+
+
+@ops.custom_gradient
+def _gelu_recomputed(x):
+    """Exact GELU whose backward pass keeps only x and recomputes Phi(x) + x * phi(x) from
+    it, in float32 (autodiff of the erf formula keeps several [B, S, I] intermediates).
+    The values are `keras.ops.gelu(x, approximate=False)`'s; the gradient has x's dtype."""
+
+    def grad(*args, upstream=None):
+        if upstream is None:  # TensorFlow and JAX pass it positionally, PyTorch by keyword.
+            (upstream,) = args
+        x32 = ops.cast(x, "float32")
+        cdf = 0.5 * (1.0 + ops.erf(x32 * _SQRT_HALF))
+        pdf = ops.exp(-0.5 * ops.square(x32)) * _INV_SQRT_2PI
+        return ops.cast(ops.cast(upstream, "float32") * (cdf + x32 * pdf), x.dtype)
+
+    return ops.gelu(x, approximate=False), grad
 
 
 def gelu_tanh(x):

@@ -152,7 +152,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     num_warmup_steps = int(num_train_steps * warmup_proportion)
     optimizer = create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
                                  **optimizer_kwargs)
-    if model.encoder.layers_dtype_policy.name == "mixed_float16":
+    encoder = getattr(model, "encoder", None)
+    if encoder is not None and encoder.layers_dtype_policy.name == "mixed_float16":
         # float16 gradients need loss scaling. Keras adds it only for a model whose own
         # policy is mixed_float16 (the global one's), not for layers built with `dtype=`
         # (`tasks.with_dtype_policy`): the wrapper it would add, under its name.

@@ -62,6 +62,7 @@ from absl import app, flags, logging
 
 
 from bert_keras.distribute import DistributionOptions, StrategyError
+from bert_keras.precision import check_mixed_precision, mixed_precision_option
 from data_prep import cli, files, tokenizer_config
 
 # TensorFlow is imported lazily in `train`, so that --help and flag errors are instant.
@@ -136,8 +137,7 @@ class PretrainingOptions(DistributionOptions):
     steps_per_execution: int = opt(1, "Micro-batches run per tf.function call (fewer host "
                                    "round trips).")
     gradient_accumulation_steps: int = opt(1, "Micro-batches averaged into one update.")
-    mixed_precision: str = opt("float32", "Keras dtype policy.",
-                               enum=["float32", "mixed_bfloat16", "mixed_float16"])
+    mixed_precision: str = mixed_precision_option("Keras dtype policy.")
     jit_compile: bool = opt(False, "Compile the train step with XLA.")
     max_eval_steps: int = opt(100, "Evaluation batches per evaluation (the eval files are "
                               "cycled).")
@@ -191,6 +191,7 @@ class PretrainingOptions(DistributionOptions):
             if getattr(self, name) < 1:
                 raise PretrainingError(f"--{name} must be >= 1, got {getattr(self, name)}")
         self.check_distribution()
+        check_mixed_precision(self.mixed_precision)
         if not self.learning_rate > 0:
             raise PretrainingError(f"--learning_rate must be > 0, got {self.learning_rate}")
         if not 0 <= self.weight_decay < 1:
@@ -569,8 +570,8 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         simulate a crash after a backup was written).
 
     Raises:
-      PretrainingError (a ValueError) or distribute.StrategyError: bad flags, data or
-        output_dir, with a one-line explanation.
+      PretrainingError (a ValueError), distribute.StrategyError or cli.InputError
+        (--mixed_precision): bad flags, data or output_dir, with a one-line explanation.
     """
     from bert_keras import backends
 

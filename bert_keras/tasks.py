@@ -291,6 +291,32 @@ def with_skip_padding(model, skip_padding):
     return copy
 
 
+def with_dtype_policy(model, dtype):
+    """`model` (a BertEncoder or a task model) if its layers compute under the Keras dtype
+    policy `dtype` already, else a copy built under it, with the same weights.
+
+    For training under mixed precision without touching Keras' global policy: under
+    "mixed_bfloat16" ("mixed_float16") the encoder's and the head's layers compute in
+    bfloat16 (float16), their variables stay float32 and the task logits float32. A model's
+    config does not record the policy (Keras keeps a functional model's own policy at the
+    global one, `BertEncoder.layers_dtype_policy`), so the model.keras of a mixed model
+    loads as float32 with the same weights, and a copy made from its config (Keras'
+    `from_config`, `with_skip_padding`) is float32 unless made again with this function.
+    """
+    encoder = model if isinstance(model, BertEncoder) else model.encoder
+    if encoder.layers_dtype_policy.name == dtype:
+        return model
+    config = model.get_config()
+    if isinstance(model, BertEncoder):
+        copy = BertEncoder.from_config({**config, "dtype": dtype})
+    else:
+        encoder_config = dict(config["encoder"],
+                              config={**config["encoder"]["config"], "dtype": dtype})
+        copy = type(model).from_config({**config, "encoder": encoder_config})
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 SERVING_DTYPES = ("float32", "bfloat16")
 
 

@@ -260,7 +260,7 @@ CASES = [
         ("eval_batch_size", 0), ("max_seq_length", 0), ("max_seq_length", 1000),
         ("num_train_epochs", 0), ("num_train_steps", 0), ("warmup_proportion", 1.5),
         ("classifier_dropout", 2), ("strip_accents", "maybe"), ("input_format", "xml"),
-        ("no_such_flag", 1)]),
+        ("mixed_precision", "bfloat16"), ("no_such_flag", 1)]),
     ("run_classifier-missing-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/missing.jsonl", "missing.jsonl"),
     ("run_classifier-binary-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
@@ -319,7 +319,7 @@ CASES = [
     # run_tagger
     *_flag_cases("run_tagger", TAG, [
         ("learning_rate", -0.5), ("train_batch_size", 0), ("max_seq_length", 100),
-        ("tagger_dropout", -0.1), ("num_train_steps", -3)]),
+        ("tagger_dropout", -0.1), ("num_train_steps", -3), ("mixed_precision", "float16")]),
     ("run_tagger-missing-train", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/missing.txt", "missing.txt"),
     ("run_tagger-binary", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
@@ -338,7 +338,7 @@ CASES = [
     *_flag_cases("run_squad", SQ, [
         ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),
         ("max_query_length", 0), ("n_best_size", 0), ("max_answer_length", 0),
-        ("max_seq_length", 4096), ("warmup_proportion", -0.2)]),
+        ("max_seq_length", 4096), ("warmup_proportion", -0.2), ("mixed_precision", "bf16")]),
     ("run_squad-missing", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/missing.json", "missing.json"),
     ("run_squad-binary", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
@@ -386,7 +386,8 @@ CASES = [
     *_flag_cases("run_pretraining", PRE, [
         ("learning_rate", -1e-4), ("train_batch_size", 0), ("num_train_steps", 0),
         ("save_checkpoints_steps", 0), ("num_warmup_steps", -1), ("eval_batch_size", 0),
-        ("gradient_accumulation_steps", 0), ("weight_decay", -0.1)]),
+        ("gradient_accumulation_steps", 0), ("weight_decay", -0.1),
+        ("mixed_precision", "bf16")]),
     ("run_pretraining-missing-input", "run_pretraining",
      PRE.replace("{F}/train.tfrecord", "{F}/missing.tfrecord"), "missing.tfrecord"),
     ("run_pretraining-truncated", "run_pretraining",

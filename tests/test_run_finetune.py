@@ -105,6 +105,171 @@ def test_run_classifier_bad_label_names_file_and_line(tmp_path, encoder_file):
                            **common(tmp_path / "o", encoder_file, do_predict=False, num_train_epochs=0.5))
 
 
+def _spy_on_the_loop(monkeypatch):
+    """{"model": the model loop.train trained, "x", "outputs": loop.predict's last inputs
+    and outputs}, filled as a tool runs."""
+    from bert_keras.finetuning import loop
+
+    seen = {}
+    train, predict = loop.train, loop.predict
+
+    def spy_train(model, *args, **kwargs):
+        seen["model"] = model
+        return train(model, *args, **kwargs)
+
+    def spy_predict(model, x, *args, **kwargs):
+        seen["x"], (seen["outputs"], timing) = x, predict(model, x, *args, **kwargs)
+        return seen["outputs"], timing
+
+    monkeypatch.setattr(loop, "train", spy_train)
+    monkeypatch.setattr(loop, "predict", spy_predict)
+    return seen
+
+
+def _softmax(logits):
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_run_classifier_mixed_bfloat16(tmp_path, encoder_file, monkeypatch):
+    """--mixed_precision=mixed_bfloat16: the encoder's and the head's layers compute in
+    bfloat16, the variables and the logits are float32, the loss finite; Keras' global
+    policy is left alone. model.keras loads, as the exports load it, into a float32
+    classifier with the trained weights, whose probabilities are the bfloat16 model's
+    within bfloat16 rounding."""
+    import keras
+
+    from bert_keras.layers.dense import Dense
+    from bert_keras.tasks import BertClassifier
+    from export import task_export
+
+    seen = _spy_on_the_loop(monkeypatch)
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_classification(train, 48, 0)
+    write_classification(test, 20, 1)
+    out = tmp_path / "out"
+    results = run_classifier.run(train_file=str(train), predict_file=str(test), **common(
+        out, encoder_file, do_eval=False, log_steps=4, mixed_precision="mixed_bfloat16"))
+    model = seen["model"]
+    encoder = model.encoder
+    layers = [encoder.embeddings_layer, *encoder.transformer_layers, encoder.pooler_layer,
+              model.classifier]
+    dense = [layer for layer in encoder.transformer_layers[0]._flatten_layers()
+             if isinstance(layer, Dense)]
+    assert len(dense) >= 4  # query/key/value or fused, attention output, feed-forward
+    for layer in layers + dense:
+        assert layer.dtype_policy.name == "mixed_bfloat16", layer.name
+        assert layer.compute_dtype == "bfloat16" and layer.variable_dtype == "float32"
+    assert {v.dtype for v in model.weights} == {"float32"}
+    assert keras.mixed_precision.global_policy().name == "float32"
+    losses = [point["loss"] for point in results["train"]["loss_history"]]
+    assert len(losses) == 3 and np.isfinite(losses).all(), losses
+    logits16 = seen["outputs"]["logits"]
+    assert logits16.dtype == np.float32
+    written = [[row["probabilities"][label] for label in ("ham", "spam")]
+               for row in map(json.loads, open(out / "predictions.jsonl"))]
+    assert np.asarray(written).shape == (20, 2)
+
+    loaded, labels, _ = task_export.load_task_dir(str(out), BertClassifier, "run_classifier", {})
+    assert labels == ["ham", "spam"]
+    assert loaded.encoder.layers_dtype_policy.name == "float32"
+    assert loaded.classifier.compute_dtype == "float32"
+    for a, b in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    logits32 = np.asarray(loaded.predict_on_batch(seen["x"])["logits"])
+    assert np.abs(logits32 - logits16).max() > 1e-6  # the run's predictions were bfloat16's
+    np.testing.assert_allclose(_softmax(logits16), _softmax(logits32), atol=5e-2)
+    np.testing.assert_allclose(written, _softmax(logits32), atol=5e-2)
+
+
+@pytest.mark.integration  # A fine-tuning run and a text-in export: about 40 s on 2 cores.
+def test_export_classifier_of_a_mixed_bfloat16_run(tmp_path, encoder_file):
+    """export_classifier takes a --mixed_precision=mixed_bfloat16 run's directory as any
+    other: the export (float32, its default --serving_dtype) gives the probabilities of the
+    float32 model with the trained weights, and the run's bfloat16 predictions within
+    bfloat16 rounding."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from cli_harness import run_tool
+    from data_prep import classification
+    from data_prep.schema import model_inputs
+    from data_prep.tokenization import load_tokenizer
+
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_classification(train, 24, 0)
+    write_classification(test, 12, 1)
+    out = tmp_path / "out"
+    run_classifier.run(train_file=str(train), predict_file=str(test), **common(
+        out, encoder_file, do_eval=False, num_train_steps=3, mixed_precision="mixed_bfloat16"))
+    result = run_tool("export_classifier", [
+        f"--model_dir={out}", f"--export_dir={tmp_path / 'models'}", "--max_seq_length=16",
+        "--length_buckets=16"])
+    assert result.code == 0, result.stderr[-3000:]
+    served = tf.saved_model.load(result.stdout.strip().splitlines()[-1])
+    texts = [json.loads(line)["text"] for line in open(test)]
+    probabilities = served.signatures["serving_default"](text=tf.constant(texts))["probabilities"]
+    ckpt = model_loading.load_checkpoint(str(out))
+    model = ckpt.model
+    assert model.encoder.layers_dtype_policy.name == "float32"
+    tokenizer = load_tokenizer(ckpt.vocab_file, ckpt.tokenizer_settings()[0])
+    x, _ = classification.convert_examples(classification.read_examples(str(test)), tokenizer,
+                                           ["ham", "spam"], 16)
+    expected = _softmax(np.asarray(model.predict_on_batch(model_inputs(x))["logits"]))
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    written = [[row["probabilities"][label] for label in ("ham", "spam")]
+               for row in map(json.loads, open(out / "predictions.jsonl"))]
+    np.testing.assert_allclose(probabilities, written, atol=5e-2)
+
+
+def test_run_tagger_mixed_float16_scales_the_loss(tmp_path, encoder_file, monkeypatch):
+    """--mixed_precision=mixed_float16 (run_tagger, through the same runner): float16
+    compute, float32 variables, and the optimizer scales the loss (Keras' own wrapper),
+    as Keras does for a model under a global mixed_float16 policy."""
+    import keras
+
+    seen = _spy_on_the_loop(monkeypatch)
+    train = tmp_path / "train.conll"
+    write_conll(train, 16, 0)
+    results = run_tagger.run(train_file=str(train), **common(
+        tmp_path / "out", encoder_file, do_eval=False, do_predict=False, num_train_steps=2,
+        log_steps=1, mixed_precision="mixed_float16"))
+    model = seen["model"]
+    assert model.encoder.transformer_layers[0].compute_dtype == "float16"
+    assert model.tagger.compute_dtype == "float16"
+    assert {v.dtype for v in model.trainable_weights} == {"float32"}
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert np.isfinite([p["loss"] for p in results["train"]["loss_history"]]).all()
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_mixed_precision_bad_value_is_one_line_before_any_output(tmp_path, encoder_file):
+    """A policy other than run_pretraining's is refused naming the flag and the accepted
+    values: from Python (FinetuneOptions.validate) and on the command line (absl's enum, one
+    line, exit status 2); nothing is created in either case."""
+    from bert_keras import precision
+    from cli_harness import run_tool
+
+    assert precision.MIXED_PRECISION_POLICIES == ("float32", "mixed_bfloat16", "mixed_float16")
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 8, 0)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"^--mixed_precision: expected one of float32, "
+                       r"mixed_bfloat16, mixed_float16; found 'bf16'$"):
+        run_classifier.run(train_file=str(train), **common(out, encoder_file,
+                                                           mixed_precision="bf16"))
+    assert not os.path.exists(out)
+    result = run_tool("run_classifier", [
+        f"--train_file={train}", f"--init_checkpoint={encoder_file}", f"--vocab_file={VOCAB}",
+        "--do_train", f"--output_dir={out}", "--mixed_precision=bfloat16"])
+    assert result.code == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.error_lines == [result.stderr.strip()], result.stderr
+    line = result.error_lines[0]
+    assert line.startswith("error: --mixed_precision=bfloat16: ") and all(
+        name in line for name in precision.MIXED_PRECISION_POLICIES), line
+    assert not os.path.exists(out)
+
+
 def write_conll(path, n, seed):
     rng = np.random.default_rng(seed)
     sentences = []

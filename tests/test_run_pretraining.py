@@ -347,7 +347,11 @@ def test_flag_errors_are_clear(data, tmp_path):
                                     if k != "num_attention_heads"}))
     with pytest.raises(PretrainingError, match=r"missing key\(s\) \['num_attention_heads'\]"):
         train(_options(data, tmp_path / "e", bert_config_file=str(no_heads)))
-    assert not any((tmp_path / name).exists() for name in "abcde")
+    # The check the fine-tuning tools share (bert_keras.precision), for Python callers.
+    with pytest.raises(ValueError, match=r"--mixed_precision: expected one of float32, "
+                                         r"mixed_bfloat16, mixed_float16; found 'bf16'"):
+        train(_options(data, tmp_path / "f", mixed_precision="bf16"))
+    assert not any((tmp_path / name).exists() for name in "abcdef")
 
 
 def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):

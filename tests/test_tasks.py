@@ -6,7 +6,7 @@ import pytest
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import (IGNORE_LABEL, BertClassifier, BertSpanQA, BertTagger,
-                              MaskedSparseCategoricalAccuracy, compile_args)
+                              MaskedSparseCategoricalAccuracy, compile_args, with_dtype_policy)
 from conftest import TINY, h5_keys, make_inputs
 
 NUM_CLASSES = 5  # differs from every TINY size
@@ -245,3 +245,37 @@ def test_heads_compute_in_the_encoders_dtype_policy(cls):
     outputs = model(make_inputs(batch=2, seq=7))
     for value in keras.tree.flatten(outputs):
         assert keras.backend.standardize_dtype(value.dtype) == "float32"
+
+
+@pytest.mark.parametrize("cls", [BertEncoder, BertClassifier, BertTagger, BertSpanQA])
+def test_with_dtype_policy_copies_into_a_policy_with_the_same_weights(cls, tmp_path):
+    """The fine-tuning tools' --mixed_precision: a float32 model as it is, a copy whose
+    layers (encoder and head) compute in bfloat16 with the same float32 variables; its
+    .keras file loads as a float32 model with those weights; the global policy untouched."""
+    keras.utils.set_random_seed(3)
+    model = BertEncoder(**TINY) if cls is BertEncoder else build(cls)
+    assert with_dtype_policy(model, "float32") is model  # the default: nothing copied
+    mixed = with_dtype_policy(model, "mixed_bfloat16")
+    assert type(mixed) is cls and with_dtype_policy(mixed, "mixed_bfloat16") is mixed
+    assert keras.mixed_precision.global_policy().name == "float32"
+    encoder = mixed if cls is BertEncoder else mixed.encoder
+    layers = [encoder.embeddings_layer, *encoder.transformer_layers, encoder.pooler_layer,
+              *([] if cls is BertEncoder else [layer for layer in mixed.layers if layer.weights
+                                               and layer is not encoder])]
+    assert all(layer.compute_dtype == "bfloat16" for layer in layers), [
+        (layer.name, layer.compute_dtype) for layer in layers]
+    assert {v.dtype for v in mixed.weights} == {"float32"}
+    for a, b in zip(mixed.weights, model.weights):
+        assert a.path == b.path
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    x = make_inputs(batch=2, seq=7)
+    if cls is not BertEncoder:
+        for value in keras.tree.flatten(mixed(x)):
+            assert keras.backend.standardize_dtype(value.dtype) == "float32"
+    path = str(tmp_path / "mixed.keras")
+    mixed.save(path)
+    loaded = keras.saving.load_model(path)
+    loaded_encoder = loaded if cls is BertEncoder else loaded.encoder
+    assert loaded_encoder.layers_dtype_policy.name == "float32"
+    for a, b in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -127,7 +127,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     JAX backend the step is always compiled (`jit_compile` is TensorFlow's switch).
 
     Args:
-      model: a task model (its loss comes from `tasks.compile_args`).
+      model: a task model (its loss comes from `tasks.compile_args`); under a
+        mixed_float16 policy its optimizer scales the loss (Keras' LossScaleOptimizer).
       x, y: input and target arrays.
       num_train_steps: optimizer updates; default from `num_train_epochs`.
       callbacks: extra Keras callbacks (e.g. TensorBoard).
@@ -151,6 +152,12 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     num_warmup_steps = int(num_train_steps * warmup_proportion)
     optimizer = create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
                                  **optimizer_kwargs)
+    encoder = getattr(model, "encoder", None)
+    if encoder is not None and encoder.layers_dtype_policy.name == "mixed_float16":
+        # float16 gradients need loss scaling. Keras adds it only for a model whose own
+        # policy is mixed_float16 (the global one's), not for layers built with `dtype=`
+        # (`tasks.with_dtype_policy`): the wrapper it would add, under its name.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     model.compile(optimizer=optimizer, jit_compile=jit_compile, **compile_args(model))
     compile_steps_on_jax(model)
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,

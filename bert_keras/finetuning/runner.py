@@ -31,7 +31,8 @@ from bert_keras.config import BertConfig
 from bert_keras.distribute import DistributionOptions
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
-from bert_keras.tasks import HEAD_INITIALIZERS, with_skip_padding
+from bert_keras.precision import check_mixed_precision, mixed_precision_option
+from bert_keras.tasks import HEAD_INITIALIZERS, with_dtype_policy, with_skip_padding
 from bert_keras.tensorboard import TensorBoard
 from data_prep import files, tokenizer_config
 from data_prep.cli import option, split_values
@@ -104,6 +105,11 @@ class FinetuneOptions(DistributionOptions):
     jit_compile: bool = option(False, "Compile the training step with XLA (faster steps, "
                                "slower start). On KERAS_BACKEND=jax the step is always "
                                "compiled.")
+    mixed_precision: str = mixed_precision_option(
+        "Keras dtype policy of the model (encoder and head) in training, evaluation and "
+        "prediction: mixed_bfloat16 computes in bfloat16 (GPUs, TPUs), mixed_float16 in "
+        "float16 with loss scaling; the weights stay float32 and model.keras loads as a "
+        "float32 model.")
     overwrite_output: bool = option(False, "Replace results already in --output_dir instead "
                                     "of refusing.")
     log_steps: int = option(50, "Training steps between two points of the loss and learning "
@@ -134,6 +140,7 @@ class FinetuneOptions(DistributionOptions):
                 f"--distribution_strategy: expected {' or '.join(allowed)} for fine-tuning on "
                 f"KERAS_BACKEND={backend}, found {self.distribution_strategy} (across hosts: "
                 "KERAS_BACKEND=jax with multi_worker_mirrored; docs/distributed.md)")
+        check_mixed_precision(self.mixed_precision)
         if self.log_steps < 1:
             raise FinetuneError(f"--log_steps must be at least 1, got {self.log_steps}")
         if not (self.do_train or self.do_eval or self.do_predict):
@@ -265,8 +272,13 @@ class LabelledFileTask(Task):
 
 
 def _load_model(task: Task, common: FinetuneOptions, opts, labels):
-    """(model, checkpoint or None): what to train or run."""
+    """(model, checkpoint or None): what to train or run, its layers (encoder and head)
+    under the dtype policy --mixed_precision names (float32 variables either way)."""
     init = common.init_checkpoint
+
+    def in_policy(model):  # the model itself at the default float32
+        return with_dtype_policy(model, common.mixed_precision)
+
     if common.do_train:
         if not init:
             if not common.bert_config_file:
@@ -274,21 +286,21 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
                                     "initialised encoder")
             logging.info("Random initialisation from %s", common.bert_config_file)
             encoder = BertEncoder.from_bert_config(BertConfig.from_json_file(common.bert_config_file))
-            return task.build(encoder, labels, opts, common.head_initializer), None
+            return task.build(in_policy(encoder), labels, opts, common.head_initializer), None
         ckpt = model_loading.load_checkpoint(init, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
             logging.info("Training further the fine-tuned %s of %s", task.model_class.__name__, init)
-            return task.to_train_further(ckpt.model, opts), ckpt
+            return in_policy(task.to_train_further(ckpt.model, opts)), ckpt
         if not isinstance(ckpt.model, BertEncoder):
             logging.info("%s holds a %s: using its encoder", init, type(ckpt.model).__name__)
-        return task.build(ckpt.encoder, labels or ckpt.labels, opts,
+        return task.build(in_policy(ckpt.encoder), labels or ckpt.labels, opts,
                           common.head_initializer), ckpt
     # Evaluation / prediction only: a fine-tuned model of this task.
     source = init
     if source:
         ckpt = model_loading.load_checkpoint(source, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
-            return ckpt.model, ckpt
+            return in_policy(ckpt.model), ckpt
     source = common.output_dir
     if not os.path.isfile(os.path.join(source, files.TASK_MODEL_FILE)):
         raise FinetuneError(
@@ -298,7 +310,7 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
     if not isinstance(ckpt.model, task.model_class):
         raise FinetuneError(f"{source} holds a {type(ckpt.model).__name__}, expected a "
                             f"{task.model_class.__name__}")
-    return ckpt.model, ckpt
+    return in_policy(ckpt.model), ckpt
 
 
 def run(task: Task, values: dict) -> dict:
@@ -364,6 +376,9 @@ def run(task: Task, values: dict) -> dict:
                             f"the {distribution.num_replicas_in_sync} replicas")
     with distribution.scope():
         model, ckpt = _load_model(task, common, opts, labels)
+    if common.mixed_precision != "float32":
+        logging.info("Mixed precision: %s (float32 weights; --mixed_precision)",
+                     common.mixed_precision)
     if labels is None and ckpt is not None:
         labels = ckpt.labels
     if task.uses_labels:
@@ -430,7 +445,9 @@ def run(task: Task, values: dict) -> dict:
         results["train"] = summary
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
-    model = distribution.on_one_device(model)
+    # (On JAX's distributions a copy made from the config: float32 until put back under
+    # --mixed_precision.)
+    model = with_dtype_policy(distribution.on_one_device(model), common.mixed_precision)
     outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
     for split, writer in (("eval", task.evaluate), ("predict", task.write_predictions)):
         if split not in features:

@@ -8,13 +8,13 @@
 #
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
-# PART 1: the pretraining sides, most important first: ours, torch under torch.compile,
-#         ours at attention dropout 0, keras-hub, then BERT-large ours and torch_compile.
-#         Ours' compiled step comes back as gzipped HLO text and its trace as .xplane.pb.
-# PART 2: the A/B of the LayerNorm and GELU recompute kernels (pretraining, base: ours with
-#         and without them, profiled), then issue 48's modes: inference (ours, torch_compile,
-#         torch eager, keras-hub) and fine-tuning (ours, torch_compile, torch eager), ours
-#         profiled in each (the traces come back).
+# PART 1: the pretraining sides at base, most important first: ours, torch under
+#         torch.compile, ours without the 16-bit GELU kernel (its A/B), keras-hub; then the
+#         inference A/B (ours with and without that kernel, torch_compile); then BERT-large
+#         ours and torch_compile. Ours' compiled step comes back as gzipped HLO text, and
+#         its traces (pretraining and inference) as .xplane.pb.
+# PART 2: issue 48's modes: inference (ours, torch_compile, torch eager, keras-hub) and
+#         fine-tuning (ours, torch_compile, torch eager), ours profiled in each.
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
 set -uo pipefail
@@ -42,16 +42,19 @@ transformers.__version__, jax.devices())"
 case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:ours@attention_dropout=0,$S:keras_hub,$L:ours,$L:torch_compile \
-    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(left)" --out="$OUT" \
+    --order=$S:ours,$S:torch_compile,$S:ours@disable=gelu_16_bits,$S:keras_hub --steps=5 \
+    --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 50 / 100 ))" --out="$OUT" \
     --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
+  python3 bench/bench_accelerator.py --mode=inference \
+    --order=$S:ours,$S:ours@disable=gelu_16_bits,$S:torch_compile --steps=10 --rounds=4 \
+    --warmup_steps=2 --deadline_s="$(( $(left) * 33 / 100 ))" --out="$OUT/inference" \
+    --profile_dir=/tmp/profiles/inf
+  python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
+    --warmup_steps=2 --deadline_s="$(left)" --out="$OUT/large"
   cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
+  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 2)
-  python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:ours@disable=layer_norm_recompute+gelu_recompute --steps=5 \
-    --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 35 / 100 ))" --out="$OUT/ab" \
-    --profile_dir=/tmp/profiles/ab --hlo_dir=/tmp/hlo
   python3 bench/bench_accelerator.py --mode=inference \
     --order=$S:ours,$S:torch_compile,$S:torch,$S:keras_hub --steps=10 --rounds=4 \
     --warmup_steps=2 --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/inference" \
@@ -59,7 +62,6 @@ case "$PART" in
   python3 bench/bench_accelerator.py --mode=finetune \
     --order=$S:ours,$S:torch_compile,$S:torch --steps=10 --rounds=4 --warmup_steps=2 \
     --deadline_s="$(left)" --out="$OUT/finetune" --profile_dir=/tmp/profiles/ft
-  cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ab/ours_"$S".xplane.pb "$OUT/ab/" 2>/dev/null
   cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   cp /tmp/profiles/ft/ours_"$S".xplane.pb "$OUT/finetune/" 2>/dev/null
   ;;

@@ -306,14 +306,29 @@ def with_dtype_policy(model, dtype):
     encoder = model if isinstance(model, BertEncoder) else model.encoder
     if encoder.layers_dtype_policy.name == dtype:
         return model
+    return _rebuilt(model, dtype=dtype)
+
+
+def _rebuilt(model, **encoder_config):
+    """A copy of `model` (a BertEncoder or a task model) made from its config with
+    `encoder_config` overriding the encoder's, and the same weights (a Dense kernel
+    transposed where the copy's `kernel_layout` differs; cast to the copy's variable
+    dtype)."""
     config = model.get_config()
     if isinstance(model, BertEncoder):
-        copy = BertEncoder.from_config({**config, "dtype": dtype})
+        copy = BertEncoder.from_config({**config, **encoder_config})
     else:
-        encoder_config = dict(config["encoder"],
-                              config={**config["encoder"]["config"], "dtype": dtype})
-        copy = type(model).from_config({**config, "encoder": encoder_config})
-    copy.set_weights(model.get_weights())
+        encoder = dict(config["encoder"], config={**config["encoder"]["config"],
+                                                  **encoder_config})
+        copy = type(model).from_config({**config, "encoder": encoder})
+    layouts, copy_layouts = _kernel_layouts(model), _kernel_layouts(copy)
+    values = []
+    for source, target in zip(model.weights, copy.weights):
+        value = keras.ops.convert_to_numpy(source)
+        if layouts.get(id(source), "in_out") != copy_layouts.get(id(target), "in_out"):
+            value = value.T
+        values.append(value)
+    copy.set_weights(values)
     return copy
 
 
@@ -342,19 +357,7 @@ def for_serving(model, dtype):
     if (model.encoder.layers_dtype_policy.name == dtype
             and model.encoder.kernel_layout == "out_in"):
         return model
-    config = model.get_config()
-    encoder = dict(config["encoder"], config={**config["encoder"]["config"], "dtype": dtype,
-                                              "kernel_layout": "out_in"})
-    copy = type(model).from_config({**config, "encoder": encoder})
-    layouts, copy_layouts = _kernel_layouts(model), _kernel_layouts(copy)
-    values = []
-    for source, target in zip(model.weights, copy.weights):
-        value = keras.ops.convert_to_numpy(source)
-        if layouts.get(id(source), "in_out") != copy_layouts.get(id(target), "in_out"):
-            value = value.T
-        values.append(value)
-    copy.set_weights(values)
-    return copy
+    return _rebuilt(model, dtype=dtype, kernel_layout="out_in")
 
 
 def _kernel_layouts(model) -> dict:

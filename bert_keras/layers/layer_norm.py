@@ -36,12 +36,8 @@ class LayerNorm(keras.layers.LayerNormalization):
             self.rms_scaling
             or not (self.center and self.scale)
             or [a % rank for a in axis] != [rank - 1]
+            or not kernels.applies("layer_norm_gradient")
         ):
-            return super().call(inputs)
-        if kernels.applies("layer_norm_recompute"):
-            return _layer_norm_recomputed(inputs, self.gamma, self.beta, self.epsilon,
-                                          self.compute_dtype)
-        if not kernels.applies("layer_norm_gradient"):
             return super().call(inputs)
         x = ops.cast(inputs, "float32")
         gamma = ops.cast(self.gamma, "float32")
@@ -76,42 +72,3 @@ def _layer_norm(x, gamma, beta, epsilon):
         return x_hat * gamma + beta, grad
 
     return forward(x, gamma, beta)
-
-
-def _layer_norm_recomputed(inputs, gamma, beta, epsilon, dtype):
-    """LayerNorm over the last axis whose backward pass keeps only `inputs` (in their own
-    dtype) and each row's mean and 1 / sqrt(var + epsilon), and recomputes x_hat from them.
-
-    The arithmetic is float32 as in `_layer_norm`; the gradients of gamma and beta are sums
-    over the [rows, H] view of the tensor (a column reduction of one reduced axis), and the
-    result is cast to `dtype`. Kernel "layer_norm_recompute" (bert_keras.kernels).
-    """
-    hidden = inputs.shape[-1]
-    gamma = ops.cast(gamma, "float32")
-    beta = ops.cast(beta, "float32")
-
-    @ops.custom_gradient
-    def forward(x, gamma, beta):
-        x32 = ops.cast(x, "float32")
-        mean = ops.mean(x32, axis=-1, keepdims=True)
-        centered = x32 - mean
-        inv_std = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)
-
-        def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow and JAX pass it positionally, PyTorch by keyword.
-                (upstream,) = args
-            x_hat = (ops.cast(x, "float32") - mean) * inv_std
-            upstream = ops.cast(upstream, "float32")
-            d_gamma = ops.sum(ops.reshape(upstream * x_hat, (-1, hidden)), axis=0)
-            d_beta = ops.sum(ops.reshape(upstream, (-1, hidden)), axis=0)
-            g = upstream * gamma
-            dx = inv_std * (
-                g
-                - ops.mean(g, axis=-1, keepdims=True)
-                - x_hat * ops.mean(g * x_hat, axis=-1, keepdims=True)
-            )
-            return ops.cast(dx, x.dtype), d_gamma, d_beta
-
-        return ops.cast(centered * inv_std * gamma + beta, dtype), grad
-
-    return forward(inputs, gamma, beta)

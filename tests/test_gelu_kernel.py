@@ -1,0 +1,150 @@
+"""The JAX GPU kernel "gelu_16_bits", checked on a CPU against float64 GELU.
+
+With the platform taken for a GPU (as tests/test_flash_attention.py does), GELU of a
+bfloat16 tensor is computed in float32 from Abramowitz and Stegun's erfc. The reference is
+scipy's float64 erfc: GELU(x) = x erfc(-x / sqrt 2) / 2 and its derivative
+Phi(x) + x phi(x), on every bfloat16 value in [-12, 12]. Keras' own bfloat16 GELU is read
+the same way, to show what the kernel's bounds rule out. Float32 inputs and CPUs keep
+Keras' function.
+"""
+
+import re
+
+import numpy as np
+import pytest
+from conftest import run_on_backend
+
+
+def _exact(x):
+    from scipy import special
+
+    x = np.asarray(x, np.float64)
+    cdf = 0.5 * special.erfc(-x / np.sqrt(2.0))
+    return x * cdf, cdf + x * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
+
+
+def _worst_errors(got, want, x):
+    """(max relative error where x >= -6, max absolute error where x < -6)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    core = x >= -6
+    relative = np.abs(got - want)[core] / np.maximum(np.abs(want[core]), 1e-30)
+    return float(relative.max()), float(np.abs(got - want)[~core].max())
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(
+        backend, monkeypatch, capsys):
+    if run_on_backend(backend, __file__, f"test_16_bit_gelu_on_a_gpu_platform_is_within_"
+                                         f"bfloat16_rounding_of_float64[{backend}]"):
+        return
+    import jax
+    import jax.numpy as jnp
+    import keras
+    import ml_dtypes
+    from jax.ad_checkpoint import print_saved_residuals
+
+    from bert_keras import kernels
+    from bert_keras.layers import activations
+
+    x = np.unique(np.linspace(-12, 12, 400_001).astype(ml_dtypes.bfloat16))
+    x64 = x.astype(np.float64)
+    value, derivative = _exact(x64)
+    xb = jnp.asarray(x)
+
+    def keras_gelu(z):
+        return keras.ops.gelu(z, approximate=False)
+
+    # Kernel off (a CPU): Keras' function.
+    assert not kernels.applies("gelu_16_bits")
+    np.testing.assert_array_equal(np.asarray(activations.gelu(xb), np.float32),
+                                  np.asarray(keras_gelu(xb), np.float32))
+
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    assert kernels.applies("gelu_16_bits")
+    used = []
+    original = activations._gelu_16_bits
+    monkeypatch.setattr(activations, "_gelu_16_bits",
+                        lambda z: (used.append(z.dtype), original(z))[1])
+    y = activations.gelu(xb)
+    grad = jax.grad(lambda z: jnp.sum(activations.gelu(z).astype(jnp.float32)))(xb)
+    assert used and y.dtype == grad.dtype == jnp.bfloat16
+    # bfloat16 rounding alone is 2^-9 relative; the approximation adds under 4e-3 near
+    # x = -6 and 1e-6 for x > -3.
+    relative, absolute = _worst_errors(y, value, x64)
+    assert relative < 8e-3 and absolute < 1e-8, (relative, absolute)
+    relative, absolute = _worst_errors(grad, derivative, x64)
+    assert relative < 8e-3 and absolute < 1e-7, (relative, absolute)
+    mid = (x64 > -3) & (np.abs(value) > 1e-3)
+    assert np.max(np.abs(np.asarray(y, np.float64) - value)[mid] / np.abs(value[mid])) < 4e-3
+    # Keras' bfloat16 GELU fails the same bound (erf(x / sqrt 2) + 1 rounded to bfloat16).
+    assert _worst_errors(keras_gelu(xb), value, x64)[0] > 0.1
+
+    # float16 too (where its values are normal numbers); float32 keeps Keras' function.
+    normal = x64 >= -4
+    yh = activations.gelu(jnp.asarray(x64[normal], jnp.float16))
+    assert yh.dtype == jnp.float16
+    assert np.max(np.abs(np.asarray(yh, np.float64) - value[normal])
+                  / np.maximum(np.abs(value[normal]), 1e-30)) < 8e-3
+    used.clear()
+    x32 = jnp.asarray(x64, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(activations.gelu(x32)),
+                                  np.asarray(keras_gelu(x32)))
+    assert not used
+
+    # The backward pass keeps x alone (autodiff of Keras' formula keeps more).
+    def kept(fn):
+        capsys.readouterr()
+        print_saved_residuals(lambda z: jnp.sum(fn(z).astype(jnp.float32)), xb[:96])
+        lines = capsys.readouterr().out.splitlines()
+        return [m.group(0) for line in lines for m in [re.match(r"\w+\[[\d,]*\]", line)]
+                if m and "[96]" in m.group(0)]
+
+    assert kept(activations.gelu) == ["bf16[96]"]
+    assert len(kept(keras_gelu)) > 1
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backend,
+                                                                        monkeypatch):
+    """BertEncoder's feed-forward layers take the kernel under mixed_bfloat16 (the
+    attention kernels off), and the loss and gradients stay within bfloat16 noise of the
+    CPU computation's."""
+    if run_on_backend(backend, __file__, f"test_encoder_in_mixed_bfloat16_on_a_gpu_platform_"
+                                         f"runs_the_16_bit_gelu[{backend}]"):
+        return
+    import jax
+    import jax.numpy as jnp
+
+    from bert_keras import BertEncoder, kernels
+    from bert_keras.layers import activations
+
+    encoder = BertEncoder(vocab_size=50, num_layers=2, hidden_size=32, num_heads=2,
+                          intermediate_size=64, dropout=0.0, attention_dropout=0.0,
+                          max_sequence_length=16, dtype="mixed_bfloat16")
+    rng = np.random.default_rng(1)
+    inputs = {"input_word_ids": jnp.asarray(rng.integers(1, 50, (3, 12)), jnp.int32),
+              "input_mask": jnp.asarray(np.arange(12)[None] < np.array([[12], [7], [3]]),
+                                        jnp.int32),
+              "input_type_ids": jnp.zeros((3, 12), jnp.int32)}
+    trainable = [v.value for v in encoder.trainable_variables]
+
+    def gradients():
+        def loss(trainable):
+            out, _ = encoder.stateless_call(trainable, [], inputs)
+            return jnp.sum(out["sequence_output"].astype(jnp.float32) ** 2)
+        return jax.value_and_grad(loss)(trainable)
+
+    plain_loss, plain = gradients()
+    used = []
+    original = activations._gelu_16_bits
+    monkeypatch.setattr(activations, "_gelu_16_bits",
+                        lambda z: (used.append(z.shape), original(z))[1])
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.DISABLE_ENV, "flash_attention,cudnn_attention")
+    kernel_loss, with_kernel = gradients()
+    assert len(used) == 2 and used[0][-1] == 64  # one per layer, [B, S, intermediate]
+    np.testing.assert_allclose(float(kernel_loss), float(plain_loss), rtol=2e-2)
+    scale = max(float(np.max(np.abs(np.asarray(w)))) for w in plain)
+    for got, want in zip(with_kernel, plain):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=5e-2,
+                                   atol=2e-2 * scale)

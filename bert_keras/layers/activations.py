@@ -22,8 +22,8 @@ def gelu(x):
     (`kernels.applies("gelu_16_bits")`); otherwise the closed-form gradient below
     (`kernels.applies("gelu_gradient")`), else `keras.ops.gelu(x, approximate=False)`.
     """
-    if (keras.backend.standardize_dtype(x.dtype) in _HALF_PRECISION
-            and kernels.applies("gelu_16_bits")):
+    if (kernels.applies("gelu_16_bits")
+            and keras.backend.standardize_dtype(x.dtype) in _HALF_PRECISION):
         return _gelu_16_bits(x)
     if kernels.applies("gelu_gradient"):
         return _gelu_closed_form(x)

@@ -9,12 +9,13 @@
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
 # PART 1: the pretraining sides at base, most important first: ours, torch under
-#         torch.compile, ours without the 16-bit GELU kernel (its A/B), keras-hub; then the
-#         inference A/B (ours with and without that kernel, torch_compile); then BERT-large
-#         ours and torch_compile. Ours' compiled step comes back as gzipped HLO text, and
-#         its traces (pretraining and inference) as .xplane.pb.
-# PART 2: issue 48's modes: inference (ours, torch_compile, torch eager, keras-hub) and
-#         fine-tuning (ours, torch_compile, torch eager), ours profiled in each.
+#         torch.compile, ours without each unmeasured kernel (gelu_16_bits,
+#         position_one_hot: their A/Bs), keras-hub; then the inference A/B (ours with and
+#         without gelu_16_bits, torch_compile); then BERT-large ours and torch_compile.
+#         Ours' compiled step comes back as gzipped HLO text, and its traces (pretraining
+#         and inference) as .xplane.pb.
+# PART 2: the rest: fine-tuning (ours, torch_compile), ours at attention dropout 0, and the
+#         inference peers measured once already (torch eager, keras-hub).
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
 set -uo pipefail
@@ -42,9 +43,9 @@ transformers.__version__, jax.devices())"
 case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:ours@disable=gelu_16_bits,$S:keras_hub --steps=5 \
-    --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 50 / 100 ))" --out="$OUT" \
-    --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
+    --order=$S:ours,$S:torch_compile,$S:ours@disable=gelu_16_bits,$S:ours@disable=position_one_hot,$S:keras_hub \
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 56 / 100 ))" \
+    --out="$OUT" --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
   python3 bench/bench_accelerator.py --mode=inference \
     --order=$S:ours,$S:ours@disable=gelu_16_bits,$S:torch_compile --steps=10 --rounds=4 \
     --warmup_steps=2 --deadline_s="$(( $(left) * 33 / 100 ))" --out="$OUT/inference" \
@@ -55,14 +56,13 @@ case "$PART" in
   cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 2)
-  python3 bench/bench_accelerator.py --mode=inference \
-    --order=$S:ours,$S:torch_compile,$S:torch,$S:keras_hub --steps=10 --rounds=4 \
-    --warmup_steps=2 --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/inference" \
-    --profile_dir=/tmp/profiles/inf
-  python3 bench/bench_accelerator.py --mode=finetune \
-    --order=$S:ours,$S:torch_compile,$S:torch --steps=10 --rounds=4 --warmup_steps=2 \
-    --deadline_s="$(left)" --out="$OUT/finetune" --profile_dir=/tmp/profiles/ft
-  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
+  python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 40 / 100 ))" \
+    --out="$OUT/finetune" --profile_dir=/tmp/profiles/ft
+  python3 bench/bench_accelerator.py --order=$S:ours@attention_dropout=0 --steps=5 \
+    --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/dropout0"
+  python3 bench/bench_accelerator.py --mode=inference --order=$S:torch,$S:keras_hub \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(left)" --out="$OUT/inference"
   cp /tmp/profiles/ft/ours_"$S".xplane.pb "$OUT/finetune/" 2>/dev/null
   ;;
 attention)

@@ -18,6 +18,7 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
     | layer_norm_gradient| LayerNorm's gradient in closed form      | all      | no  |
     | gelu_gradient      | GELU's derivative written out            | all      | no  |
     | gelu_16_bits       | 16-bit GELU in float32 from one exp      | jax, GPU | yes |
+    | position_one_hot   | position rows as a one-hot matmul        | jax, GPU | yes |
     | flash_attention    | attention with in-kernel dropout (Pallas)| jax, GPU | yes |
     | cudnn_attention    | cuDNN's flash attention, nothing dropped | jax, GPU | yes |
     | cudnn_key_lengths  | right-padded masks as key lengths        | jax, GPU | yes |
@@ -41,6 +42,13 @@ from one exp. XLA's erf, which `keras.ops.gelu` runs, took 0.29-0.33 ms a layer 
 BERT-base on an H200 (BUILD_NOTES.md 8.10), twice what keras-hub's tanh approximation
 takes; and that formula evaluated in bfloat16 loses the values below x = -3, where this
 one stays within 4e-3 relative.
+
+`position_one_hot` adds the position rows in training as one_hot(position ids, S) x
+table[:S], so their gradient is a [S, B * S] x [B * S, H] product rather than a sum over the batch axis. In the
+H200 profiles every [B, S, H] tensor of the step was laid out batch-minor ([S, H, B]), with
+7.8 ms a step of transposes around the matrix products, and the sum over the batch is the
+step's only reduction over that axis alone: the kernel tests that cause (BUILD_NOTES.md
+8.10). Both kernels' speed on a GPU is unmeasured.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ KERNELS = {
     "layer_norm_gradient": (_ALL, False),
     "gelu_gradient": (_ALL, False),
     "gelu_16_bits": (("jax",), True),
+    "position_one_hot": (("jax",), True),
     "flash_attention": (("jax",), True),
     "cudnn_attention": (("jax",), True),
     "cudnn_key_lengths": (("jax",), True),
@@ -71,6 +80,7 @@ PLATFORMS = {
     "cudnn_attention": ("gpu",),
     "cudnn_key_lengths": ("gpu",),
     "gelu_16_bits": ("gpu",),
+    "position_one_hot": ("gpu",),
 }
 
 # Kernels to leave out, comma-separated (benchmarks' A/B switch, tests of the neutral path).

@@ -14,10 +14,10 @@ def test_tensorflow_kernels_run_outside_xla_and_only_the_measured_ones_inside(mo
     written_for_tensorflow = {name for name, (backends, _) in kernels.KERNELS.items()
                               if "tensorflow" in backends or backends == kernels._ALL}
     assert {name for name, on in outside.items() if on} == written_for_tensorflow
-    # The JAX kernels (attention, dropout and 16-bit GELU) are the only others.
+    # The JAX kernels (attention, dropout, 16-bit GELU, position rows) are the only others.
     assert set(kernels.KERNELS) - written_for_tensorflow == {
         "flash_attention", "cudnn_attention", "cudnn_key_lengths", "dropout_hash",
-        "gelu_16_bits"}
+        "gelu_16_bits", "position_one_hot"}
 
     @tf.function(jit_compile=True)
     def traced(x):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from bert_keras import kernels
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.layer_norm import LayerNorm
@@ -124,7 +125,16 @@ class BertEmbeddings(keras.layers.Layer):
             ops.cast(self.token_type_embeddings, "float32"),
         )  # [B, S, T] x [T, H] -> [B, S, H]
         positions = ops.cast(self.position_embeddings[:seq_length], "float32")  # [S, H]
-        x = words + types + positions[None, :, :]  # float32 [B, S, H]
+        if training and kernels.applies("position_one_hot"):
+            # The same rows from a one-hot product: the table's gradient is then a matmul
+            # over the batch's rows, not a sum over the batch axis (kernel docstring). In
+            # training only: without a gradient the broadcast sum is the cheaper one.
+            ids = ops.broadcast_to(ops.arange(seq_length, dtype="int32")[None, :],
+                                   ops.shape(input_word_ids))
+            x = words + types + ops.matmul(
+                ops.one_hot(ids, seq_length, dtype="float32"), positions)
+        else:
+            x = words + types + positions[None, :, :]  # float32 [B, S, H]
         x = self.layer_norm(x)  # float32 statistics, output in the compute dtype
         return self.dropout_layer(x, training=training)
 

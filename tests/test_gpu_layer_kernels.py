@@ -1,4 +1,9 @@
-"""The JAX GPU kernel "gelu_16_bits", checked on a CPU against float64 GELU.
+"""The JAX GPU kernels of the layers outside attention, checked on a CPU.
+
+"position_one_hot": the embeddings with the position rows as a one-hot product equal the
+sliced table's, and the step exported for CUDA has no sum over the batch axis alone.
+
+"gelu_16_bits", against float64 GELU.
 
 With the platform taken for a GPU (as tests/test_flash_attention.py does), GELU of a
 bfloat16 tensor is computed in float32 from Abramowitz and Stegun's erfc. The reference is
@@ -148,3 +153,65 @@ def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backen
     for got, want in zip(with_kernel, plain):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=5e-2,
                                    atol=2e-2 * scale)
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypatch):
+    """Kernel "position_one_hot": the embeddings' values and gradients equal the sliced
+    table's (float32, exact rows), and the training step exported for CUDA sums no
+    [B, S, H] tensor over its batch axis alone (the sliced table's gradient does)."""
+    if run_on_backend(backend, __file__, f"test_position_rows_as_a_one_hot_product_on_a_"
+                                         f"gpu_platform[{backend}]"):
+        return
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from bert_keras import kernels
+    from bert_keras.layers.embeddings import BertEmbeddings
+
+    layer = BertEmbeddings(vocab_size=60, hidden_size=16, max_sequence_length=32,
+                           dropout=0.0)
+    layer.build()
+    rng = np.random.default_rng(3)
+    ids = jnp.asarray(rng.integers(0, 60, (5, 12)), jnp.int32)
+    types = jnp.asarray(rng.integers(0, 2, (5, 12)), jnp.int32)
+    upstream = jnp.asarray(rng.normal(size=(5, 12, 16)), jnp.float32)
+    trainable = [v.value for v in layer.trainable_variables]
+    position_index = [i for i, v in enumerate(layer.trainable_variables)
+                      if v is layer.position_embeddings][0]
+
+    def new_step():  # a new function per platform: jit caches traces by function
+        def step(trainable, ids, types):
+            def loss(trainable):
+                out, _ = layer.stateless_call(trainable, [], ids, types, training=True)
+                return jnp.sum(out * upstream), out
+            return jax.value_and_grad(loss, has_aux=True)(trainable)
+        return jax.jit(step)
+
+    (_, plain_out), plain = new_step()(trainable, ids, types)
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    (_, out), grads = new_step()(trainable, ids, types)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(plain_out), rtol=1e-6, atol=1e-6)
+    for got, want in zip(grads, plain):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    assert float(np.abs(np.asarray(grads[position_index])[12:]).max()) == 0.0
+
+    def batch_sums(text):
+        # reductions of a 5 x 12 x 16 operand over dimension 0 alone
+        return re.findall(r"stablehlo.reduce\(%\S+ init: %\S+\) applies stablehlo.add across "
+                          r"dimensions = \[0\] : \(tensor<5x12x16xf32>", text)
+
+    sds = jax.ShapeDtypeStruct
+    args = ([sds(t.shape, t.dtype) for t in trainable], sds((5, 12), jnp.int32),
+            sds((5, 12), jnp.int32))
+    with_kernel = export.export(new_step(), platforms=["cuda"])(*args).mlir_module()
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")
+    without = export.export(new_step(), platforms=["cuda"])(*args).mlir_module()
+    assert batch_sums(without) and not batch_sums(with_kernel)
+    # At inference (no gradient) the broadcast sum stays: no one-hot product.
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    inference = export.export(
+        jax.jit(lambda t, i, s: layer.stateless_call(t, [], i, s)[0]), platforms=["cuda"])(
+        *args).mlir_module()
+    assert "tensor<5x12x12xf32>" not in inference and "tensor<5x12x12xf32>" in with_kernel

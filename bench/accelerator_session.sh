@@ -27,6 +27,9 @@ L=${LARGE:-large}
 mkdir -p "$OUT"
 START=$(date +%s)
 left() { echo $((DEADLINE - $(date +%s) + START)); }
+# PERCENT% of the seconds left, at least 1: bench_accelerator reads --deadline_s=0 as "no
+# limit", and under 30 s it launches nothing.
+share() { local s=$(( $(left) * $1 / 100 )); echo $(( s < 1 ? 1 : s )); }
 
 if ! python3 -c "import keras" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -44,25 +47,26 @@ case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
     --order=$S:ours,$S:torch_compile,$S:ours@disable=gelu_16_bits,$S:ours@disable=position_one_hot,$S:keras_hub \
-    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 56 / 100 ))" \
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 56)" \
     --out="$OUT" --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
   python3 bench/bench_accelerator.py --mode=inference \
     --order=$S:ours,$S:ours@disable=gelu_16_bits,$S:torch_compile --steps=10 --rounds=4 \
-    --warmup_steps=2 --deadline_s="$(( $(left) * 33 / 100 ))" --out="$OUT/inference" \
+    --warmup_steps=2 --deadline_s="$(share 33)" --out="$OUT/inference" \
     --profile_dir=/tmp/profiles/inf
   python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
-    --warmup_steps=2 --deadline_s="$(left)" --out="$OUT/large"
+    --warmup_steps=2 --deadline_s="$(share 100)" --out="$OUT/large"
   cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
   cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 2)
   python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
-    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 40 / 100 ))" \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 40)" \
     --out="$OUT/finetune" --profile_dir=/tmp/profiles/ft
   python3 bench/bench_accelerator.py --order=$S:ours@attention_dropout=0 --steps=5 \
-    --rounds=4 --warmup_steps=2 --deadline_s="$(( $(left) * 45 / 100 ))" --out="$OUT/dropout0"
+    --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/dropout0"
   python3 bench/bench_accelerator.py --mode=inference --order=$S:torch,$S:keras_hub \
-    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(left)" --out="$OUT/inference"
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 100)" \
+    --out="$OUT/inference_peers"
   cp /tmp/profiles/ft/ours_"$S".xplane.pb "$OUT/finetune/" 2>/dev/null
   ;;
 attention)

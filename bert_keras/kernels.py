@@ -41,10 +41,11 @@ Abramowitz and Stegun's erfc (7.1.26: one exp and one reciprocal, absolute error
 from one exp. XLA's erf, which `keras.ops.gelu` runs, took 0.29-0.33 ms a layer at
 BERT-base on an H200 (BUILD_NOTES.md 8.10), twice what keras-hub's tanh approximation
 takes; and that formula evaluated in bfloat16 loses the values below x = -3, where this
-one stays within 4e-3 relative.
+one stays within 8e-3 relative (bfloat16's rounding included).
 
 `position_one_hot` adds the position rows in training as one_hot(position ids, S) x
-table[:S], so their gradient is a [S, B * S] x [B * S, H] product rather than a sum over the batch axis. In the
+table[:S] (the segment rows' method; under JAX's default matmul precision an Ampere or newer
+GPU rounds float32 operands to TF32, as in every float32 Dense product), so their gradient is a [S, B * S] x [B * S, H] product rather than a sum over the batch axis. In the
 H200 profiles every [B, S, H] tensor of the step was laid out batch-minor ([S, H, B]), with
 7.8 ms a step of transposes around the matrix products, and the sum over the batch is the
 step's only reduction over that axis alone: the kernel tests that cause (BUILD_NOTES.md

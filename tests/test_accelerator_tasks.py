@@ -100,7 +100,9 @@ def test_ours_is_run_classifiers_model_loss_and_optimizer():
 
     assert type(model) is type(tool)
     assert unnamed(model.get_config()) == unnamed(tool.get_config())
-    assert model.encoder.dtype_policy.name == "mixed_bfloat16"
+    assert model.encoder.layers_dtype_policy.name == "mixed_bfloat16"
+    assert model.layers[-1].compute_dtype == "bfloat16"  # the head follows the encoder
+    assert all(v.dtype == "float32" for v in model.weights)
     # loop.train: create_optimizer(learning rate, steps, warmup) with the flags' schedule
     # and epsilon placement; compile(**compile_args(model)).
     expected = create_optimizer(accelerator_tasks.LEARNING_RATE, 10 ** 6, 0,

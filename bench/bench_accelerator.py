@@ -24,7 +24,9 @@ another's memory, compilation caches or threads):
 
 A side may carry options after "@" (for A/B rows of ours): `ours@attention_dropout=0`
 (fused attention, `keras.ops.dot_product_attention`), `ours@dropout=0` (no dropout at
-all), `ours@disable=dropout_16_bits` (a kernel of bert_keras.kernels off).
+all), `ours@disable=dropout_16_bits` (a kernel of bert_keras.kernels off),
+`ours@enable=gelu_16_bits` (a kernel not yet measured on, bert_keras.kernels.UNMEASURED);
+several kernels joined by "+".
 
 Timing: after --warmup_steps (compilation included), --rounds rounds; each round runs
 --steps steps and then 2 x --steps steps, each call timed from its first step's start to its
@@ -119,14 +121,14 @@ def synthetic_batches(size, count=4, seed=0):
 
 def parse_side(spec, mode="pretraining"):
     """"ours@attention_dropout=0,disable=x" -> ("ours", {"attention_dropout": "0", ...}).
-    The fine-tuning and inference modes take `disable` only."""
+    The fine-tuning and inference modes take `disable` and `enable` only."""
     name, _, options = spec.partition("@")
     if name not in SIDES:
         raise SystemExit(f"error: --sides: unknown side {name!r}; expected some of {SIDES}")
     # Options are separated by "," or by ";" (inside --order, whose runs "," separates).
     parsed = dict(o.split("=", 1) for o in options.replace(";", ",").split(",") if o)
-    allowed = {"ours": ({"attention_dropout", "dropout", "disable"} if mode == "pretraining"
-                        else {"disable"})}.get(name, set())
+    allowed = {"ours": ({"attention_dropout", "dropout", "disable", "enable"}
+                        if mode == "pretraining" else {"disable", "enable"})}.get(name, set())
     if set(parsed) - allowed:
         raise SystemExit(f"error: --sides: {spec!r}: options {sorted(set(parsed) - allowed)} "
                          f"not understood; {name} takes {sorted(allowed) or 'none'}")
@@ -216,14 +218,22 @@ def build_keras_hub(size, options):
     return model, feed
 
 
+def set_kernel_switches(options):
+    """A side's `disable=a+b` / `enable=a+b` options as $BERT_KERAS_DISABLE_KERNELS /
+    $BERT_KERAS_ENABLE_KERNELS for the models this process builds (bert_keras.kernels)."""
+    from bert_keras import kernels
+
+    for option, env in (("disable", kernels.DISABLE_ENV), ("enable", kernels.ENABLE_ENV)):
+        if options.get(option):
+            os.environ[env] = options[option].replace("+", ",")
+    kernels.disabled_kernels(), kernels.enabled_kernels()  # unknown names: an error now
+
+
 def run_keras_side(name, options, size, args):
     import keras
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    if options.get("disable"):
-        from bert_keras import kernels
-
-        os.environ[kernels.DISABLE_ENV] = options["disable"].replace("+", ",")
+    set_kernel_switches(options)
     model, feed = (build_ours if name == "ours" else build_keras_hub)(size, options)
     # As many distinct batches as the longest fit call takes (a fit that runs out of data
     # ends its epoch early).
@@ -396,10 +406,7 @@ def child(args):
     if args.mode != "pretraining":
         import accelerator_tasks
 
-        if options.get("disable"):
-            from bert_keras import kernels
-
-            os.environ[kernels.DISABLE_ENV] = options["disable"].replace("+", ",")
+        set_kernel_switches(options)
         run = accelerator_tasks.build(args.mode, name, args.size)
         size = accelerator_tasks.SIZES[args.mode][args.size]
     elif name in ("ours", "keras_hub"):

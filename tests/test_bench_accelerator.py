@@ -32,6 +32,22 @@ def test_unknown_sides_and_options_are_one_line_errors():
         bench_accelerator.parse_side("ours@heads=3")
     assert bench_accelerator.parse_side("ours@attention_dropout=0,disable=a+b") == (
         "ours", {"attention_dropout": "0", "disable": "a+b"})
+    assert bench_accelerator.parse_side("ours@enable=gelu_16_bits", "inference") == (
+        "ours", {"enable": "gelu_16_bits"})
+
+
+def test_kernel_switches_become_the_environment_and_refuse_unknown_names(monkeypatch):
+    from bert_keras import kernels
+
+    # Set (empty) through monkeypatch, so the values the function writes are undone after.
+    monkeypatch.setenv(kernels.DISABLE_ENV, "")
+    monkeypatch.setenv(kernels.ENABLE_ENV, "")
+    bench_accelerator.set_kernel_switches({"disable": "cudnn_attention+flash_attention",
+                                           "enable": "gelu_16_bits+position_one_hot"})
+    assert kernels.disabled_kernels() == {"cudnn_attention", "flash_attention"}
+    assert kernels.enabled_kernels() == {"gelu_16_bits", "position_one_hot"}
+    with pytest.raises(ValueError, match="BERT_KERAS_ENABLE_KERNELS"):
+        bench_accelerator.set_kernel_switches({"enable": "argmax"})
 
 
 @pytest.mark.integration

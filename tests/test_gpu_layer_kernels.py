@@ -5,7 +5,9 @@ sliced table's, and the step exported for CUDA has no sum over the batch axis al
 
 "gelu_16_bits", against float64 GELU.
 
-With the platform taken for a GPU (as tests/test_flash_attention.py does), GELU of a
+Both are off until measured on a GPU (kernels.UNMEASURED): the tests name them in
+$BERT_KERAS_ENABLE_KERNELS. With the platform taken for a GPU (as
+tests/test_flash_attention.py does), GELU of a
 bfloat16 tensor is computed in float32 from Abramowitz and Stegun's erfc. The reference is
 scipy's float64 erfc: GELU(x) = x erfc(-x / sqrt 2) / 2 and its derivative
 Phi(x) + x phi(x), on every bfloat16 value in [-12, 12]. Keras' own bfloat16 GELU is read
@@ -66,6 +68,7 @@ def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(
                                   np.asarray(keras_gelu(xb), np.float32))
 
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, ",".join(kernels.UNMEASURED))
     assert kernels.applies("gelu_16_bits")
     used = []
     original = activations._gelu_16_bits
@@ -147,6 +150,7 @@ def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backen
     monkeypatch.setattr(activations, "_gelu_16_bits",
                         lambda z: (used.append(z.shape), original(z))[1])
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, ",".join(kernels.UNMEASURED))
     monkeypatch.setenv(kernels.DISABLE_ENV, "flash_attention,cudnn_attention")
     kernel_loss, with_kernel = gradients()
     assert len(used) == 2 and used[0][-1] == 64  # one per layer, [B, S, intermediate]
@@ -194,6 +198,7 @@ def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypat
     monkeypatch.setattr(kernels, "platform", lambda: "cpu")  # the reference: no kernel
     (_, plain_out), plain = new_step()(trainable, ids, types)
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, ",".join(kernels.UNMEASURED))
     (_, out), grads = new_step()(trainable, ids, types)
     np.testing.assert_allclose(np.asarray(out), np.asarray(plain_out), rtol=1e-6, atol=1e-6)
     for got, want in zip(grads, plain):
@@ -213,6 +218,7 @@ def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypat
     assert batch_sums(without) and not batch_sums(with_kernel)
     # At inference (no gradient) the broadcast sum stays: no one-hot product.
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, ",".join(kernels.UNMEASURED))
     inference = export.export(
         jax.jit(lambda t, i, s: layer.stateless_call(t, [], i, s)[0]), platforms=["cuda"])(
         *args).mlir_module()

@@ -38,3 +38,27 @@ def test_the_environment_turns_kernels_off_and_refuses_unknown_names(monkeypatch
     monkeypatch.setenv(kernels.DISABLE_ENV, "gelu_gradient,fast_softmax")
     with pytest.raises(ValueError, match=r"unknown kernel names \['fast_softmax'\]"):
         kernels.applies("gelu_gradient")
+
+
+def test_unmeasured_kernels_run_only_where_the_environment_enables_them(monkeypatch):
+    """docs/DESIGN.md section 7: a kernel runs under XLA only once measured to win; those
+    not yet measured (UNMEASURED) are off until $BERT_KERAS_ENABLE_KERNELS names them."""
+    monkeypatch.delenv(kernels.ENABLE_ENV, raising=False)
+    monkeypatch.delenv(kernels.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    assert kernels.UNMEASURED == {"gelu_16_bits", "position_one_hot"}
+    assert kernels.applies("flash_attention")  # a measured JAX GPU kernel: on
+    assert not any(kernels.applies(name) for name in kernels.UNMEASURED)
+    monkeypatch.setenv(kernels.ENABLE_ENV, "gelu_16_bits")
+    assert kernels.applies("gelu_16_bits") and not kernels.applies("position_one_hot")
+    monkeypatch.setenv(kernels.DISABLE_ENV, "gelu_16_bits")  # disabling wins
+    assert not kernels.applies("gelu_16_bits")
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")  # still a GPU kernel only
+    monkeypatch.delenv(kernels.DISABLE_ENV)
+    assert not kernels.applies("gelu_16_bits")
+    # Only UNMEASURED kernels can be enabled: the others are on where they apply.
+    monkeypatch.setenv(kernels.ENABLE_ENV, "gelu_16_bits,flash_attention")
+    with pytest.raises(ValueError, match=r"BERT_KERAS_ENABLE_KERNELS: unknown kernel names "
+                                         r"\['flash_attention'\]"):
+        kernels.applies("gelu_16_bits")

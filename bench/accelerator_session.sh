@@ -8,13 +8,14 @@
 #
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
-# PART 1: the pretraining sides at base, most important first: ours, torch under
-#         torch.compile, ours with each kernel not yet measured (gelu_16_bits,
-#         position_one_hot: their A/Bs), keras-hub; then the inference A/B (ours without
-#         and with gelu_16_bits, torch_compile); then BERT-large ours and torch_compile.
-#         Ours' compiled step comes back as gzipped HLO text, and its traces (pretraining
-#         and inference) as .xplane.pb.
-# PART 2: the rest: fine-tuning (ours, torch_compile), ours at attention dropout 0, and the
+# PART 1: the pretraining sides (issue 46), most important first: at base ours, torch under
+#         torch.compile, keras-hub, then ours with each kernel not yet measured
+#         (gelu_16_bits, position_one_hot: their A/Bs); then BERT-large ours and
+#         torch_compile. Ours' compiled step comes back as gzipped HLO text and its trace as
+#         .xplane.pb.
+# PART 2: inference (issue 48): ours, ours on the real tokens only with gelu_16_bits,
+#         torch_compile, then each of the two alone (their A/Bs; ours' trace comes back);
+#         then ours at attention dropout 0, fine-tuning (ours, torch_compile), and the
 #         inference peers measured once already (torch eager, keras-hub).
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
@@ -46,28 +47,26 @@ transformers.__version__, jax.devices())"
 case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:ours@enable=gelu_16_bits,$S:ours@enable=position_one_hot,$S:keras_hub \
-    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 56)" \
+    --order=$S:ours,$S:torch_compile,$S:keras_hub,$S:ours@enable=gelu_16_bits,$S:ours@enable=position_one_hot \
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 65)" \
     --out="$OUT" --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
-  python3 bench/bench_accelerator.py --mode=inference \
-    --order=$S:ours,$S:ours@enable=gelu_16_bits,$S:torch_compile --steps=10 --rounds=4 \
-    --warmup_steps=2 --deadline_s="$(share 33)" --out="$OUT/inference" \
-    --profile_dir=/tmp/profiles/inf
   python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
     --warmup_steps=2 --deadline_s="$(share 100)" --out="$OUT/large"
   cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
-  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 2)
-  python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
-    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 40)" \
-    --out="$OUT/finetune" --profile_dir=/tmp/profiles/ft
+  python3 bench/bench_accelerator.py --mode=inference \
+    --order="$S:ours,$S:ours@real_tokens=1024;enable=gelu_16_bits,$S:torch_compile,$S:ours@enable=gelu_16_bits,$S:ours@real_tokens=1024" \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/inference" \
+    --profile_dir=/tmp/profiles/inf
   python3 bench/bench_accelerator.py --order=$S:ours@attention_dropout=0 --steps=5 \
-    --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/dropout0"
+    --rounds=4 --warmup_steps=2 --deadline_s="$(share 30)" --out="$OUT/dropout0"
+  python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 60)" --out="$OUT/finetune"
   python3 bench/bench_accelerator.py --mode=inference --order=$S:torch,$S:keras_hub \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 100)" \
     --out="$OUT/inference_peers"
-  cp /tmp/profiles/ft/ours_"$S".xplane.pb "$OUT/finetune/" 2>/dev/null
+  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 attention)
   timeout 150 python3 bench/bench_attention_kernels.py --size="$S" --repeats=10 --out="$OUT"

@@ -47,7 +47,11 @@ inference  the encoder's forward, batch 256 S128, outputs sequence_output [B, S,
   ours           bert_keras.BertEncoder built under the "bfloat16" policy, its stateless call
                  under jax.jit (training=False), only the two outputs returned (predict_on_batch
                  would copy them to the host: 50 MB a batch at base, which the torch sides
-                 do not pay); Keras' JAX backend only
+                 do not pay); Keras' JAX backend only.
+                 ours@real_tokens=M: `BertEncoder.call_on_real_tokens` instead, each batch's
+                 dense layers on its real tokens rounded up to a multiple of M rows (the
+                 capacity, computed on the host and compiled before timing); the FLOPs
+                 below still count the padded computation
   keras_hub      keras_hub.models.BertBackbone under the "bfloat16" policy, the same jitted
                  call
   torch          transformers' BertModel (SDPA) .to(bfloat16), eval(), under
@@ -65,7 +69,8 @@ side runs it): forward = L x (8SH^2 + 4SHI + 4S^2H) (bench_pretraining.encoder_f
 
 Sizes: base (L12 H768 A12 I3072), large (L24 H1024 A16 I4096), both vocabulary 30,522, S128,
 batch 32 (fine-tuning) or 256 (inference); tiny (L2 H48 A3 I96, V1000, S24) is for a CPU
-(tests/test_accelerator_tasks.py).
+(tests/test_accelerator_tasks.py); mini (L4 H256 A4 I1024, S128, batch 32; inference only)
+is for A/B rows on a CPU.
 """
 
 from __future__ import annotations
@@ -86,13 +91,15 @@ SIDES = ("ours", "keras_hub", "torch", "torch_compile")
 _BASE = dict(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522, seq=128,
              min_length=64)
 _LARGE = dict(_BASE, layers=24, hidden=1024, heads=16, intermediate=4096)
+# A CPU's A/B size for the inference mode (BERT-mini: L4 H256 A4 I1024, S128).
+_MINI = dict(_BASE, layers=4, hidden=256, heads=4, intermediate=1024)
 _TINY = dict(layers=2, hidden=48, heads=3, intermediate=96, vocab=1000, seq=24, min_length=12)
 SIZES = {
     # min_length: real lengths are uniform in [min_length, seq], padding after them.
     "finetune": {"tiny": dict(_TINY, batch=8, labels=2), "base": dict(_BASE, batch=32, labels=2),
                  "large": dict(_LARGE, batch=32, labels=2)},
     "inference": {"tiny": dict(_TINY, batch=10), "base": dict(_BASE, batch=256),
-                  "large": dict(_LARGE, batch=256)},
+                  "large": dict(_LARGE, batch=256), "mini": dict(_MINI, batch=32)},
 }
 LEARNING_RATE, WEIGHT_DECAY, EPSILON, CLIPNORM, DROPOUT = 2e-5, 0.01, 1e-6, 1.0, 0.1
 FINETUNE_POLICY, INFERENCE_POLICY = "mixed_bfloat16", "bfloat16"
@@ -138,16 +145,22 @@ def synthetic_examples(size: dict, count: int = POOL_BATCHES, seed: int = SEED) 
     return data
 
 
-def build(mode: str, side: str, size: str):
+def build(mode: str, side: str, size: str, real_tokens: int | None = None):
     """run(steps) -> seconds for one side of a mode at a named size (see the docstring).
 
     Builds the model, optimizer and the synthetic batches (on the device); call it in the
     process that times it. The Keras sides use the backend Keras was imported with
-    (KERAS_BACKEND); the inference mode's Keras sides need JAX.
+    (KERAS_BACKEND); the inference mode's Keras sides need JAX. `real_tokens` (inference,
+    ours): run `BertEncoder.call_on_real_tokens`, each batch at its real tokens rounded
+    up to this multiple (see the docstring).
 
     Raises:
-      ValueError: an unknown mode, side or size (one line naming the choices).
+      ValueError: an unknown mode, side or size, or `real_tokens` elsewhere than ours'
+        inference (one line naming the choices).
     """
+    if real_tokens is not None and (mode, side) != ("inference", "ours"):
+        raise ValueError(f"real_tokens is an option of the inference mode's ours side, not "
+                         f"of {mode} {side}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     if side not in SIDES:
@@ -160,7 +173,9 @@ def build(mode: str, side: str, size: str):
     if mode == "finetune":
         return (torch_finetune(side, dims, data) if torch_side
                 else keras_finetune(side, dims, data))
-    return torch_inference(side, dims, data) if torch_side else keras_inference(side, dims, data)
+    if torch_side:
+        return torch_inference(side, dims, data)
+    return keras_inference(side, dims, data, real_tokens)
 
 
 # --------------------------------------------------------------------------------------
@@ -317,17 +332,50 @@ def jitted_forward(model):
     return lambda inputs: forward(trainable, non_trainable, inputs)
 
 
-def keras_inference(side: str, size: dict, data: dict):
-    """run(steps) -> seconds: `steps` jitted forwards over the batches of `data`, cycled."""
+def real_tokens_forward(model):
+    """forward(inputs, capacity) -> {"sequence_output", "pooled_output"}: our encoder's
+    `call_on_real_tokens` under jax.jit (capacity static: one compilation per value), in a
+    StatelessScope holding the model's current weights."""
+    import functools
+
+    import jax
+    import keras
+
+    variables = model.trainable_variables + model.non_trainable_variables
+    values = [v.value for v in variables]
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def forward(values, inputs, capacity):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            outputs = model.call_on_real_tokens(inputs, capacity)
+        return {k: outputs[k] for k in INFERENCE_OUTPUTS}
+
+    return lambda inputs, capacity: forward(values, inputs, capacity)
+
+
+def keras_inference(side: str, size: dict, data: dict, real_tokens: int | None = None):
+    """run(steps) -> seconds: `steps` jitted forwards over the batches of `data`, cycled.
+    With `real_tokens` (ours), each batch runs at `padding_free.row_capacity(mask,
+    real_tokens)` rows, computed on the host before timing; every capacity is compiled
+    here, so the timed calls compile nothing."""
     import jax
 
     model, feed = keras_inference_model(side, size)
-    forward = jitted_forward(model)
     inputs = feed(data)
     batch = size["batch"]
-    batches = [jax.device_put({k: v[i * batch:(i + 1) * batch] for k, v in inputs.items()})
-               for i in range(len(data["ids"]) // batch)]
-    return cycling_runner(forward, batches, jax.block_until_ready)
+    host = [{k: v[i * batch:(i + 1) * batch] for k, v in inputs.items()}
+            for i in range(len(data["ids"]) // batch)]
+    batches = [jax.device_put(b) for b in host]
+    if real_tokens is None:
+        return cycling_runner(jitted_forward(model), batches, jax.block_until_ready)
+    from bert_keras.layers import padding_free
+
+    forward = real_tokens_forward(model)
+    capacities = [padding_free.row_capacity(b["input_mask"], real_tokens) for b in host]
+    for b, capacity in zip(batches, capacities):
+        jax.block_until_ready(forward(b, capacity))
+    return cycling_runner(lambda item: forward(*item), list(zip(batches, capacities)),
+                          jax.block_until_ready)
 
 
 def cycling_runner(step, batches, wait, context=contextlib.nullcontext):

@@ -26,7 +26,9 @@ A side may carry options after "@" (for A/B rows of ours): `ours@attention_dropo
 (fused attention, `keras.ops.dot_product_attention`), `ours@dropout=0` (no dropout at
 all), `ours@disable=dropout_16_bits` (a kernel of bert_keras.kernels off),
 `ours@enable=gelu_16_bits` (a kernel not yet measured on, bert_keras.kernels.UNMEASURED);
-several kernels joined by "+".
+several kernels joined by "+". In the inference mode, `ours@real_tokens=1024` runs
+`BertEncoder.call_on_real_tokens`: the dense layers on each batch's real tokens, rounded up
+to a multiple of 1024 rows (bench/accelerator_tasks.py).
 
 Timing: after --warmup_steps (compilation included), --rounds rounds; each round runs
 --steps steps and then 2 x --steps steps, each call timed from its first step's start to its
@@ -121,17 +123,23 @@ def synthetic_batches(size, count=4, seed=0):
 
 def parse_side(spec, mode="pretraining"):
     """"ours@attention_dropout=0,disable=x" -> ("ours", {"attention_dropout": "0", ...}).
-    The fine-tuning and inference modes take `disable` and `enable` only."""
+    The fine-tuning mode takes `disable` and `enable` only; the inference mode also
+    `real_tokens=M` (a positive int: BertEncoder.call_on_real_tokens, rows rounded up to M)."""
     name, _, options = spec.partition("@")
     if name not in SIDES:
         raise SystemExit(f"error: --sides: unknown side {name!r}; expected some of {SIDES}")
     # Options are separated by "," or by ";" (inside --order, whose runs "," separates).
     parsed = dict(o.split("=", 1) for o in options.replace(";", ",").split(",") if o)
-    allowed = {"ours": ({"attention_dropout", "dropout", "disable", "enable"}
-                        if mode == "pretraining" else {"disable", "enable"})}.get(name, set())
+    allowed = {"ours": {"pretraining": {"attention_dropout", "dropout", "disable", "enable"},
+                        "inference": {"disable", "enable", "real_tokens"}}.get(
+                            mode, {"disable", "enable"})}.get(name, set())
     if set(parsed) - allowed:
         raise SystemExit(f"error: --sides: {spec!r}: options {sorted(set(parsed) - allowed)} "
                          f"not understood; {name} takes {sorted(allowed) or 'none'}")
+    if "real_tokens" in parsed and not (parsed["real_tokens"].isdigit()
+                                        and int(parsed["real_tokens"]) > 0):
+        raise SystemExit(f"error: --sides: {spec!r}: real_tokens must be a positive integer "
+                         f"(the row multiple), got {parsed['real_tokens']!r}")
     return name, parsed
 
 
@@ -407,7 +415,10 @@ def child(args):
         import accelerator_tasks
 
         set_kernel_switches(options)
-        run = accelerator_tasks.build(args.mode, name, args.size)
+        real_tokens = options.get("real_tokens")
+        run = accelerator_tasks.build(args.mode, name, args.size,
+                                      real_tokens=None if real_tokens is None
+                                      else int(real_tokens))
         size = accelerator_tasks.SIZES[args.mode][args.size]
     elif name in ("ours", "keras_hub"):
         size = SIZES[args.size]

@@ -258,6 +258,42 @@ class BertEncoder(keras.Model):
             x = block(x, attention_mask=mask, skip_padding=skip_padding)
         return x
 
+    def call_on_real_tokens(self, inputs, capacity):
+        """Inference on the real tokens only, at a static number of rows.
+
+        Every projection, feed-forward layer and LayerNorm runs on `capacity` rows holding
+        the batch's T real tokens (`padding_free.packed_rows`) instead of B * S; attention
+        runs on the padded layout. Where real lengths vary, that is the padding's share of
+        the work saved, at static shapes (JAX and XLA: one compilation per distinct
+        capacity). Outputs at real positions are the full call's (same arithmetic, row by
+        row); padded positions of `sequence_output` are zeros. Inference only (no dropout).
+
+        Args:
+          inputs: dict with input_word_ids, input_mask, input_type_ids ([B, S], B and S
+            static).
+          capacity: Python int C, T <= C <= B * S: `padding_free.row_capacity(input_mask,
+            multiple)` on the host. If the batch holds more real tokens than C, every
+            output is NaN (a traced computation cannot raise).
+
+        Returns:
+          {"sequence_output": [B, S, H], "pooled_output": [B, H]}.
+        """
+        from bert_keras.layers import padding_free
+
+        mask = inputs[schema.MODEL_INPUT_MASK]
+        rows, slots, overflow = padding_free.packed_rows(mask, capacity)
+        x = self.embeddings_layer(inputs[schema.INPUT_WORD_IDS], inputs[schema.INPUT_TYPE_IDS])
+        batch_size, seq_length, hidden = x.shape
+        x_rows = ops.take(ops.reshape(x, (-1, hidden)), rows, axis=0)  # [C, H]
+        for block in self.transformer_layers:
+            x_rows = block.call_on_rows(x_rows, mask, rows, slots)
+        sequence = ops.reshape(ops.take(x_rows, slots, axis=0), (batch_size, seq_length, hidden))
+        real = ops.not_equal(mask, 0)[:, :, None]
+        sequence = ops.where(overflow, ops.cast(float("nan"), sequence.dtype),
+                             ops.where(real, sequence, ops.zeros_like(sequence)))
+        return {"sequence_output": sequence,
+                "pooled_output": self.pooler_layer(sequence[:, 0, :])}
+
     def get_embedding_table(self):
         """The word-embedding variable [V, H]; the masked-LM head ties its output to it."""
         return self.embeddings_layer.get_embedding_table()

@@ -151,6 +151,26 @@ RUN_SIDES = textwrap.dedent("""
                                       - np.asarray(eager[k], np.float32)))))
                           for k, v in jitted.items()}
 
+    # On the real tokens only (ours@real_tokens): the full call's values at real positions,
+    # zeros at padding, at two capacities (exact and with spare rows).
+    from bert_keras.layers import padding_free
+    mask = np.asarray(inputs["input_mask"])
+    results["real_tokens"] = {}
+    for multiple in (1, 64):
+        capacity = padding_free.row_capacity(mask, multiple)
+        out = tasks.real_tokens_forward(model)(inputs, capacity)
+        sequence = np.asarray(out["sequence_output"], np.float32)
+        full = np.asarray(jitted["sequence_output"], np.float32)
+        results["real_tokens"][multiple] = dict(
+            capacity=capacity, real=int(mask.sum()), rows=int(mask.size),
+            real_difference=float(np.max(np.abs(sequence - full)[mask == 1])),
+            padding_max=float(np.max(np.abs(sequence[mask == 0]))),
+            pooled_difference=float(np.max(np.abs(
+                np.asarray(out["pooled_output"], np.float32)
+                - np.asarray(jitted["pooled_output"], np.float32)))))
+    run = tasks.build("inference", "ours", "tiny", real_tokens=16)
+    results["runs"]["inference:ours@real_tokens=16"] = [run(2), run(2)]
+
     # Ours learns a learnable task: the label decides which half of the vocabulary the
     # words come from.
     size = tasks.SIZES["finetune"]["tiny"]
@@ -222,6 +242,28 @@ def test_ours_jitted_forward_is_the_encoders_call(tiny_runs):
         # The same program's arithmetic up to XLA's fusion choices: bfloat16 rounding
         # (2^-8 relative) on values of order 1.
         assert output["max_difference"] <= 0.05
+
+
+def test_ours_on_real_tokens_is_the_encoders_call_at_real_positions(tiny_runs):
+    found = tiny_runs["real_tokens"]
+    exact, spare = found["1"], found["64"]
+    # The tiny batch has padding (lengths uniform in [12, 24]), so the capacity is below B * S.
+    assert exact["capacity"] == exact["real"] < exact["rows"]
+    assert exact["real"] < spare["capacity"] <= spare["rows"]
+    for found_at in (exact, spare):
+        # Row-by-row the same arithmetic; matmuls of another row count may round
+        # differently in bfloat16 (2^-8 relative on values of order 1).
+        assert found_at["real_difference"] <= 0.05
+        assert found_at["pooled_difference"] <= 0.05
+        assert found_at["padding_max"] == 0
+    seconds = tiny_runs["runs"]["inference:ours@real_tokens=16"]
+    assert len(seconds) == 2 and all(np.isfinite(s) and s > 0 for s in seconds)
+
+
+def test_real_tokens_is_an_option_of_ours_inference_only():
+    with pytest.raises(ValueError, match="real_tokens is an option of the inference mode's "
+                                         "ours side, not of finetune ours"):
+        accelerator_tasks.build("finetune", "ours", "tiny", real_tokens=16)
 
 
 def test_ours_finetuning_learns_a_learnable_task(tiny_runs):

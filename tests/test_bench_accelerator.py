@@ -34,6 +34,16 @@ def test_unknown_sides_and_options_are_one_line_errors():
         "ours", {"attention_dropout": "0", "disable": "a+b"})
     assert bench_accelerator.parse_side("ours@enable=gelu_16_bits", "inference") == (
         "ours", {"enable": "gelu_16_bits"})
+    assert bench_accelerator.parse_side("ours@real_tokens=1024;enable=gelu_16_bits",
+                                        "inference") == (
+        "ours", {"real_tokens": "1024", "enable": "gelu_16_bits"})
+    for mode in ("pretraining", "finetune"):
+        with pytest.raises(SystemExit, match="options \\['real_tokens'\\] not understood"):
+            bench_accelerator.parse_side("ours@real_tokens=1024", mode)
+    for bad in ("0", "-8", "many"):
+        with pytest.raises(SystemExit, match=f"real_tokens must be a positive integer "
+                                             f"\\(the row multiple\\), got '{bad}'"):
+            bench_accelerator.parse_side(f"ours@real_tokens={bad}", "inference")
 
 
 def test_kernel_switches_become_the_environment_and_refuse_unknown_names(monkeypatch):

@@ -87,7 +87,7 @@ class SelfAttention(keras.layers.Layer):
         # [B, S, H] -> [B, S, N, D]
         return ops.reshape(x, (batch_size, seq_length, self.num_heads, self.head_size))
 
-    def call(self, x, attention_mask=None, training=None, query=None, rows=None):
+    def call(self, x, attention_mask=None, training=None, query=None, rows=None, slots=None):
         """Attends every query position to every unmasked position of `x`.
 
         Args:
@@ -103,13 +103,16 @@ class SelfAttention(keras.layers.Layer):
             `x` holds those rows of the flattened [B * S, H] batch. The projections run on
             the T rows, attention on the padded layout (zeros at padded positions, which
             the mask hides), and the output is the T rows again (TensorFlow only).
+          slots: with `rows` from `padding_free.packed_rows` (`x` is then [C, H], C >= T
+            rows at a static shape): each of the B * S positions' row of `x`. The padded
+            layout is gathered through `slots` rather than scattered (any backend).
 
         Returns:
           float Tensor of shape [B, Q, H], the heads' context vectors concatenated (before
           the output projection, which lives in the transformer block); [T, H] with `rows`.
         """
         if rows is not None:
-            return self._call_on_rows(x, attention_mask, training, rows)
+            return self._call_on_rows(x, attention_mask, training, rows, slots)
         if query is None:
             query = x
         batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
@@ -120,18 +123,23 @@ class SelfAttention(keras.layers.Layer):
         context = self._attend(q, k, v, attention_mask, training)  # [B, Q, N, D]
         return ops.reshape(context, (batch_size, query_length, self.num_heads * self.head_size))
 
-    def _call_on_rows(self, x, attention_mask, training, rows):
+    def _call_on_rows(self, x, attention_mask, training, rows, slots=None):
         batch_size, seq_length = ops.shape(attention_mask)[0], ops.shape(attention_mask)[1]
         num_rows = batch_size * seq_length
 
         def padded_heads(projection):
-            # [T, H] -> [B * S, H] (zeros at padding) -> [B, S, N, D]
-            padded = padding_free.scatter_rows(projection(x), rows, num_rows)
+            # [T, H] -> [B * S, H] (zeros at padding; with slots, row 0 there) -> [B, S, N, D]
+            if slots is None:
+                padded = padding_free.scatter_rows(projection(x), rows, num_rows)
+            else:
+                padded = ops.take(projection(x), slots, axis=0)
             return self._split_heads(padded, batch_size, seq_length)
 
         q, k, v = padded_heads(self.query), padded_heads(self.key), padded_heads(self.value)
         context = self._attend(q, k, v, attention_mask, training)  # [B, S, N, D]
         context = ops.reshape(context, (num_rows, self.num_heads * self.head_size))
+        if slots is not None:
+            return ops.take(context, rows, axis=0)  # [C, H]
         return padding_free.gather_rows(context, rows)  # [T, H]
 
     def _attend(self, q, k, v, attention_mask, training):

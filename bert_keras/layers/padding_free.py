@@ -21,7 +21,20 @@ TensorFlow only, and not under XLA (TPUs, `jit_compile=True`), which wants stati
 there `padding_free_applies` says no and the layers run padded.
 
 Shapes: B = batch, S = sequence length, H = hidden size, T = real tokens in the batch.
+
+Inference at a fixed capacity (any backend; `BertEncoder.call_on_real_tokens`): where
+shapes must be static (JAX, XLA), the caller states how many rows C >= T to run, a Python
+int it reads off the mask on the host (`row_capacity`; a few distinct values keep the
+compilations few). `packed_rows` then lays the batch out as C rows, with gathers only:
+`rows` picks each real token's row of the flattened batch (the C - T spare rows repeat row
+0 and are never read back), and `slots` maps each of the B * S positions to its row in the
+packed layout (padding reads row 0: a masked key, whatever it holds). Attention reads the
+padded layout through `slots` and returns through `rows`.
 """
+
+import math
+
+from keras import ops
 
 from bert_keras import kernels
 
@@ -86,3 +99,64 @@ def _scatter(values, rows, num_rows):
 
     shape = tf.concat([[num_rows], tf.shape(values, out_type=tf.int32)[1:]], axis=0)
     return tf.scatter_nd(rows[:, None], values, shape)
+
+
+def row_capacity(input_mask, multiple=1):
+    """The rows C to run a batch at: its real tokens rounded up to `multiple`, at most B * S.
+
+    Host side (numpy or anything `numpy.asarray` takes), before the computation is traced:
+    C is a static shape. A larger `multiple` gives fewer distinct C (fewer compilations)
+    and more spare rows.
+
+    Args:
+      input_mask: [B, S], nonzero for real tokens.
+      multiple: positive int.
+
+    Returns:
+      Python int C, T <= C <= B * S (C >= 1).
+    """
+    import numpy as np
+
+    if not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"row_capacity: multiple must be a positive int, got {multiple!r}")
+    mask = np.asarray(input_mask)
+    if mask.ndim != 2:
+        raise ValueError(f"row_capacity: input_mask must be [batch, seq_length], got shape "
+                         f"{mask.shape}")
+    real = int(np.count_nonzero(mask))
+    return max(1, min(mask.size, multiple * math.ceil(real / multiple)))
+
+
+def packed_rows(attention_mask, capacity):
+    """The real tokens of a batch as `capacity` rows (inference at a static shape).
+
+    Args:
+      attention_mask: int Tensor [B, S] with static B and S, nonzero for real tokens.
+      capacity: Python int C, 1 <= C <= B * S (`row_capacity`).
+
+    Returns:
+      (rows, slots, overflow):
+        rows: int32 [C], the flattened-batch index of each real token, ascending, then 0
+          for the C - T spare rows;
+        slots: int32 [B * S], each position's row among the C (0 at padding);
+        overflow: bool scalar, T > C (the rows beyond C are lost: callers poison their
+          outputs with it, as a traced computation cannot raise).
+    """
+    batch_size, seq_length = attention_mask.shape
+    if batch_size is None or seq_length is None:
+        raise ValueError(f"packed_rows needs a static [batch, seq_length] mask, got "
+                         f"{tuple(attention_mask.shape)}")
+    num_rows = batch_size * seq_length
+    if not isinstance(capacity, int) or not 1 <= capacity <= num_rows:
+        raise ValueError(f"capacity must be an int in [1, {num_rows}] (batch x seq_length), "
+                         f"got {capacity!r}")
+    real = ops.cast(ops.not_equal(ops.reshape(attention_mask, (-1,)), 0), "int32")  # [N]
+    index = ops.arange(num_rows, dtype="int32")
+    # Real tokens first (ascending), then padding: sort keys i or N + i.
+    order = ops.sort(ops.where(real > 0, index, index + num_rows))[:capacity]
+    rows = ops.where(order < num_rows, order, ops.zeros_like(order))
+    # Clipped to C - 1: on overflow, positions past the C rows read the last one (poisoned).
+    slots = ops.minimum(ops.where(real > 0, ops.cumsum(real) - 1, ops.zeros_like(real)),
+                        capacity - 1)
+    overflow = ops.sum(real) > capacity
+    return rows, slots, overflow

@@ -149,6 +149,17 @@ class TransformerEncoderBlock(keras.layers.Layer):
         y = padding_free.scatter_rows(y_rows, rows, num_rows)  # [B * S, H]
         return ops.reshape(y, ops.shape(x))
 
+    def call_on_rows(self, x_rows, attention_mask, rows, slots, training=False):
+        """The layer on a batch packed by `padding_free.packed_rows`: [C, H] -> [C, H].
+
+        Every row on its own except attention, which reads the padded layout through
+        `slots` and returns through `rows` (`BertEncoder.call_on_real_tokens`). Call it
+        after the block is built (the encoder's functional graph builds it).
+        """
+        attended = self.self_attention(x_rows, attention_mask=attention_mask,
+                                       training=training, rows=rows, slots=slots)
+        return self._after_attention(x_rows, attended, training)
+
     def _after_attention(self, x, attended, training):
         """Output projection, feed-forward, residuals and LayerNorms; every row on its own
         ([..., H] in and out)."""

@@ -54,6 +54,11 @@ def main():
         labels = f.read().split()
     with open(args.eval_file, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    unknown = sorted({str(r.get("label")) for r in rows} - set(labels))
+    if not rows or unknown or any("text" not in r for r in rows):
+        raise SystemExit(f"error: --eval_file={args.eval_file}: expected JSON lines with "
+                         f"\"text\" and a \"label\" of {labels}"
+                         + (f"; found labels {unknown}" if unknown else ""))
     texts = [r["text"] for r in rows]
     gold = np.array([labels.index(str(r["label"])) for r in rows])
     with tempfile.TemporaryDirectory() as work:

@@ -197,3 +197,50 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
     there = in_tf212(tmp_path, paths["bfloat16"], texts, "logits")
     assert _relative(there["one"], logits(paths["bfloat16"], False)) <= 1e-2
     assert _relative(there["all"], logits(paths["bfloat16"], True)) <= 1e-2
+
+
+@pytest.mark.integration  # A run_classifier directory, two exports, an evaluation: ~2 min.
+def test_serving_dtype_agreement_bench(tmp_path):
+    """bench/serving_dtype_agreement.py (BUILD_NOTES 8.11's figures): its float32 accuracy is
+    run_classifier's own evaluation of the same file (the Keras model, not an export; one
+    near-tie may flip), its counts add up, the bfloat16 probabilities stay within rounding,
+    and a label the run does not know is one line."""
+    import json
+
+    from bert_keras import run_classifier
+
+    keras.utils.set_random_seed(5)
+    run = classifier_run(tmp_path, max_seq_length=32, steps=4)
+    eval_file = tmp_path / "eval.jsonl"
+    texts = texts_of([n for n in LENGTHS if n] * 2, offset=11)  # run_classifier wants text
+    with open(eval_file, "w") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"text": text, "label": "ab"[i % 2]}) + "\n")
+    keras_eval = run_classifier.run(eval_file=str(eval_file), output_dir=str(tmp_path / "eval"),
+                                    init_checkpoint=str(run / "model.keras"),
+                                    vocab_file=str(run / "vocab.txt"), do_train=False,
+                                    do_eval=True, max_seq_length=32)["eval"]
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, os.path.join(REPO, "bench", "serving_dtype_agreement.py"),
+               f"--model_dir={run}", "--max_seq_length=32"]
+    done = subprocess.run(command + [f"--eval_file={eval_file}"], capture_output=True,
+                          text=True, env=env, timeout=900, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout[done.stdout.index("{"):])
+    n = len(texts)
+    assert found["examples"] == keras_eval["num_examples"] == n
+    assert found["labels"] == ["a", "b"]
+    assert abs(found["accuracy_float32"] - keras_eval["accuracy"]) <= 1 / n + 1e-9
+    assert found["disagreements"] == round((1 - found["label_agreement"]) * n)
+    assert abs(found["accuracy_bfloat16"] - found["accuracy_float32"]) <= (
+        found["disagreements"] / n + 1e-9)
+    assert 0 < found["median_abs_probability_difference"] <= found[
+        "max_abs_probability_difference"] <= BOUND
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "x", "label": "c"}) + "\n")
+    done = subprocess.run(command + [f"--eval_file={bad}"], capture_output=True, text=True,
+                          env=env, timeout=900, cwd=REPO)
+    assert done.returncode == 1 and done.stderr == (
+        f"error: --eval_file={bad}: expected JSON lines with \"text\" and a \"label\" of "
+        f"['a', 'b']; found labels ['c']\n")

@@ -9,14 +9,15 @@
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
 # PART 1: the pretraining sides (issue 46), most important first: at base ours, torch under
-#         torch.compile, keras-hub, then ours with each kernel not yet measured
-#         (gelu_16_bits, position_one_hot: their A/Bs); then BERT-large ours and
-#         torch_compile. Ours' compiled step comes back as gzipped HLO text and its trace as
-#         .xplane.pb.
-# PART 2: inference (issue 48): ours, ours on the real tokens only with gelu_16_bits,
-#         torch_compile, then each of the two alone (their A/Bs; ours' trace comes back);
-#         then ours at attention dropout 0, fine-tuning (ours, torch_compile), and the
-#         inference peers measured once already (torch eager, keras-hub).
+#         torch.compile, keras-hub, then ours with the three kernels not yet measured
+#         (gelu_16_bits, position_one_hot, residual_layer_norm) and with position_one_hot
+#         alone (does it remove the transposes?); then BERT-large ours and torch_compile.
+#         Ours' compiled step comes back as gzipped HLO text and its trace as .xplane.pb.
+# PART 2: inference (issue 48): ours, ours on the real tokens only with gelu_16_bits and
+#         residual_layer_norm, torch_compile, then the kernels without the real tokens and
+#         the real tokens alone (A/Bs; ours' trace comes back); then ours at attention
+#         dropout 0, fine-tuning (ours, torch_compile), and the inference peers measured
+#         once already (torch eager, keras-hub).
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
 set -uo pipefail
@@ -47,7 +48,7 @@ transformers.__version__, jax.devices())"
 case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:keras_hub,$S:ours@enable=gelu_16_bits,$S:ours@enable=position_one_hot \
+    --order=$S:ours,$S:torch_compile,$S:keras_hub,$S:ours@enable=gelu_16_bits+position_one_hot+residual_layer_norm,$S:ours@enable=position_one_hot \
     --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 65)" \
     --out="$OUT" --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
   python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
@@ -56,7 +57,7 @@ case "$PART" in
   ;;
 2)
   python3 bench/bench_accelerator.py --mode=inference \
-    --order="$S:ours,$S:ours@real_tokens=1024;enable=gelu_16_bits,$S:torch_compile,$S:ours@enable=gelu_16_bits,$S:ours@real_tokens=1024" \
+    --order="$S:ours,$S:ours@real_tokens=1024;enable=gelu_16_bits+residual_layer_norm,$S:torch_compile,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024" \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/inference" \
     --profile_dir=/tmp/profiles/inf
   python3 bench/bench_accelerator.py --order=$S:ours@attention_dropout=0 --steps=5 \

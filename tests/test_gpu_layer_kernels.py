@@ -5,6 +5,10 @@ sliced table's, and the step exported for CUDA has no sum over the batch axis al
 
 "gelu_16_bits", against float64 GELU.
 
+"residual_layer_norm": LayerNorm(x + residual) as one Pallas kernel (run by Pallas'
+interpreter here), against float64 and, for gradients, against Keras' LayerNorm of the sum;
+the transformer block takes it for both of its LayerNorms.
+
 Both are off until measured on a GPU (kernels.UNMEASURED): the tests name them in
 $BERT_KERAS_ENABLE_KERNELS. With the platform taken for a GPU (as
 tests/test_flash_attention.py does), GELU of a
@@ -223,3 +227,137 @@ def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypat
         jax.jit(lambda t, i, s: layer.stateless_call(t, [], i, s)[0]), platforms=["cuda"])(
         *args).mlir_module()
     assert "tensor<5x12x12xf32>" not in inference and "tensor<5x12x12xf32>" in with_kernel
+
+
+def _layer_norm_64(x, residual, gamma, beta, epsilon):
+    h = np.asarray(x, np.float64) + np.asarray(residual, np.float64)
+    centered = h - h.mean(-1, keepdims=True)
+    return centered / np.sqrt((centered ** 2).mean(-1, keepdims=True) + epsilon) * gamma + beta
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_residual_layer_norm_kernel_against_float64_and_keras_gradients(backend):
+    """Rows of 48 (not a power of two: Triton's block of 64 is masked), three leading axes;
+    float32 within float32 noise of float64, bfloat16 within its rounding; the gradients of
+    all four inputs equal those of Keras' LayerNormalization of x + residual."""
+    if run_on_backend(backend, __file__, f"test_residual_layer_norm_kernel_against_float64_"
+                                         f"and_keras_gradients[{backend}]"):
+        return
+    import jax
+    import jax.numpy as jnp
+    import keras
+
+    from bert_keras.residual_layer_norm import residual_layer_norm
+
+    rng = np.random.default_rng(4)
+    shape, epsilon = (2, 5, 3, 48), 1e-12
+    x = rng.normal(size=shape) * 3 + 1
+    residual = rng.normal(size=shape)
+    gamma, beta = rng.normal(size=48), rng.normal(size=48)
+    want = _layer_norm_64(x, residual, gamma, beta, epsilon)
+    g32, b32 = jnp.asarray(gamma, jnp.float32), jnp.asarray(beta, jnp.float32)
+    for dtype, bound in ((jnp.float32, 2e-6), (jnp.bfloat16, 2 ** -7)):
+        xs, rs = jnp.asarray(x, dtype), jnp.asarray(residual, dtype)
+        got = residual_layer_norm(xs, rs, g32, b32, epsilon, interpret=True)
+        assert got.dtype == dtype and got.shape == shape
+        # bfloat16: the inputs' rounding is part of the function computed; compare with
+        # float64 of the rounded inputs.
+        want_here = _layer_norm_64(np.asarray(xs, np.float64), np.asarray(rs, np.float64),
+                                   gamma, beta, epsilon)
+        scale = np.abs(want_here).max()
+        assert np.abs(np.asarray(got, np.float64) - want_here).max() <= bound * scale
+    assert np.abs(np.asarray(residual_layer_norm(jnp.asarray(x, jnp.float32),
+                                                 jnp.asarray(residual, jnp.float32), g32,
+                                                 b32, epsilon, interpret=True),
+                             np.float64) - want).max() <= 2e-6 * np.abs(want).max()
+
+    layer = keras.layers.LayerNormalization(epsilon=epsilon)
+    layer.build(shape)
+    weights = rng.normal(size=shape)
+
+    def keras_loss(xs, rs, gs, bs):
+        out, _ = layer.stateless_call([gs, bs], [], xs + rs)
+        return jnp.sum(out * weights)
+
+    def kernel_loss(xs, rs, gs, bs):
+        return jnp.sum(residual_layer_norm(xs, rs, gs, bs, epsilon, interpret=True) * weights)
+
+    args = (jnp.asarray(x, jnp.float32), jnp.asarray(residual, jnp.float32), g32, b32)
+    ours = jax.grad(kernel_loss, argnums=(0, 1, 2, 3))(*args)
+    theirs = jax.grad(keras_loss, argnums=(0, 1, 2, 3))(*args)
+    for got, want_grad in zip(ours, theirs):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want_grad), rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(np.asarray(want_grad)).max()))
+    with pytest.raises(ValueError, match="must match"):
+        residual_layer_norm(args[0], args[1][..., :40], g32, b32, epsilon)
+
+    # Lowered for CUDA (what runs on a GPU): one Triton call per LayerNorm at BERT-base's
+    # rows, its operands and result in the row-major [rows, H] layout; the backward pass adds
+    # no other kernel call.
+    from jax import export
+
+    rows = jax.ShapeDtypeStruct((256 * 128, 768), jnp.bfloat16)
+    vector = jax.ShapeDtypeStruct((768,), jnp.float32)
+
+    def step(xs, rs, gs, bs):
+        return jnp.sum(residual_layer_norm(xs, rs, gs, bs, epsilon, interpret=False)
+                       .astype(jnp.float32) ** 2)
+
+    lowered = export.export(
+        jax.jit(jax.grad(step, argnums=(0, 1, 2, 3))), platforms=["cuda"],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
+    )(rows, rows, vector, vector).mlir_module()
+    calls = [line for line in lowered.splitlines() if "stablehlo.custom_call" in line]
+    assert len(calls) == 1 and 'name = "bert_residual_layer_norm"' in calls[0]
+    assert "grid_x = 32768" in calls[0]
+    assert ("operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : "
+            "tensor<2xindex>" in calls[0])
+
+
+@pytest.mark.parametrize("backend", ["jax"])
+def test_transformer_block_takes_the_residual_layer_norm_on_a_gpu_platform(backend,
+                                                                            monkeypatch):
+    """Both LayerNorms of a block go through the kernel (attention kernels off), with the
+    values and gradients of the unfused block (float32 noise)."""
+    if run_on_backend(backend, __file__, f"test_transformer_block_takes_the_residual_layer_"
+                                         f"norm_on_a_gpu_platform[{backend}]"):
+        return
+    import jax
+    import jax.numpy as jnp
+
+    from bert_keras import kernels
+    from bert_keras import residual_layer_norm as module
+    from bert_keras.layers import TransformerEncoderBlock
+
+    block = TransformerEncoderBlock(num_heads=2, intermediate_size=40, dropout=0.0,
+                                    attention_dropout=0.0)
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.normal(size=(3, 7, 24)), jnp.float32)
+    mask = jnp.asarray(np.arange(7)[None] < np.array([[7], [4], [2]]), jnp.int32)
+    block(x, attention_mask=mask)
+    trainable = [v.value for v in block.trainable_variables]
+
+    def run():
+        def loss(trainable, x):
+            out, _ = block.stateless_call(trainable, [], x, attention_mask=mask)
+            return jnp.sum(jnp.sin(out)), out
+        (value, out), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+            trainable, x)
+        return out, grads
+
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")
+    plain_out, plain_grads = run()
+    used = []
+    original = module.residual_layer_norm
+    monkeypatch.setattr(module, "residual_layer_norm",
+                        lambda *a, **k: (used.append(a[0].shape), original(*a, **k))[1])
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, "residual_layer_norm")
+    monkeypatch.setenv(kernels.DISABLE_ENV, "flash_attention,cudnn_attention")
+    fused_out, fused_grads = run()
+    assert used == [(3, 7, 24), (3, 7, 24)]
+    np.testing.assert_allclose(np.asarray(fused_out), np.asarray(plain_out), atol=2e-5)
+    for got, want in zip(jax.tree_util.tree_leaves(fused_grads),
+                         jax.tree_util.tree_leaves(plain_grads)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4,
+                                   atol=1e-5 * max(1.0, float(np.abs(np.asarray(want)).max())))

@@ -14,10 +14,11 @@ def test_tensorflow_kernels_run_outside_xla_and_only_the_measured_ones_inside(mo
     written_for_tensorflow = {name for name, (backends, _) in kernels.KERNELS.items()
                               if "tensorflow" in backends or backends == kernels._ALL}
     assert {name for name, on in outside.items() if on} == written_for_tensorflow
-    # The JAX kernels (attention, dropout, 16-bit GELU, position rows) are the only others.
+    # The JAX kernels (attention, dropout, 16-bit GELU, position rows, residual LayerNorm)
+    # are the only others.
     assert set(kernels.KERNELS) - written_for_tensorflow == {
         "flash_attention", "cudnn_attention", "cudnn_key_lengths", "dropout_hash",
-        "gelu_16_bits", "position_one_hot"}
+        "gelu_16_bits", "position_one_hot", "residual_layer_norm"}
 
     @tf.function(jit_compile=True)
     def traced(x):
@@ -47,7 +48,7 @@ def test_unmeasured_kernels_run_only_where_the_environment_enables_them(monkeypa
     monkeypatch.delenv(kernels.DISABLE_ENV, raising=False)
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
-    assert kernels.UNMEASURED == {"gelu_16_bits", "position_one_hot"}
+    assert kernels.UNMEASURED == {"gelu_16_bits", "position_one_hot", "residual_layer_norm"}
     assert kernels.applies("flash_attention")  # a measured JAX GPU kernel: on
     assert not any(kernels.applies(name) for name in kernels.UNMEASURED)
     monkeypatch.setenv(kernels.ENABLE_ENV, "gelu_16_bits")

@@ -29,15 +29,30 @@ class LayerNorm(keras.layers.LayerNormalization):
     `rms_scaling`, or `center`/`scale` off run Keras' own call.
     """
 
-    def call(self, inputs):
+    def _plain_last_axis(self, rank):
+        """Whether this is the plain LayerNorm over the last axis (centre and scale)."""
         axis = self.axis if isinstance(self.axis, (list, tuple)) else [self.axis]
-        rank = len(inputs.shape)
-        if (
-            self.rms_scaling
-            or not (self.center and self.scale)
-            or [a % rank for a in axis] != [rank - 1]
-            or not kernels.applies("layer_norm_gradient")
-        ):
+        return (not self.rms_scaling and self.center and self.scale
+                and [a % rank for a in axis] == [rank - 1])
+
+    def call_with_residual(self, inputs, residual):
+        """self(inputs + residual), BERT's residual sum and LayerNorm.
+
+        Where `kernels.applies("residual_layer_norm")` (JAX on a GPU), one Pallas kernel
+        (bert_keras.residual_layer_norm): the sum in float32 and the normalisation in one
+        pass. Call it from the `call` of the layer that owns this one.
+        """
+        if (self._plain_last_axis(len(inputs.shape))
+                and kernels.applies("residual_layer_norm")):
+            from bert_keras.residual_layer_norm import residual_layer_norm
+
+            return residual_layer_norm(inputs, residual, ops.cast(self.gamma, "float32"),
+                                       ops.cast(self.beta, "float32"), self.epsilon)
+        return self(inputs + residual)
+
+    def call(self, inputs):
+        if (not self._plain_last_axis(len(inputs.shape))
+                or not kernels.applies("layer_norm_gradient")):
             return super().call(inputs)
         x = ops.cast(inputs, "float32")
         gamma = ops.cast(self.gamma, "float32")

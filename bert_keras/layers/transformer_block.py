@@ -164,11 +164,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
         """Output projection, feed-forward, residuals and LayerNorms; every row on its own
         ([..., H] in and out)."""
         attended = self.attention_dropout_layer(self.attention_output(attended), training=training)
-        x = self.attention_layer_norm(x + attended)
+        x = self.attention_layer_norm.call_with_residual(x, attended)
 
         hidden = self._activation_fn(self.intermediate(x))  # [B, S or Q, I] or [T, I]
         hidden = self.output_dropout_layer(self.output_dense(hidden), training=training)
-        return self.output_layer_norm(x + hidden)
+        return self.output_layer_norm.call_with_residual(x, hidden)
 
     def compute_output_shape(
         self, x_shape, attention_mask_shape=None, output_positions_shape=None

@@ -42,7 +42,7 @@ class LayerNorm(keras.layers.LayerNormalization):
         (bert_keras.residual_layer_norm): the sum in float32 and the normalisation in one
         pass. Call it from the `call` of the layer that owns this one.
         """
-        if (self._plain_last_axis(len(inputs.shape))
+        if (self._plain_last_axis(len(inputs.shape)) and inputs.dtype == residual.dtype
                 and kernels.applies("residual_layer_norm")):
             from bert_keras.residual_layer_norm import residual_layer_norm
 

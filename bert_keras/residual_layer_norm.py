@@ -76,15 +76,19 @@ def _forward(x, residual, gamma, beta, epsilon, interpret):
     )(x, residual, gamma, beta)
 
 
-def reference(x, residual, gamma, beta, epsilon):
-    """The same function in jnp (float32 arithmetic, x's dtype out): the backward pass's
-    formula and the tests' reference."""
+def _normalized(x, residual, epsilon):
+    """(x_hat, 1 / std) of h = x + residual in float32, over the last axis."""
     h = x.astype(jnp.float32) + residual.astype(jnp.float32)
-    mean = jnp.mean(h, axis=-1, keepdims=True)
-    centered = h - mean
+    centered = h - jnp.mean(h, axis=-1, keepdims=True)
     inverse_std = jax.lax.rsqrt(jnp.mean(centered * centered, axis=-1, keepdims=True)
                                 + epsilon)
-    return (centered * inverse_std * gamma + beta).astype(x.dtype)
+    return centered * inverse_std, inverse_std
+
+
+def reference(x, residual, gamma, beta, epsilon):
+    """The same function in jnp (float32 arithmetic, x's dtype out): what the backward
+    pass differentiates, and the tests' reference."""
+    return (_normalized(x, residual, epsilon)[0] * gamma + beta).astype(x.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
@@ -98,12 +102,7 @@ def _fused_fwd(x, residual, gamma, beta, epsilon, interpret):
 
 def _fused_bwd(epsilon, interpret, saved, dy):
     x, residual, gamma = saved
-    h = x.astype(jnp.float32) + residual.astype(jnp.float32)
-    mean = jnp.mean(h, axis=-1, keepdims=True)
-    centered = h - mean
-    inverse_std = jax.lax.rsqrt(jnp.mean(centered * centered, axis=-1, keepdims=True)
-                                + epsilon)
-    x_hat = centered * inverse_std
+    x_hat, inverse_std = _normalized(x, residual, epsilon)
     dy = dy.astype(jnp.float32)
     g = dy * gamma
     dh = inverse_std * (g - jnp.mean(g, axis=-1, keepdims=True)

@@ -8,16 +8,16 @@
 #
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
-# PART 1: the pretraining sides (issue 46), most important first: at base ours, torch under
-#         torch.compile, keras-hub, then ours with the three kernels not yet measured
-#         (gelu_16_bits, position_one_hot, residual_layer_norm) and with position_one_hot
-#         alone (does it remove the transposes?); then BERT-large ours and torch_compile.
-#         Ours' compiled step comes back as gzipped HLO text and its trace as .xplane.pb.
-# PART 2: inference (issue 48): ours, ours on the real tokens only with gelu_16_bits and
-#         residual_layer_norm, torch_compile, then the kernels without the real tokens and
-#         the real tokens alone (A/Bs; ours' trace comes back); then ours at attention
-#         dropout 0, fine-tuning (ours, torch_compile), and the inference peers measured
-#         once already (torch eager, keras-hub).
+# PART 1: what the targets need in one call, most important first. Pretraining at base
+#         (issue 46): ours, torch under torch.compile, keras-hub, ours at attention dropout
+#         0, ours with the three kernels not yet measured (gelu_16_bits, position_one_hot,
+#         residual_layer_norm). Inference at base (issue 48): ours, ours on the real tokens
+#         only with gelu_16_bits and residual_layer_norm, torch_compile. Ours' compiled
+#         pretraining step comes back as gzipped HLO text, and its traces as .xplane.pb.
+# PART 2: the rest: BERT-large ours and torch_compile; the inference A/Bs against ours in the
+#         same run (the two kernels alone, the real tokens alone); ours with
+#         position_one_hot alone (does it remove the transposes?); fine-tuning (ours,
+#         torch_compile); the inference peers measured once already (torch eager, keras-hub).
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
 set -uo pipefail
@@ -48,26 +48,31 @@ transformers.__version__, jax.devices())"
 case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:keras_hub,$S:ours@enable=gelu_16_bits+position_one_hot+residual_layer_norm,$S:ours@enable=position_one_hot \
-    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 65)" \
+    --order=$S:ours,$S:torch_compile,$S:keras_hub,$S:ours@attention_dropout=0,$S:ours@enable=gelu_16_bits+position_one_hot+residual_layer_norm \
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 62)" \
     --out="$OUT" --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
-  python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
-    --warmup_steps=2 --deadline_s="$(share 100)" --out="$OUT/large"
+  python3 bench/bench_accelerator.py --mode=inference \
+    --order="$S:ours,$S:ours@real_tokens=1024;enable=gelu_16_bits+residual_layer_norm,$S:torch_compile" \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 100)" --out="$OUT/inference" \
+    --profile_dir=/tmp/profiles/inf
   cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
+  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 2)
+  python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
+    --warmup_steps=2 --deadline_s="$(share 35)" --out="$OUT/large"
   python3 bench/bench_accelerator.py --mode=inference \
-    --order="$S:ours,$S:ours@real_tokens=1024;enable=gelu_16_bits+residual_layer_norm,$S:torch_compile,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024" \
-    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/inference" \
-    --profile_dir=/tmp/profiles/inf
-  python3 bench/bench_accelerator.py --order=$S:ours@attention_dropout=0 --steps=5 \
-    --rounds=4 --warmup_steps=2 --deadline_s="$(share 30)" --out="$OUT/dropout0"
+    --order="$S:ours,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024" \
+    --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 30)" \
+    --out="$OUT/inference_ab"
+  python3 bench/bench_accelerator.py --order=$S:ours,$S:ours@enable=position_one_hot \
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/one_hot" \
+    --profile_dir=/tmp/profiles/one_hot
   python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 60)" --out="$OUT/finetune"
   python3 bench/bench_accelerator.py --mode=inference --order=$S:torch,$S:keras_hub \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 100)" \
     --out="$OUT/inference_peers"
-  cp /tmp/profiles/inf/ours_"$S".xplane.pb "$OUT/inference/" 2>/dev/null
   ;;
 attention)
   timeout 150 python3 bench/bench_attention_kernels.py --size="$S" --repeats=10 --out="$OUT"

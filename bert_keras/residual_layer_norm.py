@@ -14,7 +14,8 @@ power of two for Triton, the padding masked).
 over the last axis, with h summed in float32 (the unfused path sums in the compute dtype
 first: the two differ by that rounding, which the fused one does not make). The backward
 pass is XLA's: the closed form of bert_keras.layers.layer_norm recomputed from x and the
-residual (no statistics are saved), so the gradients are those of the formula.
+residual (no statistics are saved; `layer_norm.standardize` and
+`layer_norm.closed_form_gradients`), so the gradients are those of the formula.
 
 The kernel's output is laid out [rows, H] (a custom call fixes its operands' layouts): the
 residual stream cannot be laid out batch-minor around it, as XLA chose for the training
@@ -31,6 +32,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+
+from bert_keras.flash_attention import on_gpu
+from bert_keras.layers.layer_norm import closed_form_gradients, standardize
 
 
 def _next_power_of_two(n: int) -> int:
@@ -76,21 +80,6 @@ def _forward(x, residual, gamma, beta, epsilon, interpret):
     )(x, residual, gamma, beta)
 
 
-def _normalized(x, residual, epsilon):
-    """(x_hat, 1 / std) of h = x + residual in float32, over the last axis."""
-    h = x.astype(jnp.float32) + residual.astype(jnp.float32)
-    centered = h - jnp.mean(h, axis=-1, keepdims=True)
-    inverse_std = jax.lax.rsqrt(jnp.mean(centered * centered, axis=-1, keepdims=True)
-                                + epsilon)
-    return centered * inverse_std, inverse_std
-
-
-def reference(x, residual, gamma, beta, epsilon):
-    """The same function in jnp (float32 arithmetic, x's dtype out): what the backward
-    pass differentiates, and the tests' reference."""
-    return (_normalized(x, residual, epsilon)[0] * gamma + beta).astype(x.dtype)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _fused(x, residual, gamma, beta, epsilon, interpret):
     return _forward(x, residual, gamma, beta, epsilon, interpret)
@@ -102,13 +91,10 @@ def _fused_fwd(x, residual, gamma, beta, epsilon, interpret):
 
 def _fused_bwd(epsilon, interpret, saved, dy):
     x, residual, gamma = saved
-    x_hat, inverse_std = _normalized(x, residual, epsilon)
-    dy = dy.astype(jnp.float32)
-    g = dy * gamma
-    dh = inverse_std * (g - jnp.mean(g, axis=-1, keepdims=True)
-                        - x_hat * jnp.mean(g * x_hat, axis=-1, keepdims=True))
-    d_gamma = jnp.sum(dy * x_hat, axis=0)
-    d_beta = jnp.sum(dy, axis=0)
+    x_hat, inverse_std = standardize(x.astype(jnp.float32) + residual.astype(jnp.float32),
+                                     epsilon)
+    dh, d_gamma, d_beta = closed_form_gradients(dy.astype(jnp.float32), x_hat, inverse_std,
+                                                gamma)
     return dh.astype(x.dtype), dh.astype(residual.dtype), d_gamma, d_beta
 
 
@@ -132,7 +118,7 @@ def residual_layer_norm(x, residual, gamma, beta, epsilon, interpret=None):
         raise ValueError(f"residual_layer_norm: x {x.shape} {x.dtype} and residual "
                          f"{residual.shape} {residual.dtype} must match")
     if interpret is None:
-        interpret = jax.default_backend() != "gpu"
+        interpret = not on_gpu()
     width = x.shape[-1]
     y = _fused(x.reshape(-1, width), residual.reshape(-1, width),
                gamma.astype(jnp.float32), beta.astype(jnp.float32), float(epsilon),

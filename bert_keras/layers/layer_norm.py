@@ -60,29 +60,40 @@ class LayerNorm(keras.layers.LayerNormalization):
         return ops.cast(_layer_norm(x, gamma, beta, self.epsilon), self.compute_dtype)
 
 
+def standardize(x, epsilon):
+    """(x_hat, 1 / sqrt(var + epsilon)) of float32 x over its last axis, x_hat = (x - mean)
+    / sqrt(var + epsilon): LayerNorm before gamma and beta."""
+    centered = x - ops.mean(x, axis=-1, keepdims=True)
+    inv_std = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)
+    return centered * inv_std, inv_std
+
+
+def closed_form_gradients(upstream, x_hat, inv_std, gamma):
+    """(dx, d_gamma, d_beta) of y = x_hat * gamma + beta, float32, in closed form:
+
+        d_gamma = sum(dy * x_hat),   d_beta = sum(dy)   (over every axis but the last)
+        dx = (g - mean(g) - x_hat * mean(g * x_hat)) / sqrt(var + epsilon),   g = dy * gamma
+    """
+    reduce_axes = tuple(range(len(x_hat.shape) - 1))
+    d_gamma = ops.sum(upstream * x_hat, axis=reduce_axes)
+    d_beta = ops.sum(upstream, axis=reduce_axes)
+    g = upstream * gamma
+    dx = inv_std * (g - ops.mean(g, axis=-1, keepdims=True)
+                    - x_hat * ops.mean(g * x_hat, axis=-1, keepdims=True))
+    return dx, d_gamma, d_beta
+
+
 def _layer_norm(x, gamma, beta, epsilon):
     """y = (x - mean) / sqrt(var + epsilon) * gamma + beta over the last axis of float32 x."""
 
     @ops.custom_gradient
     def forward(x, gamma, beta):
-        mean = ops.mean(x, axis=-1, keepdims=True)
-        centered = x - mean
-        inv_std = ops.rsqrt(ops.mean(ops.square(centered), axis=-1, keepdims=True) + epsilon)
-        x_hat = centered * inv_std
+        x_hat, inv_std = standardize(x, epsilon)
 
         def grad(*args, upstream=None):
             if upstream is None:  # TensorFlow and JAX pass it positionally, PyTorch by keyword.
                 (upstream,) = args
-            reduce_axes = tuple(range(len(x_hat.shape) - 1))
-            d_gamma = ops.sum(upstream * x_hat, axis=reduce_axes)
-            d_beta = ops.sum(upstream, axis=reduce_axes)
-            g = upstream * gamma
-            dx = inv_std * (
-                g
-                - ops.mean(g, axis=-1, keepdims=True)
-                - x_hat * ops.mean(g * x_hat, axis=-1, keepdims=True)
-            )
-            return dx, d_gamma, d_beta
+            return closed_form_gradients(upstream, x_hat, inv_std, gamma)
 
         return x_hat * gamma + beta, grad
 

@@ -143,18 +143,18 @@ class TransformerEncoderBlock(keras.layers.Layer):
         batch_size, seq_length = ops.shape(x)[0], ops.shape(x)[1]
         num_rows = batch_size * seq_length
         x_rows = padding_free.gather_rows(ops.reshape(x, (num_rows, -1)), rows)  # [T, H]
-        attended = self.self_attention(x_rows, attention_mask=attention_mask,
-                                       training=training, rows=rows)  # [T, H]
-        y_rows = self._after_attention(x_rows, attended, training)
+        y_rows = self.call_on_rows(x_rows, attention_mask, rows, None, training)  # [T, H]
         y = padding_free.scatter_rows(y_rows, rows, num_rows)  # [B * S, H]
         return ops.reshape(y, ops.shape(x))
 
     def call_on_rows(self, x_rows, attention_mask, rows, slots, training=False):
-        """The layer on a batch packed by `padding_free.packed_rows`: [C, H] -> [C, H].
+        """The layer on the rows `rows` of the flattened batch: [C, H] -> [C, H].
 
         Every row on its own except attention, which reads the padded layout through
-        `slots` and returns through `rows` (`BertEncoder.call_on_real_tokens`). Call it
-        after the block is built (the encoder's functional graph builds it).
+        `slots` (a batch packed by `padding_free.packed_rows`,
+        `BertEncoder.call_on_real_tokens`) or, with slots None, scatters the rows back
+        (`padding_free.real_rows`, training). Call it after the block is built (the
+        encoder's functional graph builds it).
         """
         attended = self.self_attention(x_rows, attention_mask=attention_mask,
                                        training=training, rows=rows, slots=slots)

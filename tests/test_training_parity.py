@@ -15,8 +15,9 @@ The bound comes from float32 itself: the reference runs in float32 and in float6
 float64 (plus a floor of a few float32 ulps, `FLOOR`), in per-step loss and in final weights.
 Today's figures are in BUILD_NOTES.md (issues 28 and 48): ours stays within 0.4-3x the noise
 on TensorFlow and 0.4-2x on JAX; with Keras' stock `global_clipnorm` (before the fix) the
-same cases are 10^2-10^4x the noise off, and `test_stock_keras_clipping_fails_this_suite`
-keeps that sensitivity checked. JAX is held to 3x the noise and a floor of one ulp: with
+cases with IndexedSlices (classifier, span QA) are 10^1-10^3x the noise off, and
+`test_stock_keras_clipping_fails_this_suite` keeps that sensitivity checked (the pretrainer's
+gradient is dense, so there the stock clip errs only across replicas). JAX is held to 3x the noise and a floor of one ulp: with
 Keras' own bias corrections (1 - float32(beta_2)^t, before issue 48) its per-step losses
 were 2-6x the noise off over the 12 updates here and 3-8x over 40 (`test_fine_tuning_losses_
 per_step_over_40_updates`), which that bound fails.
@@ -418,14 +419,47 @@ def test_fine_tuning_losses_per_step_over_40_updates(task, tmp_path):
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="IndexedSlices and per-replica clipping "
                     "are TensorFlow's; on JAX Keras' global norm is the true gradient's")
-@pytest.mark.parametrize("task", ["span_qa", pytest.param("pretraining",
-                                                            marks=pytest.mark.slow)])
-def test_stock_keras_clipping_fails_this_suite(task, tmp_path):
-    """The suite can fail: Keras' global_clipnorm (unaggregated slices) is far outside it."""
-    figures = parity_figures(task, tmp_path, stock=True)
+def test_stock_keras_clipping_fails_this_suite(tmp_path):
+    """The suite can fail: Keras' global_clipnorm (unaggregated slices) is far outside it.
+
+    Span QA: the word embeddings' gradient is IndexedSlices (one slice per token, ids seen
+    twice not summed), whose norm Keras' stock clip takes slice by slice.
+    """
+    figures = parity_figures("span_qa", tmp_path, stock=True)
     print(json.dumps(figures))
     assert figures["loss"] > 10 * (NOISE_FACTOR * figures["noise_loss"] + FLOOR["loss"])
     assert figures["weights"] > NOISE_FACTOR * figures["noise_weights"] + FLOOR["weights"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="IndexedSlices are TensorFlow's")
+def test_pretraining_gradient_is_dense_so_stock_clipping_differs_only_across_replicas(
+        tmp_path):
+    """The pretrainer's gradient holds no IndexedSlices: the word embeddings are tied to the
+    masked-LM output (a dense product, which TensorFlow adds to the lookup's slices as one
+    dense tensor) and the segment rows are a one-hot matmul (issue 41). So on one replica
+    Keras' stock global norm is the true one and lands within this suite's bound; before the
+    one-hot segment rows the segment table's slices put it 80x outside (BUILD_NOTES,
+    issue 28). What the stock clip still gets wrong is the sum across replicas
+    (`test_two_replicas_equal_one`)."""
+    data = _data("pretraining")
+    model, _ = our_model("pretraining", _hf_model("pretraining"), tmp_path)
+    compile_like_the_trainers(model, "pretraining")
+    x, y, sw = data
+    batch = {k: v[:B] for k, v in x.items()}
+    with tf.GradientTape() as tape:
+        outputs = model(batch, training=True)
+        loss = model.compute_loss(x=batch, y={k: v[:B] for k, v in y.items()},
+                                  y_pred=outputs,
+                                  sample_weight=None if sw is None else
+                                  {k: v[:B] for k, v in sw.items()})
+    grads = tape.gradient(loss, [v.value for v in model.trainable_variables])
+    kinds = {type(g).__name__ for g in grads}
+    assert kinds == {"EagerTensor"}, kinds
+    figures = parity_figures("pretraining", tmp_path, stock=True)
+    print(json.dumps(figures))
+    assert figures["clipped_steps"] >= 3
+    _assert_within_noise(figures)
 
 
 def test_gradient_accumulation_k_by_b_equals_one_batch_of_k_times_b(tmp_path):

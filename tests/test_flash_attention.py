@@ -16,11 +16,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_on_backend
+
+import bert_keras  # noqa: F401  (sets up TensorFlow before Keras is imported)
+import keras
+from conftest import run_tests_on_backend
 
 from bert_keras import flash_attention as fa
 
 RATE = 0.1
+# The tests of SelfAttention and Dropout run on Keras' JAX backend: in this process if it
+# runs JAX, else together in one fresh JAX process (`test_keras_layers_hold_on_jax`).
+ON_KERAS_JAX = pytest.mark.skipif(keras.backend.backend() != "jax",
+                                  reason="Keras layers on the JAX backend")
+KERAS_JAX_TESTS = ("test_self_attention_on_a_gpu_platform_runs_the_fused_kernels",
+                   "test_dropout_layer_on_jax_drops_by_the_hash",
+                   "test_self_attention_for_cuda_has_no_layout_transposes")
 
 
 def _qkv(batch, query_length, key_length, heads, head_size, dtype=jnp.float32, seed=0):
@@ -224,14 +234,11 @@ def test_kernels_lower_to_triton_for_cuda():
     assert "stablehlo.transpose" not in text
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_self_attention_on_a_gpu_platform_runs_the_fused_kernels(backend, monkeypatch):
+@ON_KERAS_JAX
+def test_self_attention_on_a_gpu_platform_runs_the_fused_kernels(monkeypatch):
     """SelfAttention with the platform taken for a GPU: cuDNN's wrapper where nothing is
     dropped, the Pallas kernel in training with attention dropout, each equal to the
     explicit path (the TensorFlow and CPU computation) given the kernel's mask."""
-    if run_on_backend(backend, __file__, f"test_self_attention_on_a_gpu_platform_runs_the_"
-                                         f"fused_kernels[{backend}]"):
-        return
     import keras
 
     from bert_keras import kernels
@@ -303,11 +310,8 @@ def test_elementwise_dropout_decisions_are_independent_bernoulli_draws():
     assert fa.dropout_scale(RATE) == pytest.approx(1 / (1 - rate), rel=1e-12)
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_dropout_layer_on_jax_drops_by_the_hash(backend):
-    if run_on_backend(backend, __file__,
-                      f"test_dropout_layer_on_jax_drops_by_the_hash[{backend}]"):
-        return
+@ON_KERAS_JAX
+def test_dropout_layer_on_jax_drops_by_the_hash():
     import keras
 
     from bert_keras.layers import Dropout
@@ -331,14 +335,11 @@ def test_dropout_layer_on_jax_drops_by_the_hash(backend):
     assert keras.backend.standardize_dtype(y16.dtype) == "bfloat16"
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_self_attention_for_cuda_has_no_layout_transposes(backend, monkeypatch):
+@ON_KERAS_JAX
+def test_self_attention_for_cuda_has_no_layout_transposes(monkeypatch):
     """SelfAttention's training step (forward and gradients) as a GPU compiles it, exported
     for CUDA from this CPU: the fused kernels read the projections' [B, S, N, D] layout, so
     no 4-D tensor is transposed and no [B, N, S, S] tensor exists."""
-    if run_on_backend(backend, __file__, f"test_self_attention_for_cuda_has_no_layout_"
-                                         f"transposes[{backend}]"):
-        return
     import re
 
     from jax import export
@@ -374,3 +375,14 @@ def test_self_attention_for_cuda_has_no_layout_transposes(backend, monkeypatch):
     transposes = re.findall(r"stablehlo.transpose.*", text)
     assert not [t for t in transposes if re.search(r"tensor<\d+x\d+x\d+x\d+x", t)], transposes
     assert f"tensor<{batch}x{heads}x{length}x{length}x" not in text
+
+
+def test_keras_layers_hold_on_jax():
+    """The Keras-layer tests above on Keras' JAX backend, in one fresh process."""
+    if keras.backend.backend() == "jax":
+        pytest.skip("this process runs JAX: they ran here")
+    done, counts = run_tests_on_backend("jax", "-m", "", __file__,
+                                        "-k", " or ".join(KERAS_JAX_TESTS))
+    assert done.returncode == 0 and not counts.get("failed"), done.stdout[-4000:]
+    assert counts.get("passed") == len(KERAS_JAX_TESTS) and not counts.get("skipped"), \
+        done.stdout[-2000:]

@@ -23,7 +23,13 @@ import re
 
 import numpy as np
 import pytest
-from conftest import run_on_backend
+import bert_keras  # noqa: F401  (sets up TensorFlow before Keras is imported)
+import keras
+from conftest import run_tests_on_backend
+
+# Every test here runs on JAX (the kernels are JAX's): in this process if it runs JAX,
+# else all of them in one fresh JAX process (`test_this_module_holds_on_jax`).
+JAX_ONLY = pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's kernels")
 
 
 def _exact(x):
@@ -42,12 +48,9 @@ def _worst_errors(got, want, x):
     return float(relative.max()), float(np.abs(got - want)[~core].max())
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(
-        backend, monkeypatch, capsys):
-    if run_on_backend(backend, __file__, f"test_16_bit_gelu_on_a_gpu_platform_is_within_"
-                                         f"bfloat16_rounding_of_float64[{backend}]"):
-        return
+@JAX_ONLY
+def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(monkeypatch,
+                                                                              capsys):
     import jax
     import jax.numpy as jnp
     import keras
@@ -116,15 +119,11 @@ def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(
     assert len(kept(keras_gelu)) > 1
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backend,
-                                                                        monkeypatch):
+@JAX_ONLY
+def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(monkeypatch):
     """BertEncoder's feed-forward layers take the kernel under mixed_bfloat16 (the
     attention kernels off), and the loss and gradients stay within bfloat16 noise of the
     CPU computation's."""
-    if run_on_backend(backend, __file__, f"test_encoder_in_mixed_bfloat16_on_a_gpu_platform_"
-                                         f"runs_the_16_bit_gelu[{backend}]"):
-        return
     import jax
     import jax.numpy as jnp
 
@@ -165,16 +164,13 @@ def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(backen
                                    atol=2e-2 * scale)
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(backend, monkeypatch):
+@JAX_ONLY
+def test_position_rows_as_a_one_hot_product_on_a_gpu_platform(monkeypatch):
     """Kernel "position_one_hot": the embeddings' values and gradients equal the sliced
     table's (float32 on a CPU; on an Ampere or newer GPU, JAX's default matmul precision
     rounds the rows to TF32, as it does every float32 Dense product), and the training
     step exported for CUDA sums no
     [B, S, H] tensor over its batch axis alone (the sliced table's gradient does)."""
-    if run_on_backend(backend, __file__, f"test_position_rows_as_a_one_hot_product_on_a_"
-                                         f"gpu_platform[{backend}]"):
-        return
     import jax
     import jax.numpy as jnp
     from jax import export
@@ -235,14 +231,11 @@ def _layer_norm_64(x, residual, gamma, beta, epsilon):
     return centered / np.sqrt((centered ** 2).mean(-1, keepdims=True) + epsilon) * gamma + beta
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_residual_layer_norm_kernel_against_float64_and_keras_gradients(backend):
+@JAX_ONLY
+def test_residual_layer_norm_kernel_against_float64_and_keras_gradients():
     """Rows of 48 (not a power of two: Triton's block of 64 is masked), three leading axes;
     float32 within float32 noise of float64, bfloat16 within its rounding; the gradients of
     all four inputs equal those of Keras' LayerNormalization of x + residual."""
-    if run_on_backend(backend, __file__, f"test_residual_layer_norm_kernel_against_float64_"
-                                         f"and_keras_gradients[{backend}]"):
-        return
     import jax
     import jax.numpy as jnp
     import keras
@@ -314,14 +307,10 @@ def test_residual_layer_norm_kernel_against_float64_and_keras_gradients(backend)
             "tensor<2xindex>" in calls[0])
 
 
-@pytest.mark.parametrize("backend", ["jax"])
-def test_transformer_block_takes_the_residual_layer_norm_on_a_gpu_platform(backend,
-                                                                            monkeypatch):
+@JAX_ONLY
+def test_transformer_block_takes_the_residual_layer_norm_on_a_gpu_platform(monkeypatch):
     """Both LayerNorms of a block go through the kernel (attention kernels off), with the
     values and gradients of the unfused block (float32 noise)."""
-    if run_on_backend(backend, __file__, f"test_transformer_block_takes_the_residual_layer_"
-                                         f"norm_on_a_gpu_platform[{backend}]"):
-        return
     import jax
     import jax.numpy as jnp
 
@@ -361,3 +350,13 @@ def test_transformer_block_takes_the_residual_layer_norm_on_a_gpu_platform(backe
                          jax.tree_util.tree_leaves(plain_grads)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4,
                                    atol=1e-5 * max(1.0, float(np.abs(np.asarray(want)).max())))
+
+
+def test_this_module_holds_on_jax():
+    """The tests above on Keras' JAX backend, in one fresh process (the backend is fixed per
+    process) rather than one each."""
+    if keras.backend.backend() == "jax":
+        pytest.skip("this process runs JAX: the tests above ran here")
+    done, counts = run_tests_on_backend("jax", "-m", "", __file__, "-k", "not holds_on_jax")
+    assert done.returncode == 0 and not counts.get("failed"), done.stdout[-4000:]
+    assert counts.get("passed") == 5 and not counts.get("skipped"), done.stdout[-2000:]

@@ -4,7 +4,8 @@
 The reference is the encoder's own call on the padded batch (tests/test_hf_parity.py holds it
 against transformers). Sizes all differ (batch 5, sequence 11, hidden 32, intermediate 37,
 vocabulary 99) so that a misrouted row cannot pass; masks with trailing padding and with
-holes, on both Keras backends (conftest.run_on_backend).
+holes, on both Keras backends: this process's, and JAX in one fresh process
+(`test_this_module_holds_on_jax`) when this one runs TensorFlow.
 """
 
 import numpy as np
@@ -14,12 +15,11 @@ import bert_keras  # noqa: F401  (sets up TensorFlow before Keras is imported)
 import keras
 from keras import ops
 
-from conftest import run_on_backend
+from conftest import run_tests_on_backend
 from bert_keras.encoder import BertEncoder
 from bert_keras.layers import padding_free
 
 B, S, V, H, I = 5, 11, 99, 32, 37
-BACKENDS = ["tensorflow", "jax"]
 TRAILING = (np.arange(S)[None] < np.array([11, 3, 7, 1, 9])[:, None]).astype(np.int32)
 HOLES = TRAILING.copy()
 HOLES[0, [2, 5, 6]] = 0
@@ -52,10 +52,7 @@ def test_row_capacity_rounds_the_real_tokens_up():
         padding_free.row_capacity(TRAILING[0])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_packed_rows_by_hand(backend):
-    if run_on_backend(backend, __file__, f"test_packed_rows_by_hand[{backend}]"):
-        return
+def test_packed_rows_by_hand():
     mask = np.array([[1, 1, 0, 0], [1, 0, 1, 0]], np.int32)  # real: flat 0, 1, 4, 6
     rows, slots, overflow = (ops.convert_to_numpy(t) for t in
                              padding_free.packed_rows(ops.convert_to_tensor(mask), 6))
@@ -71,12 +68,8 @@ def test_packed_rows_by_hand(backend):
         padding_free.packed_rows(ops.convert_to_tensor(mask), 9)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mask_name", ["trailing", "holes"])
-def test_real_tokens_equal_the_full_call(backend, mask_name):
-    if run_on_backend(backend, __file__,
-                      f"test_real_tokens_equal_the_full_call[{mask_name}-{backend}]"):
-        return
+def test_real_tokens_equal_the_full_call(mask_name):
     mask = {"trailing": TRAILING, "holes": HOLES}[mask_name]
     keras.utils.set_random_seed(3)
     encoder = _encoder()
@@ -95,10 +88,7 @@ def test_real_tokens_equal_the_full_call(backend, mask_name):
         np.testing.assert_allclose(found["pooled_output"], full["pooled_output"], atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_too_few_rows_poison_every_output(backend):
-    if run_on_backend(backend, __file__, f"test_too_few_rows_poison_every_output[{backend}]"):
-        return
+def test_too_few_rows_poison_every_output():
     encoder = _encoder()
     found = encoder.call_on_real_tokens(_inputs(TRAILING), int(TRAILING.sum()) - 1)
     for value in found.values():
@@ -126,3 +116,31 @@ def test_runs_under_xla_at_a_static_shape():
                                full["sequence_output"].numpy()[HOLES == 1], atol=1e-5)
     np.testing.assert_allclose(found["pooled_output"].numpy(),
                                full["pooled_output"].numpy(), atol=1e-5)
+
+
+def test_a_mask_of_unknown_shape_is_refused_in_one_line():
+    """C rows are a static shape, so the batch's [B, S] must be static too: a traced mask
+    of unknown shape gets a ValueError naming what was found, not an XLA shape error."""
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("TensorFlow's unknown dimensions")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, S], tf.int32)])
+    def rows(mask):
+        return padding_free.packed_rows(mask, 8)
+
+    with pytest.raises(ValueError, match=r"packed_rows needs a static \[batch, seq_length\] "
+                                         r"mask, got \(None, 11\)"):
+        rows.get_concrete_function()
+
+
+def test_this_module_holds_on_jax():
+    """The same tests on Keras' JAX backend, in one fresh process (the backend is fixed per
+    process); the TensorFlow-only ones skip there."""
+    if keras.backend.backend() == "jax":
+        pytest.skip("this process runs JAX")
+    done, counts = run_tests_on_backend("jax", "-m", "", f"{__file__}",
+                                        "-k", "not holds_on_jax")
+    assert done.returncode == 0 and not counts.get("failed"), done.stdout[-4000:]
+    assert counts.get("passed") == 5, done.stdout[-2000:]  # capacity, by hand, 2 masks, poison

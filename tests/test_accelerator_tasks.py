@@ -205,6 +205,8 @@ def _torch_compile_skip_reason():
     return "torch.compile on a CPU needs a C++ compiler (g++ or clang++; none found)"
 
 
+# Every side of every mode in one fresh process without TensorFlow (about 50 s): the
+# integration tier's kind of test, so `make test` leaves it to `make test-integration`.
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("accelerator_tasks")
@@ -222,6 +224,7 @@ def tiny_runs(tmp_path_factory):
     return json.loads(done.stdout.split("RESULT ", 1)[1])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("side", accelerator_tasks.SIDES)
 @pytest.mark.parametrize("mode", accelerator_tasks.MODES)
 def test_every_side_runs_two_steps_without_tensorflow(tiny_runs, mode, side):
@@ -232,6 +235,7 @@ def test_every_side_runs_two_steps_without_tensorflow(tiny_runs, mode, side):
     assert len(seconds) == 2 and all(np.isfinite(s) and s > 0 for s in seconds)
 
 
+@pytest.mark.integration
 def test_ours_jitted_forward_is_the_encoders_call(tiny_runs):
     size = SIZES["inference"]["tiny"]
     forward = tiny_runs["forward"]
@@ -244,6 +248,7 @@ def test_ours_jitted_forward_is_the_encoders_call(tiny_runs):
         assert output["max_difference"] <= 0.05
 
 
+@pytest.mark.integration
 def test_ours_on_real_tokens_is_the_encoders_call_at_real_positions(tiny_runs):
     found = tiny_runs["real_tokens"]
     exact, spare = found["1"], found["64"]
@@ -266,6 +271,7 @@ def test_real_tokens_is_an_option_of_ours_inference_only():
         accelerator_tasks.build("finetune", "ours", "tiny", real_tokens=16)
 
 
+@pytest.mark.integration
 def test_ours_finetuning_learns_a_learnable_task(tiny_runs):
     before, after = tiny_runs["before"], tiny_runs["after"]
     # Untrained, the 2-way loss is about ln 2.

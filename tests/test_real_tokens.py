@@ -88,6 +88,30 @@ def test_real_tokens_equal_the_full_call(mask_name):
         np.testing.assert_allclose(found["pooled_output"], full["pooled_output"], atol=1e-5)
 
 
+def test_real_tokens_under_mixed_bfloat16():
+    """An encoder built under mixed_bfloat16 (as run_pretraining --mixed_precision and the
+    bench build it): bfloat16 outputs, equal to its full call at real positions within one
+    bfloat16 rounding of the scale (bit for bit on this CPU with either backend: the same
+    arithmetic row by row; another matmul blocking may round differently), zeros at padding."""
+    keras.utils.set_random_seed(5)
+    encoder = BertEncoder(vocab_size=V, num_layers=2, hidden_size=H, num_heads=4,
+                          intermediate_size=I, max_sequence_length=16, dtype="mixed_bfloat16")
+    x = _inputs(HOLES)
+    full = encoder(x, training=False)
+    found = encoder.call_on_real_tokens(x, padding_free.row_capacity(HOLES, multiple=8))
+    for name in ("sequence_output", "pooled_output"):
+        assert keras.backend.standardize_dtype(found[name].dtype) == \
+            keras.backend.standardize_dtype(full[name].dtype) == "bfloat16"
+    got = ops.convert_to_numpy(ops.cast(found["sequence_output"], "float32"))
+    want = ops.convert_to_numpy(ops.cast(full["sequence_output"], "float32"))
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got[HOLES == 1], want[HOLES == 1], atol=2 ** -8 * scale)
+    assert np.all(got[HOLES == 0] == 0)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ops.cast(found["pooled_output"], "float32")),
+        ops.convert_to_numpy(ops.cast(full["pooled_output"], "float32")), atol=2 ** -8)
+
+
 def test_too_few_rows_poison_every_output():
     encoder = _encoder()
     found = encoder.call_on_real_tokens(_inputs(TRAILING), int(TRAILING.sum()) - 1)
@@ -143,4 +167,5 @@ def test_this_module_holds_on_jax():
     done, counts = run_tests_on_backend("jax", "-m", "", f"{__file__}",
                                         "-k", "not holds_on_jax")
     assert done.returncode == 0 and not counts.get("failed"), done.stdout[-4000:]
-    assert counts.get("passed") == 5, done.stdout[-2000:]  # capacity, by hand, 2 masks, poison
+    assert counts.get("passed") == 6, done.stdout[-2000:]  # capacity, by hand, 2 masks,
+    # bfloat16, poison

@@ -4,7 +4,8 @@ another Keras backend.
 Keras fixes its backend when it is first imported, so this process runs every test on one
 (KERAS_BACKEND, TensorFlow by default; `KERAS_BACKEND=jax pytest ...` runs them on JAX). A
 test that compares backends runs the other one in a fresh process: `backend_env`,
-`run_tests_on_backend` and `run_on_backend` below.
+`run_tests_on_backend`, `run_on_backend` (one test) and `run_module_on_backend` (a module's
+tests in one process) below.
 """
 
 import os
@@ -116,6 +117,24 @@ def run_on_backend(backend, test_file, test_id):
     assert counts.get("passed") == 1 and not counts.keys() - {"passed", "warning", "warnings"}, \
         done.stdout[-2000:]
     return True
+
+
+def run_module_on_backend(backend, test_file, passed, *pytest_args):
+    """Runs a module's tests on a Keras backend in one fresh process (for modules whose tests
+    need that backend: one start-up instead of one per test, as `run_on_backend` pays).
+
+    Called by one test of the module; `pytest_args` select the tests (`-k ...`). Skips that
+    test when this process already runs `backend` (the tests ran here); else asserts that
+    none failed and exactly `passed` passed.
+    """
+    import keras
+
+    if keras.backend.backend() == backend:
+        pytest.skip(f"this process runs {backend}: the tests ran here")
+    done, counts = run_tests_on_backend(backend, "-m", "", test_file, *pytest_args)
+    assert done.returncode == 0 and not counts.get("failed"), (done.stdout[-4000:]
+                                                               + done.stderr[-2000:])
+    assert counts.get("passed") == passed, done.stdout[-2000:]
 
 
 # Imported by a fresh process whose PYTHONPATH starts with its folder: TensorFlow (and

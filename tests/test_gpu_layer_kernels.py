@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import bert_keras  # noqa: F401  (sets up TensorFlow before Keras is imported)
 import keras
-from conftest import run_tests_on_backend
+from conftest import run_module_on_backend
 
 # Every test here runs on JAX (the kernels are JAX's): in this process if it runs JAX,
 # else all of them in one fresh JAX process (`test_this_module_holds_on_jax`).
@@ -53,7 +53,6 @@ def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(mo
                                                                               capsys):
     import jax
     import jax.numpy as jnp
-    import keras
     import ml_dtypes
     from jax.ad_checkpoint import print_saved_residuals
 
@@ -238,8 +237,6 @@ def test_residual_layer_norm_kernel_against_float64_and_keras_gradients():
     all four inputs equal those of Keras' LayerNormalization of x + residual."""
     import jax
     import jax.numpy as jnp
-    import keras
-
     from bert_keras.residual_layer_norm import residual_layer_norm
 
     rng = np.random.default_rng(4)
@@ -353,10 +350,5 @@ def test_transformer_block_takes_the_residual_layer_norm_on_a_gpu_platform(monke
 
 
 def test_this_module_holds_on_jax():
-    """The tests above on Keras' JAX backend, in one fresh process (the backend is fixed per
-    process) rather than one each."""
-    if keras.backend.backend() == "jax":
-        pytest.skip("this process runs JAX: the tests above ran here")
-    done, counts = run_tests_on_backend("jax", "-m", "", __file__, "-k", "not holds_on_jax")
-    assert done.returncode == 0 and not counts.get("failed"), done.stdout[-4000:]
-    assert counts.get("passed") == 5 and not counts.get("skipped"), done.stdout[-2000:]
+    """The five tests above on Keras' JAX backend, in one fresh process."""
+    run_module_on_backend("jax", __file__, 5, "-k", "not holds_on_jax")

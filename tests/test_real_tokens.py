@@ -15,7 +15,7 @@ import bert_keras  # noqa: F401  (sets up TensorFlow before Keras is imported)
 import keras
 from keras import ops
 
-from conftest import run_tests_on_backend
+from conftest import run_module_on_backend
 from bert_keras.encoder import BertEncoder
 from bert_keras.layers import padding_free
 
@@ -160,12 +160,6 @@ def test_a_mask_of_unknown_shape_is_refused_in_one_line():
 
 
 def test_this_module_holds_on_jax():
-    """The same tests on Keras' JAX backend, in one fresh process (the backend is fixed per
-    process); the TensorFlow-only ones skip there."""
-    if keras.backend.backend() == "jax":
-        pytest.skip("this process runs JAX")
-    done, counts = run_tests_on_backend("jax", "-m", "", f"{__file__}",
-                                        "-k", "not holds_on_jax")
-    assert done.returncode == 0 and not counts.get("failed"), done.stdout[-4000:]
-    assert counts.get("passed") == 6, done.stdout[-2000:]  # capacity, by hand, 2 masks,
-    # bfloat16, poison
+    """The tests above on Keras' JAX backend, in one fresh process: capacity, by hand, two
+    masks, bfloat16, poison (the TensorFlow-only ones skip there)."""
+    run_module_on_backend("jax", __file__, 6, "-k", "not holds_on_jax")

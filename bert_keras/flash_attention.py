@@ -51,6 +51,9 @@ _LOWBIAS_1 = 0x7FEB352D
 _LOWBIAS_2 = 0x846CA68B - (1 << 32)  # int32 two's complement: kernels compute in int32
 _GOLDEN = 0x9E3779B9 - (1 << 32)
 _SECOND_KEY = 0x68E31DA4
+# The bias of keys added by padding: exp(score + _NO_KEY - row max) is 0 in float32 even
+# where every real key has BERT's -10000, and finite, so no inf - inf arises.
+_NO_KEY = -1e30
 
 
 def on_gpu():
@@ -60,10 +63,28 @@ def on_gpu():
 
 
 def supports(query_length, key_length, head_size):
-    """Whether the kernels take these sizes: Triton's matrix products want block sides that
-    are powers of two of at least 16 (queries are padded up; keys and heads are not)."""
-    return (head_size in (16, 32, 64, 128, 256) and key_length >= 16
-            and _block(key_length, 128) is not None and query_length >= 1)
+    """Whether `attention` takes these sizes: any lengths, head sizes up to 256. Triton's
+    matrix products want block sides that are powers of two of at least 16, so `attention`
+    pads the queries and keys up to a multiple of 16 and the head size up to a power of two
+    (exactly: see `attention`)."""
+    return 1 <= head_size <= 256 and key_length >= 1 and query_length >= 1
+
+
+def cudnn_supports(head_size):
+    """Whether cuDNN's flash attention takes this head size (a multiple of 8 up to 128:
+    jax._src.cudnn.fused_attention_stablehlo.check_is_flash_attention; 256 on Hopper, not
+    relied on)."""
+    return head_size % 8 == 0 and head_size <= 128
+
+
+def _padded_length(length):
+    """Queries and keys: up to a multiple of 16 (the smallest Triton block side)."""
+    return max(16, -(-length // 16) * 16)
+
+
+def _padded_head_size(head_size):
+    """The head size up to a power of two of at least 16."""
+    return max(16, 1 << (head_size - 1).bit_length())
 
 
 def dropout_threshold(rate):
@@ -93,9 +114,10 @@ def _row_keys(seed0, seed1, batch_head):
 
 
 def _keep(key1, key2, rows, cols, key_length, threshold, rounds=2):
-    """Bool [..., rows, cols]: whether attention link (row, col) is kept. `rounds` of the
-    hash per decision: 2 (the default), or 1 (half the integer work; it passes the same
-    statistical tests)."""
+    """Bool [..., rows, cols]: whether attention link (row, col) is kept. `key_length` is
+    the true S (not the kernels' padded one), so the decisions of real links do not depend
+    on padding. `rounds` of the hash per decision: 2 (the default), or 1 (half the integer
+    work; it passes the same statistical tests)."""
     counter = rows * jnp.int32(key_length) + cols  # unique per (i, j) of a head for S < 2^16
     bits = _mix(counter ^ key1)
     if rounds == 2:
@@ -176,7 +198,7 @@ def _dot(a, b, trans_b=False, trans_a=False):
 
 
 def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, lse_ref, *, scale,
-                    threshold, block_k, num_heads, rounds):
+                    threshold, block_k, num_heads, hash_length, rounds):
     from jax.experimental import pallas as pl
 
     block_q, head_size = q_ref.shape
@@ -198,7 +220,8 @@ def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, lse_ref, *, 
         probs = jnp.exp(scores - new_max[:, None])
         row_sum = row_sum * correction + jnp.sum(probs, axis=1)
         if threshold:
-            keep = _keep(key1, key2, rows, j * block_k + cols, key_length, threshold, rounds)
+            keep = _keep(key1, key2, rows, j * block_k + cols, hash_length, threshold,
+                         rounds)
             probs = jnp.where(keep, probs, 0.0)
         v = v_ref[keys, :]
         acc = acc * correction[:, None] + _dot(probs.astype(v.dtype), v)
@@ -229,7 +252,7 @@ def _probs_and_dprobs(q, k, v, do, bias, lse, delta, keep, scale, threshold):
 
 
 def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_ref,
-                 dk_ref, dv_ref, *, scale, threshold, block_q, num_heads, key_length, rounds):
+                 dk_ref, dv_ref, *, scale, threshold, block_q, num_heads, hash_length, rounds):
     from jax.experimental import pallas as pl
 
     block_k, head_size = k_ref.shape
@@ -246,7 +269,7 @@ def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta
         dk, dv = carry
         queries = pl.ds(i * block_q, block_q)
         q, do = q_ref[queries, :], do_ref[queries, :]
-        keep = (_keep(key1, key2, i * block_q + rows, cols, key_length, threshold, rounds)
+        keep = (_keep(key1, key2, i * block_q + rows, cols, hash_length, threshold, rounds)
                 if threshold else None)
         dropped, dscores = _probs_and_dprobs(q, k, v, do, bias, lse_ref[queries],
                                              delta_ref[queries], keep, scale, threshold)
@@ -261,7 +284,7 @@ def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta
 
 
 def _dq_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_ref, dq_ref,
-               *, scale, threshold, block_k, num_heads, rounds):
+               *, scale, threshold, block_k, num_heads, hash_length, rounds):
     from jax.experimental import pallas as pl
 
     block_q, head_size = q_ref.shape
@@ -277,7 +300,7 @@ def _dq_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_r
     def body(j, dq):
         keys = pl.ds(j * block_k, block_k)
         k = k_ref[keys, :]
-        keep = (_keep(key1, key2, rows, j * block_k + cols, key_length, threshold, rounds)
+        keep = (_keep(key1, key2, rows, j * block_k + cols, hash_length, threshold, rounds)
                 if threshold else None)
         _, dscores = _probs_and_dprobs(q, k, v_ref[keys, :], do, bias_ref[keys], lse, delta,
                                        keep, scale, threshold)
@@ -323,7 +346,7 @@ def _specs(batch_size, num_heads, head_size):
     return rows, whole, row_stats, whole_stats, bias, seed
 
 
-def _forward(q, k, v, key_bias, seed, *, scale, threshold, config, interpret):
+def _forward(q, k, v, key_bias, seed, *, scale, threshold, hash_length, config, interpret):
     from jax.experimental import pallas as pl
 
     batch_size, query_length, num_heads, head_size = q.shape
@@ -332,7 +355,7 @@ def _forward(q, k, v, key_bias, seed, *, scale, threshold, config, interpret):
                         _block(key_length, config["block_k"]))
     rows, whole, row_stats, _, bias, seed_spec = _specs(batch_size, num_heads, head_size)
     kernel = functools.partial(_forward_kernel, scale=scale, threshold=threshold,
-                               block_k=block_k, num_heads=num_heads,
+                               block_k=block_k, num_heads=num_heads, hash_length=hash_length,
                                rounds=config["hash_rounds"])
     return pl.pallas_call(
         kernel,
@@ -348,8 +371,8 @@ def _forward(q, k, v, key_bias, seed, *, scale, threshold, config, interpret):
     )(seed, q, k, v, key_bias)
 
 
-def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, config,
-              interpret):
+def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, hash_length,
+              config, interpret):
     from jax.experimental import pallas as pl
 
     batch_size, query_length, num_heads, head_size = q.shape
@@ -364,7 +387,7 @@ def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, conf
     params = _compiler_params(config["num_warps_backward"], config["num_stages"])
     dk, dv = pl.pallas_call(
         functools.partial(_dkdv_kernel, scale=scale, threshold=threshold, block_q=block_q,
-                          num_heads=num_heads, key_length=key_length,
+                          num_heads=num_heads, hash_length=hash_length,
                           rounds=config["hash_rounds"]),
         grid=(key_length // block_k, batch_size, num_heads),
         in_specs=[seed_spec, whole(query_length), rows(block_k), rows(block_k),
@@ -377,7 +400,8 @@ def _backward(q, k, v, key_bias, seed, out, lse, dout, *, scale, threshold, conf
     )(seed, q, k, v, key_bias, dout, lse, delta)
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, scale=scale, threshold=threshold, block_k=block_k,
-                          num_heads=num_heads, rounds=config["hash_rounds"]),
+                          num_heads=num_heads, hash_length=hash_length,
+                          rounds=config["hash_rounds"]),
         grid=(query_length // block_q, batch_size, num_heads),
         in_specs=[seed_spec, rows(block_q), whole(key_length), whole(key_length),
                   bias(key_length, False), rows(block_q), row_stats(block_q),
@@ -416,23 +440,25 @@ def configured(config=None):
     return merged
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _attention(q, k, v, key_bias, seed, scale, threshold, config, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _attention(q, k, v, key_bias, seed, scale, threshold, hash_length, config, interpret):
     out, _ = _forward(q, k, v, key_bias, seed, scale=scale, threshold=threshold,
-                      config=dict(config), interpret=interpret)
+                      hash_length=hash_length, config=dict(config), interpret=interpret)
     return out
 
 
-def _attention_fwd(q, k, v, key_bias, seed, scale, threshold, config, interpret):
+def _attention_fwd(q, k, v, key_bias, seed, scale, threshold, hash_length, config,
+                   interpret):
     out, lse = _forward(q, k, v, key_bias, seed, scale=scale, threshold=threshold,
-                        config=dict(config), interpret=interpret)
+                        hash_length=hash_length, config=dict(config), interpret=interpret)
     return out, (q, k, v, key_bias, seed, out, lse)
 
 
-def _attention_bwd(scale, threshold, config, interpret, residuals, dout):
+def _attention_bwd(scale, threshold, hash_length, config, interpret, residuals, dout):
     q, k, v, key_bias, seed, out, lse = residuals
     dq, dk, dv = _backward(q, k, v, key_bias, seed, out, lse, dout, scale=scale,
-                           threshold=threshold, config=dict(config), interpret=interpret)
+                           threshold=threshold, hash_length=hash_length,
+                           config=dict(config), interpret=interpret)
     return dq, dk, dv, jnp.zeros_like(key_bias), np.zeros(seed.shape, jax.dtypes.float0)
 
 
@@ -460,14 +486,20 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
     Returns:
       Tensor [B, Q, N, D] of q's dtype.
 
+    Sizes the Triton kernels do not take directly are padded, exactly: queries and keys
+    up to a multiple of 16 (padded keys get a bias no score survives, so each real row's
+    softmax, a row with every real key masked included, is the one over its S keys), the
+    head size up to a power of two (zeros, which change no score). The dropout decisions of
+    real links are those of `keep_mask` at the true sizes.
+
     Raises:
       ValueError: if the sizes are ones the kernels do not take (`supports`).
     """
     batch_size, query_length, num_heads, head_size = q.shape
     key_length = k.shape[1]
     if not supports(query_length, key_length, head_size):
-        raise ValueError(f"flash attention takes head sizes 16..256 (powers of 2) and key "
-                         f"lengths that are multiples of 16; got D={head_size}, "
+        raise ValueError(f"flash attention takes head sizes up to 256 and at least one "
+                         f"query and key; got D={head_size}, Q={query_length}, "
                          f"S={key_length}")
     threshold = dropout_threshold(dropout_rate)
     if threshold and seed is None:
@@ -477,14 +509,20 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
     merged = configured(config)
     if interpret is None:
         interpret = not on_gpu()
-    # Queries padded to a multiple of 16 (the pretrainer's last layer attends from [CLS]
-    # and the P masked positions only); padded rows are computed and dropped.
-    padded_length = max(16, -(-query_length // 16) * 16)
-    if padded_length != query_length:
-        q = jnp.pad(q, ((0, 0), (0, padded_length - query_length), (0, 0), (0, 0)))
-    out = _attention(q, k, v, key_bias.astype(jnp.float32), seed, scale, threshold,
+    key_bias = key_bias.astype(jnp.float32)
+    # Queries padded (the pretrainer's last layer attends from [CLS] and the P masked
+    # positions only): padded rows are computed and dropped.
+    extra_queries = _padded_length(query_length) - query_length
+    extra_keys = _padded_length(key_length) - key_length
+    extra_dims = _padded_head_size(head_size) - head_size
+    if extra_queries or extra_dims:
+        q = jnp.pad(q, ((0, 0), (0, extra_queries), (0, 0), (0, extra_dims)))
+    if extra_keys or extra_dims:
+        k, v = (jnp.pad(t, ((0, 0), (0, extra_keys), (0, 0), (0, extra_dims))) for t in (k, v))
+        key_bias = jnp.pad(key_bias, ((0, 0), (0, extra_keys)), constant_values=_NO_KEY)
+    out = _attention(q, k, v, key_bias, seed, scale, threshold, key_length,
                      tuple(sorted(merged.items())), interpret)
-    return out[:, :query_length]
+    return out[:, :query_length, :, :head_size]
 
 
 # --------------------------------------------------------------------------------------
@@ -516,7 +554,7 @@ def cudnn_attention(q, k, v, key_mask, *, scale, key_lengths=True, implementatio
 
     Args:
       q: float Tensor [B, Q, N, D]; k, v: float Tensors [B, S, N, D] (bfloat16/float16
-        for cuDNN).
+        for cuDNN; D as `cudnn_supports` says, any Q and S).
       key_mask: int or bool Tensor [B, S], 1 for real tokens.
       scale: Python float, the scores' scale.
       key_lengths: whether right-padded batches go as key lengths.
@@ -532,12 +570,17 @@ def cudnn_attention(q, k, v, key_mask, *, scale, key_lengths=True, implementatio
         implementation = "cudnn" if on_gpu() else "xla"
 
     def by_mask(q):
-        padded = q
-        if query_length % 2:  # cuDNN's training kernels with a mask want an even Q
+        # cuDNN's training kernels with a mask want an even Q and S: an odd one gets one
+        # more query (dropped) or one more masked key.
+        padded, keys, values, mask = q, k, v, key_mask.astype(bool)
+        if query_length % 2:
             padded = jnp.pad(q, ((0, 0), (0, 1), (0, 0), (0, 0)))
-        mask = jnp.broadcast_to(key_mask.astype(bool)[:, None, None, :],
-                                (batch_size, 1, padded.shape[1], key_mask.shape[1]))
-        out = jax.nn.dot_product_attention(padded, k, v, mask=mask, scale=scale,
+        if k.shape[1] % 2:
+            keys, values = (jnp.pad(t, ((0, 0), (0, 1), (0, 0), (0, 0))) for t in (k, v))
+            mask = jnp.pad(mask, ((0, 0), (0, 1)))
+        mask = jnp.broadcast_to(mask[:, None, None, :],
+                                (batch_size, 1, padded.shape[1], mask.shape[1]))
+        out = jax.nn.dot_product_attention(padded, keys, values, mask=mask, scale=scale,
                                            implementation=implementation)
         return out[:, :query_length]
 

@@ -29,6 +29,7 @@ RATE = 0.1
 ON_KERAS_JAX = pytest.mark.skipif(keras.backend.backend() != "jax",
                                   reason="Keras layers on the JAX backend")
 KERAS_JAX_TESTS = ("test_self_attention_on_a_gpu_platform_runs_the_fused_kernels",
+                   "test_self_attention_on_a_gpu_platform_at_other_sizes",
                    "test_dropout_layer_on_jax_drops_by_the_hash",
                    "test_self_attention_for_cuda_has_no_layout_transposes")
 
@@ -122,6 +123,54 @@ def test_with_dropout_forward_and_gradients_equal_the_softmax_with_the_kernels_m
         assert _relative(g, w) < 1e-5, name
 
 
+# Sizes Triton's blocks do not take (S and Q not multiples of 16, head sizes not powers of
+# two: TinyBERT's 312 / 12 = 26, a max_seq_length of 100, a 3-token batch).
+@pytest.mark.parametrize("query_length,key_length,head_size", [(100, 100, 26), (21, 37, 48),
+                                                               (5, 3, 8)])
+def test_sizes_the_blocks_do_not_take_are_padded_exactly(query_length, key_length, head_size):
+    batch, heads = 2, 3
+    q, k, v = _qkv(batch, query_length, key_length, heads, head_size, seed=5)
+    right, arbitrary = _masks(batch, key_length, seed=5)
+    for mask in (right, arbitrary):
+        got = fa.attention(q, k, v, _bias(mask))
+        assert got.shape == q.shape
+        assert _relative(got, _float64_reference(q, k, v, mask)) < 1e-5
+    # A row whose every key is masked (a padding example): the softmax over its S keys,
+    # as the explicit path computes it, not over the padded ones.
+    masked = right.copy()
+    masked[1] = 0
+    assert _relative(fa.attention(q, k, v, _bias(masked)),
+                     fa.reference(q, k, v, _bias(masked))) < 1e-5
+    q16, k16, v16 = (t.astype(jnp.bfloat16) for t in (q, k, v))
+    assert _relative(fa.attention(q16, k16, v16, _bias(arbitrary)),
+                     _float64_reference(q, k, v, arbitrary)) < 2e-2
+    # With dropout: the real links' decisions are keep_mask's at the true sizes, in the
+    # forward pass and in both backward kernels.
+    bias = _bias(arbitrary)
+    seed = jnp.array([3, 9], jnp.uint32)
+    keep = fa.keep_mask(seed, batch, heads, query_length, key_length, RATE)
+    weights = jnp.asarray(np.random.default_rng(6).normal(size=q.shape), jnp.float32)
+
+    def kernel(q, k, v):
+        return fa.attention(q, k, v, bias, seed, dropout_rate=RATE)
+
+    def reference(q, k, v):
+        return fa.reference(q, k, v, bias, keep, RATE)
+
+    assert _relative(kernel(q, k, v), reference(q, k, v)) < 1e-5
+    got = jax.grad(lambda *t: jnp.sum(kernel(*t) * weights), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(lambda *t: jnp.sum(reference(*t) * weights), argnums=(0, 1, 2))(q, k, v)
+    for name, g, w in zip("qkv", got, want):
+        assert g.shape == w.shape and _relative(g, w) < 1e-5, name
+
+
+def test_sizes_over_256_are_refused_with_the_reason():
+    q, k, v = _qkv(1, 16, 16, 1, 272)
+    assert not fa.supports(16, 16, 272) and fa.supports(16, 16, 256)
+    with pytest.raises(ValueError, match="head sizes up to 256.*D=272"):
+        fa.attention(q, k, v, jnp.zeros((1, 16)))
+
+
 @pytest.mark.parametrize("rounds", [2, 1])
 def test_the_kernel_drops_exactly_the_decisions_keep_mask_describes(rounds):
     # Uniform probabilities (q = 0), no padding, v = identity over the keys (D = S): each
@@ -178,8 +227,10 @@ def test_dropout_decisions_are_independent_bernoulli_draws(rounds):
     assert abs(per_row.var() - variance) < 0.05 * variance
 
 
-def test_cudnn_wrapper_equals_the_softmax_for_right_padded_and_arbitrary_masks(monkeypatch):
-    batch, length, heads, head_size = 4, 24, 2, 8
+@pytest.mark.parametrize("length", [24, 23])
+def test_cudnn_wrapper_equals_the_softmax_for_right_padded_and_arbitrary_masks(monkeypatch,
+                                                                              length):
+    batch, heads, head_size = 4, 2, 8
     q, k, v = _qkv(batch, length, length, heads, head_size, seed=3)
     right, arbitrary = _masks(batch, length, seed=3)
     assert bool(fa.is_right_padded(jnp.asarray(right)))
@@ -202,17 +253,29 @@ def test_cudnn_wrapper_equals_the_softmax_for_right_padded_and_arbitrary_masks(m
     by_lengths = [c for c in calls if "key_value_seq_lengths" in c]
     by_mask = [c for c in calls if "mask" in c]
     assert by_lengths and all(c["key_value_seq_lengths"] == (batch,) for c in by_lengths)
-    assert by_mask and all(c["mask"] == (batch, 1, length, length) for c in by_mask)
+    # cuDNN's training kernels with a mask want even lengths: an odd one is padded.
+    even = length + length % 2
+    assert by_mask and all(c["mask"] == (batch, 1, even, even) for c in by_mask)
     assert len(by_lengths) == 2 and len(by_mask) == 4  # key_lengths=False: the mask only
+    # Gradients through the (padded) mask branch: the padded key's slice is dropped.
+    bias = _bias(arbitrary)
+    got = jax.grad(lambda *t: jnp.sum(fa.cudnn_attention(
+        *t, jnp.asarray(arbitrary), scale=1 / math.sqrt(head_size), key_lengths=False,
+        implementation="xla") ** 2), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(lambda *t: jnp.sum(fa.reference(*t, bias) ** 2), argnums=(0, 1, 2))(q, k, v)
+    for name, g, w in zip("qkv", got, want):
+        assert g.shape == w.shape and _relative(g, w) < 1e-5, name
 
 
-def test_kernels_lower_to_triton_for_cuda():
+@pytest.mark.parametrize("length,head_size", [(128, 64), (100, 26)])
+def test_kernels_lower_to_triton_for_cuda(length, head_size):
     """The Pallas kernels go through Pallas' Triton lowering for CUDA (what a GPU compiles):
-    forward, and both backward kernels, at BERT-base's head and sequence sizes."""
+    forward, and both backward kernels, at BERT-base's head and sequence sizes and at sizes
+    that are padded."""
     from jax import export
 
     sds = jax.ShapeDtypeStruct
-    qkv = sds((2, 128, 12, 64), jnp.bfloat16)
+    qkv = sds((2, length, 12, head_size), jnp.bfloat16)
 
     def step(q, k, v, bias, seed):
         out, vjp = jax.vjp(
@@ -223,14 +286,14 @@ def test_kernels_lower_to_triton_for_cuda():
     exported = export.export(
         jax.jit(step), platforms=["cuda"],
         disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
-        qkv, qkv, qkv, sds((2, 128), jnp.float32), sds((2,), jnp.uint32))
+        qkv, qkv, qkv, sds((2, length), jnp.float32), sds((2,), jnp.uint32))
     text = exported.mlir_module()
     for name in ("bert_flash_attention_forward", "bert_flash_attention_dkdv",
                  "bert_flash_attention_dq"):
         assert f'name = "{name}"' in text, name
     assert text.count("__gpu$xla.gpu.triton") == 3
     # No [B, N, S, S] tensor and no transpose outside the kernels.
-    assert "tensor<2x12x128x128" not in text
+    assert f"tensor<2x12x{length}x{length}" not in text
     assert "stablehlo.transpose" not in text
 
 
@@ -275,6 +338,49 @@ def test_self_attention_on_a_gpu_platform_runs_the_fused_kernels(monkeypatch):
     want = fa.reference(q, k, v, _bias(mask), keep, RATE).reshape(batch, length, hidden)
     assert _relative(training, want) < 1e-5
     assert keras.backend.backend() == "jax"
+
+
+@ON_KERAS_JAX
+def test_self_attention_on_a_gpu_platform_at_other_sizes(monkeypatch):
+    """max_seq_length 100 and TinyBERT's head size 26 (312 / 12) still run fused on a GPU:
+    cuDNN where it takes the head size, the (padded) Pallas kernel otherwise; a head size
+    no kernel takes goes to XLA's attention directly, not through Keras' cuDNN attempt
+    (which logs "Failed to apply")."""
+    from bert_keras import kernels
+    from bert_keras.layers import SelfAttention
+
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    used = []
+    for name in ("cudnn_attention", "attention"):
+        original = getattr(fa, name)
+        monkeypatch.setattr(fa, name, lambda *a, _f=original, _n=name, **kw: (
+            used.append(_n), _f(*a, **kw))[1])
+    original_ops = keras.ops.dot_product_attention
+    monkeypatch.setattr(keras.ops, "dot_product_attention", lambda *a, **kw: (
+        used.append(("ops", kw.get("flash_attention"))), original_ops(*a, **kw))[1])
+    batch, length = 2, 100
+    _, mask = _masks(batch, length, seed=7)
+    for hidden, heads, inference_path in ((96, 3, "cudnn_attention"), (78, 3, "attention"),
+                                          (272, 1, ("ops", False))):
+        x = np.random.default_rng(hidden).normal(size=(batch, length, hidden)).astype("float32")
+        layer = SelfAttention(heads, dropout=RATE)
+        layer.build((None, None, hidden))
+        q, k, v = (np.asarray(dense(x)).reshape(batch, length, heads, hidden // heads)
+                   for dense in (layer.query, layer.key, layer.value))
+        used.clear()
+        inference = np.asarray(layer(x, attention_mask=mask), "float32")
+        assert used == [inference_path], hidden
+        want = fa.reference(q, k, v, _bias(mask)).reshape(batch, length, hidden)
+        assert _relative(inference, want) < 1e-5, hidden
+        if hidden == 272:
+            continue
+        used.clear()
+        seed = np.asarray(layer.dropout_layer.seed_generator.state.value)
+        training = np.asarray(layer(x, attention_mask=mask, training=True), "float32")
+        assert used == ["attention"], hidden
+        keep = fa.keep_mask(seed, batch, heads, length, length, RATE)
+        want = fa.reference(q, k, v, _bias(mask), keep, RATE).reshape(batch, length, hidden)
+        assert _relative(training, want) < 1e-5, hidden
 
 
 def test_the_config_switch_overrides_tiles_and_refuses_unknown_keys(monkeypatch):

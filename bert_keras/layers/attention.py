@@ -160,6 +160,7 @@ class SelfAttention(keras.layers.Layer):
                 # layer, which attends from [CLS] and the P masked positions only: Q = 21,
                 # on an H200 with JAX 0.11.2); the Pallas kernel elsewhere.
                 if (rate == 0 and query_length == key_length
+                        and flash_attention.cudnn_supports(self.head_size)
                         and kernels.applies("cudnn_attention")):
                     return flash_attention.cudnn_attention(
                         q, k, v, key_mask, scale=scale,
@@ -170,10 +171,13 @@ class SelfAttention(keras.layers.Layer):
                                                  scale=scale)
         if rate == 0:
             # Nothing to drop: XLA's fused attention. [B, S] -> [B, 1, 1, S]: the same key
-            # mask for every head and query.
+            # mask for every head and query. On a GPU (head sizes over 256, or the fused
+            # kernels switched off) Keras would try cuDNN with that mask, which cuDNN
+            # refuses ("Failed to apply" in the log): XLA's directly.
             mask = None if attention_mask is None else ops.cast(
                 attention_mask, "bool")[:, None, None, :]
-            return ops.dot_product_attention(q, k, v, mask=mask, scale=scale)
+            unfused = {"flash_attention": False} if kernels.platform() == "gpu" else {}
+            return ops.dot_product_attention(q, k, v, mask=mask, scale=scale, **unfused)
         return self._explicit_attention(q, k, v, attention_mask, scale, training)
 
     def _explicit_attention(self, q, k, v, attention_mask, scale, training):

@@ -51,8 +51,9 @@ for an A100; --peak_tflops overrides it; on a CPU the peak is torch's float32 ma
 measured in this run.
 
 Sizes: base (L12 H768 A12 I3072, S128, batch 256), large (L24 H1024 A16 I4096, S128,
-batch 128), both at vocabulary 30,522 and P = 20; tiny (L2 H64 A2 I128, S32, batch 8,
-P 5) is for a CPU (tests/test_bench_accelerator.py).
+batch 128), both at vocabulary 30,522 and P = 20; base512 (BERT-base at S512, batch 64,
+P = 80: the recipe's last 10% of steps, where attention is a larger share of the step);
+tiny (L2 H64 A2 I128, S32, batch 8, P 5) is for a CPU (tests/test_bench_accelerator.py).
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ SIZES = {
                  batch=256, predictions=20),
     "large": dict(layers=24, hidden=1024, heads=16, intermediate=4096, vocab=30522, seq=128,
                   batch=128, predictions=20),
+    # The recipe's last 10% of steps: S512 with P = 80 (Google's max_predictions_per_seq).
+    "base512": dict(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522, seq=512,
+                    batch=64, predictions=80),
 }
 SIDES = ("ours", "keras_hub", "torch", "torch_compile")
 # bf16 dense tensor-core peaks (TFLOP/s, SXM parts), by a substring of the device name.

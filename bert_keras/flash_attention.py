@@ -70,11 +70,12 @@ def supports(query_length, key_length, head_size):
     return 1 <= head_size <= 256 and key_length >= 1 and query_length >= 1
 
 
-def cudnn_supports(head_size):
-    """Whether cuDNN's flash attention takes this head size (a multiple of 8 up to 128:
-    jax._src.cudnn.fused_attention_stablehlo.check_is_flash_attention; 256 on Hopper, not
-    relied on)."""
-    return head_size % 8 == 0 and head_size <= 128
+def cudnn_supports(head_size, dtype):
+    """Whether cuDNN's flash attention takes this head size and dtype: a multiple of 8 up
+    to 128 (256 on Hopper, not relied on), bfloat16 or float16 (float32 raises
+    NotImplementedError; jax._src.cudnn.fused_attention_stablehlo)."""
+    return (head_size % 8 == 0 and head_size <= 128
+            and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)))
 
 
 def _padded_length(length):
@@ -554,7 +555,7 @@ def cudnn_attention(q, k, v, key_mask, *, scale, key_lengths=True, implementatio
 
     Args:
       q: float Tensor [B, Q, N, D]; k, v: float Tensors [B, S, N, D] (bfloat16/float16
-        for cuDNN; D as `cudnn_supports` says, any Q and S).
+        for cuDNN; D and the dtype as `cudnn_supports` says, any Q and S).
       key_mask: int or bool Tensor [B, S], 1 for real tokens.
       scale: Python float, the scores' scale.
       key_lengths: whether right-padded batches go as key lengths.

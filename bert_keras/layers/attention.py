@@ -158,9 +158,10 @@ class SelfAttention(keras.layers.Layer):
                             else ops.cast(attention_mask, "int32"))
                 # cuDNN where every position attends (it refused the pretrainer's last
                 # layer, which attends from [CLS] and the P masked positions only: Q = 21,
-                # on an H200 with JAX 0.11.2); the Pallas kernel elsewhere.
+                # on an H200 with JAX 0.11.2) in 16 bits; the Pallas kernel elsewhere
+                # (float32 included, which cuDNN refuses).
                 if (rate == 0 and query_length == key_length
-                        and flash_attention.cudnn_supports(self.head_size)
+                        and flash_attention.cudnn_supports(self.head_size, q.dtype)
                         and kernels.applies("cudnn_attention")):
                     return flash_attention.cudnn_attention(
                         q, k, v, key_mask, scale=scale,

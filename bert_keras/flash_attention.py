@@ -205,7 +205,7 @@ def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, o_ref, lse_ref, *, 
     block_q, head_size = q_ref.shape
     key_length = k_ref.shape[0]
     start_q = pl.program_id(0)
-    batch_head = pl.program_id(1) * num_heads + pl.program_id(2)
+    batch_head = (seed_ref[2] + pl.program_id(1)) * num_heads + pl.program_id(2)
     q = q_ref[...]
     if threshold:
         key1, key2 = _row_keys(seed_ref[0], seed_ref[1], batch_head)
@@ -259,7 +259,7 @@ def _dkdv_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta
     block_k, head_size = k_ref.shape
     query_length = q_ref.shape[0]
     start_k = pl.program_id(0)
-    batch_head = pl.program_id(1) * num_heads + pl.program_id(2)
+    batch_head = (seed_ref[2] + pl.program_id(1)) * num_heads + pl.program_id(2)
     k, v, bias = k_ref[...], v_ref[...], bias_ref[...]
     if threshold:
         key1, key2 = _row_keys(seed_ref[0], seed_ref[1], batch_head)
@@ -291,7 +291,7 @@ def _dq_kernel(seed_ref, q_ref, k_ref, v_ref, bias_ref, do_ref, lse_ref, delta_r
     block_q, head_size = q_ref.shape
     key_length = k_ref.shape[0]
     start_q = pl.program_id(0)
-    batch_head = pl.program_id(1) * num_heads + pl.program_id(2)
+    batch_head = (seed_ref[2] + pl.program_id(1)) * num_heads + pl.program_id(2)
     q, do, lse, delta = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
     if threshold:
         key1, key2 = _row_keys(seed_ref[0], seed_ref[1], batch_head)
@@ -343,7 +343,7 @@ def _specs(batch_size, num_heads, head_size):
             return pl.BlockSpec((None, block), lambda i, b, h: (b, i))
         return pl.BlockSpec((None, block), lambda i, b, h: (b, 0))
 
-    seed = pl.BlockSpec((2,), lambda i, b, h: (0,))
+    seed = pl.BlockSpec((4,), lambda i, b, h: (0,))  # (seed, seed, batch offset, 0)
     return rows, whole, row_stats, whole_stats, bias, seed
 
 
@@ -467,7 +467,7 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, config=None,
-              interpret=None):
+              interpret=None, mesh=None, batch_axis=None):
     """Fused scaled dot-product attention with in-kernel dropout; differentiable.
 
     Args:
@@ -483,6 +483,13 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
         $BERT_KERAS_FLASH_ATTENTION_CONFIG.
       interpret: run with Pallas' interpreter (any device: tests on CPUs); None: only
         where the default device is not a GPU.
+      mesh, batch_axis: a jax.sharding.Mesh and the name of its axis the batch is split
+        over (Keras' DataParallel: its device mesh and batch_dim_name). The kernels then
+        run on each device's rows (`jax.shard_map`): XLA cannot split a kernel's custom
+        call, and would gather every device's q, k and v to each device and compute the
+        whole batch there. Each device's kernels take its rows' global batch indices, so
+        the dropout decisions are those of one device. A batch the axis does not divide
+        runs unsplit.
 
     Returns:
       Tensor [B, Q, N, D] of q's dtype.
@@ -506,10 +513,31 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
     if threshold and seed is None:
         raise ValueError("flash attention: dropout_rate > 0 needs a seed")
     seed = jnp.zeros((2,), jnp.int32) if seed is None else _as_int32_seed(seed)
-    scale = 1.0 / math.sqrt(head_size) if scale is None else float(scale)
-    merged = configured(config)
-    if interpret is None:
-        interpret = not on_gpu()
+    local = functools.partial(
+        _padded_attention, scale=1.0 / math.sqrt(head_size) if scale is None else float(scale),
+        threshold=threshold, config=tuple(sorted(configured(config).items())),
+        interpret=not on_gpu() if interpret is None else interpret)
+    devices = 1 if mesh is None else mesh.shape[batch_axis]
+    if devices == 1 or batch_size % devices:
+        return local(q, k, v, key_bias, seed, 0)
+    from jax.sharding import PartitionSpec
+
+    rows = PartitionSpec(batch_axis)
+
+    def on_each_device(q, k, v, key_bias, seed):
+        return local(q, k, v, key_bias, seed, lax.axis_index(batch_axis) * q.shape[0])
+
+    return jax.shard_map(on_each_device, mesh=mesh, in_specs=(rows, rows, rows, rows,
+                                                              PartitionSpec()),
+                         out_specs=rows, check_vma=False)(q, k, v, key_bias, seed)
+
+
+def _padded_attention(q, k, v, key_bias, seed, batch_offset, *, scale, threshold, config,
+                      interpret):
+    """`attention` on one device's rows, the first of them row `batch_offset` of the batch
+    (its dropout decisions are the whole batch's)."""
+    query_length, head_size = q.shape[1], q.shape[3]
+    key_length = k.shape[1]
     key_bias = key_bias.astype(jnp.float32)
     # Queries padded (the pretrainer's last layer attends from [CLS] and the P masked
     # positions only): padded rows are computed and dropped.
@@ -521,8 +549,11 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
     if extra_keys or extra_dims:
         k, v = (jnp.pad(t, ((0, 0), (0, extra_keys), (0, 0), (0, extra_dims))) for t in (k, v))
         key_bias = jnp.pad(key_bias, ((0, 0), (0, extra_keys)), constant_values=_NO_KEY)
-    out = _attention(q, k, v, key_bias, seed, scale, threshold, key_length,
-                     tuple(sorted(merged.items())), interpret)
+    # The kernels' int32[4] operand: the step's seed, the first row's batch index, 0.
+    kernel_seed = jnp.concatenate([seed, jnp.stack([jnp.asarray(batch_offset, jnp.int32),
+                                                    jnp.int32(0)])])
+    out = _attention(q, k, v, key_bias, kernel_seed, scale, threshold, key_length, config,
+                     interpret)
     return out[:, :query_length, :, :head_size]
 
 

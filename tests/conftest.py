@@ -29,8 +29,9 @@ def backend_env(backend, **extra):
                 **extra)
 
 
-def run_tests_on_backend(backend, *pytest_args, timeout=1500):
-    """Runs pytest with `pytest_args` in a fresh process on `backend`.
+def run_tests_on_backend(backend, *pytest_args, timeout=1500, env=None):
+    """Runs pytest with `pytest_args` in a fresh process on `backend` (`env`: more
+    environment variables).
 
     Returns:
       (CompletedProcess, {"passed": n, "failed": n, "xfailed": n, ...}) from pytest's
@@ -38,7 +39,8 @@ def run_tests_on_backend(backend, *pytest_args, timeout=1500):
     """
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
-        cwd=REPO, env=backend_env(backend), capture_output=True, text=True, timeout=timeout)
+        cwd=REPO, env=backend_env(backend, **(env or {})), capture_output=True, text=True,
+        timeout=timeout)
     lines = result.stdout.strip().splitlines()
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", lines[-1] if lines else "")}
     return result, counts
@@ -119,19 +121,20 @@ def run_on_backend(backend, test_file, test_id):
     return True
 
 
-def run_module_on_backend(backend, test_file, passed, *pytest_args):
+def run_module_on_backend(backend, test_file, passed, *pytest_args, env=None):
     """Runs a module's tests on a Keras backend in one fresh process (for modules whose tests
     need that backend: one start-up instead of one per test, as `run_on_backend` pays).
 
-    Called by one test of the module; `pytest_args` select the tests (`-k ...`). Skips that
-    test when this process already runs `backend` (the tests ran here); else asserts that
-    none failed and exactly `passed` passed.
+    Called by one test of the module; `pytest_args` select the tests (`-k ...`); `env`
+    adds environment variables (XLA_FLAGS for host devices). Skips that test when this
+    process already runs `backend` (the tests ran here); else asserts that none failed and
+    exactly `passed` passed.
     """
     import keras
 
     if keras.backend.backend() == backend:
         pytest.skip(f"this process runs {backend}: the tests ran here")
-    done, counts = run_tests_on_backend(backend, "-m", "", test_file, *pytest_args)
+    done, counts = run_tests_on_backend(backend, "-m", "", test_file, *pytest_args, env=env)
     assert done.returncode == 0 and not counts.get("failed"), (done.stdout[-4000:]
                                                                + done.stderr[-2000:])
     assert counts.get("passed") == passed, done.stdout[-2000:]

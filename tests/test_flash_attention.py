@@ -11,6 +11,7 @@ GPU (on the JAX backend).
 """
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +29,14 @@ RATE = 0.1
 # runs JAX, else together in one fresh JAX process (`test_keras_layers_hold_on_jax`).
 ON_KERAS_JAX = pytest.mark.skipif(keras.backend.backend() != "jax",
                                   reason="Keras layers on the JAX backend")
+# Tests of the kernels under a batch-sharded mesh need two JAX devices: the JAX process
+# gets two host devices (XLA_FLAGS); elsewhere they skip.
+TWO_DEVICES = pytest.mark.skipif(len(jax.devices()) < 2, reason="two JAX devices "
+                                 "(XLA_FLAGS=--xla_force_host_platform_device_count=2)")
 KERAS_JAX_TESTS = ("test_self_attention_on_a_gpu_platform_runs_the_fused_kernels",
                    "test_self_attention_on_a_gpu_platform_at_other_sizes",
+                   "test_under_a_batch_mesh_each_device_runs_the_kernels_on_its_rows",
+                   "test_self_attention_under_data_parallel_runs_the_kernels_per_device",
                    "test_dropout_layer_on_jax_drops_by_the_hash",
                    "test_self_attention_for_cuda_has_no_layout_transposes")
 
@@ -457,7 +464,6 @@ def test_self_attention_for_cuda_has_no_layout_transposes(monkeypatch):
     """SelfAttention's training step (forward and gradients) as a GPU compiles it, exported
     for CUDA from this CPU: the fused kernels read the projections' [B, S, N, D] layout, so
     no 4-D tensor is transposed and no [B, N, S, S] tensor exists."""
-    import re
 
     from jax import export
 
@@ -494,7 +500,111 @@ def test_self_attention_for_cuda_has_no_layout_transposes(monkeypatch):
     assert f"tensor<{batch}x{heads}x{length}x{length}x" not in text
 
 
+def _batch_mesh():
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(jax.devices()[:2]), ("batch",))
+
+
+@TWO_DEVICES
+def test_under_a_batch_mesh_each_device_runs_the_kernels_on_its_rows():
+    """Under a batch-sharded mesh (Keras' DataParallel) the kernels run on each device's
+    rows (`jax.shard_map`): the Triton calls a GPU compiles take the local batch, where XLA,
+    which cannot split a custom call, would gather the batch to every device. The dropout
+    decisions stay the whole batch's (each device's kernels take its rows' global indices),
+    in the forward pass and both backward kernels."""
+    from jax import export
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = _batch_mesh()
+    rows = NamedSharding(mesh, PartitionSpec("batch"))
+    batch, query_length, key_length, heads, head_size = 4, 20, 37, 3, 16
+    q, k, v = _qkv(batch, query_length, key_length, heads, head_size, seed=8)
+    _, mask = _masks(batch, key_length, seed=8)
+    bias = _bias(mask)
+    seed = jnp.array([5, 6], jnp.uint32)
+    keep = fa.keep_mask(seed, batch, heads, query_length, key_length, RATE)
+    weights = jnp.asarray(np.random.default_rng(9).normal(size=q.shape), jnp.float32)
+
+    def kernel(q, k, v, bias):
+        return fa.attention(q, k, v, bias, seed, dropout_rate=RATE, mesh=mesh,
+                            batch_axis="batch")
+
+    def reference(q, k, v):
+        return fa.reference(q, k, v, bias, keep, RATE)
+
+    sharded = [jax.device_put(t, rows) for t in (q, k, v, bias)]
+    out = jax.jit(kernel)(*sharded)
+    assert out.sharding.is_equivalent_to(rows, out.ndim)
+    assert _relative(out, reference(q, k, v)) < 1e-5
+    got = jax.jit(jax.grad(lambda q, k, v, b: jnp.sum(kernel(q, k, v, b) * weights),
+                           argnums=(0, 1, 2)))(*sharded)
+    want = jax.grad(lambda *t: jnp.sum(reference(*t) * weights), argnums=(0, 1, 2))(q, k, v)
+    for name, g, w in zip("qkv", got, want):
+        assert _relative(g, w) < 1e-5, name
+    # A batch the mesh does not divide runs unsplit, with the same decisions.
+    odd = fa.attention(q[:3], k[:3], v[:3], bias[:3], seed, dropout_rate=RATE, mesh=mesh,
+                       batch_axis="batch")
+    assert _relative(odd, reference(q, k, v)[:3]) < 1e-5
+
+    sds = jax.ShapeDtypeStruct
+    qkv = sds((4, 128, 12, 64), jnp.bfloat16, sharding=rows)
+
+    def triton_operands(mesh):
+        def step(q, k, v, bias, seed):
+            out, vjp = jax.vjp(lambda q, k, v: fa.attention(
+                q, k, v, bias, seed, dropout_rate=RATE, interpret=False, mesh=mesh,
+                batch_axis="batch"), q, k, v)
+            return out, vjp(out)
+
+        text = export.export(jax.jit(step), platforms=["cuda"], disabled_checks=[
+            export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+            qkv, qkv, qkv, sds((4, 128), jnp.float32, sharding=rows),
+            sds((2,), jnp.uint32)).mlir_module()
+        calls = [line for line in text.splitlines() if "__gpu$xla.gpu.triton" in line]
+        return {shape for line in calls for shape in
+                re.findall(r"tensor<(\d+)x128x12x64xbf16>", line)}, len(calls)
+
+    assert triton_operands(mesh) == ({"2"}, 3)  # each device's 2 rows
+    assert triton_operands(None) == ({"4"}, 3)  # the whole batch, which XLA would gather
+
+
+@ON_KERAS_JAX
+@TWO_DEVICES
+def test_self_attention_under_data_parallel_runs_the_kernels_per_device(monkeypatch):
+    """SelfAttention under keras.distribution.DataParallel (what --distribution_strategy=
+    mirrored and multi_worker_mirrored are on JAX) hands the kernels the distribution's
+    mesh and batch axis; training equals the explicit softmax with the whole batch's
+    dropout decisions."""
+    from bert_keras import kernels
+    from bert_keras.layers import SelfAttention
+
+    batch, length, hidden, heads = 4, 32, 48, 3
+    x = np.random.default_rng(10).normal(size=(batch, length, hidden)).astype("float32")
+    _, mask = _masks(batch, length, seed=10)
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    meshes = []
+    original = fa.attention
+    monkeypatch.setattr(fa, "attention", lambda *a, **kw: (
+        meshes.append((kw.get("mesh"), kw.get("batch_axis"))), original(*a, **kw))[1])
+    distribution = keras.distribution.DataParallel(devices=jax.devices()[:2])
+    with distribution.scope():
+        layer = SelfAttention(heads, dropout=RATE)
+        layer.build((None, None, hidden))
+        seed = np.asarray(layer.dropout_layer.seed_generator.state.value)
+        training = np.asarray(layer(x, attention_mask=mask, training=True), "float32")
+    [(mesh, axis)] = meshes
+    assert axis == distribution.batch_dim_name and mesh.shape[axis] == 2
+    q, k, v = (np.asarray(dense(x)).reshape(batch, length, heads, hidden // heads)
+               for dense in (layer.query, layer.key, layer.value))
+    keep = fa.keep_mask(seed, batch, heads, length, length, RATE)
+    want = fa.reference(q, k, v, _bias(mask), keep, RATE).reshape(batch, length, hidden)
+    assert _relative(training, want) < 1e-5
+
+
 def test_keras_layers_hold_on_jax():
-    """The Keras-layer tests above on Keras' JAX backend, in one fresh process."""
+    """The Keras-layer tests above on Keras' JAX backend, in one fresh process with two host
+    devices (the tests under a mesh need them; the others use the first)."""
     run_module_on_backend("jax", __file__, len(KERAS_JAX_TESTS), "-k",
-                          " or ".join(KERAS_JAX_TESTS))
+                          " or ".join(KERAS_JAX_TESTS),
+                          env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})

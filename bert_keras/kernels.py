@@ -160,6 +160,17 @@ def applies(name: str) -> bool:
     return with_xla or not under_xla()
 
 
+def batch_mesh():
+    """(mesh, batch axis name) of Keras' distribution where it splits the batch (JAX's
+    DataParallel: a jax.sharding.Mesh), else (None, None). The GPU kernels' custom calls
+    run on each device's rows over it (`jax.shard_map`): XLA cannot split a custom call,
+    and would gather the batch to every device and compute all of it there."""
+    distribution = keras.distribution.distribution() if platform() == "gpu" else None
+    if not hasattr(distribution, "batch_dim_name"):
+        return None, None
+    return distribution.device_mesh.backend_mesh, distribution.batch_dim_name
+
+
 def platform() -> str:
     """The device platform computations run on: JAX's default backend ("cpu", "gpu", "tpu")
     on JAX; "tensorflow" on TensorFlow (whose kernels above do not depend on the device)."""

@@ -101,7 +101,8 @@ def _fused_bwd(epsilon, interpret, saved, dy):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def residual_layer_norm(x, residual, gamma, beta, epsilon, interpret=None):
+def residual_layer_norm(x, residual, gamma, beta, epsilon, interpret=None, mesh=None,
+                        batch_axis=None):
     """LayerNorm(x + residual) over the last axis; differentiable.
 
     Args:
@@ -110,6 +111,10 @@ def residual_layer_norm(x, residual, gamma, beta, epsilon, interpret=None):
       epsilon: Python float.
       interpret: run with Pallas' interpreter (any device: tests on CPUs); None: only where
         the default device is not a GPU.
+      mesh, batch_axis: a jax.sharding.Mesh and the name of the axis the first dimension
+        is split over (Keras' DataParallel): the kernel then runs on each device's rows
+        (`jax.shard_map`; XLA cannot split its custom call). A first dimension the axis
+        does not divide runs unsplit.
 
     Returns:
       Array like x.
@@ -120,7 +125,18 @@ def residual_layer_norm(x, residual, gamma, beta, epsilon, interpret=None):
     if interpret is None:
         interpret = not on_gpu()
     width = x.shape[-1]
-    y = _fused(x.reshape(-1, width), residual.reshape(-1, width),
-               gamma.astype(jnp.float32), beta.astype(jnp.float32), float(epsilon),
-               bool(interpret))
-    return y.reshape(x.shape)
+
+    def local(x, residual, gamma, beta):
+        y = _fused(x.reshape(-1, width), residual.reshape(-1, width),
+                   gamma.astype(jnp.float32), beta.astype(jnp.float32), float(epsilon),
+                   bool(interpret))
+        return y.reshape(x.shape)
+
+    devices = 1 if mesh is None else mesh.shape[batch_axis]
+    if devices == 1 or not x.ndim or x.shape[0] % devices:
+        return local(x, residual, gamma, beta)
+    from jax.sharding import PartitionSpec
+
+    rows, whole = PartitionSpec(batch_axis), PartitionSpec()
+    return jax.shard_map(local, mesh=mesh, in_specs=(rows, rows, whole, whole),
+                         out_specs=rows, check_vma=False)(x, residual, gamma, beta)

@@ -30,6 +30,15 @@ from conftest import run_module_on_backend
 # Every test here runs on JAX (the kernels are JAX's): in this process if it runs JAX,
 # else all of them in one fresh JAX process (`test_this_module_holds_on_jax`).
 JAX_ONLY = pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's kernels")
+# The test under a batch-sharded mesh needs two JAX devices: the JAX process gets two host
+# devices (XLA_FLAGS); elsewhere it skips.
+TWO_HOST_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def _two_devices():
+    import jax
+
+    return len(jax.devices()) >= 2
 
 
 def _exact(x):
@@ -349,6 +358,79 @@ def test_transformer_block_takes_the_residual_layer_norm_on_a_gpu_platform(monke
                                    atol=1e-5 * max(1.0, float(np.abs(np.asarray(want)).max())))
 
 
+@JAX_ONLY
+def test_residual_layer_norm_under_a_batch_mesh_runs_on_each_devices_rows(monkeypatch):
+    """Under Keras' DataParallel (a mesh splitting the batch) the kernel runs on each
+    device's rows (`jax.shard_map`: XLA cannot split its custom call): values and the
+    gradients of all four inputs equal the unsplit kernel's, the transformer block's
+    LayerNorm hands it Keras' mesh, and its CUDA lowering's Triton call takes each
+    device's rows."""
+    if not _two_devices():
+        pytest.skip("two JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=2)")
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from bert_keras import kernels
+    from bert_keras import residual_layer_norm as module
+    from bert_keras.layers.layer_norm import LayerNorm
+
+    mesh = Mesh(np.array(jax.devices()[:2]), ("batch",))
+    rows = NamedSharding(mesh, PartitionSpec("batch"))
+    rng = np.random.default_rng(11)
+    shape, epsilon = (4, 6, 48), 1e-12
+    x, residual = (jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(2))
+    gamma, beta = (jnp.asarray(rng.normal(size=48), jnp.float32) for _ in range(2))
+    weights = jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+    def loss(mesh):
+        return lambda *a: jnp.sum(module.residual_layer_norm(
+            *a, epsilon, interpret=True, mesh=mesh, batch_axis="batch") * weights)
+
+    split = [jax.device_put(t, rows) for t in (x, residual)] + [gamma, beta]
+    got = jax.jit(jax.value_and_grad(loss(mesh), argnums=(0, 1, 2, 3)))(*split)
+    want = jax.value_and_grad(loss(None), argnums=(0, 1, 2, 3))(x, residual, gamma, beta)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)  # sums in another order
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5,
+                                   atol=1e-6 * float(np.abs(np.asarray(w)).max()))
+
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, "residual_layer_norm")
+    meshes = []
+    original = module.residual_layer_norm
+    monkeypatch.setattr(module, "residual_layer_norm", lambda *a, **kw: (
+        meshes.append((kw.get("mesh"), kw.get("batch_axis"))), original(*a, **kw))[1])
+    distribution = keras.distribution.DataParallel(devices=jax.devices()[:2])
+    with distribution.scope():
+        layer = LayerNorm(epsilon=epsilon)
+        layer.build(shape)
+        out = layer.call_with_residual(x, residual)
+    [(layer_mesh, axis)] = meshes
+    assert axis == distribution.batch_dim_name and layer_mesh.shape[axis] == 2
+    np.testing.assert_allclose(np.asarray(out), np.asarray(
+        original(x, residual, jnp.ones(48), jnp.zeros(48), epsilon, interpret=True)),
+        rtol=1e-6, atol=1e-6)
+
+    sds = jax.ShapeDtypeStruct
+
+    def grid(mesh):
+        def step(xs, rs, gs, bs):
+            return jnp.sum(original(xs, rs, gs, bs, epsilon, interpret=False, mesh=mesh,
+                                    batch_axis="batch").astype(jnp.float32) ** 2)
+
+        big = sds((256, 128, 768), jnp.bfloat16, sharding=rows)
+        vector = sds((768,), jnp.float32)
+        text = export.export(jax.jit(jax.grad(step, argnums=(0, 1, 2, 3))), platforms=["cuda"],
+                             disabled_checks=[export.DisabledSafetyCheck.custom_call(
+                                 "__gpu$xla.gpu.triton")])(big, big, vector, vector).mlir_module()
+        return re.findall(r"grid_x = (\d+)", text)
+
+    assert grid(mesh) == [str(128 * 128)]  # each device's 128 of the 256 rows
+    assert grid(None) == [str(256 * 128)]
+
+
 def test_this_module_holds_on_jax():
     """The five tests above on Keras' JAX backend, in one fresh process."""
-    run_module_on_backend("jax", __file__, 5, "-k", "not holds_on_jax")
+    run_module_on_backend("jax", __file__, 6, "-k", "not holds_on_jax", env=TWO_HOST_DEVICES)

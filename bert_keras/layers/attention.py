@@ -168,12 +168,8 @@ class SelfAttention(keras.layers.Layer):
                         key_lengths=kernels.applies("cudnn_key_lengths"))
                 key_bias = (1.0 - ops.cast(key_mask, "float32")) * _MASK_ADDEND
                 seed = self.dropout_layer.seed_generator.next() if rate else None
-                # Under Keras' DataParallel the kernels run on each device's rows (XLA would
-                # gather the batch to every device around a kernel's custom call).
-                distribution = keras.distribution.distribution()
-                mesh, batch_axis = ((distribution.device_mesh.backend_mesh,
-                                     distribution.batch_dim_name)
-                                    if hasattr(distribution, "batch_dim_name") else (None, None))
+                # Under Keras' DataParallel the kernels run on each device's rows.
+                mesh, batch_axis = kernels.batch_mesh()
                 return flash_attention.attention(q, k, v, key_bias, seed, dropout_rate=rate,
                                                  scale=scale, mesh=mesh, batch_axis=batch_axis)
         if rate == 0:

@@ -46,8 +46,10 @@ class LayerNorm(keras.layers.LayerNormalization):
                 and kernels.applies("residual_layer_norm")):
             from bert_keras.residual_layer_norm import residual_layer_norm
 
+            mesh, batch_axis = kernels.batch_mesh()  # DataParallel: each device's rows
             return residual_layer_norm(inputs, residual, ops.cast(self.gamma, "float32"),
-                                       ops.cast(self.beta, "float32"), self.epsilon)
+                                       ops.cast(self.beta, "float32"), self.epsilon,
+                                       mesh=mesh, batch_axis=batch_axis)
         return self(inputs + residual)
 
     def call(self, inputs):

@@ -102,32 +102,38 @@ def test_without_dropout_the_kernel_is_the_softmax_for_any_mask(query_length, co
         assert got16.dtype == jnp.bfloat16 and _relative(got16, want) < 2e-2
 
 
+def _assert_equals_the_softmax_with_keep_mask(attend, q, k, v, bias, seed):
+    """attend(q, k, v) (the kernels with dropout at RATE and `seed`) against the explicit
+    softmax given keep_mask's decisions for the whole batch: the forward pass, and the
+    gradients of q, k and v (both backward kernels), within 1e-5. Returns the reference
+    function."""
+    batch, query_length, heads, _ = q.shape
+    keep = fa.keep_mask(seed, batch, heads, query_length, k.shape[1], RATE)
+    weights = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
+
+    def reference(q, k, v):
+        return fa.reference(q, k, v, bias, keep, RATE)
+
+    assert _relative(attend(q, k, v), reference(q, k, v)) < 1e-5
+    got = jax.grad(lambda *t: jnp.sum(attend(*t) * weights), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(lambda *t: jnp.sum(reference(*t) * weights), argnums=(0, 1, 2))(q, k, v)
+    for name, g, w in zip("qkv", got, want):
+        assert g.shape == w.shape and _relative(g, w) < 1e-5, name
+    return reference
+
+
 def test_with_dropout_forward_and_gradients_equal_the_softmax_with_the_kernels_mask():
     batch, query_length, key_length, heads, head_size = 2, 32, 48, 3, 16
     q, k, v = _qkv(batch, query_length, key_length, heads, head_size, seed=1)
     _, mask = _masks(batch, key_length, seed=1)
     bias = _bias(mask)
     seed = jnp.array([1234, 7], jnp.uint32)
-    keep = fa.keep_mask(seed, batch, heads, query_length, key_length, RATE)
-    weights = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
-
-    def loss(attend):
-        return lambda q, k, v: jnp.sum(attend(q, k, v) * weights)
-
-    def kernel(q, k, v):
-        return fa.attention(q, k, v, bias, seed, dropout_rate=RATE, config=SMALL_BLOCKS)
-
-    def reference(q, k, v):
-        return fa.reference(q, k, v, bias, keep, RATE)
-
-    assert _relative(kernel(q, k, v), reference(q, k, v)) < 1e-5
+    reference = _assert_equals_the_softmax_with_keep_mask(
+        lambda q, k, v: fa.attention(q, k, v, bias, seed, dropout_rate=RATE,
+                                     config=SMALL_BLOCKS), q, k, v, bias, seed)
     # Another seed: another mask, so the forward pass differs from this reference.
     other = fa.attention(q, k, v, bias, seed + 1, dropout_rate=RATE, config=SMALL_BLOCKS)
     assert _relative(other, reference(q, k, v)) > 1e-2
-    got = jax.grad(loss(kernel), argnums=(0, 1, 2))(q, k, v)
-    want = jax.grad(loss(reference), argnums=(0, 1, 2))(q, k, v)
-    for name, g, w in zip("qkv", got, want):
-        assert _relative(g, w) < 1e-5, name
 
 
 # Sizes Triton's blocks do not take (S and Q not multiples of 16, head sizes not powers of
@@ -155,20 +161,9 @@ def test_sizes_the_blocks_do_not_take_are_padded_exactly(query_length, key_lengt
     # forward pass and in both backward kernels.
     bias = _bias(arbitrary)
     seed = jnp.array([3, 9], jnp.uint32)
-    keep = fa.keep_mask(seed, batch, heads, query_length, key_length, RATE)
-    weights = jnp.asarray(np.random.default_rng(6).normal(size=q.shape), jnp.float32)
-
-    def kernel(q, k, v):
-        return fa.attention(q, k, v, bias, seed, dropout_rate=RATE)
-
-    def reference(q, k, v):
-        return fa.reference(q, k, v, bias, keep, RATE)
-
-    assert _relative(kernel(q, k, v), reference(q, k, v)) < 1e-5
-    got = jax.grad(lambda *t: jnp.sum(kernel(*t) * weights), argnums=(0, 1, 2))(q, k, v)
-    want = jax.grad(lambda *t: jnp.sum(reference(*t) * weights), argnums=(0, 1, 2))(q, k, v)
-    for name, g, w in zip("qkv", got, want):
-        assert g.shape == w.shape and _relative(g, w) < 1e-5, name
+    _assert_equals_the_softmax_with_keep_mask(
+        lambda q, k, v: fa.attention(q, k, v, bias, seed, dropout_rate=RATE), q, k, v, bias,
+        seed)
 
 
 def test_sizes_over_256_are_refused_with_the_reason():
@@ -519,29 +514,16 @@ def test_under_a_batch_mesh_each_device_runs_the_kernels_on_its_rows():
     mesh = _batch_mesh()
     rows = NamedSharding(mesh, PartitionSpec("batch"))
     batch, query_length, key_length, heads, head_size = 4, 20, 37, 3, 16
-    q, k, v = _qkv(batch, query_length, key_length, heads, head_size, seed=8)
+    q, k, v = (jax.device_put(t, rows) for t in _qkv(batch, query_length, key_length, heads,
+                                                      head_size, seed=8))
     _, mask = _masks(batch, key_length, seed=8)
-    bias = _bias(mask)
+    bias = jax.device_put(_bias(mask), rows)
     seed = jnp.array([5, 6], jnp.uint32)
-    keep = fa.keep_mask(seed, batch, heads, query_length, key_length, RATE)
-    weights = jnp.asarray(np.random.default_rng(9).normal(size=q.shape), jnp.float32)
-
-    def kernel(q, k, v, bias):
-        return fa.attention(q, k, v, bias, seed, dropout_rate=RATE, mesh=mesh,
-                            batch_axis="batch")
-
-    def reference(q, k, v):
-        return fa.reference(q, k, v, bias, keep, RATE)
-
-    sharded = [jax.device_put(t, rows) for t in (q, k, v, bias)]
-    out = jax.jit(kernel)(*sharded)
+    kernel = jax.jit(lambda q, k, v: fa.attention(q, k, v, bias, seed, dropout_rate=RATE,
+                                                  mesh=mesh, batch_axis="batch"))
+    out = kernel(q, k, v)
     assert out.sharding.is_equivalent_to(rows, out.ndim)
-    assert _relative(out, reference(q, k, v)) < 1e-5
-    got = jax.jit(jax.grad(lambda q, k, v, b: jnp.sum(kernel(q, k, v, b) * weights),
-                           argnums=(0, 1, 2)))(*sharded)
-    want = jax.grad(lambda *t: jnp.sum(reference(*t) * weights), argnums=(0, 1, 2))(q, k, v)
-    for name, g, w in zip("qkv", got, want):
-        assert _relative(g, w) < 1e-5, name
+    reference = _assert_equals_the_softmax_with_keep_mask(kernel, q, k, v, bias, seed)
     # A batch the mesh does not divide runs unsplit, with the same decisions.
     odd = fa.attention(q[:3], k[:3], v[:3], bias[:3], seed, dropout_rate=RATE, mesh=mesh,
                        batch_axis="batch")

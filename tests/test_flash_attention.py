@@ -37,6 +37,7 @@ KERAS_JAX_TESTS = ("test_self_attention_on_a_gpu_platform_runs_the_fused_kernels
                    "test_self_attention_on_a_gpu_platform_at_other_sizes",
                    "test_under_a_batch_mesh_each_device_runs_the_kernels_on_its_rows",
                    "test_self_attention_under_data_parallel_runs_the_kernels_per_device",
+                   "test_pretraining_under_data_parallel_equals_one_device",
                    "test_dropout_layer_on_jax_drops_by_the_hash",
                    "test_self_attention_for_cuda_has_no_layout_transposes")
 
@@ -582,6 +583,46 @@ def test_self_attention_under_data_parallel_runs_the_kernels_per_device(monkeypa
     keep = fa.keep_mask(seed, batch, heads, length, length, RATE)
     want = fa.reference(q, k, v, _bias(mask), keep, RATE).reshape(batch, length, hidden)
     assert _relative(training, want) < 1e-5
+
+
+@ON_KERAS_JAX
+@TWO_DEVICES
+def test_pretraining_under_data_parallel_equals_one_device(monkeypatch):
+    """The accelerator bench's pretrainer (BERT's recipe: attention dropout in the Pallas
+    kernel, hidden dropout by the hash), fit under Keras' DataParallel over two devices with
+    the platform taken for a GPU, has the losses of one device, step for step: the kernels
+    run per device inside Keras' train step and draw the whole batch's decisions."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))
+    import bench_accelerator
+
+    from bert_keras import kernels
+
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    calls = []
+    original = fa.attention
+    monkeypatch.setattr(fa, "attention", lambda *a, **kw: (
+        calls.append(kw["mesh"].shape["batch"]), original(*a, **kw))[1])
+    size = dict(bench_accelerator.SIZES["tiny"], vocab=2000, batch=8)
+    histories, trained = {}, {}
+    for devices in (1, 2):
+        keras.utils.set_random_seed(0)
+        with keras.distribution.DataParallel(devices=jax.devices()[:devices]).scope():
+            model, feed = bench_accelerator.build_ours(size, {})
+            features, labels, weights = feed(bench_accelerator.synthetic_batches(size, count=2))
+            histories[devices] = model.fit(features, labels, sample_weight=weights,
+                                           batch_size=8, epochs=2, shuffle=False,
+                                           verbose=0).history
+        trained[devices] = [np.asarray(w) for w in model.get_weights()]
+    assert set(calls) == {1, 2}  # the kernels ran under both meshes
+    for name, values in histories[1].items():
+        np.testing.assert_allclose(histories[2][name], values, rtol=1e-5, err_msg=name)
+    # The weights after two AdamW updates (lr 1e-4): within float32 noise of one device's
+    # (other dropout decisions on one device's rows move them by up to a step, 1e-4).
+    difference = max(float(np.abs(a - b).max()) for a, b in zip(trained[1], trained[2]))
+    assert difference < 1e-6, difference
 
 
 def test_keras_layers_hold_on_jax():

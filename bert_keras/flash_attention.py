@@ -517,19 +517,28 @@ def attention(q, k, v, key_bias, seed=None, *, dropout_rate=0.0, scale=None, con
         _padded_attention, scale=1.0 / math.sqrt(head_size) if scale is None else float(scale),
         threshold=threshold, config=tuple(sorted(configured(config).items())),
         interpret=not on_gpu() if interpret is None else interpret)
+    return on_batch_rows(local, mesh, batch_axis, (q, k, v, key_bias), (seed,))
+
+
+def on_batch_rows(function, mesh, batch_axis, split, whole=()):
+    """function(*split, *whole, first_row) on each device's rows of `split` (arrays whose
+    first axis is the batch) under `mesh`'s `batch_axis` (`jax.shard_map`), `first_row`
+    being the index in the batch of that device's first row; `whole` reaches every device
+    whole. This is how the GPU kernels run under Keras' DataParallel: XLA cannot split a
+    kernel's custom call, and would gather the batch to every device and compute all of it
+    there. Without a mesh, or where the axis does not divide the batch: function(*split,
+    *whole, 0) on the whole batch."""
     devices = 1 if mesh is None else mesh.shape[batch_axis]
-    if devices == 1 or batch_size % devices:
-        return local(q, k, v, key_bias, seed, 0)
+    if devices == 1 or split[0].shape[0] % devices:
+        return function(*split, *whole, 0)
     from jax.sharding import PartitionSpec
 
-    rows = PartitionSpec(batch_axis)
+    def on_each_device(*args):
+        return function(*args, lax.axis_index(batch_axis) * args[0].shape[0])
 
-    def on_each_device(q, k, v, key_bias, seed):
-        return local(q, k, v, key_bias, seed, lax.axis_index(batch_axis) * q.shape[0])
-
-    return jax.shard_map(on_each_device, mesh=mesh, in_specs=(rows, rows, rows, rows,
-                                                              PartitionSpec()),
-                         out_specs=rows, check_vma=False)(q, k, v, key_bias, seed)
+    specs = (PartitionSpec(batch_axis),) * len(split) + (PartitionSpec(),) * len(whole)
+    return jax.shard_map(on_each_device, mesh=mesh, in_specs=specs,
+                         out_specs=PartitionSpec(batch_axis), check_vma=False)(*split, *whole)
 
 
 def _padded_attention(q, k, v, key_bias, seed, batch_offset, *, scale, threshold, config,

@@ -33,7 +33,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bert_keras.flash_attention import on_gpu
+from bert_keras.flash_attention import on_batch_rows, on_gpu
 from bert_keras.layers.layer_norm import closed_form_gradients, standardize
 
 
@@ -126,17 +126,11 @@ def residual_layer_norm(x, residual, gamma, beta, epsilon, interpret=None, mesh=
         interpret = not on_gpu()
     width = x.shape[-1]
 
-    def local(x, residual, gamma, beta):
+    def local(x, residual, gamma, beta, first_row):
         y = _fused(x.reshape(-1, width), residual.reshape(-1, width),
                    gamma.astype(jnp.float32), beta.astype(jnp.float32), float(epsilon),
                    bool(interpret))
         return y.reshape(x.shape)
 
-    devices = 1 if mesh is None else mesh.shape[batch_axis]
-    if devices == 1 or not x.ndim or x.shape[0] % devices:
-        return local(x, residual, gamma, beta)
-    from jax.sharding import PartitionSpec
-
-    rows, whole = PartitionSpec(batch_axis), PartitionSpec()
-    return jax.shard_map(local, mesh=mesh, in_specs=(rows, rows, whole, whole),
-                         out_specs=rows, check_vma=False)(x, residual, gamma, beta)
+    return on_batch_rows(local, mesh if x.ndim > 1 else None, batch_axis, (x, residual),
+                         (gamma, beta))

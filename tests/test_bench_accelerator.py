@@ -23,6 +23,12 @@ def test_flop_count_is_the_issues():
     ratio = (bench_accelerator.flops_per_sequence(bench_accelerator.SIZES["large"])
              / per_example)
     assert 3.3 < ratio < 3.56
+    # base512, by hand: 3 x [12 x (8SH^2 + 4SHI + 4S^2H) + 2PH^2 + 2PHV + 2H^2 + 4H] at
+    # S = 512, P = 80 (the attention scores' 4S^2H term grows fourfold per token).
+    s, h, i, p, v = 512, 768, 3072, 80, 30522
+    by_hand = 3 * (12 * (8 * s * h * h + 4 * s * h * i + 4 * s * s * h)
+                   + 2 * p * h * h + 2 * p * h * v + 2 * h * h + 4 * h)
+    assert bench_accelerator.flops_per_sequence(bench_accelerator.SIZES["base512"]) == by_hand
 
 
 def test_unknown_sides_and_options_are_one_line_errors():

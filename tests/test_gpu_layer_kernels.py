@@ -125,6 +125,21 @@ def test_16_bit_gelu_on_a_gpu_platform_is_within_bfloat16_rounding_of_float64(mo
 
     assert kept(activations.gelu) == ["bf16[96]"]
     assert len(kept(keras_gelu)) > 1
+    # ...and so does XLA: without a barrier, common-subexpression elimination merged the
+    # backward's recomputation with the forward's (one exp in the compiled program, the
+    # float32 Phi(x) kept for the backward: twice x's bytes, and more passes). The compile
+    # of BERT-base's step for an H200 (bench/compile_for_gpu.py) showed it; on this CPU the
+    # compiled forward and backward compute the exp twice, once in each pass.
+    def forward_and_gradient(z, w):
+        def loss(z):
+            y = activations.gelu(z)
+            return jnp.sum(y.astype(jnp.float32) * w), y
+        return jax.value_and_grad(loss, has_aux=True)(z)
+
+    z = jnp.asarray(np.resize(x, (64, 3072)))  # [tokens, intermediate]
+    compiled = jax.jit(forward_and_gradient).lower(
+        z, jnp.ones(z.shape, jnp.float32)).compile().as_text()
+    assert compiled.count(" exponential(") == 2
 
 
 @JAX_ONLY

@@ -20,6 +20,7 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
     | gelu_16_bits       | 16-bit GELU in float32 from one exp      | jax, GPU | off*|
     | position_one_hot   | position rows as a one-hot matmul        | jax, GPU | off*|
     | residual_layer_norm| LayerNorm(x + residual), one Pallas pass | jax, GPU | off*|
+    | dense_bias_16_bits | Dense bias added in bf16, f32 gradient   | jax, GPU | off*|
     | flash_attention    | attention with in-kernel dropout (Pallas)| jax, GPU | yes |
     | cudnn_attention    | cuDNN's flash attention, nothing dropped | jax, GPU | yes |
     | cudnn_key_lengths  | right-padded masks as key lengths        | jax, GPU | yes |
@@ -48,16 +49,26 @@ one stays within 8e-3 relative (bfloat16's rounding included).
 
 `position_one_hot` adds the position rows in training as one_hot(position ids, S) x
 table[:S] (the segment rows' method; under JAX's default matmul precision an Ampere or newer
-GPU rounds float32 operands to TF32, as in every float32 Dense product), so their gradient is a [S, B * S] x [B * S, H] product rather than a sum over the batch axis. In the
-H200 profiles every [B, S, H] tensor of the step was laid out batch-minor ([S, H, B]), with
-7.8 ms a step of transposes around the matrix products, and the sum over the batch is the
-step's only reduction over that axis alone: the kernel tests that cause (BUILD_NOTES.md
-8.10). `residual_layer_norm` computes each layer's LayerNorm(x + sublayer output) as one
-Pallas kernel (bert_keras.residual_layer_norm): XLA ran the sum as a kernel of its own and
-the LayerNorm at 25% occupancy, 2.1 ms of a 15.1 ms inference batch at BERT-base on an
-H200; its backward pass is XLA's closed form. The three kernels' speed on a GPU is
-unmeasured, so all three are in UNMEASURED: off unless $BERT_KERAS_ENABLE_KERNELS names
-them (bench_accelerator's `ours@enable=...` rows).
+GPU rounds float32 operands to TF32, as in every float32 Dense product), so their gradient
+is a [S, B * S] x [B * S, H] product rather than a sum over the batch axis. In the H200
+profiles every [B, S, H] tensor of the step was laid out batch-minor ([S, H, B]), with 7.8
+ms a step of transposes around the matrix products; the sum over the batch is the step's
+only reduction over that axis alone. `residual_layer_norm` computes each layer's
+LayerNorm(x + sublayer output) as one Pallas kernel (bert_keras.residual_layer_norm): XLA
+ran the sum as a kernel of its own and the LayerNorm at 25% occupancy, 2.1 ms of a 15.1 ms
+inference batch at BERT-base on an H200; its backward pass is XLA's closed form.
+`dense_bias_16_bits` adds a mixed-precision Dense's bias in the compute dtype, where XLA
+puts it in cuBLAS' epilogue, and keeps its gradient a float32 sum (bert_keras.layers.dense).
+
+What XLA makes of them, read from BERT-base's pretraining step compiled for an H200 on a
+CPU (bench/compile_for_gpu.py; BUILD_NOTES.md 8.10): `position_one_hot` alone or
+`residual_layer_norm` alone leaves no batch-minor tensor and no transposing kernel in the
+step (3,390 batch-minor tensors without them); outside the matrix products the step moves
+75.0 GB without the kernels, 62.7 with `position_one_hot`, 56.0 with it and `gelu_16_bits`,
+50.2 with `dense_bias_16_bits` too, and 69.3 with `residual_layer_norm` alone. Those are
+bytes, not times: the four kernels' speed on a GPU is unmeasured, so all four are in
+UNMEASURED: off unless $BERT_KERAS_ENABLE_KERNELS names them (bench_accelerator's
+`ours@enable=...` rows).
 """
 
 from __future__ import annotations
@@ -80,6 +91,7 @@ KERNELS = {
     "gelu_16_bits": (("jax",), True),
     "position_one_hot": (("jax",), True),
     "residual_layer_norm": (("jax",), True),
+    "dense_bias_16_bits": (("jax",), True),
     "flash_attention": (("jax",), True),
     "cudnn_attention": (("jax",), True),
     "cudnn_key_lengths": (("jax",), True),
@@ -92,12 +104,14 @@ PLATFORMS = {
     "gelu_16_bits": ("gpu",),
     "position_one_hot": ("gpu",),
     "residual_layer_norm": ("gpu",),
+    "dense_bias_16_bits": ("gpu",),
 }
 
 # Kernels not yet measured where they would run: off unless named in ENABLE_ENV (the
 # accelerator bench's A/B rows), until a measurement moves them out of this set or removes
 # them (docs/DESIGN.md section 7: a kernel runs under XLA only if it was measured to win).
-UNMEASURED = frozenset({"gelu_16_bits", "position_one_hot", "residual_layer_norm"})
+UNMEASURED = frozenset({"gelu_16_bits", "position_one_hot", "residual_layer_norm",
+                        "dense_bias_16_bits"})
 
 # Kernels to leave out, comma-separated (benchmarks' A/B switch, tests of the neutral path).
 DISABLE_ENV = "BERT_KERAS_DISABLE_KERNELS"

@@ -5,11 +5,14 @@ sliced table's, and the step exported for CUDA has no sum over the batch axis al
 
 "gelu_16_bits", against float64 GELU.
 
+"dense_bias_16_bits": a mixed-precision Dense adds its bias in bfloat16, with a float32
+gradient.
+
 "residual_layer_norm": LayerNorm(x + residual) as one Pallas kernel (run by Pallas'
 interpreter here), against float64 and, for gradients, against Keras' LayerNorm of the sum;
 the transformer block takes it for both of its LayerNorms.
 
-Both are off until measured on a GPU (kernels.UNMEASURED): the tests name them in
+All four are off until measured on a GPU (kernels.UNMEASURED): the tests name them in
 $BERT_KERAS_ENABLE_KERNELS. With the platform taken for a GPU (as
 tests/test_flash_attention.py does), GELU of a
 bfloat16 tensor is computed in float32 from Abramowitz and Stegun's erfc. The reference is
@@ -185,6 +188,73 @@ def test_encoder_in_mixed_bfloat16_on_a_gpu_platform_runs_the_16_bit_gelu(monkey
     for got, want in zip(with_kernel, plain):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=5e-2,
                                    atol=2e-2 * scale)
+
+
+@JAX_ONLY
+def test_dense_bias_in_the_compute_dtype_on_a_gpu_platform(monkeypatch):
+    """Kernel "dense_bias_16_bits": a mixed_bfloat16 Dense adds its bias in bfloat16 (the
+    value of Keras' Dense: the bfloat16 product plus the bias rounded to bfloat16), its
+    bias gradient stays the float32 sum over every row of the upstream gradient (against a
+    float64 sum), the kernel's gradient is unchanged, and the product is no longer widened
+    to float32 in the lowered program (what keeps XLA from moving the add into cuBLAS'
+    epilogue)."""
+    import jax
+    import jax.numpy as jnp
+
+    from bert_keras import kernels
+    from bert_keras.layers.dense import Dense
+
+    rows, units = 4096, 64
+    layer = Dense(units, dtype="mixed_bfloat16")
+    layer.build((None, 32))
+    rng = np.random.default_rng(5)
+    layer.bias.assign(rng.normal(size=units).astype(np.float32))
+    x = jnp.asarray(rng.normal(size=(rows, 32)), jnp.bfloat16)
+    # A mean of 0.5 makes each bias gradient a sum of about 2,000.
+    upstream = jnp.asarray(rng.normal(size=(rows, units)) + 0.5, jnp.bfloat16)
+    trainable = [v.value for v in layer.trainable_variables]  # kernel, bias
+
+    def forward(trainable):
+        # Called as a model calls it (its variables autocast), with these values.
+        with keras.StatelessScope(state_mapping=list(zip(layer.trainable_variables,
+                                                         trainable))):
+            return layer(x)
+
+    def new_step():  # a new function per platform: jit caches traces by function
+        def step(trainable):
+            def loss(trainable):
+                out = forward(trainable)
+                return jnp.sum(out.astype(jnp.float32) * upstream.astype(jnp.float32)), out
+            return jax.value_and_grad(loss, has_aux=True)(trainable)
+        return jax.jit(step)
+
+    monkeypatch.setattr(kernels, "platform", lambda: "cpu")  # the reference: float32 add
+    assert not kernels.applies("dense_bias_16_bits")
+    (_, plain_out), plain = new_step()(trainable)
+    plain_text = jax.jit(lambda t: forward(t)).lower(trainable).as_text()
+    monkeypatch.setattr(kernels, "platform", lambda: "gpu")
+    monkeypatch.setenv(kernels.ENABLE_ENV, "dense_bias_16_bits")
+    assert kernels.applies("dense_bias_16_bits")
+    (_, out), grads = new_step()(trainable)
+    kernel_text = jax.jit(lambda t: forward(t)).lower(trainable).as_text()
+
+    product = jnp.matmul(x, trainable[0].astype(jnp.bfloat16))
+    np.testing.assert_array_equal(np.asarray(out, np.float32),
+                                  np.asarray(product + trainable[1].astype(jnp.bfloat16),
+                                             np.float32))
+    assert out.dtype == plain_out.dtype == jnp.bfloat16
+    # The float32 add rounds once, this one rounds the bias and the sum: they differ by up
+    # to 2^-8 of the bias and 2^-8 of each result, within 2^-7 of |product| + |bias|.
+    scale = np.abs(np.asarray(product, np.float32)) + np.abs(np.asarray(trainable[1]))
+    assert np.all(np.abs(np.asarray(out, np.float32) - np.asarray(plain_out, np.float32))
+                  <= 2 ** -7 * scale)
+    want = np.asarray(upstream, np.float64).sum(axis=0)
+    assert grads[1].dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(grads[1]), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(plain[1]), want, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(grads[0]), np.asarray(plain[0]))
+    widened = f"tensor<{rows}x{units}xf32>"
+    assert widened in plain_text and widened not in kernel_text
 
 
 @JAX_ONLY
@@ -448,4 +518,4 @@ def test_residual_layer_norm_under_a_batch_mesh_runs_on_each_devices_rows(monkey
 
 def test_this_module_holds_on_jax():
     """The five tests above on Keras' JAX backend, in one fresh process."""
-    run_module_on_backend("jax", __file__, 6, "-k", "not holds_on_jax", env=TWO_HOST_DEVICES)
+    run_module_on_backend("jax", __file__, 7, "-k", "not holds_on_jax", env=TWO_HOST_DEVICES)

@@ -18,7 +18,7 @@ def test_tensorflow_kernels_run_outside_xla_and_only_the_measured_ones_inside(mo
     # are the only others.
     assert set(kernels.KERNELS) - written_for_tensorflow == {
         "flash_attention", "cudnn_attention", "cudnn_key_lengths", "dropout_hash",
-        "gelu_16_bits", "position_one_hot", "residual_layer_norm"}
+        "gelu_16_bits", "position_one_hot", "residual_layer_norm", "dense_bias_16_bits"}
 
     @tf.function(jit_compile=True)
     def traced(x):
@@ -48,7 +48,8 @@ def test_unmeasured_kernels_run_only_where_the_environment_enables_them(monkeypa
     monkeypatch.delenv(kernels.DISABLE_ENV, raising=False)
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     monkeypatch.setattr(kernels, "platform", lambda: "gpu")
-    assert kernels.UNMEASURED == {"gelu_16_bits", "position_one_hot", "residual_layer_norm"}
+    assert kernels.UNMEASURED == {"gelu_16_bits", "position_one_hot", "residual_layer_norm",
+                                  "dense_bias_16_bits"}
     assert kernels.applies("flash_attention")  # a measured JAX GPU kernel: on
     assert not any(kernels.applies(name) for name in kernels.UNMEASURED)
     monkeypatch.setenv(kernels.ENABLE_ENV, "gelu_16_bits")

@@ -4,6 +4,8 @@ whose kernel can be stored [out, in] for serving."""
 import keras
 from keras import ops
 
+from bert_keras import kernels
+
 # Where the kernel's two axes go. "in_out": [input_dim, units], Keras' and Google's
 # checkpoints' layout (what training and every checkpoint format use). "out_in": [units,
 # input_dim], torch's nn.Linear layout, for serving copies (`bert_keras.tasks.for_serving`).
@@ -29,6 +31,10 @@ class Dense(keras.layers.Dense):
     [16, 768] x [768, 3072] product 0.7x the time in float32, 0.8x in bfloat16 on a 2-core
     Xeon; `bench/bench_small_matmul.py`, BUILD_NOTES.md section 8.11), which is why serving
     copies use it. LoRA and quantization are Keras' [in, out] code and refuse it.
+
+    On JAX with a GPU, kernel "dense_bias_16_bits" (`bert_keras.kernels`; off until measured)
+    adds the bias in the compute dtype instead, where XLA puts it in cuBLAS' epilogue, and
+    keeps the float32 sum for its gradient (`_add_bias_in_compute_dtype`).
 
     Arguments (besides `kernel_layout`), variables (names, order, checkpoints) and config
     are Keras' Dense's.
@@ -86,6 +92,8 @@ class Dense(keras.layers.Dense):
         if self.use_bias:
             if self.compute_dtype == self.variable_dtype:
                 x = x + self.bias
+            elif kernels.applies("dense_bias_16_bits"):
+                x = _add_bias_in_compute_dtype(ops.cast(x, self.compute_dtype), self.bias)
             else:
                 x = ops.cast(ops.cast(x, "float32") + self.bias, self.compute_dtype)
         if self.activation is not None:
@@ -94,3 +102,28 @@ class Dense(keras.layers.Dense):
 
     def get_config(self):
         return {**super().get_config(), "kernel_layout": self.kernel_layout}
+
+
+@ops.custom_gradient
+def _add_bias_in_compute_dtype(x, bias):
+    """x + bias rounded to x's dtype, with the bias gradient a float32 sum over the rows
+    (kernel "dense_bias_16_bits").
+
+    The value is Keras' Dense's under mixed precision (the bias rounded to x's dtype and
+    added there: within one rounding of the float32 sum). The gradient is the upstream
+    gradient for x and, for the float32 bias, its sum over every row in float32, as the
+    float32 add's gradient is. Why: XLA's GPU compiler moves a bias add in the product's
+    dtype into cuBLAS' epilogue, where the float32 add is an elementwise pass of its own
+    over the [rows, units] product wherever no fusion takes it (the query, key and value
+    projections feed attention's custom calls). BERT-base's pretraining step compiled for
+    an H200 (bench/compile_for_gpu.py) moves 5.8 GB less outside the matrix products with
+    it (BUILD_NOTES.md 8.10); its time is unmeasured.
+    """
+
+    def grad(*args, upstream=None):
+        if upstream is None:  # TensorFlow and JAX pass it positionally, PyTorch by keyword.
+            (upstream,) = args
+        rows = tuple(range(len(upstream.shape) - 1))
+        return upstream, ops.sum(ops.cast(upstream, "float32"), axis=rows)
+
+    return x + ops.cast(bias, x.dtype), grad

@@ -9,15 +9,19 @@
 # SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
 #
 # PART 1: what the targets need in one call, most important first. Pretraining at base
-#         (issue 46): ours, torch under torch.compile, keras-hub, ours at attention dropout
-#         0, ours with the three kernels not yet measured (gelu_16_bits, position_one_hot,
-#         residual_layer_norm). Inference at base (issue 48): ours, ours on the real tokens
-#         only with gelu_16_bits and residual_layer_norm, torch_compile. Ours' compiled
-#         pretraining step comes back as gzipped HLO text, and its traces as .xplane.pb.
-# PART 2: the rest: BERT-large ours and torch_compile; the inference A/Bs against ours in the
-#         same run (the two kernels alone, the real tokens alone); ours with
-#         position_one_hot alone (does it remove the transposes?); fine-tuning (ours,
-#         torch_compile); the inference peers measured once already (torch eager, keras-hub).
+#         (issue 46): ours, torch under torch.compile, ours with the three unmeasured
+#         kernels that the step compiled for an H200 says move the fewest bytes
+#         (position_one_hot, gelu_16_bits, dense_bias_16_bits; bench/compile_for_gpu.py,
+#         BUILD_NOTES 8.10), keras-hub, the same three kernels at attention dropout 0.
+#         Inference at base (issue 48): ours, ours with gelu_16_bits and
+#         residual_layer_norm, the same on the real tokens only, torch_compile. Ours'
+#         compiled pretraining step comes back as gzipped HLO text, and its traces as
+#         .xplane.pb.
+# PART 2: the rest: BERT-large ours and torch_compile; the three pretraining kernels each
+#         left out in turn (which of them wins); the inference A/Bs against ours in the same
+#         run (the two kernels alone, the real tokens alone); fine-tuning (ours, ours with
+#         dense_bias_16_bits and gelu_16_bits, torch_compile); the inference peers measured
+#         once already (torch eager, keras-hub).
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
 # Each part launches nothing after DEADLINE_S seconds (bench_accelerator's --deadline_s).
 set -uo pipefail
@@ -26,6 +30,8 @@ DEADLINE=${2:-420}
 OUT=${OUT:-/tmp/accelerator}
 S=${SIZE:-base}
 L=${LARGE:-large}
+# The pretraining kernels part 1 measures together (part 2 leaves each out in turn).
+K=position_one_hot+gelu_16_bits+dense_bias_16_bits
 mkdir -p "$OUT"
 START=$(date +%s)
 left() { echo $((DEADLINE - $(date +%s) + START)); }
@@ -48,11 +54,11 @@ transformers.__version__, jax.devices())"
 case "$PART" in
 1)
   python3 bench/bench_accelerator.py \
-    --order=$S:ours,$S:torch_compile,$S:keras_hub,$S:ours@attention_dropout=0,$S:ours@enable=gelu_16_bits+position_one_hot+residual_layer_norm \
+    --order="$S:ours,$S:torch_compile,$S:ours@enable=$K,$S:keras_hub,$S:ours@attention_dropout=0;enable=$K" \
     --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 62)" \
     --out="$OUT" --profile_dir=/tmp/profiles --hlo_dir=/tmp/hlo
   python3 bench/bench_accelerator.py --mode=inference \
-    --order="$S:ours,$S:ours@real_tokens=1024;enable=gelu_16_bits+residual_layer_norm,$S:torch_compile" \
+    --order="$S:ours,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024;enable=gelu_16_bits+residual_layer_norm,$S:torch_compile" \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 100)" --out="$OUT/inference" \
     --profile_dir=/tmp/profiles/inf
   cp /tmp/hlo/ours_"$S".hlo.txt.gz /tmp/profiles/ours_"$S".xplane.pb "$OUT/" 2>/dev/null
@@ -65,10 +71,11 @@ case "$PART" in
     --order="$S:ours,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024" \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 30)" \
     --out="$OUT/inference_ab"
-  python3 bench/bench_accelerator.py --order=$S:ours,$S:ours@enable=position_one_hot \
-    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/one_hot" \
-    --profile_dir=/tmp/profiles/one_hot
-  python3 bench/bench_accelerator.py --mode=finetune --order=$S:ours,$S:torch_compile \
+  python3 bench/bench_accelerator.py \
+    --order=$S:ours@enable=gelu_16_bits+dense_bias_16_bits,$S:ours@enable=position_one_hot+dense_bias_16_bits,$S:ours@enable=position_one_hot+gelu_16_bits \
+    --steps=5 --rounds=4 --warmup_steps=2 --deadline_s="$(share 45)" --out="$OUT/leave_one_out"
+  python3 bench/bench_accelerator.py --mode=finetune \
+    --order=$S:ours,$S:ours@enable=dense_bias_16_bits+gelu_16_bits,$S:torch_compile \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 60)" --out="$OUT/finetune"
   python3 bench/bench_accelerator.py --mode=inference --order=$S:torch,$S:keras_hub \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 100)" \

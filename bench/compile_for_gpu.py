@@ -76,8 +76,6 @@ TARGETS = {
 }
 MODES = ("pretraining", "inference")
 XLA_FLAGS = "--xla_gpu_enable_triton_gemm=false"
-PLUGIN_HINT = ("pip install 'jax[cuda12]==<the installed jax version>' (the CUDA plugin; no "
-               "GPU needed)")
 
 # --------------------------------------------------------------------------------------
 # Reading a compiled module
@@ -192,7 +190,14 @@ def plugin_error() -> str | None:
         try:
             import jax_plugins.xla_cuda13  # noqa: F401
         except ImportError:
-            return f"JAX's CUDA plugin is not installed; {PLUGIN_HINT}"
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                jax_version = version("jax")
+            except PackageNotFoundError:
+                return "JAX is not installed; pip install 'jax[cuda12]' (no GPU needed)"
+            return (f"JAX's CUDA plugin is not installed; pip install "
+                    f"'jax[cuda12]=={jax_version}' (no GPU needed)")
     return None
 
 

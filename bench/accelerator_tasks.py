@@ -314,6 +314,13 @@ def keras_inference_model(side: str, size: dict):
 def jitted_forward(model):
     """forward(inputs) -> {"sequence_output", "pooled_output"}: `model`'s stateless call in
     inference mode under jax.jit, with its current weights (Keras' JAX backend)."""
+    forward, weights = forward_and_weights(model)
+    return lambda inputs: forward(*weights, inputs)
+
+
+def forward_and_weights(model):
+    """(jitted forward, weights): forward(*weights, inputs) is `jitted_forward`'s call (what
+    bench/compile_for_gpu.py compiles)."""
     import jax
     import keras
 
@@ -329,13 +336,20 @@ def jitted_forward(model):
         outputs, _ = model.stateless_call(trainable, non_trainable, inputs, training=False)
         return {k: outputs[k] for k in INFERENCE_OUTPUTS}
 
-    return lambda inputs: forward(trainable, non_trainable, inputs)
+    return forward, (trainable, non_trainable)
 
 
 def real_tokens_forward(model):
     """forward(inputs, capacity) -> {"sequence_output", "pooled_output"}: our encoder's
     `call_on_real_tokens` under jax.jit (capacity static: one compilation per value), in a
     StatelessScope holding the model's current weights."""
+    forward, values = real_tokens_forward_and_weights(model)
+    return lambda inputs, capacity: forward(values, inputs, capacity)
+
+
+def real_tokens_forward_and_weights(model):
+    """(jitted forward, weight values): forward(values, inputs, capacity) is
+    `real_tokens_forward`'s call (what bench/compile_for_gpu.py compiles)."""
     import functools
 
     import jax
@@ -350,7 +364,7 @@ def real_tokens_forward(model):
             outputs = model.call_on_real_tokens(inputs, capacity)
         return {k: outputs[k] for k in INFERENCE_OUTPUTS}
 
-    return lambda inputs, capacity: forward(values, inputs, capacity)
+    return forward, values
 
 
 def keras_inference(side: str, size: dict, data: dict, real_tokens: int | None = None):

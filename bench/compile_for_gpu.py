@@ -250,13 +250,9 @@ def compile_pretraining(side: str, size_name: str, target: str) -> str:
 
 
 def compile_inference(side: str, size_name: str, target: str) -> str:
-    """The compiled module text of the encoder's jitted forward (bench/accelerator_tasks.py),
-    on the padded batch or, with `real_tokens=M`, on the first batch's real tokens."""
-    import functools
-
-    import jax
-    import keras
-
+    """The compiled module text of the encoder's jitted forward, the function the bench
+    times (bench/accelerator_tasks.py): on the padded batch or, with `real_tokens=M`, on the
+    first batch's real tokens."""
     import accelerator_tasks as tasks
     import bench_accelerator as ba
 
@@ -267,25 +263,17 @@ def compile_inference(side: str, size_name: str, target: str) -> str:
     model, feed = tasks.keras_inference_model(name, size)
     inputs = feed(tasks.synthetic_examples(size, count=1))
     sharding = _target_mesh(target)
-    variables = model.trainable_variables + model.non_trainable_variables
-    values = [v.value for v in variables]
     if options.get("real_tokens"):
         from bert_keras.layers import padding_free
 
+        forward, values = tasks.real_tokens_forward_and_weights(model)
         capacity = padding_free.row_capacity(inputs["input_mask"], int(options["real_tokens"]))
-
-        def call(scope_inputs):
-            return model.call_on_real_tokens(scope_inputs, capacity)
+        lowered = forward.lower(_abstract(values, sharding), _abstract(inputs, sharding),
+                                capacity)
     else:
-        call = functools.partial(model, training=False)
-
-    def forward(values, inputs):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            outputs = call(inputs)
-        return {k: outputs[k] for k in tasks.INFERENCE_OUTPUTS}
-
-    return jax.jit(forward).lower(_abstract(values, sharding),
-                                  _abstract(inputs, sharding)).compile().as_text()
+        forward, weights = tasks.forward_and_weights(model)
+        lowered = forward.lower(*_abstract(weights, sharding), _abstract(inputs, sharding))
+    return lowered.compile().as_text()
 
 
 def child(args) -> None:

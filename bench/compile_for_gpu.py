@@ -21,7 +21,10 @@ Reported per side, from the compiled module (`summarize`):
                 around every matrix product that came with it)
   GB moved      the bytes each kernel reads and writes (its operands and result, each once),
                 summed by bench/profile_breakdown.py's categories; "non-matmul" is
-                everything but matrix products, the memory-bound part of the step
+                everything but matrix products, the memory-bound part of the step; a
+                runtime branch (`conditional`, as Keras' attention takes the cuDNN call
+                with sequence lengths when the mask is right-padded) counts as the kernels
+                of its costliest branch, not as a kernel itself
 
 These are properties of the compiled program, not times. XLA does not autotune without a
 GPU (its GEMM choices can differ from a real device's); the flag
@@ -83,7 +86,8 @@ XLA_FLAGS = "--xla_gpu_enable_triton_gemm=false"
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2,
           "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
 _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\](?:\{([0-9,]*))?")
-_ENTRY_LINE = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\((.*)$")
+_LINE_HEAD = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*")
+_OPCODE = re.compile(r"\s+([a-z][\w\-]*)\((.*)$")
 # Instructions that launch nothing: views, tuples, parameters.
 _NO_KERNEL = {"parameter", "get-tuple-element", "bitcast", "tuple", "constant",
               "after-all", "opt-barrier", "partition-id", "replica-id"}
@@ -103,25 +107,88 @@ def array_bytes(shape: str) -> int:
     return total
 
 
-def entry_instructions(hlo_text: str) -> list[tuple[str, str, str, list[str]]]:
-    """The ENTRY computation's instructions: (name, result shape, opcode, operand names)."""
-    start = hlo_text.find("\nENTRY ")
-    if start < 0:
-        raise ValueError("no ENTRY computation in the module text")
+def parse_instruction(line: str) -> tuple[str, str, str, str] | None:
+    """(name, result shape, opcode, the rest after the opcode's parenthesis) of an HLO
+    instruction line, or None. A tuple shape is read to its closing parenthesis: it may
+    hold nested tuples and "/*index=5*/" comments (every tuple of six or more)."""
+    head = _LINE_HEAD.match(line)
+    if not head:
+        return None
+    start = end = head.end()
+    if line[start:start + 1] == "(":
+        depth = 0
+        for end in range(start, len(line)):
+            depth += (line[end] == "(") - (line[end] == ")")
+            if depth == 0:
+                break
+        end += 1
+    else:
+        end = line.find(" ", start)
+    tail = _OPCODE.match(line, end) if end > start else None
+    if not tail:
+        return None
+    return head.group(1), line[start:end], tail.group(1), tail.group(2)
+
+
+def computation_instructions(hlo_text: str, computation: str | None = None
+                             ) -> list[tuple[str, str, str, list[str], str]]:
+    """A computation's instructions, ENTRY's when `computation` is None: (name, result
+    shape, opcode, operand names, the rest of the line: operands and attributes)."""
+    if computation is None:
+        header = re.search(r"^ENTRY ", hlo_text, re.M)
+        missing = "no ENTRY computation in the module text"
+    else:  # Headers start at the margin, instructions are indented.
+        header = re.search(rf"^%?{re.escape(computation)} ", hlo_text, re.M)
+        missing = f"no computation {computation!r} in the module text"
+    if header is None:
+        raise ValueError(missing)
     out = []
-    for line in hlo_text[start:].splitlines()[1:]:
+    for line in hlo_text[header.start():].splitlines()[1:]:
         if line.strip() == "}":
             break
-        match = _ENTRY_LINE.match(line)
-        if match:
-            name, shape, opcode, rest = match.groups()
+        parsed = parse_instruction(line)
+        if parsed:
+            name, shape, opcode, rest = parsed
             # Operands: the names inside the call's parentheses (before its attributes).
             depth, end = 1, 0
             for end, c in enumerate(rest):
                 depth += (c == "(") - (c == ")")
                 if depth == 0:
                     break
-            out.append((name, shape, opcode, re.findall(r"%([\w.\-]+)", rest[:end])))
+            out.append((name, shape, opcode, re.findall(r"%([\w.\-]+)", rest[:end]), rest))
+    return out
+
+
+def entry_instructions(hlo_text: str) -> list[tuple[str, str, str, list[str]]]:
+    """The ENTRY computation's instructions: (name, result shape, opcode, operand names)."""
+    return [row[:4] for row in computation_instructions(hlo_text)]
+
+
+def branch_computations(attributes: str) -> list[str]:
+    """The branches a `conditional` instruction names (true/false or an indexed list)."""
+    listed = re.search(r"branch_computations=\{([^}]*)\}", attributes)
+    if listed:
+        return [c.strip().lstrip("%") for c in listed.group(1).split(",") if c.strip()]
+    return re.findall(r"\b(?:true|false)_computation=%?([\w.\-]+)", attributes)
+
+
+def kernels_run(hlo_text: str, computation: str | None = None) -> list[tuple[str, int, str]]:
+    """(name, bytes read and written, attributes) of each kernel a computation launches
+    (ENTRY's when None), in order. A `conditional` launches nothing itself (its operands
+    are views handed to the branch): it stands for the kernels of its branch, and as the
+    branch taken depends on the data, the one that moves the most bytes (so the sum stays
+    an upper bound)."""
+    shapes, out = {}, []
+    for name, shape, opcode, operands, rest in computation_instructions(hlo_text, computation):
+        shapes[name] = shape
+        if opcode in _NO_KERNEL:
+            continue
+        if opcode == "conditional":
+            branches = [kernels_run(hlo_text, b) for b in branch_computations(rest)]
+            out += max(branches, key=lambda kernels: sum(k[1] for k in kernels), default=[])
+            continue
+        moved = array_bytes(shape) + sum(array_bytes(shapes.get(o, "")) for o in operands)
+        out.append((name, moved, rest))
     return out
 
 
@@ -133,10 +200,10 @@ def batch_minor_tensors(hlo_text: str, batch: int, other_sizes) -> int:
     [S, H, B] counts and a weight does not."""
     count = 0
     for line in hlo_text.splitlines():
-        match = _ENTRY_LINE.match(line)
-        if not match or match.group(3) in _VIEWS:
+        parsed = parse_instruction(line)
+        if not parsed or parsed[2] in _VIEWS:
             continue
-        for _, dims, layout in _ARRAY.findall(match.group(2)):
+        for _, dims, layout in _ARRAY.findall(parsed[1]):
             sizes = [int(d) for d in dims.split(",") if d]
             if len(sizes) < 3 or not layout:
                 continue
@@ -151,24 +218,19 @@ def summarize(hlo_text: str, batch: int, other_sizes, top: int = 0) -> dict:
     and bytes moved by category (see the module docstring); `top` kernels by bytes, grouped
     by kind (the fusion's name without its number) and JAX op path."""
     categories = next(iter(hlo_op_categories(hlo_text).values()), {})
-    shapes, moved, groups = {}, Counter(), Counter()
-    kernels = 0
-    for name, shape, opcode, operands in entry_instructions(hlo_text):
-        shapes[name] = shape
-        if opcode in _NO_KERNEL:
-            continue
-        kernels += 1
-        line_bytes = array_bytes(shape) + sum(array_bytes(shapes.get(o, "")) for o in operands)
+    moved, groups, targets = Counter(), Counter(), Counter()
+    kernels = kernels_run(hlo_text)
+    for name, line_bytes, rest in kernels:
         category = categories.get(name, "other")
         moved[category] += line_bytes
+        targets.update(re.findall(r'custom_call_target="([^"]+)"', rest))
         if top:
             kind = re.sub(r"[.\d]+$", "", name)
             groups[(kind, category)] += line_bytes
-    text_calls = Counter(re.findall(r'custom_call_target="([^"]+)"', hlo_text))
     result = {
-        "kernels": kernels,
-        "triton_calls": sum(v for k, v in text_calls.items() if "triton" in k),
-        "cudnn_calls": sum(v for k, v in text_calls.items() if "cudnn" in k and "fmha" in k),
+        "kernels": len(kernels),
+        "triton_calls": sum(v for k, v in targets.items() if "triton" in k),
+        "cudnn_calls": sum(v for k, v in targets.items() if "cudnn" in k and "fmha" in k),
         "batch_minor_tensors": batch_minor_tensors(hlo_text, batch, other_sizes),
         "bytes_moved": {c: moved[c] for c in CATEGORIES},
         "bytes_non_matmul": sum(v for c, v in moved.items() if c != "matmul"),

@@ -136,7 +136,8 @@ def categorize(name: str, stats: dict | None = None, hlo_ops: dict | None = None
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|called_computations|"
-                     r"branch_computations)=\{?([^}]*?)\}?(?=,\s*[a-z_]+=|$)")
+                     r"branch_computations|true_computation|false_computation)"
+                     r"=\{?([^}]*?)\}?(?=,\s*[a-z_]+=|$)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 
 

@@ -70,9 +70,89 @@ def test_summary_of_a_module_counted_by_hand():
                             ("custom-call", "matmul", 3584)]
 
 
+# Attention behind a runtime branch, as Keras/JAX compile it: a predicate kernel, then a
+# conditional whose branches each launch their own kernels. Batch 2, sequence 4, width 8.
+CONDITIONAL = """HloModule jit_forward
+
+%fused_scale (p0.2: bf16[2,4,8]) -> bf16[2,4,8] {
+  %p0.2 = bf16[2,4,8]{2,1,0} parameter(0)
+  ROOT %multiply.1 = bf16[2,4,8]{2,1,0} multiply(%p0.2, %p0.2)
+}
+
+%fused_any (p0.3: s32[2,4]) -> pred[] {
+  %p0.3 = s32[2,4]{1,0} parameter(0)
+  ROOT %compare.1 = pred[] compare(%p0.3, %p0.3), direction=EQ
+}
+
+%region_lengths (arg_tuple.1: (s32[2,4], bf16[2,4,8])) -> (bf16[2,4,8]) {
+  %arg_tuple.1 = (s32[2,4]{1,0}, bf16[2,4,8]{2,1,0}) parameter(0)
+  %get-tuple-element.1 = bf16[2,4,8]{2,1,0} get-tuple-element(%arg_tuple.1), index=1
+  %fmha.1 = (bf16[2,4,8]{2,1,0}, u8[0]{0}) custom-call(%get-tuple-element.1), custom_call_target="__cudnn$fmhaSoftmax"
+  %get-tuple-element.2 = bf16[2,4,8]{2,1,0} get-tuple-element(%fmha.1), index=0
+  ROOT %tuple.1 = (bf16[2,4,8]{2,1,0}) tuple(%get-tuple-element.2)
+}
+
+%region_mask (arg_tuple.2: (s32[2,4], bf16[2,4,8])) -> (bf16[2,4,8]) {
+  %arg_tuple.2 = (s32[2,4]{1,0}, bf16[2,4,8]{2,1,0}) parameter(0)
+  %get-tuple-element.3 = s32[2,4]{1,0} get-tuple-element(%arg_tuple.2), index=0
+  %get-tuple-element.4 = bf16[2,4,8]{2,1,0} get-tuple-element(%arg_tuple.2), index=1
+  %convert.3 = f32[2,4,4]{2,1,0} convert(%get-tuple-element.3)
+  %fmha.2 = (bf16[2,4,8]{2,1,0}, u8[0]{0}) custom-call(%get-tuple-element.4, %convert.3), custom_call_target="__cudnn$fmhaScaleBiasSoftmax"
+  %get-tuple-element.5 = bf16[2,4,8]{2,1,0} get-tuple-element(%fmha.2), index=0
+  ROOT %tuple.2 = (bf16[2,4,8]{2,1,0}) tuple(%get-tuple-element.5)
+}
+
+ENTRY %main (mask: s32[2,4], x: bf16[2,4,8]) -> (bf16[2,4,8]) {
+  %mask = s32[2,4]{1,0} parameter(0)
+  %x = bf16[2,4,8]{2,1,0} parameter(1)
+  %loop_scale_fusion = bf16[2,4,8]{2,1,0} fusion(%x), kind=kLoop, calls=%fused_scale
+  %input_any_fusion = pred[] fusion(%mask), kind=kInput, calls=%fused_any
+  %cond.1 = (s32[2,4]{1,0}, bf16[2,4,8]{2,1,0}) tuple(%mask, %loop_scale_fusion)
+  ROOT %cond.2 = (bf16[2,4,8]{2,1,0}) conditional(%input_any_fusion, %cond.1, %cond.1), true_computation=%region_lengths, false_computation=%region_mask
+}
+"""
+
+
+def test_a_conditional_counts_as_its_costliest_branch():
+    found = compile_for_gpu.summarize(CONDITIONAL, batch=2, other_sizes={4})
+    # Launched: the scale fusion (128 out + 128 in), the predicate (1 out + 32 in), then one
+    # branch, not the conditional (whose operands are views handed to the branch):
+    #   region_lengths: fmha.1 128 + 0 out + 128 in                       = 256
+    #   region_mask:    convert.3 128 out + 32 in; fmha.2 128 out + 128 + 128 in = 544
+    # so the mask branch, the costlier, with its 2 kernels and its one cuDNN call.
+    assert found["kernels"] == 4
+    assert found["cudnn_calls"] == 1
+    assert found["bytes_non_matmul"] == 256 + 33 + 544
+    assert compile_for_gpu.branch_computations(
+        "x), true_computation=%region_lengths, false_computation=%region_mask") == [
+        "region_lengths", "region_mask"]
+    assert compile_for_gpu.branch_computations(
+        "i), branch_computations={%b0, %b1, %b2}") == ["b0", "b1", "b2"]
+
+
+def test_a_tuple_of_six_or_more_with_index_comments_is_read():
+    """XLA writes "/*index=5*/" into every tuple shape of six or more: such an instruction
+    (a multi-output fusion, a conditional returning attention's residuals) is still a
+    kernel with its bytes."""
+    line = ("  %fusion.7 = (bf16[2]{0}, bf16[2]{0}, bf16[2]{0}, bf16[2]{0}, bf16[2]{0}, "
+            "/*index=5*/f32[4]{0}) fusion(%x, %y), kind=kLoop, calls=%fused_seven")
+    name, shape, opcode, rest = compile_for_gpu.parse_instruction(line)
+    assert (name, opcode) == ("fusion.7", "fusion") and rest.startswith("%x, %y)")
+    assert compile_for_gpu.array_bytes(shape) == 5 * 4 + 16
+    module = ("HloModule m\n\nENTRY %main (x: f32[4], y: f32[4]) -> f32[4] {\n"
+              "  %x = f32[4]{0} parameter(0)\n  %y = f32[4]{0} parameter(1)\n"
+              + line + "\n  ROOT %g = f32[4]{0} get-tuple-element(%fusion.7), index=5\n}\n")
+    found = compile_for_gpu.summarize(module, batch=2, other_sizes=set())
+    assert found["kernels"] == 1 and found["bytes_non_matmul"] == 36 + 16 + 16
+    assert compile_for_gpu.parse_instruction("  ROOT %t = (f32[], (s32[], f32[])) tuple(%a, "
+                                             "%b)")[1:3] == ("(f32[], (s32[], f32[]))", "tuple")
+
+
 def test_a_module_without_an_entry_computation_is_refused():
     with pytest.raises(ValueError, match="no ENTRY"):
         compile_for_gpu.entry_instructions("HloModule empty\n")
+    with pytest.raises(ValueError, match="no computation 'region_9'"):
+        compile_for_gpu.kernels_run(CONDITIONAL, "region_9")
 
 
 @pytest.mark.parametrize("argv,expected", [

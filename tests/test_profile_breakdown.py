@@ -120,6 +120,7 @@ ENTRY %main (x.1: bf16[4,8], /*index=1*/y.1: f32[]) -> bf16[4,8] {
   %both = (f32[8,4]{1,0}, f32[4]{0}) fusion(%f), kind=kInput, calls=%fused_transpose_reduce
   %init = (s32[], f32[4,8]{1,0}) tuple(%c0, %f)
   %loop = (s32[], f32[4,8]{1,0}) while(%init), condition=%cond, body=%body
+  %branch = (s32[], f32[4,8]{1,0}) conditional(%c, %init, %init), true_computation=%cond, false_computation=%body
   ROOT %out = bf16[4,8]{1,0} add(%gemm_fusion, %x.1)
 }
 """
@@ -134,6 +135,7 @@ def test_hlo_instructions_are_categorized_by_what_they_run():
     assert table["input_fusion"] == "reductions"       # not "other" from the reducer's add
     assert table["both"] == "transposes"               # a transpose beside a reduce
     assert table["loop"] == "reductions"               # its body's fusion
+    assert table["branch"] == "reductions"             # a branch's fusion
     assert table["f"] == "other" and table["out"] == "other"
 
 

@@ -16,6 +16,8 @@ bench/accelerator_tasks.py), with the kernels' platform taken for a GPU
 Reported per side, from the compiled module (`summarize`):
   kernels       top-level instructions that launch work (fusions, custom calls, copies)
   custom calls  Pallas / Triton calls and cuDNN attention calls
+  branches      runtime conditionals in the step (attention's choice between cuDNN with
+                key lengths and with the mask, one a layer, where no probability is dropped)
   batch-minor   tensors whose physical minor dimension is the batch (BUILD_NOTES 8.10: the
                 [S, H, B] layout XLA chose for the residual stream, and the transposes
                 around every matrix product that came with it)
@@ -231,6 +233,9 @@ def summarize(hlo_text: str, batch: int, other_sizes, top: int = 0) -> dict:
         "kernels": len(kernels),
         "triton_calls": sum(v for k, v in targets.items() if "triton" in k),
         "cudnn_calls": sum(v for k, v in targets.items() if "cudnn" in k and "fmha" in k),
+        # Each a choice the GPU's host side makes at run time (a predicate read back).
+        "conditionals": sum(row[2] == "conditional"
+                            for row in computation_instructions(hlo_text)),
         "batch_minor_tensors": batch_minor_tensors(hlo_text, batch, other_sizes),
         "bytes_moved": {c: moved[c] for c in CATEGORIES},
         "bytes_non_matmul": sum(v for c, v in moved.items() if c != "matmul"),
@@ -386,15 +391,16 @@ def run_side(side: str, args, out_dir: str) -> dict:
 def format_results(results: list[dict], args) -> str:
     lines = [f"{args.mode}, size {args.size}, compiled for {args.target} on this CPU "
              f"(XLA_FLAGS={XLA_FLAGS}; GB each kernel reads and writes)",
-             "| side | kernels | Triton calls | cuDNN attention | batch-minor tensors | "
+             "| side | kernels | Triton calls | cuDNN attention | runtime branches | "
+             "batch-minor tensors | "
              + " | ".join(f"GB {c}" for c in CATEGORIES) + " | GB non-matmul |",
-             "| --- " * (6 + len(CATEGORIES)) + "|"]
+             "| --- " * (7 + len(CATEGORIES)) + "|"]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['side']} | error: {r['error']} |")
             continue
         lines.append(f"| {r['side']} | {r['kernels']} | {r['triton_calls']} | "
-                     f"{r['cudnn_calls']} | {r['batch_minor_tensors']} | "
+                     f"{r['cudnn_calls']} | {r['conditionals']} | {r['batch_minor_tensors']} | "
                      + " | ".join(f"{r['bytes_moved'][c] / 1e9:.2f}" for c in CATEGORIES)
                      + f" | {r['bytes_non_matmul'] / 1e9:.2f} |")
     for r in results:

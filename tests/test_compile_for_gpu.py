@@ -65,7 +65,7 @@ def test_summary_of_a_module_counted_by_hand():
     # and the transpose inside it. Not the views of them (the fused parameter p0.1, the
     # tuple), the weight [16,16] (rank 2) nor a [4,8,16]{2,1,0} tensor (minor dimension 16).
     assert found["batch_minor_tensors"] == 3
-    assert found["triton_calls"] == found["cudnn_calls"] == 0
+    assert found["triton_calls"] == found["cudnn_calls"] == found["conditionals"] == 0
     assert found["top"] == [("input_transpose_fusion", "transposes", 4096),
                             ("custom-call", "matmul", 3584)]
 
@@ -121,7 +121,7 @@ def test_a_conditional_counts_as_its_costliest_branch():
     #   region_mask:    convert.3 128 out + 32 in; fmha.2 128 out + 128 + 128 in = 544
     # so the mask branch, the costlier, with its 2 kernels and its one cuDNN call.
     assert found["kernels"] == 4
-    assert found["cudnn_calls"] == 1
+    assert found["cudnn_calls"] == found["conditionals"] == 1
     assert found["bytes_non_matmul"] == 256 + 33 + 544
     assert compile_for_gpu.branch_computations(
         "x), true_computation=%region_lengths, false_computation=%region_mask") == [

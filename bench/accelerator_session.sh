@@ -19,7 +19,8 @@
 #         .xplane.pb.
 # PART 2: the rest: BERT-large ours and torch_compile; the three pretraining kernels each
 #         left out in turn (which of them wins); the inference A/Bs against ours in the same
-#         run (the two kernels alone, the real tokens alone); fine-tuning (ours, ours with
+#         run (the two kernels alone, the real tokens alone, the mask always, without the
+#         per-layer key-lengths conditional: BUILD_NOTES 8.12); fine-tuning (ours, ours with
 #         dense_bias_16_bits and gelu_16_bits, torch_compile); the inference peers measured
 #         once already (torch eager, keras-hub).
 # PART attention: the attention A/B (bench/bench_attention_kernels.py at base size).
@@ -68,7 +69,7 @@ case "$PART" in
   python3 bench/bench_accelerator.py --order=$L:ours,$L:torch_compile --steps=5 --rounds=4 \
     --warmup_steps=2 --deadline_s="$(share 35)" --out="$OUT/large"
   python3 bench/bench_accelerator.py --mode=inference \
-    --order="$S:ours,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024" \
+    --order="$S:ours,$S:ours@enable=gelu_16_bits+residual_layer_norm,$S:ours@real_tokens=1024,$S:ours@disable=cudnn_key_lengths" \
     --steps=10 --rounds=4 --warmup_steps=2 --deadline_s="$(share 30)" \
     --out="$OUT/inference_ab"
   python3 bench/bench_accelerator.py \

@@ -24,8 +24,8 @@ Reported per side, from the compiled module (`summarize`):
   GB moved      the bytes each kernel reads and writes (its operands and result, each once),
                 summed by bench/profile_breakdown.py's categories; "non-matmul" is
                 everything but matrix products, the memory-bound part of the step; a
-                runtime branch (`conditional`, as Keras' attention takes the cuDNN call
-                with sequence lengths when the mask is right-padded) counts as the kernels
+                runtime branch (`conditional`, as our attention takes the cuDNN call
+                with key lengths when the mask is right-padded) counts as the kernels
                 of its costliest branch, not as a kernel itself
 
 These are properties of the compiled program, not times. XLA does not autotune without a
@@ -54,7 +54,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from profile_breakdown import CATEGORIES, hlo_op_categories  # noqa: E402
+from profile_breakdown import (CATEGORIES, called_computations,  # noqa: E402
+                               hlo_op_categories, split_instruction)
 
 # XLA's GPU target configs (xla/stream_executor/device_description.proto), from NVIDIA's
 # published figures for the SXM parts: 132 SMs, 228 KB of shared memory an SM (227 KB a
@@ -89,7 +90,6 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f
           "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
 _ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\](?:\{([0-9,]*))?")
 _LINE_HEAD = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*")
-_OPCODE = re.compile(r"\s+([a-z][\w\-]*)\((.*)$")
 # Instructions that launch nothing: views, tuples, parameters.
 _NO_KERNEL = {"parameter", "get-tuple-element", "bitcast", "tuple", "constant",
               "after-all", "opt-barrier", "partition-id", "replica-id"}
@@ -111,25 +111,13 @@ def array_bytes(shape: str) -> int:
 
 def parse_instruction(line: str) -> tuple[str, str, str, str] | None:
     """(name, result shape, opcode, the rest after the opcode's parenthesis) of an HLO
-    instruction line, or None. A tuple shape is read to its closing parenthesis: it may
-    hold nested tuples and "/*index=5*/" comments (every tuple of six or more)."""
+    instruction line, or None (profile_breakdown.split_instruction reads the right-hand
+    side, tuple shapes of six or more with their "/*index=5*/" comments included)."""
     head = _LINE_HEAD.match(line)
     if not head:
         return None
-    start = end = head.end()
-    if line[start:start + 1] == "(":
-        depth = 0
-        for end in range(start, len(line)):
-            depth += (line[end] == "(") - (line[end] == ")")
-            if depth == 0:
-                break
-        end += 1
-    else:
-        end = line.find(" ", start)
-    tail = _OPCODE.match(line, end) if end > start else None
-    if not tail:
-        return None
-    return head.group(1), line[start:end], tail.group(1), tail.group(2)
+    shape, opcode, rest = split_instruction(line[head.end():])
+    return (head.group(1), shape, opcode, rest) if opcode else None
 
 
 def computation_instructions(hlo_text: str, computation: str | None = None
@@ -166,14 +154,6 @@ def entry_instructions(hlo_text: str) -> list[tuple[str, str, str, list[str]]]:
     return [row[:4] for row in computation_instructions(hlo_text)]
 
 
-def branch_computations(attributes: str) -> list[str]:
-    """The branches a `conditional` instruction names (true/false or an indexed list)."""
-    listed = re.search(r"branch_computations=\{([^}]*)\}", attributes)
-    if listed:
-        return [c.strip().lstrip("%") for c in listed.group(1).split(",") if c.strip()]
-    return re.findall(r"\b(?:true|false)_computation=%?([\w.\-]+)", attributes)
-
-
 def kernels_run(hlo_text: str, computation: str | None = None) -> list[tuple[str, int, str]]:
     """(name, bytes read and written, attributes) of each kernel a computation launches
     (ENTRY's when None), in order. A `conditional` launches nothing itself (its operands
@@ -186,7 +166,8 @@ def kernels_run(hlo_text: str, computation: str | None = None) -> list[tuple[str
         if opcode in _NO_KERNEL:
             continue
         if opcode == "conditional":
-            branches = [kernels_run(hlo_text, b) for b in branch_computations(rest)]
+            branches = [kernels_run(hlo_text, b)
+                        for b in called_computations(rest, opcode)]
             out += max(branches, key=lambda kernels: sum(k[1] for k in kernels), default=[])
             continue
         moved = array_bytes(shape) + sum(array_bytes(shapes.get(o, "")) for o in operands)

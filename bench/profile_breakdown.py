@@ -141,8 +141,11 @@ _CALLED = re.compile(r"\b(?:calls|to_apply|body|condition|called_computations|"
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 
 
-def _opcode(rest: str) -> str:
-    """The opcode of an instruction's right-hand side ("f32[2]{0} dot(%a, %b), ...")."""
+def split_instruction(rest: str) -> tuple[str, str, str]:
+    """(result shape, opcode, what follows the opcode's parenthesis: operands and
+    attributes) of an instruction's right-hand side ("f32[2]{0} dot(%a, %b), ..."); the
+    opcode is "" if there is none. A tuple shape is read to its closing parenthesis (it may
+    nest, and hold "/*index=5*/" comments)."""
     i, depth = 0, 0
     # Skip the result type: a token, or a parenthesised tuple of them.
     while i < len(rest):
@@ -154,8 +157,24 @@ def _opcode(rest: str) -> str:
         elif c == " " and depth == 0:
             break
         i += 1
-    match = re.match(r"\s*([a-z][\w\-]*)\(", rest[i:])
-    return match.group(1) if match else ""
+    match = re.match(r"\s*([a-z][\w\-]*)\((.*)$", rest[i:])
+    return (rest[:i], match.group(1), match.group(2)) if match else (rest[:i], "", "")
+
+
+def _opcode(rest: str) -> str:
+    """The opcode of an instruction's right-hand side ("f32[2]{0} dot(%a, %b), ...")."""
+    return split_instruction(rest)[1]
+
+
+def called_computations(rest: str, opcode: str) -> list[str]:
+    """The computations an instruction calls (a fusion's, a loop's body and condition, a
+    conditional's branches), not a reduce's reducer."""
+    called = []
+    for found in _CALLED.finditer(rest):
+        key = found.group(0).split("=")[0]
+        if key != "to_apply" or opcode != "reduce":
+            called += [c.strip().lstrip("%") for c in found.group(1).split(",") if c.strip()]
+    return called
 
 
 def _instruction_category(opcode: str, rest: str) -> str | None:
@@ -210,13 +229,8 @@ def hlo_op_categories(hlo_text) -> dict:
                 continue
             name, rest = match.groups()
             opcode = _opcode(rest)
-            called = []
-            for found in _CALLED.finditer(rest):
-                key = found.group(0).split("=")[0]
-                if key != "to_apply" or opcode != "reduce":
-                    called += [c.strip().lstrip("%") for c in found.group(1).split(",")
-                               if c.strip()]
-            current.append((name, _instruction_category(opcode, rest), called))
+            current.append((name, _instruction_category(opcode, rest),
+                            called_computations(rest, opcode)))
 
         memo = {}
 

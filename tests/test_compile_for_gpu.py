@@ -123,11 +123,11 @@ def test_a_conditional_counts_as_its_costliest_branch():
     assert found["kernels"] == 4
     assert found["cudnn_calls"] == found["conditionals"] == 1
     assert found["bytes_non_matmul"] == 256 + 33 + 544
-    assert compile_for_gpu.branch_computations(
-        "x), true_computation=%region_lengths, false_computation=%region_mask") == [
-        "region_lengths", "region_mask"]
-    assert compile_for_gpu.branch_computations(
-        "i), branch_computations={%b0, %b1, %b2}") == ["b0", "b1", "b2"]
+    called = compile_for_gpu.called_computations  # profile_breakdown's, shared
+    assert called("x), true_computation=%region_lengths, false_computation=%region_mask",
+                  "conditional") == ["region_lengths", "region_mask"]
+    assert called("i), branch_computations={%b0, %b1, %b2}", "conditional") == [
+        "b0", "b1", "b2"]
 
 
 def test_a_tuple_of_six_or_more_with_index_comments_is_read():

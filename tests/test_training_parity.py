@@ -363,7 +363,7 @@ def _max_weight_difference(ours, reference, zero_gradient=()):
 # Which implementation rounds it worst is chance: in the classifier case with Keras' LAMB,
 # word-embedding row 39 (seen twice in the first batch, gradient 9.0e-6 from terms ~100x
 # larger) ends 6.0e-7 off float64 with eager attention, 2.1e-6 with SDPA, and 3.3e-6 with
-# ours on JAX on an AVX-512 CPU (BUILD_NOTES.md section 7), while every other weight of
+# ours on JAX on an AVX-512 CPU (BUILD_NOTES.md section 8.4), while every other weight of
 # every implementation is within 1e-6. So the noise is taken from two float32
 # implementations of the reference, the larger distance from float64.
 NOISE_ATTENTION = ("eager", "sdpa")

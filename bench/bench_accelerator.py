@@ -41,7 +41,9 @@ training state back into the variables: about 40 ms on an H200 at BERT-base, idl
 device, BUILD_NOTES 8.10), which a training run pays once per epoch of thousands of steps;
 divided over a round of 5 steps it added 8 ms to a 53.5 ms step. `step_seconds_per_call`
 keeps the whole call's time / steps of the longer calls (what earlier versions of this
-bench reported).
+bench reported). Where the differential median is not above zero (the fixed cost varied
+more than the extra steps cost: tiny sizes on a busy CPU) the step time is that per-call
+figure, and `step_timing` in the results says which it is.
 
 Model FLOPs per sequence (stated in the output): 3 x forward, forward = L x (8SH^2 +
 4SHI + 4S^2H) + 2PH^2 + 2PHV + 2H^2 + 4H (bench_pretraining.training_flops_per_sequence;
@@ -412,6 +414,17 @@ def time_rounds(run, steps, rounds, differential):
     return step_times, per_call
 
 
+def step_time(step_times, per_call, differential):
+    """(seconds a step, how it was timed) from time_rounds' lists: the median differential
+    step time, or the median call time / steps where it is not differential or where that
+    median is not above zero (the calls' fixed cost varied more than the extra steps cost:
+    tiny sizes on a busy CPU), so no side reports a negative rate."""
+    if differential and statistics.median(step_times) > 0:
+        return statistics.median(step_times), "differential"
+    return statistics.median(per_call), ("per_call" if not differential else
+                                         "per_call (differential not above noise)")
+
+
 def child(args):
     name, options = parse_side(args.side, args.mode)
     start = time.perf_counter()
@@ -432,9 +445,9 @@ def child(args):
         run = run_torch_side(name, size, args)
     run(args.warmup_steps)
     warmup_seconds = time.perf_counter() - start
-    rounds, per_call = time_rounds(run, args.steps, args.rounds,
-                                   differential=name in ("ours", "keras_hub"))
-    step_seconds = statistics.median(rounds)
+    differential = name in ("ours", "keras_hub")
+    rounds, per_call = time_rounds(run, args.steps, args.rounds, differential)
+    step_seconds, step_timing = step_time(rounds, per_call, differential)
     breakdown = None
     if args.profile_path and name in ("ours", "keras_hub"):
         import keras
@@ -444,7 +457,7 @@ def child(args):
             breakdown = profile_breakdown(args.profile_path)
     result = dict(side=args.side, size=args.size, step_seconds=step_seconds,
                   step_seconds_per_round=rounds,
-                  step_seconds_per_call=statistics.median(per_call),
+                  step_seconds_per_call=statistics.median(per_call), step_timing=step_timing,
                   warmup_seconds=warmup_seconds,
                   examples_per_second=size["batch"] / step_seconds)
     if breakdown is not None:

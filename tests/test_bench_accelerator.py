@@ -66,6 +66,17 @@ def test_kernel_switches_become_the_environment_and_refuse_unknown_names(monkeyp
         bench_accelerator.set_kernel_switches({"enable": "argmax"})
 
 
+def test_step_time_never_reports_a_negative_rate():
+    # Differential: (2n-step call - n-step call) / n per round, median over rounds.
+    assert bench_accelerator.step_time([0.010, 0.012, 0.011], [0.02, 0.03, 0.02], True) == (
+        0.011, "differential")
+    # A fixed cost that varied more than the steps cost: the per-call figure, said so.
+    assert bench_accelerator.step_time([-0.004, 0.001, -0.002], [0.02, 0.03, 0.025], True) == (
+        0.025, "per_call (differential not above noise)")
+    assert bench_accelerator.step_time([0.02, 0.03], [0.02, 0.03], False) == (0.025,
+                                                                               "per_call")
+
+
 @pytest.mark.integration
 def test_tiny_run_reports_every_side(tmp_path):
     out = tmp_path / "out"
@@ -80,6 +91,9 @@ def test_tiny_run_reports_every_side(tmp_path):
     for side, row in rows.items():
         assert "error" not in row, (side, row)
         assert row["examples_per_second"] > 0 and len(row["step_seconds_per_round"]) == 2
+        assert row["step_timing"] in (
+            {"differential", "per_call (differential not above noise)"}
+            if side.startswith(("ours", "keras_hub")) else {"per_call"}), (side, row)
         # examples/s and model FLOP/s are the same measurement in two units.
         assert row["model_tflops"] == pytest.approx(
             row["examples_per_second"] * row["flops_per_example"] / 1e12)

@@ -134,8 +134,8 @@ class PretrainingOptions(DistributionOptions):
                                       "the last interval is shorter if it does not divide "
                                       "num_train_steps.")
     keep_checkpoint_max: int = opt(3, "Periodic checkpoints kept in output_dir/checkpoints.")
-    steps_per_execution: int = opt(1, "Micro-batches run per tf.function call (fewer host "
-                                   "round trips).")
+    steps_per_execution: int = opt(1, "Micro-batches run per compiled call (tf.function "
+                                   "or jax.jit; fewer host round trips).")
     gradient_accumulation_steps: int = opt(1, "Micro-batches averaged into one update.")
     mixed_precision: str = mixed_precision_option("Keras dtype policy.")
     jit_compile: bool = opt(False, "Compile the train step with XLA.")
@@ -288,31 +288,37 @@ def resolve_masking(options: PretrainingOptions, kind: str, source: str):
     return options, dynamic
 
 
-def check_replicas(options: PretrainingOptions, num_replicas: int) -> None:
+def check_replicas(options: PretrainingOptions, num_replicas: int,
+                   tf_distribute: bool = True) -> None:
     """Raises PretrainingError for settings Keras 3.15.1 cannot run on `num_replicas`.
 
-    Both limits below are Keras bugs seen here with MirroredStrategy on 2 logical CPUs;
-    TPUs are not checked (no TPU to test on).
+    The batch sizes must divide on either backend. The other two limits are bugs of Keras
+    under tf.distribute (`tf_distribute`: the replicas are a TensorFlow strategy's), seen
+    here with MirroredStrategy on 2 logical CPUs; TPUs are not checked (no TPU to test on).
+    Keras' DataParallel on JAX has neither: accumulation and multi-step calls train there
+    the weights of one device (tests/test_run_pretraining_jax.py, 2 processes).
     """
     for name in ("train_batch_size", "eval_batch_size"):
         if getattr(options, name) % num_replicas:
             raise PretrainingError(f"--{name}={getattr(options, name)} is not divisible by "
                                    f"the {num_replicas} replicas")
-    if options.gradient_accumulation_steps > 1 and num_replicas > 1:
+    if num_replicas == 1 or not tf_distribute:
+        return
+    if options.gradient_accumulation_steps > 1:
         # Keras 3.15.1 applies an accumulated update inside a cond; tf.distribute cannot
         # synchronize replicas (merge_call) inside control flow, so fit fails while tracing.
         raise PretrainingError(
             f"--gradient_accumulation_steps={options.gradient_accumulation_steps} works with "
-            f"one replica only in Keras 3.15.1 (here: {num_replicas}); raise "
+            f"one replica only on TensorFlow in Keras 3.15.1 (here: {num_replicas}); raise "
             "--train_batch_size instead, the replicas already multiply the batch")
-    if (options.steps_per_execution > 1 and num_replicas > 1
-            and options.distribution_strategy != "tpu"):
+    if options.steps_per_execution > 1 and options.distribution_strategy != "tpu":
         # The multi-step loop (tf.while_loop + tf.cond over get_next_as_optional) fails with
         # "You must feed a value for placeholder tensor" under MirroredStrategy:
         # https://github.com/keras-team/keras/issues/19246
         raise PretrainingError(
             f"--steps_per_execution={options.steps_per_execution} fails with "
-            f"{num_replicas} replicas in Keras 3.15.1 (keras-team/keras#19246); use 1")
+            f"{num_replicas} replicas on TensorFlow in Keras 3.15.1 (keras-team/keras#19246); "
+            "use 1")
 
 
 # ---------------------------------------------------------------------------------------
@@ -676,7 +682,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
     keras.utils.set_random_seed(options.seed)
     keras.mixed_precision.set_global_policy(options.mixed_precision)
-    check_replicas(options, distribution.num_replicas_in_sync)
+    check_replicas(options, distribution.num_replicas_in_sync,
+                   tf_distribute=distribution.strategy is not None)
     resuming = prepare_output_dir(options, chief)
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)

@@ -191,14 +191,21 @@ def test_settings_keras_cannot_distribute_fail_early():
     options = PretrainingOptions(input_file="x", output_dir="y", preset="tiny",
                                  train_batch_size=8, gradient_accumulation_steps=2)
     check_replicas(options, 1)
-    with pytest.raises(PretrainingError, match="one replica only"):
+    with pytest.raises(PretrainingError, match="one replica only on TensorFlow"):
         check_replicas(options, 2)
     single = dataclasses.replace(options, gradient_accumulation_steps=1)
     with pytest.raises(PretrainingError, match="train_batch_size=8 is not divisible by the 3"):
         check_replicas(single, 3)
+    with pytest.raises(PretrainingError, match="train_batch_size=8 is not divisible by the 3"):
+        check_replicas(single, 3, tf_distribute=False)
     check_replicas(dataclasses.replace(single, steps_per_execution=4), 1)
     with pytest.raises(PretrainingError, match="keras-team/keras#19246"):
         check_replicas(dataclasses.replace(single, steps_per_execution=4), 2)
+    check_replicas(dataclasses.replace(single, steps_per_execution=4,
+                                       distribution_strategy="tpu"), 8)
+    # Keras' DataParallel (JAX) has neither tf.distribute bug: both train there
+    # (test_run_pretraining_jax.py's two-process test with both).
+    check_replicas(dataclasses.replace(options, steps_per_execution=4), 2, tf_distribute=False)
 
 
 @pytest.mark.slow

@@ -153,10 +153,16 @@ def _weights(path):
     return arrays
 
 
-def test_two_processes_train_the_weights_of_one(static_data, tmp_path):
+@pytest.mark.parametrize("extra", [{}, dict(gradient_accumulation_steps=2,
+                                              steps_per_execution=2)],
+                         ids=["plain", "accumulation_and_multi_step_calls"])
+def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra):
     """--distribution_strategy=multi_worker_mirrored on JAX: 2 processes (1 CPU device each,
     joined on 127.0.0.1 by keras.distribution.initialize) train the weights one process
     trains with the same global batch, over 20 updates; process 0 writes the run directory.
+    Also with gradient accumulation and several steps per call, which tf.distribute cannot
+    run on several replicas (check_replicas) and Keras' DataParallel can: a TPU pod slice's
+    usual settings.
 
     The bound is float32's: the two runs differ only in the order of the gradient's sums
     (the 2-device single-process run, --distribution_strategy=mirrored, gives the same
@@ -169,7 +175,7 @@ def test_two_processes_train_the_weights_of_one(static_data, tmp_path):
     lr, steps = 1e-3, 20
     flags = dict(static_data, bert_config_file=str(config), eval_input_file="",
                  train_batch_size=8, num_train_steps=steps, num_warmup_steps=2,
-                 save_checkpoints_steps=10, learning_rate=lr, seed=5)
+                 save_checkpoints_steps=10, learning_rate=lr, seed=5, **extra)
     one, two = tmp_path / "one", tmp_path / "two"
     done = _tool("bert_keras.run_pretraining", dict(flags, output_dir=one), "jax")
     assert done.returncode == 0, done.stderr[-3000:]

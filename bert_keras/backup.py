@@ -59,6 +59,20 @@ def random_state_variables(model: keras.Model) -> list:
     return [v for v in model.variables if id(v) not in stored]
 
 
+def backup_epoch(path: str) -> int:
+    """The epoch a backup file was written at (the number of epochs it completed).
+
+    Raises:
+      OSError: not an HDF5 file (missing, torn); KeyError: no epoch in it (a backup of
+        Keras' own callback, whose epoch lives in training_metadata.json).
+    """
+    with h5py.File(path, "r") as f:
+        group = f.get(RESUME_GROUP)
+        if group is None or "epoch" not in group.attrs:
+            raise KeyError("written without an epoch (by Keras' own BackupAndRestore)")
+        return int(group.attrs["epoch"])
+
+
 class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`keras.callbacks.BackupAndRestore` with random state, atomic writes and a fallback.
 
@@ -75,7 +89,7 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
     """
 
     def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=True,
-                 delete_checkpoint=True):
+                 delete_checkpoint=True, gather=None):
         if save_freq != "epoch":
             raise ValueError(f"ExactBackupAndRestore saves at epoch ends only; "
                              f"received save_freq={save_freq!r}")
@@ -88,6 +102,10 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.restored_step = 0
         self.exact = True
         self._restore_done = False
+        # Several processes training together (JAX's multi-process DataParallel), each with
+        # its own backup: gather(row) -> every process's row (distribute.Distribution's
+        # gather_from_processes), so that all resume from the same epoch.
+        self._gather = gather
 
     # --- restore ---
 
@@ -99,6 +117,8 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         candidates = [p for p in (self._weights_path, self._prev_weights_path)
                       if os.path.exists(p)]
         problems = []
+        if self._gather is not None:
+            candidates, problems = self._agreed(candidates)
         for path in candidates:
             try:
                 self._restore(path)
@@ -117,6 +137,45 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
                               f"{'; '.join(problems)}; remove {self.backup_dir} to start the "
                               "run over from step 0")
         self._restore_done = True
+
+    def _agreed(self, candidates):
+        """The backup this process restores so that every process resumes at one epoch.
+
+        A kill (a preempted pod slice) can land after one process wrote its backup of epoch
+        e and before another did: one then holds e and e - 1, the other e - 1 and e - 2, and
+        each restoring its newest would train different steps (the collectives hang or
+        fail). Every process reads the epochs its files hold and all take the newest epoch
+        every process has.
+
+        Returns:
+          ([path] or [], problems): the file to restore ([] when no process has a backup:
+          a fresh start everywhere) and the files that could not be read.
+        """
+        epochs, problems = {}, []
+        for path in candidates:
+            try:
+                epochs[path] = backup_epoch(path)
+            except (OSError, ValueError, KeyError) as e:
+                reason = " ".join(str(e).split())[:200] or type(e).__name__
+                problems.append(f"{path} ({reason})")
+        mine = sorted(set(epochs.values()), reverse=True)
+        rows = self._gather((mine + [-1, -1])[:2])
+        held = [set(row) - {-1} for row in rows]
+        if not any(held):
+            return [], problems
+        common = set.intersection(*held)
+        if not common:
+            described = "; ".join(f"process {i}: {sorted(h, reverse=True) or 'none'}"
+                                  for i, h in enumerate(held))
+            raise BackupError(
+                f"the processes' backups hold no epoch in common ({described}); this "
+                f"process's are in {self.backup_dir}: remove every process's backup to start "
+                "the run over from step 0")
+        epoch = max(common)
+        if mine and epoch != mine[0]:
+            logging.warning("Resuming from the backup of epoch %d, the newest that every "
+                            "process holds (this process's newest: epoch %d)", epoch, mine[0])
+        return [p for p, e in epochs.items() if e == epoch][:1], problems
 
     def _restore(self, path: str) -> None:
         if self.model.optimizer is not None and not self.model.optimizer.built:

@@ -261,13 +261,42 @@ class Distribution:
 
     @property
     def num_processes(self) -> int:
-        """JAX: the processes training together (1 unless multi_worker_mirrored); TensorFlow:
-        1 (its workers are the strategy's)."""
+        """Processes training together: JAX's joined processes (1 unless
+        multi_worker_mirrored), TensorFlow's multi-worker cluster's workers (chief included),
+        else 1."""
+        if self.strategy is not None:
+            resolver = getattr(self.strategy, "cluster_resolver", None)
+            if resolver is None or not isinstance(self.strategy,
+                                                  tf.distribute.MultiWorkerMirroredStrategy):
+                return 1
+            cluster = resolver.cluster_spec().as_dict()
+            return sum(len(cluster.get(job, ())) for job in ("chief", "worker")) or 1
         if self.keras_distribution is None:
             return 1
         import jax
 
         return jax.process_count()
+
+    def gather_from_processes(self, row) -> list:
+        """Every process's `row` (a list of ints, as long in every process), one row per
+        process in process order (TensorFlow: one per replica, in replica order): a
+        collective, which every process must call. JAX's processes exchange them with
+        `multihost_utils.process_allgather`, TensorFlow's workers with the strategy's
+        `gather`; a single process gets [row]."""
+        row = [int(v) for v in row]
+        if self.num_processes == 1:
+            return [row]
+        import numpy as np
+
+        if self.strategy is not None:
+            value = tf.constant([row], tf.int32)
+            per_replica = self.strategy.experimental_distribute_values_from_function(
+                lambda _: value)
+            return self.strategy.gather(per_replica, axis=0).numpy().tolist()
+        from jax.experimental import multihost_utils
+
+        rows = multihost_utils.process_allgather(np.asarray(row, np.int32))
+        return np.asarray(rows).reshape(self.num_processes, len(row)).tolist()
 
     @property
     def is_chief(self) -> bool:
@@ -367,7 +396,10 @@ def get_distribution(name: str = "default", tpu: str = "", *, coordinator_addres
                 f"{', '.join(process_flags)}: JAX's (KERAS_BACKEND=jax with "
                 "--distribution_strategy=multi_worker_mirrored); on TensorFlow "
                 "multi_worker_mirrored reads the cluster from TF_CONFIG")
-        return Distribution(name, strategy=get_strategy(name, tpu))
+        strategy = get_strategy(name, tpu)
+        if name == "multi_worker_mirrored":
+            _local_saving()  # After the strategy: TensorFlow configures collectives first.
+        return Distribution(name, strategy=strategy)
     if name not in STRATEGIES:
         raise StrategyError(f"unknown distribution_strategy {name!r}; expected one of "
                             f"{JAX_STRATEGIES} on KERAS_BACKEND={backend}")
@@ -421,17 +453,20 @@ def _join_processes(coordinator_address: str, num_processes, process_id) -> None
 
 
 def _local_saving() -> None:
-    """Makes Keras' saving local to each process under a multi-process DataParallel.
+    """Makes Keras' saving local to each process when several processes train together.
 
     Keras' saving lists the attributes to skip per object type from a reference object
     (`saving_lib.get_attr_skipset`); an optimizer's makes two variables, and made under a
     multi-process DataParallel each is a collective (jax.device_put compares the value across
-    processes). Keras 3.15.1 means to make each list once per process, but stores it under
-    "saving_attr_skipset_<type>" and looks for "saving_attr_skiplist_<type>", so it makes it
-    at every save: a save that process 0 alone makes (a checkpoint) was a collective the
-    others never joined, and failed ("passed to device_put is not the same on each
-    process"). The list is made here, before any distribution is in effect, and stored
-    under both names, so that every later save (and load) only reads the variables.
+    processes), under TensorFlow's multi-worker strategy too (each variable's initial value
+    is broadcast from the chief). Keras 3.15.1 means to make each list once per process, but
+    stores it under "saving_attr_skipset_<type>" and looks for "saving_attr_skiplist_<type>",
+    so it makes it at every save: a save that process 0 alone makes (a checkpoint) was a
+    collective the others never joined, and failed (JAX: "passed to device_put is not the
+    same on each process"; TensorFlow: "Collective instance ... expected type 0 ... but got
+    type 1" in the next backup). The list is made here, outside any distribution's scope,
+    and stored under both names, so that every later save (and load) only reads the
+    variables.
     """
     from keras.src.backend.common import global_state
     from keras.src.saving import saving_lib

@@ -510,7 +510,7 @@ def _updates_done(model) -> int:
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
-def _callbacks(options, chief, backup_dir, num_train_steps):
+def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
     import keras
 
     class PeriodicCheckpoint(keras.callbacks.Callback):
@@ -542,7 +542,9 @@ def _callbacks(options, chief, backup_dir, num_train_steps):
 
     from bert_keras.backup import ExactBackupAndRestore
 
-    backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False)
+    # gather: several JAX processes agree on the backup epoch they resume from.
+    backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False,
+                                   gather=gather)
     callbacks = [StopAtStep()]
     if chief:
         # Before the backup: a kill between the two repeats the interval, which rewrites the
@@ -724,7 +726,10 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             # The pooler and the NSP head get no gradient without the NSP loss (they stay in
             # the weights so every file keeps the pretrainer's layout); Keras warns each trace.
             warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
-        backup, callbacks = _callbacks(options, chief, backup_dir, options.num_train_steps)
+        backup, callbacks = _callbacks(
+            options, chief, backup_dir, options.num_train_steps,
+            gather=distribution.gather_from_processes if distribution.num_processes > 1
+            else None)
         # Restore now (fit would do it too, later) to know how many steps are done before
         # the input pipeline is built. The optimizer's step counter is saved in the same
         # file as the weights and the dropout random state, so it is the source of truth.

@@ -79,6 +79,17 @@ def h5_keys(path):
     return found
 
 
+def h5_arrays(path):
+    """Every dataset of an HDF5 file (a Keras .weights.h5) by name, as numpy arrays."""
+    import h5py
+
+    arrays = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return arrays
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     import keras

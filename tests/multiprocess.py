@@ -81,3 +81,56 @@ def describe(codes, outputs, tail=3000):
     """The exit codes and each process's last output, for an assertion message."""
     return f"exit codes {codes}\n" + "\n".join(
         f"--- process {i} ---\n{out[-tail:]}" for i, out in enumerate(outputs))
+
+
+def kill_between_backups(commands, envs, cwd, backups, epoch=2, timeout=600):
+    """Starts a job, kills every process with SIGKILL once all their backups reached `epoch`,
+    and leaves the last process one backup behind the first, as a kill landing between the
+    processes' backup writes does (a preempted job).
+
+    Args:
+      commands, envs, cwd: as `run_job`'s.
+      backups: each process's backup directory (bert_keras.backup), in process order.
+      epoch: the epoch every backup reaches before the kill.
+      timeout: seconds to reach it.
+
+    Returns:
+      The index of the process left ahead (0, or the one the kill itself left ahead when
+      it landed between two backups).
+    """
+    import json
+    import os
+
+    from bert_keras.backup import backup_epoch
+
+    def written():
+        try:
+            return [json.loads(open(os.path.join(b, "training_metadata.json")).read())["epoch"]
+                    for b in backups]
+        except (OSError, ValueError, KeyError):
+            return []
+
+    processes = []
+    reached, deadline = False, time.monotonic() + timeout
+    try:
+        for command, env in zip(commands, envs):
+            env = {k: v for k, v in env.items() if k not in KERAS_PROCESS_VARIABLES}
+            processes.append(subprocess.Popen(command, cwd=cwd, env=env,
+                                              stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL))
+        while not reached and time.monotonic() < deadline and all(
+                p.poll() is None for p in processes):
+            epochs = written()
+            reached = bool(epochs) and min(epochs) >= epoch and len(set(epochs)) == 1
+            time.sleep(0.05)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(30)
+    assert reached, "the job ended (or stalled) before its backups reached epoch " + str(epoch)
+    latest = [backup_epoch(os.path.join(b, "latest.weights.h5")) for b in backups]
+    if len(set(latest)) == 1:
+        os.remove(os.path.join(backups[-1], "latest.weights.h5"))  # One epoch behind.
+        return 0
+    assert max(latest) - min(latest) == 1, latest  # The kill landed between two backups.
+    return latest.index(max(latest))

@@ -161,3 +161,51 @@ def test_a_backup_from_keras_own_callback_resumes_but_not_exactly(tmp_path):
 def test_only_epoch_backups():
     with pytest.raises(ValueError, match="save_freq"):
         ExactBackupAndRestore("x", save_freq=10)
+
+
+# --- Several processes, each with its own backup (JAX's multi-process DataParallel) ----
+
+def _fit_as_one_of_two(model, backup_dir, other):
+    """_fit as process 0 of two whose process 1 holds backups of epochs `other` (newest
+    first); returns the callback and the rows process 0 handed the exchange."""
+    sent = []
+
+    def gather(row):
+        sent.append(list(row))
+        return [list(row), (list(other) + [-1, -1])[:2]]
+
+    backup = ExactBackupAndRestore(str(backup_dir), delete_checkpoint=False, gather=gather)
+    model.fit(X, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0,
+              callbacks=[backup])
+    return backup, sent
+
+
+def test_processes_resume_from_the_newest_epoch_all_of_them_hold(reference, tmp_path, caplog):
+    """A kill after this process wrote its backup of epoch 3 and before the other did: the
+    other holds epochs 2 and 1, so this one resumes from its previous backup (epoch 2), as
+    the other does, and still ends with the uninterrupted run's weights."""
+    _crash(tmp_path, _CrashAtBatch(epoch=3, batch=0))
+    model = _model()
+    with caplog.at_level("WARNING"):
+        backup, sent = _fit_as_one_of_two(model, tmp_path, other=[2, 1])
+    assert sent == [[3, 2]]
+    assert backup.restored_from.endswith("previous.weights.h5") and backup.restored_step == 12
+    assert "the newest that every process holds (this process's newest: epoch 3)" in caplog.text
+    _assert_same(model, reference)
+    # Both at epoch 3: the latest, as one process would.
+    _crash(tmp_path / "b", _CrashAtBatch(epoch=3, batch=0))
+    backup, _ = _fit_as_one_of_two(_model(), tmp_path / "b", other=[3, 2])
+    assert backup.restored_from.endswith("latest.weights.h5") and backup.restored_step == 18
+
+
+def test_processes_with_no_backup_in_common_stop_with_one_clear_error(tmp_path):
+    _crash(tmp_path, _CrashAtBatch(epoch=3, batch=0))  # Epochs 3 and 2 here.
+    with pytest.raises(BackupError) as e:
+        _fit_as_one_of_two(_model(), tmp_path, other=[1])
+    message = str(e.value)
+    assert "\n" not in message
+    assert "process 0: [3, 2]; process 1: [1]" in message
+    assert "remove every process's backup" in message and str(tmp_path) in message
+    # No process has any backup: all start at step 0.
+    backup, sent = _fit_as_one_of_two(_model(), tmp_path / "fresh", other=[])
+    assert sent == [[-1, -1]] and backup.restored_from is None and backup.restored_step == 0

@@ -13,10 +13,11 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
-from conftest import TINY, backend_env
+from conftest import TINY, backend_env, h5_arrays
 from multiprocess import (KERAS_PROCESS_VARIABLES, describe, free_ports, jax_process_flags,
-                          run_job)
+                          kill_between_backups, run_job)
 from pretraining_data import write_dataset
 
 from bert_keras import BertEncoder, BertPretrainer, distribute, multi_worker_fix
@@ -208,7 +209,7 @@ def test_settings_keras_cannot_distribute_fail_early():
     check_replicas(dataclasses.replace(options, steps_per_execution=4), 2, tf_distribute=False)
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # Two TensorFlow worker processes: about 15 s on 2 cores.
 def test_multi_worker_mirrored_with_two_local_workers(data, tmp_path):
     out = tmp_path / "out"
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
@@ -224,6 +225,70 @@ def test_multi_worker_mirrored_with_two_local_workers(data, tmp_path):
                                                        "ckpt-00000004.weights.h5"]
     assert (out / "encoder" / "encoder.weights.h5").exists()
     assert not (out / "workers").exists()  # Worker 1's own backup, removed at the end.
+
+
+# Each process of a 2-process job hands gather_from_processes its own row: every process
+# must get every process's row, in process (TensorFlow: replica) order.
+_GATHER = textwrap.dedent("""
+    import sys
+    from bert_keras import distribute
+    index = int(sys.argv[1])
+    flags = dict(coordinator_address=sys.argv[2], num_processes=2, process_id=index) \
+        if len(sys.argv) > 2 else {}
+    distribution = distribute.get_distribution("multi_worker_mirrored", **flags)
+    print("PROCESSES", distribution.num_processes)
+    print("ROWS", distribution.gather_from_processes([index, 10 + index]))
+""")
+
+
+@pytest.mark.integration  # Two TensorFlow and two JAX processes: about 40 s on 2 cores.
+def test_processes_exchange_rows_on_both_backends():
+    """What the processes' backups agree on (bert_keras.backup) goes through this exchange:
+    TensorFlow's multi-worker strategy and JAX's joined processes."""
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    envs = [backend_env("tensorflow", TF_CONFIG=json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+        for index in range(2)]
+    codes, outputs = run_job([[sys.executable, "-c", _GATHER, str(i)] for i in range(2)],
+                             envs, REPO, timeout=300)
+    assert codes == [0, 0], describe(codes, outputs)
+    (port,) = free_ports(1)
+    jax_codes, jax_outputs = run_job(
+        [[sys.executable, "-c", _GATHER, str(i), f"127.0.0.1:{port}"] for i in range(2)],
+        [backend_env("jax")] * 2, REPO, timeout=300)
+    assert jax_codes == [0, 0], describe(jax_codes, jax_outputs)
+    for output in outputs + jax_outputs:
+        assert "PROCESSES 2" in output and "ROWS [[0, 10], [1, 11]]" in output, output[-2000:]
+
+
+@pytest.mark.integration  # Three 2-worker runs in fresh processes: about 1 min on 2 cores.
+def test_workers_killed_between_their_backups_resume_together(data, tmp_path):
+    """TensorFlow's multi-worker job killed (SIGKILL) after the chief wrote its backup of
+    epoch 2 and before worker 1 did: rerun, both resume from epoch 1, the newest both hold
+    (bert_keras.backup, agreed through the strategy's gather), and the run ends with the
+    uninterrupted run's weights (with dropout, --deterministic)."""
+    def job(out):
+        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        envs = [backend_env("tensorflow", TF_CONFIG=json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+            for index in range(2)]
+        command = [*_args(data, out, "--distribution_strategy=multi_worker_mirrored",
+                          "--deterministic", "--seed=3"),
+                   "--num_train_steps=12", "--save_checkpoints_steps=3"]
+        return [command, command], envs
+
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    codes, outputs = run_job(*job(clean), REPO, timeout=420)
+    assert codes == [0, 0], describe(codes, outputs)
+    ahead = kill_between_backups(*job(killed), REPO,
+                                 [killed / "backup", killed / "workers" / "worker-1" / "backup"])
+    codes, outputs = run_job(*job(killed), REPO, timeout=420)
+    assert codes == [0, 0], describe(codes, outputs)
+    assert "the newest that every process holds" in outputs[ahead]
+    ours, theirs = (h5_arrays(d / "pretrainer.weights.h5") for d in (killed, clean))
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
 # --- JAX across processes (multi_worker_mirrored: keras.distribution.initialize) ---

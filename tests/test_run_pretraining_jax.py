@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import h5py
+import numpy as np
 import pytest
 from conftest import REPO, backend_env
-from multiprocess import describe, jax_process_flags, run_job
+from multiprocess import describe, jax_process_flags, kill_between_backups, run_job
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
 from test_dynamic_pretraining import S as DYNAMIC_S
 from test_dynamic_pretraining import VOCAB as DYNAMIC_VOCAB
@@ -202,6 +203,40 @@ def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra):
     print(json.dumps({"max_difference": largest, "moved": moved, "lr": lr}))  # pytest -s
     assert largest <= 1e-4 * lr * steps, differences
     assert moved > 100 * 1e-4 * lr * steps, moved
+
+
+def test_two_processes_killed_between_their_backups_resume_together(static_data, tmp_path):
+    """A preempted pod slice: both processes killed with SIGKILL after process 0 wrote its
+    backup of epoch 2 and, as if the kill came a moment earlier there, before process 1 did
+    (its latest file removed: the state right after the backup renamed its previous file
+    aside). A rerun of both resumes from epoch 1, the newest both hold, and ends with the
+    weights of the uninterrupted 2-process run bit for bit (with dropout). Each process
+    restoring its own newest backup made them train different steps: the job aborted in
+    JAX's coordination service after its timeouts."""
+    flags = dict(static_data, eval_input_file="", train_batch_size=8, num_train_steps=20,
+                 num_warmup_steps=2, save_checkpoints_steps=5, learning_rate=1e-3, seed=5)
+
+    def commands(out):
+        command = [sys.executable, "-m", "bert_keras.run_pretraining",
+                   *[f"--{k}={v}" for k, v in dict(flags, output_dir=out).items()],
+                   "--distribution_strategy=multi_worker_mirrored"]
+        return [command + process for process in jax_process_flags(2)]
+
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    codes, outputs = run_job(commands(clean), [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+
+    ahead = kill_between_backups(
+        commands(killed), [backend_env("jax")] * 2, REPO,
+        [killed / "backup", killed / "workers" / "process-1" / "backup"])
+    codes, outputs = run_job(commands(killed), [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+    assert "the newest that every process holds" in outputs[ahead]
+    assert all("Resuming from" in output for output in outputs)
+    ours, theirs = (_weights(str(d / files.PRETRAINER_WEIGHTS_FILE)) for d in (killed, clean))
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
 def test_korean_recipe_through_a_jax_pretraining_run(tmp_path):

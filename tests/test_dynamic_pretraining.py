@@ -136,7 +136,7 @@ def _weights(path):
     return arrays
 
 
-@pytest.mark.slow  # Three short runs and a crash: about a minute on 2 cores.
+@pytest.mark.integration  # Three short runs and a crash: about a minute on 2 cores.
 def test_resume_with_dynamic_masks_is_bit_identical(data, tmp_path):
     """Masks are a function of (seed, batch position): a killed and rerun run trains on the
     same masks as an uninterrupted one and ends with the same weights."""

@@ -412,7 +412,7 @@ def _kill_when(process, condition, timeout):
     return False
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # Three runs in fresh processes: about 30 s on 2 cores.
 def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
     """kill -9 during a run, rerun the same command: it resumes and ends bit-identical to a
     clean run (with dropout)."""
@@ -489,7 +489,7 @@ class _CrashWritingBackup(keras.callbacks.Callback):
         self.model.save_weights = torn_save
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # Six interrupted runs: 20-30 s each on 2 cores.
 @pytest.mark.parametrize("num_files", [1, 2])
 def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path, num_files):
     """One run killed five times: during a step, during an evaluation, while writing the
@@ -526,7 +526,7 @@ def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path
     _assert_bit_identical(options.output_dir, reference.output_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # Runs in fresh processes: about 30 s on 2 cores.
 def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
     """Two replicas (MirroredStrategy on 2 logical CPUs), killed after the first backup: the
     rerun ends bit-identical. Keras' fit under a strategy trains on a second iterator of the

@@ -12,7 +12,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, backend_env
+from conftest import REPO, backend_env, h5_arrays
 from multiprocess import describe, jax_process_flags, kill_between_backups, run_job
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
 from test_dynamic_pretraining import S as DYNAMIC_S
@@ -136,22 +136,10 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
                      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"with {devices} replica(s)" in done.stderr
-        with h5py.File(str(tmp_path / name / "pretrainer.weights.h5")) as f:
-            arrays = {}
-            f.visititems(lambda key, obj: arrays.__setitem__(key, obj[()])
-                         if isinstance(obj, h5py.Dataset) else None)
-        weights[name] = arrays
+        weights[name] = h5_arrays(tmp_path / name / "pretrainer.weights.h5")
     assert weights["one"].keys() == weights["two"].keys()
     differences = {k: float(abs(weights["two"][k] - v).max()) for k, v in weights["one"].items()}
     assert max(differences.values()) <= 1e-4 * lr * steps, differences
-
-
-def _weights(path):
-    arrays = {}
-    with h5py.File(path) as f:
-        f.visititems(lambda key, obj: arrays.__setitem__(key, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return arrays
 
 
 @pytest.mark.parametrize("extra", [{}, dict(gradient_accumulation_steps=2,
@@ -193,11 +181,11 @@ def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra):
     recorded = json.loads((two / files.RUN_CONFIG_FILE).read_text())
     assert recorded["distribution_strategy"] == "multi_worker_mirrored"
     assert not {"coordinator_address", "num_processes", "process_id"} & set(recorded)
-    ours, theirs = (_weights(str(d / files.PRETRAINER_WEIGHTS_FILE)) for d in (two, one))
+    ours, theirs = (h5_arrays(d / files.PRETRAINER_WEIGHTS_FILE) for d in (two, one))
     assert ours.keys() == theirs.keys()
     differences = {k: float(abs(ours[k] - theirs[k]).max()) for k in ours}
     # The weights moved (about one step per update) far more than the bound: it tests.
-    halfway = _weights(str(one / "checkpoints" / "ckpt-00000010.weights.h5"))
+    halfway = h5_arrays(one / "checkpoints" / "ckpt-00000010.weights.h5")
     moved = max(float(abs(theirs[k] - halfway[k]).max()) for k in theirs if k in halfway)
     largest = max(differences.values())
     print(json.dumps({"max_difference": largest, "moved": moved, "lr": lr}))  # pytest -s
@@ -233,7 +221,7 @@ def test_two_processes_killed_between_their_backups_resume_together(static_data,
     assert codes == [0, 0], describe(codes, outputs)
     assert "the newest that every process holds" in outputs[ahead]
     assert all("Resuming from" in output for output in outputs)
-    ours, theirs = (_weights(str(d / files.PRETRAINER_WEIGHTS_FILE)) for d in (killed, clean))
+    ours, theirs = (h5_arrays(d / files.PRETRAINER_WEIGHTS_FILE) for d in (killed, clean))
     assert ours.keys() == theirs.keys()
     for key in ours:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)

@@ -102,9 +102,10 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.restored_step = 0
         self.exact = True
         self._restore_done = False
-        # Several processes training together (JAX's multi-process DataParallel), each with
-        # its own backup: gather(row) -> every process's row (distribute.Distribution's
-        # gather_from_processes), so that all resume from the same epoch.
+        # Several processes training together (JAX's multi-process DataParallel,
+        # TensorFlow's multi-worker strategy), each with its own backup: gather(row) -> every
+        # process's row (distribute.Distribution.gather_from_processes), so that all resume
+        # from the same epoch.
         self._gather = gather
 
     # --- restore ---

@@ -542,7 +542,7 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
 
     from bert_keras.backup import ExactBackupAndRestore
 
-    # gather: several JAX processes agree on the backup epoch they resume from.
+    # gather: several processes (JAX's, TensorFlow workers) agree on the epoch to resume from.
     backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False,
                                    gather=gather)
     callbacks = [StopAtStep()]

@@ -35,3 +35,20 @@ def check_backend(supported: tuple[str, ...] = TRAINING_BACKENDS) -> str:
         raise InputError("KERAS_BACKEND", f"expected {choices}, found {name} (set "
                          f"KERAS_BACKEND={supported[0]}; see docs/backends.md)")
     return name
+
+
+def compile_steps_on_jax(model) -> None:
+    """On JAX, runs `model`'s train, test and predict steps through jax.jit whatever its
+    `jit_compile` says (every training tool calls it after `model.compile`).
+
+    Keras skips jax.jit when jit_compile is False, so each step would run op by op,
+    uncompiled (and, across processes with several devices each, an eager op on a global
+    array stalled the job); XLA is JAX's only compiler, and --jit_compile is TensorFlow's
+    switch. The compile config keeps the flag's value, so model.keras is the same file on
+    both backends (a model saved with jit_compile=False and loaded on JAX is covered too).
+    """
+    import keras
+
+    if keras.backend.backend() == "jax" and not model.jit_compile:
+        model.jit_compile = True
+        model.train_function = model.test_function = model.predict_function = None

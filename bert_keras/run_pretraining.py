@@ -613,9 +613,8 @@ def _op_determinism(enable: bool):
 
 def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     import keras
-    import tensorflow as tf
 
-    from bert_keras import multi_worker_fix
+    from bert_keras import backends, multi_worker_fix
     from bert_keras.backup import BackupError
     from bert_keras.inputs import check_input_files, input_masking, pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
@@ -717,9 +716,12 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             **pretraining_losses_and_metrics(mlm_only=not options.next_sentence_prediction),
         )
         multi_worker_fix.apply(pretrainer)
+        backends.compile_steps_on_jax(pretrainer)
         if options.jit_compile and not pretrainer.jit_compile:
             logging.warning("--jit_compile: Keras declined XLA for this model in this process "
                             "(op determinism on?); training runs without XLA")
+        logging.info("Train step: %s", "compiled with XLA" if pretrainer.jit_compile
+                     else "a TensorFlow graph without XLA (--jit_compile to compile it)")
         if not options.next_sentence_prediction:
             import warnings
 

@@ -73,8 +73,12 @@ def test_static_records_on_jax_give_tensorflows_run_directory_and_export(static_
     done = _pretrain(static_data, jax_run, "jax", **extra)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+    # Without --jit_compile (TensorFlow's switch): Keras skips jax.jit when a model's
+    # jit_compile is False, and the step ran op by op (7x slower at this size).
+    assert "Train step: compiled with XLA" in done.stderr
     done = _pretrain(static_data, tf_run, "tensorflow", **extra)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Train step: a TensorFlow graph without XLA" in done.stderr
     assert _layout(jax_run) == _layout(tf_run)
     for name in ("pretrainer.weights.h5", "encoder/encoder.weights.h5"):
         assert _weight_names(os.path.join(jax_run, name)) == _weight_names(
@@ -142,16 +146,18 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
     assert max(differences.values()) <= 1e-4 * lr * steps, differences
 
 
-@pytest.mark.parametrize("extra", [{}, dict(gradient_accumulation_steps=2,
-                                              steps_per_execution=2)],
-                         ids=["plain", "accumulation_and_multi_step_calls"])
-def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra):
+@pytest.mark.parametrize("extra,devices", [
+    ({}, 1), (dict(gradient_accumulation_steps=2, steps_per_execution=2), 1), ({}, 2)],
+    ids=["plain", "accumulation_and_multi_step_calls", "two_devices_each"])
+def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra, devices):
     """--distribution_strategy=multi_worker_mirrored on JAX: 2 processes (1 CPU device each,
-    joined on 127.0.0.1 by keras.distribution.initialize) train the weights one process
-    trains with the same global batch, over 20 updates; process 0 writes the run directory.
-    Also with gradient accumulation and several steps per call, which tf.distribute cannot
-    run on several replicas (check_replicas) and Keras' DataParallel can: a TPU pod slice's
-    usual settings.
+    or 2 as on GPU hosts, joined on 127.0.0.1 by keras.distribution.initialize) train the
+    weights one process trains with the same global batch, over 20 updates; process 0
+    writes the run directory. Also with gradient accumulation and several steps per call,
+    which tf.distribute cannot run on several replicas (check_replicas) and Keras'
+    DataParallel can: a TPU pod slice's usual settings. With 2 devices each the job stalled
+    in its first step while run_pretraining left Keras' step uncompiled on JAX (an eager
+    op on a global array at a time).
 
     The bound is float32's: the two runs differ only in the order of the gradient's sums
     (the 2-device single-process run, --distribution_strategy=mirrored, gives the same
@@ -171,11 +177,13 @@ def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra):
     command = [sys.executable, "-m", "bert_keras.run_pretraining",
                *[f"--{k}={v}" for k, v in dict(flags, output_dir=two).items()],
                "--distribution_strategy=multi_worker_mirrored"]
+    env = backend_env("jax", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     codes, outputs = run_job([command + process for process in jax_process_flags(2)],
-                             [backend_env("jax")] * 2, REPO, timeout=900)
+                             [env] * 2, REPO, timeout=600)
     assert codes == [0, 0], describe(codes, outputs)
     for output in outputs:
-        assert "multi_worker_mirrored (DataParallel) with 2 replica(s) over 2 processes" in output
+        assert (f"multi_worker_mirrored (DataParallel) with {2 * devices} replica(s) over 2 "
+                "processes") in output
     # Process 0's run directory, as one process leaves it (process 1's backup removed).
     assert _layout(two) == _layout(one)
     recorded = json.loads((two / files.RUN_CONFIG_FILE).read_text())

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_keras import backends
 from bert_keras.optimization import create_optimizer
 from bert_keras.tasks import compile_args
 
@@ -102,20 +103,6 @@ class StepLogger(keras.callbacks.Callback):
                      self.total_steps, interval, last_step + 1, step, lr, elapsed / step)
 
 
-def compile_steps_on_jax(model: keras.Model) -> None:
-    """On JAX, runs `model`'s train and predict steps through jax.jit whatever its
-    `jit_compile` says.
-
-    Keras skips jax.jit when jit_compile is False, so each step would run op by op,
-    uncompiled; XLA is JAX's only compiler, and --jit_compile is TensorFlow's switch. The
-    compile config keeps the flag's value, so model.keras is the same file on both backends
-    (a model saved with jit_compile=False and loaded on JAX is covered too).
-    """
-    if keras.backend.backend() == "jax" and not model.jit_compile:
-        model.jit_compile = True
-        model.train_function = model.test_function = model.predict_function = None
-
-
 def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epochs: float,
           learning_rate: float, warmup_proportion: float, seed: int = 0,
           log_every: int = 50, jit_compile: bool = False, num_train_steps: int | None = None,
@@ -159,7 +146,7 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         # (`tasks.with_dtype_policy`): the wrapper it would add, under its name.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     model.compile(optimizer=optimizer, jit_compile=jit_compile, **compile_args(model))
-    compile_steps_on_jax(model)
+    backends.compile_steps_on_jax(model)
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
                       drop_remainder=True).take(num_train_steps)
     logger = StepLogger(num_train_steps, log_every)
@@ -188,7 +175,7 @@ def predict(model: keras.Model, x: dict, batch_size: int) -> tuple[dict[str, np.
       (outputs as numpy, {"seconds", "examples_per_second"}).
     """
     n = num_examples(x)
-    compile_steps_on_jax(model)
+    backends.compile_steps_on_jax(model)
     outputs: dict[str, list] = {}
     start = time.time()
     for begin in range(0, n, batch_size):

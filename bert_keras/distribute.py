@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import zlib
 
 import keras
 import tensorflow as tf
@@ -297,6 +299,36 @@ class Distribution:
 
         rows = multihost_utils.process_allgather(np.asarray(row, np.int32))
         return np.asarray(rows).reshape(self.num_processes, len(row)).tolist()
+
+    def check_same_flags(self, flags: dict) -> None:
+        """Raises StrategyError, in every process, if the processes were started with other
+        values of any of `flags` (flag name -> this process's value, every flag of the
+        tool): a collective that every process calls once, right after the processes are
+        joined.
+
+        Processes on several hosts are started by several commands. One that differs in,
+        say, --learning_rate trains its own copy of the "replicated" weights with other
+        updates, silently (process 0 saves its own); one that differs in a shape stalls the
+        job at its first collective. Each flag's value is hashed and the hashes exchanged
+        (`gather_from_processes`), so every process stops at once with the same flags
+        named. What may differ between processes is left out: the process flags and
+        --output_dir (a local path). A single process returns at once.
+        """
+        if self.num_processes == 1:
+            return
+        names = sorted(set(flags) - set(PROCESS_ENVIRONMENT) - {"output_dir"})
+        row = [zlib.crc32(json.dumps(flags[name], sort_keys=True, default=str).encode())
+               & 0x7FFFFFFF for name in names]
+        rows = self.gather_from_processes(row)
+        differing = [name for i, name in enumerate(names) if len({r[i] for r in rows}) > 1]
+        if differing:
+            mine = ", ".join(f"--{name}={flags[name]!r}" for name in differing)
+            raise StrategyError(
+                f"the {self.num_processes} processes of this job were started with different "
+                f"values of {', '.join('--' + name for name in differing)} (here, "
+                f"{self.worker_name}: {mine}); start every process with the same flags, "
+                "only the process flags (--process_id, or TF_CONFIG's task) and --output_dir "
+                "may differ")
 
     @property
     def is_chief(self) -> bool:

@@ -677,6 +677,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     distribution = options.distribution()
     chief = distribution.is_chief
     logging.info("Distribution: %r", distribution)
+    distribution.check_same_flags(dataclasses.asdict(options))
     initial = None
     if options.init_checkpoint and not os.path.isfile(
             os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):

@@ -233,6 +233,31 @@ def test_run_classifier_in_two_jax_processes_trains_the_weights_of_one(tmp_path)
     assert abs(two_eval["loss"] - one_eval["loss"]) < 1e-5
 
 
+@pytest.mark.integration  # Two JAX processes that stop at once: about 15 s on 2 cores.
+def test_fine_tuning_processes_started_with_other_flags_stop_before_writing(tmp_path):
+    """The fine-tuning tools exchange their flags as run_pretraining does
+    (tests/test_distribute.py): other --num_train_steps in process 1 stops both, in one
+    line, before anything is written."""
+    encoder = tmp_path / "encoder.keras"
+    BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(encoder)
+    write_classification(tmp_path / "train.jsonl", 16, 0)
+    values = dict(train_file=tmp_path / "train.jsonl", init_checkpoint=encoder,
+                  vocab_file=VOCAB, do_lower_case=True, do_train=True, max_seq_length=16,
+                  train_batch_size=8, num_train_steps=4, output_dir=tmp_path / "out",
+                  distribution_strategy="multi_worker_mirrored")
+    command = [sys.executable, "-m", "bert_keras.run_classifier", *_args(values)]
+    commands = [command + flags for flags in jax_process_flags(2)]
+    commands[1] = commands[1] + ["--num_train_steps=5"]
+    codes, outputs = run_job(commands, [backend_env("jax")] * 2, REPO, timeout=240)
+    assert codes == [1, 1], describe(codes, outputs)
+    for output, value in zip(outputs, [4, 5]):
+        last = output.strip().splitlines()[-1]
+        assert last.startswith("error: the 2 processes of this job were started with different "
+                               "values of --num_train_steps (here, process-"), last
+        assert f"--num_train_steps={value}); start every process" in last, last
+    assert not (tmp_path / "out").exists()
+
+
 # Weights whose true gradient is exactly zero for span QA: adding a constant to every
 # position's start (or end) logit leaves the softmax over positions as it is, so the span
 # head's bias and the last LayerNorm's beta (which shifts every position's vector alike)

@@ -261,6 +261,83 @@ def test_processes_exchange_rows_on_both_backends():
         assert "PROCESSES 2" in output and "ROWS [[0, 10], [1, 11]]" in output, output[-2000:]
 
 
+def _row_of(flags, worker="process-1"):
+    """The row of flag hashes a process with `flags` hands the exchange."""
+    rows = []
+
+    class Capture(distribute.Distribution):
+        num_processes, worker_name = 2, worker
+
+        def gather_from_processes(self, row):
+            rows.append(row)
+            return [row, row]
+
+    Capture("multi_worker_mirrored").check_same_flags(flags)
+    return rows[0]
+
+
+class _FirstOfTwo(distribute.Distribution):
+    """Process 0 of a simulated 2-process job whose process 1 has `other` flags."""
+    num_processes, worker_name = 2, "process-0"
+
+    def __init__(self, other):
+        super().__init__("multi_worker_mirrored")
+        self.other = other
+
+    def gather_from_processes(self, row):
+        return [row, _row_of(self.other)]
+
+
+def test_processes_started_with_other_flags_stop_naming_them():
+    """Commands that differ in more than the process flags and --output_dir: a process
+    training with another --learning_rate would update its own copy of the weights
+    otherwise, silently. Each process names the flags and its own values."""
+    flags = dataclasses.asdict(PretrainingOptions(input_file="t", output_dir="/a"))
+    flags.update(coordinator_address="10.0.0.1:8476", num_processes=2, process_id=0)
+    same = dict(flags, output_dir="/b", process_id=1)
+    _FirstOfTwo(same).check_same_flags(flags)  # Only what may differ differs.
+    with pytest.raises(distribute.StrategyError) as caught:
+        _FirstOfTwo(dict(same, learning_rate=5e-3, seed=6)).check_same_flags(flags)
+    assert str(caught.value) == (
+        "the 2 processes of this job were started with different values of --learning_rate, "
+        "--seed (here, process-0: --learning_rate=0.0001, --seed=12345); start every process with "
+        "the same flags, only the process flags (--process_id, or TF_CONFIG's task) and "
+        "--output_dir may differ")
+    assert _row_of(dict(flags, num_train_steps=10)) != _row_of(dict(flags, num_train_steps=11))
+    # One process has nothing to exchange (a plain Distribution would fail to gather).
+    distribute.Distribution("default").check_same_flags(flags)
+
+
+@pytest.mark.integration  # Two 2-process jobs that stop at once: about 30 s on 2 cores.
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_processes_started_with_other_flags_stop_before_writing(backend, data, tmp_path):
+    """The exchange on both backends, in the tool: every process stops with one line (the
+    job stalled for 5 minutes and died in JAX's coordination service when one process's
+    other flags made it fail, and trained on silently when they did not), and nothing is
+    written."""
+    out = tmp_path / "out"
+    command = _args(data, out, "--distribution_strategy=multi_worker_mirrored")
+    if backend == "jax":
+        commands = [command + flags for flags in jax_process_flags(2)]
+        envs = [backend_env("jax")] * 2
+    else:
+        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        commands = [command, command]
+        envs = [backend_env("tensorflow", TF_CONFIG=json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+            for index in range(2)]
+    commands[1] = commands[1] + ["--learning_rate=5e-3"]
+    codes, outputs = run_job(commands, envs, REPO, timeout=240)
+    assert codes == [1, 1], describe(codes, outputs)
+    for output, value in zip(outputs, ["0.0001", "0.005"]):
+        assert "Traceback" not in output, output[-3000:]
+        last = output.strip().splitlines()[-1]
+        assert last.startswith("error: the 2 processes of this job were started with "
+                               "different values of --learning_rate (here, "), last
+        assert f": --learning_rate={value}); start every process" in last, last
+    assert not out.exists()
+
+
 @pytest.mark.integration  # Three 2-worker runs in fresh processes: about 1 min on 2 cores.
 def test_workers_killed_between_their_backups_resume_together(data, tmp_path):
     """TensorFlow's multi-worker job killed (SIGKILL) after the chief wrote its backup of

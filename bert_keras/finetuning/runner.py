@@ -371,6 +371,7 @@ def run(task: Task, values: dict) -> dict:
     distribution = common.distribution()
     chief = distribution.is_chief
     logging.info("Distribution: %r", distribution)
+    distribution.check_same_flags(values)
     if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
         raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
                             f"the {distribution.num_replicas_in_sync} replicas")

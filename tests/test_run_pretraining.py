@@ -401,6 +401,15 @@ def test_cli_help():
         assert flag in result.stdout
 
 
+def _start(args, log):
+    """run_pretraining with `args` in a fresh process, its stderr to the file `log` (what a
+    failure shows if the run ends before a test can kill it)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    with open(log, "w") as stderr:  # The child keeps its own descriptor.
+        return subprocess.Popen([sys.executable, "-m", "bert_keras.run_pretraining", *args],
+                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
 def _kill_when(process, condition, timeout):
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
@@ -427,7 +436,6 @@ def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
     assert clean.returncode == 0, clean.stderr[-3000:]
 
     out = tmp_path / "killed"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
     metadata = out / "backup" / "training_metadata.json"
 
     def past_two_checkpoints():
@@ -436,15 +444,14 @@ def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
         except (OSError, ValueError, KeyError):
             return False
 
-    process = subprocess.Popen([sys.executable, "-m", "bert_keras.run_pretraining", *args(out)],
-                               cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed.log"
+    process = _start(args(out), log)
     try:
         killed = _kill_when(process, past_two_checkpoints, timeout=600)
     finally:
         if process.poll() is None:
             process.kill()
-    assert killed, "the run ended before it could be killed"
+    assert killed, "the run ended before it could be killed:\n" + log.read_text()[-3000:]
     assert not (out / "encoder").exists()
 
     resumed = _cli(args(out), timeout=600)
@@ -542,17 +549,15 @@ def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
     clean = _cli(args(tmp_path / "clean"), timeout=600)
     assert clean.returncode == 0, clean.stderr[-3000:]
     out = tmp_path / "killed"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
     latest = out / "backup" / "latest.weights.h5"
-    process = subprocess.Popen([sys.executable, "-m", "bert_keras.run_pretraining", *args(out)],
-                               cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed.log"
+    process = _start(args(out), log)
     try:
         killed = _kill_when(process, latest.exists, timeout=600)
     finally:
         if process.poll() is None:
             process.kill()
-    assert killed, "the run ended before it could be killed"
+    assert killed, "the run ended before it could be killed:\n" + log.read_text()[-3000:]
     resumed = _cli(args(out), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from" in resumed.stderr

@@ -53,6 +53,15 @@ def _args(data, output_dir, *extra):
             "--num_train_steps=4", "--num_warmup_steps=1", "--save_checkpoints_steps=2", *extra]
 
 
+def _tf_worker_envs(count):
+    """The environments of `count` TensorFlow workers of one job on 127.0.0.1 (a TF_CONFIG
+    each: the same cluster, its own task)."""
+    workers = [f"127.0.0.1:{port}" for port in free_ports(count)]
+    return [backend_env("tensorflow", TF_CONFIG=json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+        for index in range(count)]
+
+
 def test_tpu_without_tpu_is_a_one_line_error():
     with pytest.raises(distribute.StrategyError) as error:
         distribute.get_strategy("tpu")
@@ -212,10 +221,7 @@ def test_settings_keras_cannot_distribute_fail_early():
 @pytest.mark.integration  # Two TensorFlow worker processes: about 15 s on 2 cores.
 def test_multi_worker_mirrored_with_two_local_workers(data, tmp_path):
     out = tmp_path / "out"
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    envs = [_env(TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                       "task": {"type": "worker", "index": index}}))
-            for index in range(2)]
+    envs = _tf_worker_envs(2)
     command = _args(data, out, "--distribution_strategy=multi_worker_mirrored")
     codes, outputs = run_job([command, command], envs, REPO, timeout=420)
     assert codes == [0, 0], describe(codes, outputs)
@@ -245,10 +251,7 @@ _GATHER = textwrap.dedent("""
 def test_processes_exchange_rows_on_both_backends():
     """What the processes' backups agree on (bert_keras.backup) goes through this exchange:
     TensorFlow's multi-worker strategy and JAX's joined processes."""
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    envs = [backend_env("tensorflow", TF_CONFIG=json.dumps(
-        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
-        for index in range(2)]
+    envs = _tf_worker_envs(2)
     codes, outputs = run_job([[sys.executable, "-c", _GATHER, str(i)] for i in range(2)],
                              envs, REPO, timeout=300)
     assert codes == [0, 0], describe(codes, outputs)
@@ -321,11 +324,7 @@ def test_processes_started_with_other_flags_stop_before_writing(backend, data, t
         commands = [command + flags for flags in jax_process_flags(2)]
         envs = [backend_env("jax")] * 2
     else:
-        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-        commands = [command, command]
-        envs = [backend_env("tensorflow", TF_CONFIG=json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
-            for index in range(2)]
+        commands, envs = [command, command], _tf_worker_envs(2)
     commands[1] = commands[1] + ["--learning_rate=5e-3"]
     codes, outputs = run_job(commands, envs, REPO, timeout=240)
     assert codes == [1, 1], describe(codes, outputs)
@@ -345,10 +344,7 @@ def test_workers_killed_between_their_backups_resume_together(data, tmp_path):
     (bert_keras.backup, agreed through the strategy's gather), and the run ends with the
     uninterrupted run's weights (with dropout, --deterministic)."""
     def job(out):
-        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-        envs = [backend_env("tensorflow", TF_CONFIG=json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
-            for index in range(2)]
+        envs = _tf_worker_envs(2)
         command = [*_args(data, out, "--distribution_strategy=multi_worker_mirrored",
                           "--deterministic", "--seed=3"),
                    "--num_train_steps=12", "--save_checkpoints_steps=3"]

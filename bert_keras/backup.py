@@ -37,8 +37,9 @@ from absl import logging
 
 from data_prep import files
 
-# HDF5 group added to Keras' weights file: attributes epoch, step, format; dataset
-# random_state [n, 2] int64 (one row per seed generator, in `model.variables` order).
+# HDF5 group added to Keras' weights file: attributes epoch, step, format, backend (Keras'
+# backend that wrote it; absent in older files); dataset random_state [n, 2] int64 (one row
+# per seed generator, in `model.variables` order).
 RESUME_GROUP = "bert_keras_resume"
 RESUME_FORMAT = "bert-keras-resume/1"
 # The backup before the latest one (Keras' double_checkpoint).
@@ -85,7 +86,11 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
       restored_from: the file the state was loaded from, or None (fresh start).
       restored_step: optimizer updates done in that state (0 for a fresh start).
       exact: False when the restored file predates random-state backups (it was written by
-        Keras' own callback): training continues, but not bit-identically.
+        Keras' own callback) or was written on another Keras backend (whose random streams
+        draw other dropout masks from the same state): training continues, but not
+        bit-identically.
+      written_on: the Keras backend that wrote the restored file when it is not this
+        process's, else None.
     """
 
     def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=True,
@@ -101,6 +106,7 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.restored_from = None
         self.restored_step = 0
         self.exact = True
+        self.written_on = None
         self._restore_done = False
         # Several processes training together (JAX's multi-process DataParallel,
         # TensorFlow's multi-worker strategy), each with its own backup: gather(row) -> every
@@ -198,6 +204,11 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
             for variable, value in zip(variables, random_state):
                 variable.assign(value.astype(variable.dtype))
             epoch = int(meta["epoch"])
+            written_on = meta.get("backend")
+            if written_on is not None and str(written_on) != keras.backend.backend():
+                # Weights, optimizer and seed states carry over, and the step computes the
+                # same function, but each backend's generator draws its own masks.
+                self.exact, self.written_on = False, str(written_on)
         self.restored_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)
                                  ) if self.model.optimizer is not None else 0
         if epoch is not None:
@@ -223,6 +234,7 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
                 group.attrs["format"] = RESUME_FORMAT
                 group.attrs["epoch"] = self._current_epoch
                 group.attrs["step"] = step
+                group.attrs["backend"] = keras.backend.backend()
                 group.create_dataset("random_state", data=random_state)
         files.write_json(self._training_metadata_path,
                          {"epoch": self._current_epoch, "batch": 0, "step": step})

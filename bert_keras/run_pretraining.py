@@ -599,8 +599,8 @@ def _op_determinism(enable: bool):
     import tensorflow as tf
     from tensorflow.python.framework import config as tf_config  # No public disable.
 
-    # TensorFlow's op determinism; on JAX, XLA's CPU and GPU programs are deterministic
-    # for a given input already (and the input pipeline is tf.data's, seeded).
+    # TensorFlow's op determinism (on JAX it covers the tf.data input pipeline only; XLA's
+    # own switch is _jax_determinism's).
     turn_on = enable and not tf_config.is_op_determinism_enabled()
     if turn_on:
         tf.config.experimental.enable_op_determinism()
@@ -609,6 +609,27 @@ def _op_determinism(enable: bool):
     finally:
         if turn_on:
             tf_config.disable_op_determinism()
+
+
+def _jax_determinism() -> str:
+    """Whether a resumed JAX run ends bit-identical to an uninterrupted one, in words.
+
+    XLA's CPU programs are deterministic for a given input: a resumed run on a CPU ends bit
+    for bit as the uninterrupted one (tests/test_run_pretraining_jax.py). On GPUs XLA sums
+    scatter-adds (the embedding gradients) with atomics, in any order, unless its flag asks
+    for deterministic ops. Elsewhere it is not measured.
+    """
+    import jax
+
+    platform, flag = jax.default_backend(), "--xla_gpu_deterministic_ops=true"
+    if platform == "cpu":
+        return "results are bit-identical to an uninterrupted run"
+    if platform == "gpu" and flag not in os.environ.get("XLA_FLAGS", ""):
+        return (f"results are bit-identical to an uninterrupted run only with "
+                f"XLA_FLAGS={flag} on GPUs (XLA's scatter-adds, the embedding gradients "
+                f"among them, otherwise sum in any order)")
+    return (f"results are bit-identical to an uninterrupted run where XLA's {platform} "
+            f"programs are deterministic (measured on CPUs only)")
 
 
 def _train(options: PretrainingOptions, extra_callbacks) -> dict:
@@ -745,11 +766,21 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     if backup.restored_from:
         logging.info("Resuming from %s at step %d of %d", backup.restored_from, done_steps,
                      options.num_train_steps)
-        if not backup.exact:
+        if backup.written_on:
+            logging.warning(
+                "%s was written on Keras' %s backend and this run is on %s: it continues "
+                "from the backup's weights, optimizer and data position, but the dropout "
+                "masks come from this backend's random generator, so it will not be "
+                "bit-identical to an uninterrupted run on either backend",
+                backup.restored_from, backup.written_on, keras.backend.backend())
+        elif not backup.exact:
             logging.warning(
                 "%s was written without the dropout random state (by an older version): "
                 "the resumed run continues from its weights and data position but will not "
                 "be bit-identical to an uninterrupted run", backup.restored_from)
+        elif keras.backend.backend() == "jax":
+            logging.info("Resumed with the exact weights, optimizer, dropout state and data "
+                         "position; %s", _jax_determinism())
         elif not options.deterministic:
             logging.info(
                 "Resumed with the exact weights, optimizer, dropout state and data position; "

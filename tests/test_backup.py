@@ -158,6 +158,21 @@ def test_a_backup_from_keras_own_callback_resumes_but_not_exactly(tmp_path):
     assert backup.restored_step == len(X) // BATCH and not backup.exact
 
 
+def test_a_backup_from_another_backend_resumes_but_says_it_is_not_exact(tmp_path):
+    """Keras' backends draw other numbers from one seed state: a backup written on another
+    backend restores the same state, but the dropout masks that follow differ."""
+    written = _fit(_model(), tmp_path)
+    assert written.written_on is None
+    with h5py.File(tmp_path / "latest.weights.h5", "r+") as f:
+        assert f[RESUME_GROUP].attrs["backend"] == keras.backend.backend()
+        f[RESUME_GROUP].attrs["backend"] = "other"
+    backup = ExactBackupAndRestore(str(tmp_path), delete_checkpoint=False)
+    backup.set_model(_model())
+    backup.on_train_begin()
+    assert backup.written_on == "other" and not backup.exact
+    assert backup.restored_step == EPOCHS * len(X) // BATCH
+
+
 def test_only_epoch_backups():
     with pytest.raises(ValueError, match="save_freq"):
         ExactBackupAndRestore("x", save_freq=10)

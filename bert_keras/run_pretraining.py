@@ -292,16 +292,20 @@ def check_replicas(options: PretrainingOptions, num_replicas: int,
                    tf_distribute: bool = True) -> None:
     """Raises PretrainingError for settings Keras 3.15.1 cannot run on `num_replicas`.
 
-    The batch sizes must divide on either backend. The other two limits are bugs of Keras
-    under tf.distribute (`tf_distribute`: the replicas are a TensorFlow strategy's), seen
-    here with MirroredStrategy on 2 logical CPUs; TPUs are not checked (no TPU to test on).
+    The batch sizes must divide on either backend; the evaluation's only when there is
+    held-out data (its default of 8 refused runs on 3 or 6 replicas that never evaluate).
+    The other two limits are bugs of Keras under tf.distribute (`tf_distribute`: the
+    replicas are a TensorFlow strategy's), seen here with MirroredStrategy on 2 logical
+    CPUs; TPUs are not checked (no TPU to test on).
     Keras' DataParallel on JAX has neither: accumulation and multi-step calls train there
     the weights of one device (tests/test_run_pretraining_jax.py, 2 processes).
     """
-    for name in ("train_batch_size", "eval_batch_size"):
+    batches = ["train_batch_size"] + (["eval_batch_size"] if options.eval_input_file else [])
+    for name in batches:
         if getattr(options, name) % num_replicas:
             raise PretrainingError(f"--{name}={getattr(options, name)} is not divisible by "
-                                   f"the {num_replicas} replicas")
+                                   f"the {num_replicas} replicas; use a multiple of "
+                                   f"{num_replicas}")
     if num_replicas == 1 or not tf_distribute:
         return
     if options.gradient_accumulation_steps > 1:

@@ -208,6 +208,12 @@ def test_settings_keras_cannot_distribute_fail_early():
         check_replicas(single, 3)
     with pytest.raises(PretrainingError, match="train_batch_size=8 is not divisible by the 3"):
         check_replicas(single, 3, tf_distribute=False)
+    # The evaluation's batch only where there is held-out data to evaluate.
+    unevaluated = dataclasses.replace(single, train_batch_size=12, eval_batch_size=8)
+    check_replicas(unevaluated, 3)
+    with pytest.raises(PretrainingError, match="eval_batch_size=8 is not divisible by the 3 "
+                       "replicas; use a multiple of 3"):
+        check_replicas(dataclasses.replace(unevaluated, eval_input_file="heldout"), 3)
     check_replicas(dataclasses.replace(single, steps_per_execution=4), 1)
     with pytest.raises(PretrainingError, match="keras-team/keras#19246"):
         check_replicas(dataclasses.replace(single, steps_per_execution=4), 2)

@@ -455,18 +455,122 @@ def get_distribution(name: str = "default", tpu: str = "", *, coordinator_addres
     return Distribution(name, keras_distribution=keras.distribution.DataParallel(devices=devices))
 
 
-def _join_processes(coordinator_address: str, num_processes, process_id) -> None:
+# JAX waits 300 s (jax.distributed.initialize's initialization_timeout, which
+# keras.distribution.initialize leaves at its default) for every process to join, then
+# aborts the process from C++ with a stack trace; the watchdog below speaks first.
+JOIN_TIMEOUT_S = 290
+
+
+def _reachable(address: str, timeout: float = 3.0) -> bool:
+    """Whether something accepts TCP connections at HOST:PORT."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _check_port_free(coordinator_address: str) -> None:
+    """Raises StrategyError if process 0 cannot listen on the coordinator's port.
+
+    JAX's coordination service binds [::]:PORT; on a port another program listens on, the
+    process dies of a segmentation fault (jax 0.10.2). The probe binds as gRPC does
+    (SO_REUSEADDR: a port left in TIME_WAIT by an earlier job is free) and lets go.
+    """
+    import errno
+    import socket
+
+    port = int(coordinator_address.rpartition(":")[2])
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            probe = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # No IPv6 on this host: JAX's bind falls back the same way.
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+            return
+        except OSError as e:
+            if e.errno not in (errno.EADDRINUSE, errno.EACCES):
+                continue  # IPv6 switched off, say: try IPv4, as JAX's bind would.
+            raise StrategyError(
+                f"--coordinator_address={coordinator_address}: process 0 serves the job on "
+                f"port {port} of this host, and cannot listen there ({e.strerror or e}): "
+                "another program (an earlier job?) holds it; choose another port for every "
+                "process") from None
+        finally:
+            probe.close()
+
+
+def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_s: float):
+    """Starts a thread that ends this process with one line if the join takes `timeout_s`.
+
+    A job whose processes do not all join (a wrong --coordinator_address or
+    --num_processes, a host that never started) leaves jax.distributed.initialize waiting
+    in C++, which then aborts with a stack trace; Python cannot interrupt that call. The
+    thread writes the tools' one-line error (`error: ...`, as data_prep.cli.report_errors
+    does) and exits with status 1 before JAX's own timeout. Nothing is written before the
+    processes join, so there is nothing to clean up.
+
+    Returns:
+      A threading.Event to set once joined (the thread then ends).
+    """
+    import sys
+    import threading
+
+    joined = threading.Event()
+    # The flags, else Keras' variables (whose address list starts with process 0's).
+    address = coordinator_address or os.environ.get(
+        PROCESS_ENVIRONMENT["coordinator_address"], "").split(",")[0].strip()
+    me = process_id if process_id is not None else os.environ.get(
+        PROCESS_ENVIRONMENT["process_id"])
+    count = f"the {num_processes} processes" if num_processes else "the processes"
+
+    def watch():
+        if joined.wait(timeout_s):
+            return
+        where = f"--coordinator_address={address}" if address else "the coordinator JAX found"
+        this = f"this is process {me}" if me is not None else "this process"
+        if str(me) == "0":
+            found = f"{this}, the coordinator, at {where}; not every other process registered"
+        elif address and not _reachable(address):
+            found = (f"{this}; nothing answers at {address} (process 0 not started, another "
+                     "address, or a firewall)")
+        else:
+            found = f"{this}; process 0 answers at {where} but not every process registered"
+        sys.stderr.write(
+            f"error: --distribution_strategy=multi_worker_mirrored: {count} of this job did "
+            f"not all join within {timeout_s:.0f} s ({found}); start every process with the "
+            "same --coordinator_address (HOST:PORT of process 0, reachable from every host) "
+            "and --num_processes, each with its own --process_id\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="join-watchdog", daemon=True).start()
+    return joined
+
+
+def _join_processes(coordinator_address: str, num_processes, process_id,
+                    timeout_s: float = JOIN_TIMEOUT_S) -> None:
     """`keras.distribution.initialize` (jax.distributed.initialize), once per process.
 
     Raises:
       StrategyError: bad process flags, no coordinator address given or found, or JAX could
-        not join (already computing, coordinator unreachable); one line.
+        not join (already computing); one line. Processes that do not all join within
+        `timeout_s` end this process with one line and status 1 (`_join_watchdog`).
     """
     import jax
 
     _check_processes(coordinator_address, num_processes, process_id)
     if jax.distributed.is_initialized():
         return  # Joined by an earlier run in this process (a script, a notebook).
+    if (process_id == 0 and coordinator_address
+            and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS")):
+        _check_port_free(coordinator_address)
+    joined = _join_watchdog(coordinator_address, num_processes, process_id, timeout_s)
     try:
         keras.distribution.initialize(coordinator_address or None, num_processes, process_id)
     except (ValueError, RuntimeError) as e:
@@ -480,6 +584,8 @@ def _join_processes(coordinator_address: str, num_processes, process_id) -> None
                 f"no cluster (Cloud TPU, SLURM) to take it from: {found}") from None
         raise StrategyError(f"--distribution_strategy=multi_worker_mirrored: JAX could not "
                             f"join the processes: {found}") from None
+    finally:
+        joined.set()
     logging.info("JAX process %d of %d: %d local device(s), %d in all", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
 

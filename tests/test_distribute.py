@@ -487,3 +487,54 @@ def test_jax_processes_without_a_coordinator_are_one_line(data, tmp_path):
         "--distribution_strategy=multi_worker_mirrored on JAX (or "
         "$KERAS_DISTRIBUTION_JOB_ADDRESSES), found none, and JAX found no cluster")
     assert not (tmp_path / "out").exists()  # Refused before anything was written.
+
+
+def test_a_coordinator_port_in_use_is_one_line():
+    """On a port another program listens on, JAX's coordination service (process 0) died of
+    a segmentation fault; the port is probed first."""
+    import socket
+
+    (port,) = free_ports(1)
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", port))
+    holder.listen()
+    try:
+        with pytest.raises(distribute.StrategyError, match=(
+                rf"^--coordinator_address=127.0.0.1:{port}: process 0 serves the job on port "
+                rf"{port} of this host, and cannot listen there \(Address already in use\)")):
+            distribute._check_port_free(f"127.0.0.1:{port}")
+    finally:
+        holder.close()
+    distribute._check_port_free(f"127.0.0.1:{port}")  # Free again.
+
+
+_JOIN = textwrap.dedent("""
+    import sys
+    from bert_keras import distribute
+    distribute._join_processes(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), timeout_s=5)
+""")
+
+
+@pytest.mark.integration  # Two JAX processes that wait 5 s each: about 30 s on 2 cores.
+@pytest.mark.parametrize("process_id, num_processes, found", [
+    (0, 2, "this is process 0, the coordinator, at --coordinator_address=127.0.0.1:{port}; "
+           "not every other process registered"),
+    (1, 2, "this is process 1; nothing answers at 127.0.0.1:{port} (process 0 not started, "
+           "another address, or a firewall)")], ids=["coordinator_alone", "no_coordinator"])
+def test_processes_that_do_not_all_join_stop_in_one_line(process_id, num_processes, found):
+    """A job whose processes never all join (a host not started, a wrong address or count)
+    waited in jax.distributed.initialize for 300 s, and JAX then aborted from C++ with a
+    stack trace; the join's watchdog ends the process first, with one line (at 5 s here,
+    290 s in the tools)."""
+    (port,) = free_ports(1)
+    result = subprocess.run(
+        [sys.executable, "-c", _JOIN, f"127.0.0.1:{port}", str(num_processes), str(process_id)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, env={
+            k: v for k, v in backend_env("jax").items() if k not in KERAS_PROCESS_VARIABLES})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "stack trace" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --distribution_strategy=multi_worker_mirrored: the 2 processes of this job did "
+        f"not all join within 5 s ({found.format(port=port)}); start every process with the "
+        "same --coordinator_address (HOST:PORT of process 0, reachable from every host) and "
+        "--num_processes, each with its own --process_id")

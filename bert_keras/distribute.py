@@ -186,6 +186,52 @@ def _tpu_strategy(tpu: str):
     return tf.distribute.TPUStrategy(resolver)
 
 
+def _tf_config_task() -> tuple[str, int, int] | None:
+    """This process's (task type, index, number of tasks) from $TF_CONFIG; None if unset
+    (MultiWorkerMirroredStrategy is then one worker).
+
+    TensorFlow's own errors for a TF_CONFIG it cannot use are tracebacks from deep inside
+    the strategy (a JSON decoding error, "The `task_id` 3 exceeds the maximum id of
+    worker", "Could not parse port for local server"); these are one line.
+
+    Raises:
+      StrategyError: TF_CONFIG is not JSON with a "cluster" of HOST:PORT addresses by task
+        type and a "task" naming one of them.
+    """
+    raw = os.environ.get("TF_CONFIG", "")
+    if not raw.strip():
+        return None
+    expected = ('expected JSON {"cluster": {"worker": ["HOST:PORT", ...]}, "task": {"type": '
+                '"worker", "index": I}} (docs/distributed.md)')
+    try:
+        config = json.loads(raw)
+    except ValueError as e:
+        raise StrategyError(f"TF_CONFIG: {expected}, found text that is not JSON ({e})"
+                            ) from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict) or not cluster:
+        raise StrategyError(f"TF_CONFIG: {expected}, found no \"cluster\"")
+    tasks = 0
+    for kind, addresses in cluster.items():
+        listed = list(addresses.values()) if isinstance(addresses, dict) else addresses
+        if not isinstance(listed, list) or not all(
+                isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in listed):
+            raise StrategyError(f"TF_CONFIG: {expected}, found cluster {kind!r}: "
+                                f"{addresses!r} (every address HOST:PORT)")
+        tasks += len(listed)
+    task = config.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise StrategyError(f"TF_CONFIG: {expected}, found no \"task\" with a type and an "
+                            f"index (this process's place in the cluster): {task!r}")
+    kind, index = task["type"], task["index"]
+    index = int(index) if str(index).isdigit() else index
+    if kind not in cluster or not isinstance(index, int) or not (
+            0 <= index < len(cluster[kind])):
+        raise StrategyError(f"TF_CONFIG: task {kind!r} index {index!r} is not in the cluster "
+                            f"({', '.join(f'{k}: {len(v)}' for k, v in cluster.items())})")
+    return str(kind), index, tasks
+
+
 def get_strategy(name: str = "default", tpu: str = "") -> tf.distribute.Strategy:
     """Returns the tf.distribute strategy for a flag value.
 
@@ -207,7 +253,16 @@ def get_strategy(name: str = "default", tpu: str = "") -> tf.distribute.Strategy
         devices = [d.name for d in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices=devices)
     if name == "multi_worker_mirrored":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        task = _tf_config_task()
+        if task is not None and task[2] > 1:
+            logging.info("TF_CONFIG: this is %s:%d of %d tasks; waiting for all of them to "
+                         "start (TensorFlow waits without a time limit)", *task)
+        try:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        except (ValueError, tf.errors.OpError) as e:
+            found = " ".join(str(e).split())[:300] or type(e).__name__
+            raise StrategyError(f"TF_CONFIG: TensorFlow could not start this worker of the "
+                                f"cluster: {found}") from None
         resolver = strategy.cluster_resolver
         logging.info(
             "MultiWorkerMirroredStrategy: task %s:%s, cluster %s",

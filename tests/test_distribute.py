@@ -538,3 +538,52 @@ def test_processes_that_do_not_all_join_stop_in_one_line(process_id, num_process
         f"not all join within 5 s ({found.format(port=port)}); start every process with the "
         "same --coordinator_address (HOST:PORT of process 0, reachable from every host) and "
         "--num_processes, each with its own --process_id")
+
+
+_CLUSTER = {"worker": ["10.0.0.1:12345", "10.0.0.2:12345"]}
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    ("{bad", "TF_CONFIG: expected JSON {\"cluster\": {\"worker\": [\"HOST:PORT\", ...]}, "
+             "\"task\": {\"type\": \"worker\", \"index\": I}} (docs/distributed.md), found text "
+             "that is not JSON (Expecting property name"),
+    (json.dumps({"task": {"type": "worker", "index": 0}}), 'found no "cluster"'),
+    (json.dumps({"cluster": _CLUSTER}),
+     'found no "task" with a type and an index (this process\'s place in the cluster): None'),
+    (json.dumps({"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}),
+     "found cluster 'worker': ['localhost'] (every address HOST:PORT)"),
+    (json.dumps({"cluster": _CLUSTER, "task": {"type": "worker", "index": 2}}),
+     "TF_CONFIG: task 'worker' index 2 is not in the cluster (worker: 2)"),
+    (json.dumps({"cluster": _CLUSTER, "task": {"type": "chief", "index": 0}}),
+     "TF_CONFIG: task 'chief' index 0 is not in the cluster (worker: 2)"),
+], ids=["not_json", "no_cluster", "no_task", "no_port", "index_out_of_range", "no_such_type"])
+def test_a_tf_config_tensorflow_cannot_use_is_one_line(tf_config, message, monkeypatch):
+    """TensorFlow's own errors for these were tracebacks from inside the strategy (a JSON
+    decoding error, "The `task_id` 2 exceeds the maximum id of worker", "Could not parse
+    port for local server"); they are refused before the strategy is made."""
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(distribute.StrategyError) as error:
+        distribute.get_strategy("multi_worker_mirrored")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_tf_config_names_this_task_and_the_cluster_size(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": dict(_CLUSTER, chief=["10.0.0.3:12345"]), "task": {"type": "worker",
+                                                                       "index": "1"}}))
+    assert distribute._tf_config_task() == ("worker", 1, 3)
+    monkeypatch.setenv("TF_CONFIG", "")
+    assert distribute._tf_config_task() is None  # One worker, as TensorFlow reads it.
+
+
+@pytest.mark.integration  # One TensorFlow tool process: about 15 s on 2 cores.
+def test_run_pretraining_with_a_bad_tf_config_is_one_line(data, tmp_path):
+    env = backend_env("tensorflow", TF_CONFIG=json.dumps(
+        {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 1}}))
+    result = subprocess.run(_args(data, tmp_path / "out",
+                                  "--distribution_strategy=multi_worker_mirrored"),
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: TF_CONFIG: task 'worker' index 1 is not in the cluster (worker: 1)")
+    assert not (tmp_path / "out").exists()

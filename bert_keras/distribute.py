@@ -126,6 +126,35 @@ def _check_processes(coordinator_address: str, num_processes, process_id) -> Non
                                 "HOST:PORT of process 0 (e.g. 10.0.0.1:8476)")
 
 
+def _check_process_environment(coordinator_address: str, num_processes, process_id) -> None:
+    """Raises StrategyError for Keras' process variables (`PROCESS_ENVIRONMENT`) that the
+    flags leave to them and that cannot name a process of a job (JAX's own errors were an
+    IndexError traceback for an address without a port)."""
+    env = {flag: os.environ.get(name, "").strip() for flag, name in PROCESS_ENVIRONMENT.items()}
+    names = {flag: f"${name}" for flag, name in PROCESS_ENVIRONMENT.items()}
+    if not coordinator_address and env["coordinator_address"]:
+        first = env["coordinator_address"].split(",")[0].strip()
+        host, _, port = first.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise StrategyError(
+                f"{names['coordinator_address']}={env['coordinator_address']!r}: expected "
+                "HOST:PORT of process 0 first (e.g. 10.0.0.1:8476; Keras' comma-separated "
+                "job addresses)")
+    count = num_processes
+    if num_processes is None and env["num_processes"]:
+        if not env["num_processes"].isdigit() or int(env["num_processes"]) < 1:
+            raise StrategyError(f"{names['num_processes']}={env['num_processes']!r}: expected "
+                                "the number of processes of the job, an integer >= 1")
+        count = int(env["num_processes"])
+    if process_id is None and env["process_id"]:
+        value = env["process_id"]
+        if not value.isdigit() or (count is not None and int(value) >= count):
+            upper = f" to {count - 1}" if count is not None else " or more"
+            raise StrategyError(f"{names['process_id']}={value!r}: expected 0{upper} (each "
+                                "process of the job its own index; process 0 is the "
+                                "coordinator)")
+
+
 def configure_cpu_devices(num_devices: int) -> None:
     """Splits the host CPU into `num_devices` logical devices (before TF initializes).
 
@@ -528,7 +557,7 @@ def _reachable(address: str, timeout: float = 3.0) -> bool:
     return True
 
 
-def _check_port_free(coordinator_address: str) -> None:
+def _check_port_free(coordinator_address: str, name: str = "--coordinator_address") -> None:
     """Raises StrategyError if process 0 cannot listen on the coordinator's port.
 
     JAX's coordination service binds [::]:PORT; on a port another program listens on, the
@@ -552,12 +581,23 @@ def _check_port_free(coordinator_address: str) -> None:
             if e.errno not in (errno.EADDRINUSE, errno.EACCES):
                 continue  # IPv6 switched off, say: try IPv4, as JAX's bind would.
             raise StrategyError(
-                f"--coordinator_address={coordinator_address}: process 0 serves the job on "
+                f"{name}={coordinator_address}: process 0 serves the job on "
                 f"port {port} of this host, and cannot listen there ({e.strerror or e}): "
                 "another program (an earlier job?) holds it; choose another port for every "
                 "process") from None
         finally:
             probe.close()
+
+
+def _coordinator_and_process(coordinator_address: str, process_id) -> tuple[str, str | None]:
+    """Process 0's HOST:PORT ("" when JAX is to find it) and this process's index (None
+    when unknown), from the flags, else Keras' variables (whose address list starts with
+    process 0's)."""
+    address = coordinator_address or os.environ.get(
+        PROCESS_ENVIRONMENT["coordinator_address"], "").split(",")[0].strip()
+    me = process_id if process_id is not None else os.environ.get(
+        PROCESS_ENVIRONMENT["process_id"], "").strip() or None
+    return address, None if me is None else str(me)
 
 
 def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_s: float):
@@ -577,11 +617,7 @@ def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_
     import threading
 
     joined = threading.Event()
-    # The flags, else Keras' variables (whose address list starts with process 0's).
-    address = coordinator_address or os.environ.get(
-        PROCESS_ENVIRONMENT["coordinator_address"], "").split(",")[0].strip()
-    me = process_id if process_id is not None else os.environ.get(
-        PROCESS_ENVIRONMENT["process_id"])
+    address, me = _coordinator_and_process(coordinator_address, process_id)
     count = f"the {num_processes} processes" if num_processes else "the processes"
 
     def watch():
@@ -589,7 +625,7 @@ def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_
             return
         where = f"--coordinator_address={address}" if address else "the coordinator JAX found"
         this = f"this is process {me}" if me is not None else "this process"
-        if str(me) == "0":
+        if me == "0":
             found = f"{this}, the coordinator, at {where}; not every other process registered"
         elif address and not _reachable(address):
             found = (f"{this}; nothing answers at {address} (process 0 not started, another "
@@ -620,11 +656,13 @@ def _join_processes(coordinator_address: str, num_processes, process_id,
     import jax
 
     _check_processes(coordinator_address, num_processes, process_id)
+    _check_process_environment(coordinator_address, num_processes, process_id)
     if jax.distributed.is_initialized():
         return  # Joined by an earlier run in this process (a script, a notebook).
-    if (process_id == 0 and coordinator_address
-            and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS")):
-        _check_port_free(coordinator_address)
+    address, me = _coordinator_and_process(coordinator_address, process_id)
+    if me == "0" and address and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        _check_port_free(address, "--coordinator_address" if coordinator_address else
+                         f"${PROCESS_ENVIRONMENT['coordinator_address']}")
     joined = _join_watchdog(coordinator_address, num_processes, process_id, timeout_s)
     try:
         keras.distribution.initialize(coordinator_address or None, num_processes, process_id)

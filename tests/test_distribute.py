@@ -391,6 +391,30 @@ def test_bad_process_flags_are_one_line_before_anything_runs(flags, message, cap
     assert err.count("\n") == 1 and err.startswith(f"error: {message}"), err
 
 
+@pytest.mark.parametrize("environment, message", [
+    (dict(KERAS_DISTRIBUTION_JOB_ADDRESSES="localhost"),
+     "$KERAS_DISTRIBUTION_JOB_ADDRESSES='localhost': expected HOST:PORT of process 0 first "
+     "(e.g. 10.0.0.1:8476; Keras' comma-separated job addresses)"),
+    (dict(KERAS_DISTRIBUTION_NUM_PROCESSES="two"),
+     "$KERAS_DISTRIBUTION_NUM_PROCESSES='two': expected the number of processes of the job, "
+     "an integer >= 1"),
+    (dict(KERAS_DISTRIBUTION_NUM_PROCESSES="2", KERAS_DISTRIBUTION_PROCESS_ID="5"),
+     "$KERAS_DISTRIBUTION_PROCESS_ID='5': expected 0 to 1 (each process of the job its own "
+     "index; process 0 is the coordinator)")], ids=["address", "count", "index"])
+def test_bad_process_variables_are_one_line(environment, message, monkeypatch):
+    """Keras' variables stand for the flags; JAX's error for an address without a port was
+    an IndexError traceback."""
+    for name in KERAS_PROCESS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(distribute.StrategyError) as error:
+        distribute._check_process_environment("", None, None)
+    assert str(error.value) == message
+    # A flag given takes the variable's place: nothing of it is checked then.
+    distribute._check_process_environment("10.0.0.1:8476", 2, 1)
+
+
 def test_process_flags_are_jaxs(monkeypatch):
     """TensorFlow reads its cluster from TF_CONFIG; on JAX the flags need multi_worker_mirrored
     (both refused before any process is joined)."""
@@ -472,6 +496,32 @@ def test_jax_processes_feed_their_share_of_each_global_batch():
         assert found["SEEN"] == "24 276"
         # Evaluation and prediction run on a copy on this process's own device.
         assert found["LOCAL"] == "1 True"
+
+
+@pytest.mark.integration  # Two JAX processes: about 15 s on 2 cores.
+def test_jax_processes_join_through_keras_variables_alone():
+    """KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES and _PROCESS_ID in place of the
+    flags (what a launcher sets), process 0's port probed through them."""
+    (port,) = free_ports(1)
+    code = ("from bert_keras import distribute\n"
+            "print('REPR', distribute.DistributionOptions("
+            "distribution_strategy='multi_worker_mirrored').distribution())")
+    envs = [dict(backend_env("jax"), KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}",
+                 KERAS_DISTRIBUTION_NUM_PROCESSES="2", KERAS_DISTRIBUTION_PROCESS_ID=str(i))
+            for i in range(2)]
+    processes = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for env in envs]  # run_job would drop the variables this test is about.
+    try:
+        outputs = [p.communicate(timeout=300)[0] for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+    codes = [p.returncode for p in processes]
+    assert codes == [0, 0], describe(codes, outputs)
+    for output in outputs:
+        assert ("REPR multi_worker_mirrored (DataParallel) with 2 replica(s) over 2 processes"
+                in output), output[-2000:]
 
 
 def test_jax_processes_without_a_coordinator_are_one_line(data, tmp_path):

@@ -109,50 +109,51 @@ class DistributionOptions:
                                 num_processes=self.num_processes, process_id=self.process_id)
 
 
-def _check_processes(coordinator_address: str, num_processes, process_id) -> None:
-    """Raises StrategyError for process flags that cannot name a process of a job."""
+def _check_processes(coordinator_address: str, num_processes, process_id,
+                     names: dict | None = None) -> None:
+    """Raises StrategyError for process flags that cannot name a process of a job.
+
+    `names`: what to call each value in the message, by flag name (Keras' variables when
+    the values came from them); the flags by default.
+    """
+    names = {**{flag: f"--{flag}" for flag in PROCESS_ENVIRONMENT}, **(names or {})}
     if num_processes is not None and num_processes < 1:
-        raise StrategyError(f"--num_processes must be >= 1, got {num_processes}")
+        raise StrategyError(f"{names['num_processes']} must be >= 1, got {num_processes}")
     if process_id is not None and (process_id < 0 or (
             num_processes is not None and process_id >= num_processes)):
         upper = f"num_processes - 1 = {num_processes - 1}" if num_processes else \
             "num_processes - 1"
-        raise StrategyError(f"--process_id={process_id}: expected 0 to {upper} (each process "
-                            "of the job its own index; process 0 is the coordinator)")
+        raise StrategyError(f"{names['process_id']}={process_id}: expected 0 to {upper} (each "
+                            "process of the job its own index; process 0 is the coordinator)")
     if coordinator_address:
         host, _, port = coordinator_address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise StrategyError(f"--coordinator_address={coordinator_address!r}: expected "
-                                "HOST:PORT of process 0 (e.g. 10.0.0.1:8476)")
+            raise StrategyError(f"{names['coordinator_address']}={coordinator_address!r}: "
+                                "expected HOST:PORT of process 0 (e.g. 10.0.0.1:8476)")
 
 
 def _check_process_environment(coordinator_address: str, num_processes, process_id) -> None:
-    """Raises StrategyError for Keras' process variables (`PROCESS_ENVIRONMENT`) that the
-    flags leave to them and that cannot name a process of a job (JAX's own errors were an
-    IndexError traceback for an address without a port)."""
-    env = {flag: os.environ.get(name, "").strip() for flag, name in PROCESS_ENVIRONMENT.items()}
-    names = {flag: f"${name}" for flag, name in PROCESS_ENVIRONMENT.items()}
-    if not coordinator_address and env["coordinator_address"]:
-        first = env["coordinator_address"].split(",")[0].strip()
-        host, _, port = first.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise StrategyError(
-                f"{names['coordinator_address']}={env['coordinator_address']!r}: expected "
-                "HOST:PORT of process 0 first (e.g. 10.0.0.1:8476; Keras' comma-separated "
-                "job addresses)")
-    count = num_processes
-    if num_processes is None and env["num_processes"]:
-        if not env["num_processes"].isdigit() or int(env["num_processes"]) < 1:
-            raise StrategyError(f"{names['num_processes']}={env['num_processes']!r}: expected "
-                                "the number of processes of the job, an integer >= 1")
-        count = int(env["num_processes"])
-    if process_id is None and env["process_id"]:
-        value = env["process_id"]
-        if not value.isdigit() or (count is not None and int(value) >= count):
-            upper = f" to {count - 1}" if count is not None else " or more"
-            raise StrategyError(f"{names['process_id']}={value!r}: expected 0{upper} (each "
-                                "process of the job its own index; process 0 is the "
-                                "coordinator)")
+    """`_check_processes` for Keras' process variables (`PROCESS_ENVIRONMENT`) that stand in
+    for flags not given (JAX's own error for an address without a port was an IndexError
+    traceback)."""
+    given = {"coordinator_address": coordinator_address or None,
+             "num_processes": num_processes, "process_id": process_id}
+    values, names = dict(given), {}
+    for flag, variable in PROCESS_ENVIRONMENT.items():
+        raw = os.environ.get(variable, "").strip()
+        if given[flag] is not None or not raw:
+            continue
+        names[flag] = f"${variable}"
+        if flag == "coordinator_address":
+            values[flag] = raw.split(",")[0].strip()  # Keras' job addresses: process 0's first.
+        elif raw.lstrip("-").isdigit():
+            values[flag] = int(raw)
+        else:
+            meaning = ("the number of processes" if flag == "num_processes" else
+                       "this process's index")
+            raise StrategyError(f"${variable}={raw!r}: expected an integer ({meaning})")
+    _check_processes(values["coordinator_address"], values["num_processes"],
+                     values["process_id"], names)
 
 
 def configure_cpu_devices(num_devices: int) -> None:
@@ -623,7 +624,7 @@ def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_
     def watch():
         if joined.wait(timeout_s):
             return
-        where = f"--coordinator_address={address}" if address else "the coordinator JAX found"
+        where = address or "the address JAX found"
         this = f"this is process {me}" if me is not None else "this process"
         if me == "0":
             found = f"{this}, the coordinator, at {where}; not every other process registered"

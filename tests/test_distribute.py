@@ -392,15 +392,17 @@ def test_bad_process_flags_are_one_line_before_anything_runs(flags, message, cap
 
 
 @pytest.mark.parametrize("environment, message", [
-    (dict(KERAS_DISTRIBUTION_JOB_ADDRESSES="localhost"),
-     "$KERAS_DISTRIBUTION_JOB_ADDRESSES='localhost': expected HOST:PORT of process 0 first "
-     "(e.g. 10.0.0.1:8476; Keras' comma-separated job addresses)"),
+    (dict(KERAS_DISTRIBUTION_JOB_ADDRESSES="localhost,10.0.0.2:8476"),
+     "$KERAS_DISTRIBUTION_JOB_ADDRESSES='localhost': expected HOST:PORT of process 0 (e.g. "
+     "10.0.0.1:8476)"),
     (dict(KERAS_DISTRIBUTION_NUM_PROCESSES="two"),
-     "$KERAS_DISTRIBUTION_NUM_PROCESSES='two': expected the number of processes of the job, "
-     "an integer >= 1"),
+     "$KERAS_DISTRIBUTION_NUM_PROCESSES='two': expected an integer (the number of processes)"),
+    (dict(KERAS_DISTRIBUTION_NUM_PROCESSES="0"),
+     "$KERAS_DISTRIBUTION_NUM_PROCESSES must be >= 1, got 0"),
     (dict(KERAS_DISTRIBUTION_NUM_PROCESSES="2", KERAS_DISTRIBUTION_PROCESS_ID="5"),
-     "$KERAS_DISTRIBUTION_PROCESS_ID='5': expected 0 to 1 (each process of the job its own "
-     "index; process 0 is the coordinator)")], ids=["address", "count", "index"])
+     "$KERAS_DISTRIBUTION_PROCESS_ID=5: expected 0 to num_processes - 1 = 1 (each process of "
+     "the job its own index; process 0 is the coordinator)")],
+    ids=["address", "count", "no_process", "index"])
 def test_bad_process_variables_are_one_line(environment, message, monkeypatch):
     """Keras' variables stand for the flags; JAX's error for an address without a port was
     an IndexError traceback."""
@@ -567,8 +569,8 @@ _JOIN = textwrap.dedent("""
 
 @pytest.mark.integration  # Two JAX processes that wait 5 s each: about 30 s on 2 cores.
 @pytest.mark.parametrize("process_id, num_processes, found", [
-    (0, 2, "this is process 0, the coordinator, at --coordinator_address=127.0.0.1:{port}; "
-           "not every other process registered"),
+    (0, 2, "this is process 0, the coordinator, at 127.0.0.1:{port}; not every other process "
+           "registered"),
     (1, 2, "this is process 1; nothing answers at 127.0.0.1:{port} (process 0 not started, "
            "another address, or a firewall)")], ids=["coordinator_alone", "no_coordinator"])
 def test_processes_that_do_not_all_join_stop_in_one_line(process_id, num_processes, found):

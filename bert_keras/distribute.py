@@ -415,6 +415,36 @@ class Distribution:
                 "only the process flags (--process_id, or TF_CONFIG's task) and --output_dir "
                 "may differ")
 
+    @contextlib.contextmanager
+    def stop_together(self):
+        """Runs the block in every process; if it raises in any, it raises in every one.
+
+        For what one process can fail alone, before training: its own files (--output_dir's
+        contents, which the chief alone checks; an --init_checkpoint missing on one host).
+        A process that stopped alone left the others waiting at their next collective, and
+        JAX's coordination service aborted them all from C++ five minutes later (status -6,
+        a stack dump; TensorFlow's workers wait without limit). The block ends with one
+        collective (`gather_from_processes`), which every process reaches whether its block
+        raised or not; the block itself must hold none. This process's error is raised as
+        it was; a process whose block passed raises a StrategyError that points at the
+        other's output.
+        """
+        failure = None
+        try:
+            yield
+        except Exception as e:  # Re-raised below, once the others know.
+            failure = e
+        stopped = []
+        if self.num_processes > 1:
+            rows = self.gather_from_processes([int(failure is not None)])
+            stopped = [i for i, (bad,) in enumerate(rows) if bad]
+        if failure is not None:
+            raise failure
+        if stopped:
+            raise StrategyError(
+                f"another process of this job stopped on an error before training (its "
+                f"output says which); this one ({self.worker_name}) stops with it")
+
     @property
     def is_chief(self) -> bool:
         """True on the process that writes shared outputs (`is_chief`; JAX: process 0)."""

@@ -703,15 +703,18 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     chief = distribution.is_chief
     logging.info("Distribution: %r", distribution)
     distribution.check_same_flags(dataclasses.asdict(options))
-    initial = None
-    if options.init_checkpoint and not os.path.isfile(
-            os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
-        initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
-    keras.utils.set_random_seed(options.seed)
-    keras.mixed_precision.set_global_policy(options.mixed_precision)
-    check_replicas(options, distribution.num_replicas_in_sync,
-                   tf_distribute=distribution.strategy is not None)
-    resuming = prepare_output_dir(options, chief)
+    # What one process can fail alone (the chief checks --output_dir; each host reads its
+    # own --init_checkpoint) stops them all, before the model's variables (collectives).
+    with distribution.stop_together():
+        initial = None
+        if options.init_checkpoint and not os.path.isfile(
+                os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
+            initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
+        keras.utils.set_random_seed(options.seed)
+        keras.mixed_precision.set_global_policy(options.mixed_precision)
+        check_replicas(options, distribution.num_replicas_in_sync,
+                       tf_distribute=distribution.strategy is not None)
+        resuming = prepare_output_dir(options, chief)
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):

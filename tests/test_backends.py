@@ -258,6 +258,36 @@ def test_fine_tuning_processes_started_with_other_flags_stop_before_writing(tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration  # Two JAX processes that stop at once: about 15 s on 2 cores.
+def test_a_checkpoint_missing_on_one_host_stops_every_fine_tuning_process(tmp_path):
+    """The same --init_checkpoint, present on process 0's host only (here: a relative path
+    from two working directories): process 1's error left process 0 building the model,
+    waiting at a collective, until JAX aborted both 5 minutes later. Both stop in seconds."""
+    import shlex
+
+    hosts = [tmp_path / "host0", tmp_path / "host1"]
+    for host in hosts:
+        host.mkdir()
+    BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(hosts[0] / "encoder.keras")
+    write_classification(tmp_path / "train.jsonl", 16, 0)
+    values = dict(train_file=tmp_path / "train.jsonl", init_checkpoint="encoder.keras",
+                  vocab_file=VOCAB, do_lower_case=True, do_train=True, max_seq_length=16,
+                  train_batch_size=8, num_train_steps=4, output_dir=tmp_path / "out",
+                  distribution_strategy="multi_worker_mirrored")
+    command = [sys.executable, "-m", "bert_keras.run_classifier", *_args(values)]
+    commands = [["bash", "-c", f"cd {shlex.quote(str(host))} && exec "
+                 f"{shlex.join(command + flags)}"]
+                for host, flags in zip(hosts, jax_process_flags(2))]
+    codes, outputs = run_job(commands, [backend_env("jax")] * 2, REPO, timeout=240)
+    assert codes == [1, 1], describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    assert last[0] == ("error: another process of this job stopped on an error before "
+                       "training (its output says which); this one (process-0) stops with it")
+    assert last[1].startswith("error: encoder.keras does not exist. Expected a "
+                              "run_pretraining output directory"), last[1]
+    assert not (tmp_path / "out").exists()
+
+
 # Weights whose true gradient is exactly zero for span QA: adding a constant to every
 # position's start (or end) logit leaves the softmax over positions as it is, so the span
 # head's bias and the last LayerNorm's beta (which shifts every position's vector alike)

@@ -317,6 +317,72 @@ def test_processes_started_with_other_flags_stop_naming_them():
     distribute.Distribution("default").check_same_flags(flags)
 
 
+class _OneOfTwo(distribute.Distribution):
+    """A process of a simulated 2-process job whose other process's block `other_failed`;
+    `rows` keeps what this one handed the exchange."""
+    num_processes, worker_name = 2, "process-1"
+
+    def __init__(self, other_failed):
+        super().__init__("multi_worker_mirrored")
+        self.other_failed, self.rows = other_failed, []
+
+    def gather_from_processes(self, row):
+        self.rows.append(list(row))
+        return [[int(self.other_failed)], list(row)]
+
+
+def test_what_one_process_fails_alone_stops_every_process():
+    """Every process reaches the exchange whether its block raised or not (else the others
+    wait at their next collective until JAX aborts them); its own error comes out as it
+    was, and a process whose block passed stops pointing at the other's output."""
+    passed = _OneOfTwo(other_failed=False)
+    with passed.stop_together():
+        value = 3
+    assert value == 3 and passed.rows == [[0]]
+    failing = _OneOfTwo(other_failed=False)
+    with pytest.raises(PretrainingError, match="^--output_dir /x exists"):
+        with failing.stop_together():
+            raise PretrainingError("--output_dir /x exists and is not a pretraining run")
+    assert failing.rows == [[1]]
+    waiting = _OneOfTwo(other_failed=True)
+    with pytest.raises(distribute.StrategyError) as caught:
+        with waiting.stop_together():
+            pass
+    assert str(caught.value) == (
+        "another process of this job stopped on an error before training (its output says "
+        "which); this one (process-1) stops with it")
+    # One process: nothing to exchange (a plain Distribution would fail to gather).
+    with pytest.raises(PretrainingError):
+        with distribute.Distribution("default").stop_together():
+            raise PretrainingError("alone")
+
+
+@pytest.mark.integration  # Two 2-process jobs that stop at once: about 30 s on 2 cores.
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_an_output_dir_the_chief_refuses_stops_every_process(backend, data, tmp_path):
+    """The chief alone checks --output_dir: its refusal left process 1 waiting at its first
+    collective (on JAX until the coordination service aborted both 5 minutes later, status
+    -6 and a stack dump each). Now both stop in seconds, and the user's file is untouched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    command = _args(data, out, "--distribution_strategy=multi_worker_mirrored")
+    if backend == "jax":
+        commands, envs = [command + flags for flags in jax_process_flags(2)], [
+            backend_env("jax")] * 2
+    else:
+        commands, envs = [command, command], _tf_worker_envs(2)
+    codes, outputs = run_job(commands, envs, REPO, timeout=240)
+    assert codes == [1, 1], describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    assert last[0] == (f"error: --output_dir {out} exists and is not a pretraining run; "
+                       "choose a new or empty output_dir")
+    worker = "process-1" if backend == "jax" else "worker-1"
+    assert last[1] == ("error: another process of this job stopped on an error before "
+                       f"training (its output says which); this one ({worker}) stops with it")
+    assert sorted(os.listdir(out)) == ["notes.txt"]
+
+
 @pytest.mark.integration  # Two 2-process jobs that stop at once: about 30 s on 2 cores.
 @pytest.mark.parametrize("backend", ["jax", "tensorflow"])
 def test_processes_started_with_other_flags_stop_before_writing(backend, data, tmp_path):

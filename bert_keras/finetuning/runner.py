@@ -271,6 +271,17 @@ class LabelledFileTask(Task):
         raise NotImplementedError
 
 
+def _trained_model_file(common: FinetuneOptions, task_name: str) -> str:
+    """--output_dir, which must hold a fine-tuned model to evaluate or predict with when
+    there is no --init_checkpoint; FinetuneError if it does not."""
+    source = common.output_dir
+    if not os.path.isfile(os.path.join(source, files.TASK_MODEL_FILE)):
+        raise FinetuneError(
+            f"nothing to evaluate: no {files.TASK_MODEL_FILE} in --output_dir {source} (train "
+            f"with --do_train, or point --init_checkpoint at a fine-tuned {task_name} model)")
+    return source
+
+
 def _load_model(task: Task, common: FinetuneOptions, opts, labels):
     """(model, checkpoint or None): what to train or run, its layers (encoder and head)
     under the dtype policy --mixed_precision names (float32 variables either way)."""
@@ -301,11 +312,7 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         ckpt = model_loading.load_checkpoint(source, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
             return in_policy(ckpt.model), ckpt
-    source = common.output_dir
-    if not os.path.isfile(os.path.join(source, files.TASK_MODEL_FILE)):
-        raise FinetuneError(
-            f"nothing to evaluate: no {files.TASK_MODEL_FILE} in --output_dir {source} (train "
-            f"with --do_train, or point --init_checkpoint at a fine-tuned {task.name} model)")
+    source = _trained_model_file(common, task.name)
     ckpt = model_loading.load_checkpoint(source)
     if not isinstance(ckpt.model, task.model_class):
         raise FinetuneError(f"{source} holds a {type(ckpt.model).__name__}, expected a "
@@ -375,6 +382,13 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
         raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
                             f"the {distribution.num_replicas_in_sync} replicas")
+    # What one host can lack alone (its copy of a checkpoint) stops every process, before
+    # the model's variables (collectives across JAX's processes) exist.
+    with distribution.stop_together():
+        if common.init_checkpoint:
+            model_loading.check_exists(common.init_checkpoint)
+        elif not common.do_train:
+            _trained_model_file(common, task.name)
     with distribution.scope():
         model, ckpt = _load_model(task, common, opts, labels)
     if common.mixed_precision != "float32":

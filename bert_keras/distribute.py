@@ -132,16 +132,21 @@ def _check_processes(coordinator_address: str, num_processes, process_id,
                                 "expected HOST:PORT of process 0 (e.g. 10.0.0.1:8476)")
 
 
-def _check_process_environment(coordinator_address: str, num_processes, process_id) -> None:
-    """`_check_processes` for Keras' process variables (`PROCESS_ENVIRONMENT`) that stand in
-    for flags not given (JAX's own error for an address without a port was an IndexError
-    traceback)."""
-    given = {"coordinator_address": coordinator_address or None,
-             "num_processes": num_processes, "process_id": process_id}
-    values, names = dict(given), {}
+def _resolve_processes(coordinator_address: str, num_processes, process_id):
+    """The process settings from the flags, else from Keras' variables
+    (`PROCESS_ENVIRONMENT`, whose address list starts with process 0's), checked as the
+    flags are (JAX's own error for an address without a port was an IndexError traceback).
+
+    Returns:
+      (process 0's HOST:PORT or "" for JAX to find, the number of processes or None, this
+      process's index or None, what to call each value in a message by flag name).
+    """
+    values = {"coordinator_address": coordinator_address or None,
+              "num_processes": num_processes, "process_id": process_id}
+    names = {flag: f"--{flag}" for flag in PROCESS_ENVIRONMENT}
     for flag, variable in PROCESS_ENVIRONMENT.items():
         raw = os.environ.get(variable, "").strip()
-        if given[flag] is not None or not raw:
+        if values[flag] is not None or not raw:
             continue
         names[flag] = f"${variable}"
         if flag == "coordinator_address":
@@ -154,6 +159,8 @@ def _check_process_environment(coordinator_address: str, num_processes, process_
             raise StrategyError(f"${variable}={raw!r}: expected an integer ({meaning})")
     _check_processes(values["coordinator_address"], values["num_processes"],
                      values["process_id"], names)
+    return (values["coordinator_address"] or "", values["num_processes"],
+            values["process_id"], names)
 
 
 def configure_cpu_devices(num_devices: int) -> None:
@@ -620,18 +627,7 @@ def _check_port_free(coordinator_address: str, name: str = "--coordinator_addres
             probe.close()
 
 
-def _coordinator_and_process(coordinator_address: str, process_id) -> tuple[str, str | None]:
-    """Process 0's HOST:PORT ("" when JAX is to find it) and this process's index (None
-    when unknown), from the flags, else Keras' variables (whose address list starts with
-    process 0's)."""
-    address = coordinator_address or os.environ.get(
-        PROCESS_ENVIRONMENT["coordinator_address"], "").split(",")[0].strip()
-    me = process_id if process_id is not None else os.environ.get(
-        PROCESS_ENVIRONMENT["process_id"], "").strip() or None
-    return address, None if me is None else str(me)
-
-
-def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_s: float):
+def _join_watchdog(address: str, num_processes, process_id, timeout_s: float):
     """Starts a thread that ends this process with one line if the join takes `timeout_s`.
 
     A job whose processes do not all join (a wrong --coordinator_address or
@@ -641,6 +637,10 @@ def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_
     does) and exits with status 1 before JAX's own timeout. Nothing is written before the
     processes join, so there is nothing to clean up.
 
+    Args:
+      address, num_processes, process_id: as `_resolve_processes` returns them.
+      timeout_s: seconds to wait.
+
     Returns:
       A threading.Event to set once joined (the thread then ends).
     """
@@ -648,15 +648,14 @@ def _join_watchdog(coordinator_address: str, num_processes, process_id, timeout_
     import threading
 
     joined = threading.Event()
-    address, me = _coordinator_and_process(coordinator_address, process_id)
     count = f"the {num_processes} processes" if num_processes else "the processes"
 
     def watch():
         if joined.wait(timeout_s):
             return
         where = address or "the address JAX found"
-        this = f"this is process {me}" if me is not None else "this process"
-        if me == "0":
+        this = f"this is process {process_id}" if process_id is not None else "this process"
+        if process_id == 0:
             found = f"{this}, the coordinator, at {where}; not every other process registered"
         elif address and not _reachable(address):
             found = (f"{this}; nothing answers at {address} (process 0 not started, another "
@@ -686,21 +685,18 @@ def _join_processes(coordinator_address: str, num_processes, process_id,
     """
     import jax
 
-    _check_processes(coordinator_address, num_processes, process_id)
-    _check_process_environment(coordinator_address, num_processes, process_id)
+    address, count, me, names = _resolve_processes(coordinator_address, num_processes,
+                                                   process_id)
     if jax.distributed.is_initialized():
         return  # Joined by an earlier run in this process (a script, a notebook).
-    address, me = _coordinator_and_process(coordinator_address, process_id)
-    if me == "0" and address and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
-        _check_port_free(address, "--coordinator_address" if coordinator_address else
-                         f"${PROCESS_ENVIRONMENT['coordinator_address']}")
-    joined = _join_watchdog(coordinator_address, num_processes, process_id, timeout_s)
+    if me == 0 and address and not os.environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        _check_port_free(address, names["coordinator_address"])
+    joined = _join_watchdog(address, count, me, timeout_s)
     try:
         keras.distribution.initialize(coordinator_address or None, num_processes, process_id)
     except (ValueError, RuntimeError) as e:
         found = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if not (coordinator_address or os.environ.get(
-                PROCESS_ENVIRONMENT["coordinator_address"])):
+        if not address:
             raise StrategyError(
                 "--coordinator_address: expected HOST:PORT of process 0 for "
                 "--distribution_strategy=multi_worker_mirrored on JAX (or "

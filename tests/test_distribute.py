@@ -477,10 +477,10 @@ def test_bad_process_variables_are_one_line(environment, message, monkeypatch):
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(distribute.StrategyError) as error:
-        distribute._check_process_environment("", None, None)
+        distribute._resolve_processes("", None, None)
     assert str(error.value) == message
     # A flag given takes the variable's place: nothing of it is checked then.
-    distribute._check_process_environment("10.0.0.1:8476", 2, 1)
+    assert distribute._resolve_processes("10.0.0.1:8476", 2, 1)[:3] == ("10.0.0.1:8476", 2, 1)
 
 
 def test_process_flags_are_jaxs(monkeypatch):
@@ -705,3 +705,30 @@ def test_run_pretraining_with_a_bad_tf_config_is_one_line(data, tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "error: TF_CONFIG: task 'worker' index 1 is not in the cluster (worker: 1)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.integration  # One TensorFlow process: about 10 s on 2 cores.
+def test_a_worker_tensorflow_cannot_start_is_one_line():
+    """TF_CONFIG is sound but this worker's port is taken: TensorFlow's own error was a
+    traceback (UnknownError from the gRPC server)."""
+    import socket
+
+    ports = free_ports(2)
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", ports[0]))
+    holder.listen()
+    code = ("import sys\nfrom bert_keras import distribute\nfrom data_prep import cli\n"
+            "sys.exit(cli.report_errors(lambda: distribute.get_strategy("
+            "'multi_worker_mirrored'), (distribute.StrategyError,)))")
+    env = backend_env("tensorflow", TF_CONFIG=json.dumps(
+        {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+         "task": {"type": "worker", "index": 0}}))
+    try:
+        result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: TF_CONFIG: TensorFlow could not start this worker of the cluster: Could not "
+        "start gRPC server")

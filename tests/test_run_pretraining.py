@@ -401,10 +401,10 @@ def test_cli_help():
         assert flag in result.stdout
 
 
-def _start(args, log):
-    """run_pretraining with `args` in a fresh process, its stderr to the file `log` (what a
-    failure shows if the run ends before a test can kill it)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+def _start(args, log, env=None):
+    """run_pretraining with `args` in a fresh process (in `env`, else this one's), its stderr
+    to the file `log` (what a failure shows if the run ends before a test can kill it)."""
+    env = env or dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
     with open(log, "w") as stderr:  # The child keeps its own descriptor.
         return subprocess.Popen([sys.executable, "-m", "bert_keras.run_pretraining", *args],
                                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr)

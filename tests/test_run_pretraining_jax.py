@@ -244,19 +244,14 @@ def test_a_run_started_on_tensorflow_resumes_on_jax(data, tmp_path):
     without dropout the run ends at the uninterrupted TensorFlow run's weights within
     float32 rounding (3.6e-7 measured; runs started on the two backends with one seed, whose
     initial weights differ, end 0.12 apart)."""
-    from test_run_pretraining import _kill_when
+    from test_run_pretraining import _kill_when, _start
 
-    def command(out):
-        flags = dict(input_file=data["train"], output_dir=out, bert_config_file=data["config"],
-                     max_seq_length=S, max_predictions_per_seq=P, train_batch_size=8,
-                     num_train_steps=60, num_warmup_steps=6, save_checkpoints_steps=10,
-                     learning_rate=1e-3, seed=5)
-        return [sys.executable, "-m", "bert_keras.run_pretraining",
-                *[f"--{k}={v}" for k, v in flags.items()]]
-
+    flags = dict(input_file=data["train"], bert_config_file=data["config"],
+                 max_seq_length=S, max_predictions_per_seq=P, train_batch_size=8,
+                 num_train_steps=60, num_warmup_steps=6, save_checkpoints_steps=10,
+                 learning_rate=1e-3, seed=5)
     clean, moved = tmp_path / "clean", tmp_path / "moved"
-    done = subprocess.run(command(clean), capture_output=True, text=True, cwd=REPO,
-                          env=backend_env("tensorflow"), timeout=900)
+    done = _tool("bert_keras.run_pretraining", dict(flags, output_dir=clean))
     assert done.returncode == 0, done.stderr[-3000:]
 
     def backed_up():
@@ -266,17 +261,16 @@ def test_a_run_started_on_tensorflow_resumes_on_jax(data, tmp_path):
         except (OSError, ValueError, KeyError):
             return False
 
-    with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(command(moved), cwd=REPO, env=backend_env("tensorflow"),
-                                   stdout=subprocess.DEVNULL, stderr=log)
+    log = tmp_path / "killed.log"
+    process = _start([f"--{k}={v}" for k, v in dict(flags, output_dir=moved).items()], log,
+                     backend_env("tensorflow"))
     try:
         killed = _kill_when(process, backed_up, timeout=600)
     finally:
         if process.poll() is None:
             process.kill()
-    assert killed, "ended before the kill:\n" + (tmp_path / "killed.log").read_text()[-3000:]
-    done = subprocess.run(command(moved), capture_output=True, text=True, cwd=REPO,
-                          env=backend_env("jax"), timeout=900)
+    assert killed, "ended before the kill:\n" + log.read_text()[-3000:]
+    done = _tool("bert_keras.run_pretraining", dict(flags, output_dir=moved), "jax")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Resuming from" in done.stderr
     assert "written on Keras' tensorflow backend and this run is on jax" in done.stderr

@@ -411,16 +411,21 @@ def _start(args, log, env=None):
 
 
 def _kill_when(process, condition, timeout):
-    """Kills `process` with SIGKILL as soon as `condition()` holds; False if it ended first.
+    """Kills `process` with SIGKILL as soon as `condition()` holds; False if it ended first
+    (or the timeout passed: the process is killed then too, so no test leaves it running).
     The tests' runs take tens of milliseconds a step: the poll must be as quick."""
     deadline = time.time() + timeout
-    while time.time() < deadline and process.poll() is None:
-        if condition():
-            process.send_signal(signal.SIGKILL)
-            process.wait(30)
-            return True
-        time.sleep(0.02)
-    return False
+    try:
+        while time.time() < deadline and process.poll() is None:
+            if condition():
+                process.send_signal(signal.SIGKILL)
+                process.wait(30)
+                return True
+            time.sleep(0.02)
+        return False
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 @pytest.mark.integration  # Three runs in fresh processes: about 30 s on 2 cores.
@@ -448,11 +453,7 @@ def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
 
     log = tmp_path / "killed.log"
     process = _start(args(out), log)
-    try:
-        killed = _kill_when(process, past_two_checkpoints, timeout=600)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    killed = _kill_when(process, past_two_checkpoints, timeout=600)
     assert killed, "the run ended before it could be killed:\n" + log.read_text()[-3000:]
     assert not (out / "encoder").exists()
 
@@ -554,11 +555,7 @@ def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
     latest = out / "backup" / "latest.weights.h5"
     log = tmp_path / "killed.log"
     process = _start(args(out), log)
-    try:
-        killed = _kill_when(process, latest.exists, timeout=600)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    killed = _kill_when(process, latest.exists, timeout=600)
     assert killed, "the run ended before it could be killed:\n" + log.read_text()[-3000:]
     resumed = _cli(args(out), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

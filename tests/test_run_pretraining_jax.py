@@ -264,11 +264,7 @@ def test_a_run_started_on_tensorflow_resumes_on_jax(data, tmp_path):
     log = tmp_path / "killed.log"
     process = _start([f"--{k}={v}" for k, v in dict(flags, output_dir=moved).items()], log,
                      backend_env("tensorflow"))
-    try:
-        killed = _kill_when(process, backed_up, timeout=600)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    killed = _kill_when(process, backed_up, timeout=600)
     assert killed, "ended before the kill:\n" + log.read_text()[-3000:]
     done = _tool("bert_keras.run_pretraining", dict(flags, output_dir=moved), "jax")
     assert done.returncode == 0, done.stderr[-3000:]

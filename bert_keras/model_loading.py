@@ -308,18 +308,6 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
     raise CheckpointError(_expected_forms(path, fmt))
 
 
-def check_exists(path: str) -> None:
-    """Raises the CheckpointError `load_checkpoint` would for a `path` with nothing at it
-    (no file, directory or Google checkpoint prefix), without loading anything: a check
-    each process of a job makes before the model's variables exist (distribute.Distribution.
-    stop_together)."""
-    if not path:
-        raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
-    path = os.fspath(path)
-    if not os.path.exists(path) and checkpoints.google_checkpoint_prefix(path) is None:
-        raise CheckpointError(_expected_forms(path, None))
-
-
 def load_encoder(path: str, bert_config_file: str | None = None) -> BertEncoder:
     """The BertEncoder inside whatever `path` holds (any form of the module docstring)."""
     return load_checkpoint(path, bert_config_file, want="encoder").model

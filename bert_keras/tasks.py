@@ -309,11 +309,20 @@ def with_dtype_policy(model, dtype):
     return _rebuilt(model, dtype=dtype)
 
 
+def copy_of(model):
+    """A copy of `model` (a BertEncoder or a task model) made from its config: the same
+    weights, dtype policy and dropout seeds (its SeedGenerators' states), so it trains as
+    `model` would. Made under a distribution's scope, its variables are the distribution's
+    (the fine-tuning runner builds and loads models outside it first)."""
+    encoder = model if isinstance(model, BertEncoder) else model.encoder
+    return _rebuilt(model, dtype=encoder.layers_dtype_policy.name)
+
+
 def _rebuilt(model, **encoder_config):
     """A copy of `model` (a BertEncoder or a task model) made from its config with
-    `encoder_config` overriding the encoder's, and the same weights (a Dense kernel
-    transposed where the copy's `kernel_layout` differs; cast to the copy's variable
-    dtype)."""
+    `encoder_config` overriding the encoder's, the same weights (a Dense kernel transposed
+    where the copy's `kernel_layout` differs; cast to the copy's variable dtype) and the
+    same states of its dropout layers' SeedGenerators."""
     config = model.get_config()
     if isinstance(model, BertEncoder):
         copy = BertEncoder.from_config({**config, **encoder_config})
@@ -329,6 +338,10 @@ def _rebuilt(model, **encoder_config):
             value = value.T
         values.append(value)
     copy.set_weights(values)
+    weights = {id(v) for v in model.weights} | {id(v) for v in copy.weights}
+    seeds = [[v for v in m.variables if id(v) not in weights] for m in (model, copy)]
+    for source, target in zip(*seeds, strict=True):
+        target.assign(keras.ops.convert_to_numpy(source))
     return copy
 
 

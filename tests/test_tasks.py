@@ -6,7 +6,8 @@ import pytest
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import (IGNORE_LABEL, BertClassifier, BertSpanQA, BertTagger,
-                              MaskedSparseCategoricalAccuracy, compile_args, with_dtype_policy)
+                              MaskedSparseCategoricalAccuracy, compile_args, copy_of,
+                              with_dtype_policy)
 from conftest import TINY, h5_keys, make_inputs
 
 NUM_CLASSES = 5  # differs from every TINY size
@@ -279,3 +280,30 @@ def test_with_dtype_policy_copies_into_a_policy_with_the_same_weights(cls, tmp_p
     assert loaded_encoder.layers_dtype_policy.name == "float32"
     for a, b in zip(loaded.weights, model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("cls", [BertEncoder, BertClassifier, BertSpanQA])
+def test_a_copy_drops_what_the_original_drops(cls, policy):
+    """copy_of, what fine-tuning trains under a distribution (the model is loaded outside
+    it): the same weights and dtype policy, and the same dropout masks step after step
+    (its SeedGenerators' states copied), so one process trains as several do."""
+    keras.utils.set_random_seed(5)
+    dropout = dict(dropout=0.1, attention_dropout=0.1)
+    model = BertEncoder(**TINY, **dropout) if cls is BertEncoder else build(cls, **dropout)
+    model = with_dtype_policy(model, policy)
+    copy = copy_of(model)
+    assert type(copy) is cls and copy is not model
+    encoder = copy if cls is BertEncoder else copy.encoder
+    assert encoder.layers_dtype_policy.name == policy
+    x = make_inputs()
+    flat = lambda outputs: [np.asarray(keras.ops.cast(v, "float32"))  # noqa: E731
+                            for v in keras.tree.flatten(outputs)]
+    steps = []
+    for _ in range(2):
+        steps.append(flat(model(x, training=True)))
+        for a, b in zip(steps[-1], flat(copy(x, training=True))):
+            np.testing.assert_array_equal(a, b)
+    # What the equality rests on: masks are drawn anew every step, and they drop something.
+    assert any(not np.array_equal(a, b) for a, b in zip(*steps))
+    assert any(not np.allclose(a, b) for a, b in zip(steps[-1], flat(model(x))))

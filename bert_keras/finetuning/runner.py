@@ -32,7 +32,8 @@ from bert_keras.distribute import DistributionOptions
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
 from bert_keras.precision import check_mixed_precision, mixed_precision_option
-from bert_keras.tasks import HEAD_INITIALIZERS, with_dtype_policy, with_skip_padding
+from bert_keras.tasks import (HEAD_INITIALIZERS, copy_of, with_dtype_policy,
+                               with_skip_padding)
 from bert_keras.tensorboard import TensorBoard
 from data_prep import files, tokenizer_config
 from data_prep.cli import option, split_values
@@ -320,6 +321,39 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
     return in_policy(ckpt.model), ckpt
 
 
+def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
+    """(model, labels, vocab_file, tokenizer settings): `_load_model`'s model, the labels
+    given or saved with it, checked against its head, and the vocabulary to use with it
+    (--vocab_file or the checkpoint's), checked against its embedding table."""
+    model, ckpt = _load_model(task, common, opts, labels)
+    if common.mixed_precision != "float32":
+        logging.info("Mixed precision: %s (float32 weights; --mixed_precision)",
+                     common.mixed_precision)
+    if labels is None and ckpt is not None:
+        labels = ckpt.labels
+    if task.uses_labels:
+        if labels is None:
+            raise FinetuneError(f"no label list: the model has no {files.LABELS_FILE} beside it; "
+                                "pass --label_list_file")
+        if model.num_classes != len(labels):
+            raise FinetuneError(f"the model has {model.num_classes} classes but the label list "
+                                f"has {len(labels)}: {labels}")
+    if ckpt is not None:
+        vocab_file = ckpt.vocabulary(common.vocab_file)
+    elif common.vocab_file:
+        vocab_file = common.vocab_file
+        model_loading.check_vocab_fits(model.encoder, vocab_file, common.bert_config_file)
+    else:
+        raise FinetuneError("no --vocab_file given and no checkpoint to take one from")
+    saved = tokenizer_config.read_for_vocab(vocab_file) or (
+        ckpt.saved_tokenizer if ckpt is not None else None)
+    settings, source = tokenizer_config.resolve(None, common.tokenizer_overrides(), saved,
+                                                warn=logging.warning)
+    logging.info("Tokenizer: %s, settings %s (%s)", vocab_file, settings.describe(),
+                 source or "defaults and flags")
+    return model, labels, vocab_file, settings
+
+
 def run(task: Task, values: dict) -> dict:
     """Train / eval / predict as `values` (flag names) say; returns {"train", "eval",
     "predict"} summaries, also written to the results files."""
@@ -382,52 +416,24 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
         raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
                             f"the {distribution.num_replicas_in_sync} replicas")
-    # What one host can lack alone (its copy of a checkpoint) stops every process, before
-    # the model's variables (collectives across JAX's processes) exist.
+    # Each process reads its own host's files (the checkpoint, the vocabulary) and converts
+    # the examples outside the distribution: what one process fails there alone (a file
+    # missing or damaged on its host) stops every process. Under the distribution each
+    # variable made on JAX is a collective across the processes (device_put checks that its
+    # value is the same on all of them), where one that had stopped alone left the others
+    # waiting until JAX aborted them all, 5 minutes later.
     with distribution.stop_together():
-        if common.init_checkpoint:
-            model_loading.check_exists(common.init_checkpoint)
-        elif not common.do_train:
-            _trained_model_file(common, task.name)
-    with distribution.scope():
-        model, ckpt = _load_model(task, common, opts, labels)
-    if common.mixed_precision != "float32":
-        logging.info("Mixed precision: %s (float32 weights; --mixed_precision)",
-                     common.mixed_precision)
-    if labels is None and ckpt is not None:
-        labels = ckpt.labels
-    if task.uses_labels:
-        if labels is None:
-            raise FinetuneError(f"no label list: the model has no {files.LABELS_FILE} beside it; "
-                                "pass --label_list_file")
-        if model.num_classes != len(labels):
-            raise FinetuneError(f"the model has {model.num_classes} classes but the label list "
-                                f"has {len(labels)}: {labels}")
-    encoder = model.encoder
-    if ckpt is not None:
-        vocab_file = ckpt.vocabulary(common.vocab_file)
-    elif common.vocab_file:
-        vocab_file = common.vocab_file
-        model_loading.check_vocab_fits(encoder, vocab_file, common.bert_config_file)
-    else:
-        raise FinetuneError("no --vocab_file given and no checkpoint to take one from")
-    saved = tokenizer_config.read_for_vocab(vocab_file) or (
-        ckpt.saved_tokenizer if ckpt is not None else None)
-    settings, source = tokenizer_config.resolve(None, common.tokenizer_overrides(), saved,
-                                                warn=logging.warning)
-    logging.info("Tokenizer: %s, settings %s (%s)", vocab_file, settings.describe(),
-                 source or "defaults and flags")
-    tokenizer = load_tokenizer(vocab_file, settings)
-    if common.max_seq_length > encoder.max_sequence_length:
-        raise FinetuneError(f"--max_seq_length={common.max_seq_length} exceeds the model's "
-                            f"position table ({encoder.max_sequence_length} positions)")
-    if labels is not None:
-        logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
-
-    features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
-                for split, ex in examples.items()}
-    for split, earlier in same_as.items():
-        examples[split], features[split] = examples[earlier], features[earlier]
+        model, labels, vocab_file, settings = _model_and_vocabulary(task, common, opts, labels)
+        tokenizer = load_tokenizer(vocab_file, settings)
+        if common.max_seq_length > model.encoder.max_sequence_length:
+            raise FinetuneError(f"--max_seq_length={common.max_seq_length} exceeds the model's "
+                                f"position table ({model.encoder.max_sequence_length} positions)")
+        if labels is not None:
+            logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
+        features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
+                    for split, ex in examples.items()}
+        for split, earlier in same_as.items():
+            examples[split], features[split] = examples[earlier], features[earlier]
     results: dict[str, dict] = {}
     if common.do_train:
         data = features["train"]
@@ -441,6 +447,9 @@ def run(task: Task, values: dict) -> dict:
         # Under the distribution's scope: on JAX, fit shards each batch as it runs (each
         # process its share of the global batch: distribute.Distribution).
         with distribution.scope():
+            # The model trained is a copy made under the distribution (weights, dropout seeds
+            # and dtype policy alike: one process trains as several do).
+            model = copy_of(model)
             summary = loop.train(
                 model, _model_inputs(data), task.targets(data), common.train_batch_size,
                 common.num_train_epochs, common.learning_rate, common.warmup_proportion,

@@ -497,6 +497,12 @@ class Distribution:
         return dataset_fn(tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                                      num_replicas_in_sync=1))
 
+    @property
+    def places_variables(self) -> bool:
+        """Whether variables made under `scope()` are the distribution's own (replicated
+        or sharded): every strategy but "default", whose variables are made as outside."""
+        return self.name != "default"
+
     def on_one_device(self, model):
         """`model` as one process can run it alone, for evaluation and prediction.
 

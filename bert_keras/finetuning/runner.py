@@ -448,8 +448,9 @@ def run(task: Task, values: dict) -> dict:
         # process its share of the global batch: distribute.Distribution).
         with distribution.scope():
             # The model trained is a copy made under the distribution (weights, dropout seeds
-            # and dtype policy alike: one process trains as several do).
-            model = copy_of(model)
+            # and dtype policy alike: several devices or processes train as one does).
+            if distribution.places_variables:
+                model = copy_of(model)
             summary = loop.train(
                 model, _model_inputs(data), task.targets(data), common.train_batch_size,
                 common.num_train_epochs, common.learning_rate, common.warmup_proportion,

@@ -62,6 +62,40 @@ class StrategyError(ToolError):
     """The requested strategy cannot run here; the message is one line, meant for users."""
 
 
+class Preempted(StrategyError):
+    """Training stopped in every process at once on a preemption notice (SIGTERM)."""
+
+
+class StopOnPreemption(keras.callbacks.Callback):
+    """Across JAX processes: ends training at the step every process agrees on once any of
+    them got a preemption notice (SIGTERM).
+
+    `jax.distributed.initialize` starts JAX's preemption service, which takes SIGTERM over
+    from Python (whose default ends the process): a SIGTERM to any process of a job (a
+    scheduler preempting or stopping it, `kill`) was noted and nothing else, and training
+    went on to its end (measured) until the scheduler's SIGKILL. At every training call
+    this asks the service whether the processes reached the step they agreed on
+    (`multihost_utils.reached_preemption_sync_point`: one past the newest step any process
+    had reached when the notice came) and there raises `Preempted` in every process, so
+    none waits for another at a collective. Nothing of the unfinished interval is saved:
+    `then` tells the user what the run left (run_pretraining: the newest backup).
+    """
+
+    def __init__(self, then: str):
+        super().__init__()
+        self._then = then
+        self._calls = 0  # The step id: training calls of this run, the same in every process.
+
+    def on_train_batch_end(self, batch, logs=None):
+        from jax.experimental import multihost_utils
+
+        self._calls += 1
+        if multihost_utils.reached_preemption_sync_point(self._calls):
+            raise Preempted(
+                f"stopped on a preemption notice (SIGTERM to a process of this job): every "
+                f"process stopped after training call {self._calls} of this run; {self._then}")
+
+
 @dataclasses.dataclass(frozen=True)
 class DistributionOptions:
     """The flags that say where a tool trains (run_pretraining and the fine-tuning tools)."""
@@ -496,6 +530,19 @@ class Distribution:
             return self.strategy.distribute_datasets_from_function(dataset_fn)
         return dataset_fn(tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                                      num_replicas_in_sync=1))
+
+    def preemption_callbacks(self, then: str) -> list:
+        """[`StopOnPreemption(then)`] across JAX processes with JAX's preemption service on
+        (its default), else []: one process, and each of TensorFlow's workers, ends on
+        SIGTERM as Python's default has it (backups are whole files, written under a
+        temporary name)."""
+        if self.keras_distribution is None or self.num_processes == 1:
+            return []
+        import jax
+
+        if not jax.config.jax_enable_preemption_service:
+            return []
+        return [StopOnPreemption(then)]
 
     @property
     def places_variables(self) -> bool:

@@ -761,6 +761,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             options, chief, backup_dir, options.num_train_steps,
             gather=distribution.gather_from_processes if distribution.num_processes > 1
             else None)
+        callbacks += distribution.preemption_callbacks(
+            "rerun the same command on every host to resume from the newest backup")
         # Restore now (fit would do it too, later) to know how many steps are done before
         # the input pipeline is built. The optimizer's step counter is saved in the same
         # file as the weights and the dropout random state, so it is the source of truth.

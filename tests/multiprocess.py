@@ -36,7 +36,7 @@ def jax_process_flags(num_processes, port=None):
              f"--process_id={index}"] for index in range(num_processes)]
 
 
-def run_job(commands, envs, cwd, timeout):
+def run_job(commands, envs, cwd, timeout, signal_when=None):
     """Starts one process per command (with its environment), waits for all of them.
 
     Args:
@@ -44,6 +44,9 @@ def run_job(commands, envs, cwd, timeout):
       envs: a list of environments, one per process.
       cwd: the working directory of every process.
       timeout: seconds for the whole job; processes still running then are killed.
+      signal_when: None, or (ready, index, signum): once `ready()` is true, process `index`
+        gets signal `signum` (a scheduler's SIGTERM); an AssertionError if every process
+        ended first.
 
     Returns:
       (exit codes, outputs): each process's code (None if it had to be killed) and its
@@ -58,6 +61,12 @@ def run_job(commands, envs, cwd, timeout):
             processes.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
                                               stderr=subprocess.STDOUT, text=True))
         deadline = time.monotonic() + timeout
+        if signal_when is not None:
+            ready, index, signum = signal_when
+            while not ready() and time.monotonic() < deadline:
+                assert any(p.poll() is None for p in processes), "the job ended first"
+                time.sleep(0.05)
+            processes[index].send_signal(signum)
         codes = []
         for process in processes:
             try:

@@ -296,6 +296,35 @@ def test_a_checkpoint_missing_on_one_host_stops_every_fine_tuning_process(copy, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration  # Two JAX processes stopped in training: about 40 s on 2 cores.
+def test_a_sigterm_stops_every_fine_tuning_process_at_one_step(tmp_path):
+    """SIGTERM (a scheduler's preemption or stop) to process 1 of a fine-tuning job: JAX's
+    preemption service takes it over from Python, and the job trained on to its end. Both
+    processes now stop at one step with the same line, nothing saved."""
+    import signal
+
+    encoder = tmp_path / "encoder.keras"
+    BertEncoder(**SMALL).save(encoder)
+    write_classification(tmp_path / "train.jsonl", 16, 0)
+    out = tmp_path / "out"
+    values = dict(train_file=tmp_path / "train.jsonl", init_checkpoint=encoder,
+                  vocab_file=VOCAB, do_lower_case=True, do_train=True, max_seq_length=16,
+                  train_batch_size=8, num_train_steps=20000, output_dir=out,
+                  distribution_strategy="multi_worker_mirrored")
+    command = [sys.executable, "-m", "bert_keras.run_classifier", *_args(values)]
+    codes, outputs = run_job([command + flags for flags in jax_process_flags(2)],
+                             [backend_env("jax")] * 2, REPO, timeout=600,
+                             signal_when=((out / "logs").exists, 1, signal.SIGTERM))
+    assert codes == [1, 1], describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    assert last[0] == last[1], last
+    assert last[0].startswith("error: stopped on a preemption notice (SIGTERM to a process "
+                              "of this job): every process stopped after training call "), last
+    assert last[0].endswith(" of this run; the model was not saved; rerun the same command "
+                            "on every host to train it again"), last
+    assert not (out / "model.keras").exists()
+
+
 # Weights whose true gradient is exactly zero for span QA: adding a constant to every
 # position's start (or end) logit leaves the softmax over positions as it is, so the span
 # head's bias and the last LayerNorm's beta (which shifts every position's vector alike)

@@ -237,6 +237,50 @@ def test_two_processes_killed_between_their_backups_resume_together(static_data,
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
+def test_a_sigterm_to_one_process_stops_every_process_and_the_rerun_resumes(static_data,
+                                                                          tmp_path):
+    """A scheduler preempting or stopping a job sends SIGTERM. JAX's preemption service
+    (started by jax.distributed.initialize) takes SIGTERM over from Python, and the job
+    trained on to its last step (exit codes [0, 0], measured). Now a SIGTERM to process 1
+    after the first backup stops both processes at one step, each with the same line, the
+    run unfinished; the same command resumes from the backup and ends with the weights of
+    the uninterrupted 2-process run bit for bit (with dropout)."""
+    import signal
+
+    flags = dict(static_data, eval_input_file="", train_batch_size=8, num_train_steps=300,
+                 num_warmup_steps=2, save_checkpoints_steps=20, learning_rate=1e-3, seed=5)
+
+    def commands(out):
+        command = [sys.executable, "-m", "bert_keras.run_pretraining",
+                   *[f"--{k}={v}" for k, v in dict(flags, output_dir=out).items()],
+                   "--distribution_strategy=multi_worker_mirrored"]
+        return [command + process for process in jax_process_flags(2)]
+
+    clean, stopped = tmp_path / "clean", tmp_path / "stopped"
+    codes, outputs = run_job(commands(clean), [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+
+    backup = stopped / "workers" / "process-1" / "backup" / "training_metadata.json"
+    codes, outputs = run_job(commands(stopped), [backend_env("jax")] * 2, REPO, timeout=900,
+                             signal_when=(backup.exists, 1, signal.SIGTERM))
+    assert codes == [1, 1], describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    assert last[0] == last[1], last
+    assert last[0].startswith("error: stopped on a preemption notice (SIGTERM to a process "
+                              "of this job): every process stopped after training call "), last
+    assert last[0].endswith(" of this run; rerun the same command on every host to resume "
+                            "from the newest backup"), last
+    assert not (stopped / files.PRETRAINER_WEIGHTS_FILE).exists()
+
+    codes, outputs = run_job(commands(stopped), [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+    assert all("Resuming from" in output for output in outputs)
+    ours, theirs = (h5_arrays(d / files.PRETRAINER_WEIGHTS_FILE) for d in (stopped, clean))
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
 def test_a_run_started_on_tensorflow_resumes_on_jax(data, tmp_path):
     """A pretraining job moved between backends mid-run (a TPU job continued on GPUs):
     killed on TensorFlow after a backup, the same command on JAX resumes it and says its

@@ -457,7 +457,9 @@ def run(task: Task, values: dict) -> dict:
                 seed=common.seed, jit_compile=common.jit_compile,
                 num_train_steps=common.num_train_steps, lr_schedule=common.lr_schedule,
                 epsilon_placement=common.epsilon_placement, log_every=common.log_steps,
-                callbacks=[TensorBoard(logs_dir, log_steps=common.log_steps)] if chief else [])
+                callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief else [])
+                + distribution.preemption_callbacks("the model was not saved; rerun the same "
+                                                    "command on every host to train it again"))
         summary.update(task.train_summary(data, read_info))
         if labels is not None:
             summary["label_list"] = labels

@@ -67,33 +67,80 @@ class Preempted(StrategyError):
 
 
 class StopOnPreemption(keras.callbacks.Callback):
-    """Across JAX processes: ends training at the step every process agrees on once any of
+    """Across processes: ends training at the step every process agrees on once any of
     them got a preemption notice (SIGTERM).
 
-    `jax.distributed.initialize` starts JAX's preemption service, which takes SIGTERM over
-    from Python (whose default ends the process): a SIGTERM to any process of a job (a
+    JAX's preemption service (started by `jax.distributed.initialize`) and TensorFlow's
+    coordination service (started by MultiWorkerMirroredStrategy) each take SIGTERM over
+    from Python, whose default ends the process: a SIGTERM to any process of a job (a
     scheduler preempting or stopping it, `kill`) was noted and nothing else, and training
-    went on to its end (measured) until the scheduler's SIGKILL. At every training call
-    this asks the service whether the processes reached the step they agreed on
-    (`multihost_utils.reached_preemption_sync_point`: one past the newest step any process
-    had reached when the notice came) and there raises `Preempted` in every process, so
-    none waits for another at a collective. Nothing of the unfinished interval is saved:
-    `then` tells the user what the run left (run_pretraining: the newest backup).
+    went on to its end (measured on both) until the scheduler's SIGKILL. At its training
+    calls this asks `reached(call)` whether the processes reached the call they agreed on
+    (JAX: `multihost_utils.reached_preemption_sync_point`; TensorFlow:
+    `_TfPreemptionAgreement`) and there raises `Preempted` in every process, so none waits
+    for another at a collective. Nothing of the unfinished interval is saved: `then` tells
+    the user what the run left (run_pretraining: the newest backup).
     """
 
-    def __init__(self, then: str):
+    def __init__(self, then: str, reached):
         super().__init__()
         self._then = then
+        self._reached = reached
         self._calls = 0  # The step id: training calls of this run, the same in every process.
 
     def on_train_batch_end(self, batch, logs=None):
-        from jax.experimental import multihost_utils
-
         self._calls += 1
-        if multihost_utils.reached_preemption_sync_point(self._calls):
+        if self._reached(self._calls):
             raise Preempted(
                 f"stopped on a preemption notice (SIGTERM to a process of this job): every "
                 f"process stopped after training call {self._calls} of this run; {self._then}")
+
+
+class _TfPreemptionAgreement:
+    """The call at which TensorFlow's workers stop after a SIGTERM, agreed through the
+    coordination service's key-value store.
+
+    On SIGTERM TensorFlow's handler writes `NOTICE_KEY` (the preempted task's name) to the
+    store, which every worker can read. Every `every` calls each worker reads the store: a
+    worker that finds the notice and no agreed call yet inserts "stop after call c + 2 *
+    every" (the first insert wins), and every worker stops at the agreed call. That call
+    is past every worker's next reading: each call's all-reduce holds the workers within
+    one call of each other, so the worker that inserted it is at most one call ahead of
+    the others' last reading. A read of a missing key waits its 1 ms timeout, hence not
+    every call.
+    """
+
+    NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+    STOP_KEY = "bert_keras/stop_after_call"
+
+    def __init__(self, every: int = 10):
+        self.every = every
+        self._stop_after = None
+
+    @staticmethod
+    def _read(key):
+        from tensorflow.python.eager import context
+
+        try:
+            return context.context().get_config_key_value(key, 1)
+        except tf.errors.DeadlineExceededError:
+            return None
+
+    def __call__(self, call: int) -> bool:
+        if self._stop_after is None and call % self.every == 0:
+            agreed = self._read(self.STOP_KEY)
+            if agreed is None and self._read(self.NOTICE_KEY) is not None:
+                from tensorflow.python.eager import context
+
+                try:
+                    context.context().set_config_key_value(
+                        self.STOP_KEY, str(call + 2 * self.every))
+                except tf.errors.AlreadyExistsError:
+                    pass  # Another worker's insert came first.
+                agreed = self._read(self.STOP_KEY)
+            if agreed is not None:
+                self._stop_after = int(agreed)
+        return self._stop_after is not None and call >= self._stop_after
 
 
 @dataclasses.dataclass(frozen=True)
@@ -532,17 +579,21 @@ class Distribution:
                                                      num_replicas_in_sync=1))
 
     def preemption_callbacks(self, then: str) -> list:
-        """[`StopOnPreemption(then)`] across JAX processes with JAX's preemption service on
-        (its default), else []: one process, and each of TensorFlow's workers, ends on
-        SIGTERM as Python's default has it (backups are whole files, written under a
-        temporary name)."""
+        """[`StopOnPreemption`] where SIGTERM no longer ends a process (the class says
+        why): across JAX processes with JAX's preemption service on (its default), and under
+        TensorFlow's MultiWorkerMirroredStrategy; else [] (one process ends on SIGTERM, as
+        Python's default has it; backups are whole files, written under a temporary name).
+        """
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return [StopOnPreemption(then, _TfPreemptionAgreement())]
         if self.keras_distribution is None or self.num_processes == 1:
             return []
         import jax
+        from jax.experimental import multihost_utils
 
         if not jax.config.jax_enable_preemption_service:
             return []
-        return [StopOnPreemption(then)]
+        return [StopOnPreemption(then, multihost_utils.reached_preemption_sync_point)]
 
     @property
     def places_variables(self) -> bool:

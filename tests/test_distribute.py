@@ -436,6 +436,42 @@ def test_workers_killed_between_their_backups_resume_together(data, tmp_path):
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
+@pytest.mark.integration  # Three 2-worker runs in fresh processes: about 1.5 min on 2 cores.
+def test_a_sigterm_to_one_worker_stops_every_worker_and_the_rerun_resumes(data, tmp_path):
+    """TensorFlow's coordination service catches SIGTERM (a scheduler's preemption or
+    stop): a SIGTERM to worker 1 after its first backup, and the job trained on to its
+    last step (exit codes [0, 0], measured). Both workers now stop at one agreed training
+    call, each with the same line; the rerun resumes and ends with the uninterrupted run's
+    weights (with dropout, --deterministic)."""
+    import signal
+
+    def job(out):
+        command = [*_args(data, out, "--distribution_strategy=multi_worker_mirrored",
+                          "--deterministic", "--seed=3"),
+                   "--num_train_steps=300", "--save_checkpoints_steps=20"]
+        return [command, command], _tf_worker_envs(2)
+
+    clean, stopped = tmp_path / "clean", tmp_path / "stopped"
+    codes, outputs = run_job(*job(clean), REPO, timeout=600)
+    assert codes == [0, 0], describe(codes, outputs)
+    backup = stopped / "workers" / "worker-1" / "backup" / "training_metadata.json"
+    codes, outputs = run_job(*job(stopped), REPO, timeout=600,
+                             signal_when=(backup.exists, 1, signal.SIGTERM))
+    assert codes == [1, 1], describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    assert last[0] == last[1], last
+    assert last[0].startswith("error: stopped on a preemption notice (SIGTERM to a process "
+                              "of this job): every process stopped after training call "), last
+    assert not (stopped / "pretrainer.weights.h5").exists()
+    codes, outputs = run_job(*job(stopped), REPO, timeout=600)
+    assert codes == [0, 0], describe(codes, outputs)
+    assert all("Resuming from" in output for output in outputs)
+    ours, theirs = (h5_arrays(d / "pretrainer.weights.h5") for d in (stopped, clean))
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
 # --- JAX across processes (multi_worker_mirrored: keras.distribution.initialize) ---
 
 

@@ -86,6 +86,19 @@ def run_job(commands, envs, cwd, timeout, signal_when=None):
     return codes, outputs
 
 
+PREEMPTED = ("error: stopped on a preemption notice (SIGTERM to a process of this job): every "
+             "process stopped after training call ")
+
+
+def assert_preempted(codes, outputs, then):
+    """Every process of a job stopped on a SIGTERM (distribute.StopOnPreemption) at one
+    training call: exit status 1 and the same last line, ending with `then`."""
+    assert codes == [1] * len(codes), describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    assert len(set(last)) == 1, last
+    assert last[0].startswith(PREEMPTED) and last[0].endswith(f" of this run; {then}"), last
+
+
 def describe(codes, outputs, tail=3000):
     """The exit codes and each process's last output, for an assertion message."""
     return f"exit codes {codes}\n" + "\n".join(

@@ -13,7 +13,8 @@ import h5py
 import numpy as np
 import pytest
 from conftest import REPO, backend_env, h5_arrays
-from multiprocess import describe, jax_process_flags, kill_between_backups, run_job
+from multiprocess import (assert_preempted, describe, jax_process_flags, kill_between_backups,
+                          run_job)
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
 from test_dynamic_pretraining import S as DYNAMIC_S
 from test_dynamic_pretraining import VOCAB as DYNAMIC_VOCAB
@@ -201,6 +202,20 @@ def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra, de
     assert moved > 100 * 1e-4 * lr * steps, moved
 
 
+def _uninterrupted_two_process_run(flags, out):
+    """Runs run_pretraining with `flags` in 2 JAX processes (multi_worker_mirrored) into
+    `out`; returns `commands(output_dir)`: the same job's commands for another run."""
+    def commands(output_dir):
+        command = [sys.executable, "-m", "bert_keras.run_pretraining",
+                   *[f"--{k}={v}" for k, v in dict(flags, output_dir=output_dir).items()],
+                   "--distribution_strategy=multi_worker_mirrored"]
+        return [command + process for process in jax_process_flags(2)]
+
+    codes, outputs = run_job(commands(out), [backend_env("jax")] * 2, REPO, timeout=900)
+    assert codes == [0, 0], describe(codes, outputs)
+    return commands
+
+
 def test_two_processes_killed_between_their_backups_resume_together(static_data, tmp_path):
     """A preempted pod slice: both processes killed with SIGKILL after process 0 wrote its
     backup of epoch 2 and, as if the kill came a moment earlier there, before process 1 did
@@ -212,15 +227,8 @@ def test_two_processes_killed_between_their_backups_resume_together(static_data,
     flags = dict(static_data, eval_input_file="", train_batch_size=8, num_train_steps=20,
                  num_warmup_steps=2, save_checkpoints_steps=5, learning_rate=1e-3, seed=5)
 
-    def commands(out):
-        command = [sys.executable, "-m", "bert_keras.run_pretraining",
-                   *[f"--{k}={v}" for k, v in dict(flags, output_dir=out).items()],
-                   "--distribution_strategy=multi_worker_mirrored"]
-        return [command + process for process in jax_process_flags(2)]
-
     clean, killed = tmp_path / "clean", tmp_path / "killed"
-    codes, outputs = run_job(commands(clean), [backend_env("jax")] * 2, REPO, timeout=900)
-    assert codes == [0, 0], describe(codes, outputs)
+    commands = _uninterrupted_two_process_run(flags, clean)
 
     ahead = kill_between_backups(
         commands(killed), [backend_env("jax")] * 2, REPO,
@@ -250,26 +258,14 @@ def test_a_sigterm_to_one_process_stops_every_process_and_the_rerun_resumes(stat
     flags = dict(static_data, eval_input_file="", train_batch_size=8, num_train_steps=300,
                  num_warmup_steps=2, save_checkpoints_steps=20, learning_rate=1e-3, seed=5)
 
-    def commands(out):
-        command = [sys.executable, "-m", "bert_keras.run_pretraining",
-                   *[f"--{k}={v}" for k, v in dict(flags, output_dir=out).items()],
-                   "--distribution_strategy=multi_worker_mirrored"]
-        return [command + process for process in jax_process_flags(2)]
-
     clean, stopped = tmp_path / "clean", tmp_path / "stopped"
-    codes, outputs = run_job(commands(clean), [backend_env("jax")] * 2, REPO, timeout=900)
-    assert codes == [0, 0], describe(codes, outputs)
+    commands = _uninterrupted_two_process_run(flags, clean)
 
     backup = stopped / "workers" / "process-1" / "backup" / "training_metadata.json"
     codes, outputs = run_job(commands(stopped), [backend_env("jax")] * 2, REPO, timeout=900,
                              signal_when=(backup.exists, 1, signal.SIGTERM))
-    assert codes == [1, 1], describe(codes, outputs)
-    last = [output.strip().splitlines()[-1] for output in outputs]
-    assert last[0] == last[1], last
-    assert last[0].startswith("error: stopped on a preemption notice (SIGTERM to a process "
-                              "of this job): every process stopped after training call "), last
-    assert last[0].endswith(" of this run; rerun the same command on every host to resume "
-                            "from the newest backup"), last
+    assert_preempted(codes, outputs, "rerun the same command on every host to resume "
+                     "from the newest backup")
     assert not (stopped / files.PRETRAINER_WEIGHTS_FILE).exists()
 
     codes, outputs = run_job(commands(stopped), [backend_env("jax")] * 2, REPO, timeout=900)

@@ -580,18 +580,19 @@ class Distribution:
 
     def preemption_callbacks(self, then: str) -> list:
         """[`StopOnPreemption`] where SIGTERM no longer ends a process (the class says
-        why): across JAX processes with JAX's preemption service on (its default), and under
-        TensorFlow's MultiWorkerMirroredStrategy; else [] (one process ends on SIGTERM, as
-        Python's default has it; backups are whole files, written under a temporary name).
-        """
+        why): JAX's multi_worker_mirrored (joined processes, even one) with JAX's preemption
+        service on (its default), and TensorFlow's MultiWorkerMirroredStrategy; else [] (the
+        process ends on SIGTERM, as Python's default has it; backups are whole files,
+        written under a temporary name)."""
         if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return [StopOnPreemption(then, _TfPreemptionAgreement())]
-        if self.keras_distribution is None or self.num_processes == 1:
+        if self.keras_distribution is None:
             return []
         import jax
         from jax.experimental import multihost_utils
 
-        if not jax.config.jax_enable_preemption_service:
+        # Joined (multi_worker_mirrored, even as one process): the service runs.
+        if not (jax.distributed.is_initialized() and jax.config.jax_enable_preemption_service):
             return []
         return [StopOnPreemption(then, multihost_utils.reached_preemption_sync_point)]
 

@@ -117,27 +117,24 @@ class _TfPreemptionAgreement:
         self.every = every
         self._stop_after = None
 
-    @staticmethod
-    def _read(key):
+    def __call__(self, call: int) -> bool:
         from tensorflow.python.eager import context
 
-        try:
-            return context.context().get_config_key_value(key, 1)
-        except tf.errors.DeadlineExceededError:
-            return None
+        def read(key):
+            try:
+                return context.context().get_config_key_value(key, 1)
+            except tf.errors.DeadlineExceededError:
+                return None
 
-    def __call__(self, call: int) -> bool:
         if self._stop_after is None and call % self.every == 0:
-            agreed = self._read(self.STOP_KEY)
-            if agreed is None and self._read(self.NOTICE_KEY) is not None:
-                from tensorflow.python.eager import context
-
+            agreed = read(self.STOP_KEY)
+            if agreed is None and read(self.NOTICE_KEY) is not None:
                 try:
                     context.context().set_config_key_value(
                         self.STOP_KEY, str(call + 2 * self.every))
                 except tf.errors.AlreadyExistsError:
                     pass  # Another worker's insert came first.
-                agreed = self._read(self.STOP_KEY)
+                agreed = read(self.STOP_KEY)
             if agreed is not None:
                 self._stop_after = int(agreed)
         return self._stop_after is not None and call >= self._stop_after

@@ -90,6 +90,14 @@ def h5_arrays(path):
     return arrays
 
 
+def assert_same_weights(ours, theirs):
+    """Two runs' weights files (.weights.h5) hold the same arrays bit for bit."""
+    ours, theirs = h5_arrays(ours), h5_arrays(theirs)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     import keras

@@ -13,9 +13,8 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
-from conftest import TINY, backend_env, h5_arrays
+from conftest import TINY, assert_same_weights, backend_env
 from multiprocess import (KERAS_PROCESS_VARIABLES, assert_preempted, describe, free_ports,
                           jax_process_flags, kill_between_backups, run_job)
 from pretraining_data import write_dataset
@@ -430,10 +429,7 @@ def test_workers_killed_between_their_backups_resume_together(data, tmp_path):
     codes, outputs = run_job(*job(killed), REPO, timeout=420)
     assert codes == [0, 0], describe(codes, outputs)
     assert "the newest that every process holds" in outputs[ahead]
-    ours, theirs = (h5_arrays(d / "pretrainer.weights.h5") for d in (killed, clean))
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert_same_weights(killed / "pretrainer.weights.h5", clean / "pretrainer.weights.h5")
 
 
 @pytest.mark.integration  # Three 2-worker runs in fresh processes: about 1.5 min on 2 cores.
@@ -463,10 +459,7 @@ def test_a_sigterm_to_one_worker_stops_every_worker_and_the_rerun_resumes(data, 
     codes, outputs = run_job(*job(stopped), REPO, timeout=600)
     assert codes == [0, 0], describe(codes, outputs)
     assert all("Resuming from" in output for output in outputs)
-    ours, theirs = (h5_arrays(d / "pretrainer.weights.h5") for d in (stopped, clean))
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert_same_weights(stopped / "pretrainer.weights.h5", clean / "pretrainer.weights.h5")
 
 
 # --- JAX across processes (multi_worker_mirrored: keras.distribution.initialize) ---

@@ -12,7 +12,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from conftest import REPO, backend_env, h5_arrays
+from conftest import REPO, assert_same_weights, backend_env, h5_arrays
 from multiprocess import (assert_preempted, describe, jax_process_flags, kill_between_backups,
                           run_job)
 from test_dynamic_pretraining import CONFIG as DYNAMIC_CONFIG
@@ -239,10 +239,7 @@ def test_two_processes_killed_between_their_backups_resume_together(static_data,
     assert all("Resuming from" in output for output in outputs)
     assert all("position; results are bit-identical to an uninterrupted run\n" in output
                for output in outputs)
-    ours, theirs = (h5_arrays(d / files.PRETRAINER_WEIGHTS_FILE) for d in (killed, clean))
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert_same_weights(*(run / files.PRETRAINER_WEIGHTS_FILE for run in (killed, clean)))
 
 
 def test_a_sigterm_to_one_process_stops_every_process_and_the_rerun_resumes(static_data,
@@ -271,10 +268,27 @@ def test_a_sigterm_to_one_process_stops_every_process_and_the_rerun_resumes(stat
     codes, outputs = run_job(commands(stopped), [backend_env("jax")] * 2, REPO, timeout=900)
     assert codes == [0, 0], describe(codes, outputs)
     assert all("Resuming from" in output for output in outputs)
-    ours, theirs = (h5_arrays(d / files.PRETRAINER_WEIGHTS_FILE) for d in (stopped, clean))
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert_same_weights(*(run / files.PRETRAINER_WEIGHTS_FILE for run in (stopped, clean)))
+
+
+def test_a_sigterm_stops_a_one_process_job_too(static_data, tmp_path):
+    """multi_worker_mirrored as one process (a single-host slice) joins through
+    jax.distributed.initialize as well, whose preemption service takes SIGTERM over: the
+    run stops with the same line (the callback goes wherever the processes were joined,
+    not only where there are several)."""
+    import signal
+
+    flags = dict(static_data, eval_input_file="", train_batch_size=8, num_train_steps=3000,
+                 num_warmup_steps=2, save_checkpoints_steps=20, learning_rate=1e-3, seed=5,
+                 output_dir=tmp_path / "out")
+    command = [sys.executable, "-m", "bert_keras.run_pretraining",
+               *[f"--{k}={v}" for k, v in flags.items()],
+               "--distribution_strategy=multi_worker_mirrored", *jax_process_flags(1)[0]]
+    backup = tmp_path / "out" / "backup" / "training_metadata.json"
+    codes, outputs = run_job([command], [backend_env("jax")], REPO, timeout=600,
+                             signal_when=(backup.exists, 0, signal.SIGTERM))
+    assert_preempted(codes, outputs, "rerun the same command on every host to resume "
+                     "from the newest backup")
 
 
 def test_a_run_started_on_tensorflow_resumes_on_jax(data, tmp_path):

@@ -636,15 +636,13 @@ def _jax_determinism() -> str:
             f"programs are deterministic (measured on CPUs only)")
 
 
-def _train(options: PretrainingOptions, extra_callbacks) -> dict:
-    import keras
-
-    from bert_keras import backends, multi_worker_fix
-    from bert_keras.backup import BackupError
-    from bert_keras.inputs import check_input_files, input_masking, pretraining_dataset
-    from bert_keras.losses import pretraining_losses_and_metrics
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer
+def _read_inputs(options: PretrainingOptions):
+    """Reads and checks what this host holds for the run (the config, the vocabulary, the
+    data, the tokenizer settings), before anything is written, so a corrected rerun is not
+    refused as "a run with other flags". Returns (config, the options with the masking
+    flags the data implies, (input_files, eval_files, masking, eval_masking,
+    eval_predictions, tokenizer settings, their source))."""
+    from bert_keras.inputs import check_input_files, input_masking
     from data_prep import features
 
     try:
@@ -657,16 +655,15 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None
     _check_vocab_fits(options, config)
-    # The data, the tokenizer settings and the initial weights are checked before anything
-    # is written, so a corrected rerun is not refused as "a run with other flags".
     eval_files = None
+    eval_masking = None
+    eval_predictions = None
     try:
         input_files = features.expand_input_files(options.input_file)
         kind = input_masking(input_files)
         options, masking = resolve_masking(options, kind, input_files[0])
         check_input_files(input_files, options.max_seq_length,
                           options.max_predictions_per_seq if masking is None else None)
-        eval_masking = None
         eval_predictions = options.max_predictions_per_seq
         if options.eval_input_file:
             eval_files = features.expand_input_files(options.eval_input_file)
@@ -686,30 +683,84 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
                               None if eval_masking else eval_predictions)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
-    if masking is not None:
-        logging.info("Dynamic masking: %.3g of the tokens, at most %d a sequence%s, anew on "
-                     "every pass", masking.masked_lm_prob, masking.max_predictions_per_seq,
-                     ", whole words" if masking.whole_word else "")
     input_files = _sound_files("input_file", input_files, options.skip_damaged_shards)
     if eval_files:
         eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)
     settings, settings_source = tokenizer_settings(options, input_files)
-    logging.info("Tokenizer settings: %s (%s)", settings.describe(),
-                 settings_source or "defaults and flags")
+    return config, options, (input_files, eval_files, masking, eval_masking, eval_predictions,
+                             settings, settings_source)
+
+
+def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
+    """For `Distribution.check_same_inputs`: {what was read: (digest, description)} of what
+    the processes must share (the model's shape, the data's masking and batch shapes, the
+    tokenizer settings, the initial weights). The records themselves may differ: each
+    process reads its own share of its host's files."""
+    from bert_keras.distribute import digest
+
+    input_files, eval_files, masking, eval_masking, eval_predictions, settings, _ = data
+    config_source = ("--bert_config_file" if options.bert_config_file else
+                     f"--preset={options.preset}")
+    read = {config_source: (digest(config.to_dict()),
+                            json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":"))),
+            "--input_file": (digest(repr(masking), options.max_predictions_per_seq,
+                                    settings.to_json_dict()),
+                             f"{'dynamic' if masking else 'static'} masks, at most "
+                             f"{options.max_predictions_per_seq} predictions a sequence, "
+                             f"tokenizer {settings.describe()}")}
+    if options.vocab_file:
+        with open(options.vocab_file, "rb") as f:
+            vocabulary = f.read()
+        read["--vocab_file"] = (digest(vocabulary.decode("utf-8", "replace")),
+                                f"{len(vocabulary.splitlines())} tokens")
+    if eval_files:
+        read["--eval_input_file"] = (digest(repr(eval_masking), eval_predictions),
+                                     f"{'dynamic' if eval_masking else 'static'} masks, at "
+                                     f"most {eval_predictions} predictions a sequence")
+    if initial is not None:
+        code = digest(*initial.weights)
+        read["--init_checkpoint"] = (code, f"{len(initial.weights)} weight arrays, "
+                                           f"CRC {code:08x}")
+    return read
+
+
+def _train(options: PretrainingOptions, extra_callbacks) -> dict:
+    import keras
+
+    from bert_keras import backends, multi_worker_fix
+    from bert_keras.backup import BackupError
+    from bert_keras.inputs import pretraining_dataset
+    from bert_keras.losses import pretraining_losses_and_metrics
+    from bert_keras.optimization import create_optimizer
+    from bert_keras.pretrainer import BertPretrainer
+
     # tf.distribute on TensorFlow, keras.distribution on JAX (distribute.get_distribution),
-    # before anything touches a device (loading initial weights does): JAX's processes are
-    # joined before JAX computes anything.
+    # once the flags are accepted and before anything touches a device (loading initial
+    # weights does): JAX's processes are joined before JAX computes anything.
     distribution = options.distribution()
     chief = distribution.is_chief
     logging.info("Distribution: %r", distribution)
     distribution.check_same_flags(dataclasses.asdict(options))
-    # What one process can fail alone (the chief checks --output_dir; each host reads its
-    # own --init_checkpoint) stops them all, before the model's variables (collectives).
+    # What one process can fail alone (each reads its own host's files: the config, the
+    # vocabulary, the data, --init_checkpoint; the chief checks --output_dir) stops them
+    # all. One that had stopped alone left the others waiting for it to join (TensorFlow's
+    # workers without limit), or at their first collective.
     with distribution.stop_together():
+        config, options, data = _read_inputs(options)
+        (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
+         settings_source) = data
         initial = None
         if options.init_checkpoint and not os.path.isfile(
                 os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
             initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
+    distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial))
+    if masking is not None:
+        logging.info("Dynamic masking: %.3g of the tokens, at most %d a sequence%s, anew on "
+                     "every pass", masking.masked_lm_prob, masking.max_predictions_per_seq,
+                     ", whole words" if masking.whole_word else "")
+    logging.info("Tokenizer settings: %s (%s)", settings.describe(),
+                 settings_source or "defaults and flags")
+    with distribution.stop_together():
         keras.utils.set_random_seed(options.seed)
         keras.mixed_precision.set_global_policy(options.mixed_precision)
         check_replicas(options, distribution.num_replicas_in_sync,

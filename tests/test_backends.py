@@ -260,26 +260,42 @@ def test_fine_tuning_processes_started_with_other_flags_stop_before_writing(tmp_
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.integration  # Two JAX processes that stop at once: about 15 s on 2 cores.
-@pytest.mark.parametrize("copy", ["missing", "damaged"])
-def test_a_checkpoint_missing_on_one_host_stops_every_fine_tuning_process(copy, tmp_path):
-    """The same --init_checkpoint (here: a relative path from two working directories),
-    missing or cut in half on process 1's host: process 1's error left process 0 building
-    the model, each variable a collective, until JAX aborted both 5 minutes later (status
-    -6, measured for both). Both stop in seconds, each with one line."""
+@pytest.mark.integration  # Five 2-process JAX jobs that stop at once: about 75 s on 2 cores.
+@pytest.mark.parametrize("host1", ["checkpoint missing", "checkpoint damaged",
+                                   "train file missing", "other checkpoint", "other rows"])
+def test_what_one_host_holds_alone_stops_every_fine_tuning_process(host1, tmp_path):
+    """The same command on two hosts (here: relative paths from two working directories),
+    process 1's host holding a copy of its own. A missing or damaged file stopped process 1
+    alone: process 0 then waited for it to join (the training file: the 290 s watchdog),
+    or built the model, each variable a collective, until JAX aborted both 5 minutes later
+    (the checkpoint: status -6). Other rows trained on, each process on its own (exit codes
+    [0, 0]); other weights stopped both with a traceback and an array dump (jax.device_put
+    checks that a value is the same on every process). Both now stop in seconds, each with
+    one line, and nothing is written (each measured before the change)."""
     import shlex
 
     hosts = [tmp_path / "host0", tmp_path / "host1"]
+    BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(tmp_path / "encoder.keras")
     for host in hosts:
         host.mkdir()
-    BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(hosts[0] / "encoder.keras")
-    if copy == "damaged":
-        whole = (hosts[0] / "encoder.keras").read_bytes()
-        (hosts[1] / "encoder.keras").write_bytes(whole[:len(whole) // 2])
-    write_classification(tmp_path / "train.jsonl", 16, 0)
-    values = dict(train_file=tmp_path / "train.jsonl", init_checkpoint="encoder.keras",
+        (host / "encoder.keras").write_bytes((tmp_path / "encoder.keras").read_bytes())
+        write_classification(host / "train.jsonl", 16, 0)
+    mine = hosts[1]
+    if host1 == "checkpoint damaged":
+        whole = (mine / "encoder.keras").read_bytes()
+        (mine / "encoder.keras").write_bytes(whole[:len(whole) // 2])
+    elif host1 == "checkpoint missing":
+        (mine / "encoder.keras").unlink()
+    elif host1 == "train file missing":
+        (mine / "train.jsonl").unlink()
+    elif host1 == "other checkpoint":
+        keras.utils.set_random_seed(7)
+        BertEncoder(**SMALL, dropout=0.0, attention_dropout=0.0).save(mine / "encoder.keras")
+    else:
+        write_classification(mine / "train.jsonl", 12, 1)
+    values = dict(train_file="train.jsonl", init_checkpoint="encoder.keras",
                   vocab_file=VOCAB, do_lower_case=True, do_train=True, max_seq_length=16,
-                  train_batch_size=8, num_train_steps=4, output_dir=tmp_path / "out",
+                  train_batch_size=8, num_train_steps=4, output_dir="out",
                   distribution_strategy="multi_worker_mirrored")
     command = [sys.executable, "-m", "bert_keras.run_classifier", *_args(values)]
     commands = [["bash", "-c", f"cd {shlex.quote(str(host))} && exec "
@@ -288,12 +304,27 @@ def test_a_checkpoint_missing_on_one_host_stops_every_fine_tuning_process(copy, 
     codes, outputs = run_job(commands, [backend_env("jax")] * 2, REPO, timeout=240)
     assert codes == [1, 1], describe(codes, outputs)
     last = [output.strip().splitlines()[-1] for output in outputs]
+    for host in hosts:
+        assert not (host / "out").exists()
+    if host1 in ("other checkpoint", "other rows"):
+        flag, read = {"other checkpoint": ("--init_checkpoint", "weight arrays, CRC "),
+                      "other rows": ("--train_file", "")}[host1]
+        for index, line in enumerate(last):
+            assert line.startswith(f"error: the 2 processes of this job read other contents "
+                                   f"from {flag} on their hosts (here, process-{index}: "
+                                   f"{flag}: "), line
+            assert read in line and line.endswith("); give every host the same files"), line
+        if host1 == "other rows":
+            assert [line.split(f"{flag}: ")[-1].split(")")[0] for line in last] == [
+                "16 features", "12 features"]
+        return
     assert last[0] == ("error: another process of this job stopped on an error before "
                        "training (its output says which); this one (process-0) stops with it")
-    assert last[1] == {"missing": "error: encoder.keras: no such Keras model file",
-                       "damaged": "error: encoder.keras: not a .keras file (a zip archive); "
-                                  "the file is truncated or of another format"}[copy]
-    assert not (tmp_path / "out").exists()
+    assert last[1] == {
+        "checkpoint missing": "error: encoder.keras: no such Keras model file",
+        "checkpoint damaged": "error: encoder.keras: not a .keras file (a zip archive); "
+                              "the file is truncated or of another format",
+        "train file missing": "error: train.jsonl: No such file or directory"}[host1], last[1]
 
 
 @pytest.mark.integration  # Two JAX processes stopped in training: about 40 s on 2 cores.

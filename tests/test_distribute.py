@@ -316,6 +316,61 @@ def test_processes_started_with_other_flags_stop_naming_them():
     distribute.Distribution("default").check_same_flags(flags)
 
 
+class _InputsOfTwo(distribute.Distribution):
+    """Process 1 of a simulated 2-process job whose process 0 read `other` ({name: (digest,
+    description)}); exchanges what it is given as `_differing` does."""
+    num_processes, worker_name = 2, "process-1"
+
+    def __init__(self, other):
+        super().__init__("multi_worker_mirrored")
+        self.other = other
+
+    def gather_from_processes(self, row):
+        hashes = [distribute.zlib.crc32(json.dumps(code).encode()) & 0x7FFFFFFF
+                  for _, (code, _) in sorted(self.other.items())]
+        return [hashes, row]
+
+
+def test_processes_that_read_other_contents_stop_naming_the_inputs():
+    """The same flags on every host, another copy of a file on one of them: the processes
+    would train on other data or weights (silently, or stalled when the shapes or step
+    counts differ). Every process names the inputs that differ and what it read."""
+    import numpy as np
+
+    weights = [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros(3, np.float32)]
+    mine = {"--init_checkpoint": (distribute.digest(*weights), "2 weight arrays"),
+            "--train_file": (distribute.digest(np.ones((4, 8), np.int32), ["a", "b"]),
+                             "4 features")}
+    _InputsOfTwo(mine).check_same_inputs(lambda: mine)
+    other = dict(mine, **{"--train_file": (distribute.digest(np.ones((5, 8), np.int32),
+                                                             ["a", "b"]), "5 features")})
+    with pytest.raises(distribute.StrategyError) as caught:
+        _InputsOfTwo(other).check_same_inputs(lambda: mine)
+    assert str(caught.value) == (
+        "the 2 processes of this job read other contents from --train_file on their hosts "
+        "(here, process-1: --train_file: 4 features); give every host the same files")
+    # One process reads nothing for the check (the digests can cost a second).
+    distribute.Distribution("default").check_same_inputs(lambda: 1 / 0)
+
+
+def test_a_digest_changes_with_any_value_dtype_shape_or_order():
+    import numpy as np
+
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    one_off = base.copy()
+    one_off[2, 3] = np.nextafter(one_off[2, 3], np.float32(99))
+    codes = [distribute.digest(base), distribute.digest(one_off),
+             distribute.digest(base.astype(np.float64)), distribute.digest(base.reshape(4, 3)),
+             distribute.digest(base, "x"), distribute.digest("x", base),
+             distribute.digest(["a", "b"]), distribute.digest(["b", "a"])]
+    assert len(set(codes)) == len(codes), codes
+    assert distribute.digest(base) == distribute.digest(base.copy())
+    # A Keras variable counts as its value (a model's weights).
+    import keras
+
+    assert distribute.digest(keras.Variable(base)) == distribute.digest(base)
+
+
 class _OneOfTwo(distribute.Distribution):
     """A process of a simulated 2-process job whose other process's block `other_failed`;
     `rows` keeps what this one handed the exchange."""
@@ -380,6 +435,58 @@ def test_an_output_dir_the_chief_refuses_stops_every_process(backend, data, tmp_
     assert last[1] == ("error: another process of this job stopped on an error before "
                        f"training (its output says which); this one ({worker}) stops with it")
     assert sorted(os.listdir(out)) == ["notes.txt"]
+
+
+@pytest.mark.integration  # Four 2-process jobs that stop at once: about 1 min on 2 cores.
+@pytest.mark.parametrize("host1", ["data missing", "other config"])
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_what_one_host_holds_alone_stops_every_pretraining_process(backend, host1, data,
+                                                                    tmp_path):
+    """The same command on two hosts (relative paths from two working directories), process
+    1's host holding a copy of its own. Its data missing stopped it before it joined: JAX's
+    process 0 waited for the 290 s watchdog, TensorFlow's worker 0 without limit. Another
+    bert_config.json built another model in it: JAX aborted both (status -6), TensorFlow's
+    workers crashed with tracebacks building the model, after the chief had made
+    --output_dir. Both now stop in seconds, with one line each, and nothing is written
+    (each measured before the change)."""
+    import shlex
+
+    hosts = [tmp_path / "host0", tmp_path / "host1"]
+    for host in hosts:
+        host.mkdir()
+        (host / "data").symlink_to(os.path.dirname(data["train"]))
+        (host / "bert_config.json").write_text(json.dumps(CONFIG))
+    if host1 == "data missing":
+        (hosts[1] / "data").unlink()
+    else:
+        (hosts[1] / "bert_config.json").write_text(json.dumps(dict(CONFIG, intermediate_size=41)))
+    pattern = f"data/{os.path.basename(data['train'])}"
+    command = _args(dict(train=pattern, config="bert_config.json"), "out",
+                    "--distribution_strategy=multi_worker_mirrored")
+    if backend == "jax":
+        commands = [command + flags for flags in jax_process_flags(2)]
+        envs, workers = [backend_env("jax")] * 2, ["process-0", "process-1"]
+    else:
+        commands, envs, workers = [command, command], _tf_worker_envs(2), ["worker-0", "worker-1"]
+    commands = [["bash", "-c", f"cd {shlex.quote(str(host))} && exec {shlex.join(command)}"]
+                for host, command in zip(hosts, commands)]
+    codes, outputs = run_job(commands, envs, REPO, timeout=240)
+    assert codes == [1, 1], describe(codes, outputs)
+    last = [output.strip().splitlines()[-1] for output in outputs]
+    for host in hosts:
+        assert not (host / "out").exists()
+    if host1 == "data missing":
+        assert last[0] == ("error: another process of this job stopped on an error before "
+                           f"training (its output says which); this one ({workers[0]}) stops "
+                           "with it")
+        assert last[1] == f"error: input pattern '{pattern}' matches no data file", last[1]
+        return
+    for worker, size, line in zip(workers, [37, 41], last):
+        assert line.startswith("error: the 2 processes of this job read other contents from "
+                               f"--bert_config_file on their hosts (here, {worker}: "
+                               "--bert_config_file: {"), line
+        assert f'"intermediate_size":{size},' in line, line
+        assert line.endswith("}); give every host the same files"), line
 
 
 @pytest.mark.integration  # Two 2-process jobs that stop at once: about 30 s on 2 cores.

@@ -367,47 +367,8 @@ def run(task: Task, values: dict) -> dict:
                           ("predict", common.do_predict)):
         if wanted and not task.input_file(split, opts):
             raise FinetuneError(f"{task.input_flag(split)} is required with --do_{split}")
-    out = common.output_dir
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise FinetuneError(f"--output_dir {out} is a file; expected a directory")
-    names = task.output_files(common, opts)
-    if not common.overwrite_output:
-        files.refuse_existing([os.path.join(out, n) for n in names],
-                              "refusing to overwrite (choose another --output_dir or pass "
-                              "--overwrite_output)")
     keras.utils.set_random_seed(common.seed)
-
-    # Every input is read before anything is loaded or trained; a split reading the same
-    # file as an earlier one (eval and predict often do) shares its examples and features.
-    wanted = [split for split, on in (("train", common.do_train), ("eval", common.do_eval),
-                                      ("predict", common.do_predict)) if on]
-    same_as = {}
-    for split in wanted:
-        path = task.input_file(split, opts)
-        earlier = next((s for s in wanted[:wanted.index(split)] if s != "train"
-                        and split != "train" and task.input_file(s, opts) == path), None)
-        if earlier is not None:
-            same_as[split] = earlier
-    examples = {split: task.read(task.input_file(split, opts), split, opts)
-                for split in wanted if split not in same_as}
-    read_info = None
-    if "train" in examples and isinstance(examples["train"], tuple):
-        examples["train"], read_info = examples["train"]
-    for split, found in examples.items():
-        if len(found) == 0:
-            raise FinetuneError(f"{task.input_file(split, opts)}: no examples in it (expected "
-                                f"{task.name} data for {task.input_flag(split)})")
-    labels = task.given_labels(opts)
-    if labels is None and common.do_train:
-        labels = task.labels_from(examples["train"])
-        if (task.uses_labels and labels is not None and len(labels) < 2
-                and not getattr(opts, "allow_single_class", False)):
-            raise FinetuneError(
-                f"{task.input_file('train', opts)}: every example has the label "
-                f"{labels[0] if labels else None!r}; expected at least 2 classes (pass "
-                "--allow_single_class to train a one-class model anyway)")
-
-    # Joins JAX's processes (multi_worker_mirrored) once every input is accepted, before
+    # Joins the processes (JAX's multi_worker_mirrored) once the flags are accepted, before
     # anything touches a device; process 0 (the chief) writes the outputs.
     distribution = common.distribution()
     chief = distribution.is_chief
@@ -416,13 +377,15 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
         raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
                             f"the {distribution.num_replicas_in_sync} replicas")
-    # Each process reads its own host's files (the checkpoint, the vocabulary) and converts
-    # the examples outside the distribution: what one process fails there alone (a file
-    # missing or damaged on its host) stops every process. Under the distribution each
-    # variable made on JAX is a collective across the processes (device_put checks that its
-    # value is the same on all of them), where one that had stopped alone left the others
-    # waiting until JAX aborted them all, 5 minutes later.
+    # Each process reads its own host's files (the inputs, the checkpoint, the vocabulary)
+    # and converts the examples outside the distribution: what one process fails there
+    # alone (a file missing or damaged on its host, an --output_dir of its own holding
+    # results) stops every process. One that had stopped alone left the others waiting
+    # for it to join, or at their first collective (each variable made under a JAX
+    # distribution is one: device_put checks its value is the same on every process),
+    # until JAX aborted them all, 5 minutes later.
     with distribution.stop_together():
+        examples, same_as, read_info, labels = _read_inputs(task, common, opts)
         model, labels, vocab_file, settings = _model_and_vocabulary(task, common, opts, labels)
         tokenizer = load_tokenizer(vocab_file, settings)
         if common.max_seq_length > model.encoder.max_sequence_length:
@@ -432,8 +395,12 @@ def run(task: Task, values: dict) -> dict:
             logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
         features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
                     for split, ex in examples.items()}
-        for split, earlier in same_as.items():
-            examples[split], features[split] = examples[earlier], features[earlier]
+    distribution.check_same_inputs(
+        lambda: _what_was_read(task, common, opts, model, vocab_file, settings, labels,
+                               features))
+    for split, earlier in same_as.items():
+        examples[split], features[split] = examples[earlier], features[earlier]
+    out = common.output_dir
     results: dict[str, dict] = {}
     if common.do_train:
         data = features["train"]
@@ -494,6 +461,76 @@ def run(task: Task, values: dict) -> dict:
             _log_eval_scalars(os.path.join(out, LOGS_DIR, "validation"), summary,
                               trained_steps(out, results))
     return results
+
+
+def _read_inputs(task: Task, common: FinetuneOptions, opts):
+    """Checks --output_dir and reads every input before anything is loaded or trained;
+    returns (examples by split, {split: the earlier split reading the same file}, what the
+    train split's reader reported, the labels given or found in the training data)."""
+    out = common.output_dir
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise FinetuneError(f"--output_dir {out} is a file; expected a directory")
+    names = task.output_files(common, opts)
+    if not common.overwrite_output:
+        files.refuse_existing([os.path.join(out, n) for n in names],
+                              "refusing to overwrite (choose another --output_dir or pass "
+                              "--overwrite_output)")
+    # A split reading the same file as an earlier one (eval and predict often do) shares
+    # its examples and features.
+    wanted = [split for split, on in (("train", common.do_train), ("eval", common.do_eval),
+                                      ("predict", common.do_predict)) if on]
+    same_as = {}
+    for split in wanted:
+        path = task.input_file(split, opts)
+        earlier = next((s for s in wanted[:wanted.index(split)] if s != "train"
+                        and split != "train" and task.input_file(s, opts) == path), None)
+        if earlier is not None:
+            same_as[split] = earlier
+    examples = {split: task.read(task.input_file(split, opts), split, opts)
+                for split in wanted if split not in same_as}
+    read_info = None
+    if "train" in examples and isinstance(examples["train"], tuple):
+        examples["train"], read_info = examples["train"]
+    for split, found in examples.items():
+        if len(found) == 0:
+            raise FinetuneError(f"{task.input_file(split, opts)}: no examples in it (expected "
+                                f"{task.name} data for {task.input_flag(split)})")
+    labels = task.given_labels(opts)
+    if labels is None and common.do_train:
+        labels = task.labels_from(examples["train"])
+        if (task.uses_labels and labels is not None and len(labels) < 2
+                and not getattr(opts, "allow_single_class", False)):
+            raise FinetuneError(
+                f"{task.input_file('train', opts)}: every example has the label "
+                f"{labels[0] if labels else None!r}; expected at least 2 classes (pass "
+                "--allow_single_class to train a one-class model anyway)")
+    return examples, same_as, read_info, labels
+
+
+def _what_was_read(task: Task, common: FinetuneOptions, opts, model, vocab_file, settings,
+                   labels, features) -> dict:
+    """For `Distribution.check_same_inputs`: {what was read: (digest, description)} of the
+    model's weights (its head's seeded initialisation included), the vocabulary and each
+    split's features (the labels with the training split's)."""
+    from bert_keras.distribute import digest
+
+    if common.init_checkpoint:
+        model_source = "--init_checkpoint"
+    else:
+        model_source = "--bert_config_file" if common.do_train else "the model in --output_dir"
+    with open(vocab_file, "rb") as f:
+        vocabulary = f.read()
+    weights = digest(*model.weights)
+    read = {model_source: (weights, f"{len(model.weights)} weight arrays, CRC {weights:08x}"),
+            "--vocab_file" if common.vocab_file else "the checkpoint's vocabulary": (
+                digest(vocabulary.decode("utf-8", "replace"), settings.to_json_dict()),
+                f"{len(vocabulary.splitlines())} tokens")}
+    for split, data in features.items():
+        arrays = [data.arrays[name] for name in sorted(data.arrays)]
+        flag = task.input_flag(split).split(" ")[0]
+        read[flag] = (digest(*arrays, labels if split == "train" else None),
+                      f"{len(arrays[0]) if arrays else 0} features")
+    return read
 
 
 def trained_steps(out: str, results: dict | None = None) -> int:

@@ -1,7 +1,8 @@
 """The one train / evaluate / predict skeleton behind run_classifier, run_tagger and run_squad.
 
-    check flags -> read every input -> load model, vocabulary and tokenizer settings
-    -> convert -> train -> save the model directory -> evaluate -> predict
+    check flags -> join the processes (JAX across hosts) -> read every input -> load
+    model, vocabulary and tokenizer settings -> convert -> (across processes: compare
+    what each read) -> train -> save the model directory -> evaluate -> predict
 
 A task (classification.py, tagging.py, squad.py) supplies only what differs: how to read
 its files, build its head, convert examples, score and write predictions. Inputs are read

@@ -425,6 +425,20 @@ def digest(*parts) -> int:
     return code & 0x7FFFFFFF
 
 
+def weights_read(weights) -> tuple[int, str]:
+    """(digest, description) of a model's weights, for `Distribution.check_same_inputs`."""
+    code = digest(*weights)
+    return code, f"{len(weights)} weight arrays, CRC {code:08x}"
+
+
+def vocabulary_read(path: str, *also) -> tuple[int, str]:
+    """(digest, description) of a vocabulary file (and of `also`, e.g. the tokenizer
+    settings used with it), for `Distribution.check_same_inputs`."""
+    with open(path, "rb") as f:
+        text = f.read()
+    return digest(text.decode("utf-8", "replace"), *also), f"{len(text.splitlines())} tokens"
+
+
 class Distribution:
     """Where a run's model lives and how its batches are split, on either backend.
 

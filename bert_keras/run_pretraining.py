@@ -696,7 +696,7 @@ def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
     the processes must share (the model's shape, the data's masking and batch shapes, the
     tokenizer settings, the initial weights). The records themselves may differ: each
     process reads its own share of its host's files."""
-    from bert_keras.distribute import digest
+    from bert_keras.distribute import digest, vocabulary_read, weights_read
 
     input_files, eval_files, masking, eval_masking, eval_predictions, settings, _ = data
     config_source = ("--bert_config_file" if options.bert_config_file else
@@ -709,18 +709,13 @@ def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
                              f"{options.max_predictions_per_seq} predictions a sequence, "
                              f"tokenizer {settings.describe()}")}
     if options.vocab_file:
-        with open(options.vocab_file, "rb") as f:
-            vocabulary = f.read()
-        read["--vocab_file"] = (digest(vocabulary.decode("utf-8", "replace")),
-                                f"{len(vocabulary.splitlines())} tokens")
+        read["--vocab_file"] = vocabulary_read(options.vocab_file)
     if eval_files:
         read["--eval_input_file"] = (digest(repr(eval_masking), eval_predictions),
                                      f"{'dynamic' if eval_masking else 'static'} masks, at "
                                      f"most {eval_predictions} predictions a sequence")
     if initial is not None:
-        code = digest(*initial.weights)
-        read["--init_checkpoint"] = (code, f"{len(initial.weights)} weight arrays, "
-                                           f"CRC {code:08x}")
+        read["--init_checkpoint"] = weights_read(initial.weights)
     return read
 
 

@@ -269,8 +269,9 @@ def test_processes_exchange_rows_on_both_backends():
         assert "PROCESSES 2" in output and "ROWS [[0, 10], [1, 11]]" in output, output[-2000:]
 
 
-def _row_of(flags, worker="process-1"):
-    """The row of flag hashes a process with `flags` hands the exchange."""
+def _row_of(flags, worker="process-1", inputs=False):
+    """The row of hashes a process with `flags` (or, with `inputs`, that read `flags`:
+    {name: (digest, description)}) hands the exchange."""
     rows = []
 
     class Capture(distribute.Distribution):
@@ -280,7 +281,10 @@ def _row_of(flags, worker="process-1"):
             rows.append(row)
             return [row, row]
 
-    Capture("multi_worker_mirrored").check_same_flags(flags)
+    if inputs:
+        Capture("multi_worker_mirrored").check_same_inputs(lambda: flags)
+    else:
+        Capture("multi_worker_mirrored").check_same_flags(flags)
     return rows[0]
 
 
@@ -318,7 +322,7 @@ def test_processes_started_with_other_flags_stop_naming_them():
 
 class _InputsOfTwo(distribute.Distribution):
     """Process 1 of a simulated 2-process job whose process 0 read `other` ({name: (digest,
-    description)}); exchanges what it is given as `_differing` does."""
+    description)})."""
     num_processes, worker_name = 2, "process-1"
 
     def __init__(self, other):
@@ -326,9 +330,7 @@ class _InputsOfTwo(distribute.Distribution):
         self.other = other
 
     def gather_from_processes(self, row):
-        hashes = [distribute.zlib.crc32(json.dumps(code).encode()) & 0x7FFFFFFF
-                  for _, (code, _) in sorted(self.other.items())]
-        return [hashes, row]
+        return [_row_of(self.other, "process-0", inputs=True), row]
 
 
 def test_processes_that_read_other_contents_stop_naming_the_inputs():
@@ -349,7 +351,7 @@ def test_processes_that_read_other_contents_stop_naming_the_inputs():
     assert str(caught.value) == (
         "the 2 processes of this job read other contents from --train_file on their hosts "
         "(here, process-1: --train_file: 4 features); give every host the same files")
-    # One process reads nothing for the check (the digests can cost a second).
+    # One process reads nothing for the check (BERT-base's weights take 0.15-0.3 s).
     distribute.Distribution("default").check_same_inputs(lambda: 1 / 0)
 
 
@@ -369,6 +371,20 @@ def test_a_digest_changes_with_any_value_dtype_shape_or_order():
     import keras
 
     assert distribute.digest(keras.Variable(base)) == distribute.digest(base)
+
+
+def test_what_was_read_is_described_for_the_message(tmp_path):
+    import numpy as np
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n한국\n", encoding="utf-8")
+    code, description = distribute.vocabulary_read(str(vocab))
+    assert description == "3 tokens"
+    assert code == distribute.digest("[PAD]\n[UNK]\n한국\n")
+    assert distribute.vocabulary_read(str(vocab), {"lower_case": False})[0] != code
+    weights = [np.ones((2, 2), np.float32), np.zeros(2, np.float32)]
+    code = distribute.digest(*weights)
+    assert distribute.weights_read(weights) == (code, f"2 weight arrays, CRC {code:08x}")
 
 
 class _OneOfTwo(distribute.Distribution):

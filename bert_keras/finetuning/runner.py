@@ -513,19 +513,15 @@ def _what_was_read(task: Task, common: FinetuneOptions, opts, model, vocab_file,
     """For `Distribution.check_same_inputs`: {what was read: (digest, description)} of the
     model's weights (its head's seeded initialisation included), the vocabulary and each
     split's features (the labels with the training split's)."""
-    from bert_keras.distribute import digest
+    from bert_keras.distribute import digest, vocabulary_read, weights_read
 
     if common.init_checkpoint:
         model_source = "--init_checkpoint"
     else:
         model_source = "--bert_config_file" if common.do_train else "the model in --output_dir"
-    with open(vocab_file, "rb") as f:
-        vocabulary = f.read()
-    weights = digest(*model.weights)
-    read = {model_source: (weights, f"{len(model.weights)} weight arrays, CRC {weights:08x}"),
-            "--vocab_file" if common.vocab_file else "the checkpoint's vocabulary": (
-                digest(vocabulary.decode("utf-8", "replace"), settings.to_json_dict()),
-                f"{len(vocabulary.splitlines())} tokens")}
+    read = {model_source: weights_read(model.weights),
+            "--vocab_file" if common.vocab_file else "the checkpoint's vocabulary":
+                vocabulary_read(vocab_file, settings.to_json_dict())}
     for split, data in features.items():
         arrays = [data.arrays[name] for name in sorted(data.arrays)]
         flag = task.input_flag(split).split(" ")[0]

@@ -636,6 +636,16 @@ def _jax_determinism() -> str:
             f"programs are deterministic (measured on CPUs only)")
 
 
+def _expand_flag(flag: str, patterns: str) -> list[str]:
+    """The data files `--flag`'s patterns name; the error names the flag."""
+    from data_prep import features
+
+    try:
+        return features.expand_input_files(patterns)
+    except ValueError as e:
+        raise PretrainingError(f"--{flag}: {e}") from None
+
+
 def _read_inputs(options: PretrainingOptions):
     """Reads and checks what this host holds for the run (the config, the vocabulary, the
     data, the tokenizer settings), before anything is written, so a corrected rerun is not
@@ -658,15 +668,15 @@ def _read_inputs(options: PretrainingOptions):
     eval_files = None
     eval_masking = None
     eval_predictions = None
+    input_files = _expand_flag("input_file", options.input_file)
     try:
-        input_files = features.expand_input_files(options.input_file)
         kind = input_masking(input_files)
         options, masking = resolve_masking(options, kind, input_files[0])
         check_input_files(input_files, options.max_seq_length,
                           options.max_predictions_per_seq if masking is None else None)
         eval_predictions = options.max_predictions_per_seq
         if options.eval_input_file:
-            eval_files = features.expand_input_files(options.eval_input_file)
+            eval_files = _expand_flag("eval_input_file", options.eval_input_file)
             if input_masking(eval_files) == features.DYNAMIC_MASKING:
                 # Held-out data without masks is masked like the training data (fixed seed).
                 eval_masking = masking or resolve_masking(

@@ -351,7 +351,14 @@ def test_flag_errors_are_clear(data, tmp_path):
     with pytest.raises(ValueError, match=r"--mixed_precision: expected one of float32, "
                                          r"mixed_bfloat16, mixed_float16; found 'bf16'"):
         train(_options(data, tmp_path / "f", mixed_precision="bf16"))
-    assert not any((tmp_path / name).exists() for name in "abcdef")
+    # The data's flag is named (the eval flag too), as create_pretraining_data names it.
+    with pytest.raises(PretrainingError, match=r"^--input_file: input pattern '.*nope-\*' "
+                                               r"matches no data file$"):
+        train(_options(data, tmp_path / "g", input_file=str(tmp_path / "nope-*")))
+    with pytest.raises(PretrainingError, match=r"^--eval_input_file: input pattern "
+                                               r"'.*nope.tfrecord' matches no data file$"):
+        train(_options(data, tmp_path / "h", eval_input_file=str(tmp_path / "nope.tfrecord")))
+    assert not any((tmp_path / name).exists() for name in "abcdefgh")
 
 
 def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):

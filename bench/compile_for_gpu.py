@@ -154,14 +154,18 @@ def entry_instructions(hlo_text: str) -> list[tuple[str, str, str, list[str]]]:
     return [row[:4] for row in computation_instructions(hlo_text)]
 
 
-def kernels_run(hlo_text: str, computation: str | None = None) -> list[tuple[str, int, str]]:
+def kernels_run(hlo_text: str, computation: str | None = None, instructions=None
+                ) -> list[tuple[str, int, str]]:
     """(name, bytes read and written, attributes) of each kernel a computation launches
-    (ENTRY's when None), in order. A `conditional` launches nothing itself (its operands
+    (ENTRY's when None; `instructions`: its `computation_instructions` if already parsed),
+    in order. A `conditional` launches nothing itself (its operands
     are views handed to the branch): it stands for the kernels of its branch, and as the
     branch taken depends on the data, the one that moves the most bytes (so the sum stays
     an upper bound)."""
     shapes, out = {}, []
-    for name, shape, opcode, operands, rest in computation_instructions(hlo_text, computation):
+    if instructions is None:
+        instructions = computation_instructions(hlo_text, computation)
+    for name, shape, opcode, operands, rest in instructions:
         shapes[name] = shape
         if opcode in _NO_KERNEL:
             continue
@@ -202,7 +206,8 @@ def summarize(hlo_text: str, batch: int, other_sizes, top: int = 0) -> dict:
     by kind (the fusion's name without its number) and JAX op path."""
     categories = next(iter(hlo_op_categories(hlo_text).values()), {})
     moved, groups, targets = Counter(), Counter(), Counter()
-    kernels = kernels_run(hlo_text)
+    entry = computation_instructions(hlo_text)
+    kernels = kernels_run(hlo_text, instructions=entry)
     for name, line_bytes, rest in kernels:
         category = categories.get(name, "other")
         moved[category] += line_bytes
@@ -215,8 +220,7 @@ def summarize(hlo_text: str, batch: int, other_sizes, top: int = 0) -> dict:
         "triton_calls": sum(v for k, v in targets.items() if "triton" in k),
         "cudnn_calls": sum(v for k, v in targets.items() if "cudnn" in k and "fmha" in k),
         # Each a choice the GPU's host side makes at run time (a predicate read back).
-        "conditionals": sum(row[2] == "conditional"
-                            for row in computation_instructions(hlo_text)),
+        "conditionals": sum(row[2] == "conditional" for row in entry),
         "batch_minor_tensors": batch_minor_tensors(hlo_text, batch, other_sizes),
         "bytes_moved": {c: moved[c] for c in CATEGORIES},
         "bytes_non_matmul": sum(v for c, v in moved.items() if c != "matmul"),

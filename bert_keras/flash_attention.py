@@ -590,8 +590,8 @@ def cudnn_attention(q, k, v, key_mask, *, scale, key_lengths=True, implementatio
     every batch takes the mask (bert_keras.kernels "cudnn_key_lengths" off).
 
     A row with no real key attends to its first key (cuDNN's result for an empty row is
-    not defined); the explicit path attends uniformly there. Such rows are padding
-    examples, whose outputs no loss counts.
+    not defined); the paths on CPUs attend uniformly there, as transformers does. Such rows
+    are padding examples, whose outputs no loss counts.
 
     Args:
       q: float Tensor [B, Q, N, D]; k, v: float Tensors [B, S, N, D] (bfloat16/float16

@@ -97,3 +97,58 @@ def test_fused_attention_under_mixed_bfloat16(backend):
     assert np.abs(fused - want).max() < 3e-2 * scale
     assert np.abs(explicit - want).max() < 3e-2 * scale
     assert np.abs(fused - explicit).max() < 3e-2 * scale
+
+
+def _any_masks():
+    """Right padding, left padding, holes, and a sequence with no real token."""
+    mask = np.ones((5, S), "int32")
+    mask[1, 4:] = 0
+    mask[2, :3] = 0
+    mask[3, [1, 4, 5]] = 0
+    mask[4, :] = 0
+    return mask
+
+
+def _uniform_reference(layer, x, mask):
+    """numpy float64 with transformers' eager masking: finfo.min added to padded keys'
+    scores, so a row with no real key has equal scores and attends uniformly."""
+    def project(dense):
+        return (x.astype("float64") @ np.asarray(dense.kernel, "float64")
+                + np.asarray(dense.bias, "float64"))
+
+    batch, d = x.shape[0], H // N
+    q, k, v = (project(dense).reshape(batch, S, N, d).transpose(0, 2, 1, 3)
+               for dense in (layer.query, layer.key, layer.value))
+    scores = (q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+              + np.finfo("float64").min * (1 - mask[:, None, None, :]))
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return (probs @ v).transpose(0, 2, 1, 3).reshape(batch, S, H)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_path_computes_one_function_for_any_mask(backend):
+    """The fused path (a select in Keras' attention) and the explicit softmax agree with
+    transformers' eager masking for any mask, on both backends, in float32 and bfloat16. A
+    sequence with no real key attends uniformly on both: the explicit path used Google's
+    -10000, which let that row attend by its raw scores (0.07 from the fused path)."""
+    if run_on_backend(backend, __file__,
+                      f"test_every_path_computes_one_function_for_any_mask[{backend}]"):
+        return
+    mask = _any_masks()
+    x = np.random.default_rng(2).normal(size=(5, S, H)).astype("float32") * 3
+    for dtype, tolerance in (("float32", 1e-5), ("mixed_bfloat16", 3e-2)):
+        layer = SelfAttention(N, dropout=0.1, dtype=dtype)
+        layer.build((None, None, H))
+        want = _uniform_reference(layer, x, mask)
+        scale = np.abs(want).max()
+        fused = np.asarray(layer(x, attention_mask=mask), "float32")
+        explicit = _explicit(layer, x, mask)
+        for name, got in (("fused", fused), ("explicit", explicit)):
+            error = np.abs(got - want).max(axis=(1, 2)) / scale
+            assert (error < tolerance).all(), (dtype, name, error)
+        # The empty row is the mean of the values, on both paths.
+        values = np.asarray(layer.value(x[4]), "float32")
+        np.testing.assert_allclose(explicit[4], np.broadcast_to(values.mean(0), (S, H)),
+                                   atol=tolerance * scale)
+        assert np.abs(fused - explicit).max() < tolerance * scale

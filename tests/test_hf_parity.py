@@ -154,6 +154,53 @@ def test_live_parity_with_transformers(act, tmp_path):
     assert_outputs_close(encoder(inputs, training=False), expected, inputs["input_mask"])
 
 
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.integration)])
+def test_live_parity_for_any_mask(backend, tmp_path):
+    """Masks no tool writes (left padding, holes, a sequence with no real token), in
+    inference (the fused path) and in training with every dropout rate at 0 (the explicit
+    softmax), at every position, against transformers' eager attention. Its SDPA default
+    gives a sequence with no real token zeros (torch's kernel) where eager attends
+    uniformly: every other row agrees with both."""
+    from conftest import run_on_backend
+
+    if run_on_backend(backend, __file__, f"test_live_parity_for_any_mask[{backend}]"):
+        return
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+
+    from bert_keras.layers import Dropout
+
+    sys.path.insert(0, TESTDATA)
+    import make_hf_golden
+
+    inputs = make_inputs(batch=5, seq=11, lengths=[11, 7, 11, 11, 11], seed=4)
+    mask = inputs["input_mask"]
+    mask[2, :3] = 0
+    mask[3, [2, 5, 8]] = 0
+    mask[4, :] = 0
+    model = make_hf_golden.make_model("gelu", seed=7)
+    model.save_pretrained(str(tmp_path), safe_serialization=True)
+    expected = {}
+    for implementation in ("eager", "sdpa"):
+        model.config._attn_implementation = implementation
+        expected[implementation] = make_hf_golden.run_hf(model, inputs)
+    encoder = load_hf_encoder(str(tmp_path))
+    fused = encoder(inputs, training=False)
+    for layer in encoder._flatten_layers():
+        if isinstance(layer, Dropout):
+            layer.rate = 0.0
+    explicit = encoder(inputs, training=True)
+    some = mask.any(axis=1)
+    for ours in (fused, explicit):
+        for key in ("sequence_output", "pooled_output", "encoder_outputs"):
+            got = np.asarray(ours[key])
+            np.testing.assert_allclose(got, expected["eager"][key], atol=1e-5, err_msg=key)
+            rows = (slice(None), some) if key == "encoder_outputs" else some
+            np.testing.assert_allclose(got[rows], expected["sdpa"][key][rows], atol=1e-5,
+                                       err_msg=key)
+
+
 def test_live_parity_with_bert_for_pretraining_prefix(tmp_path):
     """Weights nested under `bert.` with `cls.*` heads (BertForPreTraining) load too."""
     torch = pytest.importorskip("torch")

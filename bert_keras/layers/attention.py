@@ -11,10 +11,19 @@ from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dense import Dense
 from bert_keras.layers.dropout import Dropout
 
-# Added to attention scores at padded key positions. Google's code uses -10000: after the
-# softmax, exp(-10000 + s) underflows to exactly 0 in float32 for any realistic score s,
-# so padded keys get zero weight and outputs at real positions do not depend on padding.
-_MASK_ADDEND = -10000.0
+# Added to attention scores at padded key positions in the explicit softmax. Google's code
+# adds -10000: exp(-10000 + s) underflows to exactly 0 in float32, so padded keys get zero
+# weight. But a row with no real key (a padding example) then attends by its raw scores,
+# where transformers (adding finfo.min) and the fused path (keras.ops.dot_product_attention,
+# a select) attend uniformly. s - 1e30 rounds to -1e30 in float32 for any |s| < 3e22, so
+# such a row's scores are all equal and its softmax uniform too: every path on CPUs, on
+# both backends, computes transformers' function for any mask.
+_MASK_ADDEND = -1e30
+# The key bias of the GPU's Pallas kernel (bert_keras.flash_attention), Google's -10000: the
+# kernel pads keys with a lower bias of its own, and keeps each row's log-sum-exp for the
+# backward pass, which -1e30 would swamp. There, a row with no real key attends by its
+# raw scores (and cuDNN's, to its first key): padding examples, whose outputs no loss counts.
+_KERNEL_KEY_BIAS = -10000.0
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -166,7 +175,7 @@ class SelfAttention(keras.layers.Layer):
                     return flash_attention.cudnn_attention(
                         q, k, v, key_mask, scale=scale,
                         key_lengths=kernels.applies("cudnn_key_lengths"))
-                key_bias = (1.0 - ops.cast(key_mask, "float32")) * _MASK_ADDEND
+                key_bias = (1.0 - ops.cast(key_mask, "float32")) * _KERNEL_KEY_BIAS
                 seed = self.dropout_layer.seed_generator.next() if rate else None
                 # Under Keras' DataParallel the kernels run on each device's rows.
                 mesh, batch_axis = kernels.batch_mesh()

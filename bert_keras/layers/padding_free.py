@@ -4,7 +4,7 @@ A batch of B sequences padded to S positions holds T <= B * S real tokens (input
 Every projection, feed-forward layer, LayerNorm and dropout of a BERT layer works on each
 token independently, so those can run on the T real rows alone; only attention mixes
 positions, and it runs on the padded [B, N, S, S] layout as usual. Padded keys get zero
-attention weight (the -10000 mask underflows to exactly 0 after the softmax), so real
+attention weight (the mask's addend underflows to exactly 0 after the softmax), so real
 tokens never read a padded row: their outputs, the loss and every gradient are those of
 the padded computation. Rows of padding come out as zeros instead of the values the
 padded computation gives them, which nothing downstream reads when the loss ignores

@@ -8,7 +8,6 @@ with padding, and for a subset of query rows. Each test runs on TensorFlow and J
 (conftest.run_on_backend).
 """
 
-import keras
 import numpy as np
 import pytest
 from conftest import run_on_backend

@@ -14,7 +14,8 @@ Three on-disk formats:
   google  a TF1 checkpoint (`<prefix>.index`, `<prefix>.data-00000-of-00001`) with names
           as in docs/DESIGN.md section 5, and `bert_config.json` beside it. Training checkpoints'
           `global_step` and `*/adam_m`, `*/adam_v` slots are skipped on import.
-  hf      a transformers `save_pretrained` directory: `config.json` + `model.safetensors`.
+  hf      a transformers `save_pretrained` directory: `config.json` + `model.safetensors` (or its
+          shards and `model.safetensors.index.json`).
           BertModel names for an encoder; BertForPreTraining / BertForMaskedLM names
           (encoder under `bert.`, heads under `cls.`) for a pretrainer; the task models'
           BertForSequenceClassification / BertForTokenClassification /
@@ -604,22 +605,66 @@ def google_checkpoint_has_heads(ckpt_prefix: str) -> bool:
 # Hugging Face
 
 
-def _hf_files(path: str) -> tuple[str, str | None]:
-    """Returns (safetensors file, config.json or None) for a file or save_pretrained dir."""
+def _hf_files(path: str) -> tuple[list[str], str, str | None]:
+    """Returns (safetensors files, the name to report them by, config.json or None) for a
+    .safetensors file or a save_pretrained directory: model.safetensors, or the shards
+    model.safetensors.index.json maps the tensors to (save_pretrained's max_shard_size)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         weights = os.path.join(path, files.HF_WEIGHTS_FILE)
+        index = os.path.join(path, files.HF_WEIGHTS_INDEX_FILE)
         config = os.path.join(path, files.HF_CONFIG_FILE)
-        if not os.path.exists(weights):
-            found = sorted(os.listdir(path))
-            raise FileNotFoundError(
-                f"{path}: no model.safetensors (found {found}). Save the model with "
-                "transformers' save_pretrained(..., safe_serialization=True)."
-            )
-        return weights, config if os.path.exists(config) else None
+        config = config if os.path.exists(config) else None
+        if os.path.exists(weights):
+            return [weights], weights, config
+        if os.path.exists(index):
+            return _hf_shards(index), index, config
+        found = sorted(os.listdir(path))
+        raise FileNotFoundError(
+            f"{path}: no model.safetensors or model.safetensors.index.json (found {found}). "
+            "Save the model with transformers' save_pretrained(..., safe_serialization=True)."
+        )
     if not os.path.exists(path):
         raise FileNotFoundError(f"Hugging Face weights not found: {path}")
-    return path, None
+    return [path], path, None
+
+
+def _hf_shards(index: str) -> list[str]:
+    """The shard files a model.safetensors.index.json maps tensors to (beside it)."""
+    with reading(index, "a JSON file"):
+        with open(index, encoding="utf-8") as f:
+            content = json.load(f)
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(v, str) and v and os.path.basename(v) == v for v in weight_map.values()):
+        raise WeightLoadError(f"{index}: expected a \"weight_map\" of tensor names to shard "
+                              "file names beside it (transformers' sharded save_pretrained)")
+    shards = [os.path.join(os.path.dirname(index), name)
+              for name in sorted(set(weight_map.values()))]
+    missing = [os.path.basename(s) for s in shards if not os.path.isfile(s)]
+    if missing:
+        raise WeightLoadError(f"{index}: names shard files that are not beside it: "
+                              f"{', '.join(missing)}")
+    return shards
+
+
+def _hf_keys(path: str) -> set[str]:
+    """Every tensor name in a Hugging Face checkpoint (all its shards)."""
+    from safetensors import safe_open
+
+    weight_files, _, _ = _hf_files(path)
+    keys = set()
+    for weights_file in weight_files:
+        with reading(weights_file, "a safetensors file"):
+            with safe_open(weights_file, framework="numpy") as f:
+                keys.update(f.keys())
+    return keys
+
+
+def is_hf_dir(path: str) -> bool:
+    """Whether `path` is a directory transformers' save_pretrained wrote weights to."""
+    return any(os.path.isfile(os.path.join(path, name))
+               for name in (files.HF_WEIGHTS_FILE, files.HF_WEIGHTS_INDEX_FILE))
 
 
 def _read_hf_json(path: str) -> tuple[dict, str]:
@@ -759,12 +804,7 @@ def hf_architecture(path: str):
                 "checkpoint: model='encoder', --model=encoder)")
         kind = HF_ARCHITECTURES[name]
     else:
-        from safetensors import safe_open
-
-        weights_file, _ = _hf_files(path)
-        with reading(weights_file, "a safetensors file"):
-            with safe_open(weights_file, framework="numpy") as f:
-                keys = set(f.keys())
+        keys = _hf_keys(path)
         if any(k.startswith("classifier.") for k in keys):
             raise WeightLoadError(
                 f"{config_file}: no `architectures`, and a classifier.* head fits both "
@@ -793,15 +833,21 @@ def _read_hf_tensors(path: str):
       (tensors, names outside the encoder scope, whether the file nests the encoder under
       `bert.`, weights file, config file or None).
     """
+    # Models saved in bfloat16: safetensors.numpy names the dtype "bfloat16", which numpy
+    # knows once ml_dtypes is imported (Keras imports it too); our float32 variables hold
+    # every such value exactly.
+    import ml_dtypes  # noqa: F401
     from safetensors.numpy import load_file  # Reads safetensors without torch.
 
-    weights_file, config_file = _hf_files(path)
-    try:
-        raw = load_file(weights_file)
-    except Exception as e:  # safetensors raises its own SafetensorError on bad files.
-        raise WeightLoadError(
-            f"{weights_file}: cannot read safetensors file ({e}); is the file complete?"
-        ) from None
+    weight_files, weights_file, config_file = _hf_files(path)
+    raw = {}
+    for shard in weight_files:
+        try:
+            raw.update(load_file(shard))
+        except Exception as e:  # safetensors raises its own SafetensorError on bad files.
+            raise WeightLoadError(
+                f"{shard}: cannot read safetensors file ({e}); is the file complete?"
+            ) from None
     nested = any(k.startswith(HF_ENCODER_PREFIX) for k in raw)
     tensors, outside = {}, set()
     for key, value in raw.items():
@@ -812,18 +858,6 @@ def _read_hf_tensors(path: str):
         if key not in HF_IGNORED:
             tensors[key] = value
     return tensors, outside, nested, weights_file, config_file
-
-
-def hf_weights_have_heads(path: str) -> bool:
-    """Whether a Hugging Face checkpoint holds pretraining heads (`cls.*`)."""
-    from safetensors import safe_open
-
-    weights_file, _ = _hf_files(path)
-    try:
-        with safe_open(weights_file, framework="numpy") as f:
-            return any(k.startswith(HF_HEAD_PREFIX) for k in f.keys())
-    except Exception as e:
-        raise WeightLoadError(f"{weights_file}: cannot read safetensors file ({e})") from None
 
 
 def load_hf_weights(model, path: str, allow_unused: bool = False) -> list[str]:

@@ -3,7 +3,8 @@ r"""Converts BERT weights between Google TF1 checkpoints, Hugging Face and Keras
 Formats (see bert_keras/checkpoints.py):
   google  TF1 checkpoint prefix, e.g. uncased_L-12_H-768_A-12/bert_model.ckpt, with
           bert_config.json beside it (or --bert_config_file).
-  hf      transformers save_pretrained directory (config.json + model.safetensors).
+  hf      transformers save_pretrained directory (config.json + model.safetensors, or its
+          shards with model.safetensors.index.json).
   keras   a .keras file (model.save: architecture, config and weights in one file).
 
     python -m bert_keras.convert_checkpoint --from=google --to=hf \

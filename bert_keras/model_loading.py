@@ -16,7 +16,7 @@ this order:
   .keras file       any of our models saved with model.save
   .weights.h5 file  pretrainer or encoder weights; bert_config.json beside it (or in the
                     run directory of a checkpoints/ckpt-<step>.weights.h5) or given
-  Hugging Face dir  config.json + model.safetensors (+ vocab.txt, or transformers 5's
+  Hugging Face dir  config.json + model.safetensors or its shards (+ vocab.txt, or transformers 5's
                     tokenizer.json, + tokenizer_config.json): the model config.json's
                     `architectures` names (a BertFor* task model with its id2label as labels)
   Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
@@ -214,7 +214,7 @@ def _expected_forms(path: str, fmt: str | None) -> str:
     what = "does not exist" if not os.path.exists(path) else "is not a recognised checkpoint"
     if fmt == "hf":
         return (f"{path} {what} in the hf format: expected a transformers save_pretrained "
-                f"directory ({files.HF_WEIGHTS_FILE} + {files.HF_CONFIG_FILE})")
+                f"directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE})")
     if fmt == "google":
         return (f"{path} {what} in the google format: expected a TF1 checkpoint prefix "
                 "(bert_model.ckpt with bert_model.ckpt.index beside it), or a directory "
@@ -225,8 +225,9 @@ def _expected_forms(path: str, fmt: str | None) -> str:
     return (f"{path} {what}. Expected a run_pretraining output directory, a directory with "
             f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model "
             f"directory ({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging "
-            f"Face directory ({files.HF_WEIGHTS_FILE} + {files.HF_CONFIG_FILE}), or a Google "
-            "checkpoint prefix (bert_model.ckpt with bert_model.ckpt.index beside it)")
+            f"Face directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE}), "
+            "or a Google checkpoint prefix (bert_model.ckpt with bert_model.ckpt.index beside "
+            "it)")
 
 
 def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = "auto",
@@ -284,7 +285,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         if ours and os.path.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
             model = _from_keras_file(os.path.join(path, files.TASK_MODEL_FILE))
             return result(model, "task_dir", labels=_read_labels_if_any(path))
-        if fmt in (None, "hf") and os.path.isfile(os.path.join(path, files.HF_WEIGHTS_FILE)):
+        if fmt in (None, "hf") and checkpoints.is_hf_dir(path):
             # want="encoder" asks for less: a head in the file is then left out.
             model = checkpoints.read_hf_model(path, want)
             labels = checkpoints.read_hf_labels(path) if want == "auto" else None

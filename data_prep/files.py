@@ -35,6 +35,7 @@ TASK_MODEL_FILE = "model.keras"  # a fine-tuned task model (run_classifier, ...)
 LABELS_FILE = "labels.txt"  # its label names, one a line, in id order
 SIDECAR_SUFFIX = ".meta.json"  # pretraining shard x -> x.meta.json
 HF_WEIGHTS_FILE = "model.safetensors"  # transformers' save_pretrained
+HF_WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # the same, in shards
 HF_CONFIG_FILE = "config.json"
 
 CACHE_ENV = "BERT_KERAS_CACHE"  # where fetched data and compiled tokenizer models are cached

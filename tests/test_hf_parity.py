@@ -154,7 +154,8 @@ def test_live_parity_with_transformers(act, tmp_path):
     assert_outputs_close(encoder(inputs, training=False), expected, inputs["input_mask"])
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.integration)])
+@pytest.mark.parametrize("backend", ["tensorflow",
+                                     pytest.param("jax", marks=pytest.mark.integration)])
 def test_live_parity_for_any_mask(backend, tmp_path):
     """Masks no tool writes (left padding, holes, a sequence with no real token), in
     inference (the fused path) and in training with every dropout rate at 0 (the explicit
@@ -199,6 +200,82 @@ def test_live_parity_for_any_mask(backend, tmp_path):
             rows = (slice(None), some) if key == "encoder_outputs" else some
             np.testing.assert_allclose(got[rows], expected["sdpa"][key][rows], atol=1e-5,
                                        err_msg=key)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_live_parity_with_a_model_saved_in_16_bits(dtype, tmp_path):
+    """`model.to(torch.bfloat16).save_pretrained(...)` (many published checkpoints): the
+    file was refused as "data type 'bfloat16' not understood; is the file complete?". Its
+    values are exact in our float32 variables: the outputs are the float32 model's with
+    the same (rounded) weights."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, TESTDATA)
+    import make_hf_golden
+
+    model = make_hf_golden.make_model("gelu", seed=5)
+    model.to(getattr(torch, dtype)).save_pretrained(str(tmp_path), safe_serialization=True)
+    model.to(torch.float32)  # the rounded weights, computed in float32
+    inputs = make_inputs(batch=3, seq=9, lengths=[9, 5, 2], seed=6)
+    expected = make_hf_golden.run_hf(model, inputs)
+    encoder = load_hf_encoder(str(tmp_path))
+    assert_outputs_close(encoder(inputs, training=False), expected, inputs["input_mask"])
+    assert all(w.dtype == "float32" for w in encoder.weights)
+
+
+def test_a_model_saved_in_shards_loads_like_one_file(tmp_path):
+    """save_pretrained(max_shard_size=...) writes model.safetensors.index.json and shards:
+    it was refused as "not a recognised checkpoint in the hf format". Every reader takes it
+    (the encoder, the model config.json names, convert_checkpoint), with the one file's
+    weights; a broken index is one line naming it."""
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from cli_harness import run_tool
+
+    from bert_keras import model_loading
+
+    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=37,
+                                     max_position_embeddings=40, num_labels=3,
+                                     architectures=["BertForSequenceClassification"])
+    model = transformers.BertForSequenceClassification(config).eval()
+    whole, shards = tmp_path / "whole", tmp_path / "shards"
+    model.save_pretrained(str(whole))
+    model.save_pretrained(str(shards), max_shard_size="20KB")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(94)]
+    (shards / "vocab.txt").write_text("".join(f"{token}\n" for token in vocab))
+    names = sorted(os.listdir(shards))
+    assert "model.safetensors.index.json" in names and "model.safetensors" not in names
+    assert sum(name.endswith(".safetensors") for name in names) > 2, names
+    one = model_loading.load_checkpoint(str(whole)).model
+    sharded = model_loading.load_checkpoint(str(shards)).model
+    assert type(sharded).__name__ == "BertClassifier"
+    for a, b in zip(sharded.weights, one.weights, strict=True):
+        assert a.path == b.path
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    encoder = load_hf_encoder(str(shards))
+    for a, b in zip(encoder.weights, one.encoder.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    result = run_tool("convert_checkpoint", [f"--input={shards}", "--from=hf", "--to=keras",
+                                             f"--output={tmp_path / 'out'}"])
+    assert result.code == 0, result.stderr[-3000:]
+
+    index = shards / "model.safetensors.index.json"
+    first = sorted(n for n in names if n.endswith(".safetensors"))[0]
+    for broken, message in (
+            (lambda: (shards / first).rename(tmp_path / first),
+             f"names shard files that are not beside it: {first}"),
+            (lambda: index.write_text("[1, 2]"), 'expected a "weight_map"'),
+            (lambda: index.write_text("{"), "cannot be read as a JSON file")):
+        broken()
+        result = run_tool("convert_checkpoint", [f"--input={shards}", "--from=hf",
+                                                 "--to=keras", f"--output={tmp_path / 'b'}"])
+        assert result.code != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and str(index) in last and message in last, last
+        assert not (tmp_path / "b").exists()
 
 
 def test_live_parity_with_bert_for_pretraining_prefix(tmp_path):

@@ -210,7 +210,22 @@ def _read_labels_if_any(directory: str) -> list[str] | None:
     return read_labels(path) if os.path.isfile(path) else None
 
 
+# transformers' other weight files, which no reader here takes: (name, what to do).
+_OTHER_HF_WEIGHTS = (
+    ("pytorch_model.bin", "a pickle, which bert-keras does not read (it can run code)"),
+    ("pytorch_model.bin.index.json", "pickles, which bert-keras does not read (they can run "
+                                     "code)"),
+    ("tf_model.h5", "transformers' TensorFlow layout, which bert-keras does not read"),
+)
+
+
 def _expected_forms(path: str, fmt: str | None) -> str:
+    if fmt in (None, "hf") and os.path.isdir(path):
+        for name, why in _OTHER_HF_WEIGHTS:
+            if os.path.isfile(os.path.join(path, name)):
+                return (f"{path} holds transformers' {name}, {why}; save the model as "
+                        "safetensors with transformers first (from_pretrained(path), then "
+                        "save_pretrained(new_path)) and pass that directory")
     what = "does not exist" if not os.path.exists(path) else "is not a recognised checkpoint"
     if fmt == "hf":
         return (f"{path} {what} in the hf format: expected a transformers save_pretrained "

@@ -62,6 +62,27 @@ def test_unrecognised_path_names_the_forms(tmp_path):
         model_loading.load_encoder(str(tmp_path / "x.weights.h5"))
 
 
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "pytorch_model.bin.index.json",
+                                  "tf_model.h5"])
+def test_transformers_other_weight_files_are_named_with_the_way_out(name, tmp_path):
+    """A hub directory with only transformers' pickled or TensorFlow weights (older
+    uploads) got "not a recognised checkpoint" and the list of every form."""
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / name).write_bytes(b"\x80\x02")  # never read
+    for fmt in (None, "hf"):
+        with pytest.raises(model_loading.CheckpointError) as e:
+            model_loading.load_checkpoint(str(tmp_path), fmt=fmt)
+        assert str(e.value).startswith(f"{tmp_path} holds transformers' {name}, "), e.value
+        assert str(e.value).endswith("save the model as safetensors with transformers first "
+                                     "(from_pretrained(path), then save_pretrained(new_path)) "
+                                     "and pass that directory")
+    # Beside model.safetensors they are left alone (save_pretrained of older versions wrote
+    # both): the safetensors file is read.
+    checkpoints.save_hf_weights(BertEncoder(**TINY), str(tmp_path / "both"))
+    (tmp_path / "both" / name).write_bytes(b"\x80\x02")
+    assert isinstance(model_loading.load_checkpoint(str(tmp_path / "both")).model, BertEncoder)
+
+
 def test_save_task_dir_leaves_out_the_optimizer_and_keeps_training(tmp_path):
     """The default save holds no optimizer state yet leaves the trained model compiled:
     training continues with the same optimizer, and the file loads with the same outputs."""

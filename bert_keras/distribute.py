@@ -557,9 +557,7 @@ class Distribution:
         """The names in `values` whose value is not the same in every process (a collective:
         each value's hash is exchanged), in sorted order."""
         names = sorted(values)
-        row = [zlib.crc32(json.dumps(values[name], sort_keys=True, default=str).encode())
-               & 0x7FFFFFFF for name in names]
-        rows = self.gather_from_processes(row)
+        rows = self.gather_from_processes([digest(values[name]) for name in names])
         return [name for i, name in enumerate(names) if len({r[i] for r in rows}) > 1]
 
     @contextlib.contextmanager

@@ -495,7 +495,8 @@ def test_what_one_host_holds_alone_stops_every_pretraining_process(backend, host
         assert last[0] == ("error: another process of this job stopped on an error before "
                            f"training (its output says which); this one ({workers[0]}) stops "
                            "with it")
-        assert last[1] == f"error: --input_file: input pattern '{pattern}' matches no data file", last[1]
+        assert last[1] == (f"error: --input_file: input pattern '{pattern}' matches no data "
+                           "file"), last[1]
         return
     for worker, size, line in zip(workers, [37, 41], last):
         assert line.startswith("error: the 2 processes of this job read other contents from "

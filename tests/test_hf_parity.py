@@ -119,7 +119,8 @@ def test_heads_mismatch_is_caught_by_config(tmp_path):
 def test_bad_files(tmp_path):
     encoder = BertEncoder(vocab_size=99, num_layers=3, hidden_size=32, num_heads=4,
                           intermediate_size=37, max_sequence_length=40)
-    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+    with pytest.raises(FileNotFoundError, match=r"no model.safetensors or "
+                                                r"model.safetensors.index.json \(found \[\]\)"):
         load_hf_weights(encoder, str(tmp_path))
     path = _copy_model(tmp_path)
     data = (path / "model.safetensors").read_bytes()

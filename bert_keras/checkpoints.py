@@ -409,11 +409,6 @@ def check_output_free(fmt: str, path: str) -> None:
         _refuse_existing(path)
 
 
-def _new_model(config: BertConfig, pretrainer: bool):
-    encoder = BertEncoder.from_bert_config(config)
-    return BertPretrainer(encoder) if pretrainer else encoder
-
-
 # ------------------------------------------------------------------------------------------
 # Google TF1 checkpoints
 
@@ -594,11 +589,6 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
             if os.path.exists(path):
                 os.remove(path)
     return prefix
-
-
-def google_checkpoint_has_heads(ckpt_prefix: str) -> bool:
-    """Whether a Google checkpoint holds the pretraining heads (`cls/*`)."""
-    return any(n.startswith("cls/") for n in read_google_checkpoint_names(ckpt_prefix))
 
 
 # ------------------------------------------------------------------------------------------
@@ -1090,8 +1080,10 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
 
     Args:
       path: checkpoint prefix, one of its files, or a directory holding one.
-      want: "auto": a pretrainer if the file has pretraining heads (cls/*), else an encoder;
-        "encoder": the encoder alone; "pretrainer": pretraining heads required.
+      want: "auto": a pretrainer if the file has pretraining heads (cls/*; without
+        cls/seq_relationship/*, one without the NSP head, as an MLM-only pretrainer is
+        written), else an encoder; "encoder": the encoder alone; "pretrainer": pretraining
+        heads required.
       config_file: bert_config.json, if not beside the checkpoint.
 
     Raises:
@@ -1106,8 +1098,12 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
             "bert_config.json beside it or passed explicitly (--bert_config_file)"
         )
     config = BertConfig.from_json_file(config_file)
-    heads = google_checkpoint_has_heads(prefix) if want == "auto" else want == "pretrainer"
-    built = _new_model(config, heads)
+    names = read_google_checkpoint_names(prefix)
+    heads = any(n.startswith("cls/") for n in names) if want == "auto" else want == "pretrainer"
+    built = BertEncoder.from_bert_config(config)
+    if heads:
+        built = BertPretrainer(built, next_sentence=any(
+            n.startswith("cls/seq_relationship/") for n in names))
     load_google_checkpoint(built, prefix, config_file)
     return built
 

@@ -219,6 +219,20 @@ def test_round_trip_keras_google_keras_is_bit_exact(tmp_path):
     assert_weights_equal(encoder, load_checkpoint(prefix, fmt="google").model)
 
 
+def test_a_masked_lm_without_nsp_round_trips_through_the_google_format(tmp_path):
+    """An MLM-only pretrainer (RoBERTa's recipe, transformers' BertForMaskedLM) is written
+    without cls/seq_relationship/*; it read back as a pretrainer with the NSP head, which
+    then missed those two tensors, so such a file was no --init_checkpoint for anything."""
+    model = randomize(BertPretrainer(BertEncoder(**TINY), next_sentence=False))
+    prefix = save_google_checkpoint(model, str(tmp_path / "bert_model.ckpt"))
+    names = dict(tf.train.list_variables(prefix))
+    assert "cls/predictions/output_bias" in names
+    assert not any(n.startswith("cls/seq_relationship/") for n in names)
+    loaded = load_checkpoint(prefix, fmt="google").model
+    assert isinstance(loaded, BertPretrainer) and not loaded.next_sentence
+    assert_weights_equal(model, loaded)
+
+
 def test_saved_checkpoint_restores_with_tf1_saver(tmp_path):
     """Google's own loading path: TF1 variables by section 5 name, Saver.restore."""
     model = randomize(tiny_pretrainer())

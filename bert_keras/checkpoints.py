@@ -48,7 +48,7 @@ from typing import Callable
 import numpy as np
 from absl import logging
 
-from bert_keras.config import HIDDEN_ACTIVATIONS, BertConfig
+from bert_keras.config import BertConfig, ConfigError
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
@@ -677,19 +677,10 @@ def _read_hf_json(path: str) -> tuple[dict, str]:
 def read_hf_config(path: str) -> BertConfig:
     """Reads a transformers BERT `config.json` (file or save_pretrained dir) as a BertConfig."""
     hf, path = _read_hf_json(path)
-    model_type = hf.get("model_type", "bert")
-    if model_type != "bert":
-        raise WeightLoadError(f"{path}: model_type is {model_type!r}, expected 'bert'")
-    fields = {f.name for f in dataclasses.fields(BertConfig)}
-    # transformers' configs carry many generic keys (architectures, torch_dtype, ...); only
-    # the BERT ones matter here, so this reader picks them instead of rejecting the rest.
-    values = {k: hf[k] for k in fields if k in hf}
-    if values.get("hidden_act") not in HIDDEN_ACTIVATIONS:
-        raise WeightLoadError(
-            f"{path}: hidden_act={values.get('hidden_act')!r} is not supported; "
-            f"expected one of {HIDDEN_ACTIVATIONS}"
-        )
-    return BertConfig.from_dict(values, source=path)
+    try:
+        return BertConfig.from_transformers_dict(hf, source=path)
+    except ConfigError as e:  # a checkpoint's file: reported as the checkpoint readers do
+        raise WeightLoadError(str(e)) from None
 
 
 def read_hf_labels(path: str) -> list[str] | None:

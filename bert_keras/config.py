@@ -163,16 +163,33 @@ class BertConfig:
         return dataclasses.asdict(self)
 
     @classmethod
+    def from_transformers_dict(cls, values: dict[str, Any], source: str = "config"
+                               ) -> "BertConfig":
+        """Builds a config from a transformers BERT config.json's dict. Its BERT keys have
+        Google's names; the generic ones (architectures, torch_dtype, ...) are dropped, and
+        keys it leaves out take transformers' defaults, which are BERT-base's, as here."""
+        model_type = values.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError(f"{source}: model_type is {model_type!r}, expected 'bert'")
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls.from_dict({k: v for k, v in values.items() if k in known}, source=source)
+
+    @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
-        """Reads a Google-style bert_config.json (every key of `REQUIRED_KEYS` present)."""
+        """Reads a Google-style bert_config.json (every key of `REQUIRED_KEYS` present), or
+        transformers' config.json (it names a `model_type`; `from_transformers_dict`)."""
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:
                 values = json.load(f)
         except FileNotFoundError:
             raise FileNotFoundError(f"BERT config file not found: {path}") from None
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a JSON object of bert_config.json keys")
+        if "model_type" in values:
+            return cls.from_transformers_dict(values, source=path)
         return cls.from_dict(values, source=path, require_all=True)
 
     def to_json_string(self) -> str:

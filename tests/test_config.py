@@ -169,3 +169,24 @@ def test_a_model_that_cannot_fit_memory_is_refused_naming_the_field():
     from bert_keras.config import available_memory_bytes
 
     assert available_memory_bytes() is None or available_memory_bytes() > 0
+
+
+def test_transformers_config_json_reads_as_the_model_transformers_builds(tmp_path):
+    """--bert_config_file may name transformers' config.json: its BERT keys are Google's,
+    its generic ones (architectures, dtype, ...) are dropped. Refused before, as unknown
+    keys."""
+    import transformers
+
+    values = dict(vocab_size=1234, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                  intermediate_size=100, hidden_act="gelu_new", hidden_dropout_prob=0.2,
+                  attention_probs_dropout_prob=0.05, max_position_embeddings=77,
+                  type_vocab_size=3, initializer_range=0.03, layer_norm_eps=1e-7)
+    transformers.BertConfig(architectures=["BertForMaskedLM"], **values).save_pretrained(
+        tmp_path)
+    path = tmp_path / "config.json"
+    assert BertConfig.from_json_file(path) == BertConfig(**values)
+    other = dict(json.loads(path.read_text()), model_type="roberta")
+    path.write_text(json.dumps(other))
+    with pytest.raises(ValueError, match=r"config.json: model_type is 'roberta', expected "
+                                         r"'bert'$"):
+        BertConfig.from_json_file(path)

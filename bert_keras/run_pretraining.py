@@ -17,7 +17,9 @@ defaults to ceil(max_seq_length * masked_lm_prob). --next_sentence_prediction=fa
 the masked LM alone (RoBERTa): no NSP loss or metric (the NSP head stays in the saved
 weights, untrained). Phase 2 (sequence length 512) is a new run
 with `--init_checkpoint=runs/phase1` (its weights, not its optimizer state) and the phase-2
-data's lengths.
+data's lengths. Without --bert_config_file and --preset the model is --init_checkpoint's
+(continued pretraining from Google's or transformers' checkpoints, BertForMaskedLM included:
+its pooler and NSP head, which it lacks, start from their initialisation).
 
 Layout of --output_dir:
     run_config.json           the flags that define the run; a rerun must match them
@@ -33,7 +35,8 @@ Layout of --output_dir:
     encoder/                  what fine-tuning and export load:
         encoder.weights.h5    BertEncoder weights
         bert_config.json      its config
-        vocab.txt             copied from --vocab_file (if given)
+        vocab.txt             copied from --vocab_file (if given, else from
+                              --init_checkpoint's vocab.txt, if it has one)
         tokenizer_config.json the tokenizer settings: from the data's sidecars (what
                               create_pretraining_data used), else beside --vocab_file,
                               else the flags
@@ -87,15 +90,19 @@ class PretrainingOptions(DistributionOptions):
                           required=True)
     output_dir: str = opt(None, "Where checkpoints, logs and the final weights go.",
                           required=True)
-    bert_config_file: str | None = opt(None, "bert_config.json of the model (or use --preset).")
+    bert_config_file: str | None = opt(None, "bert_config.json of the model (or use --preset; "
+                                       "with neither, --init_checkpoint's model is trained).")
     preset: str | None = opt(None, "Model size instead of --bert_config_file: tiny, mini, small, "
                              "medium, base, large (vocab_size from --vocab_file if given).")
     vocab_file: str | None = opt(None, "WordPiece vocab the data was made with; saved into "
-                                 "output_dir/encoder/ with its tokenizer settings.")
+                                 "output_dir/encoder/ with its tokenizer settings (default: "
+                                 "the vocab.txt found with --init_checkpoint, if any).")
     init_checkpoint: str | None = opt(
         None, "Initial weights: a run's output_dir, an encoder/ dir, a .weights.h5 file "
         "(pretrainer or encoder), a .keras file, a Hugging Face BERT dir or a Google checkpoint "
-        "(bert_model.ckpt; its MLM/NSP heads are used too). Ignored when resuming.")
+        "(bert_model.ckpt; its MLM/NSP heads are used too). Its model config is the run's "
+        "unless --bert_config_file or --preset is given. A resumed run continues from its "
+        "backup instead.")
     eval_input_file: str | None = opt(
         None, "Held-out TFRecords evaluated after every checkpoint interval.")
     max_seq_length: int = opt(128, "Sequence length the data was written with.")
@@ -175,8 +182,11 @@ class PretrainingOptions(DistributionOptions):
         for name in ("input_file", "output_dir"):
             if not getattr(self, name):
                 raise PretrainingError(f"--{name} is required")
-        if (self.bert_config_file is None) == (self.preset is None):
-            raise PretrainingError("give exactly one of --bert_config_file and --preset")
+        if self.bert_config_file is not None and self.preset is not None:
+            raise PretrainingError("give only one of --bert_config_file and --preset")
+        if self.bert_config_file is None and self.preset is None and not self.init_checkpoint:
+            raise PretrainingError("give --bert_config_file or --preset (or --init_checkpoint, "
+                                   "whose model config is then used)")
         if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
             raise PretrainingError(f"--max_predictions_per_seq must be >= 1, got "
                                    f"{self.max_predictions_per_seq}")
@@ -329,12 +339,24 @@ def check_replicas(options: PretrainingOptions, num_replicas: int,
 # Model, weights and output directory
 
 
-def load_bert_config(options: PretrainingOptions):
-    """The BertConfig from --bert_config_file, or from --preset (+ vocab size of --vocab_file)."""
+def config_source(options: PretrainingOptions) -> str:
+    """Where the run's model config comes from, as error messages name it."""
+    if options.bert_config_file:
+        return options.bert_config_file
+    if options.preset:
+        return f"--preset={options.preset}"
+    return f"--init_checkpoint {options.init_checkpoint}"
+
+
+def load_bert_config(options: PretrainingOptions, initial=None):
+    """The BertConfig from --bert_config_file, or from --preset (+ vocab size of --vocab_file),
+    or else that of --init_checkpoint (`initial`, from `load_initial_weights`)."""
     from bert_keras.config import BertConfig
 
     if options.bert_config_file:
         return BertConfig.from_json_file(options.bert_config_file)
+    if not options.preset:
+        return initial.config
     overrides = {}
     if options.vocab_file:
         overrides["vocab_size"] = len(_load_vocab(options.vocab_file))
@@ -350,7 +372,16 @@ def _load_vocab(path: str) -> list[str]:
         raise PretrainingError(f"--vocab_file: {e}") from None
 
 
-def _check_vocab_fits(options, config) -> None:
+def _check_vocab_fits(options, config, initial=None) -> None:
+    from bert_keras import model_loading
+    from data_prep.schema import VocabError
+
+    if options.vocab_file and not (options.bert_config_file or options.preset):
+        try:  # the model's table may have a few rows more than the vocabulary has tokens
+            model_loading.check_vocab_fits(initial.encoder, options.vocab_file,
+                                           options.init_checkpoint)
+        except (VocabError, model_loading.VocabMismatchError) as e:
+            raise PretrainingError(f"--vocab_file: {e}") from None
     if options.vocab_file and options.bert_config_file:
         size = len(_load_vocab(options.vocab_file))
         if size != config.vocab_size:
@@ -412,39 +443,75 @@ def tokenizer_settings(options: PretrainingOptions, input_files: list[str]):
 
 
 def load_initial_weights(path: str, bert_config_file: str | None = None):
-    """Loads --init_checkpoint (any form `model_loading` accepts): a pretrainer when the
-    checkpoint has pretraining heads (a run's output_dir, a pretrainer's .weights.h5 or .keras
-    file, Google's and Hugging Face's pretraining checkpoints), else an encoder."""
+    """Loads --init_checkpoint (any form `model_loading` accepts) as a
+    `model_loading.Checkpoint`: its model is a pretrainer when the checkpoint has pretraining
+    heads (a run's output_dir, a pretrainer's .weights.h5 or .keras file, Google's and
+    Hugging Face's pretraining checkpoints, BertForMaskedLM's masked LM alone), else an
+    encoder (or a fine-tuned model, whose encoder is used)."""
     from bert_keras import checkpoints, model_loading
 
     try:
-        return model_loading.load_checkpoint(path, bert_config_file).model
+        return model_loading.load_checkpoint(path, bert_config_file)
     except (model_loading.CheckpointError, checkpoints.WeightLoadError, FileNotFoundError) as e:
         raise PretrainingError(f"--init_checkpoint {e}") from None
 
 
-def apply_initial_weights(loaded, pretrainer, path: str) -> str:
-    """Copies the weights of `load_initial_weights` into `pretrainer` (weights only: the
-    optimizer starts afresh); returns a description for the log."""
-    from bert_keras.encoder import BertEncoder
+# What makes a model of one config compute another function or hold other shapes.
+_MODEL_DEFINING = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                   "intermediate_size", "hidden_act", "max_position_embeddings",
+                   "type_vocab_size")
+
+
+def check_initial_fits(initial, config, options: PretrainingOptions) -> None:
+    """Refuses --init_checkpoint when its model is not the run's (before anything is
+    written), naming every field that differs."""
+    theirs = initial.config
+    differ = [f"{name} {getattr(theirs, name)!r} vs {getattr(config, name)!r}"
+              for name in _MODEL_DEFINING if getattr(theirs, name) != getattr(config, name)]
+    if differ:
+        raise PretrainingError(
+            f"--init_checkpoint {options.init_checkpoint}: its model does not match this "
+            f"run's model from {config_source(options)} ({', '.join(differ)})")
+
+
+def apply_initial_weights(initial, pretrainer, path: str) -> str:
+    """Copies the weights of `load_initial_weights`'s checkpoint into `pretrainer` (weights
+    only: the optimizer starts afresh); returns a description for the log.
+
+    A masked LM without the next-sentence head (transformers' BertForMaskedLM, an MLM-only
+    pretrainer) gives the encoder and the masked-LM head; the pooler, which only the NSP
+    head reads (such models are saved without one, or with one no loss trained), and the
+    NSP head keep the run's initialisation."""
     from bert_keras.pretrainer import BertPretrainer
 
-    if isinstance(loaded, BertPretrainer):
-        _copy_weights(loaded, pretrainer, path)
+    loaded = initial.model
+    if isinstance(loaded, BertPretrainer) and loaded.next_sentence:
+        _copy_weights(loaded.weights, pretrainer.weights, path)
         return f"{path} (encoder and pretraining heads)"
-    encoder = loaded if isinstance(loaded, BertEncoder) else loaded.encoder
-    _copy_weights(encoder, pretrainer.encoder, path)
+    if isinstance(loaded, BertPretrainer):
+        _copy_weights(_weights_except(loaded, [loaded.encoder.pooler_layer]),
+                      _weights_except(pretrainer, [pretrainer.encoder.pooler_layer,
+                                                   pretrainer.nsp_dense]), path)
+        return (f"{path} (encoder and masked-LM head; the pooler and the next-sentence head "
+                "start from their initialisation)")
+    _copy_weights(initial.encoder.weights, pretrainer.encoder.weights, path)
     return f"{path} (encoder only)"
 
 
-def _copy_weights(source, target, path: str) -> None:
-    want = [tuple(w.shape) for w in target.weights]
-    got = [tuple(w.shape) for w in source.weights]
-    if want != got:
+def _weights_except(model, layers) -> list:
+    skip = {id(v) for layer in layers if layer is not None for v in layer.weights}
+    return [w for w in model.weights if id(w) not in skip]
+
+
+def _copy_weights(source: list, target: list, path: str) -> None:
+    want = [tuple(w.shape) for w in target]
+    got = [tuple(w.shape) for w in source]
+    if want != got:  # check_initial_fits compares the configs before this
         raise PretrainingError(
-            f"--init_checkpoint {path}: its {type(source).__name__} does not match this run's "
-            f"model ({len(got)} vs {len(want)} weights; compare the bert_config.json files)")
-    target.set_weights(source.get_weights())
+            f"--init_checkpoint {path}: its weights do not match this run's model "
+            f"({len(got)} vs {len(want)} weights)")
+    for variable, value in zip(target, source):
+        variable.assign(value.numpy())
 
 
 def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
@@ -646,25 +713,28 @@ def _expand_flag(flag: str, patterns: str) -> list[str]:
         raise PretrainingError(f"--{flag}: {e}") from None
 
 
-def _read_inputs(options: PretrainingOptions):
+def _read_inputs(options: PretrainingOptions, initial=None):
     """Reads and checks what this host holds for the run (the config, the vocabulary, the
-    data, the tokenizer settings), before anything is written, so a corrected rerun is not
-    refused as "a run with other flags". Returns (config, the options with the masking
+    data, the tokenizer settings; `initial` is --init_checkpoint's, loaded), before anything
+    is written, so a corrected rerun is not refused as "a run with other flags". Returns
+    (config, the options with the masking
     flags the data implies, (input_files, eval_files, masking, eval_masking,
     eval_predictions, tokenizer settings, their source))."""
     from bert_keras.inputs import check_input_files, input_masking
     from data_prep import features
 
     try:
-        config = load_bert_config(options)
+        config = load_bert_config(options, initial)
         # Weights, gradients, Adam's slots (and the accumulated gradients): refuse a model
         # that cannot fit before TensorFlow fails allocating it.
         config.check_fits_memory(
             bytes_per_parameter=16 + (4 if options.gradient_accumulation_steps > 1 else 0),
-            source=options.bert_config_file or f"--preset={options.preset}")
+            source=config_source(options))
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None
-    _check_vocab_fits(options, config)
+    _check_vocab_fits(options, config, initial)
+    if initial is not None:
+        check_initial_fits(initial, config, options)
     eval_files = None
     eval_masking = None
     eval_predictions = None
@@ -709,9 +779,9 @@ def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
     from bert_keras.distribute import digest, vocabulary_read, weights_read
 
     input_files, eval_files, masking, eval_masking, eval_predictions, settings, _ = data
-    config_source = ("--bert_config_file" if options.bert_config_file else
-                     f"--preset={options.preset}")
-    read = {config_source: (digest(config.to_dict()),
+    source = ("--bert_config_file" if options.bert_config_file else
+              f"--preset={options.preset}" if options.preset else "--init_checkpoint's config")
+    read = {source: (digest(config.to_dict()),
                             json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":"))),
             "--input_file": (digest(repr(masking), options.max_predictions_per_seq,
                                     settings.to_json_dict()),
@@ -725,7 +795,7 @@ def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
                                      f"{'dynamic' if eval_masking else 'static'} masks, at "
                                      f"most {eval_predictions} predictions a sequence")
     if initial is not None:
-        read["--init_checkpoint"] = weights_read(initial.weights)
+        read["--init_checkpoint"] = weights_read(initial.model.weights)
     return read
 
 
@@ -751,13 +821,18 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     # all. One that had stopped alone left the others waiting for it to join (TensorFlow's
     # workers without limit), or at their first collective.
     with distribution.stop_together():
-        config, options, data = _read_inputs(options)
+        # Loaded when resuming too: it may give the config, and a run stopped before its
+        # first backup starts again from it.
+        initial = (load_initial_weights(options.init_checkpoint, options.bert_config_file)
+                   if options.init_checkpoint else None)
+        if (initial is not None and not options.vocab_file and initial.vocab_file
+                and initial.vocab_file == initial.vocab_source):
+            # Its vocab.txt (checked against the data's like --vocab_file) goes into encoder/.
+            options = dataclasses.replace(options, vocab_file=initial.vocab_file)
+            logging.info("Vocabulary: %s, found with --init_checkpoint", options.vocab_file)
+        config, options, data = _read_inputs(options, initial)
         (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
          settings_source) = data
-        initial = None
-        if options.init_checkpoint and not os.path.isfile(
-                os.path.join(options.output_dir, files.RUN_CONFIG_FILE)):
-            initial = load_initial_weights(options.init_checkpoint, options.bert_config_file)
     distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial))
     if masking is not None:
         logging.info("Dynamic masking: %.3g of the tokens, at most %d a sequence%s, anew on "
@@ -852,10 +927,12 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
                 "results are bit-identical to an uninterrupted run only with --deterministic "
                 "(TensorFlow's parallel kernels otherwise differ run to run)")
     elif initial is not None:
-        logging.info("Initialized from %s", apply_initial_weights(
-            initial, pretrainer, options.init_checkpoint))
+        logging.info("Initialized from %s%s", apply_initial_weights(
+            initial, pretrainer, options.init_checkpoint),
+            " (no backup yet: starting from step 0)" if resuming else "")
     elif resuming:
         logging.info("No backup in %s yet: starting from step 0", backup_dir)
+    initial = None  # copied (or superseded by the backup): free its weights
     if done_steps % options.save_checkpoints_steps and done_steps != options.num_train_steps:
         raise PretrainingError(f"backup in {backup_dir} is at step {done_steps}, not at a "
                                f"multiple of --save_checkpoints_steps="

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -301,7 +302,7 @@ def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):
         load_initial_weights(str(data["dir"]))
 
 
-def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
+def test_continued_pretraining_from_a_google_checkpoint(finished_run, data, tmp_path):
     """Google's users start from bert_model.ckpt: the encoder *and* the MLM/NSP heads load."""
     from bert_keras import checkpoints
 
@@ -314,14 +315,92 @@ def test_continued_pretraining_from_a_google_checkpoint(finished_run, tmp_path):
     assert "pretraining heads" in apply_initial_weights(load_initial_weights(google), fresh, google)
     for a, b in zip(fresh.get_weights(), trained.get_weights()):
         np.testing.assert_array_equal(a, b)
-    # A checkpoint of another size is refused with a message, not a Keras shape error.
+    # A checkpoint of another size is refused with a message naming what differs, not a
+    # Keras shape error, and before the output directory is made.
     smaller = BertConfig(**dict(CONFIG, hidden_size=16, intermediate_size=20,
                                 num_attention_heads=2))
     other = BertPretrainer(BertEncoder.from_bert_config(smaller))
     checkpoints.save_model(other, "google", str(tmp_path / "small" / "bert_model.ckpt"))
     small = str(tmp_path / "small" / "bert_model.ckpt")
-    with pytest.raises(PretrainingError, match="does not match this run's model"):
-        apply_initial_weights(load_initial_weights(small), fresh, small)
+    with pytest.raises(PretrainingError, match=r"bert_model.ckpt: its model does not match this "
+                                               r"run's model from --preset=tiny \(hidden_size 16 "
+                                               r"vs 128, intermediate_size 20 vs 512, "
+                                               r"max_position_embeddings 40 vs 512\)$"):
+        train(_options(data, tmp_path / "out", init_checkpoint=small, bert_config_file=None,
+                       preset="tiny"))
+    assert not os.path.exists(tmp_path / "out")
+    # With --bert_config_file, a Google checkpoint is read with it, as Google's tools do.
+    with pytest.raises(PretrainingError, match=r"--init_checkpoint .*bert_model.ckpt"):
+        train(_options(data, tmp_path / "out", init_checkpoint=small))
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_continued_pretraining_from_transformers_masked_lm(data, tmp_path):
+    """Most Korean and domain BERTs are published as transformers' BertForMaskedLM (no pooler,
+    no NSP head). Without a config flag the run trains that model, starting from its encoder
+    and masked-LM head; the pooler and NSP head keep their initialisation. Refused before:
+    the config flags were required and the NSP head's absence was a shape mismatch."""
+    import torch
+    import transformers
+    from conftest import make_inputs
+
+    from bert_keras import checkpoints
+
+    torch.manual_seed(0)
+    mlm = transformers.BertForMaskedLM(transformers.BertConfig(**CONFIG)).eval()
+    with torch.no_grad():
+        for parameter in mlm.parameters():  # off the initial values (zero biases, unit norms)
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    hf_dir = str(tmp_path / "hf")
+    mlm.save_pretrained(hf_dir)
+    shutil.copy(data["vocab"], os.path.join(hf_dir, "vocab.txt"))
+
+    initial = load_initial_weights(hf_dir)
+    fresh = BertPretrainer.from_bert_config(initial.config)  # the run's model has NSP
+    nsp_side = [fresh.encoder.pooler_layer, fresh.nsp_dense]
+    before = [w.copy() for layer in nsp_side for w in layer.get_weights()]
+    assert "masked-LM head" in apply_initial_weights(initial, fresh, hf_dir)
+    for a, b in zip(before, [w for layer in nsp_side for w in layer.get_weights()]):
+        np.testing.assert_array_equal(a, b)
+    inputs = make_inputs(batch=2, seq=9, vocab=VOCAB)
+    positions = np.array([[1, 4], [2, 8]], np.int32)
+    got = fresh({**inputs, "masked_lm_positions": positions}, training=False)["mlm_logits"]
+    with torch.no_grad():
+        logits = mlm(input_ids=torch.tensor(inputs["input_word_ids"], dtype=torch.long),
+                     attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+                     token_type_ids=torch.tensor(inputs["input_type_ids"], dtype=torch.long)
+                     ).logits.numpy()
+    np.testing.assert_allclose(got, np.take_along_axis(logits, positions[..., None], axis=1),
+                               atol=1e-4)
+
+    out = tmp_path / "run"
+    train(_options(data, out, bert_config_file=None, vocab_file=None, init_checkpoint=hf_dir,
+                   next_sentence_prediction=False, num_train_steps=2, num_warmup_steps=1,
+                   save_checkpoints_steps=2))
+    assert (BertConfig.from_json_file(str(out / "encoder" / "bert_config.json"))
+            == checkpoints.read_hf_config(hf_dir))
+    # Its vocabulary travels with the encoder, as --vocab_file's would.
+    assert (out / "encoder" / "vocab.txt").read_text() == open(data["vocab"]).read()
+
+
+def test_a_run_stopped_before_its_first_backup_starts_again_from_init_checkpoint(
+        finished_run, data, tmp_path):
+    """Killed before its first backup, a run leaves run_config.json and no backup; its rerun
+    started from random weights, ignoring --init_checkpoint."""
+    from bert_keras.run_pretraining import prepare_output_dir
+
+    phase_one, _ = finished_run
+    common = dict(init_checkpoint=phase_one.output_dir, num_train_steps=2, num_warmup_steps=1,
+                  save_checkpoints_steps=2, deterministic=True)
+    train(_options(data, tmp_path / "whole", **common))
+    stopped = _options(data, tmp_path / "stopped", **common)
+    prepare_output_dir(stopped, chief=True)  # what the killed run left
+    train(stopped)
+    whole = _weights(str(tmp_path / "whole" / "pretrainer.weights.h5"))
+    rerun = _weights(str(tmp_path / "stopped" / "pretrainer.weights.h5"))
+    assert whole.keys() == rerun.keys()
+    for name in whole:
+        np.testing.assert_array_equal(whole[name], rerun[name], err_msg=name)
 
 
 def test_flag_errors_are_clear(data, tmp_path):
@@ -331,8 +410,12 @@ def test_flag_errors_are_clear(data, tmp_path):
                                                r"micro-batches .*--num_train_steps=10"):
         train(_options(data, tmp_path / "a", num_train_steps=10, num_warmup_steps=1,
                        save_checkpoints_steps=4, steps_per_execution=4))
-    with pytest.raises(PretrainingError, match="exactly one of --bert_config_file and --preset"):
+    with pytest.raises(PretrainingError, match="give only one of --bert_config_file and "
+                                               "--preset"):
         train(_options(data, tmp_path / "b", preset="tiny"))
+    with pytest.raises(PretrainingError, match=r"give --bert_config_file or --preset \(or "
+                                               r"--init_checkpoint, whose model config"):
+        train(_options(data, tmp_path / "b", bert_config_file=None))
     with pytest.raises(PretrainingError, match=r"train-0.tfrecord.*max_seq_length=32"):
         train(_options(data, tmp_path / "c", max_seq_length=32))
     # An impossible size: one line naming the field and the memory, not a

@@ -413,13 +413,16 @@ def _sound_files(flag: str, paths: list[str], skip_damaged: bool) -> list[str]:
         raise PretrainingError(f"--{flag}: {e}. {how.capitalize()}") from None
 
 
-def tokenizer_settings(options: PretrainingOptions, input_files: list[str]):
+def tokenizer_settings(options: PretrainingOptions, input_files: list[str], initial=None):
     """The tokenizer settings to save with the encoder, and where they came from.
 
     From the data's sidecars when it has them (create_pretraining_data records them), else
-    from the tokenizer_config.json beside --vocab_file, else BERT's defaults (Google's files
-    carry none); explicit flags override. The data's vocabulary checksum must match
-    --vocab_file: a model trained on ids of one vocabulary is useless with another.
+    from the tokenizer_config.json beside --vocab_file, else those saved with
+    --init_checkpoint (`initial`), else BERT's defaults (Google's files carry none);
+    explicit flags override. The data's vocabulary checksum must match --vocab_file: a
+    model trained on ids of one vocabulary is useless with another. Data tokenized otherwise
+    than --init_checkpoint's model was (a cased Korean model fed lowercased, accent-stripped
+    text: jamo instead of syllables) is refused unless the tokenizer flags are given.
     """
     from data_prep import features
 
@@ -436,8 +439,19 @@ def tokenizer_settings(options: PretrainingOptions, input_files: list[str]):
                 f"--vocab_file {options.vocab_file} is not the vocabulary the data was made "
                 f"with (its sha256 differs from the one recorded in {source}); pass the "
                 "vocab_file given to create_pretraining_data")
+        model = initial.saved_tokenizer if initial is not None else None
+        if (model is not None and not options.tokenizer_overrides()
+                and not config.same_tokenization(model[0])):
+            raise PretrainingError(
+                f"--input_file: the data was tokenized with {config.describe()} ({source}), "
+                f"but --init_checkpoint {options.init_checkpoint}'s model with "
+                f"{model[0].describe()} ({model[1]}); rerun create_pretraining_data with the "
+                "model's settings, or give run_pretraining the tokenizer flags to train it "
+                "on this data anyway")
     elif options.vocab_file:
         saved = tokenizer_config.read_for_vocab(options.vocab_file)
+    if saved is None and initial is not None:
+        saved = initial.saved_tokenizer
     return tokenizer_config.resolve(None, options.tokenizer_overrides(), saved,
                                     warn=logging.warning)
 
@@ -766,7 +780,7 @@ def _read_inputs(options: PretrainingOptions, initial=None):
     input_files = _sound_files("input_file", input_files, options.skip_damaged_shards)
     if eval_files:
         eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)
-    settings, settings_source = tokenizer_settings(options, input_files)
+    settings, settings_source = tokenizer_settings(options, input_files, initial)
     return config, options, (input_files, eval_files, masking, eval_masking, eval_predictions,
                              settings, settings_source)
 

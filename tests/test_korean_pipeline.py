@@ -118,6 +118,42 @@ def test_the_default_would_break_korean(pipeline, reference):
     assert "[UNK]" in default.tokenize([line])[0] and "[UNK]" not in reference.tokenize(line)
 
 
+def test_continued_pretraining_keeps_the_models_tokenization(pipeline):
+    """Continuing the Korean model needs no config, vocabulary or tokenizer flag; data made
+    with the uncased default (its vocab.txt copied without tokenizer_config.json: jamo, not
+    syllables) is refused before anything is written, naming both settings. Before, it
+    trained the Korean model on that data and saved the default's settings with it."""
+    from bert_keras.run_pretraining import PretrainingError
+
+    tmp = pipeline["tmp"]
+    bare = tmp / "bare" / "vocab.txt"
+    bare.parent.mkdir()
+    bare.write_bytes(open(pipeline["vocab"], "rb").read())
+    default = tmp / "default_data" / "train"
+    _cli("data_prep.create_pretraining_data", f"--input_file={tmp / 'corpus.txt'}",
+         f"--vocab_file={bare}", f"--output_file={default}", "--num_output_shards=1",
+         f"--max_seq_length={S}", "--max_predictions_per_seq=5", "--num_examples_to_print=0")
+
+    def options(data, name):
+        return PretrainingOptions(
+            input_file=f"{data}-*.tfrecord", output_dir=str(tmp / name),
+            init_checkpoint=pipeline["run"], max_seq_length=S, max_predictions_per_seq=5,
+            train_batch_size=4, num_train_steps=2, num_warmup_steps=0,
+            save_checkpoints_steps=2, verbose=0, autotune=False)
+
+    with pytest.raises(PretrainingError, match=r"the data was tokenized with do_lower_case=True, "
+                                               r"strip_accents=True, .* but --init_checkpoint "
+                                               r".*'s model with do_lower_case=True, "
+                                               r"strip_accents=False"):
+        train(options(default, "refused"))
+    assert not os.path.exists(tmp / "refused")
+    train(options(tmp / "data" / "train", "continued"))
+    encoder = tmp / "continued" / "encoder"
+    saved = json.load(open(encoder / "tokenizer_config.json"))
+    assert saved["do_lower_case"] is True and saved["strip_accents"] is False
+    assert (encoder / "vocab.txt").read_bytes() == open(pipeline["vocab"], "rb").read()
+
+
 def _common(output_dir, init_checkpoint, **overrides):
     values = dict(init_checkpoint=init_checkpoint, output_dir=str(output_dir), do_train=True,
                   do_eval=True, do_predict=True, max_seq_length=S, train_batch_size=4,

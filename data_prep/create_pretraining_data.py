@@ -598,9 +598,10 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
     except ValueError as e:
         raise InputError(f"--input_file: {e}") from None
     vocab_file = _VOCAB_FILE.value
-    if not os.path.isfile(vocab_file):
-        raise InputError(f"--vocab_file: {vocab_file} does not exist")
-    schema.load_vocab(vocab_file)  # [CLS], [SEP], [MASK], ...: refused before anything is made
+    try:  # missing, a directory, [CLS], [SEP], [MASK], ...: refused before anything is made
+        schema.load_vocab(vocab_file)
+    except schema.VocabError as e:
+        raise InputError(f"--vocab_file: {e}") from None
     tokenizer, tokenizer_source = tokenizer_config.resolve(
         vocab_file, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), warn=logging.warning)
     dynamic = _DYNAMIC_MASKING.value

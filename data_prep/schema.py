@@ -14,6 +14,7 @@ compact layout at 0..4). `load_vocab` is the one reader of a vocab.txt and check
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Mapping
 
@@ -80,6 +81,16 @@ class VocabError(ToolError):
     """The vocabulary file is missing or malformed; the message names the file."""
 
 
+def _is_tokenizer_json(text: str) -> bool:
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and "model" in value
+
+
 def load_vocab(path: str | os.PathLike) -> list[str]:
     """Reads a WordPiece vocabulary: one token per line, the line number is the id.
 
@@ -101,13 +112,20 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     except FileNotFoundError:
         raise VocabError(f"vocabulary file {path!r} does not exist") from None
     except IsADirectoryError:
-        raise VocabError(f"vocabulary file {path!r} is a directory; expected vocab.txt") from None
+        inside = os.path.join(path, "vocab.txt")
+        hint = (f"pass {inside}" if os.path.isfile(inside) else "expected a vocab.txt file")
+        raise VocabError(f"vocabulary file {path!r} is a directory; {hint}") from None
     except OSError as e:
         raise VocabError(f"vocabulary file {path!r} cannot be read: {e.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise VocabError(f"vocabulary file {path!r} is not valid UTF-8 (byte offset {e.start})") from None
+    if _is_tokenizer_json(text):  # transformers 5 may save it alone: the WordPieces in JSON
+        raise VocabError(
+            f"vocabulary file {path!r} is transformers' tokenizer.json, not a vocab.txt (one "
+            "token a line); write the vocab.txt beside it with tokenizers.Tokenizer.from_file("
+            f"{path!r}).model.save({os.path.dirname(path) or '.'!r}) and pass that")
     if text.endswith("\n"):
         text = text[:-1]
     tokens = text.split("\n") if text else []

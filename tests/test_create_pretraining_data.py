@@ -269,6 +269,12 @@ def _bad_input_case(tmp_path, name):
         return {"input_file": CORPUS, "max_predictions_per_seq": 200}, "max_predictions_per_seq=200"
     if name == "missing_vocab":
         return {"input_file": CORPUS, "vocab_file": str(tmp_path / "no_vocab.txt")}, "vocab_file"
+    if name == "vocab_directory":  # a model directory: "does not exist" before
+        os.makedirs(tmp_path / "model")
+        shutil.copy(VOCAB, tmp_path / "model" / "vocab.txt")
+        return ({"input_file": CORPUS, "vocab_file": str(tmp_path / "model")},
+                f"--vocab_file: vocabulary file '{tmp_path / 'model'}' is a directory; pass "
+                f"{tmp_path / 'model' / 'vocab.txt'}")
     if name == "too_many_workers":
         return {"input_file": CORPUS, "num_workers": 3}, "num_workers=3"
     raise ValueError(name)
@@ -276,7 +282,7 @@ def _bad_input_case(tmp_path, name):
 
 @pytest.mark.parametrize("case", ["missing", "empty", "binary", "one_document",
                                   "one_sentence_documents", "predictions_over_length",
-                                  "missing_vocab", "too_many_workers"])
+                                  "missing_vocab", "vocab_directory", "too_many_workers"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_input_case(tmp_path, case)
     out_dir = tmp_path / "out"

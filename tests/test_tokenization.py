@@ -8,6 +8,7 @@ rules the references cannot show in isolation.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import time
@@ -407,6 +408,38 @@ def test_missing_and_non_utf8_vocab(tmp_path):
     (tmp_path / "latin1.txt").write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ncaf\xe9\n")
     with pytest.raises(VocabError, match="not valid UTF-8"):
         schema.load_vocab(tmp_path / "latin1.txt")
+
+
+def test_a_directory_or_tokenizer_json_as_the_vocabulary_says_what_to_pass(tmp_path):
+    """A transformers model directory, or the tokenizer.json transformers 5 may save alone,
+    was refused as "does not exist" (create_pretraining_data) or as a vocab.txt with 76
+    duplicate lines; the message now names the file to pass or how to write it."""
+    import tokenizers
+    import transformers
+
+    model = tmp_path / "model"
+    model.mkdir()
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "한국", "##어", "café"]
+    transformers.BertTokenizer(vocab={t: i for i, t in enumerate(vocab)}).save_pretrained(
+        model)
+    for name in os.listdir(model):
+        if name == "vocab.txt":
+            os.remove(model / name)
+    assert (model / "tokenizer.json").is_file()
+    json_path = str(model / "tokenizer.json")
+    with pytest.raises(VocabError, match=r"is transformers' tokenizer.json, not a vocab.txt") \
+            as err:
+        schema.load_vocab(json_path)
+    # The way out it names writes the same tokens, in order.
+    assert (f"tokenizers.Tokenizer.from_file({json_path!r}).model.save({str(model)!r})"
+            in str(err.value))
+    tokenizers.Tokenizer.from_file(json_path).model.save(str(model))
+    assert schema.load_vocab(model / "vocab.txt") == vocab
+    with pytest.raises(VocabError, match=rf"'{re.escape(str(model))}' is a directory; pass "
+                                         rf"{re.escape(str(model / 'vocab.txt'))}$"):
+        schema.load_vocab(model)
+    with pytest.raises(VocabError, match=r"is a directory; expected a vocab.txt file$"):
+        schema.load_vocab(tmp_path / "model" / "..")
 
 
 # ---------------------------------------------------------------------------------------

@@ -483,3 +483,47 @@ def test_transformers_span_qa_is_served_with_its_logits(hf_dirs, tmp_path):
         assert (out["answer_start"].numpy()[row], out["answer_end"].numpy()[row]) == (start, end)
         pieces = hf_tokenizer.convert_ids_to_tokens(ids["input_word_ids"][row, start:end + 1])
         assert out["answer"].numpy()[row].decode() == " ".join(pieces).replace(" ##", "")
+
+
+def test_a_glue_task_on_a_model_whose_head_orders_the_labels_otherwise(tmp_path):
+    """MNLI's labels in Google's order are contradiction, entailment, neutral; transformers'
+    NLI models often order them otherwise in id2label. Evaluated with --task_name, the
+    task's order relabelled the head's classes (entailment scored as contradiction); now the
+    labels keep their head's classes, and Google's test_results.tsv keeps the task's column
+    order, which GLUE's scripts read by position. Reference: transformers on the same pairs."""
+    from bert_keras import run_classifier
+    from data_prep import glue
+
+    head_order = ["entailment", "neutral", "contradiction"]
+    model = hf_model("BertForSequenceClassification", seed=6, labels=head_order)
+    path = save_hf(model, tmp_path / "hf")
+    out = tmp_path / "out"
+    mnli = os.path.join(TESTDATA, "glue", "MNLI")
+    run_classifier.run(task_name="MNLI", data_dir=mnli, init_checkpoint=path,
+                       output_dir=str(out), do_train=False, do_eval=True, do_predict=True,
+                       max_seq_length=40, eval_batch_size=4)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    processor = glue.get_processor("mnli")
+
+    def reference(examples):
+        pairs = tokenizer([e.text_a for e in examples], [e.text_b for e in examples],
+                          padding=True, return_tensors="pt")
+        with torch.no_grad():
+            return torch.softmax(model(**pairs).logits, -1).numpy()
+
+    dev = processor.dev_examples(mnli)
+    want = reference(dev)
+    accuracy = np.mean([head_order[int(p.argmax())] == e.label for p, e in zip(want, dev)])
+    results = json.load(open(out / "eval_results.json"))
+    assert results["accuracy"] == pytest.approx(accuracy)
+    test = processor.load(mnli, "test").examples
+    want = reference(test)
+    rows = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    assert len(rows) == len(test)
+    for row, p in zip(rows, want):
+        np.testing.assert_allclose([row["probabilities"][name] for name in head_order], p,
+                                   atol=1e-5)
+        assert row["label"] == head_order[int(p.argmax())]
+    google = np.loadtxt(out / "test_results.tsv", ndmin=2)
+    columns = [head_order.index(name) for name in processor.labels()]
+    np.testing.assert_allclose(google, want[:, columns], atol=1e-5)

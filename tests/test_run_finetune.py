@@ -53,6 +53,51 @@ def write_classification(path, n, seed):
             f.write(json.dumps({"text": " ".join(words), "label": label}) + "\n")
 
 
+def test_a_fine_tuned_model_keeps_its_labels_when_trained_further(tmp_path, encoder_file):
+    """A classifier trained with a label list in its own order ("spam", "ham"), trained
+    further on data whose labels come out sorted ("ham", "spam"): the head's classes kept
+    their names. Before, the sorted order relabelled them (every prediction swapped)."""
+    from bert_keras.finetuning.runner import FinetuneError
+
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_classification(train, 48, 0)
+    write_classification(test, 20, 1)
+    order = tmp_path / "labels.txt"
+    order.write_text("spam\nham\n")
+    first, further = tmp_path / "first", tmp_path / "further"
+    run_classifier.run(train_file=str(train), predict_file=str(test),
+                       **common(first, encoder_file, do_eval=False, learning_rate=1e-2,
+                                label_list_file=str(order)))
+    run_classifier.run(train_file=str(train), predict_file=str(test),
+                       **common(further, str(first), do_eval=False, learning_rate=1e-12,
+                                num_train_epochs=1.0))
+    assert open(further / "labels.txt").read() == "spam\nham\n"
+
+    def spam(directory):
+        return np.array([json.loads(line)["probabilities"]["spam"]
+                         for line in open(directory / "predictions.jsonl")])
+
+    assert np.abs(spam(first) - 0.5).max() > 1e-2  # a swap would show
+    np.testing.assert_allclose(spam(further), spam(first), atol=1e-5)
+
+    # Labels the model has no class for, or a list of other labels, are refused.
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(train.read_text() + json.dumps({"text": "hello", "label": "eggs"}) + "\n")
+    with pytest.raises(FinetuneError, match=r"the training data's labels \['eggs', 'ham', "
+                                            r"'spam'\] are not the labels of the fine-tuned "
+                                            r"model .*first, \['spam', 'ham'\] \(it has no "
+                                            r"class for \['eggs'\]\)"):
+        run_classifier.run(train_file=str(extra), **common(tmp_path / "x", str(first),
+                                                           do_eval=False, do_predict=False))
+    other = tmp_path / "other.txt"
+    other.write_text("ham\nspam\neggs\n")
+    with pytest.raises(FinetuneError, match=r"the label list given \['ham', 'spam', 'eggs'\]"):
+        run_classifier.run(train_file=str(train), label_list_file=str(other),
+                           **common(tmp_path / "y", str(first), do_eval=False,
+                                    do_predict=False))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
 def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     write_classification(train, 48, 0)

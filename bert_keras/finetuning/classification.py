@@ -222,6 +222,9 @@ class ClassificationTask(LabelledFileTask):
                    for i, (e, p) in enumerate(zip(examples, probs))]
         files.write_jsonl(os.path.join(common.output_dir, PREDICTIONS_FILE), records)
         if opts.task_name:
+            # Columns in the task's label order, which GLUE's scripts read by position (a
+            # fine-tuned model's head may order the same labels otherwise).
+            order = [labels.index(label) for label in self._processor(opts).labels()]
             files.write_text(os.path.join(common.output_dir, GOOGLE_TEST_FILE),
-                             google_test_text(probs))
+                             google_test_text(probs[:, order]))
         return {"num_examples": len(records), "truncated": features.stats.truncated}

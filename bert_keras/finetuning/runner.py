@@ -322,6 +322,24 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
     return in_policy(ckpt.model), ckpt
 
 
+def _the_models_labels(labels: list[str], ckpt, given: bool) -> list[str]:
+    """The labels to use with a fine-tuned model's own head (trained further, evaluated):
+    its labels, in its head's order. The training data's labels (sorted) or a list given in
+    another order are mapped onto them, by name; labels the model has no class for, or a
+    given list of other labels, are refused. Before, the sorted or given order silently
+    relabelled the head's classes (an NLI model's entailment scored as contradiction)."""
+    extra = [label for label in labels if label not in ckpt.labels]
+    if extra or (given and sorted(labels) != sorted(ckpt.labels)):
+        what = "the label list given" if given else "the training data's labels"
+        lacks = f" (it has no class for {extra})" if extra else ""
+        raise FinetuneError(
+            f"{what} {labels} are not the labels of the fine-tuned model {ckpt.path}, "
+            f"{ckpt.labels}{lacks}; train it with its own labels, or train a new head on its "
+            "encoder (convert_checkpoint --model=encoder)")
+    logging.info("Labels: %s, as the head of %s orders them", ckpt.labels, ckpt.path)
+    return list(ckpt.labels)
+
+
 def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
     """(model, labels, vocab_file, tokenizer settings): `_load_model`'s model, the labels
     given or saved with it, checked against its head, and the vocabulary to use with it
@@ -332,6 +350,9 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
                      common.mixed_precision)
     if labels is None and ckpt is not None:
         labels = ckpt.labels
+    elif (task.uses_labels and ckpt is not None and isinstance(ckpt.model, task.model_class)
+          and ckpt.labels is not None and labels != ckpt.labels):
+        labels = _the_models_labels(labels, ckpt, given=task.given_labels(opts) is not None)
     if task.uses_labels:
         if labels is None:
             raise FinetuneError(f"no label list: the model has no {files.LABELS_FILE} beside it; "

@@ -731,9 +731,8 @@ def _read_inputs(options: PretrainingOptions, initial=None):
     """Reads and checks what this host holds for the run (the config, the vocabulary, the
     data, the tokenizer settings; `initial` is --init_checkpoint's, loaded), before anything
     is written, so a corrected rerun is not refused as "a run with other flags". Returns
-    (config, the options with the masking
-    flags the data implies, (input_files, eval_files, masking, eval_masking,
-    eval_predictions, tokenizer settings, their source))."""
+    (config, the options with the masking flags the data implies, (input_files, eval_files,
+    masking, eval_masking, eval_predictions, tokenizer settings, their source))."""
     from bert_keras.inputs import check_input_files, input_masking
     from data_prep import features
 

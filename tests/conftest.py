@@ -22,6 +22,19 @@ import pytest  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 
+# The files whose selected tests take longest (CI's logs, 2 cores), started first: `make
+# test` gives a file at a time to each of its processes (pytest-xdist's loadfile), in
+# collection order, so a long file started last would leave the other process idle.
+_LONGEST_FIRST = ("test_export.py", "test_quickstart.py", "test_backends.py",
+                  "test_distribute.py", "test_run_pretraining_jax.py", "test_flash_attention.py",
+                  "test_run_pretraining.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    # A stable sort: the other files, and the tests within each file, keep their order.
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 def backend_env(backend, **extra):
     """The environment of a fresh process on Keras backend `backend`, importing this tree."""

@@ -260,9 +260,12 @@ def test_fine_tuning_processes_started_with_other_flags_stop_before_writing(tmp_
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.integration  # Five 2-process JAX jobs that stop at once: about 75 s on 2 cores.
-@pytest.mark.parametrize("host1", ["checkpoint missing", "checkpoint damaged",
-                                   "train file missing", "other checkpoint", "other rows"])
+@pytest.mark.integration  # 2-process JAX jobs that stop at once: about 15 s each on 2 cores.
+@pytest.mark.parametrize("host1", [
+    "train file missing",
+    # Not in CI (time); make test-all runs them.
+    *[pytest.param(case, marks=pytest.mark.slow) for case in (
+        "checkpoint missing", "checkpoint damaged", "other checkpoint", "other rows")]])
 def test_what_one_host_holds_alone_stops_every_fine_tuning_process(host1, tmp_path):
     """The same command on two hosts (here: relative paths from two working directories),
     process 1's host holding a copy of its own. A missing or damaged file stopped process 1
@@ -360,7 +363,9 @@ _NO_TRUE_GRADIENT = {"run_squad": (
     "span_logits/bias", f"transformer_layer_{SMALL['num_layers'] - 1}/output_layer_norm/beta")}
 
 
-@pytest.mark.integration  # Three JAX tool processes per tool: about 1 min each on 2 cores.
+# Three JAX tool processes per tool: about 1 min each on 2 cores. Not in CI (time): the
+# classifier's test above is; make test-all runs these.
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["run_tagger", "run_squad"])
 def test_tagger_and_span_qa_in_two_jax_processes_train_the_weights_of_one(tool, tmp_path):
     """run_tagger and run_squad across 2 JAX processes, other sizes than the classifier's
@@ -455,8 +460,9 @@ def _listing(out):
 
 @pytest.fixture(scope="module")
 def jax_runs(tmp_path_factory):
-    """run_classifier, run_tagger and run_squad trained from the command line on JAX, and in
-    this (TensorFlow) process with the same settings."""
+    """`{tool: run}` for run_classifier, run_tagger and run_squad, each trained (when first
+    asked for) from the command line on JAX, and in this (TensorFlow) process with the same
+    settings."""
     tmp = tmp_path_factory.mktemp("jax_runs")
     encoder = str(tmp / "encoder.keras")
     BertEncoder(**SMALL).save(encoder)
@@ -466,77 +472,94 @@ def jax_runs(tmp_path_factory):
     write_conll(tmp / "test.conll", 8, 1)
     data = {"run_classifier": ("train.jsonl", "test.jsonl"),
             "run_tagger": ("train.conll", "test.conll"), "run_squad": (SQUAD, SQUAD)}
-    runs = {}
-    for tool, (train, test) in data.items():
-        values = dict(train_file=str(tmp / train), predict_file=str(tmp / test),
-                      init_checkpoint=encoder, vocab_file=VOCAB, do_train=True,
-                      do_predict=True, **SETTINGS)
-        if tool == "run_squad":
-            values.update(version_2_with_negative=True, doc_stride=4, max_query_length=8,
-                          max_answer_length=6, train_batch_size=4)
-        else:
-            values.update(eval_file=str(tmp / test), do_eval=True)
-        out = {backend: str(tmp / f"{tool}_{backend}") for backend in ("jax", "tensorflow")}
-        result = _tool(f"bert_keras.{tool}", _args({**values, "output_dir": out["jax"]}), "jax")
-        assert result.returncode == 0, result.stderr[-3000:]
-        TOOLS[tool](**values, output_dir=out["tensorflow"])
-        runs[tool] = {**out, "jax_log": result.stderr, "test": str(tmp / test)}
-    return runs
+
+    class Runs(dict):
+        def __missing__(self, tool):
+            self[tool] = _train_on_both_backends(tool, *data[tool], tmp, encoder)
+            return self[tool]
+
+    return Runs()
 
 
-@pytest.mark.integration  # 3 JAX tool runs, 3 here, 3 exports and verify: about 4 min.
-def test_jax_trained_runs_have_the_tensorflow_layout_and_export_and_verify(jax_runs, tmp_path):
+def _train_on_both_backends(tool, train, test, tmp, encoder):
+    """`tool` trained on `train` from the command line on JAX and here with the same
+    settings: {"jax": dir, "tensorflow": dir, "jax_log": its stderr, "test": file}."""
+    values = dict(train_file=str(tmp / train), predict_file=str(tmp / test),
+                  init_checkpoint=encoder, vocab_file=VOCAB, do_train=True,
+                  do_predict=True, **SETTINGS)
+    if tool == "run_squad":
+        values.update(version_2_with_negative=True, doc_stride=4, max_query_length=8,
+                      max_answer_length=6, train_batch_size=4)
+    else:
+        values.update(eval_file=str(tmp / test), do_eval=True)
+    out = {backend: str(tmp / f"{tool}_{backend}") for backend in ("jax", "tensorflow")}
+    result = _tool(f"bert_keras.{tool}", _args({**values, "output_dir": out["jax"]}), "jax")
+    assert result.returncode == 0, result.stderr[-3000:]
+    TOOLS[tool](**values, output_dir=out["tensorflow"])
+    return {**out, "jax_log": result.stderr, "test": str(tmp / test)}
+
+
+# Per tool: a JAX tool run, one here, an export and verify: about 1.5 min on 2 cores. The
+# tagger's and span QA's: not in CI (time); make test-all runs them.
+@pytest.mark.integration
+@pytest.mark.parametrize("tool", ["run_classifier",
+                                  *[pytest.param(t, marks=pytest.mark.slow)
+                                    for t in ("run_tagger", "run_squad")]])
+def test_jax_trained_runs_have_the_tensorflow_layout_and_export_and_verify(jax_runs, tool,
+                                                                           tmp_path):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the text-in exports hold its ops)
 
     from export.verify import verify
 
-    for tool, run in jax_runs.items():
-        jax_listing, tf_listing = _listing(run["jax"]), _listing(run["tensorflow"])
-        assert jax_listing == tf_listing, tool  # Files, logs, model file, config, weights.
-        skip_padding_note = "padding-free rows are TensorFlow-only" in run["jax_log"]
-        assert skip_padding_note == (tool != "run_squad"), tool  # Span QA trains padded.
-        results = json.load(open(os.path.join(run["jax"], "train_results.json")))
-        assert np.isfinite([p["loss"] for p in results["loss_history"]]).all()
-        # Exported by a TensorFlow process, from the JAX run's directory.
-        module = {"run_classifier": "export_classifier", "run_tagger": "export_tagger",
-                  "run_squad": "export_span_qa"}[tool]
-        export_dir = tmp_path / module
-        result = _tool(f"export.{module}", [f"--model_dir={run['jax']}",
-                                            f"--export_dir={export_dir}",
-                                            "--max_seq_length=16"], "tensorflow")
-        assert result.returncode == 0, result.stderr[-3000:]
-        path = result.stdout.strip().splitlines()[-1]
-        report = verify(path)
-        assert report.ok, str(report)
-        loaded = tf.saved_model.load(path)
-        if tool == "run_classifier":
-            # The export's probabilities are those the JAX process predicted.
-            texts = [json.loads(line)["text"] for line in open(run["test"])]
-            got = loaded.signatures["serving_default"](text=tf.constant(texts))["probabilities"]
-            predicted = [json.loads(line) for line in open(
-                os.path.join(run["jax"], "predictions.jsonl"))]
-            labels = open(os.path.join(run["jax"], "labels.txt")).read().split()
-            want = [[p["probabilities"][label] for label in labels] for p in predicted]
-            np.testing.assert_allclose(got.numpy(), want, atol=2e-5)
-        elif tool == "run_tagger":
-            from data_prep import tagging
+    run = jax_runs[tool]
+    jax_listing, tf_listing = _listing(run["jax"]), _listing(run["tensorflow"])
+    assert jax_listing == tf_listing, tool  # Files, logs, model file, config, weights.
+    skip_padding_note = "padding-free rows are TensorFlow-only" in run["jax_log"]
+    assert skip_padding_note == (tool != "run_squad"), tool  # Span QA trains padded.
+    results = json.load(open(os.path.join(run["jax"], "train_results.json")))
+    assert np.isfinite([p["loss"] for p in results["loss_history"]]).all()
+    # Exported by a TensorFlow process, from the JAX run's directory.
+    module = {"run_classifier": "export_classifier", "run_tagger": "export_tagger",
+              "run_squad": "export_span_qa"}[tool]
+    export_dir = tmp_path / module
+    result = _tool(f"export.{module}", [f"--model_dir={run['jax']}",
+                                        f"--export_dir={export_dir}",
+                                        "--max_seq_length=16"], "tensorflow")
+    assert result.returncode == 0, result.stderr[-3000:]
+    path = result.stdout.strip().splitlines()[-1]
+    report = verify(path)
+    assert report.ok, str(report)
+    loaded = tf.saved_model.load(path)
+    if tool == "run_classifier":
+        # The export's probabilities are those the JAX process predicted.
+        texts = [json.loads(line)["text"] for line in open(run["test"])]
+        got = loaded.signatures["serving_default"](text=tf.constant(texts))["probabilities"]
+        predicted = [json.loads(line) for line in open(
+            os.path.join(run["jax"], "predictions.jsonl"))]
+        labels = open(os.path.join(run["jax"], "labels.txt")).read().split()
+        want = [[p["probabilities"][label] for label in labels] for p in predicted]
+        np.testing.assert_allclose(got.numpy(), want, atol=2e-5)
+    elif tool == "run_tagger":
+        from data_prep import tagging
 
-            sentences = tagging.read_conll(run["test"])
-            predicted = tagging.read_conll(os.path.join(run["jax"], "predictions.conll"))
-            got = loaded.signatures["serving_default"](
-                text=tf.constant([" ".join(s.words) for s in sentences]))
-            compared = 0
-            for row, sentence in enumerate(predicted):
-                tags = [t.decode() for t in got["tags"].numpy()[row][:len(sentence.words)]]
-                for exported, written in zip(tags, sentence.tags):
-                    if exported:  # "": a word past max_seq_length, not tagged by the export
-                        assert exported == written, (row, tags, sentence.tags)
-                        compared += 1
-            assert compared > 20
+        sentences = tagging.read_conll(run["test"])
+        predicted = tagging.read_conll(os.path.join(run["jax"], "predictions.conll"))
+        got = loaded.signatures["serving_default"](
+            text=tf.constant([" ".join(s.words) for s in sentences]))
+        compared = 0
+        for row, sentence in enumerate(predicted):
+            tags = [t.decode() for t in got["tags"].numpy()[row][:len(sentence.words)]]
+            for exported, written in zip(tags, sentence.tags):
+                if exported:  # "": a word past max_seq_length, not tagged by the export
+                    assert exported == written, (row, tags, sentence.tags)
+                    compared += 1
+        assert compared > 20
 
 
-@pytest.mark.integration  # One export tool process: about 1 min on 2 cores.
+# One export tool process: about 1 min on 2 cores. Not in CI (time): test_length_buckets'
+# test_export_tool_runs_on_tensorflow_whatever_keras_backend_says is; make test-all runs it.
+@pytest.mark.slow
 def test_export_tools_run_on_tensorflow_in_a_jax_shell(jax_runs, tmp_path):
     """Issue 47: the shell that trained on JAX exports without changing KERAS_BACKEND; the
     tool says which backend it used."""

@@ -523,7 +523,9 @@ def test_classifier_saved_model_cli_run(classifier_export, tmp_path):
 
 @pytest.mark.parametrize("module", ["export.export_encoder", "export.export_preprocessor",
                                     "export.export_classifier", "export.verify"])
-@pytest.mark.integration  # Two tool processes per case: about 15 s each on 2 cores.
+# Two tool processes per case: about 15 s each on 2 cores. Not in CI (time):
+# test_readme_commands' --help and flag tests cover these tools there; make test-all runs it.
+@pytest.mark.slow
 def test_cli_help_and_unknown_flags(module):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     help_ = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,

@@ -556,7 +556,9 @@ def test_head_initializer_flag_reaches_the_head(tmp_path, encoder_file):
 
 
 @pytest.mark.integration  # Three tool runs per case: about 35 s each on 2 cores.
-@pytest.mark.parametrize("module_name", ["run_tagger", "run_classifier"])
+# The tagger's: not in CI (time); make test-all runs it.
+@pytest.mark.parametrize("module_name", [pytest.param("run_tagger", marks=pytest.mark.slow),
+                                         "run_classifier"])
 def test_skip_padding_flag_reaches_the_model(tmp_path, encoder_file, module_name):
     """--skip_padding (default on) builds the tagger / classifier padding-free;
     --noskip_padding the padded one; a model trained further takes this run's setting."""

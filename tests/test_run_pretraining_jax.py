@@ -66,6 +66,7 @@ def _pretrain(data, output_dir, backend, **extra):
     return _tool("bert_keras.run_pretraining", flags, backend)
 
 
+@pytest.mark.slow  # Not in CI (time); make test-all runs it.
 def test_static_records_on_jax_give_tensorflows_run_directory_and_export(static_data,
                                                                           tmp_path):
     jax_run, tf_run = str(tmp_path / "jax"), str(tmp_path / "tf")
@@ -119,6 +120,7 @@ def test_dynamic_masking_on_jax(tmp_path):
     assert history[0].split(",")[0] == "epoch" and len(history) == 3  # two intervals
 
 
+@pytest.mark.slow  # Not in CI (time); make test-all runs it.
 def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
     """--distribution_strategy=mirrored on JAX is keras.distribution.DataParallel: two host
     devices (XLA_FLAGS) train the same weights as one (no dropout, so no random state).
@@ -148,7 +150,11 @@ def test_data_parallel_on_two_host_devices_equals_one(static_data, tmp_path):
 
 
 @pytest.mark.parametrize("extra,devices", [
-    ({}, 1), (dict(gradient_accumulation_steps=2, steps_per_execution=2), 1), ({}, 2)],
+    ({}, 1),
+    # Not in CI (time); make test-all runs them.
+    pytest.param(dict(gradient_accumulation_steps=2, steps_per_execution=2), 1,
+                 marks=pytest.mark.slow),
+    pytest.param({}, 2, marks=pytest.mark.slow)],
     ids=["plain", "accumulation_and_multi_step_calls", "two_devices_each"])
 def test_two_processes_train_the_weights_of_one(static_data, tmp_path, extra, devices):
     """--distribution_strategy=multi_worker_mirrored on JAX: 2 processes (1 CPU device each,
@@ -216,6 +222,7 @@ def _uninterrupted_two_process_run(flags, out):
     return commands
 
 
+@pytest.mark.slow  # Not in CI (time); make test-all runs it.
 def test_two_processes_killed_between_their_backups_resume_together(static_data, tmp_path):
     """A preempted pod slice: both processes killed with SIGKILL after process 0 wrote its
     backup of epoch 2 and, as if the kill came a moment earlier there, before process 1 did
@@ -242,6 +249,7 @@ def test_two_processes_killed_between_their_backups_resume_together(static_data,
     assert_same_weights(*(run / files.PRETRAINER_WEIGHTS_FILE for run in (killed, clean)))
 
 
+@pytest.mark.slow  # Not in CI (time); make test-all runs it.
 def test_a_sigterm_to_one_process_stops_every_process_and_the_rerun_resumes(static_data,
                                                                           tmp_path):
     """A scheduler preempting or stopping a job sends SIGTERM. JAX's preemption service

@@ -582,7 +582,9 @@ def _two_replicas(mode, backend):
 
 
 @pytest.mark.integration  # A fresh process with 2 devices: about 40 s on 2 cores.
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+# TensorFlow's: not in CI (time; test_distribute's and test_run_finetune's mirrored runs
+# are); make test-all runs it.
+@pytest.mark.parametrize("backend", [pytest.param("tensorflow", marks=pytest.mark.slow), "jax"])
 def test_two_replicas_equal_one(backend):
     """Classifier on 2 devices (global batch 8 = 2 x 4) against one device (batch 8).
 

@@ -12,7 +12,7 @@ PIP    := $(VENV)/bin/pip
 # most of a test's time is single-threaded Python (imports, tracing), so 2 on 2 cores take
 # about half the time of 1. `make test TEST_WORKERS=0` runs them all in one process.
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 $(VENV)/.runtime-stamp: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

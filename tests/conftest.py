@@ -24,10 +24,11 @@ TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 
 # The files whose selected tests take longest (CI's logs, 2 cores), started first: `make
 # test` gives a file at a time to each of its processes (pytest-xdist's loadfile), in
-# collection order, so a long file started last would leave the other process idle.
-_LONGEST_FIRST = ("test_export.py", "test_quickstart.py", "test_backends.py",
-                  "test_distribute.py", "test_run_pretraining_jax.py", "test_flash_attention.py",
-                  "test_run_pretraining.py")
+# collection order (--no-loadscope-reorder), so a long file started last would leave the
+# other process idle.
+_LONGEST_FIRST = ("test_quickstart.py", "test_export.py", "test_backends.py",
+                  "test_distribute.py", "test_run_pretraining_jax.py", "test_training_parity.py",
+                  "test_length_buckets.py", "test_flash_attention.py", "test_run_pretraining.py")
 
 
 def pytest_collection_modifyitems(items):

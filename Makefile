@@ -10,7 +10,7 @@ PIP    := $(VENV)/bin/pip
 
 # The tests run in this many processes, a test file per process at a time (pytest-xdist):
 # most of a test's time is single-threaded Python (imports, tracing), so 2 on 2 cores take
-# about half the time of 1. `make test TEST_WORKERS=0` runs them all in one process.
+# about 0.7 of the time of 1 (BUILD_NOTES 8.5). `make test TEST_WORKERS=0` runs them all in one process.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

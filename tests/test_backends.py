@@ -365,6 +365,7 @@ _NO_TRUE_GRADIENT = {"run_squad": (
 
 # Three JAX tool processes per tool: about 1 min each on 2 cores. Not in CI (time): the
 # classifier's test above is; make test-all runs these.
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("tool", ["run_tagger", "run_squad"])
 def test_tagger_and_span_qa_in_two_jax_processes_train_the_weights_of_one(tool, tmp_path):
@@ -559,6 +560,7 @@ def test_jax_trained_runs_have_the_tensorflow_layout_and_export_and_verify(jax_r
 
 # One export tool process: about 1 min on 2 cores. Not in CI (time): test_length_buckets'
 # test_export_tool_runs_on_tensorflow_whatever_keras_backend_says is; make test-all runs it.
+@pytest.mark.integration
 @pytest.mark.slow
 def test_export_tools_run_on_tensorflow_in_a_jax_shell(jax_runs, tmp_path):
     """Issue 47: the shell that trained on JAX exports without changing KERAS_BACKEND; the

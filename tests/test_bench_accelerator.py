@@ -80,6 +80,7 @@ def test_step_time_never_reports_a_negative_rate():
 # Every side (torch.compile included) at tiny size on the CPU: 2-3 min. Not in CI (time):
 # test_accelerator_tasks' every-side run is; make test-all runs it, and it is the dry run
 # before a device call (`SIZE=tiny LARGE=tiny bash bench/accelerator_session.sh`).
+@pytest.mark.integration
 @pytest.mark.slow
 def test_tiny_run_reports_every_side(tmp_path):
     out = tmp_path / "out"

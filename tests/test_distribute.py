@@ -559,6 +559,7 @@ def test_workers_killed_between_their_backups_resume_together(data, tmp_path):
 # Three 2-worker runs in fresh processes: about 1.5 min on 2 cores (3 on a loaded machine).
 # Not in CI (time): the JAX fine-tuning and one-process pretraining SIGTERM tests are; make
 # test-all runs it.
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_sigterm_to_one_worker_stops_every_worker_and_the_rerun_resumes(data, tmp_path):
     """TensorFlow's coordination service catches SIGTERM (a scheduler's preemption or

@@ -525,6 +525,7 @@ def test_classifier_saved_model_cli_run(classifier_export, tmp_path):
                                     "export.export_classifier", "export.verify"])
 # Two tool processes per case: about 15 s each on 2 cores. Not in CI (time):
 # test_readme_commands' --help and flag tests cover these tools there; make test-all runs it.
+@pytest.mark.integration
 @pytest.mark.slow
 def test_cli_help_and_unknown_flags(module):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")

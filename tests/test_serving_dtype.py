@@ -140,6 +140,7 @@ def test_serving_dtype_flag_names_its_choices():
 
 # A run_classifier directory, the export tool twice, verify: ~2 min (7 on a loaded machine).
 # Not in CI (time); make test-all runs it.
+@pytest.mark.integration
 @pytest.mark.slow
 def test_export_classifier_serving_dtype_bfloat16(tmp_path):
     """--serving_dtype=bfloat16 from the command line: the export holds bfloat16 weights,
@@ -203,6 +204,7 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
 
 # A run_classifier directory, two exports, an evaluation: ~2 min. A bench's figures: not in
 # CI (time); make test-all runs it.
+@pytest.mark.integration
 @pytest.mark.slow
 def test_serving_dtype_agreement_bench(tmp_path):
     """bench/serving_dtype_agreement.py (BUILD_NOTES 8.11's figures): its float32 accuracy is

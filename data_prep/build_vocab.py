@@ -87,6 +87,13 @@ def corpus_bytes_needed(corpus_bytes: int, available: int, requested: int) -> in
     return int(corpus_bytes * (requested / max(available, 1)) ** 2.5)
 
 
+def megabytes(n: int) -> str:
+    """`n` bytes in MB, with two significant digits below 10 MB ("0.012 MB", "3.4 MB",
+    "150 MB"): a small corpus, and the little more it needs, is not "0 MB"."""
+    mb = n / 1e6
+    return f"{mb:.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
+
+
 def resolve_inputs(patterns: Sequence[str]) -> list[str]:
     """Expands files/globs into a sorted, de-duplicated file list.
 
@@ -330,10 +337,10 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
         needed = corpus_bytes_needed(total_bytes, e.available, e.requested)
         raise CorpusTooSmallError(
             f"--vocab_size={vocab_size} is too large for the corpus: its "
-            f"{total_bytes / 1e6:.2f} MB ({len(counts)} distinct words) give "
+            f"{megabytes(total_bytes)} ({len(counts)} distinct words) give "
             f"{e.available} WordPiece tokens besides the {len(reserved)} reserved ones, not "
             f"{e.requested}; use --vocab_size={e.available + len(reserved)} or less, about "
-            f"{needed / 1e6:.0f} MB of such text for {vocab_size}, or a lower --min_frequency "
+            f"{megabytes(needed)} of such text for {vocab_size}, or a lower --min_frequency "
             f"(now {min_frequency})", e.available, e.requested) from None
     clash = set(learned) & set(reserved)
     if clash:  # cannot happen: reserved tokens contain "[", which is never inside a word

@@ -120,7 +120,7 @@ def test_outputs_respect_the_umask(tmp_path):
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(vocab_size=100000), r"--vocab_size=100000 is too large for the corpus: .* use "
-                              r"--vocab_size=\d+ or less, about \d+ MB of such text"),
+                              r"--vocab_size=\d+ or less, about [\d.]+ MB of such text"),
     (dict(vocab_size=300, layout="compact"), "more than the .* tokens that fit"),
     (dict(vocab_size=900), "leaves no room after the 999 reserved tokens"),
     (dict(vocab_size=2000, num_unused=50), "needs --num_unused >= 99"),
@@ -139,6 +139,10 @@ def test_too_large_a_vocabulary_names_the_size_that_fits(tmp_path):
     assert len(bv.build_vocab([MIXED], fits)) == fits
     # Corpus size needed, Heaps' law with exponent 0.4: (requested / available) ** 2.5.
     assert bv.corpus_bytes_needed(1_000_000, 1000, 2000) == int(1e6 * 2 ** 2.5)
+    # The sizes are named with two significant digits: no small corpus reads "0 MB".
+    assert [bv.megabytes(n) for n in (0, 12_345, 3_449_999, 9_960_000, 150_400_000)] == [
+        "0 MB", "0.012 MB", "3.4 MB", "10 MB", "150 MB"]
+    assert " 0 MB" not in str(info.value)
 
 
 def test_max_alphabet_limits_characters(tmp_path):

@@ -75,6 +75,13 @@ def probe(export_dir, text=False, inputs_file=None, outputs_file=None):
     return report
 
 
+def _rank(diff: float, scale: float) -> tuple[float, float]:
+    """Orders outputs by their difference relative to their scale; on a tie (every
+    difference 0, as usual) the largest scale, so the report names a non-empty output."""
+    relative = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+    return relative, scale
+
+
 def session_replay(export_dir, requests, expected):
     """Runs `requests` through a TF1 Session loaded by `tf.compat.v1.saved_model.load`.
 
@@ -99,8 +106,8 @@ def session_replay(export_dir, requests, expected):
                         scale = float(np.abs(want[key]).max()) if value.size else 0.0
                         result["max_abs_diff"] = max(result["max_abs_diff"], diff)
                         worst = result["worst"]
-                        if worst is None or diff * max(worst["scale"], 1e-30) > \
-                                worst["diff"] * max(scale, 1e-30):
+                        if worst is None or _rank(diff, scale) > _rank(worst["diff"],
+                                                                       worst["scale"]):
                             result["worst"] = {"output": f"{name}/{key}", "diff": diff,
                                                "scale": scale}
                     elif not np.array_equal(value, want[key]):

@@ -188,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
                     "TensorFlow plus tensorflow-text 2.12.1 (listed in "
                     f"{ALLOWLIST_PATH}). Exit status 1 if any does not.")
     parser.add_argument("saved_model_dirs", nargs="+", metavar="SAVED_MODEL_DIR",
-                        help="a SavedModel version directory (holding saved_model.pb)")
+                        help="a SavedModel version directory (holding saved_model.pb), or a "
+                        "model's base directory: its highest version, the one TF Serving serves")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from export.saved_model_writer import served_version
+
     status = 0
-    for path in args.saved_model_dirs:
+    for path in map(served_version, args.saved_model_dirs):
         try:
             types = check_ops(path)
         except (OpCheckError, TypeError) as e:

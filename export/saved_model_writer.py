@@ -84,6 +84,20 @@ def version_dir(export_dir: str, version: int | None) -> str:
     return path
 
 
+def served_version(path: str) -> str:
+    """The SavedModel directory TF Serving would serve from `path`.
+
+    `path` itself when it holds saved_model.pb (a version directory); else, for a model's
+    base directory, its highest numbered version, as TF Serving's default version policy
+    ("latest") picks it, complete or not; else `path` unchanged, for the caller's error.
+    """
+    if os.path.exists(os.path.join(path, "saved_model.pb")) or not os.path.isdir(path):
+        return path
+    versions = [int(d) for d in os.listdir(path)
+                if d.isdigit() and os.path.isdir(os.path.join(path, d))]
+    return os.path.join(path, str(max(versions))) if versions else path
+
+
 def define_flags(module_name: str | None = None) -> dict:
     """Defines --export_dir and --version, `version_dir`'s arguments; returns holders.
 

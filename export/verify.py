@@ -3,6 +3,9 @@ r"""Proves an export: loads it in a clean process and checks what a server will 
     python -m export.verify --export_dir=/models/bert_encoder/1 \
         [--init_checkpoint=CKPT [--bert_config_file=...]] [--rtol=1e-4]
 
+--export_dir may also name the model's base directory (/models/bert_encoder, as the export
+tools' --export_dir does): its highest version is checked, the one TF Serving serves.
+
 Checks, each reported on one line; exit status 1 if any fails:
   ops        every op is core TensorFlow or in stock TF Serving's tensorflow-text 2.12.1
   load       a fresh Python process importing only tensorflow (+ tensorflow_text when the
@@ -58,7 +61,7 @@ from data_prep import tf_logging
 
 tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from data_prep import schema  # noqa: E402
-from export.saved_model_writer import WARMUP_FILE
+from export.saved_model_writer import WARMUP_FILE, served_version
 
 # What a TF Hub BERT encoder signature must look like.
 ENCODER_INPUTS = schema.MODEL_INPUT_NAMES
@@ -223,8 +226,10 @@ def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
 
 
 def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -> Report:
-    """Runs every check on `export_dir` (a version directory) and returns the report.
+    """Runs every check on `export_dir` and returns the report.
 
+    `export_dir`: a version directory, or a model's base directory (what the export tools'
+    --export_dir names), whose highest version is checked: the one TF Serving serves.
     `rtol`: the session and parity checks' tolerance, relative to each output's scale
     (module docstring).
     """
@@ -232,13 +237,16 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
 
     from google.protobuf.message import DecodeError
 
-    report = Report(export_dir)
     if not os.path.isdir(export_dir):
-        raise VerifyError(f"--export_dir {export_dir}: no such directory (expected a SavedModel "
-                          "version directory, e.g. models/spam/1)")
+        raise VerifyError(f"--export_dir {export_dir}: no such directory (expected a model's "
+                          "base directory or one of its versions, e.g. models/spam or "
+                          "models/spam/1)")
+    export_dir = served_version(export_dir)
     if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
-        raise VerifyError(f"--export_dir {export_dir}: no saved_model.pb in it (pass the version "
-                          "directory, e.g. models/spam/1)")
+        raise VerifyError(f"--export_dir {export_dir}: no saved_model.pb in it or in a numbered "
+                          "version directory inside it (expected a model's base directory or "
+                          "one of its versions, e.g. models/spam or models/spam/1)")
+    report = Report(export_dir)
     encoder = None
     if init_checkpoint:  # Loaded first: a wrong checkpoint fails before the slow probe.
         from bert_keras import model_loading
@@ -330,8 +338,10 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
 
 # --- Command line. ---
 
-_EXPORT_DIR = flags.DEFINE_string("export_dir", None, "The version directory to verify.",
-                                  allow_override=True)
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "The SavedModel to verify: a version directory, or the model's base "
+    "directory (as given to the export tools), whose highest version TF Serving serves.",
+    allow_override=True)
 _INIT_CHECKPOINT = flags.DEFINE_string(
     "init_checkpoint", None, "Compare outputs with the Keras model from this checkpoint.",
     allow_override=True)

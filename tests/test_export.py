@@ -290,14 +290,61 @@ def test_verify_fails_when_the_session_loader_cannot_restore(tmp_path):
     assert "Could not find variable" in str(report)
 
 
+def test_a_base_directory_stands_for_the_version_tf_serving_serves(tmp_path):
+    """TF Serving serves a base directory's highest numbered version, complete or not;
+    verify and op_check check that one (the export tools' --export_dir is the base)."""
+    from export.verify import VerifyError
+
+    base = tmp_path / "spam"
+    for name in ("1", "2", "10", ".incomplete-7.1", "3x"):
+        os.makedirs(base / name)
+    (base / "11").write_text("a file, not a version")
+    for name in ("1", "2"):
+        (base / name / "saved_model.pb").write_bytes(b"")
+    assert saved_model_writer.served_version(str(base)) == str(base / "10")
+    assert saved_model_writer.served_version(str(base / "2")) == str(base / "2")
+    assert saved_model_writer.served_version(str(tmp_path)) == str(tmp_path)  # no version
+    assert saved_model_writer.served_version(str(tmp_path / "x")) == str(tmp_path / "x")
+    # Version 10 is what TF Serving would load, and it is incomplete: named, not skipped.
+    with pytest.raises(VerifyError, match=f"--export_dir {base / '10'}: no saved_model.pb"):
+        verify(str(base))
+    with pytest.raises(VerifyError, match=f"--export_dir {tmp_path}: no saved_model.pb in it "
+                       "or in a numbered version directory"):
+        verify(str(tmp_path))
+    with pytest.raises(VerifyError, match="no such directory"):
+        verify(str(tmp_path / "x"))
+
+
+def test_the_session_check_names_an_output_with_values_when_every_difference_is_zero(tmp_path):
+    """With no difference anywhere the report names the largest output, not the first
+    request's (often an empty text's: "max |x| 0")."""
+    from export.serving_probe import session_replay
+
+    class Double(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return {"y": 2.0 * x}
+
+    module = Double()
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+    requests = [("serving_default", {"x": np.zeros([0], np.float32)}),
+                ("serving_default", {"x": np.array([0.5, -3.0], np.float32)})]
+    expected = [{"y": 2.0 * r["x"]} for _, r in requests]
+    result = session_replay(str(tmp_path), requests, expected)
+    assert result["error"] is None and result["requests"] == 2
+    assert result["worst"] == {"output": "serving_default/y", "diff": 0.0, "scale": 6.0}
+
+
 @pytest.mark.integration  # Verify's command line, fresh processes: about 35 s on 2 cores.
 def test_verify_cli_exit_status(exported, tmp_path):
     _, _, _, path = exported
     env = dict(os.environ, PYTHONPATH=ROOT)
-    ok = subprocess.run([sys.executable, "-m", "export.verify", f"--export_dir={path}"],
+    # The model's base directory, as the export tools' --export_dir names it: its version.
+    ok = subprocess.run([sys.executable, "-m", "export.verify",
+                         f"--export_dir={os.path.dirname(path)}"],
                         capture_output=True, text=True, env=env, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "result: PASS" in ok.stdout
+    assert f"verify {path}\n" in ok.stdout and "result: PASS" in ok.stdout
     missing = subprocess.run([sys.executable, "-m", "export.verify", f"--export_dir={tmp_path}"],
                              capture_output=True, text=True, env=env, timeout=300)
     assert missing.returncode == 1 and "no saved_model.pb" in missing.stderr

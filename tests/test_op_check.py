@@ -49,7 +49,7 @@ def test_tokenizer_graph_passes(vocab, chinese):
     assert op_check.check_ops(detok.get_concrete_function()) <= op_check.core_ops()
 
 
-def test_saved_model_directory(tmp_path, vocab):
+def test_saved_model_directory(tmp_path, vocab, capsys):
     tok = BertTokenizer(vocab)
 
     class Module(tf.Module):
@@ -61,10 +61,13 @@ def test_saved_model_directory(tmp_path, vocab):
         def serve(self, text):
             return {"ids": self.tok(text).to_tensor()}
 
-    tf.saved_model.save(Module(), str(tmp_path), signatures=None)
-    types = op_check.check_ops(str(tmp_path))
+    tf.saved_model.save(Module(), str(tmp_path / "3"), signatures=None)
+    types = op_check.check_ops(str(tmp_path / "3"))
     assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"} <= types
+    assert op_check.main([str(tmp_path / "3")]) == 0
+    # The model's base directory stands for its highest version, as in TF Serving.
     assert op_check.main([str(tmp_path)]) == 0
+    assert f"OK {tmp_path / '3'}: " in capsys.readouterr().out
 
 
 def test_round_robin_trim_fails_with_clear_message(tmp_path):

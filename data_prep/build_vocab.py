@@ -262,6 +262,21 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
     # Characters, then continuation characters, then merges in learning order.
     first = set(initial) | set(declared)
     merged = [t for t in learned if t not in first]
+    room = num_tokens - len(initial) - len(declared)
+    if len(merged) > room:
+        # The trainer's alphabet also holds every character that only continues words, as a
+        # word-initial token; it stops merging once its alphabet fills `num_tokens`, and
+        # returns the whole alphabet when it does not fit (Hangul syllables in a small
+        # vocabulary). No merge was made then: keep the most frequent of those characters.
+        char_counts = collections.Counter()
+        for word, count in word_counts.items():
+            for ch in word:
+                char_counts[ch] += count
+        kept = set(sorted(merged, key=lambda t: (-char_counts[t], t))[:room])
+        logging.warning("the corpus has %d characters that begin no word; %d of them fit "
+                        "as word-initial tokens (the most frequent); raise --vocab_size by %d "
+                        "to keep them all", len(merged), room, len(merged) - room)
+        merged = [t for t in merged if t in kept]
     tokens = initial + declared + merged
     if len(tokens) != num_tokens or len(set(tokens)) != num_tokens:
         raise BuildVocabError(f"internal error: trainer returned {len(learned)} tokens, "

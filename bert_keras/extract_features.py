@@ -77,7 +77,7 @@ def read_input(path: str) -> list[tuple[str, str | None]]:
     examples = []
     try:
         files.check_text_file(path)
-        with open(path, encoding="utf-8") as f:
+        with files.open_text(path) as f:
             lines = list(f)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None

@@ -373,7 +373,7 @@ def check_vocab_fits(encoder: BertEncoder, vocab_file: str, model_path: str | No
 def read_labels(path: str) -> list[str]:
     """labels.txt: one label per line, in id order (no empty or duplicate labels)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with files.open_text(path) as f:
             labels = [line.rstrip("\n") for line in f]
     except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None

@@ -111,7 +111,7 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
 
 
 def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
-    with open(path, encoding="utf-8") as f:
+    with files.open_text(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -126,7 +126,7 @@ def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
 
 
 def _read_delimited(path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
-    with open(path, encoding="utf-8", newline="") as f:
+    with files.open_text(path, newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
         try:
             header = next(reader)

@@ -71,6 +71,13 @@ class TextFileError(ValueError):
     the line and the byte offset."""
 
 
+def open_text(path: str, newline: str | None = None):
+    """Opens a user's UTF-8 text file (data, labels) for reading, without the byte-order
+    mark some editors write first (Excel's "CSV UTF-8", Windows Notepad): read as text it
+    would begin the first field name, JSON line or label."""
+    return open(path, encoding="utf-8-sig", newline=newline)
+
+
 def check_text_file(path: str, chunk_lines: int | None = None) -> None:
     """Refuses a binary or non-UTF-8 file, naming the line and byte offset of the first bad
     byte (one pass over the file in binary; readers then decode it without surprises).
@@ -103,7 +110,9 @@ def check_text_line(raw: bytes, path: str, number: int, offset: int,
     except UnicodeDecodeError as e:
         raise TextFileError(
             f"{path}:{number}: not UTF-8 (byte {raw[e.start:e.start + 1]!r} at byte offset "
-            f"{offset + e.start}); expected UTF-8 text (convert it, e.g. iconv -f latin1 -t utf-8)"
+            f"{offset + e.start}); expected UTF-8 text (convert it from the encoding it was "
+            "saved in, e.g. iconv -f cp949 -t utf-8 for Korean Windows text, -f latin1 for "
+            "Western)"
         ) from None
 
 

@@ -86,6 +86,7 @@ import os
 
 from absl import logging
 
+from data_prep import files
 from data_prep.classification import DataError, Example
 
 SPLITS = ("train", "dev", "test")
@@ -319,7 +320,7 @@ def _listing(directory: str, limit: int = 12) -> str:
 
 def _read_tsv(path: str):
     """Yields (line number, fields) per non-blank line; Google's _read_tsv, quoting off."""
-    with open(path, encoding="utf-8", newline="") as f:
+    with files.open_text(path, newline="") as f:
         reader = csv.reader(f, delimiter="\t", quotechar=None)
         while True:
             try:

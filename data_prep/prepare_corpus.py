@@ -183,11 +183,12 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
 
 
 def _open_text(path: str):
+    # utf-8-sig: without the byte-order mark some editors write first (files.open_text).
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="strict", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="strict", newline="")
     if path.endswith(".bz2"):
-        return bz2.open(path, "rt", encoding="utf-8", errors="strict", newline="")
-    return open(path, "rt", encoding="utf-8", errors="strict", newline="")
+        return bz2.open(path, "rt", encoding="utf-8-sig", errors="strict", newline="")
+    return files.open_text(path, newline="")
 
 
 def _read_all(path: str) -> str:

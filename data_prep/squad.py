@@ -142,7 +142,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
     """
     files.check_text_file(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with files.open_text(path) as f:
             dataset = json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None

@@ -80,3 +80,50 @@ def test_outputs_respect_the_umask(tmp_path):
         os.umask(old)
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o640
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750
+
+
+def _readers(tmp_path):
+    """(name, text of a small input, function reading it from a path) for every reader of
+    user data; each input starts with the field, label or token a leading BOM would join."""
+    from bert_keras import extract_features, model_loading
+    from data_prep import classification, glue, prepare_corpus, squad, tagging
+
+    squad_json = ('{"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": '
+                  '"Seoul is big.", "qas": [{"id": "q1", "question": "What is big?", '
+                  '"answers": [{"text": "Seoul", "answer_start": 0}]}]}]}]}')
+
+    def sst2(path):
+        os.makedirs(tmp_path / "SST-2", exist_ok=True)
+        os.replace(path, tmp_path / "SST-2" / "train.tsv")
+        return [(e.text_a, e.label) for e in glue.get_processor("sst-2").train_examples(
+            str(tmp_path / "SST-2"))]
+
+    return [
+        ("jsonl", '{"text": "좋아요", "label": "pos"}\n',
+         lambda p: [(e.text_a, e.label) for e in classification.read_examples(p)]),
+        ("csv", "text,label\n좋아요,pos\n",
+         lambda p: [(e.text_a, e.label) for e in classification.read_examples(p)]),
+        ("tsv", "text\tlabel\n좋아요\tpos\n",
+         lambda p: [(e.text_a, e.label) for e in classification.read_examples(p)]),
+        ("tsv", "sentence\tlabel\nfine film\t1\n", sst2),
+        ("json", squad_json, lambda p: [(e.question, e.answer_text, e.start_word)
+                                        for e in squad.read_squad(p, is_training=True)[0]]),
+        ("conll", "Seoul B-LOC\nis O\n",
+         lambda p: [(s.words, s.tags) for s in tagging.read_conll(p)]),
+        ("txt", "neg\npos\n", model_loading.read_labels),
+        ("txt", "Seoul is big. ||| It is.\n", extract_features.read_input),
+        ("jsonl", '{"text": "Seoul is big."}\n',
+         lambda p: list(prepare_corpus.read_jsonl_documents([p], "text"))[0][1]),
+    ]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_data(tmp_path):
+    """Excel's "CSV UTF-8" and Windows Notepad write a BOM first: each reader reads such a
+    file as the same file without it. Before, a .csv's header read '\\ufefftext' ("missing
+    field 'text'"), JSON failed to parse, and a first label or token carried the BOM."""
+    for i, (ext, text, read) in enumerate(_readers(tmp_path)):
+        plain, marked = tmp_path / f"plain{i}.{ext}", tmp_path / f"marked{i}.{ext}"
+        plain.write_text(text, encoding="utf-8")
+        marked.write_text(text, encoding="utf-8-sig")
+        assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+        assert read(str(marked)) == read(str(plain)), (ext, text)

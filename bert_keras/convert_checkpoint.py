@@ -5,10 +5,18 @@ Formats (see bert_keras/checkpoints.py):
           bert_config.json beside it (or --bert_config_file).
   hf      transformers save_pretrained directory (config.json + model.safetensors, or its
           shards with model.safetensors.index.json).
-  keras   a .keras file (model.save: architecture, config and weights in one file).
+  keras   our own layouts: a run_pretraining --output_dir, an encoder/ directory
+          (encoder.weights.h5 + bert_config.json), a fine-tuned model directory, a .keras
+          file (model.save) or a .weights.h5 file with bert_config.json beside it.
 
     python -m bert_keras.convert_checkpoint --from=google --to=hf \
         --input=uncased_L-12_H-768_A-12/bert_model.ckpt --output=/tmp/bert_hf
+    python -m bert_keras.convert_checkpoint --from=keras --to=hf \
+        --input=runs/phase2 --output=/tmp/my_bert_hf   # your pretrained BERT, for transformers
+
+A pretrained model's vocab.txt and tokenizer settings go into --to=hf's directory with it,
+so transformers' AutoTokenizer reads it (from our layouts and transformers'; a Google
+checkpoint records no casing, so its vocab.txt is left for you to copy).
 
 --model=auto converts the model the input holds: for hf, what config.json's `architectures`
 names (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
@@ -44,8 +52,9 @@ _TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.", 
 # A list flag like build_vocab's and prepare_corpus's --input (one name, one type in a
 # process); it takes exactly one path here.
 _INPUT = flags.DEFINE_list(
-    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: .keras "
-    "file or a fine-tuned model directory (run_classifier's --output_dir).",
+    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: a "
+    "run_pretraining or run_classifier --output_dir, an encoder/ directory, a .keras or a "
+    ".weights.h5 file.",
     **_SHARED,
 )
 _OUTPUT = flags.DEFINE_string(
@@ -74,9 +83,11 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
     ckpt = model_loading.load_checkpoint(input_path, config_file, want=model, fmt=from_format)
     if ckpt.vocab_file:
         ckpt.vocabulary()
-    if not isinstance(ckpt.model, checkpoints.TASK_MODELS):
-        return ckpt.model, None, None, None
     settings = ckpt.saved_tokenizer[0] if ckpt.saved_tokenizer else None
+    if not isinstance(ckpt.model, checkpoints.TASK_MODELS):
+        # An encoder or pretrainer carries its vocabulary where its tokenizer settings were
+        # saved with it (our layouts, transformers'): a Google checkpoint records no casing.
+        return ckpt.model, None, ckpt.vocab_file if settings else None, settings
     return ckpt.model, ckpt.labels, ckpt.vocab_file, settings
 
 
@@ -105,7 +116,9 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
 def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
              settings):
     if not isinstance(loaded, checkpoints.TASK_MODELS):
-        return checkpoints.save_model(loaded, to_format, output_path), loaded
+        tokenizer = (dict(vocab_file=vocab_file, settings=settings)
+                     if to_format == "hf" and vocab_file else {})
+        return checkpoints.save_model(loaded, to_format, output_path, **tokenizer), loaded
     if to_format == "google":
         raise ValueError(f"--to=google holds encoders and pretrainers; a "
                          f"{type(loaded).__name__} converts --to=keras or --to=hf (or pass "

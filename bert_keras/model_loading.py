@@ -24,7 +24,8 @@ this order:
                     from the flags, as in Google's tools
 
 `fmt="google" | "hf" | "keras"` (convert_checkpoint's --from) names the format instead of
-guessing it. The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
+guessing it; "keras" is every one of our own forms (run, encoder and task directories,
+.keras and .weights.h5 files). The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
 a vocab.txt written from a transformers directory's tokenizer.json (`vocab_source` names
 the file it came from). `check_vocab_fits` is the one check of a vocabulary against a model's
 embedding rows, made wherever the two meet (fine-tuning, extract_features, exports,
@@ -235,8 +236,11 @@ def _expected_forms(path: str, fmt: str | None) -> str:
                 "(bert_model.ckpt with bert_model.ckpt.index beside it), or a directory "
                 "holding one")
     if fmt == "keras":
-        return (f"{path} {what} in the keras format: expected a .keras file or a fine-tuned "
-                f"model directory ({files.TASK_MODEL_FILE}, {files.LABELS_FILE}, ...)")
+        return (f"{path} {what} in the keras format: expected a run_pretraining output "
+                f"directory, a directory with {files.ENCODER_WEIGHTS_FILE} + "
+                f"{files.BERT_CONFIG_FILE}, a fine-tuned model directory "
+                f"({files.TASK_MODEL_FILE}, {files.LABELS_FILE}, ...), or a .keras or "
+                ".weights.h5 file")
     return (f"{path} {what}. Expected a run_pretraining output directory, a directory with "
             f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model "
             f"directory ({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging "
@@ -272,7 +276,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
     path = os.fspath(path)
     directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    ours = fmt in (None, "keras")  # our own layouts are .keras / .weights.h5 files
+    ours = fmt in (None, "keras")  # our own layouts: run, encoder and task directories, files
 
     def result(model, form, config=None, vocab_dir=directory, labels=None):
         vocab, source, saved = _vocab_and_settings(vocab_dir, hf=form == "hf")
@@ -283,7 +287,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
 
     if os.path.isdir(path):
         encoder_dir = os.path.join(path, files.ENCODER_DIR)
-        if fmt is None and os.path.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
+        if ours and os.path.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
             config, _ = _config_from(path, bert_config_file, encoder_dir)
             heads = os.path.join(path, files.PRETRAINER_WEIGHTS_FILE)
             if want != "encoder" and os.path.isfile(heads):
@@ -292,7 +296,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
                 model = _load_weights_file(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE),
                                            config, "encoder")
             return result(model, "run", config, vocab_dir=encoder_dir)
-        if fmt is None and os.path.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
+        if ours and os.path.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
             config, _ = _config_from(path, bert_config_file, path)
             model = _load_weights_file(os.path.join(path, files.ENCODER_WEIGHTS_FILE), config,
                                        "encoder")
@@ -305,7 +309,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
             model = checkpoints.read_hf_model(path, want)
             labels = checkpoints.read_hf_labels(path) if want == "auto" else None
             return result(model, "hf", labels=labels)
-        if fmt is None and os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
+        if ours and os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(
                 f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "
                 f"rerun its command to complete it, or pass one of its "
@@ -313,7 +317,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
     if ours and path.endswith(".keras"):
         model = _from_keras_file(path)
         return result(model, "keras", labels=_read_labels_if_any(directory))
-    if fmt is None and path.endswith(".weights.h5"):
+    if ours and path.endswith(".weights.h5"):
         config, _ = _config_from(path, bert_config_file, directory)
         return result(_load_weights_file(path, config, want), "weights_h5", config)
     prefix = checkpoints.google_checkpoint_prefix(path) if fmt in (None, "google") else None

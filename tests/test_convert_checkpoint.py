@@ -105,3 +105,63 @@ def test_google_config_elsewhere(tmp_path, keras_file):
     convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"),
             config_file=str(tmp_path / "config.json"))
     assert_weights_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
+
+
+def test_our_pretraining_output_converts_for_transformers(tmp_path):
+    """A run_pretraining --output_dir (and its encoder/ directory, and a .weights.h5 file)
+    is --from=keras input: before, every one of our pretraining outputs was refused there
+    ("expected a .keras file or a fine-tuned model directory"). The transformers directory
+    holds the vocabulary and the casing, so AutoTokenizer tokenizes as ours (a cased,
+    accent-keeping vocabulary here) and BertForPreTraining gives our masked-LM logits."""
+    import torch
+    from transformers import AutoTokenizer, BertForPreTraining, BertModel
+
+    from bert_keras import model_loading
+    from conftest import make_inputs
+    from data_prep.tokenization import load_tokenizer
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    pretrainer = random_pretrainer(seed=3)
+    words = ["Seoul", "##은", "Café", "서울", "é", "##s", "big", "."]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+    vocab += [f"w{i}" for i in range(TINY["vocab_size"] - len(vocab))]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    cased = TokenizerConfig(do_lower_case=False, strip_accents=False)
+    run = tmp_path / "run"  # run_pretraining's layout: encoder/ and the heads beside it
+    model_loading.save_encoder_dir(pretrainer.encoder, str(run / "encoder"),
+                                   str(tmp_path / "vocab.txt"), cased)
+    pretrainer.save_weights(str(run / "pretrainer.weights.h5"))
+    pretrainer.encoder.to_bert_config().to_json_file(str(run / "bert_config.json"))
+
+    _, model = convert("keras", "hf", str(run), str(tmp_path / "hf"))
+    assert_weights_equal(pretrainer, model)
+    text = "Seoul은 big. Café"
+    ours = load_tokenizer(str(run / "encoder" / "vocab.txt"))
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert theirs.tokenize(text) == ours.tokenize([text])[0] == ["Seoul", "##은", "big", ".",
+                                                                 "Café"]
+    assert theirs.convert_tokens_to_ids(theirs.tokenize(text)) == ours.encode([text])[0]
+    inputs = make_inputs(batch=2, seq=9)
+    positions = np.array([[1, 4], [2, 3]], np.int32)
+    want = np.asarray(pretrainer(dict(inputs, masked_lm_positions=positions))["mlm_logits"])
+    torch_model = BertForPreTraining.from_pretrained(str(tmp_path / "hf")).eval()
+    with torch.no_grad():
+        logits = torch_model(
+            input_ids=torch.tensor(inputs["input_word_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(inputs["input_type_ids"], dtype=torch.long),
+        ).prediction_logits.numpy()
+    got = np.take_along_axis(logits, positions[..., None], axis=1)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+    _, encoder = convert("keras", "hf", str(run / "encoder"), str(tmp_path / "hf_encoder"))
+    assert_weights_equal(pretrainer.encoder, encoder)
+    assert isinstance(BertModel.from_pretrained(str(tmp_path / "hf_encoder")), BertModel)
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "hf_encoder")).tokenize(text) == \
+        theirs.tokenize(text)
+    _, again = convert("keras", "keras", str(run / "pretrainer.weights.h5"),
+                       str(tmp_path / "p.keras"))
+    assert_weights_equal(pretrainer, again)
+    with pytest.raises(model_loading.CheckpointError, match="in the keras format: expected a "
+                       "run_pretraining output directory"):
+        convert("keras", "hf", str(tmp_path), str(tmp_path / "nothing"))

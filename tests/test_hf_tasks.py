@@ -527,3 +527,32 @@ def test_a_glue_task_on_a_model_whose_head_orders_the_labels_otherwise(tmp_path)
     google = np.loadtxt(out / "test_results.tsv", ndmin=2)
     columns = [head_order.index(name) for name in processor.labels()]
     np.testing.assert_allclose(google, want[:, columns], atol=1e-5)
+
+
+def test_a_classifier_from_a_checkpoint_without_a_pooler_starts_it_from_the_initialiser(
+        tmp_path):
+    """transformers' BertForMaskedLM is saved without a pooler (how most Korean and domain
+    BERTs are published); it loaded as a zero pooler, and run_classifier trained its new
+    head from there: no gradient for the classifier layer at the first step. As
+    transformers' from_pretrained does with weights a checkpoint lacks, the pooler now
+    starts from the encoder's initialiser (truncated normal, stddev 0.02: sample std
+    0.0176); a checkpoint's own pooler is kept."""
+    from bert_keras import run_classifier
+
+    mnli = os.path.join(TESTDATA, "glue", "MNLI")
+    common = dict(task_name="MNLI", data_dir=mnli, do_train=True, max_seq_length=40,
+                  train_batch_size=4, num_train_epochs=1, learning_rate=1e-7)
+    mlm = save_hf(hf_model("BertForMaskedLM", seed=8), tmp_path / "mlm")
+    run_classifier.run(init_checkpoint=mlm, output_dir=str(tmp_path / "from_mlm"), **common)
+    pooler = model_loading.load_checkpoint(str(tmp_path / "from_mlm")).model.encoder.pooler_layer
+    kernel, bias = np.asarray(pooler.kernel), np.asarray(pooler.bias)
+    # 1024 draws: the sample std is within 3 standard errors (2.2% each) of 0.0176.
+    assert 0.0176 * 0.93 < kernel.std() < 0.0176 * 1.07 and abs(kernel.mean()) < 0.002
+    assert np.abs(kernel).max() <= 0.04 + 1e-5 and np.abs(bias).max() < 1e-5
+
+    bert = hf_model("BertModel", seed=9)
+    path = save_hf(bert, tmp_path / "bert")
+    run_classifier.run(init_checkpoint=path, output_dir=str(tmp_path / "from_bert"), **common)
+    kept = model_loading.load_checkpoint(str(tmp_path / "from_bert")).model.encoder.pooler_layer
+    np.testing.assert_allclose(np.asarray(kept.kernel), bert.pooler.dense.weight.detach().numpy().T,
+                               atol=1e-5)

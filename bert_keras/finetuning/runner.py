@@ -306,8 +306,10 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
             return in_policy(task.to_train_further(ckpt.model, opts)), ckpt
         if not isinstance(ckpt.model, BertEncoder):
             logging.info("%s holds a %s: using its encoder", init, type(ckpt.model).__name__)
-        return task.build(in_policy(ckpt.encoder), labels or ckpt.labels, opts,
-                          common.head_initializer), ckpt
+        model = task.build(in_policy(ckpt.encoder), labels or ckpt.labels, opts,
+                           common.head_initializer)
+        _initialise_a_missing_pooler(model, init)
+        return model, ckpt
     # Evaluation / prediction only: a fine-tuned model of this task.
     source = init
     if source:
@@ -320,6 +322,25 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         raise FinetuneError(f"{source} holds a {type(ckpt.model).__name__}, expected a "
                             f"{task.model_class.__name__}")
     return in_policy(ckpt.model), ckpt
+
+
+def _initialise_a_missing_pooler(model, init: str) -> None:
+    """A checkpoint saved without a pooler (transformers' BertForMaskedLM, how most Korean
+    and domain BERTs are published) loads with a zero one. A new head that reads it starts
+    it from the encoder's initialiser instead, as transformers' from_pretrained starts
+    weights a checkpoint lacks: from zero, the first steps give the classifier layer no
+    gradient and move the pooler only along that layer's few columns."""
+    from bert_keras.checkpoints import reads_pooler
+
+    pooler = model.encoder.pooler_layer
+    if not reads_pooler(model) or keras.ops.any(pooler.kernel.value != 0):
+        return
+    initializer = keras.initializers.TruncatedNormal(stddev=model.encoder.initializer_range)
+    pooler.kernel.assign(initializer(pooler.kernel.shape, pooler.kernel.dtype))
+    pooler.bias.assign(keras.ops.zeros(pooler.bias.shape, pooler.bias.dtype))
+    logging.info("%s has no pooler weights: the pooler starts from its initialiser "
+                 "(truncated normal, stddev %g), like the new head", init,
+                 model.encoder.initializer_range)
 
 
 def _the_models_labels(labels: list[str], ckpt, given: bool) -> list[str]:

@@ -38,7 +38,6 @@ import gzip
 import json
 import os
 import re
-import sys
 import time
 import xml.etree.ElementTree as ElementTree
 from typing import Callable, Iterator, Sequence
@@ -373,9 +372,9 @@ def expand_inputs(patterns: str | Sequence[str]) -> list[str]:
         matches = []
         for match in sorted(glob.glob(pattern)):
             if os.path.isdir(match):
-                for root, dirs, files in os.walk(match):
+                for root, dirs, names in os.walk(match):
                     dirs.sort()
-                    matches.extend(os.path.join(root, name) for name in sorted(files)
+                    matches.extend(os.path.join(root, name) for name in sorted(names)
                                    if not name.startswith("."))
             elif os.path.isfile(match):
                 matches.append(match)

@@ -34,7 +34,7 @@ import collections
 import dataclasses
 import json
 import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 

@@ -184,6 +184,15 @@ def _prune(counts: collections.Counter, keep: int) -> None:
     logging.info("pruned the word table to %d words (dropped counts <= %d)", len(counts), threshold)
 
 
+def _character_counts(word_counts: collections.Counter) -> collections.Counter:
+    """character -> occurrences in the corpus the word counts describe."""
+    counts: collections.Counter = collections.Counter()
+    for word, count in word_counts.items():
+        for ch in word:
+            counts[ch] += count
+    return counts
+
+
 def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequency: int = 2,
                     max_alphabet: int = 0) -> list[str]:
     """Learns exactly `num_tokens` WordPiece tokens with Hugging Face's WordPieceTrainer.
@@ -209,10 +218,7 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
         raise BuildVocabError("the corpus has no words")
     prefix = schema.SUFFIX_INDICATOR
     if max_alphabet:
-        char_counts: collections.Counter = collections.Counter()
-        for word, count in word_counts.items():
-            for ch in word:
-                char_counts[ch] += count
+        char_counts = _character_counts(word_counts)
         ranked = sorted(char_counts, key=lambda c: (-char_counts[c], c))
         allowed = set(ranked[:max_alphabet])
         word_counts = collections.Counter(
@@ -268,10 +274,7 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
         # word-initial token; it stops merging once its alphabet fills `num_tokens`, and
         # returns the whole alphabet when it does not fit (Hangul syllables in a small
         # vocabulary). No merge was made then: keep the most frequent of those characters.
-        char_counts = collections.Counter()
-        for word, count in word_counts.items():
-            for ch in word:
-                char_counts[ch] += count
+        char_counts = _character_counts(word_counts)
         kept = set(sorted(merged, key=lambda t: (-char_counts[t], t))[:room])
         logging.warning("the corpus has %d characters that begin no word; %d of them fit "
                         "as word-initial tokens (the most frequent); raise --vocab_size by %d "

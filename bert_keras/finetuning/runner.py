@@ -28,6 +28,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_keras import backends, model_loading
+from bert_keras.checkpoints import reads_pooler
 from bert_keras.config import BertConfig
 from bert_keras.distribute import DistributionOptions
 from bert_keras.encoder import BertEncoder
@@ -330,8 +331,6 @@ def _initialise_a_missing_pooler(model, init: str) -> None:
     it from the encoder's initialiser instead, as transformers' from_pretrained starts
     weights a checkpoint lacks: from zero, the first steps give the classifier layer no
     gradient and move the pooler only along that layer's few columns."""
-    from bert_keras.checkpoints import reads_pooler
-
     pooler = model.encoder.pooler_layer
     if not reads_pooler(model) or keras.ops.any(pooler.kernel.value != 0):
         return

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from absl import app, flags
@@ -153,7 +154,11 @@ def test_a_vocabulary_smaller_than_the_trainers_alphabet_keeps_its_exact_size():
     import collections
 
     counts = collections.Counter({"abc": 5, "abd": 3, "abe": 1})
-    tokens = bv.train_wordpiece(counts, 7, min_frequency=1)
+    with mock.patch.object(bv.logging, "warning") as warning:
+        tokens = bv.train_wordpiece(counts, 7, min_frequency=1)
+    assert warning.call_args.args[0] % warning.call_args.args[1:] == (
+        "the corpus has 4 characters that begin no word; 2 of them fit as word-initial tokens "
+        "(the most frequent); raise --vocab_size by 2 to keep them all")
     assert tokens == ["a", "##b", "##c", "##d", "##e", "b", "c"]  # b: 9 times, c: 5, d: 3
     assert bv.train_wordpiece(counts, 9, min_frequency=1)[5:] == ["b", "c", "d", "e"]
 

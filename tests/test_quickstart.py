@@ -335,6 +335,17 @@ def test_casing_flags_reach_the_vocabulary_and_the_data(tmp_path, kwargs, expect
             expected
 
 
+def test_language_without_a_corpus_dir_is_refused(capsys):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import quickstart
+
+    with pytest.raises(SystemExit) as exit_info:
+        quickstart.main(["--language=ko"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --language=ko applies to --corpus_dir's documents; the default corpus is English")
+
+
 def test_a_workdir_from_before_the_casing_flags_is_reused(tmp_path):
     """quickstart.json written before --language, --do_lower_case and --strip_accents
     existed stands for their defaults: a rerun redoes nothing; a new setting redoes from

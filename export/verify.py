@@ -18,8 +18,8 @@ Checks, each reported on one line; exit status 1 if any fails:
   session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
              take this path) restores the variables, and the same requests give the
              same outputs by SignatureDef tensor names (within tolerance)
-  parity     with --init_checkpoint: the export's outputs equal the Keras model's (within
-             tolerance)
+  parity     with --init_checkpoint, for an encoder export: its outputs equal the Keras
+             encoder's from that checkpoint (within tolerance); a text-in export is refused
 
 Tolerance (session and parity): every float output must satisfy
     max |got - expected| <= rtol * max |expected|
@@ -225,6 +225,26 @@ def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
                       "classifier: text -> probabilities/label; serve_examples for Classify")
 
 
+def _check_parity_applies(export_dir) -> None:
+    """--init_checkpoint's parity check feeds token ids to an encoder export; a text-in export
+    (preprocessor, classifier, tagger, span QA) is refused in one line before anything runs,
+    not reported as failing to load when the probe feeds it ids."""
+    from google.protobuf.message import DecodeError
+
+    from export.saved_model_writer import signature_method_names
+
+    try:
+        names = sorted(signature_method_names(export_dir))
+    except DecodeError:
+        return  # reported as a damaged export by the op check
+    if "encoder" not in names:
+        raise VerifyError(
+            f"--init_checkpoint: the parity check compares an encoder export (export_encoder) "
+            f"with the checkpoint's encoder; {export_dir} is a text-in export (signatures "
+            f"{names}), which its warmup and session checks cover: verify it without "
+            "--init_checkpoint")
+
+
 def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -> Report:
     """Runs every check on `export_dir` and returns the report.
 
@@ -250,6 +270,8 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
     encoder = None
     if init_checkpoint:  # Loaded first: a wrong checkpoint fails before the slow probe.
         from bert_keras import model_loading
+
+        _check_parity_applies(export_dir)
 
         encoder = model_loading.load_encoder(init_checkpoint, bert_config_file)
 

@@ -16,7 +16,7 @@ from export import saved_model_writer
 from export.export_encoder import export_encoder
 from export.saved_model_writer import ExportError, read_warmup_requests
 from export.text_preprocessing import bert_pack_inputs
-from export.verify import verify
+from export.verify import VerifyError, verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -293,7 +293,6 @@ def test_verify_fails_when_the_session_loader_cannot_restore(tmp_path):
 def test_a_base_directory_stands_for_the_version_tf_serving_serves(tmp_path):
     """TF Serving serves a base directory's highest numbered version, complete or not;
     verify and op_check check that one (the export tools' --export_dir is the base)."""
-    from export.verify import VerifyError
 
     base = tmp_path / "spam"
     for name in ("1", "2", "10", ".incomplete-7.1", "3x"):
@@ -370,6 +369,23 @@ def test_in_graph_packing_equals_google_truncation():
         la = pairs[i][0]
         kept = min(la, 3)
         assert list(single["input_word_ids"][i].numpy()[: kept + 2]) == [1, *range(10, 10 + kept), 2]
+
+
+def test_parity_with_a_checkpoint_is_refused_for_a_text_in_export(tmp_path):
+    """Parity feeds an encoder's token ids: a text-in export is refused in one line before
+    anything runs, not reported as failing to load (the ids do not fit its `text` input)."""
+    class TextIn(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, text):
+            return {"length": tf.strings.length(text)}
+
+    module = TextIn()
+    path = saved_model_writer.write_saved_model(
+        module, str(tmp_path / "m" / "1"),
+        {"serving_default": module.serve.get_concrete_function()})
+    with pytest.raises(VerifyError, match=r"--init_checkpoint: .* encoder export .* text-in "
+                       r"export \(signatures \[.*'serving_default'"):
+        verify(path, init_checkpoint=str(tmp_path / "run"))
 
 
 @pytest.mark.integration  # Verify's fresh processes: about 1 min on 2 cores.

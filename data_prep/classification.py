@@ -74,7 +74,9 @@ def _field(record: dict, key: str | None, where: str, required: bool) -> str | N
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise DataError(f"{where}: field {key!r} must be a string or number, got {type(value).__name__}")
     value = str(value)
-    if required and not value.strip():
+    if not value.strip():
+        if not required:
+            return None  # a blank optional field (a predict file's label) is absent
         raise DataError(f"{where}: field {key!r} is empty")
     return value
 

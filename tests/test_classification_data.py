@@ -135,6 +135,23 @@ def test_unlabelled_prediction_file(tmp_path, tokenizer):
     np.testing.assert_array_equal(features["label_ids"], [-1])
 
 
+@pytest.mark.parametrize("name, content", [
+    ("p.tsv", "text\tlabel\nhello friend\t\nwin cash\tspam\n"),
+    ("p.jsonl", '{"text": "hello friend", "label": ""}\n{"text": "win cash", "label": "spam"}\n'),
+])
+def test_a_blank_label_in_a_prediction_file_is_no_label(tmp_path, tokenizer, name, content):
+    """A predict file whose label column is blank where unknown: those rows are unlabelled
+    (labels are optional there); a training file's blank label is still an error."""
+    path = tmp_path / name
+    path.write_text(content)
+    examples = classification.read_examples(str(path), require_label=False)
+    assert [e.label for e in examples] == [None, "spam"]
+    features, _ = classification.convert_examples(examples, tokenizer, ["ham", "spam"], 6)
+    np.testing.assert_array_equal(features["label_ids"], [-1, 1])
+    with pytest.raises(DataError, match=f"{name}:[12]: field 'label' is empty"):
+        classification.read_examples(str(path))
+
+
 def test_accuracy_and_f1_hand_computed():
     gold = [0, 0, 1, 1, 1, 2]
     pred = [0, 1, 1, 1, 0, 0]

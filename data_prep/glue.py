@@ -357,11 +357,11 @@ def canonical_task_name(task_name: str) -> str:
     name = task_name.strip().lower()
     name = _ALIASES.get(name, name)
     if name in _REGRESSION:
-        raise TaskError(f"task {task_name!r} is a regression task (a 0-5 similarity score "
+        raise TaskError(f"--task_name={task_name}: a regression task (a 0-5 similarity score "
                         "per sentence pair), but run_classifier's head is a softmax "
                         "classifier over a fixed label list, so STS-B is not supported")
     if name not in _TASKS:
-        raise TaskError(f"unknown task {task_name!r}; known tasks: {', '.join(TASKS)} "
+        raise TaskError(f"--task_name: unknown task {task_name!r}; known tasks: {', '.join(TASKS)} "
                         "(case-insensitive; sst2 = sst-2; sts-b is not supported: regression)")
     return name
 
@@ -380,6 +380,6 @@ def get_processor(task_name: str, language: str = DEFAULT_XNLI_LANGUAGE) -> Glue
     if name != "xnli":
         return GlueProcessor(name)
     if not language or os.sep in language or "/" in language or language.startswith("."):
-        raise TaskError(f"XNLI language must be a language code such as 'zh' or 'de'. "
+        raise TaskError(f"--xnli_language must be a language code such as 'zh' or 'de'. "
                         f"Received: {language!r}")
     return GlueProcessor(name, language)

@@ -11,9 +11,8 @@ import pytest
 from bert_keras import BertEncoder, checkpoints, model_loading, run_classifier, run_squad, run_tagger
 from bert_keras.finetuning import squad as sq
 from bert_keras.finetuning.tagging import get_entities
-from bert_keras.config import BertConfig
 from conftest import TESTDATA, event_scalars, make_inputs
-from data_prep import squad, tagging
+from data_prep import tagging
 from data_prep.classification import DataError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -502,6 +501,12 @@ def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
     with pytest.raises(ValueError, match="drop --train_file"):
         run_classifier.run(task_name="mrpc", data_dir=data_dir, train_file="t.tsv",
                            **common(tmp_path / "y", encoder_file))
+    # Flags of the file route that the task fixes itself are refused, not silently ignored.
+    with pytest.raises(ValueError, match=r"--task_name reads its columns and labels .*; drop "
+                       r"--text_a_column / --label_list$"):
+        run_classifier.run(task_name="mrpc", data_dir=data_dir, label_list=["1", "0"],
+                           text_a_column="foo", **common(tmp_path / "z", encoder_file))
+    assert not os.path.exists(tmp_path / "z")
 
 
 def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):

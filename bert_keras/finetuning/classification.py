@@ -34,6 +34,9 @@ GOOGLE_TEST_FILE = "test_results.tsv"
 
 # Google's flags select a split of a --task_name's --data_dir like this.
 _GLUE_SPLIT = {"train": "train", "eval": "dev", "predict": "test"}
+# Flags of the *_file route that a --task_name fixes itself.
+_FILE_ROUTE_FLAGS = ("text_a_column", "text_b_column", "label_column", "input_format",
+                     "label_list", "label_list_file")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +163,11 @@ class ClassificationTask(LabelledFileTask):
         if any(getattr(opts, f"{s}_file") for s in _GLUE_SPLIT):
             raise FinetuneError("--task_name reads its files from --data_dir; drop "
                                 "--train_file / --eval_file / --predict_file")
+        given = [f"--{f.name}" for f in dataclasses.fields(opts)
+                 if f.name in _FILE_ROUTE_FLAGS and getattr(opts, f.name) != f.default]
+        if given:  # Each would be silently ignored: the task fixes columns and labels.
+            raise FinetuneError(f"--task_name reads its columns and labels as Google's "
+                                f"processor for the task does; drop {' / '.join(given)}")
         return glue.get_processor(opts.task_name, language=opts.xnli_language)
 
     def read(self, path, split, opts):

@@ -187,6 +187,18 @@ def refuse_existing(paths: Iterable[str], hint: str) -> None:
         raise OutputExistsError(f"{existing[0]} exists{more}; {hint}")
 
 
+def file_in_the_way(path: str) -> str | None:
+    """`path` or its nearest existing ancestor when that is not a directory (a directory
+    cannot be made there), else None."""
+    path = os.path.abspath(os.fspath(path))
+    while not os.path.lexists(path):
+        up = os.path.dirname(path)
+        if up == path:
+            return None
+        path = up
+    return None if os.path.isdir(path) else path
+
+
 def make_parent_dirs(paths: Iterable[str]) -> list[str]:
     """Creates the missing parent directories of `paths`; returns the ones it created,
     outermost first, so that a run that fails can take them back (`remove_created_dirs`):

@@ -314,7 +314,7 @@ CASES = [
      "--vocab_file={F}/vocab.txt --bert_config_file={F}/config_bad.json --max_seq_length=16 "
      "--output_dir={W}/out --do_train --train_file={F}/cls.jsonl", "config_bad.json"),
     ("run_classifier-eval-only-no-model", "run_classifier",
-     f"--vocab_file={{F}}/vocab.txt --output_dir={{W}}/out --do_eval --eval_file={{F}}/cls.jsonl",
+     "--vocab_file={F}/vocab.txt --output_dir={W}/out --do_eval --eval_file={F}/cls.jsonl",
      "--output_dir"),
     # run_tagger
     *_flag_cases("run_tagger", TAG, [
@@ -600,6 +600,17 @@ CASES = [
      f"{VER} --init_checkpoint={{F}}/encoder_200_rows.keras", "exports/1/assets/vocab.txt"),
     ("export_encoder-vocab5-nested-export-dir", "export_encoder",
      EENC.replace("{W}/exp", "{W}/models/bert") + " --vocab_file={F}/vocab5.txt", "vocab5.txt"),
+    # An output path under a file: one line naming it, before any work (the fine-tuning
+    # tools used to train first and then fail in TensorBoard's writer with a traceback).
+    *[(f"{tool}-output-under-a-file", tool, base.replace(out, "{F}/existing.txt/" + name),
+       "existing.txt")
+      for tool, base, out, name in (
+          ("run_classifier", CLS, "{W}/out", "out"), ("run_tagger", TAG, "{W}/out", "out"),
+          ("run_squad", SQ, "{W}/out", "out"), ("run_pretraining", PRE, "{W}/run", "run"),
+          ("extract_features", EXT, "{W}/features.jsonl", "features.jsonl"),
+          ("create_pretraining_data", CPD, "{W}/shard.tfrecord", "shard.tfrecord"),
+          ("export_encoder", EENC, "{W}/exp", "exp"),
+          ("convert_checkpoint", CONV, "{W}/hf", "hf"))],
 ]
 
 

@@ -510,8 +510,10 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts):
     returns (examples by split, {split: the earlier split reading the same file}, what the
     train split's reader reported, the labels given or found in the training data)."""
     out = common.output_dir
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise FinetuneError(f"--output_dir {out} is a file; expected a directory")
+    blocked = files.file_in_the_way(out)
+    if blocked:  # checked before training: the TensorBoard writer would fail after it
+        where = "" if blocked == os.path.abspath(out) else f": {blocked}"
+        raise FinetuneError(f"--output_dir {out}{where} is a file; expected a directory")
     names = task.output_files(common, opts)
     if not common.overwrite_output:
         files.refuse_existing([os.path.join(out, n) for n in names],

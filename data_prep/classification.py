@@ -162,9 +162,11 @@ def label_list_from(examples: Sequence[Example]) -> list[str]:
 
 @dataclasses.dataclass
 class ConversionStats:
-    """Counts a converter reports: examples, truncated sequences, empty texts."""
+    """Counts a converter reports: examples, sentence pairs among them, truncated
+    sequences, [UNK] tokens."""
 
     examples: int = 0
+    pairs: int = 0
     truncated: int = 0
     unknown_tokens: int = 0
 
@@ -199,6 +201,7 @@ def convert_examples(examples: Sequence[Example], tokenizer, label_list: Sequenc
         tokens_a, tokens_b = all_a[index], all_b.get(index)
         packed = pack(tokens_a, tokens_b, max_seq_length)
         stats.examples += 1
+        stats.pairs += example.text_b is not None
         stats.truncated += packed.truncated
         stats.unknown_tokens += sum(t == UNK for t in packed.tokens)
         ids.append(tokenizer.convert_tokens_to_ids(packed.tokens))

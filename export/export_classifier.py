@@ -169,16 +169,18 @@ _FLAGS = task_export.define_flags(
     "vocab.txt, tokenizer_config.json).", 128,
     "Sequence length the classifier was fine-tuned with.")
 _PAIR = flags.DEFINE_boolean(
-    "pair", False, "The task classifies sentence pairs (serve_examples reads text and text_b).",
-    allow_override=True)
+    "pair", False, "The task classifies sentence pairs (serve_examples reads text and text_b). "
+    f"Default: whether --model_dir was fine-tuned on pairs ({task_export.TRAIN_RESULTS_FILE}), "
+    "else false.", allow_override=True)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
-               serving_dtype):
+               serving_dtype, recorded):
+        pair = task_export.given_or_recorded(_PAIR, recorded, "text_pair", "Sentence pairs")
         return export_classifier(model, tokenizer, labels, export_dir, seq_length,
-                                 pair=_PAIR.value, version=version, buckets=buckets,
+                                 pair=pair, version=version, buckets=buckets,
                                  serving_dtype=serving_dtype)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertClassifier", "run_classifier",

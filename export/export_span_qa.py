@@ -167,7 +167,8 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
-    def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype):
+    def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype,
+               recorded):
         return export_span_qa(model, tokenizer, export_dir, seq_length, version=version,
                               max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets,
                               serving_dtype=serving_dtype)

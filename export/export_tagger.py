@@ -149,8 +149,13 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
+    def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
+               serving_dtype, recorded):
+        return export_tagger(model, tokenizer, labels, export_dir, seq_length, version=version,
+                             buckets=buckets, serving_dtype=serving_dtype)
+
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
-                           export_tagger, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND)
+                           export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND)
 
 
 if __name__ == "__main__":

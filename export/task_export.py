@@ -8,6 +8,7 @@ exports' flags.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Callable
 
@@ -15,6 +16,10 @@ from absl import app, flags, logging
 
 from data_prep import tokenizer_config
 from export import batching_parameters, keras_backend, length_buckets, saved_model_writer
+
+# What the fine-tuning tools write into their --output_dir after training
+# (bert_keras/finetuning/runner.py).
+TRAIN_RESULTS_FILE = "train_results.json"
 
 
 def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
@@ -39,7 +44,10 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     holders = {"model_dir": flags.DEFINE_string("model_dir", None, model_dir_help, **kwargs)}
     holders.update(saved_model_writer.define_flags(module))
     holders["max_seq_length"] = flags.DEFINE_integer(
-        "max_seq_length", max_seq_length, max_seq_length_help, **kwargs)
+        "max_seq_length", max_seq_length,
+        f"{max_seq_length_help} Default: the length --model_dir records in "
+        f"{TRAIN_RESULTS_FILE} (the fine-tuning tools write it), else {max_seq_length}.",
+        **kwargs)
     holders["length_buckets"] = length_buckets.define_flag(module)
     holders["serving_dtype"] = flags.DEFINE_enum(
         "serving_dtype", "float32", list(SERVING_DTYPES),
@@ -49,6 +57,35 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
         "AVX512-BF16), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
         "rounding (docs/serving.md).", **kwargs)
     return holders
+
+
+def fine_tuned_with(model_dir: str) -> dict:
+    """What --model_dir's fine-tuning recorded in train_results.json (max_seq_length, and
+    text_pair for a classifier), or {} for a directory without it (a converted transformers
+    model, a run from before these were recorded, an unreadable file)."""
+    try:
+        with open(os.path.join(model_dir, TRAIN_RESULTS_FILE), encoding="utf-8") as f:
+            results = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return results if isinstance(results, dict) else {}
+
+
+def given_or_recorded(holder, recorded: dict, key: str, what: str):
+    """A flag's value where the command line gives it, else what the fine-tuning recorded
+    under `key`, else the flag's default; logs which, and warns where the given value
+    differs from the recorded one (`what` names the setting)."""
+    value = recorded.get(key)
+    if holder.present:
+        if value is not None and holder.value != value:
+            logging.warning("--%s=%s, but the model was fine-tuned with %s=%s (%s)",
+                            holder.name, holder.value, key, value, TRAIN_RESULTS_FILE)
+        return holder.value
+    if value is None:
+        return holder.value
+    logging.info("%s: %s, as fine-tuned (%s; --%s overrides)", what, value,
+                 TRAIN_RESULTS_FILE, holder.name)
+    return value
 
 
 def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
@@ -142,7 +179,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         (imported here, after the command line is checked).
       tool: the fine-tuning tool whose output directory --model_dir is (for messages).
       export: `export(model, tokenizer, labels, export_dir, seq_length, version=...,
-        buckets=..., serving_dtype=...)` -> the written version's path.
+        buckets=..., serving_dtype=..., recorded=...)` -> the written version's path;
+        `recorded` is `fine_tuned_with(--model_dir)`.
       prog: the export tool's name.
       needs_labels: whether --model_dir must hold labels.txt.
       environment_backend: what KERAS_BACKEND said (`keras_backend.use_tensorflow()`),
@@ -161,17 +199,20 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         logging.info(keras_backend.describe(environment_backend))
         export_dir, version = task_flags["export_dir"].value, task_flags["version"].value
         buckets = length_buckets.parse_flag(task_flags["length_buckets"].value)
+        recorded = fine_tuned_with(task_flags["model_dir"].value)
+        seq_length = given_or_recorded(task_flags["max_seq_length"], recorded,
+                                       "max_seq_length", "Sequence length")
         # Refused before the model is loaded, as an existing version is.
         batching_parameters.check_beside(export_dir, batching_parameters.text_for(
-            length_buckets.resolve(buckets, task_flags["max_seq_length"].value)))
+            length_buckets.resolve(buckets, seq_length)))
         model, labels, tokenizer = load_task_dir(
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
             needs_labels=needs_labels, export_dir=export_dir, version=version)
         dtype = task_flags["serving_dtype"].value
         if dtype != "float32":
             logging.info("Serving dtype: %s (weights and matmuls; --serving_dtype)", dtype)
-        print(export(model, tokenizer, labels, export_dir, task_flags["max_seq_length"].value,
-                     version=version, buckets=buckets, serving_dtype=dtype))
+        print(export(model, tokenizer, labels, export_dir, seq_length, version=version,
+                     buckets=buckets, serving_dtype=dtype, recorded=recorded))
         return 0
 
     return report_errors(body, task_dir_errors(), prog)

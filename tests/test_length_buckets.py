@@ -382,9 +382,9 @@ def test_classifier_export_files_warmup_verify_and_stock_serving(modules, tmp_pa
     np.testing.assert_allclose(got["all"], here, atol=1e-5)
 
 
-def classifier_run(tmp_path, max_seq_length, steps):
+def classifier_run(tmp_path, max_seq_length, steps, pair=False):
     """tmp_path/run: a TINY classifier directory as run_classifier writes it (two labels,
-    eight texts of write_vocab's words)."""
+    eight texts of write_vocab's words; with `pair`, a second text each)."""
     from bert_keras import run_classifier
 
     vocab = write_vocab(tmp_path / "vocab.txt")
@@ -392,11 +392,14 @@ def classifier_run(tmp_path, max_seq_length, steps):
     BertEncoder(**TINY).save(encoder)
     with open(tmp_path / "train.jsonl", "w") as f:
         for i in range(8):
-            f.write(json.dumps({"text": texts_of([3 + i])[0], "label": "ab"[i % 2]}) + "\n")
+            second = {"text_b": texts_of([2 + i % 3])[0]} if pair else {}
+            f.write(json.dumps({"text": texts_of([3 + i])[0], **second,
+                                "label": "ab"[i % 2]}) + "\n")
     run_classifier.run(train_file=str(tmp_path / "train.jsonl"),
                        output_dir=str(tmp_path / "run"), init_checkpoint=encoder,
                        vocab_file=vocab, do_train=True, max_seq_length=max_seq_length,
-                       train_batch_size=4, num_train_steps=steps)
+                       train_batch_size=4, num_train_steps=steps,
+                       text_b_column="text_b" if pair else None)
     return tmp_path / "run"
 
 
@@ -404,14 +407,14 @@ def classifier_run(tmp_path, max_seq_length, steps):
 def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp_path):
     """A classifier directory as run_classifier writes it, exported from a shell where
     KERAS_BACKEND=jax (a user who trained on JAX): the export runs on TensorFlow and says so
-    in one line."""
-    classifier_run(tmp_path, max_seq_length=16, steps=1)
+    in one line. Given no --max_seq_length or --pair, it takes those the classifier was
+    fine-tuned with (a pair task at 16)."""
+    classifier_run(tmp_path, max_seq_length=16, steps=1, pair=True)
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [sys.executable, "-m", "export.export_classifier", f"--model_dir={tmp_path / 'run'}",
-         f"--export_dir={tmp_path / 'models'}", "--max_seq_length=16",
-         "--length_buckets=8"], capture_output=True, text=True, env=env, timeout=600,
-        cwd=REPO)
+         f"--export_dir={tmp_path / 'models'}", "--length_buckets=8"],
+        capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == str(tmp_path / "models" / "1")
     said = [line for line in result.stderr.splitlines() if "Keras backend:" in line]
@@ -420,4 +423,20 @@ def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp
         "exports write TensorFlow SavedModels)"), result.stderr[-3000:]
     params = parse_batching_parameters(
         open(tmp_path / "models" / "batching_parameters.txt").read())
-    assert params.max_batch_size.value == 2  # 16 / 8
+    assert params.max_batch_size.value == 2  # 16 / 8: the length it was fine-tuned with
+    assert "Sequence length: 16, as fine-tuned (train_results.json" in result.stderr
+    assert "Sentence pairs: True, as fine-tuned" in result.stderr
+    # serve_examples (TF Serving's Classify API) reads text_b: the pair signature's scores.
+    import tensorflow_text  # noqa: F401  (the export holds its ops)
+
+    from export.export_classifier import _example
+
+    loaded = tf.saved_model.load(str(tmp_path / "models" / "1"))
+    first, second = texts_of([5, 9]), texts_of([7, 3])
+    pair = loaded.signatures["pair"](text_a=tf.constant(first), text_b=tf.constant(second))
+    examples = tf.constant([_example(a, b) for a, b in zip(first, second)])
+    scores = loaded.signatures["serve_examples"](inputs=examples)["scores"]
+    np.testing.assert_allclose(scores, pair["probabilities"], rtol=0, atol=1e-7)
+    # (A tiny model after one step: the second text moves the probabilities by about 1e-5.)
+    single = loaded.signatures["serving_default"](text=tf.constant(first))["probabilities"]
+    assert np.abs(single.numpy() - pair["probabilities"].numpy()).max() > 2e-6

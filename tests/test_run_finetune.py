@@ -489,6 +489,10 @@ def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
     results = run_classifier.run(task_name="MRPC", data_dir=data_dir,
                                  **common(out, encoder_file, train_batch_size=2))
     assert results["train"]["label_list"] == ["0", "1"]  # Google's MrpcProcessor order
+    # What the exports take as defaults: the length, and that the task classifies pairs.
+    recorded = json.load(open(out / "train_results.json"))
+    assert (recorded["max_seq_length"], recorded["text_pair"]) == (
+        common(out, encoder_file)["max_seq_length"], True)
     assert open(out / "labels.txt").read() == "0\n1\n"
     predictions = [json.loads(line) for line in open(out / "predictions.jsonl")]
     from data_prep import glue
@@ -507,6 +511,44 @@ def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
         run_classifier.run(task_name="mrpc", data_dir=data_dir, label_list=["1", "0"],
                            text_a_column="foo", **common(tmp_path / "z", encoder_file))
     assert not os.path.exists(tmp_path / "z")
+
+
+def test_task_exports_default_to_what_the_fine_tuning_recorded(tmp_path, caplog):
+    """--max_seq_length and --pair: the command line's value where given (a warning where it
+    differs from the recorded one), else train_results.json's, else the flag's default."""
+    from absl import flags
+
+    from export import task_export
+
+    def holders(*argv):
+        values = flags.FlagValues()
+        length = flags.DEFINE_integer("max_seq_length", 128, "", flag_values=values)
+        pair = flags.DEFINE_boolean("pair", False, "", flag_values=values)
+        values(["export", *argv])
+        return length, pair
+
+    (tmp_path / "train_results.json").write_text(json.dumps(
+        {"num_train_steps": 3, "max_seq_length": 32, "text_pair": True}))
+    recorded = task_export.fine_tuned_with(str(tmp_path))
+    length, pair = holders()
+    assert task_export.given_or_recorded(length, recorded, "max_seq_length", "Length") == 32
+    assert task_export.given_or_recorded(pair, recorded, "text_pair", "Pairs") is True
+    length, pair = holders("--max_seq_length=64", "--nopair")
+    with caplog.at_level("WARNING"):
+        assert task_export.given_or_recorded(length, recorded, "max_seq_length", "L") == 64
+        assert task_export.given_or_recorded(pair, recorded, "text_pair", "P") is False
+    assert "--max_seq_length=64, but the model was fine-tuned with max_seq_length=32" in caplog.text
+    assert "--pair=False, but the model was fine-tuned with text_pair=True" in caplog.text
+    # A converted model, a run from before these were recorded, a damaged file: defaults.
+    length, pair = holders()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "train_results.json").write_text('{"num_train_steps": 3}')
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "train_results.json").write_text('{"max_seq_len')
+    for directory in ("converted", "old", "bad"):
+        recorded = task_export.fine_tuned_with(str(tmp_path / directory))
+        assert task_export.given_or_recorded(length, recorded, "max_seq_length", "L") == 128
+        assert task_export.given_or_recorded(pair, recorded, "text_pair", "P") is False
 
 
 def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):

@@ -198,7 +198,8 @@ class ClassificationTask(LabelledFileTask):
         return Features(arrays, None, stats)
 
     def train_summary(self, features, read_info):
-        return {"truncated": features.stats.truncated}
+        # text_pair: what the classifier export's serve_examples parses by default.
+        return {"truncated": features.stats.truncated, "text_pair": features.stats.pairs > 0}
 
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
         predicted = outputs["logits"].argmax(-1)

@@ -470,6 +470,8 @@ def run(task: Task, values: dict) -> dict:
                 + distribution.preemption_callbacks("the model was not saved; rerun the same "
                                                     "command on every host to train it again"))
         summary.update(task.train_summary(data, read_info))
+        # What the task exports take as their default --max_seq_length (export/task_export.py).
+        summary["max_seq_length"] = common.max_seq_length
         if labels is not None:
             summary["label_list"] = labels
         summary["tokenizer"] = settings.to_json_dict()

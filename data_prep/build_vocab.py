@@ -12,8 +12,10 @@ Pipeline (memory bounded: the corpus is streamed, only a word-count table is kep
      vocabulary), so counts of rare words are approximate. Words longer than 100 characters
      are skipped: the tokenizer turns them into [UNK] whatever the vocabulary.
   2. Train Hugging Face `tokenizers`' WordPieceTrainer (BPE merges with "##" continuation
-     pieces, written in Rust) on the counts. It keeps every character of the corpus, both
-     as a word start and as a "##" piece, so re-tokenizing the corpus yields no [UNK].
+     pieces, written in Rust) on the counts. It keeps every character of the corpus as a
+     word start, and every character seen inside a word also as a "##" piece, so
+     re-tokenizing the corpus yields no [UNK] (a word with a character inside it that the
+     corpus only had at word starts is [UNK] whole, as with any WordPiece vocabulary).
      Every "##x" piece is declared up front so that the trainer's tie-breaking (by internal
      ids, otherwise numbered in hash-map order) is the same in every run.
      BUILD_NOTES.md compares it with tensorflow-text's and keras-hub's learners.

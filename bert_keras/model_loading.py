@@ -375,10 +375,11 @@ def check_vocab_fits(encoder: BertEncoder, vocab_file: str, model_path: str | No
 
 
 def read_labels(path: str) -> list[str]:
-    """labels.txt: one label per line, in id order (no empty or duplicate labels)."""
+    """labels.txt: one label per line, in id order (no empty or duplicate labels); spaces
+    around a label are not part of it (a label list typed by hand: "O " is "O")."""
     try:
         with files.open_text(path) as f:
-            labels = [line.rstrip("\n") for line in f]
+            labels = [line.strip() for line in f]
     except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None
     for number, label in enumerate(labels, 1):

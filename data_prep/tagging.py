@@ -2,8 +2,11 @@
 
 File format (CoNLL 2003 and friends): one token per line, whitespace-separated columns, the
 word in `token_column` and its tag in `tag_column` (default: first and last); a blank line ends
-a sentence; `-DOCSTART-` lines are skipped. A line with too few columns raises `DataError`
-naming file and line.
+a sentence; `-DOCSTART-` lines end one too and are kept with the blank lines around them
+(`TaggedSentence.preceding`), so the predictions file has the input's lines. Every token
+line has the same number of columns: a line with too few, or with another number than the
+file's first token line (a word with a space in a tab-separated file, a missing column, a
+CoNLL-U comment), raises `DataError` naming file and line.
 
 Sub-token alignment (Devlin et al. 2018, section 5.3): each word is WordPiece-tokenized on its
 own; its tag goes on its FIRST sub-token and every other position ([CLS], [SEP], later
@@ -37,11 +40,19 @@ from data_prep.schema import IGNORE_LABEL, UNK
 
 @dataclasses.dataclass(frozen=True)
 class TaggedSentence:
-    """Words and their tags (tags None for unlabelled input); `where` is "file:line"."""
+    """Words and their tags (tags None for unlabelled input); `where` is "file:line" of its
+    first word (word i is on the i-th line after it); `preceding`: the file's lines between
+    the previous sentence and this one (blank and -DOCSTART- lines), as read."""
 
     where: str
     words: tuple
     tags: tuple | None
+    preceding: tuple = ()
+
+    def word_line(self, index: int) -> str:
+        """"file:line" of word `index`."""
+        path, _, line = self.where.rpartition(":")
+        return f"{path}:{int(line) + index}"
 
 
 def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
@@ -57,17 +68,22 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
       The sentences in file order.
 
     Raises:
-      DataError: a line has too few columns (file:line named).
+      DataError: a line has too few columns, or another number than the first token line
+        (file:line named).
     """
     sentences: list[TaggedSentence] = []
-    words, tags, start = [], [], None
+    words, tags, start, between = [], [], None, []
     needed = max(token_column if token_column >= 0 else -token_column - 1,
                  (tag_column if tag_column >= 0 else -tag_column - 1) if has_tags else 0) + 1
+    needed = max(needed, 2 if has_tags else 1)
+    columns = first = None  # the first token line's column count, and its line number
 
     def flush():
         if words:
             sentences.append(TaggedSentence(f"{path}:{start}", tuple(words),
-                                            tuple(tags) if has_tags else None))
+                                            tuple(tags) if has_tags else None,
+                                            tuple(between)))
+            between.clear()
         words.clear()
         tags.clear()
 
@@ -75,15 +91,22 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
     with files.open_text(path) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
-            if not fields:
+            if not fields or fields[0] == "-DOCSTART-":
                 flush()
+                between.append(line.strip())
                 continue
-            if fields[0] == "-DOCSTART-":
-                flush()
-                continue
-            if len(fields) < needed or (has_tags and len(fields) < 2):
-                raise DataError(f"{path}:{number}: expected at least {max(needed, 2 if has_tags else 1)} "
-                                f"whitespace-separated columns (word ... tag), got {len(fields)}: {line.rstrip()!r}")
+            if len(fields) < needed:
+                raise DataError(f"{path}:{number}: expected at least {needed} "
+                                f"whitespace-separated columns (word ... tag), got "
+                                f"{len(fields)}: {line.rstrip()!r}")
+            if columns is None:
+                columns, first = len(fields), number
+            elif len(fields) != columns:
+                raise DataError(
+                    f"{path}:{number}: {len(fields)} whitespace-separated columns, but line "
+                    f"{first} has {columns}: every token line needs the same columns (a word "
+                    f"with a space in it, a missing column, or a CoNLL-U comment or "
+                    f"multiword line?): {line.rstrip()!r}")
             if not words:
                 start = number
             words.append(fields[token_column])
@@ -157,8 +180,8 @@ def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
             else:
                 tag = sentence.tags[w]
                 if tag not in label_map:
-                    raise DataError(f"{sentence.where}: tag {tag!r} (word {w + 1}, {word!r}) is not in "
-                                    f"the label list {list(label_list)}")
+                    raise DataError(f"{sentence.word_line(w)}: tag {tag!r} (word {w + 1}, "
+                                    f"{word!r}) is not in the label list {list(label_list)}")
                 tag_id = label_map[tag]
             token_labels += [tag_id] + [IGNORE_LABEL] * (len(pieces) - 1)
         packed = pack(tokens, None, max_seq_length)
@@ -183,19 +206,37 @@ def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
     return features, all_positions, stats
 
 
+def predictions_text(sentences: Sequence[TaggedSentence], tags: Sequence[Sequence[str]]) -> str:
+    """The predictions file: "word tag" lines with the input's blank and -DOCSTART- lines
+    where they were, and a blank line after the last sentence, so that it lines up with an
+    input file that ends in one (`paste input predictions`, conlleval)."""
+    return "".join("".join(f"{line}\n" for line in s.preceding) +
+                   "".join(f"{w} {t}\n" for w, t in zip(s.words, sentence_tags, strict=True))
+                   for s, sentence_tags in zip(sentences, tags, strict=True)) + "\n"
+
+
+def missing_tag(label_list: Sequence[str]) -> str:
+    """The tag written for a word cut off by max_seq_length (it has no prediction): "O"
+    where the tag set has it (outside any entity), else "_" (CoNLL-U's "no value")."""
+    return "O" if "O" in label_list else "_"
+
+
 def predictions_to_tags(predicted_ids: np.ndarray, word_positions: Sequence[Sequence[int]],
-                        label_list: Sequence[str], missing: str = "O") -> list[list[str]]:
+                        label_list: Sequence[str], missing: str | None = None) -> list[list[str]]:
     """Maps per-token predictions back to one tag per word.
 
     Args:
       predicted_ids: int [N, S], argmax of the tagger's logits.
       word_positions: from `convert_sentences`.
       label_list: tags in id order.
-      missing: tag given to words truncated away (they have no prediction).
+      missing: tag given to words truncated away (they have no prediction); None:
+        `missing_tag(label_list)`.
 
     Returns:
       N lists of tags, one per word.
     """
+    if missing is None:
+        missing = missing_tag(label_list)
     out = []
     for row, positions in zip(predicted_ids, word_positions):
         out.append([label_list[int(row[p])] if p >= 0 else missing for p in positions])

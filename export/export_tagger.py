@@ -17,7 +17,7 @@ of the full --max_seq_length run.
 
 Signatures (W = the most words of a row in the batch; shorter rows are padded with "",
 tag "" and tag_id -1, probabilities 0):
-  serving_default  text: string [batch] (split on whitespace)
+  serving_default  text: string [batch] (split on whitespace, as Python's str.split())
                    -> words string [batch, W], tags string [batch, W], tag_ids int32
                    [batch, W], probabilities float32 [batch, W, C], num_words int32 [batch]
   words            words: string [batch, W'] (pad rows at the end with "") -> the same
@@ -39,6 +39,12 @@ from absl import flags, logging
 from data_prep import tokenizer_config
 from export import saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+
+
+# The characters Python's str.isspace() accepts (Unicode White_Space and the four ASCII
+# separators \x1c-\x1f), as an RE2 class: the words of the text signature are str.split()'s.
+WHITESPACE = (r"[\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}"
+              r"\x{2029}\x{202f}\x{205f}\x{3000}]+")
 
 
 class TaggerModule(tf.Module):
@@ -90,7 +96,9 @@ class TaggerModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
-        return self._tag(tf.strings.split(text))
+        # Words as Python's str.split() makes them (the CoNLL reader's): tf.strings.split
+        # alone splits on ASCII whitespace, leaving "Seoul\u3000went" one word.
+        return self._tag(tf.strings.split(tf.strings.regex_replace(text, WHITESPACE, " ")))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string, name="words")])
     def serve_words(self, words):

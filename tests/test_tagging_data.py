@@ -60,22 +60,43 @@ def test_word_without_sub_tokens_becomes_unk(tokenizer):
     assert positions == [[1, 2]] and stats.empty_words == 1
 
 
-def test_unknown_tag_names_sentence(tokenizer):
-    s = TaggedSentence("f.conll:7", ("John",), ("B-XYZ",))
-    with pytest.raises(DataError, match=r"f.conll:7: tag 'B-XYZ' \(word 1, 'John'\) is not in the label list"):
+def test_unknown_tag_names_its_line(tokenizer):
+    s = TaggedSentence("f.conll:7", ("John", "Smith"), ("O", "B-XYZ"))
+    with pytest.raises(DataError, match=r"f.conll:8: tag 'B-XYZ' \(word 2, 'Smith'\) is not in "
+                       r"the label list"):
         tagging.convert_sentences([s], tokenizer, LABELS, 8)
+
+
+CONLL = ("-DOCSTART- -X- -X- O\n\nJohn NNP B-NP B-PER\nSmith NNP I-NP I-PER\n\n\n"
+         "runs VBZ B-VP O\n\n-DOCSTART- -X- -X- O\n\nParis NNP B-NP B-LOC\n\n")
 
 
 def test_read_conll(tmp_path):
     path = tmp_path / "d.conll"
-    path.write_text("-DOCSTART- -X- -X- O\n\nJohn NNP B-NP B-PER\nSmith NNP I-NP I-PER\n\n\n"
-                    "runs VBZ B-VP O\n")
+    path.write_text(CONLL)
     sentences = tagging.read_conll(str(path))
-    assert sentences == [TaggedSentence(f"{path}:3", ("John", "Smith"), ("B-PER", "I-PER")),
-                         TaggedSentence(f"{path}:7", ("runs",), ("O",))]
-    assert tagging.label_list_from(sentences) == ["B-PER", "I-PER", "O"]
+    assert sentences == [
+        TaggedSentence(f"{path}:3", ("John", "Smith"), ("B-PER", "I-PER"),
+                       ("-DOCSTART- -X- -X- O", "")),
+        TaggedSentence(f"{path}:7", ("runs",), ("O",), ("", "")),
+        TaggedSentence(f"{path}:11", ("Paris",), ("B-LOC",), ("", "-DOCSTART- -X- -X- O", ""))]
+    assert tagging.label_list_from(sentences) == ["B-LOC", "B-PER", "I-PER", "O"]
     pos = tagging.read_conll(str(path), tag_column=1)
     assert pos[0].tags == ("NNP", "NNP")
+
+
+def test_predictions_line_up_with_the_input_file(tmp_path):
+    """The predictions file has the input's lines: -DOCSTART- and blank lines where they
+    were (CoNLL-2003 users `paste` the two files for conlleval)."""
+    path = tmp_path / "d.conll"
+    path.write_text(CONLL)
+    sentences = tagging.read_conll(str(path), has_tags=False)
+    tags = [["T"] * len(s.words) for s in sentences]
+    lines = tagging.predictions_text(sentences, tags).splitlines()
+    given = CONLL.splitlines()
+    assert len(lines) == len(given)
+    for written, read in zip(lines, given):
+        assert written == (f"{read.split()[0]} T" if read and read[0] != "-" else read)
 
 
 def test_read_conll_malformed_line(tmp_path):
@@ -83,6 +104,43 @@ def test_read_conll_malformed_line(tmp_path):
     path.write_text("John B-PER\nSmith\n")
     with pytest.raises(DataError, match=rf"{path}:2: expected at least 2"):
         tagging.read_conll(str(path))
+
+
+@pytest.mark.parametrize("text, line", [
+    # A tab-separated file whose word has a space: "New York" would give the tag "York".
+    ("He\tPRP\tO\nvisited\tVBD\tO\nNew York\tNNP\tB-LOC\n", 3),
+    # A missing column: "O" would become the POS tag of "visited".
+    ("He PRP O\nvisited O\nBerlin NNP B-LOC\n", 2),
+    # CoNLL-U: comment lines are not tokens.
+    ("1 John John PROPN\n# text = John went\n", 2),
+])
+def test_read_conll_refuses_lines_with_other_columns(tmp_path, text, line):
+    path = tmp_path / "d.conll"
+    path.write_text(text)
+    with pytest.raises(DataError, match=rf"{path}:{line}: \d whitespace-separated columns, but "
+                       r"line 1 has \d: every token line needs the same columns"):
+        tagging.read_conll(str(path), tag_column=1)
+
+
+def test_words_cut_off_have_a_tag_outside_the_predictions():
+    """A word past max_seq_length has no prediction: "O" where the tag set has it, else "_"
+    (never a tag the model did not predict, for POS sets without "O")."""
+    predicted, positions = np.array([[0, 1, 0]]), [[1, -1]]
+    assert tagging.predictions_to_tags(predicted, positions, ["B-PER", "O"]) == [["O", "O"]]
+    assert tagging.predictions_to_tags(predicted, positions, ["NN", "VB"]) == [["VB", "_"]]
+
+
+def test_the_export_splits_text_into_words_as_str_split():
+    """The tagger export's text signature splits on what Python's str.split() does (the
+    CoNLL reader's words): no-break and ideographic spaces too, not zero-width ones."""
+    import tensorflow as tf
+
+    from export.export_tagger import WHITESPACE
+
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    text = "a" + "b".join(spaces) + "c\u200bd Seoul\u3000went"
+    words = tf.strings.split(tf.strings.regex_replace([text], WHITESPACE, " ")).to_list()[0]
+    assert [w.decode() for w in words] == text.split()
 
 
 def test_conll2003_format_fixture():
@@ -102,6 +160,15 @@ def test_conll2003_format_fixture():
 ])
 def test_get_entities(tags, entities):
     assert get_entities(tags) == entities
+
+
+def test_underscore_separated_tags_are_entities_too():
+    """"B_PER"-style tag sets get entity scores, as seqeval gives them."""
+    from bert_keras.finetuning.tagging import is_chunk_tag
+
+    assert get_entities(["B_PER", "I_PER", "O", "S_LOC"]) == [("PER", 0, 1), ("LOC", 3, 3)]
+    assert [is_chunk_tag(t) for t in ("B_PER", "I-LOC", "E_X", "O", "NN", "B", "IN")] == [
+        True, True, True, False, False, False, False]
 
 
 def test_entity_f1_hand_computed():
@@ -131,3 +198,13 @@ def test_brown_reader_and_tag_simplification(tmp_path):
     path.write_text("The/at jury\n")
     with pytest.raises(ValueError, match=rf"{path}:1: expected word/tag, got 'jury'"):
         datasets.read_brown_file(path)
+
+
+def test_a_label_list_typed_with_spaces_around_a_label(tmp_path):
+    """A hand-typed label list: "O " is the tag "O" (before, the training file's "O" was
+    refused as not in the list ['O ', ...])."""
+    from bert_keras import model_loading
+
+    path = tmp_path / "labels.txt"
+    path.write_text("O \nB-PER\t\n I-PER\n")
+    assert model_loading.read_labels(str(path)) == ["O", "B-PER", "I-PER"]

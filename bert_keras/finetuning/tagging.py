@@ -2,9 +2,12 @@
 
 Reading and conversion are `data_prep.tagging`'s (each word's tag on its first WordPiece);
 this adapter adds the head (`BertTagger`), the scores and the predictions file
-("word predicted_tag" lines, blank line between sentences). Scores: token accuracy, and
-for IOB/IOE/IOBES tag sets entity precision/recall/F1 (seqeval's default, conlleval-
-compatible chunking, micro-averaged over entity spans).
+("word predicted_tag" lines; the input's blank and -DOCSTART- lines kept, so it lines up
+with the input file line for line). Scores: token accuracy, and for IOB/IOE/IOBES tag sets
+("B-PER" or "B_PER") entity precision/recall/F1 (seqeval's default, conlleval-compatible
+chunking, micro-averaged over entity spans). A word cut off by max_seq_length has no
+prediction: it is written and scored as `tagging.missing_tag` ("O", or "_" for a tag set
+without "O").
 """
 
 from __future__ import annotations
@@ -53,11 +56,16 @@ def token_accuracy(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
     return correct / total
 
 
+def is_chunk_tag(tag: str) -> bool:
+    """"B-PER", "I_LOC", ...: a chunk tag of IOB/IOE/IOBES/BILOU, "-" or "_" separated."""
+    return len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU"
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
     """("B", "PER") for "B-PER"; ("O", "") for "O"; a bare tag "X" is treated as ("I", "X")."""
     if tag == "O":
         return "O", ""
-    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIESLU":
+    if is_chunk_tag(tag):
         return tag[0], tag[2:]
     return "I", tag
 
@@ -175,9 +183,10 @@ class TaggingTask(LabelledFileTask):
         metrics = {"token_accuracy": token_accuracy(gold, predicted),
                    "num_sentences": len(sentences), "num_words": stats.words,
                    "truncated_sentences": stats.truncated_sentences,
-                   # Words cut off by max_seq_length count as wrong (tagged "O").
+                   # Words cut off by max_seq_length are scored as tagged "O" (or "_"):
+                   # right where that is their gold tag, wrong elsewhere.
                    "truncated_words": stats.truncated_words}
-        if any(t[:2] in ("B-", "I-", "E-", "S-") for s in gold for t in s):
+        if any(is_chunk_tag(t) for s in gold for t in s):
             metrics["entity"] = entity_f1(gold, predicted)
         logging.info("eval: token accuracy %.4f%s (%d words)", metrics["token_accuracy"],
                      f", entity F1 {metrics['entity']['f1']:.4f}" if "entity" in metrics else "",
@@ -186,8 +195,11 @@ class TaggingTask(LabelledFileTask):
 
     def write_predictions(self, sentences, features, outputs, labels, tokenizer, common, opts):
         predicted = self._tags(features, outputs, labels)
-        text = "\n".join("".join(f"{w} {t}\n" for w, t in zip(s.words, tags))
-                         for s, tags in zip(sentences, predicted))
-        files.write_text(os.path.join(common.output_dir, PREDICTIONS_FILE), text)
+        files.write_text(os.path.join(common.output_dir, PREDICTIONS_FILE),
+                         tagging.predictions_text(sentences, predicted))
+        if features.stats.truncated_words:
+            logging.warning("%d words past --max_seq_length have no prediction: written as "
+                            "%r in %s", features.stats.truncated_words,
+                            tagging.missing_tag(labels), PREDICTIONS_FILE)
         return {"num_sentences": len(sentences),
                 "truncated_words": features.stats.truncated_words}

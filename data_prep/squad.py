@@ -34,6 +34,7 @@ import collections
 import dataclasses
 import json
 import math
+import unicodedata
 from typing import Sequence
 
 import numpy as np
@@ -138,7 +139,8 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
 
     Raises:
       DataError: the JSON does not have SQuAD's structure (the failing element is named as
-        file: data[i].paragraphs[j].qas[k]).
+        file: data[i].paragraphs[j].qas[k]), or, outside training, two questions share an
+        id (predictions and scores are keyed by it: one would silently replace the other).
     """
     files.check_text_file(path)
     try:
@@ -148,6 +150,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
         raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     stats = ReadStats()
     examples = []
+    first_seen: dict[str, str] = {}  # question id -> where it first appeared
     for i, article in enumerate(_require(dataset, "data", list, path)):
         for j, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: data[{i}]")):
             pwhere = f"{path}: data[{i}].paragraphs[{j}]"
@@ -156,6 +159,11 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
             for k, qa in enumerate(_require(paragraph, "qas", list, pwhere)):
                 where = f"{pwhere}.qas[{k}]"
                 qas_id = str(_require(qa, "id", (str, int), where))
+                if not is_training and qas_id in first_seen:
+                    raise DataError(f"{where}.id: question id {qas_id!r} is used twice (first "
+                                    f"at {first_seen[qas_id].split(': ', 1)[1]}); predictions "
+                                    "are keyed by id, so every question needs its own")
+                first_seen.setdefault(qas_id, where)
                 question = _require(qa, "question", str, where)
                 answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
                 for a, answer in enumerate(answers):
@@ -430,8 +438,12 @@ def final_text(pred_text: str, orig_text: str, config: TokenizerConfig) -> str:
     start = orig_ns.find(pred_ns)
     if start == -1:
         return orig_text
-    end = start + len(pred_ns) - 1
-    return orig_text[source[start]:source[end] + 1]
+    end = source[start + len(pred_ns) - 1] + 1
+    # Combining marks that follow the last character belong to it ("Rene" + U+0301 is
+    # "René"), though accent stripping normalizes them to nothing.
+    while end < len(orig_text) and unicodedata.category(orig_text[end]).startswith("M"):
+        end += 1
+    return orig_text[source[start]:end]
 
 
 def _best_indexes(logits: np.ndarray, n_best_size: int) -> list[int]:
@@ -532,8 +544,10 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         if not version_2_with_negative:
             predictions[example.qas_id] = nbest[0]["text"]
         elif best_non_null is None:  # no span candidate at all: only "no answer" is left
+            # Google's and transformers' odds there: the null score against an "empty"
+            # entry of logits 0 (a number: the v2.0 script's --na-prob-file compares them).
             predictions[example.qas_id] = ""
-            null_odds[example.qas_id] = None
+            null_odds[example.qas_id] = float(score_null) if math.isfinite(score_null) else 0.0
         else:
             diff = float(score_null - best_non_null["start_logit"] - best_non_null["end_logit"])
             null_odds[example.qas_id] = diff

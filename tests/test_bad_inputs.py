@@ -355,6 +355,10 @@ CASES = [
      "--predict_file"),
     ("run_squad-query-longer-than-seq", "run_squad", f"{FT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/squad.json", "--max_query_length"),
+    # A question without a gold answer is refused with the inputs, not after training and
+    # writing predictions.json (which then blocked the rerun).
+    ("run_squad-eval-question-without-answer", "run_squad",
+     f"{SQ} --do_eval --predict_file={{TESTDATA}}/ft_squad_v2.json", "ft_squad_v2.json"),
     # extract_features
     *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
                                            ("max_seq_length", 500)]),

@@ -139,6 +139,10 @@ def test_postprocess_maps_sub_tokens_back_to_original_text(tokenizer):
     ("[UNK]", "☃x", True, "☃x"),  # cannot align: the original words
     ("new york", "NEW  York", True, "NEW  York"),
     ("New", "New York", False, "New"),
+    # An accent stored as a combining mark (NFD) stays on its letter: uncased BERT strips it
+    # from the tokens, and before, the answer lost it ("Rene": EM and F1 0).
+    ("rene", "Rene\u0301", True, "Rene\u0301"),
+    ("rene dit", "Rene\u0301 dit\u0301.", True, "Rene\u0301 dit\u0301"),
 ])
 def test_final_text(pred, orig, lower, expected):
     assert squad.final_text(pred, orig, TokenizerConfig(do_lower_case=lower)) == expected
@@ -215,6 +219,36 @@ def test_evaluate_v2_has_and_no_answer():
     assert result["exact_match"] == pytest.approx(500 / 6)
     result = sq.evaluate(gold, dict(preds, q6="John Smith"), version_2_with_negative=True)
     assert result["NoAns_exact"] == 0.0 and result["NoAns_f1"] == 0.0
+
+
+def test_no_span_candidate_has_numeric_null_odds(tokenizer):
+    """A question whose windows give no valid span (every candidate outside the context):
+    "" with the null score as its odds, a number as Google's and transformers' (the v2.0
+    script's --na-prob-file compares them; null broke it)."""
+    examples, _ = squad.read_squad(V2, is_training=False, version_2_with_negative=True)
+    q6 = [e for e in examples if e.qas_id == "q6"]
+    _, features, _ = squad.convert_examples(q6, tokenizer, 32, 16, 10, False)
+    start, end = _logits(features, {0: (1, 1)}, 32)  # position 1: a question token
+    start[0, 0], end[0, 0] = 0.5, 0.25
+    preds, nbest, odds = squad.postprocess(q6, features, start, end, n_best_size=1,
+                                           version_2_with_negative=True)
+    assert preds == {"q6": ""} and odds == {"q6": 0.75}
+    assert json.loads(json.dumps(odds))["q6"] > -1  # what the v2.0 script does with it
+
+
+def test_question_ids_used_twice_are_refused_outside_training(tmp_path):
+    """predictions.json and the scores are keyed by id: a second question with the same id
+    replaced the first (the v2.0 script scored both)."""
+    path = tmp_path / "dup.json"
+    qas = [{"id": "dup", "question": q, "answers": [{"text": "Oslo", "answer_start": 0}]}
+           for q in ("Where?", "Which city?")]
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Oslo is cold.",
+                                                          "qas": qas}]}]}))
+    with pytest.raises(squad.DataError, match=r"dup.json: data\[0\].paragraphs\[0\].qas\[1\]"
+                       r".id: question id 'dup' is used twice \(first at data\[0\]"
+                       r".paragraphs\[0\].qas\[0\]\)"):
+        squad.read_squad(str(path), is_training=False)
+    assert len(squad.read_squad(str(path), is_training=True)[0]) == 2  # training reads both
 
 
 def test_malformed_squad_names_the_element(tmp_path):

@@ -160,6 +160,14 @@ class SquadTask(Task):
     def read(self, path, split, opts):
         examples, stats = squad.read_squad(path, split == "train", opts.version_2_with_negative)
         logging.info("%s: %s", split, stats.summary())
+        if split == "eval" and not opts.version_2_with_negative:
+            # Checked with the inputs, before anything is trained or written.
+            unanswered = next((e for e in examples if not e.answers), None)
+            if unanswered is not None:
+                raise FinetuneError(
+                    f"{path}: question {unanswered.qas_id!r} has no gold answer, and "
+                    "--do_eval scores answers (a SQuAD 2.0 file? pass "
+                    "--version_2_with_negative; to answer without scoring, --do_predict alone)")
         return (examples, stats) if split == "train" else examples
 
     def build(self, encoder, labels, opts, head_initializer):

@@ -154,7 +154,8 @@ def warmup_texts(tokenizer, buckets: Sequence[int], segments: int, source: str) 
 
     Built from the words of `source` that are one WordPiece each (an out-of-vocabulary
     word is one [UNK]), so that "[CLS] a [SEP]" (or "[CLS] a [SEP] b [SEP]") fills the
-    bucket.
+    bucket; from the vocabulary's own whole words where `source` has none (a vocabulary
+    that spells "deep" or "text" in several pieces, e.g. a small or non-English one).
 
     Args:
       tokenizer: the export's `data_prep.tokenization.BertTokenizer`.
@@ -166,11 +167,15 @@ def warmup_texts(tokenizer, buckets: Sequence[int], segments: int, source: str) 
       One list of `segments` strings per bucket.
 
     Raises:
-      ExportError: `source` has no such word.
+      ExportError: neither `source` nor the vocabulary has such a word.
     """
     words = one_piece_words(tokenizer, source)
     if not words:
-        raise ExportError("no word of the warmup text is a single WordPiece of this vocabulary")
+        whole = [t for t in tokenizer.vocab if t.isalpha() and not t.startswith("##")]
+        words = one_piece_words(tokenizer, " ".join(whole[:1000]))
+    if not words:
+        raise ExportError("no word of the warmup text or of the vocabulary is a single "
+                          "WordPiece of this vocabulary")
 
     def text(n, start=0):
         return " ".join(words[(start + i) % len(words)] for i in range(n))

@@ -147,6 +147,31 @@ def test_warmup_texts_fill_every_bucket(modules):
             assert len(packed.tokens) == bucket, (segments, bucket, request)
 
 
+def test_warmup_texts_of_a_vocabulary_without_the_warmup_words(tmp_path):
+    """A vocabulary that spells every word of the warmup text in several pieces (letters and
+    a few words: a small or non-English one) takes whole words of its own; the export was
+    refused before ("no word of the warmup text is a single WordPiece")."""
+    import string
+
+    from data_prep.packing import pack
+    from data_prep.tokenization import BertTokenizer
+    from export.export_preprocessor import WARMUP_TEXTS
+
+    letters = list(string.ascii_lowercase)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters,
+                                *[f"##{c}" for c in letters], "cat", "dog"]) + "\n")
+    tokenizer = BertTokenizer(str(vocab))
+    assert length_buckets.one_piece_words(tokenizer, WARMUP_TEXTS[2]) == []
+    for segments in (1, 2):
+        texts = length_buckets.warmup_texts(tokenizer, (8, 16), segments, WARMUP_TEXTS[2])
+        for bucket, request in zip((8, 16), texts):
+            ids = tokenizer.encode(request)
+            packed = pack(ids[0], ids[1] if segments == 2 else None, 16, tokenizer.cls_id,
+                          tokenizer.sep_id)
+            assert len(packed.tokens) == bucket, (segments, bucket, request)
+
+
 def test_classifier_equals_the_fixed_length_export_and_keras(modules):
     from export.export_classifier import ClassifierModule
 

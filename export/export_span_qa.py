@@ -2,8 +2,9 @@ r"""Exports a fine-tuned span-QA model (SQuAD) as a SavedModel: question and con
 
     python -m export.export_span_qa --model_dir=runs/squad \
         --export_dir=/models/squad [--version=1] [--max_seq_length=384] \
-        [--max_answer_length=30] [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] \
-        [--serving_dtype=bfloat16]
+        [--max_query_length=64] [--max_answer_length=30] [--version_2_with_negative] \
+        [--null_score_diff_threshold=0.0] \
+        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] [--serving_dtype=bfloat16]
 
 --model_dir is what `python -m bert_keras.run_squad --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers
@@ -11,14 +12,18 @@ BertForQuestionAnswering): model.keras, vocab.txt, tokenizer_config.json.
 
 Signatures (S = max_seq_length):
   serving_default  question, context: string [batch] -> "[CLS] question [SEP] context [SEP]"
-                   (truncated fairly to S: a long context loses its end; no doc-stride
+                   (run_squad's first window: the question cut to --max_query_length, the
+                   context to the rest of S; a long context loses its end, no doc-stride
                    windows here) -> start_logits, end_logits float32 [batch, S] (-10000 at
                    padding positions, input_mask 0), input_word_ids, input_type_ids int32
                    [batch, S] (what the logits index),
                    answer_start, answer_end int32 [batch] (token positions of the best span:
                    highest start + end logit, both in the context, end >= start, at most
-                   max_answer_length tokens; -1 when the context is empty), answer string
-                   [batch] (its WordPieces joined, normalized as the tokenizer normalizes)
+                   max_answer_length tokens; -1 when the context is empty, and for a
+                   SQuAD 2.0 model where null_odds > --null_score_diff_threshold),
+                   null_odds float32 [batch] ([CLS]'s score minus the best span's, run_squad's
+                   null_odds.json), answer string [batch] (its WordPieces joined, normalized
+                   as the tokenizer normalizes; "" for no answer)
   ids              input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
                    (packed as run_squad packs) -> start_logits, end_logits [batch, seq]
 
@@ -42,9 +47,11 @@ from absl import flags, logging
 
 from data_prep import schema, tokenizer_config
 from export import length_buckets, saved_model_writer, task_export
+from export.text_preprocessing import keep_first
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
+MAX_QUERY_LENGTH = 64  # and its --max_query_length
 
 
 def _ids_signature():
@@ -55,14 +62,25 @@ def _ids_signature():
 class SpanQAModule(tf.Module):
     """Root object: preprocessor + fine-tuned BertSpanQA."""
 
-    def __init__(self, preprocessor: PreprocessorModule, model, max_answer_length: int):
+    def __init__(self, preprocessor: PreprocessorModule, model, max_answer_length: int,
+                 max_query_length: int | None = None,
+                 version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0):
         super().__init__()
+        if max_query_length is None:  # Google's 64, or what a short window leaves
+            max_query_length = min(MAX_QUERY_LENGTH, preprocessor.seq_length - 4)
         if max_answer_length < 1:
             raise saved_model_writer.ExportError(
                 f"--max_answer_length must be >= 1. Received: {max_answer_length}")
+        if not 1 <= max_query_length < preprocessor.seq_length - 3:
+            raise saved_model_writer.ExportError(
+                f"--max_query_length={max_query_length} must be >= 1 and leave room for "
+                f"context in --max_seq_length={preprocessor.seq_length} ([CLS] and two [SEP])")
         self.preprocessor = preprocessor
         self.model = saved_model_writer.Untracked(model)
         self.max_answer_length = max_answer_length
+        self.max_query_length = max_query_length
+        self.version_2_with_negative = version_2_with_negative
+        self.null_score_diff_threshold = float(null_score_diff_threshold)
 
     def _logits(self, inputs):
         out = self.model(inputs, training=False)
@@ -76,7 +94,13 @@ class SpanQAModule(tf.Module):
                                   tf.TensorSpec([None], tf.string, name="context")])
     def serve(self, question, context):
         pre = self.preprocessor
-        packed, inputs = pre.encoder_inputs([pre._tokenize(question), pre._tokenize(context)])
+        # run_squad's first window: the question cut to max_query_length, the context to
+        # what is left of S ([CLS] and two [SEP]); a longer context loses its end.
+        asked = pre._tokenize(question)
+        asked = keep_first(asked, tf.fill([asked.nrows()], tf.constant(self.max_query_length,
+                                                                         tf.int64)))
+        room = pre.seq_length - 3 - asked.row_lengths()
+        packed, inputs = pre.encoder_inputs([asked, keep_first(pre._tokenize(context), room)])
         out = self._logits(inputs)  # [B, L] each, L <= S the bucket length
         ids = inputs[schema.INPUT_WORD_IDS]  # [B, L]
         # Context tokens: segment 1, real, not the closing [SEP].
@@ -91,6 +115,13 @@ class SpanQAModule(tf.Module):
         best = tf.argmax(tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq]), axis=-1,
                          output_type=tf.int32)  # [B]
         found = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [B]
+        # SQuAD 2.0's odds: the [CLS] ("no answer") score minus the best span's.
+        best_score = tf.reduce_max(tf.reshape(tf.where(valid, scores, -np.inf),
+                                              [-1, seq * seq]), axis=-1)  # [B]
+        null_score = out["start_logits"][:, 0] + out["end_logits"][:, 0]  # [B]
+        null_odds = tf.where(found, null_score - best_score, null_score)
+        if self.version_2_with_negative:  # run_squad's rule: "" above the threshold
+            found &= null_odds <= self.null_score_diff_threshold
         answer_start = tf.where(found, best // seq, -1)
         answer_end = tf.where(found, best % seq, -1)
         positions = tf.ragged.range(tf.maximum(answer_start, 0),
@@ -106,6 +137,7 @@ class SpanQAModule(tf.Module):
             "input_type_ids": packed[schema.INPUT_TYPE_IDS],
             "answer_start": answer_start,
             "answer_end": answer_end,
+            "null_odds": null_odds,
             "answer": pre.tokenizer.detokenize_tensor(pieces),
         }
 
@@ -113,7 +145,9 @@ class SpanQAModule(tf.Module):
 def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
                    version: int | None = None,
                    max_answer_length: int = MAX_ANSWER_LENGTH, buckets=None,
-                   serving_dtype: str = "float32") -> str:
+                   serving_dtype: str = "float32", max_query_length: int | None = None,
+                   version_2_with_negative: bool = False,
+                   null_score_diff_threshold: float = 0.0) -> str:
     """Writes the span-QA SavedModel to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -121,6 +155,10 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
       tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
       seq_length: the fine-tuning max_seq_length (length of the text signature's windows).
       max_answer_length: the longest answer span, in tokens.
+      max_query_length: the question is cut to this many tokens, as run_squad cuts it
+        (None: 64, or seq_length - 4 where that is less).
+      version_2_with_negative: a SQuAD 2.0 model: the answer is "" (answer_start -1) where
+        null_odds > null_score_diff_threshold, as run_squad predicts.
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
         exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
@@ -135,7 +173,8 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
     model = tasks.for_serving(model, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
-        module = SpanQAModule(pre, model, max_answer_length)
+        module = SpanQAModule(pre, model, max_answer_length, max_query_length,
+                              version_2_with_negative, null_score_diff_threshold)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
             "ids": module.serve_ids.get_concrete_function(),
@@ -163,15 +202,32 @@ _FLAGS = task_export.define_flags(
 _MAX_ANSWER_LENGTH = flags.DEFINE_integer(
     "max_answer_length", MAX_ANSWER_LENGTH, "Longest answer span, in tokens.",
     allow_override=True)
+_MAX_QUERY_LENGTH = flags.DEFINE_integer(
+    "max_query_length", None, "The question is cut to this many tokens, as run_squad cuts "
+    f"it. Default: --model_dir's ({task_export.TRAIN_RESULTS_FILE}), else "
+    f"{MAX_QUERY_LENGTH} (or --max_seq_length - 4 where that is less).", allow_override=True)
+_VERSION_2 = flags.DEFINE_boolean(
+    "version_2_with_negative", False, "A SQuAD 2.0 model: answer \"\" where null_odds > "
+    "--null_score_diff_threshold. Default: whether --model_dir was trained so "
+    f"({task_export.TRAIN_RESULTS_FILE}), else false.", allow_override=True)
+_NULL_THRESHOLD = flags.DEFINE_float(
+    "null_score_diff_threshold", 0.0, "With --version_2_with_negative: answer \"\" where the "
+    "null score minus the best span's exceeds this (run_squad's flag).", allow_override=True)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype,
                recorded):
-        return export_span_qa(model, tokenizer, export_dir, seq_length, version=version,
-                              max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets,
-                              serving_dtype=serving_dtype)
+        return export_span_qa(
+            model, tokenizer, export_dir, seq_length, version=version,
+            max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets,
+            serving_dtype=serving_dtype,
+            max_query_length=task_export.given_or_recorded(
+                _MAX_QUERY_LENGTH, recorded, "max_query_length", "Question length"),
+            version_2_with_negative=task_export.given_or_recorded(
+                _VERSION_2, recorded, "version_2_with_negative", "SQuAD 2.0"),
+            null_score_diff_threshold=_NULL_THRESHOLD.value)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,

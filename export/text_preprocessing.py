@@ -19,7 +19,7 @@ import tensorflow as tf
 from data_prep import schema
 
 
-def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
+def keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """Keeps the first lengths[i] items of row i of `ragged`."""
     positions = tf.ragged.range(ragged.row_lengths())
     return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
@@ -80,14 +80,14 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int, pad_id: int
     with tf.control_dependencies(checks):
         kept_a, kept_b = truncated_lengths(
             a.row_lengths(), None if b is None else b.row_lengths(), length - specials)
-    a = _keep_first(a, kept_a)
+    a = keep_first(a, kept_a)
     batch = a.nrows()
     cls = tf.fill([batch, 1], tf.constant(cls_id, tf.int32))
     sep = tf.fill([batch, 1], tf.constant(sep_id, tf.int32))
     pieces = [cls, a, sep]
     types = [tf.zeros_like(cls), tf.zeros_like(a), tf.zeros_like(sep)]
     if b is not None:
-        b = _keep_first(b, kept_b)
+        b = keep_first(b, kept_b)
         pieces += [b, sep]
         types += [tf.ones_like(b), tf.ones_like(sep)]
     ids = tf.concat(pieces, axis=1)  # ragged [B, None]

@@ -220,12 +220,64 @@ def test_tagger_and_span_qa_equal_the_fixed_length_export(modules):
             else:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         # At real positions, the Keras model's logits on the packed ids.
-        packed = modules["fixed"].serve_pair(question, context)
-        keras_out = qa({k: v.numpy() for k, v in packed.items()}, training=False)
-        real = packed[schema.MODEL_INPUT_MASK].numpy() == 1
+        packed = {schema.INPUT_WORD_IDS: got["input_word_ids"].numpy(),
+                  schema.INPUT_TYPE_IDS: got["input_type_ids"].numpy(),
+                  schema.MODEL_INPUT_MASK: (got["input_word_ids"].numpy() != 0).astype(np.int32)}
+        keras_out = qa(packed, training=False)
+        real = packed[schema.MODEL_INPUT_MASK] == 1
         np.testing.assert_allclose(got["start_logits"].numpy()[real],
                                    np.asarray(keras_out["start_logits"])[real], atol=1e-5)
         assert (got["end_logits"].numpy()[~real] == length_buckets.PADDING_LOGIT).all()
+
+
+@pytest.mark.integration  # Two span-QA modules traced: about 45 s on 2 cores.
+def test_span_qa_packs_run_squads_first_window_and_says_no_answer_for_squad_2(modules,
+                                                                               tmp_path):
+    """The text signature packs what run_squad's converter makes of the same question and
+    context (its first window: the question cut to max_query_length, the context to the
+    rest); null_odds is [CLS]'s score minus the best span's, and a SQuAD 2.0 export answers
+    "" where it exceeds the threshold, as run_squad predicts."""
+    import json
+
+    from data_prep import squad
+    from export.export_span_qa import SpanQAModule
+
+    tokenizer, qa = modules["tokenizer"], BertSpanQA(modules["encoder"])
+    questions = texts_of([2, 6, 11, 20], offset=11)
+    contexts = texts_of([40, 3, 20, 1])
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [
+        {"context": c, "qas": [{"id": f"q{i}", "question": q, "answers": []}]}
+        for i, (q, c) in enumerate(zip(questions, contexts))]}]}))
+    examples, _ = squad.read_squad(str(path), is_training=False)
+    arrays, windows, _ = squad.convert_examples(examples, tokenizer, S, 8, 6, False)
+    first = [[w.example_index for w in windows].index(i) for i in range(len(questions))]
+    v1 = SpanQAModule(modules["fixed"], qa, 5, max_query_length=6)
+    out = v1.serve(tf.constant(questions), tf.constant(contexts))
+    np.testing.assert_array_equal(out["input_word_ids"], arrays["input_ids"][first])
+    np.testing.assert_array_equal(out["input_type_ids"], arrays["segment_ids"][first])
+    # null_odds by brute force over the logits: context positions, spans of at most 5.
+    start, end = out["start_logits"].numpy(), out["end_logits"].numpy()
+    odds = []
+    for row in range(len(questions)):
+        tokens = windows[first[row]].tokens
+        context = [i for i in windows[first[row]].token_to_orig_map]
+        best = max(start[row, i] + end[row, j] for i in context for j in context
+                   if 0 <= j - i < 5)
+        odds.append(start[row, 0] + end[row, 0] - best)
+        assert tokens[0] == "[CLS]"
+    np.testing.assert_allclose(out["null_odds"], odds, atol=1e-5)
+    threshold = float(np.median(odds))
+    v2 = SpanQAModule(modules["fixed"], qa, 5, max_query_length=6, version_2_with_negative=True,
+                      null_score_diff_threshold=threshold)
+    got = v2.serve(tf.constant(questions), tf.constant(contexts))
+    none = np.asarray(odds) > threshold
+    assert 0 < none.sum() < len(questions)
+    assert list(got["answer"].numpy()[none]) == [b""] * none.sum()
+    assert (got["answer_start"].numpy()[none] == -1).all()
+    np.testing.assert_array_equal(got["answer_start"].numpy()[~none],
+                                  out["answer_start"].numpy()[~none])
+    assert all(got["answer"].numpy()[~none])
 
 
 # --- TF Serving's batching parameters. ---

@@ -424,6 +424,11 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     predict = json.load(open(out / "predict_results.json"))
     assert predict["questions"] == 6 and predict["predict_examples_per_second"] > 0
     assert metrics["total"] == 6 and metrics["NoAns_total"] == 1
+    assert all(isinstance(v, float) for v in odds.values())  # numbers for the v2.0 script
+    # What export_span_qa takes as its defaults.
+    recorded = json.load(open(out / "train_results.json"))
+    assert (recorded["max_seq_length"], recorded["max_query_length"],
+            recorded["version_2_with_negative"]) == (20, 8, True)
 
 
 def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):

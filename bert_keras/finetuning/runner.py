@@ -230,6 +230,10 @@ class Task:
     def train_summary(self, features: Features, read_info) -> dict:
         return {}
 
+    def export_settings(self, opts) -> dict:
+        """Task flags the task's export takes as its defaults (train_results.json)."""
+        return {}
+
     def evaluate(self, examples, features: Features, outputs: dict, labels, tokenizer,
                  common: FinetuneOptions, opts) -> dict:
         raise NotImplementedError
@@ -470,8 +474,9 @@ def run(task: Task, values: dict) -> dict:
                 + distribution.preemption_callbacks("the model was not saved; rerun the same "
                                                     "command on every host to train it again"))
         summary.update(task.train_summary(data, read_info))
-        # What the task exports take as their default --max_seq_length (export/task_export.py).
+        # What the task exports take as their defaults (export/task_export.py).
         summary["max_seq_length"] = common.max_seq_length
+        summary.update(task.export_settings(opts))
         if labels is not None:
             summary["label_list"] = labels
         summary["tokenizer"] = settings.to_json_dict()

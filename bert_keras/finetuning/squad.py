@@ -190,6 +190,10 @@ class SquadTask(Task):
                 "windows": features.stats.features,
                 "questions_truncated": features.stats.questions_truncated}
 
+    def export_settings(self, opts):
+        return {"max_query_length": opts.max_query_length,
+                "version_2_with_negative": opts.version_2_with_negative}
+
     def _answer(self, examples, features, outputs, tokenizer, common, opts):
         predictions, nbest, null_odds = squad.postprocess(
             examples, features.extra, outputs["start_logits"], outputs["end_logits"],

@@ -118,7 +118,9 @@ def _require(obj, key, kind, where):
     value = obj[key]
     if not isinstance(value, kind):
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        raise DataError(f"{where}.{key}: expected {' or '.join(k.__name__ for k in kinds)}, "
+        # "file: data[0].paragraphs" below the top level; "file: data" at it (not "file.data").
+        element = f"{where}.{key}" if ": " in where else f"{where}: {key}"
+        raise DataError(f"{element}: expected {' or '.join(k.__name__ for k in kinds)}, "
                         f"got {type(value).__name__}")
     return value
 

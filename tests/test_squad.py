@@ -256,6 +256,9 @@ def test_malformed_squad_names_the_element(tmp_path):
     path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [{"question": "q"}]}]}]}))
     with pytest.raises(squad.DataError, match=r"data\[0\].paragraphs\[0\].qas\[0\]: expected an object with a 'id'"):
         squad.read_squad(str(path), is_training=False)
+    path.write_text(json.dumps({"data": {"paragraphs": []}}))
+    with pytest.raises(squad.DataError, match=r"bad.json: data: expected list, got dict"):
+        squad.read_squad(str(path), is_training=False)
     path.write_text("{\n  \"data\": [\n}")
     with pytest.raises(squad.DataError, match=r"bad.json:3: not valid JSON"):
         squad.read_squad(str(path), is_training=False)

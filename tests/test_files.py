@@ -127,3 +127,20 @@ def test_a_byte_order_mark_is_not_part_of_the_data(tmp_path):
         marked.write_text(text, encoding="utf-8-sig")
         assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
         assert read(str(marked)) == read(str(plain)), (ext, text)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_utf16_text_is_named_as_such(tmp_path, encoding):
+    """Excel's "Unicode text" (a TSV) and Notepad's "Unicode" save UTF-16 with a byte-order
+    mark: the error says so and how to convert, not "NUL byte ... looks binary"."""
+    from data_prep import classification
+    from data_prep.files import TextFileError
+
+    path = tmp_path / "train.tsv"
+    text = "text\tlabel\n좋아요\tpos\n"
+    path.write_bytes(("" if encoding == "utf-16" else "\ufeff").encode(encoding) +
+                     text.encode(encoding))  # "utf-16" writes the mark itself
+    for read in (files.check_text_file, classification.read_examples):
+        with pytest.raises(TextFileError, match=r"train.tsv:1: UTF-16 text \(byte-order mark "
+                           r".*\); expected UTF-8 text \(convert it: iconv -f utf-16 -t utf-8"):
+            read(str(path))

@@ -14,8 +14,9 @@ Output, by the extension of --output_file:
   .jsonl  one line per example, Google's layout:
           {"linex_index": i, "features": [{"token": "[CLS]", "layers": [{"index": -1,
           "values": [...H floats, rounded to 6 decimals]}, ...]}, ...]} for the real tokens.
-  .npz    tokens: str [N, S] ("" on padding); input_ids, input_mask, input_type_ids: int32
-          [N, S]; layer_<i> (e.g. "layer_-1"): float32 [N, S, H] for every requested layer.
+  .npz    tokens: str [N, S] ("" on padding); input_word_ids, input_mask, input_type_ids:
+          int32 [N, S]; layer_<i> (e.g. "layer_-1"): float32 [N, S, H] for every requested
+          layer.
 Layer -1 is the last transformer layer, -L the first (the embeddings are not a layer).
 The tokenizer settings come with the checkpoint (tokenizer_config.json beside its vocabulary);
 --do_lower_case / --strip_accents / --tokenize_chinese_chars override them.
@@ -117,6 +118,11 @@ def extract(encoder, tokenizer, examples, layers, max_seq_length, batch_size):
     if max_seq_length > encoder.max_sequence_length:
         raise FinetuneError(f"--max_seq_length={max_seq_length} exceeds the encoder's position "
                             f"table ({encoder.max_sequence_length} positions)")
+    least = 4 if any(e[1] is not None for e in examples) else 3  # specials + one token each
+    if max_seq_length < least:
+        raise FinetuneError(f"--max_seq_length={max_seq_length} is too short: "
+                            f"{'a pair' if least == 4 else 'a text'} needs at least {least} "
+                            "positions ([CLS], [SEP] and a token of each text)")
     model = feature_model(encoder, layers)
     a = tokenizer.tokenize([e[0] for e in examples])
     pairs = [i for i, e in enumerate(examples) if e[1] is not None]
@@ -136,10 +142,14 @@ def extract(encoder, tokenizer, examples, layers, max_seq_length, batch_size):
     return tokens, result, sum(p.truncated for p in packed)
 
 
-def write_features(path: str, tokens, arrays, layers, overwrite: bool = False) -> str:
-    """Writes JSONL (Google's layout) or .npz, under a temporary name; never overwrites silently."""
+def _check_output_name(path: str) -> None:
     if not path.endswith((".jsonl", ".json", ".npz")):
         raise FinetuneError(f"--output_file must end in .jsonl or .npz; received {path}")
+
+
+def write_features(path: str, tokens, arrays, layers, overwrite: bool = False) -> str:
+    """Writes JSONL (Google's layout) or .npz, under a temporary name; never overwrites silently."""
+    _check_output_name(path)
     if path.endswith(".npz"):
         with files.atomic_output(path, overwrite=overwrite,
                                  hint="pass --overwrite_output to replace it") as tmp:
@@ -170,6 +180,7 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
     """Reads, extracts and writes; returns {"examples", "truncated", "layers", "output_file"}."""
     backends.check_backend()
     layers = _parse_layers(layers)
+    _check_output_name(output_file)  # before the model runs over the whole input
     if batch_size < 1:
         raise FinetuneError(f"--batch_size must be >= 1; received {batch_size}")
     if not overwrite_output:

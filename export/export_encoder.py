@@ -21,6 +21,7 @@ The saved object is also callable TF Hub-style: `obj(inputs_dict)` returns the d
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -59,6 +60,11 @@ class EncoderModule(tf.Module):
         self.bert_config_file = tf.saved_model.Asset(config_file)
         if tokenizer_config_file is not None:
             self.tokenizer_config_file = tf.saved_model.Asset(tokenizer_config_file)
+            # Google's and TF Hub's BERT tutorials build their tokenizer from
+            # `vocab_file.asset_path` and `do_lower_case.numpy()`.
+            with open(tokenizer_config_file, encoding="utf-8") as f:
+                lower = bool(json.load(f).get("do_lower_case", True))
+            self.do_lower_case = tf.Variable(lower, trainable=False, name="do_lower_case")
         if pretrainer is not None:
             # Only with a pretrainer: a function with an input signature is traced at save.
             self.mlm = tf.function(self._mlm, input_signature=[dict(
@@ -80,12 +86,15 @@ class EncoderModule(tf.Module):
 
     @tf.function(input_signature=[_input_signature()])
     def __call__(self, inputs):
-        """TF Hub reusable-SavedModel call, inference only: dict in, dict (with a list) out.
+        """TF Hub reusable-SavedModel call, inference only: dict in, dict (with a list) out,
+        `default` being the pooled output as in TF Hub's text-embedding API.
 
-        Training mode is not exported: Keras' dropout keeps its random state outside the
-        trackable object graph, and fine-tuning belongs in Keras (load the checkpoint).
+        Training mode is not exported, nor TF Hub's `trainable_variables`: Keras' dropout
+        keeps its random state outside the trackable object graph, and fine-tuning belongs
+        in Keras (load the checkpoint: docs/finetuning.md).
         """
-        return self.encoder(inputs, training=False)
+        out = self.encoder(inputs, training=False)
+        return {**out, "default": out["pooled_output"]}
 
     def _mlm(self, inputs):
         return {"mlm_logits": self.pretrainer(inputs, training=False)["mlm_logits"]}
@@ -150,6 +159,10 @@ def export_encoder(
         raise saved_model_writer.ExportError(
             f"--seq_length={warmup_seq_length} exceeds the encoder's position table "
             f"({encoder.max_sequence_length} positions): requests that long would fail")
+    if warmup_seq_length < 2:
+        raise saved_model_writer.ExportError(
+            f"--seq_length={warmup_seq_length}: the warmup requests need at least 2 positions "
+            "([CLS] and [SEP])")
     seq_length = warmup_seq_length
     if settings is None:
         settings = tokenizer_config.resolve(vocab_file)[0]

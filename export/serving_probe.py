@@ -61,13 +61,22 @@ def probe(export_dir, text=False, inputs_file=None, outputs_file=None):
     ]
     if inputs_file:
         arrays = dict(np.load(inputs_file, allow_pickle=False))
+        # With masked_lm_positions, the encoder export's mlm signature runs on them too.
+        mlm_arrays = arrays if "masked_lm_positions" in arrays else None
+        arrays = {k: v for k, v in arrays.items() if k != "masked_lm_positions"}
         outputs = loaded.signatures["serving_default"](
             **{k: tf.constant(v) for k, v in arrays.items()}
         )
         outputs = {k: v.numpy() for k, v in outputs.items()}
-        np.savez(outputs_file, **outputs)
         requests.append(("serving_default", arrays))
         eager_outputs.append(outputs)
+        if mlm_arrays is not None:
+            mlm = loaded.signatures["mlm"](**{k: tf.constant(v) for k, v in mlm_arrays.items()})
+            mlm = {k: v.numpy() for k, v in mlm.items()}
+            requests.append(("mlm", mlm_arrays))
+            eager_outputs.append(mlm)
+            outputs = {**outputs, **mlm}
+        np.savez(outputs_file, **outputs)
     report["session"] = session_replay(export_dir, requests, eager_outputs)
     report["modules"] = sorted(
         m for m in ("keras", "bert_keras", "data_prep", "tensorflow_text") if m in sys.modules

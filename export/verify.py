@@ -18,8 +18,10 @@ Checks, each reported on one line; exit status 1 if any fails:
   session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
              take this path) restores the variables, and the same requests give the
              same outputs by SignatureDef tensor names (within tolerance)
-  parity     with --init_checkpoint, for an encoder export: its outputs equal the Keras
-             encoder's from that checkpoint (within tolerance); a text-in export is refused
+  parity     with --init_checkpoint, for an encoder export: its outputs (pooled, sequence,
+             every layer's, and mlm_logits where the export has the mlm signature and the
+             checkpoint the heads) equal the Keras model's from that checkpoint (within
+             tolerance); a text-in export is refused
 
 Tolerance (session and parity): every float output must satisfy
     max |got - expected| <= rtol * max |expected|
@@ -225,7 +227,7 @@ def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
                       "classifier: text -> probabilities/label; serve_examples for Classify")
 
 
-def _check_parity_applies(export_dir) -> None:
+def _check_parity_applies(export_dir) -> list[str]:
     """--init_checkpoint's parity check feeds token ids to an encoder export; a text-in export
     (preprocessor, classifier, tagger, span QA) is refused in one line before anything runs,
     not reported as failing to load when the probe feeds it ids."""
@@ -236,13 +238,14 @@ def _check_parity_applies(export_dir) -> None:
     try:
         names = sorted(signature_method_names(export_dir))
     except DecodeError:
-        return  # reported as a damaged export by the op check
+        return []  # reported as a damaged export by the op check
     if "encoder" not in names:
         raise VerifyError(
             f"--init_checkpoint: the parity check compares an encoder export (export_encoder) "
             f"with the checkpoint's encoder; {export_dir} is a text-in export (signatures "
             f"{names}), which its warmup and session checks cover: verify it without "
             "--init_checkpoint")
+    return names
 
 
 def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -> Report:
@@ -267,13 +270,18 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
                           "version directory inside it (expected a model's base directory or "
                           "one of its versions, e.g. models/spam or models/spam/1)")
     report = Report(export_dir)
-    encoder = None
+    encoder = pretrainer = None
     if init_checkpoint:  # Loaded first: a wrong checkpoint fails before the slow probe.
         from bert_keras import model_loading
+        from bert_keras.pretrainer import BertPretrainer
 
-        _check_parity_applies(export_dir)
-
-        encoder = model_loading.load_encoder(init_checkpoint, bert_config_file)
+        names = _check_parity_applies(export_dir)
+        ckpt = model_loading.load_checkpoint(init_checkpoint, bert_config_file)
+        encoder = ckpt.encoder
+        # An export with the mlm signature is compared on its MLM logits too, where the
+        # checkpoint has the heads.
+        if "mlm" in names and isinstance(ckpt.model, BertPretrainer):
+            pretrainer = ckpt.model
 
     try:
         op_types = op_check.check_ops(export_dir)
@@ -298,6 +306,8 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
         model_loading.check_vocab_fits(encoder, vocab_file, init_checkpoint)  # before the probe
         cls_id, sep_id, vocab_size = special_ids(vocab_file)
         inputs = example_inputs(3, 16, cls_id, sep_id, vocab_size)
+        if pretrainer is not None:
+            inputs["masked_lm_positions"] = np.array([[1, 2], [3, 5], [0, 4]], np.int32)
     try:
         probe, outputs = _run_probe(export_dir, text, inputs)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -345,9 +355,17 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
                    f"{session['requests']} requests, {detail}")
 
     if encoder is not None:
-        expected = encoder(inputs, training=False)
+        ids = {k: v for k, v in inputs.items() if k != "masked_lm_positions"}
+        expected = dict(encoder(ids, training=False))
+        # Every layer, as the signature stacks them: [B, L, S, H].
+        expected["encoder_outputs"] = np.stack(
+            [np.asarray(x) for x in expected["encoder_outputs"]], axis=1)
+        keys = ["pooled_output", "sequence_output", "encoder_outputs"]
+        if pretrainer is not None:
+            expected["mlm_logits"] = pretrainer(inputs, training=False)["mlm_logits"]
+            keys.append("mlm_logits")
         checks = []  # (diff, scale, output)
-        for key in ("pooled_output", "sequence_output"):
+        for key in keys:
             want = np.asarray(expected[key])
             checks.append((float(np.abs(want - outputs[key]).max()), float(np.abs(want).max()),
                            key))

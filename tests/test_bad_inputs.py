@@ -361,7 +361,11 @@ CASES = [
      f"{SQ} --do_eval --predict_file={{TESTDATA}}/ft_squad_v2.json", "ft_squad_v2.json"),
     # extract_features
     *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
-                                           ("max_seq_length", 500)]),
+                                           ("max_seq_length", 2), ("max_seq_length", 500)]),
+    # Checked before the checkpoint loads and the model runs over the input (it was after).
+    ("extract_features-output-extension", "extract_features",
+     EXT.replace("features.jsonl", "features.csv").replace("{F}/encoder", "{F}/nope"),
+     "--output_file"),
     ("extract_features-layers-not-int", "extract_features", f"{EXT} --layers=a,b", "--layers"),
     ("extract_features-layer-out-of-range", "extract_features", f"{EXT} --layers=-9",
      "--layers"),
@@ -463,8 +467,9 @@ CASES = [
     ("create_pretraining_data-output-exists", "create_pretraining_data",
      CPD.replace("{W}/shard.tfrecord", "{F}/existing.txt"), "existing.txt"),
     # export_encoder
-    *_flag_cases("export_encoder", EENC, [("seq_length", 0), ("seq_length", 128),
-                                          ("version", 0), ("length_buckets", "16,sixteen")]),
+    *_flag_cases("export_encoder", EENC, [("seq_length", 0), ("seq_length", 1),
+                                          ("seq_length", 128), ("version", 0),
+                                          ("length_buckets", "16,sixteen")]),
     ("export_encoder-missing-init", "export_encoder", EENC.replace("{F}/encoder", "{F}/nope"),
      "nope"),
     ("export_encoder-garbage-init", "export_encoder",

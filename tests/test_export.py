@@ -63,9 +63,13 @@ def test_signatures_match_keras(exported):
     np.testing.assert_allclose(out["sequence_output"], ref["sequence_output"], atol=1e-5)
     stacked = np.stack([np.asarray(e) for e in ref["encoder_outputs"]], axis=1)
     np.testing.assert_allclose(out["encoder_outputs"], stacked, atol=1e-5)
-    # The TF Hub-style call returns the list form.
+    # The TF Hub-style call returns the list form, and `default` (TF Hub's text-embedding
+    # key); the tokenizer of Google's tutorials reads vocab_file and do_lower_case.
     hub = loaded(x)
     assert len(hub["encoder_outputs"]) == TINY["num_layers"]
+    np.testing.assert_allclose(hub["default"], ref["pooled_output"], atol=1e-5)
+    assert loaded.vocab_file.asset_path.numpy().decode().endswith("vocab.txt")
+    assert loaded.do_lower_case.numpy() is np.True_
     # The mlm endpoint.
     x["masked_lm_positions"] = np.array([[1, 2], [3, 4], [0, 0]], np.int32)
     mlm = loaded.signatures["mlm"](**{k: tf.constant(v) for k, v in x.items()})
@@ -143,6 +147,31 @@ def test_verify_fails_on_other_weights(exported, tmp_path):
     report = verify(path, init_checkpoint=str(tmp_path / "encoder.weights.h5"))
     assert not report.ok
     assert [c for c, ok, _ in report.lines if not ok] == ["parity"]
+
+
+@pytest.mark.integration  # Two verify runs (fresh processes): about 30 s on 2 cores.
+def test_parity_covers_every_layer_and_the_mlm_head(exported, tmp_path):
+    """With a pretraining checkpoint, an export with the mlm signature is compared on its
+    MLM logits too (and on every layer's output): the same encoder with other MLM-head
+    weights fails on mlm_logits, where it passed before."""
+    _, encoder, pretrainer, path = exported
+    heads = [v.path for v in pretrainer.weights if v.path not in {w.path for w in
+                                                                   encoder.weights}]
+    assert heads  # the MLM transform and bias
+    for name, shift in (("same", 0.0), ("other", 0.5)):
+        other = BertPretrainer(BertEncoder(**TINY))
+        other.set_weights([w + (shift if v.path in heads else 0.0)
+                           for v, w in zip(pretrainer.weights, pretrainer.get_weights())])
+        (tmp_path / name).mkdir()
+        other.save_weights(str(tmp_path / name / "pretrainer.weights.h5"))
+        encoder.to_bert_config().to_json_file(str(tmp_path / name / "bert_config.json"))
+        report = verify(path, init_checkpoint=str(tmp_path / name / "pretrainer.weights.h5"))
+        failed = [c for c, ok, _ in report.lines if not ok]
+        parity = next(detail for c, _, detail in report.lines if c == "parity")
+        if shift:
+            assert failed == ["parity"] and "mlm_logits" in parity, str(report)
+        else:
+            assert not failed, str(report)
 
 
 def perturb_one_weight(encoder, factor=1.01, name="intermediate"):

@@ -152,7 +152,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
         raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     stats = ReadStats()
     examples = []
-    first_seen: dict[str, str] = {}  # question id -> where it first appeared
+    first_seen: dict[str, str] = {}  # question id -> the element it first appeared in
     for i, article in enumerate(_require(dataset, "data", list, path)):
         for j, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: data[{i}]")):
             pwhere = f"{path}: data[{i}].paragraphs[{j}]"
@@ -163,9 +163,9 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                 qas_id = str(_require(qa, "id", (str, int), where))
                 if not is_training and qas_id in first_seen:
                     raise DataError(f"{where}.id: question id {qas_id!r} is used twice (first "
-                                    f"at {first_seen[qas_id].split(': ', 1)[1]}); predictions "
-                                    "are keyed by id, so every question needs its own")
-                first_seen.setdefault(qas_id, where)
+                                    f"at {first_seen[qas_id]}); predictions are keyed by id, "
+                                    "so every question needs its own")
+                first_seen.setdefault(qas_id, f"data[{i}].paragraphs[{j}].qas[{k}]")
                 question = _require(qa, "question", str, where)
                 answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
                 for a, answer in enumerate(answers):

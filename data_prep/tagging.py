@@ -74,8 +74,8 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
     sentences: list[TaggedSentence] = []
     words, tags, start, between = [], [], None, []
     needed = max(token_column if token_column >= 0 else -token_column - 1,
-                 (tag_column if tag_column >= 0 else -tag_column - 1) if has_tags else 0) + 1
-    needed = max(needed, 2 if has_tags else 1)
+                 (tag_column if tag_column >= 0 else -tag_column - 1) if has_tags else 0,
+                 1 if has_tags else 0) + 1  # a word and, with tags, a separate tag column
     columns = first = None  # the first token line's column count, and its line number
 
     def flush():

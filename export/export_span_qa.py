@@ -112,12 +112,11 @@ class SpanQAModule(tf.Module):
         allowed = (end >= start) & (end - start < self.max_answer_length)  # [L, L]
         valid = in_context[:, :, None] & in_context[:, None, :] & allowed[None]  # [B, L, L]
         scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [B, L, L]
-        best = tf.argmax(tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq]), axis=-1,
-                         output_type=tf.int32)  # [B]
+        spans = tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq])  # [B, L * L]
+        best = tf.argmax(spans, axis=-1, output_type=tf.int32)  # [B]
+        best_score = tf.reduce_max(spans, axis=-1)  # [B]
         found = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [B]
         # SQuAD 2.0's odds: the [CLS] ("no answer") score minus the best span's.
-        best_score = tf.reduce_max(tf.reshape(tf.where(valid, scores, -np.inf),
-                                              [-1, seq * seq]), axis=-1)  # [B]
         null_score = out["start_logits"][:, 0] + out["end_logits"][:, 0]  # [B]
         null_odds = tf.where(found, null_score - best_score, null_score)
         if self.version_2_with_negative:  # run_squad's rule: "" above the threshold

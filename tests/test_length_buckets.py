@@ -230,6 +230,18 @@ def test_tagger_and_span_qa_equal_the_fixed_length_export(modules):
         assert (got["end_logits"].numpy()[~real] == length_buckets.PADDING_LOGIT).all()
 
 
+def test_span_qa_question_length_must_leave_room_for_context(modules):
+    """--max_query_length as run_squad checks it: below max_seq_length - 3; by default 64,
+    or what a short window leaves (S - 4)."""
+    from export.export_span_qa import SpanQAModule
+
+    qa = BertSpanQA(modules["encoder"])
+    with pytest.raises(ExportError, match=rf"--max_query_length={S - 3} must be >= 1 and leave "
+                       rf"room for context in --max_seq_length={S}"):
+        SpanQAModule(modules["fixed"], qa, 5, max_query_length=S - 3)
+    assert SpanQAModule(modules["fixed"], qa, 5).max_query_length == S - 4
+
+
 @pytest.mark.integration  # Two span-QA modules traced: about 45 s on 2 cores.
 def test_span_qa_packs_run_squads_first_window_and_says_no_answer_for_squad_2(modules,
                                                                                tmp_path):

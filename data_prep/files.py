@@ -33,6 +33,9 @@ PRETRAINER_WEIGHTS_FILE = "pretrainer.weights.h5"  # encoder + MLM/NSP heads
 RUN_CONFIG_FILE = "run_config.json"  # the flags that define a pretraining run
 TASK_MODEL_FILE = "model.keras"  # a fine-tuned task model (run_classifier, ...)
 LABELS_FILE = "labels.txt"  # its label names, one a line, in id order
+# What its fine-tuning recorded: max_seq_length, a classifier's text_pair, ... (the task
+# exports and an evaluation-only run take their defaults from it).
+TRAIN_RESULTS_FILE = "train_results.json"
 SIDECAR_SUFFIX = ".meta.json"  # pretraining shard x -> x.meta.json
 HF_WEIGHTS_FILE = "model.safetensors"  # transformers' save_pretrained
 HF_WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # the same, in shards
@@ -53,6 +56,18 @@ def cache_root() -> str:
     override = os.environ.get(CACHE_ENV)
     return os.path.expanduser(override) if override else os.path.join(
         os.path.expanduser("~"), ".cache", "bert-keras")
+
+
+def fine_tuned_with(model_dir: str) -> dict:
+    """What the fine-tuning of the model in `model_dir` recorded in train_results.json, or
+    {} for a directory without it (a converted transformers model, a run from before these
+    were recorded, an unreadable file)."""
+    try:
+        with open(os.path.join(model_dir, TRAIN_RESULTS_FILE), encoding="utf-8") as f:
+            results = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return results if isinstance(results, dict) else {}
 
 
 def sha256_file(path: str) -> str:

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
-from data_prep import schema, tokenizer_config
+from data_prep import files, schema, tokenizer_config
 from export import length_buckets, saved_model_writer, task_export
 from export.text_preprocessing import keep_first
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
@@ -203,12 +203,12 @@ _MAX_ANSWER_LENGTH = flags.DEFINE_integer(
     allow_override=True)
 _MAX_QUERY_LENGTH = flags.DEFINE_integer(
     "max_query_length", None, "The question is cut to this many tokens, as run_squad cuts "
-    f"it. Default: --model_dir's ({task_export.TRAIN_RESULTS_FILE}), else "
+    f"it. Default: --model_dir's ({files.TRAIN_RESULTS_FILE}), else "
     f"{MAX_QUERY_LENGTH} (or --max_seq_length - 4 where that is less).", allow_override=True)
 _VERSION_2 = flags.DEFINE_boolean(
     "version_2_with_negative", False, "A SQuAD 2.0 model: answer \"\" where null_odds > "
     "--null_score_diff_threshold. Default: whether --model_dir was trained so "
-    f"({task_export.TRAIN_RESULTS_FILE}), else false.", allow_override=True)
+    f"({files.TRAIN_RESULTS_FILE}), else false.", allow_override=True)
 _NULL_THRESHOLD = flags.DEFINE_float(
     "null_score_diff_threshold", 0.0, "With --version_2_with_negative: answer \"\" where the "
     "null score minus the best span's exceeds this (run_squad's flag).", allow_override=True)

@@ -8,18 +8,14 @@ exports' flags.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable
 
 from absl import app, flags, logging
 
-from data_prep import tokenizer_config
+from data_prep import files, tokenizer_config
 from export import batching_parameters, keras_backend, length_buckets, saved_model_writer
 
-# What the fine-tuning tools write into their --output_dir after training
-# (bert_keras/finetuning/runner.py).
-TRAIN_RESULTS_FILE = "train_results.json"
 
 
 def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
@@ -46,7 +42,7 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     holders["max_seq_length"] = flags.DEFINE_integer(
         "max_seq_length", max_seq_length,
         f"{max_seq_length_help} Default: the length --model_dir records in "
-        f"{TRAIN_RESULTS_FILE} (the fine-tuning tools write it), else {max_seq_length}.",
+        f"{files.TRAIN_RESULTS_FILE} (the fine-tuning tools write it), else {max_seq_length}.",
         **kwargs)
     holders["length_buckets"] = length_buckets.define_flag(module)
     holders["serving_dtype"] = flags.DEFINE_enum(
@@ -59,18 +55,6 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     return holders
 
 
-def fine_tuned_with(model_dir: str) -> dict:
-    """What --model_dir's fine-tuning recorded in train_results.json (max_seq_length, and
-    text_pair for a classifier), or {} for a directory without it (a converted transformers
-    model, a run from before these were recorded, an unreadable file)."""
-    try:
-        with open(os.path.join(model_dir, TRAIN_RESULTS_FILE), encoding="utf-8") as f:
-            results = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return results if isinstance(results, dict) else {}
-
-
 def given_or_recorded(holder, recorded: dict, key: str, what: str):
     """A flag's value where the command line gives it, else what the fine-tuning recorded
     under `key`, else the flag's default; logs which, and warns where the given value
@@ -79,12 +63,12 @@ def given_or_recorded(holder, recorded: dict, key: str, what: str):
     if holder.present:
         if value is not None and holder.value != value:
             logging.warning("--%s=%s, but the model was fine-tuned with %s=%s (%s)",
-                            holder.name, holder.value, key, value, TRAIN_RESULTS_FILE)
+                            holder.name, holder.value, key, value, files.TRAIN_RESULTS_FILE)
         return holder.value
     if value is None:
         return holder.value
     logging.info("%s: %s, as fine-tuned (%s; --%s overrides)", what, value,
-                 TRAIN_RESULTS_FILE, holder.name)
+                 files.TRAIN_RESULTS_FILE, holder.name)
     return value
 
 
@@ -180,7 +164,7 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
       tool: the fine-tuning tool whose output directory --model_dir is (for messages).
       export: `export(model, tokenizer, labels, export_dir, seq_length, version=...,
         buckets=..., serving_dtype=..., recorded=...)` -> the written version's path;
-        `recorded` is `fine_tuned_with(--model_dir)`.
+        `recorded` is `files.fine_tuned_with(--model_dir)`.
       prog: the export tool's name.
       needs_labels: whether --model_dir must hold labels.txt.
       environment_backend: what KERAS_BACKEND said (`keras_backend.use_tensorflow()`),
@@ -199,7 +183,7 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         logging.info(keras_backend.describe(environment_backend))
         export_dir, version = task_flags["export_dir"].value, task_flags["version"].value
         buckets = length_buckets.parse_flag(task_flags["length_buckets"].value)
-        recorded = fine_tuned_with(task_flags["model_dir"].value)
+        recorded = files.fine_tuned_with(task_flags["model_dir"].value)
         seq_length = given_or_recorded(task_flags["max_seq_length"], recorded,
                                        "max_seq_length", "Sequence length")
         # Refused before the model is loaded, as an existing version is.

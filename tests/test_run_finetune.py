@@ -12,7 +12,7 @@ from bert_keras import BertEncoder, checkpoints, model_loading, run_classifier, 
 from bert_keras.finetuning import squad as sq
 from bert_keras.finetuning.tagging import get_entities
 from conftest import TESTDATA, event_scalars, make_inputs
-from data_prep import tagging
+from data_prep import files, tagging
 from data_prep.classification import DataError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -429,6 +429,14 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     recorded = json.load(open(out / "train_results.json"))
     assert (recorded["max_seq_length"], recorded["max_query_length"],
             recorded["version_2_with_negative"]) == (20, 8, True)
+    # Predicting alone, without --max_seq_length: the recorded 20, not run_squad's 384
+    # (which exceeds the 48-position table); the same answers as the training run's.
+    alone = run_squad.run(predict_file=v2, doc_stride=4, max_query_length=8, n_best_size=5,
+                          max_answer_length=6, version_2_with_negative=True,
+                          **common(tmp_path / "alone", str(out), max_seq_length=None,
+                                   do_train=False, do_eval=False))
+    assert alone["predict"]["questions"] == 6
+    assert json.load(open(tmp_path / "alone" / "predictions.json")) == predictions
 
 
 def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):
@@ -534,7 +542,7 @@ def test_task_exports_default_to_what_the_fine_tuning_recorded(tmp_path, caplog)
 
     (tmp_path / "train_results.json").write_text(json.dumps(
         {"num_train_steps": 3, "max_seq_length": 32, "text_pair": True}))
-    recorded = task_export.fine_tuned_with(str(tmp_path))
+    recorded = files.fine_tuned_with(str(tmp_path))
     length, pair = holders()
     assert task_export.given_or_recorded(length, recorded, "max_seq_length", "Length") == 32
     assert task_export.given_or_recorded(pair, recorded, "text_pair", "Pairs") is True
@@ -551,9 +559,42 @@ def test_task_exports_default_to_what_the_fine_tuning_recorded(tmp_path, caplog)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "train_results.json").write_text('{"max_seq_len')
     for directory in ("converted", "old", "bad"):
-        recorded = task_export.fine_tuned_with(str(tmp_path / directory))
+        recorded = files.fine_tuned_with(str(tmp_path / directory))
         assert task_export.given_or_recorded(length, recorded, "max_seq_length", "L") == 128
         assert task_export.given_or_recorded(pair, recorded, "text_pair", "P") is False
+
+
+def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path, encoder_file):
+    """--do_eval / --do_predict without --do_train and without --max_seq_length: the length
+    train_results.json records for the model evaluated (in --output_dir, or in
+    --init_checkpoint's directory), not 128. Before, 128 exceeded this model's 48-position
+    table and the run failed; a model with a larger table would have been scored on other
+    inputs than it was trained on."""
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 24, 0)  # up to 20 words: some cut at 12
+    out = tmp_path / "clf"
+    run_classifier.run(train_file=str(train), **common(out, encoder_file, max_seq_length=12,
+                                                       do_eval=False, do_predict=False))
+    evaluate = dict(common(out, None, max_seq_length=None, do_train=False, do_predict=False),
+                    eval_file=str(train))
+    recorded = run_classifier.run(**evaluate)["eval"]
+    assert recorded["truncated"] > 0
+    given = run_classifier.run(**dict(evaluate, max_seq_length=12, overwrite_output=True))["eval"]
+    assert (recorded["truncated"], recorded["accuracy"], recorded["loss"]) == (
+        given["truncated"], given["accuracy"], given["loss"])
+    longer = run_classifier.run(**dict(evaluate, max_seq_length=48, overwrite_output=True))["eval"]
+    assert longer["truncated"] == 0
+    # The model in --init_checkpoint's directory, evaluated into another --output_dir.
+    elsewhere = run_classifier.run(**dict(evaluate, init_checkpoint=str(out),
+                                          output_dir=str(tmp_path / "elsewhere")))["eval"]
+    assert (elsewhere["truncated"], elsewhere["loss"]) == (recorded["truncated"], recorded["loss"])
+    # Training still defaults to Google's 128 (here refused by the 48-position table).
+    from bert_keras.finetuning.runner import FinetuneError
+
+    with pytest.raises(FinetuneError, match="--max_seq_length=128 exceeds the model's position"):
+        run_classifier.run(train_file=str(train), **common(
+            tmp_path / "again", encoder_file, max_seq_length=None, do_eval=False,
+            do_predict=False))
 
 
 def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):

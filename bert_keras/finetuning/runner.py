@@ -18,7 +18,6 @@ defaults; --do_lower_case / --strip_accents / --tokenize_chinese_chars override 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 from typing import Any, Sequence
@@ -81,8 +80,11 @@ class FinetuneOptions(DistributionOptions):
     do_train: bool = option(False, "Fine-tune on --train_file.")
     do_eval: bool = option(False, "Score the model on the evaluation data.")
     do_predict: bool = option(False, "Write predictions for --predict_file.")
-    max_seq_length: int = option(128, "WordPieces per sequence, [CLS]/[SEP] included; longer "
-                                 "input is truncated (and counted).")
+    max_seq_length: int | None = option(
+        None, "WordPieces per sequence, [CLS]/[SEP] included; longer input is truncated (and "
+        "counted). Default: Google's for training (128; run_squad 384); evaluating or "
+        "predicting alone, the length the model was fine-tuned at "
+        f"({files.TRAIN_RESULTS_FILE} beside it), else Google's.")
     train_batch_size: int = option(32, "Training batch size.")
     eval_batch_size: int = option(64, "Batch size for eval and predict.")
     learning_rate: float = option(5e-5, "Peak learning rate of AdamW.")
@@ -183,6 +185,7 @@ class Task:
     name = "task"
     model_class: type = keras.Model
     uses_labels = True  # the head has one output per label (classification, tagging)
+    default_max_seq_length = 128  # Google's run_classifier.py
 
     def options_class(self):
         raise NotImplementedError
@@ -256,7 +259,7 @@ class LabelledFileTask(Task):
         return path
 
     def output_files(self, common, opts):
-        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, "train_results.json"]
+        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, files.TRAIN_RESULTS_FILE]
                 if common.do_train else []) + \
             (["eval_results.json"] if common.do_eval else []) + \
             ([self.predictions_file, "predict_results.json"] if common.do_predict else [])
@@ -276,6 +279,32 @@ class LabelledFileTask(Task):
 
     def head_dropout(self, opts) -> float:
         raise NotImplementedError
+
+
+def _with_sequence_length(common: FinetuneOptions, default: int) -> FinetuneOptions:
+    """`common` with --max_seq_length's default filled in: the task's `default` (Google's)
+    for training; evaluating or predicting alone, the length the model evaluated was
+    fine-tuned at, as its train_results.json records it (the model in --init_checkpoint's
+    directory where that holds a fine-tuned model, else in --output_dir), else `default`.
+    Before, such a run cut its texts at 128 whatever the model was trained at: a model
+    fine-tuned at 512 lost the rest of every long text, and one fine-tuned at 32 failed on
+    its position table."""
+    if common.max_seq_length is not None:
+        return common
+    length = default
+    if not common.do_train:
+        model_dir = common.output_dir
+        init = common.init_checkpoint
+        if init:
+            init_dir = init if os.path.isdir(init) else os.path.dirname(init)
+            if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
+                model_dir = init_dir
+        recorded = files.fine_tuned_with(model_dir or "").get("max_seq_length")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
+            length = recorded
+            logging.info("--max_seq_length: %d, as %s was fine-tuned (%s; the flag overrides)",
+                         length, model_dir, files.TRAIN_RESULTS_FILE)
+    return dataclasses.replace(common, max_seq_length=length)
 
 
 def _trained_model_file(common: FinetuneOptions, task_name: str) -> str:
@@ -405,7 +434,7 @@ def run(task: Task, values: dict) -> dict:
     "predict"} summaries, also written to the results files."""
     backends.check_backend()
     common_values, task_values = split_values(values, FinetuneOptions, task.options_class())
-    common = FinetuneOptions(**common_values)
+    common = _with_sequence_length(FinetuneOptions(**common_values), task.default_max_seq_length)
     opts = task.options_class()(**task_values)
     common.validate()
     task.validate(common, opts)
@@ -484,7 +513,7 @@ def run(task: Task, values: dict) -> dict:
             model_loading.save_task_dir(model, out, labels, vocab_file, settings,
                                         overwrite=common.overwrite_output,
                                         include_optimizer=common.save_optimizer_state)
-            files.write_json(os.path.join(out, "train_results.json"), summary)
+            files.write_json(os.path.join(out, files.TRAIN_RESULTS_FILE), summary)
         results["train"] = summary
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
@@ -586,9 +615,8 @@ def trained_steps(out: str, results: dict | None = None) -> int:
     if results and "train" in results:
         return int(results["train"]["num_train_steps"])
     try:
-        with open(os.path.join(out, "train_results.json"), encoding="utf-8") as f:
-            return int(json.load(f).get("num_train_steps", 0))
-    except (OSError, ValueError, AttributeError):
+        return int(files.fine_tuned_with(out).get("num_train_steps", 0))
+    except (TypeError, ValueError):
         return 0
 
 

@@ -133,6 +133,7 @@ class SquadTask(Task):
     name = "span-QA"
     model_class = BertSpanQA
     uses_labels = False
+    default_max_seq_length = 384  # Google's run_squad.py
 
     def options_class(self):
         return SquadOptions
@@ -151,7 +152,7 @@ class SquadTask(Task):
 
     def output_files(self, common, opts):
         answering = common.do_predict or common.do_eval
-        return ([files.TASK_MODEL_FILE, "train_results.json"] if common.do_train else []) + \
+        return ([files.TASK_MODEL_FILE, files.TRAIN_RESULTS_FILE] if common.do_train else []) + \
             (["predictions.json", "nbest_predictions.json"] if answering else []) + \
             (["null_odds.json"] if answering and opts.version_2_with_negative else []) + \
             (["eval_results.json"] if common.do_eval else []) + \

@@ -12,12 +12,16 @@ Pipeline (memory bounded: the corpus is streamed, only a word-count table is kep
      vocabulary), so counts of rare words are approximate. Words longer than 100 characters
      are skipped: the tokenizer turns them into [UNK] whatever the vocabulary.
   2. Train Hugging Face `tokenizers`' WordPieceTrainer (BPE merges with "##" continuation
-     pieces, written in Rust) on the counts. It keeps every character of the corpus as a
-     word start, and every character seen inside a word also as a "##" piece, so
-     re-tokenizing the corpus yields no [UNK] (a word with a character inside it that the
-     corpus only had at word starts is [UNK] whole, as with any WordPiece vocabulary).
-     Every "##x" piece is declared up front so that the trainer's tie-breaking (by internal
-     ids, otherwise numbered in hash-map order) is the same in every run.
+     pieces, written in Rust) on the counts. Every character of a word of two or more
+     characters is kept in both forms, as a word start and as a "##" piece, so
+     re-tokenizing the corpus yields no [UNK], nor does new text whose characters the
+     corpus had in words, wherever in the word (the trainer alone gives "##x" only to
+     characters it saw inside words: a Korean syllable seen only word-initially made every
+     word holding it further in [UNK] whole; BUILD_NOTES 4.2 measures the difference).
+     Characters the tokenizer always splits off as words of their own (punctuation,
+     Chinese characters) get no "##" piece, which could never be used. Every "##x" piece
+     is declared up front so that the trainer's tie-breaking (by internal ids, otherwise
+     numbered in hash-map order) is the same in every run.
      BUILD_NOTES.md compares it with tensorflow-text's and keras-hub's learners.
   3. Lay out the special tokens:
        google:  [PAD]=0, [unused0]..[unused98]=1..99, [UNK]=100, [CLS]=101, [SEP]=102,
@@ -195,6 +199,12 @@ def _character_counts(word_counts: collections.Counter) -> collections.Counter:
     return counts
 
 
+def continuation_characters(word_counts: collections.Counter) -> list[str]:
+    """The characters that get a "##" piece, by code point: every character of a word of
+    two or more characters, not only those seen inside one (module docstring, step 2)."""
+    return sorted({ch for w in word_counts if len(w) > 1 for ch in w})
+
+
 def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequency: int = 2,
                     max_alphabet: int = 0) -> list[str]:
     """Learns exactly `num_tokens` WordPiece tokens with Hugging Face's WordPieceTrainer.
@@ -226,7 +236,7 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
         word_counts = collections.Counter(
             {w: c for w, c in word_counts.items() if all(ch in allowed for ch in w)})
     initial = sorted({w[0] for w in word_counts})
-    continuing = sorted({ch for w in word_counts for ch in w[1:]})
+    continuing = continuation_characters(word_counts)
     # Determinism: the trainer numbers the "##x" pieces in hash-map order and breaks ties
     # between equally frequent pairs by those numbers. Declaring every "##x" up front (as
     # "special" tokens, numbered in this order) makes all numbers, hence all merges, fixed.

@@ -155,12 +155,31 @@ def test_a_vocabulary_smaller_than_the_trainers_alphabet_keeps_its_exact_size():
 
     counts = collections.Counter({"abc": 5, "abd": 3, "abe": 1})
     with mock.patch.object(bv.logging, "warning") as warning:
-        tokens = bv.train_wordpiece(counts, 7, min_frequency=1)
+        tokens = bv.train_wordpiece(counts, 8, min_frequency=1)
     assert warning.call_args.args[0] % warning.call_args.args[1:] == (
         "the corpus has 4 characters that begin no word; 2 of them fit as word-initial tokens "
         "(the most frequent); raise --vocab_size by 2 to keep them all")
-    assert tokens == ["a", "##b", "##c", "##d", "##e", "b", "c"]  # b: 9 times, c: 5, d: 3
-    assert bv.train_wordpiece(counts, 9, min_frequency=1)[5:] == ["b", "c", "d", "e"]
+    # b: 9 times, c: 5, d: 3
+    assert tokens == ["a", "##a", "##b", "##c", "##d", "##e", "b", "c"]
+    assert bv.train_wordpiece(counts, 10, min_frequency=1)[6:] == ["b", "c", "d", "e"]
+
+
+def test_every_character_of_a_word_is_also_a_continuation_piece(tmp_path):
+    """A character the corpus has only at word starts still continues words in new text:
+    "##한" exists though every "한" of the corpus begins a word, so "국한" is not [UNK]
+    (with the trainer's own alphabet it was, whole). Characters only ever alone
+    (punctuation, which the tokenizer always splits off) get no "##" piece."""
+    import collections
+
+    counts = collections.Counter({"한국": 4, "한글": 3, "국어": 2, "어": 1, ",": 5, "!": 1})
+    tokens = bv.train_wordpiece(counts, 13, min_frequency=1)
+    assert sorted(t for t in tokens if t.startswith("##")) == ["##국", "##글", "##어", "##한"]
+    assert "##," not in tokens and "," in tokens
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in bv.reserved_tokens("compact") + tokens),
+                    encoding="utf-8")
+    tok = BertTokenizer(str(path), do_lower_case=False, strip_accents=False)
+    assert tok.tokenize(["국한 어한, 한국!"])[0] == ["국", "##한", "어", "##한", ",", "한국", "!"]
 
 
 def test_max_alphabet_limits_characters(tmp_path):

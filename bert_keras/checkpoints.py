@@ -196,12 +196,28 @@ HF_TASK_ARCHITECTURE = {v: k for k, v in HF_ARCHITECTURES.items() if not isinsta
 
 # Google: variables a training checkpoint holds besides the model (optimizer state).
 GOOGLE_TRAINING_STATE = re.compile(r"^global_step$|/adam_[mv]$")
+# Google: the scopes of the pretraining heads, and of everything our models read.
+GOOGLE_PRETRAINING_SCOPES = ("cls/predictions/", "cls/seq_relationship/")
+GOOGLE_MODEL_SCOPES = ("bert/", *GOOGLE_PRETRAINING_SCOPES)
 # Hugging Face: BertForPreTraining & co. nest the encoder under `bert.`; heads live under
 # `cls.`. Our table holds BertModel's (un-nested) names.
+# The prefix Google's released checkpoints use (uncased_L-12_H-768_A-12/bert_model.ckpt).
+GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
 HF_ENCODER_PREFIX = "bert."
 HF_HEAD_PREFIX = "cls."
+HF_NSP_PREFIX = "cls.seq_relationship."
 # Buffers older transformers versions saved that are not weights (position_ids = arange).
 HF_IGNORED = ("embeddings.position_ids",)
+# LayerNorm names of files from pytorch-pretrained-bert's time (bert-base-uncased's own
+# model.safetensors among them), which transformers renames on load.
+HF_LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+
+
+def _hf_current_name(key: str) -> str:
+    for legacy, current in HF_LEGACY_SUFFIXES.items():
+        if key.endswith(legacy):
+            return key[:-len(legacy)] + current
+    return key
 # Tied copies some files carry (transformers >= 4.3x omits them on save): name -> the
 # weight it must equal.
 HF_TIED = {
@@ -400,10 +416,12 @@ def check_output_free(fmt: str, path: str) -> None:
     google: `<path>.index` / `<path>.data-*`; hf: a non-empty directory; keras: the file.
     (A differing bert_config.json beside a Google checkpoint is caught when saving.)
     """
-    path = os.path.abspath(os.fspath(path))
     if fmt == "google":
+        path = google_output_prefix(path)
         _refuse_existing(path + ".index", *glob.glob(glob.escape(path) + ".data-*"))
-    elif fmt == "hf" and os.path.isdir(path) and not os.listdir(path):
+        return
+    path = os.path.abspath(os.fspath(path))
+    if fmt == "hf" and os.path.isdir(path) and not os.listdir(path):
         return  # An empty directory is replaced.
     else:
         _refuse_existing(path)
@@ -448,6 +466,17 @@ def _checkpoint_prefix(path: str) -> str:
     raise FileNotFoundError(
         f"Google checkpoint not found: expected {path}.index and {path}.data-00000-of-00001"
     )
+
+
+def google_output_prefix(path: str) -> str:
+    """The checkpoint prefix to write for `path`: `path` itself (`out/bert_model.ckpt`), or
+    `<path>/bert_model.ckpt` for a directory (one that exists, or a path ending in a
+    separator), as Google names its checkpoints. Before, `out/` wrote `out.index` and
+    `out.data-*` beside the directory."""
+    path = os.fspath(path)
+    if os.path.isdir(path) or path.endswith((os.sep, "/")):
+        return os.path.abspath(os.path.join(path, GOOGLE_CHECKPOINT_NAME))
+    return os.path.abspath(path)
 
 
 def _bert_config_beside(prefix: str) -> str:
@@ -539,11 +568,13 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
     Writes `<prefix>.index` and `<prefix>.data-00000-of-00001` (readable by
     `tf.train.load_checkpoint`, TF1's `Saver.restore` and `init_from_checkpoint`) under
     temporary names, verifies names and shapes, then renames them. `bert_config.json` is
-    written into the prefix's directory; an existing one is accepted only if identical.
+    written into the prefix's directory; an existing one is kept if it describes the same
+    model, else refused.
 
     Args:
       model: BertEncoder (writes `bert/*`) or BertPretrainer (also `cls/*`).
-      ckpt_prefix: e.g. `out/bert_model.ckpt`; its directory is created if needed.
+      ckpt_prefix: e.g. `out/bert_model.ckpt`, or a directory (`out/`: `out/bert_model.ckpt`);
+        its directory is created if needed.
 
     Returns:
       The checkpoint prefix.
@@ -553,18 +584,23 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
     """
     import tensorflow as tf
 
-    prefix = os.path.abspath(os.fspath(ckpt_prefix))
+    prefix = google_output_prefix(ckpt_prefix)
     directory = os.path.dirname(prefix)
     config = _encoder_of(model).to_bert_config()
     config_file = _bert_config_beside(prefix)
     check_output_free("google", prefix)
     if os.path.exists(config_file):
-        with open(config_file, encoding="utf-8") as f:
-            if f.read() != config.to_json_string():
-                raise FileExistsError(
-                    f"refusing to overwrite existing output: {config_file} (describes a "
-                    "different model); write the checkpoint into another directory"
-                )
+        # The same model in other words (Google's own file: its key order and layout, no
+        # layer_norm_eps) is kept; only other values are refused.
+        try:
+            same = BertConfig.from_json_file(config_file) == config
+        except (OSError, ValueError, TypeError):
+            same = False
+        if not same:
+            raise FileExistsError(
+                f"refusing to overwrite existing output: {config_file} (describes a "
+                "different model); write the checkpoint into another directory"
+            )
     os.makedirs(directory, exist_ok=True)
 
     values = _variable_values(model)
@@ -647,7 +683,7 @@ def _hf_keys(path: str) -> set[str]:
     for weights_file in weight_files:
         with reading(weights_file, "a safetensors file"):
             with safe_open(weights_file, framework="numpy") as f:
-                keys.update(f.keys())
+                keys.update(_hf_current_name(k) for k in f.keys())
     return keys
 
 
@@ -762,6 +798,10 @@ def hf_architecture(path: str):
     """What a transformers checkpoint holds: "encoder", "pretrainer", "masked_lm" or a task
     model class, from config.json's `architectures` (HF_ARCHITECTURES).
 
+    BertForMaskedLM with an NSP head in the file (bert-base-uncased, and other checkpoints
+    of Google's pretraining) is a "pretrainer": transformers' BertForPreTraining loads all
+    of it.
+
     Without `architectures` (older or hand-written configs) the tensor names decide:
     `qa_outputs.*` span QA, `cls.seq_relationship.*` pretraining, `cls.predictions.*`
     masked LM, no head an encoder; `classifier.*` is refused (sequence or token
@@ -784,6 +824,11 @@ def hf_architecture(path: str):
                 f"{', '.join(HF_ARCHITECTURES)} (or the encoder alone of any BERT "
                 "checkpoint: model='encoder', --model=encoder)")
         kind = HF_ARCHITECTURES[name]
+        if kind == "masked_lm" and any(k.startswith(HF_NSP_PREFIX) for k in _hf_keys(path)):
+            # bert-base-uncased and other checkpoints Google's pretraining made: config.json
+            # names BertForMaskedLM, the file also holds the NSP head (as transformers'
+            # BertForPreTraining loads it). The pretrainer with NSP keeps every tensor.
+            kind = "pretrainer"
     else:
         keys = _hf_keys(path)
         if any(k.startswith("classifier.") for k in keys):
@@ -792,7 +837,7 @@ def hf_architecture(path: str):
                 "BertForSequenceClassification and BertForTokenClassification; add "
                 "\"architectures\": [\"BertFor...\"] to config.json")
         kind = (BertSpanQA if any(k.startswith("qa_outputs.") for k in keys)
-                else "pretrainer" if any(k.startswith("cls.seq_relationship.") for k in keys)
+                else "pretrainer" if any(k.startswith(HF_NSP_PREFIX) for k in keys)
                 else "masked_lm" if any(k.startswith("cls.predictions.") for k in keys)
                 else "encoder")
     if kind is BertClassifier:
@@ -832,6 +877,7 @@ def _read_hf_tensors(path: str):
     nested = any(k.startswith(HF_ENCODER_PREFIX) for k in raw)
     tensors, outside = {}, set()
     for key, value in raw.items():
+        key = _hf_current_name(key)
         if nested and key.startswith(HF_ENCODER_PREFIX):
             key = key[len(HF_ENCODER_PREFIX):]
         elif nested or key.startswith(HF_HEAD_PREFIX):
@@ -897,8 +943,9 @@ def load_hf_weights(model, path: str, allow_unused: bool = False) -> list[str]:
                 "or convert with --model=encoder)")
     elif not allow_unused and any(n not in {w.hf for w in model_weight_names(model)}
                                   for n in tensors):
-        hint = ("\n  (the file holds more than this model: load it with model='auto' to keep "
-                "its head, or with model='encoder' (--model=encoder) to leave the head out)")
+        hint = ("\n  (the file holds more than this model: load it into the model that has "
+                "those tensors (config.json's `architectures` names it for model='auto'), or "
+                "with model='encoder' (--model=encoder) to leave the head out)")
 
     def display(name):  # The file's own spelling, which the user can look up.
         nest = nested and name not in outside and not name.startswith(HF_HEAD_PREFIX)
@@ -1066,15 +1113,25 @@ def load_keras_model(path: str):
     return model
 
 
+def google_heads_left_out(names) -> list[str]:
+    """The tensors of a Google checkpoint (its variable names) that no model here reads: a
+    fine-tuning head (run_classifier's output_weights / output_bias, run_squad's
+    cls/squad/*), besides the optimizer state."""
+    return sorted(n for n in names if not n.startswith(GOOGLE_MODEL_SCOPES)
+                  and not GOOGLE_TRAINING_STATE.search(n))
+
+
 def read_google_model(path: str, want: str = "auto", config_file: str | None = None):
     """Builds the model a Google TF1 checkpoint holds and loads it.
 
     Args:
       path: checkpoint prefix, one of its files, or a directory holding one.
-      want: "auto": a pretrainer if the file has pretraining heads (cls/*; without
-        cls/seq_relationship/*, one without the NSP head, as an MLM-only pretrainer is
-        written), else an encoder; "encoder": the encoder alone; "pretrainer": pretraining
-        heads required.
+      want: "auto": a pretrainer if the file has pretraining heads (cls/predictions/*;
+        without cls/seq_relationship/*, one without the NSP head, as an MLM-only pretrainer
+        is written), else an encoder; "encoder": the encoder alone; "pretrainer":
+        pretraining heads required. The head of a Google run_classifier or run_squad
+        checkpoint is left out (`google_heads_left_out`; convert_checkpoint refuses it
+        unless --model=encoder asks for the encoder alone).
       config_file: bert_config.json, if not beside the checkpoint.
 
     Raises:
@@ -1090,7 +1147,8 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
         )
     config = BertConfig.from_json_file(config_file)
     names = read_google_checkpoint_names(prefix)
-    heads = any(n.startswith("cls/") for n in names) if want == "auto" else want == "pretrainer"
+    heads = (any(n.startswith(GOOGLE_PRETRAINING_SCOPES) for n in names) if want == "auto"
+             else want == "pretrainer")
     built = BertEncoder.from_bert_config(config)
     if heads:
         built = BertPretrainer(built, next_sentence=any(
@@ -1106,7 +1164,8 @@ def read_hf_model(path: str, want: str = "auto"):
     Args:
       path: save_pretrained directory.
       want: "auto": the model config.json names (BertModel an encoder, its pooler may be
-        absent; BertForPreTraining a pretrainer; BertForMaskedLM a pretrainer without NSP;
+        absent; BertForPreTraining a pretrainer; BertForMaskedLM a pretrainer without NSP,
+        or with it where the file holds the NSP head, as bert-base-uncased's does;
         BertForSequenceClassification / TokenClassification / QuestionAnswering a
         BertClassifier / BertTagger / BertSpanQA, labels from `read_hf_labels`);
         "encoder": only the encoder (heads in the file are left out); "pretrainer":

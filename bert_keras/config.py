@@ -57,6 +57,12 @@ _IGNORED_GOOGLE_KEYS = frozenset(
 )
 
 
+# transformers config.json keys whose other values make another model than BERT's encoder:
+# key -> the values that are BERT's (the first one its default).
+_TRANSFORMERS_PLAIN_BERT = {"is_decoder": (False, None), "add_cross_attention": (False, None),
+                            "position_embedding_type": ("absolute", None)}
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Hyperparameters of a BERT encoder (Google's bert_config.json keys).
@@ -171,6 +177,15 @@ class BertConfig:
         model_type = values.get("model_type", "bert")
         if model_type != "bert":
             raise ConfigError(f"{source}: model_type is {model_type!r}, expected 'bert'")
+        # Settings that change what the weights compute, which BERT's encoder does not do:
+        # dropping them would convert a different model without a word.
+        unlike = [f"{key}={values[key]!r}" for key, plain in _TRANSFORMERS_PLAIN_BERT.items()
+                  if values.get(key, plain[0]) not in plain]
+        if unlike:
+            raise ConfigError(
+                f"{source}: {', '.join(unlike)}; bert-keras builds BERT's bidirectional "
+                "encoder with absolute positions (is_decoder and add_cross_attention false, "
+                "position_embedding_type absolute)")
         known = {f.name for f in dataclasses.fields(cls)}
         return cls.from_dict({k: v for k, v in values.items() if k in known}, source=source)
 

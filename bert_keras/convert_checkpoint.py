@@ -20,10 +20,13 @@ checkpoint records no casing, so its vocab.txt is left for you to copy).
 
 --model=auto converts the model the input holds: for hf, what config.json's `architectures`
 names (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
-BertForTokenClassification, BertForQuestionAnswering); for google, the pretraining heads
-when present. --model=encoder asks for the encoder alone (heads are left out);
---model=pretrainer requires pretraining heads. A head is never dropped otherwise: a tensor
-the model would not use is an error. Existing output is never overwritten.
+BertForTokenClassification, BertForQuestionAnswering; BertForMaskedLM with the NSP head in
+its file, as bert-base-uncased's, is a pretrainer with it); for google, the pretraining
+heads when present. --model=encoder asks for the encoder alone (heads are left out: the
+way to convert a Google run_classifier or run_squad checkpoint); --model=pretrainer
+requires pretraining heads. A head is never dropped otherwise: a tensor the model would not
+use is an error. --to=google writes the prefix given (out/bert_model.ckpt), or
+<dir>/bert_model.ckpt for a directory (out/). Existing output is never overwritten.
 
 Fine-tuned task models (classifier, tagger, span QA) move between transformers and the
 layout run_classifier / run_tagger / run_squad write, so the exports work on it unchanged:
@@ -80,6 +83,15 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
     The one loader reads it (`model_loading.load_checkpoint` with the format named); a
     vocabulary found with the weights (vocab.txt, or transformers 5's tokenizer.json) must
     fit the model's embedding table."""
+    prefix = checkpoints.google_checkpoint_prefix(input_path) if from_format == "google" else None
+    if prefix is not None and model != "encoder":
+        others = checkpoints.google_heads_left_out(checkpoints.read_google_checkpoint_names(prefix))
+        if others:
+            raise checkpoints.WeightLoadError(
+                f"{prefix}: holds tensors of a head bert-keras does not build from a Google "
+                f"checkpoint ({', '.join(others[:4])}{' ...' if len(others) > 4 else ''}: a "
+                "run_classifier or run_squad head?); convert its encoder with --model=encoder, "
+                "which leaves the head out")
     ckpt = model_loading.load_checkpoint(input_path, config_file, want=model, fmt=from_format)
     if ckpt.vocab_file:
         ckpt.vocabulary()

@@ -322,8 +322,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         return result(_load_weights_file(path, config, want), "weights_h5", config)
     prefix = checkpoints.google_checkpoint_prefix(path) if fmt in (None, "google") else None
     if prefix is not None:
-        model = checkpoints.read_google_model(
-            prefix, "pretrainer" if want == "pretrainer" else "auto", bert_config_file)
+        model = checkpoints.read_google_model(prefix, want, bert_config_file)
         return result(model, "google", vocab_dir=os.path.dirname(os.path.abspath(prefix)))
     raise CheckpointError(_expected_forms(path, fmt))
 

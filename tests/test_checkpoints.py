@@ -16,6 +16,7 @@ import tensorflow as tf
 from bert_keras import BertConfig, BertEncoder, BertPretrainer
 from bert_keras.checkpoints import (
     WeightLoadError,
+    check_output_free,
     load_google_checkpoint,
     save_google_checkpoint,
 )
@@ -233,6 +234,39 @@ def test_a_masked_lm_without_nsp_round_trips_through_the_google_format(tmp_path)
     assert_weights_equal(model, loaded)
 
 
+@pytest.mark.parametrize("head", ["run_classifier", "run_squad"])
+def test_a_fine_tuned_google_checkpoint_gives_its_encoder_only_when_asked(tmp_path, head):
+    """Google's run_classifier writes bert/* + output_weights/output_bias, run_squad bert/*
+    + cls/squad/*. Before, convert_checkpoint left run_classifier's head out silently (an
+    encoder, exit status 0), and run_squad's failed as a pretrainer even with
+    --model=encoder. Now convert refuses the head unless --model=encoder asks for the
+    encoder alone, which then converts; the fine-tuning tools' loader takes the encoder."""
+    encoder = randomize(BertEncoder(**TINY), seed=3)
+    prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "bert_model.ckpt"))
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
+    rng = np.random.default_rng(0)
+    scope = "" if head == "run_classifier" else "cls/squad/"
+    tensors[f"{scope}output_weights"] = rng.normal(size=(3, H)).astype(np.float32)
+    tensors[f"{scope}output_bias"] = np.zeros(3, np.float32)
+    tensors["global_step"] = np.int64(300)
+    fine_tuned = write_tf1_checkpoint(str(tmp_path / "ft" / "model.ckpt-300"), tensors,
+                                      google_config())
+    from bert_keras.convert_checkpoint import convert
+
+    for want in ("auto", "pretrainer"):
+        with pytest.raises(WeightLoadError, match=(
+                rf"holds tensors of a head bert-keras does not build from a Google checkpoint "
+                rf"\({scope}output_bias, {scope}output_weights: .*--model=encoder")):
+            convert("google", "hf", fine_tuned, str(tmp_path / f"hf_{want}"), model=want)
+        assert not os.path.exists(tmp_path / f"hf_{want}")
+    _, converted = convert("google", "hf", fine_tuned, str(tmp_path / "hf"), model="encoder")
+    assert_weights_equal(encoder, converted)
+    # The loader the fine-tuning tools use takes its encoder (a new head is trained on it).
+    assert_weights_equal(encoder, load_checkpoint(fine_tuned, fmt="google").encoder)
+    assert_weights_equal(encoder, load_checkpoint(fine_tuned, fmt="google", want="encoder").model)
+
+
 def test_saved_checkpoint_restores_with_tf1_saver(tmp_path):
     """Google's own loading path: TF1 variables by section 5 name, Saver.restore."""
     model = randomize(tiny_pretrainer())
@@ -265,6 +299,32 @@ def test_save_refuses_to_overwrite(tmp_path):
     with pytest.raises(FileExistsError, match="bert_config.json"):
         save_google_checkpoint(other, str(tmp_path / "other.ckpt"))
     assert not any("tmp" in f for f in os.listdir(tmp_path))
+
+
+def test_save_into_a_directory_and_beside_googles_own_config(tmp_path):
+    """--output=dir/ (or an existing directory) writes dir/bert_model.ckpt, as Google names
+    its checkpoints; before, `dir/` wrote dir.index and dir.data-* beside it and the
+    directory stayed empty. A bert_config.json Google wrote for the same model (its key
+    order, no layer_norm_eps) is kept; before, it was refused as "a different model"."""
+    model = randomize(tiny_pretrainer())
+    prefix = save_google_checkpoint(model, str(tmp_path / "new") + os.sep)
+    assert prefix == str(tmp_path / "new" / "bert_model.ckpt")
+    assert sorted(os.listdir(tmp_path)) == ["new"]
+    (tmp_path / "existing").mkdir()
+    save_google_checkpoint(model, str(tmp_path / "existing"))
+    assert sorted(os.listdir(tmp_path / "existing")) == sorted(os.listdir(tmp_path / "new"))
+    with pytest.raises(FileExistsError, match="bert_model.ckpt.index"):
+        check_output_free("google", str(tmp_path / "existing"))
+    config = google_config(num_hidden_layers=model.encoder.num_layers)
+    assert BertConfig.from_dict(config) == model.encoder.to_bert_config()
+    google = tmp_path / "google"
+    google.mkdir()
+    (google / "bert_config.json").write_text(json.dumps(dict(reversed(config.items())), indent=1))
+    save_google_checkpoint(model, str(google / "bert_model.ckpt"))
+    assert_weights_equal(model, load_checkpoint(str(google / "bert_model.ckpt"), fmt="google").model)
+    (google / "bert_config.json").write_text(json.dumps(dict(config, intermediate_size=I + 1)))
+    with pytest.raises(FileExistsError, match="describes a different model"):
+        save_google_checkpoint(model, str(google / "other.ckpt"))
 
 
 # ------------------------------------------------------------------------------------------

@@ -190,3 +190,22 @@ def test_transformers_config_json_reads_as_the_model_transformers_builds(tmp_pat
     with pytest.raises(ValueError, match=r"config.json: model_type is 'roberta', expected "
                                          r"'bert'$"):
         BertConfig.from_json_file(path)
+
+
+@pytest.mark.parametrize("setting", [dict(is_decoder=True), dict(add_cross_attention=True),
+                                     dict(position_embedding_type="relative_key")])
+def test_a_transformers_config_of_another_model_than_berts_encoder_is_refused(tmp_path, setting):
+    """is_decoder (causal attention), add_cross_attention, relative position embeddings:
+    the weights compute something else than BERT's encoder. Before, those keys were dropped
+    and a causal BertModel converted to a bidirectional encoder (outputs 0.14 apart)."""
+    import transformers
+
+    transformers.BertConfig(hidden_size=64, num_attention_heads=4).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    plain = json.loads(path.read_text())
+    assert BertConfig.from_json_file(path).hidden_size == 64
+    path.write_text(json.dumps(dict(plain, **setting)))
+    (key, value), = setting.items()
+    with pytest.raises(ValueError, match=rf"config.json: {key}={value!r}; bert-keras builds "
+                                         r"BERT's bidirectional encoder"):
+        BertConfig.from_json_file(path)

@@ -355,6 +355,58 @@ def test_live_pretraining_heads_match_transformers(tmp_path):
     np.testing.assert_allclose(out["nsp_logits"], expected["nsp_logits"], atol=1e-5)
 
 
+def test_bert_base_uncased_layout_loads_whole(tmp_path):
+    """bert-base-uncased's own model.safetensors: LayerNorm weights named `gamma`/`beta`
+    (pytorch-pretrained-bert's names, which transformers renames on load), and config.json
+    naming BertForMaskedLM while the file also holds the NSP head and the pooler. Loaded
+    with model='auto' and 'pretrainer' it is a pretrainer with NSP whose logits equal
+    transformers' BertForPreTraining's; as an encoder, its outputs. Before, every --model
+    failed ("missing ...LayerNorm.weight", "unexpected cls.seq_relationship.*")."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from safetensors.numpy import load_file, save_file
+
+    from bert_keras import BertPretrainer
+    from bert_keras.convert_checkpoint import convert
+    from bert_keras.model_loading import load_checkpoint
+
+    sys_path_testdata()
+    import make_hf_golden
+
+    torch.manual_seed(9)
+    hf = transformers.BertForPreTraining(transformers.BertConfig(
+        hidden_act="gelu", initializer_range=0.2, **make_hf_golden.SIZES)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    path = tmp_path / "bert-base-uncased"
+    hf.save_pretrained(str(path), safe_serialization=True)
+    tensors = load_file(str(path / "model.safetensors"))
+    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+              .replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in tensors.items()}
+    # embeddings, two per layer, the MLM transform
+    layers = hf.config.num_hidden_layers
+    assert sum(k.endswith("LayerNorm.gamma") for k in legacy) == 1 + 2 * layers + 1
+    save_file(legacy, str(path / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(dict(config, architectures=["BertForMaskedLM"])))
+    reloaded = transformers.BertForPreTraining.from_pretrained(str(path)).eval()  # the reference
+    inputs = make_inputs(batch=2, seq=10, lengths=[10, 6], seed=5)
+    expected = _hf_pretraining_outputs(reloaded, inputs, POSITIONS)
+    for want in ("auto", "pretrainer"):
+        model = load_checkpoint(str(path), fmt="hf", want=want).model
+        assert isinstance(model, BertPretrainer) and model.next_sentence
+        out = model(dict(inputs, masked_lm_positions=POSITIONS))
+        np.testing.assert_allclose(out["mlm_logits"], expected["mlm_logits"], atol=1e-5)
+        np.testing.assert_allclose(out["nsp_logits"], expected["nsp_logits"], atol=1e-5)
+    encoder = load_checkpoint(str(path), fmt="hf", want="encoder").model
+    assert_outputs_close(encoder(inputs), make_hf_golden.run_hf(reloaded.bert, inputs),
+                         inputs["input_mask"])
+    _, converted = convert("hf", "google", str(path), str(tmp_path / "google" / "bert_model.ckpt"))
+    assert isinstance(converted, BertPretrainer) and converted.next_sentence
+
+
 def sys_path_testdata():
     import sys
 

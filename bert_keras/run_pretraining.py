@@ -776,6 +776,16 @@ def _read_inputs(options: PretrainingOptions, initial=None):
                               None if eval_masking else eval_predictions)
     except ValueError as e:  # data_prep.features and inputs name the file and the lengths.
         raise PretrainingError(str(e)) from None
+    for flag, paths in (("input_file", input_files), ("eval_input_file", eval_files or [])):
+        recorded = features.data_vocab_size(paths)
+        if recorded is not None and recorded[0] > config.vocab_size:
+            # Ids past the embedding table: an error deep in TensorFlow's gather, NaN weights
+            # on JAX (whose gathers fill out-of-range rows).
+            raise PretrainingError(
+                f"--{flag}: the data was made with a vocabulary of {recorded[0]} tokens "
+                f"({recorded[1]}), more than the model's vocab_size={config.vocab_size} "
+                f"({config_source(options)}); give the model vocab_size={recorded[0]}, or "
+                "remake the data with the model's vocabulary")
     input_files = _sound_files("input_file", input_files, options.skip_damaged_shards)
     if eval_files:
         eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)

@@ -306,6 +306,13 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
         for w in writers:
             w.close()
         _remove_quietly(temps)
+        if isinstance(e, pi.TooFewDocumentsError) and spec.num_workers > 1:
+            # The corpus may have enough; this worker's share (every n-th document) has not.
+            raise InputError(
+                f"its share of the corpus (one document in {spec.num_workers}) holds "
+                f"{e.count} document{'s' if e.count != 1 else ''} with text, and each worker "
+                "needs at least 2 (NotNext segments come from another document of its share); "
+                "use fewer --num_workers for this corpus") from None
         raise InputError(str(e)) from None
     except BaseException:
         for w in writers:

@@ -672,6 +672,26 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
     return sorted(found)
 
 
+def data_vocab_size(paths: Sequence[str]) -> tuple[int, str] | None:
+    """(tokens of the largest vocabulary the data was made with, the sidecar recording it),
+    or None where no sidecar says. Sidecars from before `vocab_size` was recorded name
+    their vocab_file and its sha256: that file counts where it is still the same."""
+    found = None
+    for path in paths:
+        meta = read_sidecar(path)
+        if meta is None:
+            continue
+        size = meta.get("vocab_size")
+        vocab_file = meta.get("vocab_file")
+        if size is None and isinstance(vocab_file, str) and os.path.isfile(vocab_file) and \
+                meta.get("vocab_sha256") == files.sha256_file(vocab_file):
+            with open(vocab_file, "rb") as f:
+                size = sum(1 for line in f if line.strip())
+        if isinstance(size, int) and (found is None or size > found[0]):
+            found = (size, sidecar_path(path))
+    return found
+
+
 def data_tokenizer_settings(paths: Sequence[str]):
     """The tokenizer settings and vocabulary checksum the data was made with.
 

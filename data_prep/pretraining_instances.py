@@ -625,16 +625,25 @@ def generate_instances(documents: Iterable[Document], config: InstanceConfig,
             yield from drain(final=False)
     if warming:
         if len(waiting) == 0:
-            raise ValueError("the corpus holds no document with text (expected one sentence "
-                             "per line, a blank line between documents)")
+            raise TooFewDocumentsError(
+                "the corpus holds no document with text (expected one sentence per line, a "
+                "blank line between documents)", 0)
         if len(waiting) == 1:
-            raise ValueError(
+            raise TooFewDocumentsError(
                 "the corpus holds a single document; NotNext segments must come from another "
-                "document, so at least 2 are needed (put a blank line between documents)")
+                "document, so at least 2 are needed (put a blank line between documents)", 1)
         for d in waiting:
             make_pairs(d)
             yield from drain(final=False)
     yield from drain(final=True)
+
+
+class TooFewDocumentsError(ValueError):
+    """Fewer than 2 documents with text reached `generate_instances` (`count` of them)."""
+
+    def __init__(self, message: str, count: int):
+        super().__init__(message)
+        self.count = count
 
 
 def finish_instances(pairs: Sequence[SegmentPair], config: InstanceConfig,

@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from data_prep import features
+from data_prep import features, schema
 from data_prep import pretraining_instances as pi
 from data_prep.cli import ToolError
 from data_prep.tokenizer_config import TokenizerConfig
@@ -171,6 +171,9 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                             "one sentence per line (python -m data_prep.prepare_corpus splits raw "
                             "text)")
                     stripped = raw.strip()
+                    if stripped and (stripped[0] in _MAYBE_SPACE or stripped[-1] in _MAYBE_SPACE) \
+                            and not stripped.decode("utf-8", "replace").strip():
+                        stripped = b""  # only Unicode spaces (U+00A0, U+3000, ...): blank
                     if stripped:
                         if not current:
                             first_line = line_no
@@ -189,6 +192,12 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                 if index % num_workers == worker:
                     yield _decode_document(index, current, nbytes, path, first_line, warnings)
                 index += 1
+
+
+# First or last bytes of a line that bytes.strip() keeps but that may begin or end a
+# character str.strip() removes (U+001C..U+001F, U+0085, U+00A0, U+3000, ...): such a line
+# may be blank as Google's reader sees it (it decodes each line, then strips it).
+_MAYBE_SPACE = frozenset(range(0x1C, 0x20)) | frozenset(range(0x80, 0x100))
 
 
 def _decode_document(index: int, lines: list[bytes], nbytes: int, path: str, first_line: int,
@@ -320,6 +329,8 @@ def sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,
         "compression": "GZIP" if spec.gzip else "",
         "vocab_file": os.path.abspath(spec.vocab_file),
         "vocab_sha256": vocab_sha,
+        # Its tokens: the trainer refuses a model whose embedding table has fewer rows.
+        "vocab_size": len(schema.load_vocab(spec.vocab_file)),
         # The tokenizer settings, for the trainer and every later stage: top-level keys as
         # before, plus the full tokenizer_config.json content.
         "do_lower_case": spec.tokenizer.do_lower_case,

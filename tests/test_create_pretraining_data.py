@@ -182,6 +182,7 @@ def test_end_to_end_schema_statistics_and_sidecar(tmp_path):
         assert m["shard"]["instances"] == len(d["input_ids"]) > 0
         assert m["max_seq_length"] == s and m["max_predictions_per_seq"] == p
         assert m["vocab_sha256"] and m["do_lower_case"] is True and m["strip_accents"] is True
+        assert m["vocab_size"] == len(vocab)  # run_pretraining checks the model's table
         assert m["compression"] == "" and m["flags"]["dupe_factor"] == 10
         features.check_sidecar(m, s, p, "x")
     merged = merge_shards(data)
@@ -277,12 +278,19 @@ def _bad_input_case(tmp_path, name):
                 f"{tmp_path / 'model' / 'vocab.txt'}")
     if name == "too_many_workers":
         return {"input_file": CORPUS, "num_workers": 3}, "num_workers=3"
+    if name == "a_workers_share_of_one_document":  # the corpus has 3: enough for 1 worker
+        documents = open(CORPUS).read().split("\n\n")[:3]
+        open(path, "w").write("\n\n".join(documents))
+        return ({"input_file": path, "num_workers": 2, "num_output_shards": 2},
+                "error: worker 1 of 2: its share of the corpus (one document in 2) holds 1 "
+                "document with text, and each worker needs at least 2")
     raise ValueError(name)
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "binary", "one_document",
                                   "one_sentence_documents", "predictions_over_length",
-                                  "missing_vocab", "vocab_directory", "too_many_workers"])
+                                  "missing_vocab", "vocab_directory", "too_many_workers",
+                                  "a_workers_share_of_one_document"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_input_case(tmp_path, case)
     out_dir = tmp_path / "out"
@@ -477,3 +485,32 @@ def test_example_without_masks_says_so_instead_of_empty_lines():
     (full,) = cpd._decode_examples(batch, vocab, 1, full=True, dynamic=True)
     assert "masked_lm_positions: none in the data" in full
     assert "masked_lm_labels: none in the data" in full
+
+
+def test_a_line_of_unicode_spaces_ends_a_document_as_in_googles_reader(tmp_path):
+    """Google's reader decodes each line and strips it (str.strip), so a line holding only
+    U+00A0, U+3000 or U+001C is blank: a document boundary. Ours stripped the bytes (ASCII
+    whitespace only): 20 documents read as 11, and the IsNext pairs spanned documents.
+    Reference: the documents str.strip() finds, written out here."""
+    from data_prep import pretraining_job as job
+
+    spaces = ["", " \t", "\u00a0", "\u3000", "\u00a0\u3000 ", "\x1c", "\u2028", "\u205f"]
+    text, expected = [], []
+    for d in range(20):
+        lines = [f"\u00a0document {d} line {k}\u3000" for k in range(2)]
+        text += lines + [spaces[d % len(spaces)]]
+        expected.append([line.strip() for line in lines])
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("\n".join(text).encode("utf-8"))
+    google = [[]]
+    for line in path.read_bytes().decode("utf-8").split("\n"):  # Google's loop, in short
+        line = line.strip()
+        if not line:
+            google.append([])
+        else:
+            google[-1].append(line)
+    google = [d for d in google if d]
+    assert google == expected
+    read = [doc.lines for doc in job.read_documents([str(path)])]
+    assert len(read) == 20
+    assert [[line.strip() for line in doc] for doc in read] == expected

@@ -444,6 +444,41 @@ def test_flag_errors_are_clear(data, tmp_path):
     assert not any((tmp_path / name).exists() for name in "abcdefgh")
 
 
+def test_data_of_a_larger_vocabulary_than_the_model_is_refused(data, tmp_path):
+    """Data made with a vocabulary of more tokens than the model's vocab_size, no
+    --vocab_file given: before, TensorFlow failed in its gather with a 127-line traceback
+    after writing the run's files, and JAX trained to NaN weights and exit status 0. The
+    sidecar records the vocabulary's size (older sidecars: its file and checksum)."""
+    from data_prep import features, files
+
+    for name in ("train-0.tfrecord", "eval-0.tfrecord"):
+        shutil.copy(data["dir"] / name, tmp_path / name)
+        meta = features.read_sidecar(str(data["dir"] / name))
+        (tmp_path / (name + ".meta.json")).write_text(json.dumps(dict(meta, vocab_size=VOCAB + 4)
+                                                                 if name.startswith("train")
+                                                                 else meta))
+    with pytest.raises(PretrainingError, match=(
+            rf"^--input_file: the data was made with a vocabulary of {VOCAB + 4} tokens "
+            rf"\(.*train-0.tfrecord.meta.json\), more than the model's vocab_size={VOCAB} "
+            rf"\(.*bert_config.json\); give the model vocab_size={VOCAB + 4}, or remake")):
+        train(_options(data, tmp_path / "a", input_file=str(tmp_path / "train-0.tfrecord"),
+                       vocab_file=None))
+    # A sidecar from before vocab_size was recorded: the vocab_file it names, if unchanged.
+    larger = tmp_path / "vocab.txt"
+    larger.write_text(open(data["vocab"]).read() + "".join(f"new{i}\n" for i in range(4)))
+    meta = features.read_sidecar(str(data["dir"] / "eval-0.tfrecord"))
+    (tmp_path / "eval-0.tfrecord.meta.json").write_text(json.dumps(dict(
+        meta, vocab_file=str(larger), vocab_sha256=files.sha256_file(str(larger)))))
+    with pytest.raises(PretrainingError, match=rf"^--eval_input_file: the data was made with a "
+                                               rf"vocabulary of {VOCAB + 4} tokens"):
+        train(_options(data, tmp_path / "b", vocab_file=None,
+                       eval_input_file=str(tmp_path / "eval-0.tfrecord")))
+    larger.write_text(open(data["vocab"]).read())  # changed since: says nothing
+    train(_options(data, tmp_path / "c", vocab_file=None, num_train_steps=1, num_warmup_steps=0,
+                   save_checkpoints_steps=1, eval_input_file=str(tmp_path / "eval-0.tfrecord")))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):
     """A shard cut to 60% (an interrupted copy) used to train silently to exit 0."""
     import shutil

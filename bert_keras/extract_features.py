@@ -5,18 +5,20 @@ r"""Per-token features from chosen encoder layers, like Google's extract_feature
       --vocab_file=vocab.txt --init_checkpoint=/path/to/checkpoint \
       --layers=-1,-2,-3,-4 --max_seq_length=128 --batch_size=32
 
-Input: one example per line, "text" or "text_a ||| text_b" (Google's format); a line that is
-empty after stripping is an error naming the line. Each example is packed as
+Input: one example per line, "text" or "text_a ||| text_b" (Google's format; lines end at
+"\n" only, as Google reads them); a line that is empty after stripping is an error naming
+the line. Each example is packed as
 "[CLS] A [SEP] (B [SEP])"; pairs are truncated fairly (longer side first) and truncations
 are counted.
 
 Output, by the extension of --output_file:
-  .jsonl  one line per example, Google's layout:
+  .jsonl  one line per example, Google's layout, written as the examples run (memory does
+          not grow with the input; .json is written the same way):
           {"linex_index": i, "features": [{"token": "[CLS]", "layers": [{"index": -1,
           "values": [...H floats, rounded to 6 decimals]}, ...]}, ...]} for the real tokens.
   .npz    tokens: str [N, S] ("" on padding); input_word_ids, input_mask, input_type_ids:
           int32 [N, S]; layer_<i> (e.g. "layer_-1"): float32 [N, S, H] for every requested
-          layer.
+          layer (held in memory until written: N x S x H x 4 bytes a layer).
 Layer -1 is the last transformer layer, -L the first (the embeddings are not a layer).
 The tokenizer settings come with the checkpoint (tokenizer_config.json beside its vocabulary);
 --do_lower_case / --strip_accents / --tokenize_chinese_chars override them.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import keras
 import numpy as np
@@ -70,14 +73,19 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def read_input(path: str) -> list[tuple[str, str | None]]:
     """Lines "text" or "text_a ||| text_b" -> [(a, b or None)].
 
+    Lines end at "\n" only, as Google's reader (tf.io.gfile's readline) ends them: a lone
+    "\r" inside a line is whitespace in its text, not a new example, so the i-th output
+    record is the i-th input line. As Google's pattern `^(.*) \|\|\| (.*)$` splits it, text_a
+    is what comes before the last " ||| " ("a ||| ||| b": "a |||" and "b").
+
     Raises:
-      DataError: an unreadable or non-UTF-8 file, an empty line or an empty side of "|||"
-        (file:line named).
+      DataError: an unreadable or non-UTF-8 file, an empty line, an empty side of "|||",
+        or more than one separator (file:line named).
     """
     examples = []
     try:
         files.check_text_file(path)
-        with files.open_text(path) as f:
+        with files.open_text(path, newline="\n") as f:
             lines = list(f)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
@@ -85,10 +93,11 @@ def read_input(path: str) -> list[tuple[str, str | None]]:
         raise DataError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
     for number, line in enumerate(lines, 1):
         line = line.rstrip("\n")
-        parts = line.split(" ||| ") if " ||| " in line else [line]
-        if len(parts) > 2:
+        separators = line.count(" ||| ")
+        if separators > 1:
             raise DataError(f"{path}:{number}: expected 'text' or 'text_a ||| text_b', "
-                            f"found {len(parts) - 1} separators")
+                            f"found {separators} separators")
+        parts = line.rsplit(" ||| ", 1) if separators else [line]
         if any(not p.strip() for p in parts):
             raise DataError(f"{path}:{number}: empty text")
         examples.append((parts[0].strip(), parts[1].strip() if len(parts) == 2 else None))
@@ -108,13 +117,23 @@ def feature_model(encoder, layers: list[int]) -> keras.Model:
     return keras.Model(encoder.input, {f"layer_{i}": outputs[i] for i in layers})
 
 
-def extract(encoder, tokenizer, examples, layers, max_seq_length, batch_size):
-    """Runs the encoder over examples.
+# Examples run and written at a time in the JSONL output: its text is ~25 bytes a value,
+# so the whole file in memory (4 layers of BERT-base at 128: ~4 MB an example) would not
+# fit for a corpus; Google's tool writes each example as it is predicted.
+JSONL_CHUNK = 256
 
-    Returns:
-      (tokens, arrays, num_truncated): tokens a list of N token lists (real tokens only);
-      arrays the npz layout of the module docstring.
-    """
+
+def _pack_all(tokenizer, examples, max_seq_length):
+    """Each example packed as "[CLS] A [SEP] (B [SEP])". A text_b with no WordPiece (a
+    zero-width space, a control character) makes a single text, as Google's
+    `if tokens_b:` does; before, it packed "[CLS] A [SEP] [SEP]"."""
+    a = tokenizer.tokenize([e[0] for e in examples])
+    pairs = [i for i, e in enumerate(examples) if e[1] is not None]
+    b = dict(zip(pairs, tokenizer.tokenize([examples[i][1] for i in pairs])))
+    return [pack(a[i], b.get(i) or None, max_seq_length) for i in range(len(examples))]
+
+
+def _check_lengths(encoder, examples, max_seq_length) -> None:
     if max_seq_length > encoder.max_sequence_length:
         raise FinetuneError(f"--max_seq_length={max_seq_length} exceeds the encoder's position "
                             f"table ({encoder.max_sequence_length} positions)")
@@ -123,28 +142,55 @@ def extract(encoder, tokenizer, examples, layers, max_seq_length, batch_size):
         raise FinetuneError(f"--max_seq_length={max_seq_length} is too short: "
                             f"{'a pair' if least == 4 else 'a text'} needs at least {least} "
                             "positions ([CLS], [SEP] and a token of each text)")
-    model = feature_model(encoder, layers)
-    a = tokenizer.tokenize([e[0] for e in examples])
-    pairs = [i for i, e in enumerate(examples) if e[1] is not None]
-    b = dict(zip(pairs, tokenizer.tokenize([examples[i][1] for i in pairs])))
-    packed = [pack(a[i], b.get(i), max_seq_length) for i in range(len(examples))]
+
+
+def _run_packed(model, tokenizer, packed, max_seq_length, batch_size, pad_last_batch=None):
+    """(tokens, the npz layout) of packed examples run through the feature model."""
     arrays = pad_features([tokenizer.convert_tokens_to_ids(p.tokens) for p in packed],
                           [p.segment_ids for p in packed], max_seq_length)
     x = schema.model_inputs(arrays)
-    outputs, _ = loop.predict(model, x, batch_size)
+    outputs, _ = loop.predict(model, x, batch_size, pad_last_batch)
     tokens = [p.tokens for p in packed]
     width = max(len(t) for p in tokens for t in p)
-    token_array = np.full((len(examples), max_seq_length), "", dtype=f"<U{width}")
+    token_array = np.full((len(packed), max_seq_length), "", dtype=f"<U{width}")
     for i, row in enumerate(tokens):
         token_array[i, : len(row)] = row
     result = {"tokens": token_array, **x}
     result.update({k: v.astype(np.float32) for k, v in outputs.items()})
-    return tokens, result, sum(p.truncated for p in packed)
+    return tokens, result
+
+
+def extract(encoder, tokenizer, examples, layers, max_seq_length, batch_size):
+    """Runs the encoder over examples, all in memory (the .npz output).
+
+    Returns:
+      (tokens, arrays, num_truncated): tokens a list of N token lists (real tokens only);
+      arrays the npz layout of the module docstring.
+    """
+    _check_lengths(encoder, examples, max_seq_length)
+    model = feature_model(encoder, layers)
+    packed = _pack_all(tokenizer, examples, max_seq_length)
+    tokens, arrays = _run_packed(model, tokenizer, packed, max_seq_length, batch_size)
+    return tokens, arrays, sum(p.truncated for p in packed)
 
 
 def _check_output_name(path: str) -> None:
     if not path.endswith((".jsonl", ".json", ".npz")):
-        raise FinetuneError(f"--output_file must end in .jsonl or .npz; received {path}")
+        raise FinetuneError(f"--output_file must end in .jsonl (or .json, written as JSON "
+                            f"lines) or .npz; received {path}")
+    if os.path.isdir(path):
+        raise FinetuneError(f"--output_file {path} is a directory; name a file in it")
+
+
+def jsonl_lines(tokens, arrays, layers, first_index: int = 0):
+    """Google's JSONL layout, one line per example (numbered from `first_index`)."""
+    for i, row in enumerate(tokens):
+        features = [{"token": token,
+                     "layers": [{"index": layer,
+                                 "values": [round(float(v), 6) for v in arrays[f"layer_{layer}"][i, t]]}
+                                for layer in layers]}
+                    for t, token in enumerate(row)]
+        yield json.dumps({"linex_index": first_index + i, "features": features}) + "\n"
 
 
 def write_features(path: str, tokens, arrays, layers, overwrite: bool = False) -> str:
@@ -156,22 +202,41 @@ def write_features(path: str, tokens, arrays, layers, overwrite: bool = False) -
             with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
                 np.savez(f, **arrays)
         return path
-    lines = []
-    for i, row in enumerate(tokens):
-        features = [{"token": token,
-                     "layers": [{"index": layer,
-                                 "values": [round(float(v), 6) for v in arrays[f"layer_{layer}"][i, t]]}
-                                for layer in layers]}
-                    for t, token in enumerate(row)]
-        lines.append(json.dumps({"linex_index": i, "features": features}) + "\n")
-    return files.write_text(path, "".join(lines), overwrite=overwrite)
+    return files.write_text(path, "".join(jsonl_lines(tokens, arrays, layers)),
+                            overwrite=overwrite)
+
+
+def extract_to_jsonl(path: str, encoder, tokenizer, examples, layers, max_seq_length,
+                     batch_size, overwrite: bool = False, chunk: int = JSONL_CHUNK) -> int:
+    """Runs and writes `chunk` examples at a time (memory bounded by the chunk, not the
+    input), under a temporary name renamed when complete; returns the truncated count."""
+    _check_lengths(encoder, examples, max_seq_length)
+    model = feature_model(encoder, layers)
+    packed = _pack_all(tokenizer, examples, max_seq_length)
+    chunk = max(chunk, batch_size) // batch_size * batch_size  # whole batches
+    # Every row in a batch of one shape, as `extract` computes them: the same values.
+    pad = len(packed) > batch_size
+    with files.atomic_output(path, overwrite=overwrite,
+                             hint="pass --overwrite_output to replace it") as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for start in range(0, len(packed), chunk):
+                tokens, arrays = _run_packed(model, tokenizer, packed[start:start + chunk],
+                                             max_seq_length, batch_size, pad)
+                f.writelines(jsonl_lines(tokens, arrays, layers, start))
+                if len(packed) > chunk:
+                    logging.info("features of %d of %d examples written",
+                                 min(start + chunk, len(packed)), len(packed))
+    return sum(p.truncated for p in packed)
 
 
 def _parse_layers(layers) -> list[int]:
     try:
-        return [int(i) for i in layers]
+        parsed = [int(i) for i in layers]
     except ValueError:
         raise FinetuneError(f"--layers must be integers (e.g. -1,-2); received {list(layers)}") from None
+    if not parsed:
+        raise FinetuneError("--layers is empty: name at least one layer (e.g. -1,-2,-3,-4)")
+    return parsed
 
 
 def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vocab_file=None,
@@ -197,12 +262,16 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
     settings, source = tokenizer_config.resolve(None, overrides, saved, warn=logging.warning)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(), source or "defaults and flags")
     tokenizer = load_tokenizer(vocab_file, settings)
-    tokens, arrays, truncated = extract(encoder, tokenizer, examples, layers, max_seq_length,
-                                        batch_size)
+    if output_file.endswith(".npz"):
+        tokens, arrays, truncated = extract(encoder, tokenizer, examples, layers,
+                                            max_seq_length, batch_size)
+        write_features(output_file, tokens, arrays, layers, overwrite_output)
+    else:
+        truncated = extract_to_jsonl(output_file, encoder, tokenizer, examples, layers,
+                                     max_seq_length, batch_size, overwrite_output)
     if truncated:
         logging.warning("%d of %d examples were truncated to max_seq_length=%d", truncated,
                         len(examples), max_seq_length)
-    write_features(output_file, tokens, arrays, layers, overwrite_output)
     logging.info("wrote features of %d examples (layers %s) to %s", len(examples), layers, output_file)
     return {"examples": len(examples), "truncated": truncated, "layers": layers,
             "output_file": output_file}

@@ -91,3 +91,67 @@ def test_bad_input_lines(tmp_path, content, message):
     text.write_text(content)
     with pytest.raises(DataError, match=message):
         extract_features.read_input(str(text))
+
+
+def test_lines_as_googles_reader_splits_them(tmp_path):
+    """As Google's extract_features.py reads its input: lines end at "\\n" only (a lone "\\r"
+    split a line in two before, shifting every later linex_index), text_a runs to the last
+    " ||| " (its pattern `^(.*) \\|\\|\\| (.*)$`), and CRLF endings are stripped."""
+    text = tmp_path / "input.txt"
+    text.write_bytes(b"the leader\rrunning\nthe ||| ||| leader\r\nrunning\n")
+    assert extract_features.read_input(str(text)) == [
+        ("the leader\rrunning", None), ("the |||", "leader"), ("running", None)]
+
+
+def test_a_second_text_without_wordpieces_makes_a_single_text(tmp_path, encoder_file):
+    """"the ||| \\u200b": the zero-width space is no WordPiece, so there is no second text,
+    and Google's `if tokens_b:` packs "[CLS] the [SEP]"; before, "[CLS] the [SEP] [SEP]"."""
+    text = tmp_path / "input.txt"
+    text.write_text("the ||| \u200b\nthe ||| leader\n", encoding="utf-8")
+    out = tmp_path / "f.jsonl"
+    extract_features.run(str(text), str(out), encoder_file, vocab_file=VOCAB, layers=["-1"],
+                         max_seq_length=10)
+    tokens = [[f["token"] for f in json.loads(line)["features"]] for line in open(out)]
+    assert tokens == [["[CLS]", "the", "[SEP]"], ["[CLS]", "the", "[SEP]", "leader", "[SEP]"]]
+
+
+def test_jsonl_is_written_a_chunk_at_a_time_with_the_same_bytes(tmp_path, encoder_file):
+    """The JSONL output runs and writes `chunk` examples at a time, so memory does not grow
+    with the input (before: every layer of every example, then the whole file as one
+    string: ~3 bytes of RAM per output byte); the file is the same whatever the chunk."""
+    import keras
+
+    from data_prep.tokenization import load_tokenizer
+
+    text = tmp_path / "input.txt"
+    text.write_text("".join(f"the leader {'running ' * (i % 5)}||| the\n" if i % 3 else
+                            f"unwanted {'the ' * (i % 7)}\n" for i in range(23)))
+    examples = extract_features.read_input(str(text))
+    encoder = keras.models.load_model(encoder_file)
+    tokenizer = load_tokenizer(VOCAB)
+    written = []
+    for chunk in (2, 6, 1000):  # batches of 2 rows each time: the same arithmetic
+        path = str(tmp_path / f"chunk{chunk}.jsonl")
+        extract_features.extract_to_jsonl(path, encoder, tokenizer, examples, [-1, 0], 12, 2,
+                                          chunk=chunk)
+        written.append(open(path, "rb").read())
+    assert written[0] == written[1] == written[2]
+    lines = [json.loads(line) for line in written[0].decode().splitlines()]
+    assert [line["linex_index"] for line in lines] == list(range(23))
+    # The same values as the in-memory route the .npz output takes.
+    tokens, arrays, _ = extract_features.extract(encoder, tokenizer, examples, [-1, 0], 12, 2)
+    assert written[0].decode() == "".join(extract_features.jsonl_lines(tokens, arrays, [-1, 0]))
+
+
+def test_an_empty_layer_list_and_a_directory_as_output_are_refused(tmp_path, encoder_file):
+    text = tmp_path / "input.txt"
+    text.write_text("the\n")
+    with pytest.raises(ValueError, match=r"^--layers is empty: name at least one layer"):
+        extract_features.run(str(text), str(tmp_path / "f.jsonl"), encoder_file,
+                             vocab_file=VOCAB, layers=[])
+    (tmp_path / "out.jsonl").mkdir()
+    (tmp_path / "out.jsonl" / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"out.jsonl is a directory; name a file in it$"):
+        extract_features.run(str(text), str(tmp_path / "out.jsonl"), encoder_file,
+                             vocab_file=VOCAB, overwrite_output=True)
+    assert (tmp_path / "out.jsonl" / "keep.txt").read_text() == "mine"

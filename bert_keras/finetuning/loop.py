@@ -168,20 +168,28 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     return summary
 
 
-def predict(model: keras.Model, x: dict, batch_size: int) -> tuple[dict[str, np.ndarray], dict]:
+def predict(model: keras.Model, x: dict, batch_size: int,
+            pad_last_batch: bool | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """Runs the model in inference mode over arrays.
+
+    Args:
+      pad_last_batch: whether a last batch shorter than `batch_size` is padded to it;
+        None: where there are several batches (one short batch alone runs as it is). A
+        caller running one input in parts passes True, so every row is computed in a batch
+        of the same shape (the same arithmetic) whatever the part.
 
     Returns:
       (outputs as numpy, {"seconds", "examples_per_second"}).
     """
     n = num_examples(x)
+    pad = n > batch_size if pad_last_batch is None else pad_last_batch
     backends.compile_steps_on_jax(model)
     outputs: dict[str, list] = {}
     start = time.time()
     for begin in range(0, n, batch_size):
         batch = {k: v[begin:begin + batch_size] for k, v in x.items()}
         rows = len(next(iter(batch.values())))
-        if rows < batch_size < n:
+        if rows < batch_size and pad:
             # The last, shorter batch is padded with all-zero rows (outputs dropped below):
             # a new shape would trace the predict function a second time (seconds, and
             # memory for a second graph).

@@ -14,6 +14,11 @@ WordPiece):
   5. greedy longest-match-first WordPiece with "##" continuation pieces; a word longer than
      100 characters, or one that cannot be covered by the vocabulary, is one [UNK].
 
+Where Google's and transformers' differ we follow transformers' (the tokenizer the
+checkpoints people fine-tune are published with): its word limit is 100 characters
+(Google's WordpieceTokenizer splits words of 101-200 characters into pieces), and
+private-use characters (Co) are dropped (Google's keep them, as [UNK]).
+
 Design (how the graph stays fast and the ids stay identical): steps 1-3 and most of 4 are a
 *per-code-point* mapping (each character maps to a fixed string, e.g. "A" -> "a",
 "é" -> "e", "\u2011" -> " \u2011 ", U+200B -> ""). We compute that mapping once in Python

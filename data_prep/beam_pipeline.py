@@ -537,8 +537,12 @@ def check_outputs(spec: job.JobSpec) -> list[str]:
     local directories it created (taken back if the job fails)."""
     if len(set(spec.output_files)) != len(spec.output_files):
         raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
+    finals = [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
+    directories = [p for p in finals if "://" not in p and os.path.isdir(p)]
+    if directories:
+        raise InputError(f"--output_file: {directories[0]} is a directory; name a file (or a "
+                         "prefix) in it")
     if not spec.overwrite:
-        finals = [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
         existing = [p for p in finals if _exists(p)]
         if existing:
             raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "

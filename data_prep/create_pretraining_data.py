@@ -419,6 +419,10 @@ def check_outputs(spec: JobSpec) -> list[str]:
         raise InputError(
             f"--num_workers={spec.num_workers} needs at least as many output files; received "
             f"{len(spec.output_files)} (use --num_output_shards)")
+    directories = [p for p in _final_names(spec) if os.path.isdir(p)]
+    if directories:  # even with --overwrite: found after the whole job, naming a temp file
+        raise InputError(f"--output_file: {directories[0]} is a directory; name a file (or a "
+                         "prefix) in it")
     if not spec.overwrite:
         existing = [p for p in _final_names(spec) if os.path.exists(p)]
         if existing:

@@ -341,3 +341,16 @@ def test_a_runner_that_loses_documents_publishes_nothing(corpus, tmp_path, monke
     err = capsys.readouterr().err
     assert "read 50 documents" in err and "lost data" in err, err
     assert not out_dir.exists()
+
+
+def test_an_output_that_is_a_directory_is_refused_before_the_job(tmp_path):
+    """Even with --overwrite: before, the whole job ran, then failed naming a temporary."""
+    import types
+
+    from data_prep.cli import ToolError
+
+    (tmp_path / "x.tfrecord").mkdir()
+    spec = types.SimpleNamespace(output_files=(str(tmp_path / "x.tfrecord"),), overwrite=True)
+    with pytest.raises(ToolError, match=r"^--output_file: .*x.tfrecord is a directory; name a "
+                                        r"file \(or a prefix\) in it$"):
+        beam_pipeline.check_outputs(spec)

@@ -284,13 +284,17 @@ def _bad_input_case(tmp_path, name):
         return ({"input_file": path, "num_workers": 2, "num_output_shards": 2},
                 "error: worker 1 of 2: its share of the corpus (one document in 2) holds 1 "
                 "document with text, and each worker needs at least 2")
+    if name == "output_is_a_directory":  # with --overwrite: refused after the whole job
+        os.makedirs(tmp_path / "out" / "x.tfrecord")
+        return ({"input_file": CORPUS, "overwrite": True},
+                f"--output_file: {tmp_path / 'out' / 'x.tfrecord'} is a directory")
     raise ValueError(name)
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "binary", "one_document",
                                   "one_sentence_documents", "predictions_over_length",
                                   "missing_vocab", "vocab_directory", "too_many_workers",
-                                  "a_workers_share_of_one_document"])
+                                  "a_workers_share_of_one_document", "output_is_a_directory"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_input_case(tmp_path, case)
     out_dir = tmp_path / "out"
@@ -302,7 +306,8 @@ def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and expected in errors[0], err
     assert "Traceback" not in err
-    assert not out_dir.exists() or os.listdir(out_dir) == []  # not even a temporary file
+    # not even a temporary file
+    assert not out_dir.exists() or os.listdir(out_dir) in ([], ["x.tfrecord"])
 
 
 def test_long_lines_are_accepted_with_a_warning(tmp_path, monkeypatch):

@@ -59,6 +59,7 @@ class SpecialTokens:
     mask_id: int
     vocab_size: int
     is_continuation: np.ndarray | None = None
+    unk_id: int | None = None  # [UNK], counted in InstanceStats.unknown_tokens
 
     @classmethod
     def from_vocab(cls, vocab: Sequence[str]) -> "SpecialTokens":
@@ -76,7 +77,8 @@ class SpecialTokens:
         return cls(cls_id=index[schema.CLS], sep_id=index[schema.SEP], mask_id=index[schema.MASK],
                    vocab_size=len(vocab),
                    is_continuation=np.array([t.startswith(schema.SUFFIX_INDICATOR) for t in vocab],
-                                            bool))
+                                            bool),
+                   unk_id=index.get(schema.UNK))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -553,6 +555,7 @@ class InstanceStats:
     not_next: int = 0
     masked: int = 0
     real_tokens: int = 0  # non-special, non-padding tokens in instances
+    unknown_tokens: int = 0  # [UNK] among `tokens` (the corpus's WordPieces)
 
     def merge(self, other: "InstanceStats") -> None:
         for f in dataclasses.fields(self):
@@ -608,6 +611,8 @@ def generate_instances(documents: Iterable[Document], config: InstanceConfig,
         stats.one_sentence_documents += doc.num_sentences == 1
         stats.sentences += doc.num_sentences
         stats.tokens += doc.num_tokens
+        if special.unk_id is not None:
+            stats.unknown_tokens += int(np.count_nonzero(doc.tokens == special.unk_id))
         if warming:
             waiting.append(doc)
             waiting_tokens += doc.num_tokens

@@ -290,6 +290,12 @@ def limit_tf_threads(tf) -> None:
         pass
 
 
+# check_totals warns when more of the corpus's WordPieces than this are [UNK]: a vocabulary
+# learnt on the same kind of text leaves well under 1% (BUILD_NOTES 4.2: 0.03% in domain,
+# 6-9% on other Korean text); the wrong casing flags for Korean, nearly 100%.
+UNKNOWN_WARN_SHARE = 0.05
+
+
 def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,
                   log: Callable[..., None]) -> None:
     long_lines = sum(r.long_lines for r in results)
@@ -306,6 +312,13 @@ def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec
             f"all {totals.documents} documents hold a single sentence, so every instance would "
             "be NotNext; expected one sentence per line with a blank line between documents "
             "(python -m data_prep.prepare_corpus makes that from raw text)")
+    if totals.unknown_tokens > UNKNOWN_WARN_SHARE * totals.tokens:
+        settings = spec.tokenizer
+        log("warning: %.1f%% of the corpus's %d WordPieces are [UNK]: is %s the vocabulary for "
+            "this text, and %s its tokenizer settings? (Korean: do_lower_case with "
+            "strip_accents=false, or every Hangul word is [UNK]; build_vocab writes them as "
+            "tokenizer_config.json beside its vocab.txt)", 100.0 * totals.unknown_tokens /
+            totals.tokens, totals.tokens, spec.vocab_file, settings.describe())
     if totals.one_sentence_documents * 2 > totals.documents:
         log("warning: %d of %d documents hold a single sentence; their instances are all "
             "NotNext (NotNext share %.1f%%)", totals.one_sentence_documents, totals.documents,

@@ -519,3 +519,39 @@ def test_a_line_of_unicode_spaces_ends_a_document_as_in_googles_reader(tmp_path)
     read = [doc.lines for doc in job.read_documents([str(path)])]
     assert len(read) == 20
     assert [[line.strip() for line in doc] for doc in read] == expected
+
+
+def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, monkeypatch):
+    """Korean text with the vocabulary learnt from it but its casing flags wrong (strip
+    accents decomposes Hangul into jamo): every Hangul word is [UNK], and the run said
+    nothing. Now the share is counted (the sidecar's counts.unknown_tokens) and a warning
+    above 5% names the vocabulary and the settings; with the right settings, none."""
+    from data_prep import build_vocab
+
+    lines = open(os.path.join(TESTDATA, "korean_sample.txt"), encoding="utf-8").read().splitlines()
+    corpus = tmp_path / "ko.txt"  # documents of 5 sentences
+    corpus.write_text("".join(line + ("\n\n" if i % 5 == 4 else "\n")
+                              for i, line in enumerate(lines)), encoding="utf-8")
+    vocab = build_vocab.build_vocab([str(corpus)], 500, layout="compact", do_lower_case=True,
+                                    strip_accents=False, min_frequency=1)
+    vocab_file = tmp_path / "vocab.txt"
+    vocab_file.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+    logged = []
+    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    counts = {}
+    for strip in ("false", "true"):
+        out = str(tmp_path / strip / "x.tfrecord")
+        logged.clear()
+        assert run_cli(input_file=str(corpus), vocab_file=str(vocab_file), output_file=out,
+                       do_lower_case="true", strip_accents=strip, max_seq_length=32,
+                       max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0) == 0
+        counts[strip] = features.read_sidecar(out)["counts"]
+        warnings = [m for m in logged if "are [UNK]" in m]
+        if strip == "true":
+            share = counts[strip]["unknown_tokens"] / counts[strip]["tokens"]
+            assert share > 0.5 and len(warnings) == 1, logged  # Hangul; not digits, punctuation
+            assert f"{100 * share:.1f}% of the corpus's {counts[strip]['tokens']} WordPieces " \
+                   f"are [UNK]: is {vocab_file} the vocabulary" in warnings[0]
+            assert "strip_accents=True" in warnings[0]
+        else:
+            assert counts[strip]["unknown_tokens"] == 0 and not warnings, logged

@@ -256,6 +256,12 @@ def _remove(path: str) -> None:
             os.remove(path)
 
 
+def _refuse_a_directory(final_path: str) -> None:
+    if os.path.isdir(final_path):
+        raise OutputExistsError(f"{final_path} is a directory, and the output is a file: name "
+                                "a file (in it, or elsewhere); the directory is left as it is")
+
+
 @contextlib.contextmanager
 def atomic_output(final_path: str, overwrite: bool = False, directory: bool = False,
                   hint: str = "pass the overwrite flag to replace it") -> Iterator[str]:
@@ -275,10 +281,14 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
       The temporary path (a file path to create, or an existing empty directory).
 
     Raises:
-      OutputExistsError: `final_path` exists and `overwrite` is False (checked before the
-        block runs and again before the rename).
+      OutputExistsError: `final_path` exists and `overwrite` is False, or a file's
+        `final_path` is a directory, which is never replaced (checked before the block runs
+        and again before the rename). Before, overwriting replaced such a directory and
+        everything in it: `build_vocab --output=models/ --overwrite` deleted models/.
     """
     final_path = os.fspath(final_path)
+    if not directory:
+        _refuse_a_directory(final_path)
     if not overwrite:
         refuse_existing([final_path], hint)
     created = make_parent_dirs([final_path])
@@ -293,9 +303,11 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
         if not os.path.lexists(tmp):
             raise FileNotFoundError(f"{tmp}: nothing was written for {final_path}")
         if os.path.lexists(final_path):
+            if not directory:
+                _refuse_a_directory(final_path)
             if not overwrite:
                 refuse_existing([final_path], hint)
-            if directory or os.path.isdir(final_path):
+            if directory:
                 old = temp_path(final_path + ".old")
                 os.rename(final_path, old)
                 os.rename(tmp, final_path)

@@ -45,6 +45,26 @@ def test_refuses_existing_output_unless_asked(tmp_path):
     assert final.read_text() == "new" and os.listdir(tmp_path) == ["out.txt"]
 
 
+def test_a_file_output_never_replaces_a_directory(tmp_path):
+    """A file's path that is a directory (`--output=models/`): refused even when replacing
+    was asked for, before the work and again before the rename; before, --overwrite
+    renamed the directory aside and deleted it with everything in it."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "notes.txt").write_text("mine")
+    for overwrite in (False, True):
+        with pytest.raises(files.OutputExistsError, match=r"models is a directory, and the output "
+                                                          r"is a file: name a file"):
+            files.write_text(str(models), "new", overwrite=overwrite)
+    # A directory made while the output was being written is refused at the rename.
+    with pytest.raises(files.OutputExistsError, match="later is a directory"):
+        with files.atomic_output(str(tmp_path / "later"), overwrite=True) as tmp:
+            open(tmp, "w").write("new")
+            (tmp_path / "later").mkdir()
+    assert (models / "notes.txt").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["later", "models"]
+
+
 def test_directory_outputs_replace_atomically(tmp_path):
     final = tmp_path / "model"
     with files.atomic_output(str(final), directory=True) as tmp:

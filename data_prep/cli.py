@@ -215,7 +215,9 @@ NUMERIC_FLAG_RULES = {
         "num_output_shards", "shuffle_buffer_size", "vocab_size", "version",
         "min_document_sentences", "max_predictions_per_seq")},
     **{name: _NON_NEGATIVE for name in ("num_warmup_steps", "weight_decay", "num_unused",
-                                        "num_examples_to_print", "random_doc_pool_size")},
+                                        "num_examples_to_print", "random_doc_pool_size",
+                                        "min_frequency", "max_alphabet")},
+    "max_unique_words": _AT_LEAST_1,
     **{name: _PROBABILITY for name in ("warmup_proportion", "masked_lm_prob", "short_seq_prob",
                                        "classifier_dropout", "tagger_dropout")},
 }

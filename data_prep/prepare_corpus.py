@@ -15,9 +15,10 @@ Inputs (`--input`: comma-separated files, directories or globs; `--corpus_format
 
 Sentences are split by sentencex (Wikimedia's rule-based segmenter for ~300 languages)
 with `--language` (an ISO 639 code). For Korean use `--language=ko`: sentences end at
-".", "?", "!" and their full-width forms, including the common "...다." endings; then create
-the pretraining data with `--do_lower_case=true --strip_accents=false` so Hangul stays
-composed (see data_prep/tokenization.py).
+".", "?", "!" and their full-width forms, including the common "...다." endings; then learn
+the vocabulary with `build_vocab --strip_accents=false`, which keeps Hangul composed and
+writes that setting beside vocab.txt, where create_pretraining_data and every later stage
+read it (docs/data_prep.md).
 
 Example:
 
@@ -148,7 +149,9 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
     except ImportError:
         raise CorpusError("sentence splitting needs the sentencex package "
                           "(pip install sentencex)") from None
-    if not language or not language.replace("-", "").replace("_", "").isalnum():
+    # sentencex takes any string, falling back to its default rules for names it does not
+    # know: "korean" would silently split as English. An ISO 639 code has 2 or 3 letters.
+    if not re.fullmatch(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]+)*", language or ""):
         raise CorpusError(f"--language must be an ISO 639 code such as en or ko; received "
                           f"{language!r}")
 
@@ -233,6 +236,10 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
                         raise CorpusError(f"{where}: expected a JSON object, got "
                                           f"{type(record).__name__}")
                     text = record.get(text_field)
+                    if text_field in record and not isinstance(text, str):
+                        raise CorpusError(
+                            f"{where}: field {text_field!r} holds "
+                            f"{'null' if text is None else type(text).__name__}, not text")
                     if not isinstance(text, str):
                         raise CorpusError(
                             f"{where}: no string field {text_field!r} (fields: "

@@ -430,7 +430,9 @@ CASES = [
      "--from=google --to=keras --input={F}/nope/bert_model.ckpt --output={W}/k.weights.h5",
      "nope"),
     # build_vocab
-    *_flag_cases("build_vocab", VOC, [("vocab_size", 0), ("num_unused", -1)]),
+    *_flag_cases("build_vocab", VOC, [("vocab_size", 0), ("num_unused", -1),
+                                      ("min_frequency", -3), ("max_alphabet", -5),
+                                      ("max_unique_words", 0)]),
     ("build_vocab-missing", "build_vocab", VOC.replace("text.txt", "missing.txt"), "missing.txt"),
     ("build_vocab-binary", "build_vocab", VOC.replace("text.txt", "binary.bin"), "binary.bin"),
     ("build_vocab-latin1", "build_vocab", VOC.replace("text.txt", "latin1.txt"), "latin1.txt"),

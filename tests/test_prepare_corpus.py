@@ -73,6 +73,12 @@ def test_jsonl_errors_name_the_line(tmp_path, capsys):
     assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
     err = capsys.readouterr().err
     assert "no string field 'text'" in err and "--text_field" in err
+    # The field is there but holds no text: said so (before: "no string field 'text'
+    # (fields: ['text']); set --text_field").
+    for value, kind in (("5", "int"), ("null", "null")):
+        path.write_text('{"text": "fine."}\n{"text": %s}\n' % value)
+        assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
+        assert f"{path}:2: field 'text' holds {kind}, not text" in capsys.readouterr().err
     assert not (tmp_path / "o.txt").exists() and not (tmp_path / ".o.txt.incomplete").exists()
 
 
@@ -145,7 +151,8 @@ def test_korean(tmp_path):
                                   "안녕하세요?", "반갑습니다!"]]
 
 
-@pytest.mark.parametrize("case", ["missing", "binary", "exists", "no_sentences"])
+@pytest.mark.parametrize("case", ["missing", "binary", "exists", "no_sentences", "language",
+                                  "directory_output"])
 def test_errors(tmp_path, capsys, case):
     out = tmp_path / "corpus.txt"
     path = tmp_path / "in.txt"
@@ -158,6 +165,16 @@ def test_errors(tmp_path, capsys, case):
         path.write_text("A sentence.")
         out.write_text("keep me")
         args, expected = {"input": str(path)}, "refusing to overwrite"
+    elif case == "language":  # a name, not a code: sentencex split it as English
+        path.write_text("좋다. 내일 봐요.")
+        args, expected = ({"input": str(path), "language": "korean"},
+                          "--language must be an ISO 639 code such as en or ko; received 'korean'")
+    elif case == "directory_output":  # --overwrite deleted the directory (its own input)
+        out = tmp_path / "raw"
+        out.mkdir()
+        (out / "doc.txt").write_text("A sentence. Another one.")
+        args, expected = ({"input": str(out), "overwrite": True},
+                          "raw is a directory, and the output is a file")
     else:
         path.write_text(" . , ; \n\n ...")
         args, expected = {"input": str(path)}, "no document with at least 1 sentence"
@@ -166,6 +183,8 @@ def test_errors(tmp_path, capsys, case):
     assert expected in err and "Traceback" not in err, err
     if case == "exists":
         assert out.read_text() == "keep me"
+    elif case == "directory_output":
+        assert (out / "doc.txt").read_text() == "A sentence. Another one."
     else:
         assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".incomplete")]

@@ -5,12 +5,13 @@ r"""Learns a WordPiece vocabulary from text files.
 
 Pipeline (memory bounded: the corpus is streamed, only a word-count table is kept):
 
-  1. Stream the files line by line (ill-formed UTF-8 bytes are replaced by U+FFFD, which
-     the tokenizer's cleaning drops), split every line into words with the *same* in-graph
-     normalizer the tokenizer uses (`tokenization.BertPreTokenizer`), and count words. If the
-     table exceeds --max_unique_words, the rarest words are pruned (as word2vec prunes its
-     vocabulary), so counts of rare words are approximate. Words longer than 100 characters
-     are skipped: the tokenizer turns them into [UNK] whatever the vocabulary.
+  1. Stream the files line by line (`.gz` files decompressed; a line that is not UTF-8 is
+     an error naming the file, line and byte), split every line into words with the *same*
+     in-graph normalizer the tokenizer uses (`tokenization.BertPreTokenizer`), and count
+     words. If the table exceeds --max_unique_words, the rarest words are pruned (as
+     word2vec prunes its vocabulary), so counts of rare words are approximate. Words
+     longer than 100 characters are skipped: the tokenizer turns them into [UNK] whatever
+     the vocabulary.
   2. Train Hugging Face `tokenizers`' WordPieceTrainer (BPE merges with "##" continuation
      pieces, written in Rust) on the counts. Every character of a word of two or more
      characters is kept in both forms, as a word start and as a "##" piece, so
@@ -41,8 +42,10 @@ from __future__ import annotations
 
 import collections
 import glob
+import gzip
 import os
 import time
+import zlib
 from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import app, flags, logging
@@ -128,11 +131,17 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
         learned from undecodable bytes would be garbage.
     """
     for path in paths:
-        offset = 0
-        with open(path, "rb") as f:
-            for number, raw in enumerate(f, 1):
-                yield files.check_text_line(raw, path, number, offset, allow_nul=True)
-                offset += len(raw)
+        offset = number = 0
+        try:
+            # .gz decompressed, as prepare_corpus and create_pretraining_data read it.
+            with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+                for number, raw in enumerate(f, 1):
+                    yield files.check_text_line(raw, path, number, offset, allow_nul=True)
+                    offset += len(raw)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise BuildVocabError(f"--input {path}:{number + 1}: cannot be read "
+                                  f"({type(e).__name__}: {e}); the file is damaged or "
+                                  "truncated") from None
 
 
 def count_words(lines: Iterable[str], pretokenizer: tokenization.BertPreTokenizer,

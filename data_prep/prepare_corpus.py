@@ -1,6 +1,7 @@
 r"""Turns raw documents into the input of create_pretraining_data (Google's text format).
 
-Output: one sentence per line, a blank line after every document, UTF-8.
+Output: one sentence per line, a blank line after every document, UTF-8 (gzip-compressed
+when --output_file ends in .gz).
 
 Inputs (`--input`: comma-separated files, directories or globs; `--corpus_format`):
   text   one document per file (a directory means every file in it, recursively, sorted);
@@ -456,7 +457,10 @@ def write_corpus(documents: Iterator[tuple[str, str]], output_file: str,
     start = last = time.monotonic()
     with files.atomic_output(output_file, overwrite=overwrite,
                              hint="pass --overwrite to replace it") as temp:
-        with open(temp, "w", encoding="utf-8", newline="\n") as out:
+        # A .gz name is written gzip-compressed, as every later stage reads it; before, plain
+        # text under that name failed create_pretraining_data with "Not a gzipped file".
+        opener = gzip.open if output_file.endswith(".gz") else open
+        with opener(temp, "wt", encoding="utf-8", newline="\n") as out:
             for _, text in documents:
                 stats.documents_in += 1
                 sentences = split(text)

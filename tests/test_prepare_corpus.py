@@ -233,3 +233,27 @@ def test_public_corpus_has_no_over_long_lines(tmp_path):
     # No `...word." Capital` left inside a line (77 were before the quoted-boundary split).
     joined = [line for line in lines if re.search(r"[a-z][.!?][\"\u201d')\]]+ +[A-Z]", line)]
     assert not joined, joined[:3]
+
+
+def test_a_gz_corpus_passes_through_every_stage(tmp_path):
+    """prepare_corpus --output_file=x.txt.gz writes gzip (before: plain text under that
+    name, which create_pretraining_data refused as "Not a gzipped file"), and build_vocab
+    reads .gz input as the other stages do (before: "not UTF-8 ... iconv")."""
+    from data_prep import build_vocab
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text("The whale swam. The sea was calm.\n\nA ship sailed. Its crew slept.\n")
+    out = tmp_path / "corpus.txt.gz"
+    assert run_cli(input=str(raw), output_file=str(out)) == 0
+    with gzip.open(out, "rt", encoding="utf-8") as f:
+        text = f.read()
+    assert text == "The whale swam.\nThe sea was calm.\nA ship sailed.\nIts crew slept.\n\n"
+    plain = tmp_path / "corpus.txt"
+    plain.write_text(text)
+    assert build_vocab.build_vocab([str(out)], 60, layout="compact", min_frequency=1) == \
+        build_vocab.build_vocab([str(plain)], 60, layout="compact", min_frequency=1)
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(out.read_bytes()[:-12])
+    with pytest.raises(build_vocab.BuildVocabError, match=r"^--input .*cut.txt.gz:\d+: cannot be "
+                                                          r"read .*damaged or truncated$"):
+        build_vocab.build_vocab([str(cut)], 60, layout="compact", min_frequency=1)

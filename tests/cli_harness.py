@@ -75,15 +75,17 @@ def _emulate_app_run(main, argv) -> int:
 
 def tool_defaults(module) -> dict:
     """The flag defaults of a tool whose shared flags have tool-specific defaults (the
-    fine-tuning tools' and run_pretraining's options dataclasses, run_squad's _DEFAULTS);
-    the other tools' shared flags have one default everywhere."""
+    fine-tuning tools' options dataclasses and their task's, run_pretraining's, run_squad's
+    _DEFAULTS); the other tools' shared flags have one default everywhere."""
     from data_prep import cli
 
     classes = []
     if hasattr(module, "TASK"):
         from bert_keras.finetuning import runner
 
-        classes.append(runner.FinetuneOptions)
+        # The task's own flags too: export_span_qa defines --max_query_length and
+        # --version_2_with_negative with other defaults (None: "as fine-tuned").
+        classes += [runner.FinetuneOptions, module.TASK.options_class()]
     if hasattr(module, "PretrainingOptions"):
         classes.append(module.PretrainingOptions)
     defaults = {}

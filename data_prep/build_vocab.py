@@ -444,6 +444,12 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(str(e)) from None
     logging.info("wrote %d tokens to %s and the tokenizer settings (%s) to %s", len(tokens),
                  _OUTPUT.value, config.describe(), settings_path)
+    if os.path.basename(_OUTPUT.value) != files.VOCAB_FILE:
+        # The other stages take any name; transformers finds only vocab.txt, and without it
+        # builds a tokenizer of the 5 special tokens, every word [UNK], without an error.
+        logging.warning("transformers' AutoTokenizer reads a directory's %s, not %s: rename "
+                        "it (the settings beside it follow) to use the directory there",
+                        files.VOCAB_FILE, os.path.basename(_OUTPUT.value))
 
 
 if __name__ == "__main__":

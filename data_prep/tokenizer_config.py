@@ -177,7 +177,10 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     """The settings saved beside `vocab_file`, or None if there are none for it.
 
     A tokenizer_config.json that names another vocabulary file of the same directory (in
-    its "bert_keras" section) does not describe this one and is ignored.
+    its "bert_keras" section) does not describe this one and is ignored, where that file is
+    there; one naming a file that is gone (the vocabulary renamed, ko.txt to vocab.txt for
+    transformers) describes this one. Before, a renamed vocabulary lost its settings: a
+    Korean one was read with the uncased defaults (jamo, every Hangul word [UNK]).
 
     Returns:
       (config, its path) or None.
@@ -188,7 +191,8 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     config, values = read_file(path)
     named = (values.get("bert_keras") or {}).get("vocab_file") if isinstance(
         values.get("bert_keras"), Mapping) else None
-    if named and named != os.path.basename(vocab_file):
+    if named and named != os.path.basename(vocab_file) and os.path.isfile(
+            os.path.join(os.path.dirname(path), named)):
         return None
     return config, path
 

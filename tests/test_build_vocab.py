@@ -93,6 +93,20 @@ def test_main_refuses_to_overwrite_before_any_work(tmp_path):
     assert out.read_text() == "keep\n"
 
 
+def test_a_vocabulary_not_named_vocab_txt_is_warned_about(tmp_path):
+    """transformers' AutoTokenizer finds only vocab.txt: on a directory holding ko.txt it
+    builds a tokenizer of the 5 special tokens, every word [UNK], without an error."""
+    for name, warned in (("ko.txt", True), ("vocab.txt", False)):
+        with flagsaver.flagsaver(), mock.patch.object(bv.logging, "warning") as warning:
+            flags.FLAGS(["build_vocab", f"--input={MIXED}",
+                         f"--output={tmp_path / name.split('.')[0] / name}",
+                         "--vocab_size=2600", "--min_frequency=1"])
+            bv.main(["build_vocab"])
+        messages = [c.args[0] % c.args[1:] for c in warning.call_args_list]
+        assert any(m.startswith("transformers' AutoTokenizer reads a directory's vocab.txt, "
+                                "not ko.txt: rename it") for m in messages) is warned, messages
+
+
 def test_write_vocab_refuses_to_overwrite(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("keep me\n")

@@ -52,6 +52,18 @@ def test_settings_of_another_vocabulary_are_ignored(vocab, tmp_path):
     assert tokenizer_config.read_for_vocab(str(other))[0] == TokenizerConfig(False)
 
 
+def test_a_renamed_vocabulary_keeps_its_settings(tmp_path):
+    """build_vocab --output=ko.txt, then ko.txt renamed vocab.txt (the name transformers
+    reads): the settings naming ko.txt, which is gone, are this vocabulary's. Before, they
+    were ignored and the Korean vocabulary was read uncased with accents stripped."""
+    ko = tmp_path / "ko.txt"
+    ko.write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
+    korean = TokenizerConfig(do_lower_case=True, strip_accents=False)
+    tokenizer_config.write_for_vocab(str(ko), korean)
+    ko.rename(tmp_path / "vocab.txt")
+    assert tokenizer_config.read_for_vocab(str(tmp_path / "vocab.txt"))[0] == korean
+
+
 def test_overrides_change_settings_and_say_so_in_one_line():
     saved = TokenizerConfig(True, False)
     lines = []

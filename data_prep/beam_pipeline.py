@@ -83,6 +83,7 @@ from absl import logging
 
 from data_prep import features
 from data_prep import files
+from data_prep.cli import DEBUG_ENV
 from data_prep import pretraining_instances as pi
 from data_prep import pretraining_job as job
 from data_prep import schema
@@ -591,11 +592,19 @@ def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
                           for m in r.metadata_list)
         buckets = num_buckets(input_bytes, bucket_mb)
         build_pipeline(pipeline, spec, vocab, special, temps, summary_path, buckets)
-        _pylogging.getLogger("apache_beam").setLevel(_pylogging.WARNING)
+        beam_log = _pylogging.getLogger("apache_beam")
+        # A worker's failure is also logged by the runner with its traceback (ERROR, from
+        # bundle_processor) before it is raised here, where it becomes one line; the
+        # traceback shows with BERT_KERAS_DEBUG=1.
+        quiet = _pylogging.WARNING if os.environ.get(DEBUG_ENV) else _pylogging.CRITICAL
+        level = beam_log.level
+        beam_log.setLevel(quiet)
         try:
             state = pipeline.run().wait_until_finish()
         except Exception as e:  # pylint: disable=broad-except
             raise InputError(_job_error(e)) from None
+        finally:
+            beam_log.setLevel(level or _pylogging.WARNING)
         if state is not None and str(state).upper().rsplit(".", 1)[-1] != "DONE":
             raise InputError(f"the Beam job ended in state {state}; no output was published")
         summary = json.loads(_read_text(summary_path))

@@ -252,7 +252,7 @@ def test_a_failed_job_leaves_nothing_that_looks_complete(corpus, tmp_path, monke
     assert not out_dir.exists()
 
 
-def test_a_bad_document_fails_the_job_with_its_file_and_line(tmp_path, capsys):
+def test_a_bad_document_fails_the_job_with_its_file_and_line(tmp_path, capsys, caplog):
     # The NUL byte sits after the first 64 KB (the up-front sniff), in a later document.
     corpus = tmp_path / "bad.txt"
     good = open(CORPUS, encoding="utf-8").read()
@@ -265,6 +265,10 @@ def test_a_bad_document_fails_the_job_with_its_file_and_line(tmp_path, capsys):
     assert "NUL byte" in err and "bad.txt:" in err and "Traceback" not in err, err
     assert "while running" not in err  # the runner's step name is not the user's business
     assert not out_dir.exists() or os.listdir(out_dir) == []
+    # Nor the runner's own log of the failure, with its traceback (absl prints it to the
+    # terminal's stderr, which capsys does not see).
+    beam = [r for r in caplog.records if r.name.startswith("apache_beam")]
+    assert not any(r.levelno >= 40 or r.exc_info for r in beam), [r.getMessage() for r in beam]
 
 
 def _bad_case(tmp_path, name):

@@ -45,6 +45,7 @@ import tempfile
 from typing import Callable
 
 import keras
+from absl import logging
 
 from bert_keras import checkpoints
 from bert_keras.config import BertConfig
@@ -155,6 +156,25 @@ def _vocab_and_settings(directory: str, hf: bool = False):
              if os.path.isfile(settings_file) else None)
     source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None
     return vocab, source, saved
+
+
+# Forms whose model carries its config (config.json, model.keras), where --bert_config_file
+# is not used.
+_FORMS_WITH_THEIR_OWN_CONFIG = ("hf", "keras", "task_dir")
+_SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
+                 "layer_norm_eps")
+
+
+def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str) -> None:
+    """A --bert_config_file the checkpoint does not use (it carries its own config) that
+    describes another model: said, rather than ignored without a word."""
+    given = BertConfig.from_json_file(bert_config_file)
+    differs = [f"{name} {getattr(given, name)} vs {getattr(config, name)}"
+               for name in _SHAPE_FIELDS if getattr(given, name) != getattr(config, name)]
+    if differs:
+        logging.warning("--bert_config_file %s is not used: %s carries its own config, which "
+                        "differs (%s)", bert_config_file, path, ", ".join(differs))
 
 
 def _config_from(path: str, bert_config_file: str | None, directory: str) -> tuple[BertConfig, str]:
@@ -282,6 +302,8 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         vocab, source, saved = _vocab_and_settings(vocab_dir, hf=form == "hf")
         model = _narrow(model, want, path)
         encoder = model if isinstance(model, BertEncoder) else model.encoder
+        if bert_config_file and form in _FORMS_WITH_THEIR_OWN_CONFIG:
+            _warn_if_config_differs(bert_config_file, encoder.to_bert_config(), path)
         return Checkpoint(model, config or encoder.to_bert_config(), path, form, vocab, saved,
                           labels, source)
 

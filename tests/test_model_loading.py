@@ -1,5 +1,6 @@
 """One resolver for --init_checkpoint: every accepted form gives the same weights."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -47,6 +48,30 @@ def test_pretrainer_forms_keep_heads(saved):
         assert isinstance(model_loading.load_checkpoint(paths[form]).model, BertPretrainer), form
     google_dir = os.path.dirname(paths["google"])
     assert checkpoints.google_checkpoint_prefix(google_dir) == paths["google"]
+
+
+def test_a_bert_config_file_a_checkpoint_does_not_use_is_said_to_differ(saved, tmp_path):
+    """Hugging Face and .keras checkpoints carry their config; a --bert_config_file that
+    describes another model was ignored without a word (extract_features ran the 64-wide
+    model while the flag said 32)."""
+    from unittest import mock
+
+    encoder, paths = saved
+    config = encoder.to_bert_config()
+    same, other = tmp_path / "same.json", tmp_path / "other.json"
+    config.to_json_file(str(same))
+    dataclasses.replace(config, hidden_size=config.hidden_size * 2,
+                        intermediate_size=config.intermediate_size + 1).to_json_file(str(other))
+    for form in ("hf", "keras_encoder"):
+        with mock.patch.object(model_loading.logging, "warning") as warning:
+            model_loading.load_checkpoint(paths[form], str(same))
+            assert not warning.called
+            model_loading.load_checkpoint(paths[form], str(other))
+        message = warning.call_args.args[0] % warning.call_args.args[1:]
+        assert message == (
+            f"--bert_config_file {other} is not used: {paths[form]} carries its own config, "
+            f"which differs (hidden_size {config.hidden_size * 2} vs {config.hidden_size}, "
+            f"intermediate_size {config.intermediate_size + 1} vs {config.intermediate_size})")
 
 
 def test_unrecognised_path_names_the_forms(tmp_path):

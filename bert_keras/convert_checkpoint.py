@@ -96,6 +96,11 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
     if ckpt.vocab_file:
         ckpt.vocabulary()
     settings = ckpt.saved_tokenizer[0] if ckpt.saved_tokenizer else None
+    if settings is None and ckpt.form == "hf" and ckpt.vocab_file:
+        # A transformers directory with vocab.txt and no tokenizer_config.json: transformers
+        # tokenizes it with BertTokenizer's defaults, which go with its vocabulary (before,
+        # --to=hf and --to=keras left the vocabulary out).
+        settings = tokenizer_config.TokenizerConfig()
     if not isinstance(ckpt.model, checkpoints.TASK_MODELS):
         # An encoder or pretrainer carries its vocabulary where its tokenizer settings were
         # saved with it (our layouts, transformers'): a Google checkpoint records no casing.

@@ -165,3 +165,31 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     with pytest.raises(model_loading.CheckpointError, match="in the keras format: expected a "
                        "run_pretraining output directory"):
         convert("keras", "hf", str(tmp_path), str(tmp_path / "nothing"))
+
+
+def test_a_transformers_vocabulary_without_settings_keeps_transformers_defaults(tmp_path):
+    """A transformers directory with vocab.txt and no tokenizer_config.json (older saves)
+    is tokenized with BertTokenizer's defaults (lowercase, accents stripped). Converted
+    --to=hf, its vocabulary was left out; now it goes along with those
+    defaults written down, so AutoTokenizer gives the same tokens on both sides."""
+    transformers = pytest.importorskip("transformers")
+    from bert_keras.checkpoints import save_model
+    from data_prep import tokenizer_config
+
+    words = ["hello", "world", "cafe", "##s", "the"]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+    tokens += [f"w{i}" for i in range(TINY["vocab_size"] - len(tokens))]
+    source = tmp_path / "source"
+    save_model(random_pretrainer(), "hf", str(source))
+    (source / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    assert not (source / "tokenizer_config.json").exists()
+    text = "Hello Café worlds"
+    expected = transformers.AutoTokenizer.from_pretrained(str(source)).tokenize(text)
+    assert expected == ["hello", "cafe", "world", "##s"]
+    convert("hf", "hf", str(source), str(tmp_path / "hf"))
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf")).tokenize(text) == \
+        expected
+    assert (tmp_path / "hf" / "vocab.txt").read_text(encoding="utf-8") == \
+        (source / "vocab.txt").read_text(encoding="utf-8")
+    assert tokenizer_config.read_for_vocab(str(tmp_path / "hf" / "vocab.txt"))[0] == \
+        tokenizer_config.TokenizerConfig()

@@ -42,6 +42,7 @@ import hashlib
 import math
 import os
 import tempfile
+import warnings
 from typing import Callable
 
 import keras
@@ -200,7 +201,15 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
     errors = []
     for model in targets:
         try:
-            model.load_weights(path)
+            # An attempt that fails leaves Keras' warnings behind ("Skipping nested
+            # container ... will retain their freshly-initialized weights") about a model
+            # that is not used: they are shown only for the model returned.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model.load_weights(path)
+            for warning in caught:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                       warning.lineno)
             return model
         except ValueError as e:  # Keras: the file's layers do not fit this model
             errors.append(f"{type(model).__name__}: {str(e).strip().splitlines()[0]}")

@@ -225,6 +225,27 @@ class TrueGlobalNormClipping:
     `clipnorm` and `clipvalue` stay Keras' (per variable, per replica).
     """
 
+    # The weight-decay exclusions by name (`exclude_from_weight_decay(var_names=...)`: BERT's
+    # NO_DECAY_PATTERN) are part of the config, as Model Garden's AdamWeightDecay keeps its
+    # `exclude_from_weight_decay`: Keras' optimizers keep them outside it, so an optimizer
+    # reloaded from a .keras file (to train further) decayed LayerNorm and biases, and
+    # LAMB adapted their trust ratio.
+    def __init__(self, *args, exclude_from_weight_decay=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if exclude_from_weight_decay:
+            self.exclude_from_weight_decay(var_names=list(exclude_from_weight_decay))
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+        self._decay_exclusion_names = list(var_names or [])
+
+    def get_config(self):
+        config = super().get_config()
+        names = getattr(self, "_decay_exclusion_names", None)
+        if names:
+            config["exclude_from_weight_decay"] = names
+        return config
+
     def _clip_gradients(self, grads):
         if self.global_clipnorm and self.global_clipnorm > 0:
             return grads  # In _backend_update_step, after the cross-replica sum.

@@ -42,6 +42,20 @@ def test_every_form_gives_the_same_encoder(saved, form):
     np.testing.assert_array_equal(loaded(x)["pooled_output"], encoder(x)["pooled_output"])
 
 
+def test_an_encoders_weights_file_loads_without_warnings_of_a_model_not_used(saved):
+    """A .weights.h5 is tried as a pretrainer first; that attempt's Keras warnings ("Skipping
+    nested container ... will retain their freshly-initialized weights") were shown though
+    the encoder it then loaded had every weight."""
+    import warnings
+
+    _, paths = saved
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = model_loading.load_checkpoint(paths["weights_file"])
+    assert isinstance(ckpt.model, BertEncoder)
+    assert not [str(w.message) for w in caught if "weights" in str(w.message)]
+
+
 def test_pretrainer_forms_keep_heads(saved):
     _, paths = saved
     for form in ("keras_pretrainer", "hf", "google"):

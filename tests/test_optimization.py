@@ -89,7 +89,7 @@ def test_optimizer_settings():
         assert restored.get_config() == optimizer.get_config()
 
 
-def _decayed_variables(optimizer_name):
+def _decayed_variables(optimizer_name, reloaded=False):
     """Paths of the pretrainer's variables that one update with zero gradients changes.
 
     With zero gradients Adam's steps are exactly zero, so the only change left is the weight
@@ -101,6 +101,8 @@ def _decayed_variables(optimizer_name):
     # No warmup: the first update already uses the peak rate.
     optimizer = create_optimizer(0.1, num_train_steps=10, num_warmup_steps=0,
                                  optimizer=optimizer_name, weight_decay=0.5)
+    if reloaded:  # as keras.models.load_model rebuilds a saved model's optimizer
+        optimizer = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     before = {v.path: v.numpy().copy() for v in model.trainable_variables}
     # Non-zero values everywhere, so decay is visible on biases and LN betas too.
     for v in model.trainable_variables:
@@ -118,9 +120,13 @@ def _decayed_variables(optimizer_name):
     return decayed, set(before)
 
 
+@pytest.mark.parametrize("reloaded", [False, True])
 @pytest.mark.parametrize("optimizer_name", ["adamw", "lamb", "keras_lamb"])
-def test_weight_decay_skips_layer_norm_and_biases(optimizer_name):
-    decayed, all_paths = _decayed_variables(optimizer_name)
+def test_weight_decay_skips_layer_norm_and_biases(optimizer_name, reloaded):
+    """Also for an optimizer rebuilt from its config, as a model saved with its optimizer
+    reloads to train further: before, the exclusions were not in the config, and the
+    reloaded optimizer decayed LayerNorm and biases (LAMB adapted their trust ratio)."""
+    decayed, all_paths = _decayed_variables(optimizer_name, reloaded)
     leaf = {path: path.rsplit("/", 1)[-1] for path in all_paths}
     expected = {p for p, name in leaf.items() if name in ("kernel", "word_embeddings",
                                                           "position_embeddings",

@@ -328,23 +328,33 @@ def _hf_pretraining_outputs(model, inputs, positions):
 POSITIONS = np.array([[1, 5, 9], [2, 3, 0]], np.int32)
 
 
-def test_live_pretraining_heads_match_transformers(tmp_path):
-    """BertForPreTraining -> BertPretrainer: MLM and NSP logits agree."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from bert_keras import BertPretrainer
-    from bert_keras.model_loading import load_checkpoint
+def _random_hf_pretrainer(seed):
+    """transformers' BertForPreTraining at the golden files' sizes, with biases and
+    LayerNorms moved off their initial values so that a swapped one shows."""
+    import torch
+    import transformers
 
     sys_path_testdata()
     import make_hf_golden
 
-    torch.manual_seed(8)
+    torch.manual_seed(seed)
     hf = transformers.BertForPreTraining(transformers.BertConfig(
         hidden_act="gelu", initializer_range=0.2, **make_hf_golden.SIZES)).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if name.endswith("bias") or "LayerNorm" in name:
                 p.add_(0.1 * torch.randn_like(p))
+    return hf
+
+
+def test_live_pretraining_heads_match_transformers(tmp_path):
+    """BertForPreTraining -> BertPretrainer: MLM and NSP logits agree."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from bert_keras import BertPretrainer
+    from bert_keras.model_loading import load_checkpoint
+
+    hf = _random_hf_pretrainer(seed=8)
     hf.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
     inputs = make_inputs(batch=2, seq=10, lengths=[10, 6], seed=5)
     expected = _hf_pretraining_outputs(hf, inputs, POSITIONS)
@@ -362,7 +372,7 @@ def test_bert_base_uncased_layout_loads_whole(tmp_path):
     with model='auto' and 'pretrainer' it is a pretrainer with NSP whose logits equal
     transformers' BertForPreTraining's; as an encoder, its outputs. Before, every --model
     failed ("missing ...LayerNorm.weight", "unexpected cls.seq_relationship.*")."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from safetensors.numpy import load_file, save_file
 
@@ -373,13 +383,7 @@ def test_bert_base_uncased_layout_loads_whole(tmp_path):
     sys_path_testdata()
     import make_hf_golden
 
-    torch.manual_seed(9)
-    hf = transformers.BertForPreTraining(transformers.BertConfig(
-        hidden_act="gelu", initializer_range=0.2, **make_hf_golden.SIZES)).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name:
-                p.add_(0.1 * torch.randn_like(p))
+    hf = _random_hf_pretrainer(seed=9)
     path = tmp_path / "bert-base-uncased"
     hf.save_pretrained(str(path), safe_serialization=True)
     tensors = load_file(str(path / "model.safetensors"))

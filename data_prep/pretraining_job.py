@@ -171,7 +171,7 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                             "one sentence per line (python -m data_prep.prepare_corpus splits raw "
                             "text)")
                     stripped = raw.strip()
-                    if stripped and (stripped[0] in _MAYBE_SPACE or stripped[-1] in _MAYBE_SPACE) \
+                    if stripped and stripped[0] in _MAYBE_SPACE \
                             and not stripped.decode("utf-8", "replace").strip():
                         stripped = b""  # only Unicode spaces (U+00A0, U+3000, ...): blank
                     if stripped:
@@ -194,10 +194,11 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                 index += 1
 
 
-# First or last bytes of a line that bytes.strip() keeps but that may begin or end a
-# character str.strip() removes (U+001C..U+001F, U+0085, U+00A0, U+3000, ...): such a line
-# may be blank as Google's reader sees it (it decodes each line, then strips it).
-_MAYBE_SPACE = frozenset(range(0x1C, 0x20)) | frozenset(range(0x80, 0x100))
+# The first bytes (UTF-8) of the characters str.strip() removes and bytes.strip() keeps:
+# U+001C..U+001F; U+0085, U+00A0 (C2); U+1680 (E1); U+2000..U+205F (E2); U+3000 (E3). A
+# line beginning with one may be blank as Google's reader sees it (it decodes each line,
+# then strips it); other lines (Hangul begins with EA..ED) are not decoded twice.
+_MAYBE_SPACE = frozenset((0x1C, 0x1D, 0x1E, 0x1F, 0xC2, 0xE1, 0xE2, 0xE3))
 
 
 def _decode_document(index: int, lines: list[bytes], nbytes: int, path: str, first_line: int,

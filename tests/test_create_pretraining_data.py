@@ -518,6 +518,9 @@ def test_a_line_of_unicode_spaces_ends_a_document_as_in_googles_reader(tmp_path)
     assert google == expected
     read = [doc.lines for doc in job.read_documents([str(path)])]
     assert len(read) == 20
+    # Only lines beginning with one of those characters' first bytes are decoded to check.
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    assert job._MAYBE_SPACE == {c.encode()[0] for c in spaces if c.encode().strip()}
     assert [[line.strip() for line in doc] for doc in read] == expected
 
 

@@ -190,6 +190,23 @@ def test_errors(tmp_path, capsys, case):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".incomplete")]
 
 
+@pytest.mark.parametrize("language, text, expected", [
+    ("ko", "그는 “안녕하세요.”라고 말했다. 그리고 떠났다.",
+     ["그는 “안녕하세요.”라고 말했다.", "그리고 떠났다."]),
+    ("ko", '그는 "정말요?"라며 웃었다. 좋다.내일 비.',
+     ['그는 "정말요?"라며 웃었다.', "좋다.", "내일 비."]),
+    ("ko", "“정말요?” 그는 웃었다.", ["“정말요?”", "그는 웃었다."]),  # a space: a new sentence
+    ("ja", "彼は「こんにちは。」と言った。それから帰った。",
+     ["彼は「こんにちは。」と言った。", "それから帰った。"]),
+    ("en", 'He said "Hello." Then he left.', ['He said "Hello."', "Then he left."]),
+])
+def test_a_quotation_followed_by_its_particle_stays_in_its_sentence(language, text, expected):
+    """Korean and Japanese quote speech inside a sentence (`“...”라고 말했다`, `「...」と言った`);
+    sentencex ended the sentence at the closing mark, so the particle began a "sentence"
+    of its own and the quoted speech's sentence lost its verb."""
+    assert pc.sentence_splitter(language)(text) == expected
+
+
 def test_closing_quotes_stay_with_their_sentence_and_long_runs_are_split():
     split = pc.sentence_splitter("en", max_chars=200)
     text = ('They shall lay and collect taxes thereof." Such a provision would be wise. '

@@ -16,7 +16,8 @@ Inputs (`--input`: comma-separated files, directories or globs; `--corpus_format
 
 Sentences are split by sentencex (Wikimedia's rule-based segmenter for ~300 languages)
 with `--language` (an ISO 639 code). For Korean use `--language=ko`: sentences end at
-".", "?", "!" and their full-width forms, including the common "...다." endings; then learn
+".", "?", "!" and their full-width forms, including the common "...다." endings, and a
+quotation followed by its particle (“...”라고 말했다) stays in its sentence; then learn
 the vocabulary with `build_vocab --strip_accents=false`, which keeps Hangul composed and
 writes that setting beside vocab.txt, where create_pretraining_data and every later stage
 read it (docs/data_prep.md).

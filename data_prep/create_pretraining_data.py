@@ -509,6 +509,17 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
     """
     log = log or logging.info
     created = check_outputs(spec)
+    shards = len(spec.output_files)
+    if shards % spec.num_workers:
+        # Worker w writes shards w, w + n, ...: its share of the documents is split among
+        # them, so the shards of workers with fewer shards hold more.
+        log("warning: %d shards for %d workers: worker 0 writes %d of them and worker %d "
+            "%d, so their shards differ in size (about %.1fx); a multiple of --num_workers "
+            "gives shards of one size", shards, spec.num_workers,
+            len(shards_of_worker(shards, spec.num_workers, 0)), spec.num_workers - 1,
+            len(shards_of_worker(shards, spec.num_workers, spec.num_workers - 1)),
+            len(shards_of_worker(shards, spec.num_workers, 0))
+            / len(shards_of_worker(shards, spec.num_workers, spec.num_workers - 1)))
     if not spec.temp_files:
         spec = dataclasses.replace(spec, temp_files=_temp_files(spec))
     temps = list(spec.temp_files)

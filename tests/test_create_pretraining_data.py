@@ -558,3 +558,26 @@ def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, mon
             assert "strip_accents=True" in warnings[0]
         else:
             assert counts[strip]["unknown_tokens"] == 0 and not warnings, logged
+
+
+def test_shards_not_a_multiple_of_the_workers_are_warned_about(tmp_path, monkeypatch):
+    """3 shards for 2 workers: worker 0 splits its half of the documents over 2 shards,
+    worker 1 writes its half into 1 (the probe's 160 / 322 / 160 instances)."""
+    logged = []
+    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+
+    def stop(*args, **kwargs):  # the workers themselves are not what is tested here
+        raise cpd.InputError("stopped before the workers")
+
+    monkeypatch.setattr(cpd, "_run_spawned", stop)
+    warnings = {}
+    for shards in (3, 4):
+        logged.clear()
+        assert run_cli(input_file=CORPUS, vocab_file=VOCAB, output_file=str(tmp_path / "x"),
+                       num_workers=2, num_output_shards=shards, max_seq_length=32,
+                       max_predictions_per_seq=5) == 1
+        warnings[shards] = [m for m in logged if "differ in size" in m]
+    assert warnings[4] == []
+    assert warnings[3] == ["warning: 3 shards for 2 workers: worker 0 writes 2 of them and "
+                           "worker 1 1, so their shards differ in size (about 2.0x); a multiple "
+                           "of --num_workers gives shards of one size"]

@@ -746,6 +746,12 @@ def _read_inputs(options: PretrainingOptions, initial=None):
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None
     _check_vocab_fits(options, config, initial)
+    if config.type_vocab_size < 2:
+        # Every instance holds two segments (next sentence prediction); a second segment
+        # embedding the model lacks reads as a zero row, without an error.
+        raise PretrainingError(
+            f"{config_source(options)}: type_vocab_size={config.type_vocab_size}, but "
+            "pretraining instances hold two segments (A and B); BERT's is 2")
     if initial is not None:
         check_initial_fits(initial, config, options)
     eval_files = None

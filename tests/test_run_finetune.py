@@ -597,6 +597,25 @@ def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path,
             do_predict=False))
 
 
+def test_sentence_pairs_for_a_model_with_one_segment_embedding_are_refused(tmp_path):
+    """A model with type_vocab_size 1 given sentence pairs: the second text's segment id 1
+    read a zero row of the segment table, without an error, on both backends."""
+    from bert_keras.finetuning.runner import FinetuneError
+
+    encoder_file = str(tmp_path / "one_segment.keras")
+    BertEncoder(**SMALL, type_vocab_size=1).save(encoder_file)
+    train = tmp_path / "pairs.jsonl"
+    train.write_text("".join(json.dumps({"text": "free money", "text_b": "click here",
+                                         "label": label}) + "\n" for label in ("spam", "ham")))
+    with pytest.raises(FinetuneError, match=r"^--train_file: its examples have 2 segments "
+                                            r"\(sentence pairs\), but the model has "
+                                            r"type_vocab_size=1"):
+        run_classifier.run(train_file=str(train), text_b_column="text_b",
+                           **common(tmp_path / "out", encoder_file, do_eval=False,
+                                    do_predict=False))
+    assert not (tmp_path / "out").exists()
+
+
 def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
     """--lr_schedule / --epsilon_placement: flags of every fine-tuning tool (shared options),
     defaults linear / adam_paper, passed through loop.train to create_optimizer."""

@@ -441,7 +441,13 @@ def test_flag_errors_are_clear(data, tmp_path):
     with pytest.raises(PretrainingError, match=r"^--eval_input_file: input pattern "
                                                r"'.*nope.tfrecord' matches no data file$"):
         train(_options(data, tmp_path / "h", eval_input_file=str(tmp_path / "nope.tfrecord")))
-    assert not any((tmp_path / name).exists() for name in "abcdefgh")
+    # One segment embedding for instances of two segments: B read a zero row, no error.
+    one = tmp_path / "one_segment.json"
+    one.write_text(json.dumps(dict(CONFIG, type_vocab_size=1)))
+    with pytest.raises(PretrainingError, match=r"one_segment.json: type_vocab_size=1, but "
+                                               r"pretraining instances hold two segments"):
+        train(_options(data, tmp_path / "i", bert_config_file=str(one)))
+    assert not any((tmp_path / name).exists() for name in "abcdefghi")
 
 
 def test_data_of_a_larger_vocabulary_than_the_model_is_refused(data, tmp_path):

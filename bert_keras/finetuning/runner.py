@@ -36,7 +36,7 @@ from bert_keras.precision import check_mixed_precision, mixed_precision_option
 from bert_keras.tasks import (HEAD_INITIALIZERS, copy_of, with_dtype_policy,
                                with_skip_padding)
 from bert_keras.tensorboard import TensorBoard
-from data_prep import files, tokenizer_config
+from data_prep import files, schema, tokenizer_config
 from data_prep.cli import option, split_values
 from data_prep.tokenization import load_tokenizer
 
@@ -307,6 +307,19 @@ def _with_sequence_length(common: FinetuneOptions, default: int) -> FinetuneOpti
     return dataclasses.replace(common, max_seq_length=length)
 
 
+def _check_segments_fit(task: Task, opts, features: dict, type_vocab_size: int) -> None:
+    """Refuses sentence pairs (segment id 1) for a model with one segment embedding
+    (type_vocab_size 1): the lookup would read a zero row for every second text, on
+    both backends, without an error."""
+    for split, data in features.items():
+        types = data.arrays.get(schema.SEGMENT_IDS)
+        if types is not None and types.size and int(types.max()) >= type_vocab_size:
+            raise FinetuneError(
+                f"{task.input_flag(split).split(' ')[0]}: its examples have {int(types.max()) + 1} "
+                f"segments (sentence pairs), but the model has type_vocab_size={type_vocab_size}: "
+                "use a model with a segment embedding per text, or single texts")
+
+
 def _trained_model_file(common: FinetuneOptions, task_name: str) -> str:
     """--output_dir, which must hold a fine-tuned model to evaluate or predict with when
     there is no --init_checkpoint; FinetuneError if it does not."""
@@ -470,6 +483,7 @@ def run(task: Task, values: dict) -> dict:
             logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
         features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
                     for split, ex in examples.items()}
+        _check_segments_fit(task, opts, features, model.encoder.type_vocab_size)
     distribution.check_same_inputs(
         lambda: _what_was_read(task, common, opts, model, vocab_file, settings, labels,
                                features))

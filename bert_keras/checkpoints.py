@@ -199,10 +199,10 @@ GOOGLE_TRAINING_STATE = re.compile(r"^global_step$|/adam_[mv]$")
 # Google: the scopes of the pretraining heads, and of everything our models read.
 GOOGLE_PRETRAINING_SCOPES = ("cls/predictions/", "cls/seq_relationship/")
 GOOGLE_MODEL_SCOPES = ("bert/", *GOOGLE_PRETRAINING_SCOPES)
-# Hugging Face: BertForPreTraining & co. nest the encoder under `bert.`; heads live under
-# `cls.`. Our table holds BertModel's (un-nested) names.
 # The prefix Google's released checkpoints use (uncased_L-12_H-768_A-12/bert_model.ckpt).
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
+# Hugging Face: BertForPreTraining & co. nest the encoder under `bert.`; heads live under
+# `cls.`. Our table holds BertModel's (un-nested) names.
 HF_ENCODER_PREFIX = "bert."
 HF_HEAD_PREFIX = "cls."
 HF_NSP_PREFIX = "cls.seq_relationship."

@@ -193,17 +193,13 @@ def jsonl_lines(tokens, arrays, layers, first_index: int = 0):
         yield json.dumps({"linex_index": first_index + i, "features": features}) + "\n"
 
 
-def write_features(path: str, tokens, arrays, layers, overwrite: bool = False) -> str:
-    """Writes JSONL (Google's layout) or .npz, under a temporary name; never overwrites silently."""
-    _check_output_name(path)
-    if path.endswith(".npz"):
-        with files.atomic_output(path, overwrite=overwrite,
-                                 hint="pass --overwrite_output to replace it") as tmp:
-            with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
-                np.savez(f, **arrays)
-        return path
-    return files.write_text(path, "".join(jsonl_lines(tokens, arrays, layers)),
-                            overwrite=overwrite)
+def write_npz(path: str, arrays, overwrite: bool = False) -> str:
+    """Writes the .npz layout under a temporary name; never overwrites silently."""
+    with files.atomic_output(path, overwrite=overwrite,
+                             hint="pass --overwrite_output to replace it") as tmp:
+        with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
+            np.savez(f, **arrays)
+    return path
 
 
 def extract_to_jsonl(path: str, encoder, tokenizer, examples, layers, max_seq_length,
@@ -263,9 +259,9 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
     logging.info("Tokenizer settings: %s (%s)", settings.describe(), source or "defaults and flags")
     tokenizer = load_tokenizer(vocab_file, settings)
     if output_file.endswith(".npz"):
-        tokens, arrays, truncated = extract(encoder, tokenizer, examples, layers,
-                                            max_seq_length, batch_size)
-        write_features(output_file, tokens, arrays, layers, overwrite_output)
+        _, arrays, truncated = extract(encoder, tokenizer, examples, layers, max_seq_length,
+                                       batch_size)
+        write_npz(output_file, arrays, overwrite_output)
     else:
         truncated = extract_to_jsonl(output_file, encoder, tokenizer, examples, layers,
                                      max_seq_length, batch_size, overwrite_output)

@@ -509,17 +509,15 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
     """
     log = log or logging.info
     created = check_outputs(spec)
-    shards = len(spec.output_files)
-    if shards % spec.num_workers:
+    shards, workers = len(spec.output_files), spec.num_workers
+    if shards % workers:
         # Worker w writes shards w, w + n, ...: its share of the documents is split among
         # them, so the shards of workers with fewer shards hold more.
+        most, fewest = (len(shards_of_worker(shards, workers, w)) for w in (0, workers - 1))
         log("warning: %d shards for %d workers: worker 0 writes %d of them and worker %d "
             "%d, so their shards differ in size (about %.1fx); a multiple of --num_workers "
-            "gives shards of one size", shards, spec.num_workers,
-            len(shards_of_worker(shards, spec.num_workers, 0)), spec.num_workers - 1,
-            len(shards_of_worker(shards, spec.num_workers, spec.num_workers - 1)),
-            len(shards_of_worker(shards, spec.num_workers, 0))
-            / len(shards_of_worker(shards, spec.num_workers, spec.num_workers - 1)))
+            "gives shards of one size", shards, workers, most, workers - 1, fewest,
+            most / fewest)
     if not spec.temp_files:
         spec = dataclasses.replace(spec, temp_files=_temp_files(spec))
     temps = list(spec.temp_files)

@@ -52,7 +52,7 @@ import numpy as np
 from data_prep import tf_logging
 
 tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
-from data_prep import files  # noqa: E402
+from data_prep import files, schema  # noqa: E402
 from data_prep.schema import (FILE_TO_MODEL_NAMES, INPUT_IDS, INPUT_MASK, MASKED_LM_IDS,
                               MASKED_LM_POSITIONS, MASKED_LM_WEIGHTS, NEXT_SENTENCE_LABELS,
                               SEGMENT_IDS)
@@ -677,16 +677,21 @@ def data_vocab_size(paths: Sequence[str]) -> tuple[int, str] | None:
     or None where no sidecar says. Sidecars from before `vocab_size` was recorded name
     their vocab_file and its sha256: that file counts where it is still the same."""
     found = None
+    counted: dict[tuple, int | None] = {}  # (vocab_file, sha256) -> its size (shards share one)
     for path in paths:
         meta = read_sidecar(path)
         if meta is None:
             continue
         size = meta.get("vocab_size")
-        vocab_file = meta.get("vocab_file")
-        if size is None and isinstance(vocab_file, str) and os.path.isfile(vocab_file) and \
-                meta.get("vocab_sha256") == files.sha256_file(vocab_file):
-            with open(vocab_file, "rb") as f:
-                size = sum(1 for line in f if line.strip())
+        key = (meta.get("vocab_file"), meta.get("vocab_sha256"))
+        if size is None and isinstance(key[0], str) and os.path.isfile(key[0]):
+            if key not in counted:
+                try:
+                    counted[key] = (len(schema.load_vocab(key[0]))
+                                    if files.sha256_file(key[0]) == key[1] else None)
+                except schema.VocabError:
+                    counted[key] = None
+            size = counted[key]
         if isinstance(size, int) and (found is None or size > found[0]):
             found = (size, sidecar_path(path))
     return found

@@ -307,7 +307,7 @@ def _with_sequence_length(common: FinetuneOptions, default: int) -> FinetuneOpti
     return dataclasses.replace(common, max_seq_length=length)
 
 
-def _check_segments_fit(task: Task, opts, features: dict, type_vocab_size: int) -> None:
+def _check_segments_fit(task: Task, features: dict, type_vocab_size: int) -> None:
     """Refuses sentence pairs (segment id 1) for a model with one segment embedding
     (type_vocab_size 1): the lookup would read a zero row for every second text, on
     both backends, without an error."""
@@ -483,7 +483,7 @@ def run(task: Task, values: dict) -> dict:
             logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
         features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
                     for split, ex in examples.items()}
-        _check_segments_fit(task, opts, features, model.encoder.type_vocab_size)
+        _check_segments_fit(task, features, model.encoder.type_vocab_size)
     distribution.check_same_inputs(
         lambda: _what_was_read(task, common, opts, model, vocab_file, settings, labels,
                                features))

@@ -13,8 +13,13 @@ Signatures (`serving_default` and `encoder`, the same function):
 With --mlm and a pretraining checkpoint, an `mlm` signature adds masked_lm_positions
 [batch, P] -> mlm_logits [batch, P, V].
 
-The saved object is also callable TF Hub-style: `obj(inputs_dict)` returns the dict with
-`encoder_outputs` as a list (inference only). `assets/vocab.txt`,
+The saved object is also a TF Hub reusable SavedModel, fine-tunable as TF Hub's BERT
+encoders are: `obj(inputs_dict, training=False)` returns the dict with `encoder_outputs` as a
+list, and with `training=True` applies BERT's dropout (a fresh mask each call);
+`obj.trainable_variables`, `obj.variables` and `obj.regularization_losses` (empty) are what
+`hub.KerasLayer(path, trainable=True)` trains; `obj.call_training(inputs_dict)` is the
+training call as the standalone endpoint Keras 3's `keras.layers.TFSMLayer(path,
+call_endpoint="__call__", call_training_endpoint="call_training")` takes. `assets/vocab.txt`,
 `assets/tokenizer_config.json` and `assets/bert_config.json` travel with it
 (docs/DESIGN.md section 6).
 """
@@ -48,8 +53,11 @@ def _input_signature(seq_length=None):
     return {name: tf.TensorSpec([None, seq_length], tf.int32, name=name) for name in INPUT_NAMES}
 
 
-class EncoderModule(tf.Module):
-    """What the encoder SavedModel holds: the encoder, its vocab and config as assets."""
+class EncoderModule(tf.train.Checkpoint):
+    """What the encoder SavedModel holds: the encoder, its vocab and config as assets, and
+    TF Hub's reusable-SavedModel attributes (a `tf.train.Checkpoint` rather than a
+    `tf.Module`, whose `variables` and `trainable_variables` are read-only properties that
+    are not saved)."""
 
     def __init__(self, encoder, vocab_file, config_file, pretrainer=None,
                  tokenizer_config_file=None):
@@ -84,17 +92,33 @@ class EncoderModule(tf.Module):
             "encoder_outputs": tf.stack(out["encoder_outputs"], axis=1),
         }
 
-    @tf.function(input_signature=[_input_signature()])
-    def __call__(self, inputs):
-        """TF Hub reusable-SavedModel call, inference only: dict in, dict (with a list) out,
-        `default` being the pooled output as in TF Hub's text-embedding API.
-
-        Training mode is not exported, nor TF Hub's `trainable_variables`: Keras' dropout
-        keeps its random state outside the trackable object graph, and fine-tuning belongs
-        in Keras (load the checkpoint: docs/finetuning.md).
-        """
-        out = self.encoder(inputs, training=False)
+    @tf.function
+    def __call__(self, inputs, training=False):
+        """TF Hub reusable-SavedModel call: dict in, dict (with a list) out, `default` being
+        the pooled output as in TF Hub's text-embedding API. `training` (a Python bool;
+        both are traced by `trace_reusable_api`) applies the encoder's dropout, drawn from
+        the dropout layers' seed states, which are saved among `variables`."""
+        out = self.encoder(inputs, training=training)
         return {**out, "default": out["pooled_output"]}
+
+    @tf.function
+    def call_training(self, inputs):
+        """`__call__(inputs, training=True)` as an endpoint of its own (Keras' TFSMLayer
+        takes a training call by name, without arguments)."""
+        return self.__call__(inputs, training=True)
+
+    def trace_reusable_api(self):
+        """Traces `__call__` in both modes and `call_training`, and sets TF Hub's reusable
+        SavedModel attributes from the variables they read: `variables` (the weights and
+        the dropout seed states), `trainable_variables` (the weights) and
+        `regularization_losses` (none: BERT uses weight decay in the optimizer)."""
+        functions = [self.__call__.get_concrete_function(_input_signature(), training=mode)
+                     for mode in (False, True)]
+        functions.append(self.call_training.get_concrete_function(_input_signature()))
+        variables = saved_model_writer.captured_variables(functions)
+        self.variables = variables
+        self.trainable_variables = [v for v in variables if v.trainable]
+        self.regularization_losses = []
 
     def _mlm(self, inputs):
         return {"mlm_logits": self.pretrainer(inputs, training=False)["mlm_logits"]}
@@ -172,6 +196,7 @@ def export_encoder(
         vocab_copy = files.copy_file(vocab_file, os.path.join(tmp, files.VOCAB_FILE))
         settings_file = tokenizer_config.write_for_vocab(vocab_copy, settings)
         module = EncoderModule(encoder, vocab_copy, config_file, pretrainer, settings_file)
+        module.trace_reusable_api()
         serve = module.serve.get_concrete_function()
         signatures = {"serving_default": serve, "encoder": serve}
         warmup = []

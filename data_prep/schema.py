@@ -101,8 +101,9 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
       The tokens in id order (list[str]).
 
     Raises:
-      VocabError: the file is missing, unreadable, not UTF-8, empty, has an empty line or a
-        line ending in "\\r", has duplicate tokens, or lacks one of [PAD] [UNK] [CLS] [SEP]
+      VocabError: the file is missing, unreadable, not UTF-8 text (NUL bytes, UTF-16), begins
+        with a byte-order mark, is empty, has an empty line, a line ending in "\\r" or a token
+        with spaces around it, has duplicate tokens, or lacks one of [PAD] [UNK] [CLS] [SEP]
         [MASK]. The message names the file and the offending lines.
     """
     path = os.fspath(path)
@@ -119,8 +120,15 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
         raise VocabError(f"vocabulary file {path!r} cannot be read: {e.strerror}") from None
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise VocabError(f"vocabulary file {path!r} is not valid UTF-8 (byte offset {e.start})") from None
+        if "\x00" in text or data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise UnicodeError
+    except UnicodeError:  # the line, the byte and how to convert it, as every reader says
+        raise VocabError(f"vocabulary file {_not_text(data, path)}") from None
+    if text.startswith("\ufeff"):
+        first = text[1:].split("\n", 1)[0]
+        raise VocabError(
+            f"vocabulary file {path!r} starts with a byte-order mark (U+FEFF), which tokenizers "
+            f"read as part of its first token ({first!r}); save it as UTF-8 without one")
     if _is_tokenizer_json(text):  # transformers 5 may save it alone: the WordPieces in JSON
         raise VocabError(
             f"vocabulary file {path!r} is transformers' tokenizer.json, not a vocab.txt (one "
@@ -131,15 +139,20 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     tokens = text.split("\n") if text else []
     if not tokens:
         raise VocabError(f"vocabulary file {path!r} is empty; expected one token per line")
-    problems = []
+    bad: dict[str, list[int]] = {"empty": [], "cr": [], "spaces": []}
     for i, tok in enumerate(tokens):
         if tok == "":
-            problems.append(f"line {i + 1} is empty")
+            bad["empty"].append(i)
         elif tok.endswith("\r"):
-            problems.append(f"line {i + 1} ends with '\\r' (Windows line endings?)")
-        if len(problems) >= 5:
-            break
-    if problems:
+            bad["cr"].append(i)
+        elif tok.strip(" \t") != tok:
+            bad["spaces"].append(i)
+    if any(bad.values()):
+        what = {"empty": "empty",
+                "cr": "'\\r' at the end (Windows line endings?)",
+                "spaces": "spaces around the token (first {!r}), which no word can match"}
+        problems = [f"{_lines(found)}: {what[kind].format(tokens[found[0]])}"
+                    for kind, found in bad.items() if found]
         raise VocabError(f"vocabulary file {path!r}: " + "; ".join(problems))
     first_line: dict[str, int] = {}
     dupes = []
@@ -156,6 +169,28 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
         raise VocabError(f"vocabulary file {path!r} lacks the special tokens {missing}; "
                          f"a BERT vocabulary needs all of {list(SPECIAL_TOKENS)}")
     return tokens
+
+
+def _lines(indices: list[int]) -> str:
+    """'line 3' or 'lines 3, 8, 9, 12, 20 and 7 more' (1-based) for 0-based line indices."""
+    shown = ", ".join(str(i + 1) for i in indices[:5])
+    more = f" and {len(indices) - 5} more" if len(indices) > 5 else ""
+    return f"line {shown}" if len(indices) == 1 else f"lines {shown}{more}"
+
+
+def _not_text(data: bytes, path: str) -> str:
+    """`files.check_text_line`'s message for the first line of `data` that is not UTF-8
+    text (a NUL byte, UTF-16, an undecodable byte)."""
+    from data_prep import files
+
+    offset = 0
+    for number, raw in enumerate(data.splitlines(keepends=True), 1):
+        try:
+            files.check_text_line(raw, repr(path), number, offset)
+        except files.TextFileError as e:
+            return str(e)
+        offset += len(raw)
+    return f"{path!r}: not UTF-8 text"
 
 
 def special_token_ids(vocab: list[str]) -> dict[str, int]:

@@ -221,17 +221,32 @@ def _open_text(path: str):
     return files.open_text(path, newline="")
 
 
+def _not_text(path: str) -> files.TextFileError:
+    """The error for the first line of `path` (decompressed) that is not UTF-8 text: file,
+    line, byte offset and how to convert it, as every reader words it
+    (`files.check_text_line`)."""
+    opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
+    offset = 0
+    with opener(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                files.check_text_line(raw, path, number, offset)
+            except files.TextFileError as e:
+                return e
+            offset += len(raw)
+    return files.TextFileError(f"{path}: not UTF-8 text; expected UTF-8 text")
+
+
 def _read_all(path: str) -> str:
     try:
         with _open_text(path) as f:
             text = f.read()
-    except UnicodeDecodeError as e:
-        raise CorpusError(f"{path} is not UTF-8 text (undecodable byte at offset {e.start}); "
-                          "expected a text document") from None
+    except UnicodeDecodeError:
+        raise _not_text(path) from None
     except (OSError, EOFError) as e:
         raise CorpusError(f"cannot read {path}: {e}") from None
     if "\x00" in text:
-        raise CorpusError(f"{path} looks binary (it contains NUL bytes); expected UTF-8 text")
+        raise _not_text(path)
     return text
 
 
@@ -273,9 +288,8 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
                             f"{where}: no string field {text_field!r} (fields: "
                             f"{sorted(record)[:10]}); set --text_field")
                     yield where, text
-        except UnicodeDecodeError as e:
-            raise CorpusError(f"{path} is not UTF-8 text (undecodable byte at offset "
-                              f"{e.start})") from None
+        except UnicodeDecodeError:
+            raise _not_text(path) from None
         except (OSError, EOFError) as e:
             raise CorpusError(f"cannot read {path}: {e}") from None
 

@@ -274,3 +274,47 @@ def test_a_gz_corpus_passes_through_every_stage(tmp_path):
     with pytest.raises(build_vocab.BuildVocabError, match=r"^--input .*cut.txt.gz:\d+: cannot be "
                                                           r"read .*damaged or truncated$"):
         build_vocab.build_vocab([str(cut)], 60, layout="compact", min_frequency=1)
+
+
+@pytest.mark.parametrize("case", ["cp949_late_jsonl", "cp949_text_gz", "utf16"])
+def test_text_that_is_not_utf8_is_located_as_every_reader_locates_it(tmp_path, capsys, case):
+    """The JSONL error gave an offset within the decoder's chunk (3434 for byte 28010), the
+    text error no line, neither the way to convert the file, and UTF-16 read as a bad byte
+    at offset 0; now file:line, the file's byte offset and the hint, as build_vocab says."""
+    korean = "안녕하세요. 오늘은 날씨가 정말 좋네요."
+    if case == "cp949_late_jsonl":
+        path = tmp_path / "docs.jsonl"
+        good = "".join(json.dumps({"text": f"Document {i} is fine."}) + "\n" for i in range(400))
+        path.write_bytes(good.encode() + json.dumps({"text": korean}, ensure_ascii=False)
+                         .encode("cp949") + b"\n")
+        where = f"{path}:401: not UTF-8 (byte b'\\xbe' at byte offset {len(good) + 10})"
+    elif case == "cp949_text_gz":
+        path = tmp_path / "doc.txt.gz"
+        good = "A first line.\nA second one.\n"
+        path.write_bytes(gzip.compress(good.encode() + korean.encode("cp949")))
+        where = f"{path}:3: not UTF-8 (byte b'\\xbe' at byte offset {len(good)})"
+    else:
+        path = tmp_path / "doc.txt"
+        path.write_bytes(korean.encode("utf-16"))
+        where = f"{path}:1: UTF-16 text (byte-order mark b'\\xff\\xfe')"
+    assert run_cli(input=str(path), output_file=str(tmp_path / "corpus.txt")) == 1
+    err = capsys.readouterr().err
+    assert where in err and "iconv -f" in err, err
+    assert not (tmp_path / "corpus.txt").exists()
+
+
+def test_an_error_is_one_line_without_tensorflows_start_up_noise(tmp_path):
+    """The error boundary imported TensorFlow to list its errors: a failing prepare_corpus,
+    which never loads it, printed 10 lines of TensorFlow's start-up logs above its error."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "doc.txt"
+    path.write_bytes("날씨가 좋네요.".encode("cp949"))
+    result = subprocess.run([sys.executable, "-m", "data_prep.prepare_corpus",
+                             f"--input={path}", f"--output_file={tmp_path / 'corpus.txt'}"],
+                            capture_output=True, text=True, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if " prepare_corpus.py:" not in line]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}:1: not UTF-8"), result.stderr

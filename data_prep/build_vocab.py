@@ -126,9 +126,10 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
     """Yields the lines of the files, decoded as UTF-8.
 
     Raises:
-      files.TextFileError: a non-UTF-8 line (file, line and byte offset named; a binary file
-        fails so), as prepare_corpus and create_pretraining_data refuse it: a vocabulary
-        learned from undecodable bytes would be garbage.
+      files.TextFileError: a non-UTF-8 line or a NUL byte (file, line and byte offset
+        named; a binary file fails so), as prepare_corpus and create_pretraining_data refuse
+        them: a vocabulary learned from undecodable bytes would be garbage, and a corpus it
+        accepted would fail at the next stage.
     """
     for path in paths:
         offset = number = 0
@@ -136,7 +137,7 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
             # .gz decompressed, as prepare_corpus and create_pretraining_data read it.
             with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
                 for number, raw in enumerate(f, 1):
-                    yield files.check_text_line(raw, path, number, offset, allow_nul=True)
+                    yield files.check_text_line(raw, path, number, offset)
                     offset += len(raw)
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise BuildVocabError(f"--input {path}:{number + 1}: cannot be read "

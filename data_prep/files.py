@@ -108,21 +108,17 @@ def check_text_file(path: str, chunk_lines: int | None = None) -> None:
             offset += len(raw)
 
 
-def check_text_line(raw: bytes, path: str, number: int, offset: int,
-                    allow_nul: bool = False) -> str:
+def check_text_line(raw: bytes, path: str, number: int, offset: int) -> str:
     """Decodes line `number` of `path` (starting at byte `offset`) as UTF-8, or raises
-    TextFileError naming the file, line and byte offset.
-
-    `allow_nul`: accept NUL bytes (a corpus may hold a stray one, which the tokenizer drops
-    as a control character); binary files still fail, as almost none is valid UTF-8.
-    """
+    TextFileError naming the file, line and byte offset (a NUL byte: a binary file; UTF-16
+    by its byte-order mark on line 1)."""
     if number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         # Excel's "Unicode text" and Notepad's "Unicode" save UTF-16 (with this mark): its
         # NUL bytes would read as a binary file.
         raise TextFileError(f"{path}:1: UTF-16 text (byte-order mark {raw[:2]!r}); expected "
                             "UTF-8 text (convert it: iconv -f utf-16 -t utf-8, or save it as "
                             "\"CSV UTF-8\" / UTF-8)")
-    nul = -1 if allow_nul else raw.find(b"\x00")
+    nul = raw.find(b"\x00")
     if nul >= 0:
         raise TextFileError(f"{path}:{number}: NUL byte at byte offset {offset + nul}: the file "
                             "looks binary; expected UTF-8 text")

@@ -228,6 +228,11 @@ def test_invalid_utf8_in_the_corpus_is_refused(tmp_path):
     with pytest.raises(TextFileError, match=r"bad.txt:2: not UTF-8 \(byte b'\\x80' at byte "
                        r"offset 127\)"):
         list(bv.iter_lines([str(path)]))
+    # A NUL was dropped ("정말\x00좋네요" learnt as one word) where prepare_corpus and
+    # create_pretraining_data refuse the same file as binary.
+    path.write_bytes("좋은 날\n정말\x00좋네요\n".encode())
+    with pytest.raises(TextFileError, match=r"bad.txt:2: NUL byte at byte offset 17"):
+        list(bv.iter_lines([str(path)]))
 
 
 def test_word_table_stays_bounded():

@@ -273,16 +273,20 @@ class _Warnings:
     long_lines: int = 0
     first_long_line: str = ""
     bad_utf8_lines: int = 0
+    bad_utf8_files: dict = dataclasses.field(default_factory=dict)
 
 
 def _summary_merge(a: dict, b: Mapping) -> dict:
-    """Sums two summaries: numbers add, dicts merge, strings keep the smallest non-empty."""
+    """Sums two summaries: numbers add (those named first_* keep the smallest), dicts
+    merge, strings keep the smallest non-empty."""
     for key, value in b.items():
         if isinstance(value, Mapping):
             a[key] = _summary_merge(dict(a.get(key, {})), value)
         elif isinstance(value, str):
             mine = a.get(key, "")
             a[key] = min(v for v in (mine, value) if v) if (mine or value) else ""
+        elif key.startswith("first_"):
+            a[key] = min(a.get(key, value), value)
         else:
             a[key] = a.get(key, 0) + value
     return a
@@ -637,7 +641,8 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
     reader = job.WorkerResult(worker=0, stats=totals, input_bytes=summary.get("input_bytes", 0),
                               shard_counts={}, long_lines=warnings.get("long_lines", 0),
                               first_long_line=warnings.get("first_long_line", ""),
-                              bad_utf8_lines=warnings.get("bad_utf8_lines", 0))
+                              bad_utf8_lines=warnings.get("bad_utf8_lines", 0),
+                              bad_utf8_files=warnings.get("bad_utf8_files", {}))
     # Every document read must reach instance creation: a runner that drops data fails here.
     read_count = summary.get("documents_read", 0)
     for stage, count in (("tokenized", summary.get("documents_tokenized", 0)),

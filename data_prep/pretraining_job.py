@@ -86,6 +86,9 @@ class WorkerResult:
     long_lines: int = 0
     first_long_line: str = ""
     bad_utf8_lines: int = 0
+    # path -> {"bad": lines with bytes that are not UTF-8, "lines": the lines decoded,
+    # "first_line": the first such line}, for the files that have any (note_bad_utf8).
+    bad_utf8_files: dict = dataclasses.field(default_factory=dict)
     setup_seconds: float = 0.0  # TensorFlow import and tokenizer construction (wall)
     work_seconds: float = 0.0  # reading to last record written (wall)
     work_cpu_seconds: float = 0.0  # the same span in CPU time of this process, all threads
@@ -106,14 +109,34 @@ def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> No
     except (OSError, EOFError, zlib.error) as e:  # gzip: not gzip, truncated, corrupt
         raise InputError(f"cannot read input file {path}: {e}") from None
     nul = head.find(b"\x00")
-    if nul >= 0:
-        raise InputError(f"input file {path} looks binary (NUL byte at offset {nul}); expected "
-                         "UTF-8 text, one sentence per line")
     text = head.decode("utf-8", errors="replace")
     bad = text.count("\ufffd") - head.decode("utf-8", errors="ignore").count("\ufffd")
-    if bad > 8 and bad > 0.01 * len(text):
-        raise InputError(f"input file {path} is not UTF-8 text ({bad} undecodable bytes in its "
-                         f"first {len(head)} bytes)")
+    if nul >= 0 or head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+            bad > 8 and bad > 0.01 * len(text)):
+        raise InputError(f"input file {_first_bad_line(head, path)}")
+
+
+def _first_bad_line(head: bytes, path: str) -> str:
+    """What `files.check_text_line` says of the first line of `head` that is not UTF-8
+    text: file:line, byte offset, and how to convert the file (or UTF-16, a NUL byte)."""
+    from data_prep import files
+
+    offset = 0
+    for number, raw in enumerate(head.split(b"\n"), 1):
+        try:
+            files.check_text_line(raw, path, number, offset)
+        except files.TextFileError as e:
+            return str(e)
+        offset += len(raw) + 1
+    return f"{path}: not UTF-8 text"
+
+
+def note_bad_utf8(warnings, path: str, line: int) -> None:
+    """Counts a line of `path` with bytes that are not UTF-8 (on a WorkerResult or the Beam
+    reader's counters)."""
+    warnings.bad_utf8_lines += 1
+    counts = warnings.bad_utf8_files.setdefault(path, {"bad": 0, "lines": 0, "first_line": line})
+    counts["bad"] += 1
 
 
 class RawDocument:
@@ -158,7 +181,7 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
         with f:
             readline = f.readline
             current: list[bytes] = []  # stripped lines of the document being read
-            first_line = nbytes = line_no = 0
+            first_line = nbytes = line_no = decoded = 0  # decoded: lines of this worker's
             try:
                 while True:
                     raw = readline(MAX_LINE_BYTES + 1)
@@ -181,6 +204,7 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                         nbytes += len(raw)
                     elif current:
                         if index % num_workers == worker:
+                            decoded += len(current)
                             yield _decode_document(index, current, nbytes, path, first_line,
                                                    warnings)
                         index += 1
@@ -190,8 +214,11 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                                  f"{e}); the file is damaged or truncated") from None
             if current:
                 if index % num_workers == worker:
+                    decoded += len(current)
                     yield _decode_document(index, current, nbytes, path, first_line, warnings)
                 index += 1
+        if warnings is not None and path in warnings.bad_utf8_files:
+            warnings.bad_utf8_files[path]["lines"] += decoded
 
 
 # The first bytes (UTF-8) of the characters str.strip() removes and bytes.strip() keeps:
@@ -218,7 +245,7 @@ def _decode_document(index: int, lines: list[bytes], nbytes: int, path: str, fir
             except UnicodeDecodeError:
                 text.append(line.decode("utf-8", errors="ignore"))
                 if warnings is not None:
-                    warnings.bad_utf8_lines += 1
+                    note_bad_utf8(warnings, path, first_line + len(text) - 1)
     if warnings is not None and max(map(len, lines)) > LONG_LINE_WARN_BYTES:
         for i, line in enumerate(lines):
             if len(line) > LONG_LINE_WARN_BYTES:
@@ -295,6 +322,10 @@ def limit_tf_threads(tf) -> None:
 # learnt on the same kind of text leaves well under 1% (BUILD_NOTES 4.2: 0.03% in domain,
 # 6-9% on other Korean text); the wrong casing flags for Korean, nearly 100%.
 UNKNOWN_WARN_SHARE = 0.05
+# A file in which more of the lines than this have bytes that are not UTF-8 was saved in
+# another encoding (a cp949 part of a concatenated corpus): refused, where a stray bad byte
+# is dropped with a warning as Google's reader drops it.
+BAD_UTF8_REFUSE_SHARE = 0.01
 
 
 def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,
@@ -305,9 +336,26 @@ def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec
         log("warning: %d line(s) longer than %d bytes, first at %s; input should hold one "
             "sentence per line (python -m data_prep.prepare_corpus splits raw text)",
             long_lines, LONG_LINE_WARN_BYTES, first)
-    bad = sum(r.bad_utf8_lines for r in results)
-    if bad:
-        log("warning: %d line(s) had undecodable UTF-8 bytes, which were dropped", bad)
+    bad_files: dict[str, dict[str, int]] = {}
+    for r in results:
+        for path, counts in r.bad_utf8_files.items():
+            merged = bad_files.setdefault(path, {"bad": 0, "lines": 0,
+                                                 "first_line": counts["first_line"]})
+            merged["bad"] += counts["bad"]
+            merged["lines"] += counts["lines"]
+            merged["first_line"] = min(merged["first_line"], counts["first_line"])
+    for path, counts in sorted(bad_files.items()):
+        if counts["bad"] > BAD_UTF8_REFUSE_SHARE * counts["lines"]:
+            raise InputError(
+                f"{path}: {counts['bad']:,} of its {counts['lines']:,} non-blank lines "
+                f"{'is' if counts['bad'] == 1 else 'are'} not UTF-8 (the first: line "
+                f"{counts['first_line']}); expected UTF-8 text: convert it from "
+                "the encoding it was saved in (e.g. iconv -f cp949 -t utf-8 for Korean Windows "
+                "text), or drop the bad bytes (iconv -c -f utf-8 -t utf-8); nothing was written")
+    if bad_files:
+        path, counts = min(bad_files.items())
+        log("warning: %d line(s) had bytes that are not UTF-8, which were dropped (first at "
+            "%s:%d)", sum(c["bad"] for c in bad_files.values()), path, counts["first_line"])
     if totals.documents and totals.one_sentence_documents == totals.documents:
         raise InputError(
             f"all {totals.documents} documents hold a single sentence, so every instance would "

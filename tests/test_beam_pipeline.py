@@ -19,7 +19,8 @@ beam = pytest.importorskip(
     "path of create_pretraining_data needs it, the local path does not)")
 
 from test_create_pretraining_data import (  # noqa: E402  pylint: disable=wrong-import-position
-    CORPUS, VOCAB, check_records, google_reader, merge_shards, run_cli, write_generated_corpus)
+    CORPUS, VOCAB, check_records, cp949_after_utf8, google_reader, merge_shards, run_cli,
+    write_generated_corpus)
 
 from bert_keras.inputs import pretraining_dataset  # noqa: E402
 from data_prep import beam_pipeline, features  # noqa: E402
@@ -299,13 +300,19 @@ def _bad_case(tmp_path, name):
         return {"input_file": str(tmp_path / "nope-*.txt")}, "matches no data file"
     if name == "small_buckets":
         return {"beam_bucket_mb": 0}, "beam_bucket_mb"
+    if name == "cp949_after_64_kb":  # counted per file across the workers, as locally
+        path = str(tmp_path / "mixed.txt")
+        good, lines = cp949_after_utf8(path)
+        return ({"input_file": path, "beam_pipeline_options": MULTI},
+                f"{path}: {lines - good} of its {lines:,} non-blank lines are not UTF-8 (the "
+                f"first: line {good + good // 5 + 1})")
     raise ValueError(name)
 
 
 @pytest.mark.parametrize("case", ["unknown_runner", "bad_option", "malformed_option",
                                   "options_without_runner", "local_workers",
                                   "vocab_without_mask", "empty_corpus", "blank_corpus",
-                                  "missing_input", "small_buckets"])
+                                  "missing_input", "small_buckets", "cp949_after_64_kb"])
 def test_bad_settings_fail_with_one_line_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_case(tmp_path, case)
     out_dir = tmp_path / "out"

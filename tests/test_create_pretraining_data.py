@@ -284,6 +284,15 @@ def _bad_input_case(tmp_path, name):
         return ({"input_file": path, "num_workers": 2, "num_output_shards": 2},
                 "error: worker 1 of 2: its share of the corpus (one document in 2) holds 1 "
                 "document with text, and each worker needs at least 2")
+    if name == "utf16":  # read as binary ("NUL byte at offset 13"), UTF-16 unnamed
+        open(path, "wb").write(open(CORPUS, encoding="utf-8").read().encode("utf-16"))
+        return {"input_file": path}, f"{path}:1: UTF-16 text"
+    if name == "cp949_after_64_kb":  # a cp949 file appended to a UTF-8 corpus: became junk
+        good, lines = cp949_after_utf8(path)
+        return ({"input_file": path, "num_workers": 2, "num_output_shards": 2},
+                f"{path}: {lines - good} of its {lines:,} non-blank lines are not UTF-8 (the "
+                f"first: line {good + good // 5 + 1}); expected UTF-8 text: convert it from the "
+                "encoding it was saved in (e.g. iconv -f cp949")
     if name == "output_is_a_directory":  # with --overwrite: refused after the whole job
         os.makedirs(tmp_path / "out" / "x.tfrecord")
         return ({"input_file": CORPUS, "overwrite": True},
@@ -291,10 +300,33 @@ def _bad_input_case(tmp_path, name):
     raise ValueError(name)
 
 
+def _is_utf8(raw):
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def cp949_after_utf8(path, encoding="cp949"):
+    """Writes documents of 5 sentences: English (UTF-8) past the first 64 KB the up-front
+    check reads, then Korean in `encoding`; returns (English lines, all non-blank lines)."""
+    english = "the whale came up from the deep water at {} and the ship turned ."
+    korean = open(os.path.join(TESTDATA, "korean_sample.txt"), encoding="utf-8").read()
+    korean = [line.encode(encoding, errors="ignore") for line in korean.splitlines()]
+    good = 1500  # about 100 KB
+    rows = [english.format(i).encode() for i in range(good)]
+    rows += [line for line in korean if line.strip() and not _is_utf8(line)]
+    with open(path, "wb") as f:
+        f.write(b"".join(row + (b"\n\n" if i % 5 == 4 else b"\n") for i, row in enumerate(rows)))
+    return good, len(rows)
+
+
 @pytest.mark.parametrize("case", ["missing", "empty", "binary", "one_document",
                                   "one_sentence_documents", "predictions_over_length",
                                   "missing_vocab", "vocab_directory", "too_many_workers",
-                                  "a_workers_share_of_one_document", "output_is_a_directory"])
+                                  "a_workers_share_of_one_document", "output_is_a_directory",
+                                  "utf16", "cp949_after_64_kb"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_input_case(tmp_path, case)
     out_dir = tmp_path / "out"
@@ -324,6 +356,25 @@ def test_long_lines_are_accepted_with_a_warning(tmp_path, monkeypatch):
     assert warning and "long.txt:1 (" in warning[0], logged
     data = google_reader(out, 32, 5)
     assert len(data["input_ids"]) > 0 and data["input_mask"].sum(axis=1).max() <= 32
+
+
+def test_a_stray_byte_that_is_not_utf8_is_dropped_with_a_warning_naming_its_line(
+        tmp_path, monkeypatch):
+    """As Google's reader drops it (decode with errors="ignore"); the warning named no file
+    or line before. One bad line in 300 is under the share that refuses a file."""
+    text = "".join(f"sentence {i} of the whale .\n" + ("\n" if i % 5 == 4 else "")
+                   for i in range(300))
+    path = tmp_path / "stray.txt"
+    path.write_bytes(text.encode().replace(b"sentence 7 of", b"sentence 7 \xff of"))
+    logged = []
+    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    out = str(tmp_path / "x.tfrecord")
+    assert run_cli(input_file=str(path), vocab_file=VOCAB, output_file=out, max_seq_length=32,
+                   max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0) == 0
+    warning = [m for m in logged if "not UTF-8" in m]
+    assert warning == [f"warning: 1 line(s) had bytes that are not UTF-8, which were dropped "
+                       f"(first at {path}:9)"], logged
+    assert features.read_sidecar(out)["counts"]["documents"] == 60
 
 
 def _subprocess_env():

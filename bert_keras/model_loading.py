@@ -408,9 +408,10 @@ def read_labels(path: str) -> list[str]:
     """labels.txt: one label per line, in id order (no empty or duplicate labels); spaces
     around a label are not part of it (a label list typed by hand: "O " is "O")."""
     try:
+        files.check_text_file(path)  # NUL, UTF-16, cp949: the line and how to convert it
         with files.open_text(path) as f:
             labels = [line.strip() for line in f]
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None
     for number, label in enumerate(labels, 1):
         if not label.strip():

@@ -319,7 +319,13 @@ def _listing(directory: str, limit: int = 12) -> str:
 
 
 def _read_tsv(path: str):
-    """Yields (line number, fields) per non-blank line; Google's _read_tsv, quoting off."""
+    """Yields (line number, fields) per non-blank line; Google's _read_tsv, quoting off.
+
+    Raises:
+      files.TextFileError: the file is not UTF-8 text (NUL bytes, UTF-16, cp949, ...),
+        naming the line and byte, as every reader does.
+    """
+    files.check_text_file(path)
     with files.open_text(path, newline="") as f:
         reader = csv.reader(f, delimiter="\t", quotechar=None)
         while True:
@@ -327,25 +333,11 @@ def _read_tsv(path: str):
                 row = next(reader)
             except StopIteration:
                 return
-            except UnicodeDecodeError:
-                raise DataError(_utf8_problem(path)) from None
             except csv.Error as e:
                 raise DataError(f"{path}:{reader.line_num}: {e}") from None
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # blank line
             yield reader.line_num, row
-
-
-def _utf8_problem(path: str) -> str:
-    """Names the first line of `path` that is not UTF-8 (the decoder reads in chunks)."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return (f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start} "
-                        "of the line)")
-    return f"{path}: not valid UTF-8"
 
 
 def canonical_task_name(task_name: str) -> str:

@@ -269,6 +269,8 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
                 for line_no, line in enumerate(f, 1):
                     if not line.strip():
                         continue
+                    if "\x00" in line:  # a binary file, as the text reader says
+                        raise _not_text(path)
                     where = f"{path}:{line_no}"
                     try:
                         record = json.loads(line)

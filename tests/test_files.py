@@ -1,12 +1,14 @@
 """The one atomic writer: nothing appears until complete, leftovers of dead processes go."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from data_prep import files
+from data_prep.cli import ToolError
 
 
 def test_nothing_appears_when_the_writer_fails(tmp_path):
@@ -164,3 +166,29 @@ def test_utf16_text_is_named_as_such(tmp_path, encoding):
         with pytest.raises(TextFileError, match=r"train.tsv:1: UTF-16 text \(byte-order mark "
                            r".*\); expected UTF-8 text \(convert it: iconv -f utf-16 -t utf-8"):
             read(str(path))
+
+
+@pytest.mark.parametrize("kind", ["utf-16", "nul", "cp949"])
+def test_every_text_reader_refuses_text_that_is_not_utf8_naming_file_and_line(tmp_path, kind):
+    """The same message from every reader (files.check_text_line). Before, a label list in
+    UTF-16 or cp949 gave Python's codec message, and one with a NUL byte was read as the
+    label 'ne\\x00g'."""
+    from data_prep.files import TextFileError
+
+    expected = {"utf-16": r":1: UTF-16 text", "nul": r":1: NUL byte at byte offset 1: the "
+                "file looks binary", "cp949": r":1: not UTF-8 \(byte b'\\xc1' at byte offset 0"}
+    for i, (ext, text, read) in enumerate(_readers(tmp_path)):
+        path = tmp_path / f"bad{i}.{ext}"
+        if kind == "utf-16":
+            path.write_bytes(text.encode("utf-16"))
+        elif kind == "nul":
+            path.write_bytes(text[:1].encode() + b"\x00" + text[1:].encode())
+        else:  # a first line in cp949: '좋' is b'\xc1\xc1'
+            path.write_bytes("좋은\n".encode("cp949") + text.encode())
+        with pytest.raises(Exception) as err:
+            read(str(path))
+        message = str(err.value)
+        assert re.search(expected[kind], message), (ext, text, message)
+        named = f"bad{i}.{ext}" if "SST-2" not in message else "SST-2/train.tsv"
+        assert named in message and isinstance(err.value, (TextFileError, ToolError)), \
+            (ext, text, message)

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from conftest import TESTDATA
-from data_prep import classification, glue
+from data_prep import classification, files, glue
 from data_prep.classification import DataError, Example
 from data_prep.tokenization import BertTokenizer
 
@@ -322,7 +322,8 @@ def test_empty_files_blank_lines_and_bad_utf8(tmp_path):
         glue.get_processor("qqp").test_examples(str(tmp_path))
     with open(tmp_path / "dev.tsv", "wb") as f:
         f.write(b"sentence\tlabel\nok .\t1\nbad \xff .\t0\n")
-    with pytest.raises(DataError, match=r"dev.tsv:3: not valid UTF-8"):
+    with pytest.raises(files.TextFileError, match=r"dev.tsv:3: not UTF-8 \(byte b'\\xff' at "
+                       r"byte offset 26\); expected UTF-8 text \(convert it"):
         glue.get_processor("sst-2").dev_examples(str(tmp_path))
 
 

@@ -41,6 +41,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 import tempfile
 import warnings
 from typing import Callable
@@ -63,6 +64,10 @@ FORMATS = checkpoints.FORMATS
 # multiple of 8 or 128 leave a few rows no token reaches); fewer than this share of the rows
 # is the vocabulary of another model.
 MIN_VOCAB_SHARE = 0.9
+
+
+# Google's vocabularies reserve rows for words a user adds ("[unused12]" -> "covid").
+_UNUSED_TOKEN = re.compile(r"\[unused\d+\]")
 
 
 class CheckpointError(ToolError):
@@ -120,7 +125,35 @@ class Checkpoint:
                                   f"saved with the weights; pass {flag}")
         source = None if vocab_file else self.vocab_source
         check_vocab_fits(self.encoder, chosen, self.path, source)
+        if vocab_file:
+            self.check_same_vocabulary(vocab_file, flag)
         return chosen
+
+    def check_same_vocabulary(self, vocab_file: str, flag: str = "--vocab_file") -> None:
+        """Refuses `vocab_file` when it is not the vocabulary saved with the weights: the
+        embeddings were trained on that one's ids. Its [unused*] tokens may be replaced
+        (Google's way of adding words) and either may be longer (`check_vocab_fits` holds
+        the length to the table).
+
+        Raises:
+          VocabMismatchError: a token differs, naming the first and how many.
+        """
+        if not self.vocab_file or os.path.abspath(vocab_file) == os.path.abspath(
+                self.vocab_file):
+            return
+        saved, given = schema.load_vocab(self.vocab_file), schema.load_vocab(vocab_file)
+        differ = [i for i, (a, b) in enumerate(zip(saved, given))
+                  if a != b and not _UNUSED_TOKEN.fullmatch(a)]
+        if differ:
+            i = differ[0]
+            raise VocabMismatchError(
+                f"{flag} {vocab_file}",
+                f"not the vocabulary saved with {self.path} ({self.vocab_source or self.vocab_file}"
+                f"): line {i + 1} is {given[i]!r} here and {saved[i]!r} there ({len(differ):,} "
+                f"token{'s differ' if len(differ) > 1 else ' differs'}), and the model's "
+                "embeddings were trained on that one's ids; "
+                f"leave {flag} out, or pass a copy of that one (its [unused] tokens may be "
+                "replaced)")
 
 
 def _first_existing(*paths: str) -> str | None:
@@ -167,28 +200,39 @@ _SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attentio
                  "layer_norm_eps")
 
 
-def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str) -> None:
+def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str) -> bool:
     """A --bert_config_file the checkpoint does not use (it carries its own config) that
-    describes another model: said, rather than ignored without a word."""
+    describes another model: said, rather than ignored without a word. Returns whether it
+    differs."""
     given = BertConfig.from_json_file(bert_config_file)
     differs = [f"{name} {getattr(given, name)} vs {getattr(config, name)}"
                for name in _SHAPE_FIELDS if getattr(given, name) != getattr(config, name)]
     if differs:
         logging.warning("--bert_config_file %s is not used: %s carries its own config, which "
                         "differs (%s)", bert_config_file, path, ", ".join(differs))
+    return bool(differs)
 
 
 def _config_from(path: str, bert_config_file: str | None, directory: str) -> tuple[BertConfig, str]:
-    config_file = bert_config_file or os.path.join(directory, files.BERT_CONFIG_FILE)
+    """The config of the weights at `path`: the bert_config.json saved with them (beside
+    them, or the run's for its checkpoints/ckpt-<step>.weights.h5), else
+    `bert_config_file`. A `bert_config_file` of the same model is used (it may set other
+    dropout rates); one of another model is not, and a warning says how it differs:
+    building the saved weights into it made another function (other heads or activation)
+    without a word, or failed on shapes with Keras' message."""
+    own = os.path.join(directory, files.BERT_CONFIG_FILE)
     parent = os.path.dirname(os.path.abspath(directory))
-    if not bert_config_file and not os.path.isfile(config_file) and os.path.isfile(
-            os.path.join(parent, files.RUN_CONFIG_FILE)):
-        # A run's checkpoints/ckpt-<step>.weights.h5: the config is the run's.
-        config_file = os.path.join(parent, files.BERT_CONFIG_FILE)
-    if not os.path.isfile(config_file):
+    if not os.path.isfile(own) and os.path.isfile(os.path.join(parent, files.RUN_CONFIG_FILE)):
+        own = os.path.join(parent, files.BERT_CONFIG_FILE)  # a run's checkpoints/ckpt-*
+    if os.path.isfile(own):
+        config = BertConfig.from_json_file(own)
+        if bert_config_file and not _warn_if_config_differs(bert_config_file, config, path):
+            return BertConfig.from_json_file(bert_config_file), bert_config_file
+        return config, own
+    if not bert_config_file:
         raise CheckpointError(f"{path}: no {files.BERT_CONFIG_FILE} beside the weights; pass "
                               "--bert_config_file")
-    return BertConfig.from_json_file(config_file), config_file
+    return BertConfig.from_json_file(bert_config_file), bert_config_file
 
 
 def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:

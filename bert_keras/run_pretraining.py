@@ -382,6 +382,11 @@ def _check_vocab_fits(options, config, initial=None) -> None:
                                            options.init_checkpoint)
         except (VocabError, model_loading.VocabMismatchError) as e:
             raise PretrainingError(f"--vocab_file: {e}") from None
+    if options.vocab_file and initial is not None:  # embeddings trained on other ids
+        try:
+            initial.check_same_vocabulary(options.vocab_file)
+        except (VocabError, model_loading.VocabMismatchError) as e:
+            raise PretrainingError(str(e)) from None
     if options.vocab_file and options.bert_config_file:
         size = len(_load_vocab(options.vocab_file))
         if size != config.vocab_size:
@@ -435,6 +440,13 @@ def tokenizer_settings(options: PretrainingOptions, input_files: list[str], init
         config, source, vocab_sha = recorded
         saved = (config, source)
         if options.vocab_file and vocab_sha and files.sha256_file(options.vocab_file) != vocab_sha:
+            if initial is not None and options.vocab_file == initial.vocab_file:
+                raise PretrainingError(  # the vocabulary came with --init_checkpoint
+                    f"--input_file: the data was made with another vocabulary (sha256 "
+                    f"{vocab_sha[:12]}..., {source}) than --init_checkpoint "
+                    f"{options.init_checkpoint}'s model ({options.vocab_file}), whose "
+                    "embeddings were trained on that one's ids; remake the data with "
+                    f"create_pretraining_data --vocab_file={options.vocab_file}")
             raise PretrainingError(
                 f"--vocab_file {options.vocab_file} is not the vocabulary the data was made "
                 f"with (its sha256 differs from the one recorded in {source}); pass the "
@@ -483,9 +495,12 @@ def check_initial_fits(initial, config, options: PretrainingOptions) -> None:
     differ = [f"{name} {getattr(theirs, name)!r} vs {getattr(config, name)!r}"
               for name in _MODEL_DEFINING if getattr(theirs, name) != getattr(config, name)]
     if differ:
+        hint = (f"; leave {config_source(options).split('=')[0] if options.preset else '--bert_config_file'}"
+                " out to train the checkpoint's own model"
+                if options.bert_config_file or options.preset else "")
         raise PretrainingError(
             f"--init_checkpoint {options.init_checkpoint}: its model does not match this "
-            f"run's model from {config_source(options)} ({', '.join(differ)})")
+            f"run's model from {config_source(options)} ({', '.join(differ)}){hint}")
 
 
 def apply_initial_weights(initial, pretrainer, path: str) -> str:
@@ -552,6 +567,10 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
         defaults = json.loads(json.dumps(dataclasses.asdict(PretrainingOptions(
             input_file="", output_dir=""))))
         # A run recorded before a flag existed ran with its default.
+        if previous.get("vocab_file") is None:
+            # Recorded before a vocabulary was found for it (--init_checkpoint's, the data's
+            # sidecars'): the same inputs give the same one.
+            current.pop("vocab_file", None)
         changed = sorted(k for k in set(previous) | set(current)
                          if previous.get(k, defaults.get(k)) != current.get(k))
         if changed:
@@ -796,8 +815,49 @@ def _read_inputs(options: PretrainingOptions, initial=None):
     if eval_files:
         eval_files = _sound_files("eval_input_file", eval_files, options.skip_damaged_shards)
     settings, settings_source = tokenizer_settings(options, input_files, initial)
+    if eval_files:
+        _check_held_out_tokenization(input_files, eval_files)
     return config, options, (input_files, eval_files, masking, eval_masking, eval_predictions,
                              settings, settings_source)
+
+
+def _vocabulary_of_the_data(options: PretrainingOptions):
+    """Without --vocab_file (Google's run_pretraining has none) nor one found with
+    --init_checkpoint: the vocab.txt the data's sidecars name, where it is still the file
+    the data was made with, so that encoder/ holds the vocabulary and its tokenizer
+    settings the fine-tuning tools and exports read. Returns (the file or None, options)."""
+    from data_prep import features
+
+    found = features.data_vocab_file(_expand_flag("input_file", options.input_file))
+    if found:
+        logging.info("Vocabulary: %s, named by the data's sidecars (its sha256 matches)", found)
+        return found, dataclasses.replace(options, vocab_file=found)
+    logging.warning("No vocabulary: without --vocab_file (the one given to "
+                    "create_pretraining_data), %s/ gets no vocab.txt nor tokenizer settings, "
+                    "and the fine-tuning tools and exports will need --vocab_file and the "
+                    "tokenizer flags", os.path.join(options.output_dir, files.ENCODER_DIR))
+    return None, options
+
+
+def _check_held_out_tokenization(input_files: list[str], eval_files: list[str]) -> None:
+    """Refuses held-out data made with another vocabulary or tokenizer settings than the
+    training data (both recorded in the sidecars): its metrics would mean nothing."""
+    from data_prep import features
+
+    try:
+        held = features.data_tokenizer_settings(eval_files)
+    except ValueError as e:
+        raise PretrainingError(f"--eval_input_file: {e}") from None
+    train = features.data_tokenizer_settings(input_files)  # checked by tokenizer_settings
+    if train is None or held is None:
+        return
+    if not train[0].same_tokenization(held[0]) or (train[2] and held[2] and train[2] != held[2]):
+        raise PretrainingError(
+            f"--eval_input_file: the held-out data was made with {held[0].describe()} and the "
+            f"vocabulary of sha256 {str(held[2])[:12]}... ({held[1]}), the training data with "
+            f"{train[0].describe()} and {str(train[2])[:12]}... ({train[1]}): its metrics "
+            "would mean nothing; make both with create_pretraining_data's same --vocab_file "
+            "and tokenizer flags")
 
 
 def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
@@ -859,6 +919,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             # Its vocab.txt (checked against the data's like --vocab_file) goes into encoder/.
             options = dataclasses.replace(options, vocab_file=initial.vocab_file)
             logging.info("Vocabulary: %s, found with --init_checkpoint", options.vocab_file)
+        if not options.vocab_file:
+            _, options = _vocabulary_of_the_data(options)
         config, options, data = _read_inputs(options, initial)
         (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
          settings_source) = data

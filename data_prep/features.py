@@ -697,6 +697,21 @@ def data_vocab_size(paths: Sequence[str]) -> tuple[int, str] | None:
     return found
 
 
+def data_vocab_file(paths: Sequence[str]) -> str | None:
+    """The vocab.txt the data's sidecars name (create_pretraining_data's --vocab_file), where
+    that file is still the one the data was made with (its sha256 matches), else None."""
+    for path in paths:
+        meta = read_sidecar(path)
+        if meta is None:
+            continue
+        name, sha = meta.get("vocab_file"), meta.get("vocab_sha256")
+        if isinstance(name, str) and sha and os.path.isfile(name) and \
+                files.sha256_file(name) == sha:
+            return name
+        return None  # the shards of one run name one file (data_tokenizer_settings checks)
+    return None
+
+
 def data_tokenizer_settings(paths: Sequence[str]):
     """The tokenizer settings and vocabulary checksum the data was made with.
 

@@ -76,7 +76,9 @@ def test_a_bert_config_file_a_checkpoint_does_not_use_is_said_to_differ(saved, t
     config.to_json_file(str(same))
     dataclasses.replace(config, hidden_size=config.hidden_size * 2,
                         intermediate_size=config.intermediate_size + 1).to_json_file(str(other))
-    for form in ("hf", "keras_encoder"):
+    # Our layouts with a bert_config.json beside the weights too: the other model's file
+    # was used (the weights built into other heads or failing on shapes); the saved one is.
+    for form in ("hf", "keras_encoder", "weights_file", "weights_dir", "run_dir"):
         with mock.patch.object(model_loading.logging, "warning") as warning:
             model_loading.load_checkpoint(paths[form], str(same))
             assert not warning.called
@@ -86,6 +88,35 @@ def test_a_bert_config_file_a_checkpoint_does_not_use_is_said_to_differ(saved, t
             f"--bert_config_file {other} is not used: {paths[form]} carries its own config, "
             f"which differs (hidden_size {config.hidden_size * 2} vs {config.hidden_size}, "
             f"intermediate_size {config.intermediate_size + 1} vs {config.intermediate_size})")
+        assert model_loading.load_checkpoint(paths[form], str(other)).config.hidden_size == \
+            config.hidden_size
+
+
+def test_a_vocabulary_other_than_the_checkpoints_is_refused_but_unused_slots_may_be_filled(
+        saved, tmp_path):
+    """run_classifier --vocab_file=<another vocabulary of the same size> fine-tuned the
+    embeddings on other ids without a word. Google's README adds words by replacing
+    [unusedN] tokens: that stays allowed."""
+    _, paths = saved
+    run_vocab = os.path.join(paths["run_dir"], "encoder", files.VOCAB_FILE)
+    tokens = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused1]"]
+    tokens += [f"w{i}" for i in range(TINY["vocab_size"] - len(tokens))]
+    with open(run_vocab, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    try:
+        ckpt = model_loading.load_checkpoint(paths["run_dir"])
+        added = tmp_path / "added.txt"
+        added.write_text("".join(t + "\n" for t in ["covid" if t == "[unused1]" else t
+                                                     for t in tokens]))
+        assert ckpt.vocabulary(str(added)) == str(added)
+        other = tmp_path / "other.txt"
+        other.write_text("".join(t + "\n" for t in tokens[:9] + ["x"] + tokens[10:]))
+        with pytest.raises(model_loading.VocabMismatchError, match=(
+                rf"^--vocab_file {other}: not the vocabulary saved with {paths['run_dir']} "
+                rf"\({run_vocab}\): line 10 is 'x' here and 'w2' there \(1 token differs\)")):
+            ckpt.vocabulary(str(other))
+    finally:
+        os.remove(run_vocab)
 
 
 def test_unrecognised_path_names_the_forms(tmp_path):

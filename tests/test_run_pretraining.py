@@ -710,3 +710,95 @@ def test_runs_recorded_before_the_schedule_flags_resume_with_their_old_arithmeti
     new_defaults = dataclasses.replace(old, lr_schedule="linear", epsilon_placement="adam_paper")
     with pytest.raises(PretrainingError, match="lr_schedule: 'google' -> 'linear'"):
         prepare_output_dir(new_defaults, chief=True)
+
+
+def _sidecars_recording(data, directory, vocab_file, do_lower_case, prefix="train"):
+    """Copies the `prefix` shards into `directory` with sidecars that record a tokenizer
+    and `vocab_file` (path and sha256), as create_pretraining_data writes them."""
+    from data_prep import features, files
+
+    for name in sorted(os.listdir(data["dir"])):
+        if name.startswith(prefix) and name.endswith(".tfrecord"):
+            shutil.copy(data["dir"] / name, directory / name)
+            meta = features.read_sidecar(str(data["dir"] / name))
+            meta = dict(meta, vocab_file=str(vocab_file),
+                        vocab_sha256=files.sha256_file(str(vocab_file)),
+                        tokenizer={"do_lower_case": do_lower_case, "strip_accents": None,
+                                   "tokenize_chinese_chars": True})
+            (directory / (name + ".meta.json")).write_text(json.dumps(meta))
+    return str(directory / f"{prefix}-*.tfrecord")
+
+
+def test_held_out_data_of_another_vocabulary_or_casing_is_refused(data, tmp_path):
+    """Training shards of two tokenizers were refused, held-out shards were not checked:
+    held-out data from a cased vocabulary beside uncased training data gave an MLM
+    accuracy of 0.0 and exit status 0."""
+    other = tmp_path / "cased_vocab.txt"
+    other.write_text(open(data["vocab"]).read().replace("tok7\n", "Tok7\n"))
+    train_glob = _sidecars_recording(data, tmp_path, data["vocab"], True)
+    for vocab, lower in ((other, False), (other, True), (data["vocab"], False)):
+        eval_dir = tmp_path / f"eval_{os.path.basename(vocab)}_{lower}"
+        eval_dir.mkdir()
+        eval_glob = _sidecars_recording(data, eval_dir, vocab, lower, prefix="eval")
+        with pytest.raises(PretrainingError, match=r"^--eval_input_file: the held-out data was "
+                           r"made with do_lower_case=.* \(.*eval-0.tfrecord.meta.json\), the "
+                           r"training data with do_lower_case=True"):
+            train(_options(data, tmp_path / "out", input_file=train_glob,
+                           eval_input_file=eval_glob))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_checkpoints_own_model_and_vocabulary_are_not_replaced_by_flags(
+        finished_run, data, tmp_path, caplog):
+    """A Google user passes --bert_config_file and --vocab_file with every command. With
+    a run directory as --init_checkpoint, a config of other heads (or activation) was used
+    without a word, the saved weights then computing another function; one of another
+    position table failed with Keras' "1 objects could not be loaded"; a vocabulary of
+    other tokens trained the embeddings on other ids, exit status 0."""
+    options, _ = finished_run
+    heads = tmp_path / "two_heads.json"
+    heads.write_text(json.dumps(dict(CONFIG, num_attention_heads=2)))
+    positions = tmp_path / "positions.json"
+    positions.write_text(json.dumps(dict(CONFIG, max_position_embeddings=64)))
+    for config, differ in ((heads, "num_attention_heads 4 vs 2"),
+                           (positions, "max_position_embeddings 40 vs 64")):
+        with pytest.raises(PretrainingError, match=rf"^--init_checkpoint .*out: its model does "
+                           rf"not match this run's model from .*\.json \({differ}\); leave "
+                           rf"--bert_config_file out to train the checkpoint's own model$"):
+            train(_options(data, tmp_path / "a", bert_config_file=str(config),
+                           init_checkpoint=options.output_dir))
+        assert f"is not used: {options.output_dir} carries its own config" in caplog.text
+    tokens = open(data["vocab"]).read().splitlines()
+    tokens[7], tokens[8] = tokens[8], tokens[7]
+    swapped = tmp_path / "vocab.txt"
+    swapped.write_text("".join(t + "\n" for t in tokens))
+    with pytest.raises(PretrainingError, match=r"^--vocab_file .*vocab.txt: not the vocabulary "
+                       r"saved with .*out \(.*encoder/vocab.txt\): line 8 is 'tok8' here and "
+                       r"'tok7' there \(2 tokens differ\)"):
+        train(_options(data, tmp_path / "b", vocab_file=str(swapped),
+                       init_checkpoint=options.output_dir))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # The same config, with other dropout rates, is used as given.
+    dropout = tmp_path / "dropout.json"
+    dropout.write_text(json.dumps(dict(CONFIG, hidden_dropout_prob=0.2)))
+    initial = load_initial_weights(options.output_dir, str(dropout))
+    assert initial.config.hidden_dropout_prob == 0.2
+
+
+def test_without_vocab_file_the_encoder_gets_the_vocabulary_the_data_names(data, tmp_path):
+    """Google's run_pretraining takes no --vocab_file: encoder/ then had no vocab.txt and
+    no tokenizer settings, so a cased model was fine-tuned on lowercased text without a
+    word. The sidecars name the vocabulary and its sha256: that file is used while it is
+    the same, and a changed one is not."""
+    vocab = tmp_path / "vocab.txt"
+    shutil.copy(data["vocab"], vocab)
+    train_glob = _sidecars_recording(data, tmp_path, vocab, False)
+    train(_options(data, tmp_path / "a", input_file=train_glob, vocab_file=None,
+                   num_train_steps=1, num_warmup_steps=0, save_checkpoints_steps=1))
+    encoder = tmp_path / "a" / "encoder"
+    assert (encoder / "vocab.txt").read_text() == vocab.read_text()
+    assert json.loads((encoder / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    vocab.write_text(vocab.read_text() + "new\n")  # changed since: not the data's
+    train(_options(data, tmp_path / "b", input_file=train_glob, vocab_file=None,
+                   num_train_steps=1, num_warmup_steps=0, save_checkpoints_steps=1))
+    assert not (tmp_path / "b" / "encoder" / "vocab.txt").exists()

@@ -510,9 +510,16 @@ def _save_uncompiled(model: keras.Model, path: str) -> None:
 
 def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
                   vocab_file: str, settings: TokenizerConfig, overwrite: bool = False,
-                  include_optimizer: bool = False) -> str:
+                  include_optimizer: bool = False, train_results: dict | None = None) -> str:
     """Writes a fine-tuned model's directory: model.keras, labels.txt, bert_config.json,
-    vocab.txt and tokenizer_config.json (what the loader's "task directory" form reads).
+    vocab.txt, tokenizer_config.json and train_results.json (what the loader's "task
+    directory" form and the task exports read).
+
+    model.keras, which makes the directory a model, comes last: it is written under a
+    temporary name, the files beside it are written, and it is renamed into place; with
+    `overwrite` the model it replaces is removed before them. So an interrupted save
+    leaves no model, never a model beside another's labels, casing or length (which the
+    exports would then have used without a word, or the defaults where they were missing).
 
     Args:
       model: the task model.
@@ -523,6 +530,7 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
       settings: the tokenizer settings it was fine-tuned with.
       include_optimizer: keep the optimizer state in model.keras (to resume training);
         without it the file holds the weights only (3x smaller with Adam's slots).
+      train_results: written as train_results.json (the fine-tuning's settings), if given.
     """
     os.makedirs(directory, exist_ok=True)
     model_path = os.path.join(directory, files.TASK_MODEL_FILE)
@@ -532,11 +540,15 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
             model.save(tmp)
         else:
             _save_uncompiled(model, tmp)
-    if labels is not None:
-        files.write_text(os.path.join(directory, files.LABELS_FILE),
-                         "".join(f"{label}\n" for label in labels))
-    encoder = model.encoder if not isinstance(model, BertEncoder) else model
-    files.write_text(os.path.join(directory, files.BERT_CONFIG_FILE),
-                     encoder.to_bert_config().to_json_string().rstrip("\n") + "\n")
-    _write_vocab_and_settings(directory, vocab_file, settings)
+        if os.path.lexists(model_path):  # overwrite: the old model goes before its files
+            os.remove(model_path)
+        if labels is not None:
+            files.write_text(os.path.join(directory, files.LABELS_FILE),
+                             "".join(f"{label}\n" for label in labels))
+        encoder = model.encoder if not isinstance(model, BertEncoder) else model
+        files.write_text(os.path.join(directory, files.BERT_CONFIG_FILE),
+                         encoder.to_bert_config().to_json_string().rstrip("\n") + "\n")
+        _write_vocab_and_settings(directory, vocab_file, settings)
+        if train_results is not None:
+            files.write_json(os.path.join(directory, files.TRAIN_RESULTS_FILE), train_results)
     return directory

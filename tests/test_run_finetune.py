@@ -737,3 +737,44 @@ def test_mirrored_on_two_cpu_devices_trains_the_weights_of_one(tmp_path):
     initial = keras.saving.load_model(encoder).get_weights()
     trained = model_loading.load_checkpoint(str(tmp_path / "one")).model.encoder.get_weights()
     assert max(float(np.abs(a - b).max()) for a, b in zip(trained, initial)) > 1e-2 * lr * steps
+
+
+def test_an_interrupted_save_leaves_no_model_beside_another_runs_settings(
+        tmp_path, encoder_file, monkeypatch):
+    """Ctrl-C while run_classifier saved: model.keras was written first and the files the
+    exports read beside it after, so an interruption left a model without its casing,
+    sentence pairs and length (export_classifier then used the defaults without a word),
+    or, with --overwrite_output, the new model beside the old run's settings. model.keras
+    now comes last (the old one removed first), and a rerun is not refused over what an
+    interrupted save left."""
+    from bert_keras import model_loading
+    from data_prep import files
+
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 16, 0)
+    out = tmp_path / "out"
+    args = dict(train_file=str(train), **common(out, encoder_file, do_eval=False,
+                                                do_predict=False, num_train_epochs=1.0))
+    real = files.write_json
+
+    def interrupted(path, *a, **k):
+        if path.endswith(files.TRAIN_RESULTS_FILE):
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(files, "write_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_classifier.run(**args)
+    assert not (out / "model.keras").exists() and not any(
+        files.is_temp_name(name) for name in os.listdir(out))
+    with pytest.raises(model_loading.CheckpointError):
+        model_loading.load_checkpoint(str(out))
+    monkeypatch.setattr(files, "write_json", real)
+    run_classifier.run(**args)  # not refused over the leftovers
+    assert json.load(open(out / "train_results.json"))["max_seq_length"] == 16
+    # Overwriting at another length, interrupted: no model, not the old one beside the
+    # new length or the new one beside the old.
+    monkeypatch.setattr(files, "write_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_classifier.run(**dict(args, max_seq_length=12, overwrite_output=True))
+    assert not (out / "model.keras").exists()

@@ -526,8 +526,8 @@ def run(task: Task, values: dict) -> dict:
         if chief:
             model_loading.save_task_dir(model, out, labels, vocab_file, settings,
                                         overwrite=common.overwrite_output,
-                                        include_optimizer=common.save_optimizer_state)
-            files.write_json(os.path.join(out, files.TRAIN_RESULTS_FILE), summary)
+                                        include_optimizer=common.save_optimizer_state,
+                                        train_results=summary)
         results["train"] = summary
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
@@ -565,6 +565,10 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts):
         where = "" if blocked == os.path.abspath(out) else f": {blocked}"
         raise FinetuneError(f"--output_dir {out}{where} is a file; expected a directory")
     names = task.output_files(common, opts)
+    if common.do_train and not os.path.exists(os.path.join(out, files.TASK_MODEL_FILE)):
+        # Without model.keras, which save_task_dir renames into place last, the files
+        # beside it are what an interrupted save left: written again, not refused.
+        names = [n for n in names if n not in (files.LABELS_FILE, files.TRAIN_RESULTS_FILE)]
     if not common.overwrite_output:
         files.refuse_existing([os.path.join(out, n) for n in names],
                               "refusing to overwrite (choose another --output_dir or pass "

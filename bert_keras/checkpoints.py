@@ -413,12 +413,14 @@ def _refuse_existing(*paths: str) -> None:
 def check_output_free(fmt: str, path: str) -> None:
     """Raises FileExistsError if saving in `fmt` to `path` would overwrite anything.
 
-    google: `<path>.index` / `<path>.data-*`; hf: a non-empty directory; keras: the file.
-    (A differing bert_config.json beside a Google checkpoint is caught when saving.)
+    google: `<path>.index` (a checkpoint exists once its index does: `.data-*` files
+    without one are what an interrupted save left, and are replaced); hf: a non-empty
+    directory; keras: the file. (A differing bert_config.json beside a Google checkpoint is
+    caught when saving.)
     """
     if fmt == "google":
         path = google_output_prefix(path)
-        _refuse_existing(path + ".index", *glob.glob(glob.escape(path) + ".data-*"))
+        _refuse_existing(path + ".index")
         return
     path = os.path.abspath(os.fspath(path))
     if fmt == "hf" and os.path.isdir(path) and not os.listdir(path):
@@ -623,6 +625,9 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
     finally:
         for path in tmp_files:
             if os.path.exists(path):
+                os.remove(path)
+        if not os.path.exists(prefix + ".index"):  # interrupted between the two renames
+            for path in glob.glob(glob.escape(prefix) + ".data-*"):
                 os.remove(path)
     return prefix
 

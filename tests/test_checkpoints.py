@@ -327,6 +327,29 @@ def test_save_into_a_directory_and_beside_googles_own_config(tmp_path):
         save_google_checkpoint(model, str(google / "other.ckpt"))
 
 
+def test_an_interrupted_google_save_leaves_no_data_file_and_blocks_no_rerun(tmp_path,
+                                                                          monkeypatch):
+    """Ctrl-C between its two renames left bert_model.ckpt.data-* without an index, and the
+    rerun refused to overwrite it; a checkpoint exists once its index does."""
+    model = randomize(tiny_pretrainer())
+    prefix = str(tmp_path / "bert_model.ckpt")
+    real = os.replace
+
+    def interrupted(source, target):
+        if target.endswith(".index"):
+            raise KeyboardInterrupt
+        return real(source, target)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_google_checkpoint(model, prefix)
+    monkeypatch.setattr(os, "replace", real)
+    assert sorted(os.listdir(tmp_path)) == ["bert_config.json"]
+    (tmp_path / "bert_model.ckpt.data-00000-of-00001").write_bytes(b"left by a kill")
+    save_google_checkpoint(model, prefix)
+    assert_weights_equal(model, load_checkpoint(prefix, fmt="google").model)
+
+
 # ------------------------------------------------------------------------------------------
 # Bad input: clear errors, and the model is never left half-loaded.
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import collections
 import glob
 import gzip
+import json
 import os
 import time
 import zlib
@@ -408,15 +409,31 @@ def write_vocab(tokens: Sequence[str], path: str, overwrite: bool = False,
     if not overwrite:
         if os.path.exists(path):
             raise BuildVocabError(f"--output {path!r} already exists; pass --overwrite to replace it")
-        if os.path.exists(settings_path):
+        if os.path.exists(settings_path) and not _left_by_an_interrupted_write(settings_path,
+                                                                               path):
             raise BuildVocabError(
                 f"{settings_path} already exists (the tokenizer settings of another "
                 "vocabulary); write each vocabulary into its own directory, or pass --overwrite")
+    # The vocabulary comes last (the one it replaces removed first): an interrupted write
+    # never leaves one beside another's settings, nor without its own (read as uncased).
     with files.atomic_output(path, overwrite=overwrite) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             for token in tokens:
                 f.write(token + "\n")
-    tokenizer_config.write_for_vocab(path, config, overwrite=True)
+        if os.path.lexists(path):
+            os.remove(path)
+        tokenizer_config.write_for_vocab(path, config, overwrite=True)
+
+
+def _left_by_an_interrupted_write(settings_path: str, vocab_path: str) -> bool:
+    """Whether tokenizer_config.json is that of `vocab_path` (which does not exist): what
+    an interrupted write_vocab left, replaced by the next."""
+    try:
+        with open(settings_path, encoding="utf-8") as f:
+            names = json.load(f).get("bert_keras", {}).get("vocab_file")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return names == os.path.basename(vocab_path)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -50,7 +50,8 @@ def mixed_vocabs(tmp_path_factory) -> dict:
     """Vocabularies learned by build_vocab from the mixed file, per do_lower_case."""
     out = {}
     for lower in (True, False):
-        tokens = build_vocab.build_vocab([str(refs.MIXED_FILE)], 1800, layout="compact",
+        tokens = build_vocab.build_vocab([refs.without_nul(refs.MIXED_FILE)], 1800,
+                                         layout="compact",
                                          do_lower_case=lower, min_frequency=1)
         path = tmp_path_factory.mktemp("vocab") / f"mixed_lower{lower}.txt"
         build_vocab.write_vocab(tokens, str(path))

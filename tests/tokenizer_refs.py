@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import unicodedata
 from pathlib import Path
@@ -11,6 +12,21 @@ import pytest
 TESTDATA = Path(__file__).parent / "testdata"
 MIXED_FILE = TESTDATA / "tokenizer_mixed.txt"
 KOREAN_FILE = TESTDATA / "korean_sample.txt"
+
+
+@functools.lru_cache(maxsize=None)
+def without_nul(path: str | os.PathLike) -> str:
+    """A copy of a fixture without its NUL bytes (in a temporary directory, one per
+    process): a corpus for build_vocab, which refuses a NUL as binary. The tokenizer
+    removes NUL as a control character, so the copy's words are the fixture's."""
+    import tempfile
+
+    with open(path, "rb") as f:
+        data = f.read().replace(b"\x00", b"")
+    copy = os.path.join(tempfile.mkdtemp(prefix="fixture_"), os.path.basename(path))
+    with open(copy, "wb") as f:
+        f.write(data)
+    return copy
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -675,19 +675,16 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
     common["beam"] = dict(beam_meta, runner=runner, pool_size=spec.config.pool_size)
     if not spec.overwrite:
         check_outputs(spec)  # nothing appeared meanwhile
-    for j, (temp, path) in enumerate(zip(temps, spec.output_files)):
-        meta = dict(common, shard={"index": j, "num_shards": len(temps),
-                                   "instances": counts[j]})
-        if "://" in path:
+    metas = [dict(common, shard={"index": j, "num_shards": len(temps), "instances": counts[j]})
+             for j in range(len(temps))]
+    if not any("://" in path for path in spec.output_files):
+        job.publish_shards(temps, spec.output_files, metas, spec.overwrite)
+    else:  # another file system (gs://, s3://, ...): Beam's own calls, one shard at a time
+        for temp, path, meta in zip(temps, spec.output_files, metas):
             _write_text(meta, features.sidecar_path(path))
-        else:
-            features.write_sidecar(path, meta)
-        if "://" in path:
             if _exists(path):
                 FileSystems.delete([path])
             FileSystems.rename([temp], [path])
-        else:
-            os.replace(temp, path)
     return {"totals": dataclasses.asdict(totals), "input_bytes": reader.input_bytes,
             "shard_counts": [counts[j] for j in range(len(temps))]}
 

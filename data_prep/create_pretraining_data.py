@@ -53,8 +53,8 @@ from data_prep import tokenizer_config
 # The job, the reader, tokenization and the checks are shared with beam_pipeline.py.
 from data_prep.pretraining_job import (  # noqa: F401 (re-exported: the tool's names)
     LONG_LINE_WARN_BYTES, MAX_LINE_BYTES, InputError, JobSpec, RawDocument, WorkerResult,
-    check_totals, limit_tf_threads, ragged_to_numpy, read_documents, sidecar_common,
-    tokenize_documents)
+    check_totals, limit_tf_threads, publish_shards, ragged_to_numpy, read_documents,
+    sidecar_common, tokenize_documents)
 
 # Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
 # max_seq_length, ...). allow_override lets such modules be imported into one process (a
@@ -523,6 +523,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
     temps = list(spec.temp_files)
     for path in spec.output_files:
         files.remove_stale_temps(path)
+        files.remove_stale_temps(features.sidecar_path(path))
     start = time.monotonic()
     progress = _Progress(spec.num_workers, log)
     try:
@@ -541,12 +542,11 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
         common = sidecar_common(spec, totals, input_bytes, vocab_sha)
         if not spec.overwrite:
             check_outputs(spec)  # nothing appeared meanwhile
-        for j, path in enumerate(spec.output_files):
-            meta = dict(common, shard={"index": j, "num_shards": len(spec.output_files),
-                                       "instances": shard_counts.get(j, 0),
-                                       "worker": j % spec.num_workers})
-            features.write_sidecar(path, meta)
-            os.replace(temps[j], path)
+        publish_shards(temps, spec.output_files, [
+            dict(common, shard={"index": j, "num_shards": len(spec.output_files),
+                                "instances": shard_counts.get(j, 0),
+                                "worker": j % spec.num_workers})
+            for j in range(len(spec.output_files))], spec.overwrite)
     except BaseException:
         _remove_quietly(temps)
         files.remove_created_dirs(created)

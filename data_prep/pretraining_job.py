@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import os
 import zlib
 from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
@@ -307,6 +308,51 @@ def tokenize_documents(raw_documents: Iterable[RawDocument],
             batch, batch_lines, batch_bytes = [], 0, 0
     if batch:
         yield from flush()
+
+
+def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[dict],
+                   overwrite: bool) -> None:
+    """Renames a job's finished shards into place with their sidecars, as one set.
+
+    The sidecars are written under temporary names first, so that publishing is renames
+    only; with `overwrite` the outputs being replaced are removed before (an interrupted
+    publish never leaves an old set mixed with a new one); an interruption (Ctrl-C, an
+    error) while renaming removes what was renamed: a complete set or nothing. Before, a
+    Ctrl-C there left the first shards, and run_pretraining trained on 1 of 4 without a
+    word.
+    """
+    from data_prep import files
+
+    sidecar_temps = []
+    try:
+        for final, meta in zip(finals, metas):
+            sidecar_temps.append(files.temp_path(features.sidecar_path(final)))
+            with open(sidecar_temps[-1], "w", encoding="utf-8") as f:
+                f.write(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False,
+                                   ensure_ascii=False) + "\n")
+    except BaseException:
+        _remove_files(sidecar_temps)
+        raise
+    published: list[str] = []
+    try:
+        if overwrite:
+            _remove_files([p for final in finals for p in (final, features.sidecar_path(final))])
+        for temp, sidecar_temp, final in zip(temps, sidecar_temps, finals):
+            os.replace(sidecar_temp, features.sidecar_path(final))
+            published.append(features.sidecar_path(final))
+            os.replace(temp, final)
+            published.append(final)
+    except BaseException:
+        _remove_files(published + sidecar_temps)
+        raise
+
+
+def _remove_files(paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def limit_tf_threads(tf) -> None:

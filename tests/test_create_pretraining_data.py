@@ -632,3 +632,34 @@ def test_shards_not_a_multiple_of_the_workers_are_warned_about(tmp_path, monkeyp
     assert warnings[3] == ["warning: 3 shards for 2 workers: worker 0 writes 2 of them and "
                            "worker 1 1, so their shards differ in size (about 2.0x); a multiple "
                            "of --num_workers gives shards of one size"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_interrupted_publish_leaves_a_complete_set_or_nothing(tmp_path, monkeypatch,
+                                                                 overwrite):
+    """Ctrl-C while the shards were renamed into place left the first ones (and a sidecar
+    without its shard); the rerun refused, and run_pretraining trained on 1 of 4 shards
+    without a word. With --overwrite, new shards beside old ones."""
+    out = tmp_path / "out"
+    args = dict(input_file=CORPUS, vocab_file=VOCAB, output_file=str(out / "x.tfrecord"),
+                max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2,
+                num_examples_to_print=0, num_output_shards=4)
+    if overwrite:
+        assert run_cli(**args) == 0
+        assert len(os.listdir(out)) == 8
+    real, calls = os.replace, []
+
+    def interrupted(source, target):
+        calls.append(target)
+        if len(calls) == 3:  # shard 0 and its sidecar are in place, shard 1's sidecar next
+            raise KeyboardInterrupt
+        return real(source, target)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_cli(overwrite=overwrite, random_seed=7, **args)
+    monkeypatch.setattr(os, "replace", real)
+    assert calls[-1].endswith("-00001-of-00004.tfrecord.meta.json")
+    assert not out.exists() or os.listdir(out) == []
+    assert run_cli(**args) == 0  # the rerun is not refused
+    assert len(os.listdir(out)) == 8

@@ -333,7 +333,9 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
     among them `DamagedFileError`, which `reading` makes of a library's error on a file the
     user named (safetensors, h5py, protobuf, tensorflow-text, ...), and those of
     `_common_expected` (usage, missing or existing files, undecodable text, damaged
-    TFRecords, protocol buffers or safetensors files). Anything else keeps its traceback: it
+    TFRecords, protocol buffers or safetensors files). Ctrl-C is one line too, with status
+    130 (outputs are written under temporary names, so an interruption leaves no partial
+    one). Anything else keeps its traceback: it
     is a bug.
     Set BERT_KERAS_DEBUG=1 to see the traceback of expected errors too.
 
@@ -352,6 +354,13 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
             raise
         print(f"error: {describe_error(e)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: the tool's clean-up (temporary outputs removed, backups kept) has run on
+        # the way here; its traceback is not the user's business. 130: as a shell reports it.
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     return result if isinstance(result, int) else 0
 
 

@@ -8,6 +8,7 @@ drawn in the pipeline, and one clear error for each combination that cannot work
 import dataclasses
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -166,12 +167,17 @@ def test_resume_with_dynamic_masks_is_bit_identical(data, tmp_path):
 def test_combinations_that_cannot_work_are_refused(data, tmp_path):
     static = write_dataset(tmp_path, num_files=1, per_file=8, max_seq_length=S,
                            max_predictions_per_seq=5, vocab_size=V)
+    # Data whose sidecar names a vocabulary no longer there (else that one is used).
+    moved = str(tmp_path / "moved.tfrecord")
+    shutil.copy(data["train"], moved)
+    features.write_sidecar(moved, dict(features.read_sidecar(data["train"]),
+                                       vocab_file=str(tmp_path / "gone" / "vocab.txt")))
     cases = [
         (dict(input_file=static, max_predictions_per_seq=5, masked_lm_prob=0.3),
          "--masked_lm_prob applies to data without masks"),
         (dict(input_file=static, max_predictions_per_seq=5, do_whole_word_mask=True),
          "--do_whole_word_mask applies to data without masks"),
-        (dict(vocab_file=None), "pass --vocab_file"),
+        (dict(vocab_file=None, input_file=moved), "pass --vocab_file"),
         (dict(masked_lm_prob=0.3, max_predictions_per_seq=6),
          r"--max_predictions_per_seq=6 would cap --masked_lm_prob=0.3 .* needs 9"),
         (dict(masked_lm_prob=1.5), r"--masked_lm_prob must be in \(0, 1\]"),

@@ -325,7 +325,9 @@ def test_continued_pretraining_from_a_google_checkpoint(finished_run, data, tmp_
     with pytest.raises(PretrainingError, match=r"bert_model.ckpt: its model does not match this "
                                                r"run's model from --preset=tiny \(hidden_size 16 "
                                                r"vs 128, intermediate_size 20 vs 512, "
-                                               r"max_position_embeddings 40 vs 512\)$"):
+                                               r"max_position_embeddings 40 vs 512\); leave "
+                                               r"--preset out to train the checkpoint's own "
+                                               r"model$"):
         train(_options(data, tmp_path / "out", init_checkpoint=small, bert_config_file=None,
                        preset="tiny"))
     assert not os.path.exists(tmp_path / "out")

@@ -41,7 +41,7 @@ from the local tool's (which draws per worker, in stream order), with the same s
 
 Sharding: --num_output_shards is exact. Without it (one --output_file), the shards take the
 same names (`<output_file>-NNNNN-of-MMMMM.tfrecord`, a .tfrecord suffix of --output_file
-dropped) and their number is the runner's worker count (`runner_workers`) or one per ~128 MB
+dropped, as with it) and their number is the runner's worker count (`runner_workers`) or one per ~128 MB
 of records, whichever is more (`default_num_shards`): a single file cannot be split among
 readers. That count depends on the workers requested, so give --num_output_shards for the
 same bytes from runs with other worker counts.

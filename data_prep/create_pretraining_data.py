@@ -99,7 +99,8 @@ _NUM_WORKERS = flags.DEFINE_integer(
     **_SHARED)
 _NUM_OUTPUT_SHARDS = flags.DEFINE_integer(
     "num_output_shards", None, "Write this many shards named "
-    "<output_file>-NNNNN-of-MMMMM.tfrecord[.gz]; must be >= --num_workers. Beam runners "
+    "<output_file>-NNNNN-of-MMMMM.tfrecord[.gz] (a .tfrecord suffix of --output_file "
+    "dropped); must be >= --num_workers. Beam runners "
     "without it: that naming, one shard per worker or per ~128 MB of records, whichever "
     "is more.", **_SHARED)
 _GZIP_COMPRESS = flags.DEFINE_bool(
@@ -591,7 +592,10 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
         raise InputError("--num_output_shards takes a single --output_file prefix; received a "
                          f"comma-separated list: {output_file!r}")
     suffix = ".tfrecord.gz" if gzip_compress else ".tfrecord"
-    return [f"{output_file}-{j:05d}-of-{num_output_shards:05d}{suffix}"
+    # Google's README names its output tf_examples.tfrecord: its shards are
+    # tf_examples-00000-of-00004.tfrecord, not tf_examples.tfrecord-00000-of-00004.tfrecord.
+    prefix = re.sub(r"\.tfrecord(\.gz)?$", "", output_file)
+    return [f"{prefix}-{j:05d}-of-{num_output_shards:05d}{suffix}"
             for j in range(num_output_shards)]
 
 
@@ -708,9 +712,8 @@ def _main_beam() -> int:
         # the runner's workers and the data call for (one file cannot be split by readers).
         count = beam_pipeline.default_num_shards(options, spec.input_files,
                                                  spec.config.dupe_factor)
-        prefix = re.sub(r"\.tfrecord(\.gz)?$", "", spec.output_files[0])
         spec = dataclasses.replace(spec, output_files=tuple(
-            output_files_from_flags(prefix, count, spec.gzip)))
+            output_files_from_flags(spec.output_files[0], count, spec.gzip)))
     logging.info("Beam %s: %d input file(s), e.g. %s; writing %d shard(s)", _RUNNER.value,
                  len(spec.input_files), spec.input_files[0], len(spec.output_files))
     logging.info("tokenizer settings: %s (%s)", spec.tokenizer.describe(),

@@ -235,6 +235,20 @@ def test_gzip_output_whole_word_masking_and_korean_setting(tmp_path):
     assert len(data["input_ids"]) > 0
 
 
+@pytest.mark.parametrize("output_file,gzip_compress,first", [
+    ("tf_examples.tfrecord", False, "tf_examples-00000-of-00002.tfrecord"),
+    ("tf_examples.tfrecord.gz", True, "tf_examples-00000-of-00002.tfrecord.gz"),
+    ("tf_examples.tfrecord", True, "tf_examples-00000-of-00002.tfrecord.gz"),
+    ("train", False, "train-00000-of-00002.tfrecord"),
+])
+def test_shard_names_drop_the_suffix_of_the_output_file(output_file, gzip_compress, first):
+    """Google's README names its output tf_examples.tfrecord; with --num_output_shards its
+    shards were tf_examples.tfrecord-00000-of-00002.tfrecord (Beam's automatic count
+    already dropped the suffix)."""
+    names = cpd.output_files_from_flags(output_file, 2, gzip_compress)
+    assert names[0] == first and names[1] == first.replace("00000-of", "00001-of")
+
+
 def test_refuses_to_overwrite(tmp_path):
     out = str(tmp_path / "x.tfrecord")
     args = dict(input_file=CORPUS, vocab_file=VOCAB, output_file=out, max_seq_length=32,
@@ -656,8 +670,7 @@ def test_an_interrupted_publish_leaves_a_complete_set_or_nothing(tmp_path, monke
         return real(source, target)
 
     monkeypatch.setattr(os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run_cli(overwrite=overwrite, random_seed=7, **args)
+    assert run_cli(overwrite=overwrite, random_seed=7, **args) == 130  # "interrupted"
     monkeypatch.setattr(os, "replace", real)
     assert calls[-1].endswith("-00001-of-00004.tfrecord.meta.json")
     assert not out.exists() or os.listdir(out) == []

@@ -690,26 +690,27 @@ def test_unexpected_errors_keep_their_traceback(monkeypatch):
 
 def test_ctrl_c_is_one_line_with_status_130_and_leaves_no_output(tmp_path):
     """Every tool printed a traceback of 30 to 130 lines on Ctrl-C (81 on a double one).
-    build_vocab interrupted while it counts words: one line, status 130, no output."""
+    prepare_corpus interrupted while it splits sentences: one line, status 130, no output."""
     import signal
     import time
 
-    corpus = tmp_path / "corpus.txt"
-    words = [f"word{i}" for i in range(5000)]
-    with open(corpus, "w", encoding="utf-8") as f:
-        for i in range(400_000):
-            f.write(" ".join(words[(i * 7 + j) % 5000] for j in range(12)) + " .\n")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for k in range(40):
+        (corpus / f"doc{k}.txt").write_text(" ".join(
+            f"Sentence {i} of document {k} is here." for i in range(20_000)), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("BERT_KERAS_DEBUG", None)
     log = tmp_path / "stderr.txt"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "data_prep.build_vocab",
-                                 f"--input={corpus}", f"--output={tmp_path / 'out' / 'vocab.txt'}",
-                                 "--vocab_size=2000"], stderr=stderr, env=env, cwd=REPO)
+        proc = subprocess.Popen([sys.executable, "-m", "data_prep.prepare_corpus",
+                                 f"--input={corpus}", f"--output_file={tmp_path / 'out' / 'c.txt'}"],
+                                stderr=stderr, env=env, cwd=REPO)
         deadline = time.time() + 240
-        while "counting words" not in log.read_text() and time.time() < deadline:
+        while "reading 40 file(s)" not in log.read_text() and time.time() < deadline:
             assert proc.poll() is None, log.read_text()
-            time.sleep(0.2)
+            time.sleep(0.1)
+        time.sleep(1)
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=120)
     text = log.read_text()

@@ -96,7 +96,8 @@ class PretrainingOptions(DistributionOptions):
                              "medium, base, large (vocab_size from --vocab_file if given).")
     vocab_file: str | None = opt(None, "WordPiece vocab the data was made with; saved into "
                                  "output_dir/encoder/ with its tokenizer settings (default: "
-                                 "the vocab.txt found with --init_checkpoint, if any).")
+                                 "the vocab.txt found with --init_checkpoint, else the one "
+                                 "the data's sidecars name while its sha256 matches).")
     init_checkpoint: str | None = opt(
         None, "Initial weights: a run's output_dir, an encoder/ dir, a .weights.h5 file "
         "(pretrainer or encoder), a .keras file, a Hugging Face BERT dir or a Google checkpoint "

@@ -116,6 +116,10 @@ class EncoderModule(tf.train.Checkpoint):
                      for mode in (False, True)]
         functions.append(self.call_training.get_concrete_function(_input_signature()))
         variables = saved_model_writer.captured_variables(functions)
+        # The model's own weight order (tracing order varies between exports): weights
+        # saved from one export's variables load into another's.
+        rank = {id(w.value): i for i, w in enumerate(self.encoder.model.weights)}
+        variables.sort(key=lambda v: rank.get(id(v), len(rank)))
         self.variables = variables
         self.trainable_variables = [v for v in variables if v.trainable]
         self.regularization_losses = []

@@ -74,6 +74,11 @@ def test_the_export_carries_tf_hubs_reusable_api(exports):
                 if isinstance(layer, keras.layers.Dropout)]
     assert len(others) == len(dropouts) > 0
     assert list(loaded.regularization_losses) == []
+    # In the model's weight order, the same in every export (tracing order varied: weights
+    # saved from one export's model did not load into another's).
+    keras_encoder = BertEncoder(**TINY)
+    assert [tuple(v.shape) for v in loaded.trainable_variables] == \
+        [tuple(w.shape) for w in keras_encoder.trainable_weights]
 
 
 def test_training_mode_draws_a_fresh_dropout_mask_and_inference_is_the_serving_function(

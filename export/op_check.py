@@ -191,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a SavedModel version directory (holding saved_model.pb), or a "
                         "model's base directory: its highest version, the one TF Serving serves")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from data_prep import tf_logging
+
+    tf_logging.import_tensorflow()  # without its C++ start-up notices, as every tool
     from export.saved_model_writer import served_version
 
     status = 0

@@ -68,6 +68,18 @@ def test_saved_model_directory(tmp_path, vocab, capsys):
     # The model's base directory stands for its highest version, as in TF Serving.
     assert op_check.main([str(tmp_path)]) == 0
     assert f"OK {tmp_path / '3'}: " in capsys.readouterr().out
+    # As a program, as docs/serving.md runs it: the result alone, without TensorFlow's C++
+    # start-up notices (absl's "All log messages before ...", oneDNN, cuda) every other
+    # tool hides.
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-m", "export.op_check", str(tmp_path)], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
 def test_round_robin_trim_fails_with_clear_message(tmp_path):
@@ -113,6 +125,7 @@ def test_bad_arguments(tmp_path):
 
 
 def test_cli_help_and_unknown_flags():
+    import os
     import os
     import subprocess
     import sys

@@ -38,7 +38,7 @@ import sys
 import textwrap
 import time
 import traceback
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from absl import app
 from absl import flags
@@ -54,7 +54,7 @@ from data_prep import tokenizer_config
 from data_prep.pretraining_job import (  # noqa: F401 (re-exported: the tool's names)
     LONG_LINE_WARN_BYTES, MAX_LINE_BYTES, InputError, JobSpec, RawDocument, WorkerResult,
     check_totals, limit_tf_threads, publish_shards, ragged_to_numpy, read_documents,
-    sidecar_common, tokenize_documents)
+    remove_files, sidecar_common, tokenize_documents)
 
 # Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
 # max_seq_length, ...). allow_override lets such modules be imported into one process (a
@@ -306,7 +306,7 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
     except ValueError as e:  # instance creation's checks (too few documents, ...)
         for w in writers:
             w.close()
-        _remove_quietly(temps)
+        remove_files(temps)
         if isinstance(e, pi.TooFewDocumentsError) and spec.num_workers > 1:
             # The corpus may have enough; this worker's share (every n-th document) has not.
             raise InputError(
@@ -318,7 +318,7 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
     except BaseException:
         for w in writers:
             w.close()
-        _remove_quietly(temps)
+        remove_files(temps)
         raise
 
 
@@ -369,14 +369,6 @@ def _object_array(items: Sequence[bytes]) -> np.ndarray:
     array = np.empty(len(items), object)
     array[:] = list(items)
     return array
-
-
-def _remove_quietly(paths: Iterable[str]) -> None:
-    for path in paths:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
 
 
 def _worker_entry(spec: JobSpec, worker: int, messages, parent_pid: int) -> None:
@@ -549,7 +541,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
                                 "worker": j % spec.num_workers})
             for j in range(len(spec.output_files))], spec.overwrite)
     except BaseException:
-        _remove_quietly(temps)
+        remove_files(temps)
         files.remove_created_dirs(created)
         raise
     mb = input_bytes / 1e6

@@ -331,23 +331,23 @@ def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[
                 f.write(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False,
                                    ensure_ascii=False) + "\n")
     except BaseException:
-        _remove_files(sidecar_temps)
+        remove_files(sidecar_temps)
         raise
     published: list[str] = []
     try:
         if overwrite:
-            _remove_files([p for final in finals for p in (final, features.sidecar_path(final))])
+            remove_files([p for final in finals for p in (final, features.sidecar_path(final))])
         for temp, sidecar_temp, final in zip(temps, sidecar_temps, finals):
             os.replace(sidecar_temp, features.sidecar_path(final))
             published.append(features.sidecar_path(final))
             os.replace(temp, final)
             published.append(final)
     except BaseException:
-        _remove_files(published + sidecar_temps)
+        remove_files(published + sidecar_temps)
         raise
 
 
-def _remove_files(paths: Iterable[str]) -> None:
+def remove_files(paths: Iterable[str]) -> None:
     for path in paths:
         try:
             os.remove(path)

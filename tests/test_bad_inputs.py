@@ -704,11 +704,14 @@ def test_ctrl_c_is_one_line_with_status_130_and_leaves_no_output(tmp_path):
     log = tmp_path / "stderr.txt"
     with open(log, "w") as stderr:
         # pytest-xdist's workers ignore SIGINT, and a child inherits that: Python then
-        # installs no KeyboardInterrupt handler. A terminal's process has the default.
-        proc = subprocess.Popen([sys.executable, "-m", "data_prep.prepare_corpus",
-                                 f"--input={corpus}", f"--output_file={tmp_path / 'out' / 'c.txt'}"],
-                                stderr=stderr, env=env, cwd=REPO,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # installs no KeyboardInterrupt handler. A terminal's process has Python's own.
+        start = ("import runpy, signal, sys; "
+                 "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                 "sys.argv[0] = 'prepare_corpus'; "
+                 "runpy.run_module('data_prep.prepare_corpus', run_name='__main__')")
+        proc = subprocess.Popen([sys.executable, "-c", start, f"--input={corpus}",
+                                 f"--output_file={tmp_path / 'out' / 'c.txt'}"],
+                                stderr=stderr, env=env, cwd=REPO)
         deadline = time.time() + 240
         while "reading 80 file(s)" not in log.read_text() and time.time() < deadline:
             assert proc.poll() is None, log.read_text()

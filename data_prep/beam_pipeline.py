@@ -272,7 +272,6 @@ class _Warnings:
 
     long_lines: int = 0
     first_long_line: str = ""
-    bad_utf8_lines: int = 0
     bad_utf8_files: dict = dataclasses.field(default_factory=dict)
 
 
@@ -641,7 +640,6 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
     reader = job.WorkerResult(worker=0, stats=totals, input_bytes=summary.get("input_bytes", 0),
                               shard_counts={}, long_lines=warnings.get("long_lines", 0),
                               first_long_line=warnings.get("first_long_line", ""),
-                              bad_utf8_lines=warnings.get("bad_utf8_lines", 0),
                               bad_utf8_files=warnings.get("bad_utf8_files", {}))
     # Every document read must reach instance creation: a runner that drops data fails here.
     read_count = summary.get("documents_read", 0)

@@ -101,11 +101,23 @@ def check_text_file(path: str, chunk_lines: int | None = None) -> None:
       TextFileError: a NUL byte (a binary file) or a byte sequence that is not UTF-8.
       FileNotFoundError, IsADirectoryError, PermissionError: as open() raises them.
     """
-    offset = 0
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
+        error = first_text_error(f, path)
+    if error is not None:
+        raise error
+
+
+def first_text_error(raw_lines: Iterable[bytes], path: str) -> "TextFileError | None":
+    """The error `check_text_line` raises for the first of `raw_lines` (a binary file, or
+    io.BytesIO(data), read line by line) that is not UTF-8 text, or None."""
+    offset = 0
+    for number, raw in enumerate(raw_lines, 1):
+        try:
             check_text_line(raw, path, number, offset)
-            offset += len(raw)
+        except TextFileError as e:
+            return e
+        offset += len(raw)
+    return None
 
 
 def check_text_line(raw: bytes, path: str, number: int, offset: int) -> str:

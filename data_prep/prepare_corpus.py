@@ -222,19 +222,12 @@ def _open_text(path: str):
 
 
 def _not_text(path: str) -> files.TextFileError:
-    """The error for the first line of `path` (decompressed) that is not UTF-8 text: file,
-    line, byte offset and how to convert it, as every reader words it
-    (`files.check_text_line`)."""
+    """The error for the first line of `path` (decompressed) that is not UTF-8 text, as
+    every reader words it (`files.first_text_error`)."""
     opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
-    offset = 0
     with opener(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                files.check_text_line(raw, path, number, offset)
-            except files.TextFileError as e:
-                return e
-            offset += len(raw)
-    return files.TextFileError(f"{path}: not UTF-8 text; expected UTF-8 text")
+        error = files.first_text_error(f, path)
+    return error or files.TextFileError(f"{path}: not UTF-8 text; expected UTF-8 text")
 
 
 def _read_all(path: str) -> str:

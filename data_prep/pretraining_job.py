@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 import os
 import zlib
@@ -86,7 +87,6 @@ class WorkerResult:
     shard_counts: dict[int, int]
     long_lines: int = 0
     first_long_line: str = ""
-    bad_utf8_lines: int = 0
     # path -> {"bad": lines with bytes that are not UTF-8, "lines": the lines decoded,
     # "first_line": the first such line}, for the files that have any (note_bad_utf8).
     bad_utf8_files: dict = dataclasses.field(default_factory=dict)
@@ -122,20 +122,13 @@ def _first_bad_line(head: bytes, path: str) -> str:
     text: file:line, byte offset, and how to convert the file (or UTF-16, a NUL byte)."""
     from data_prep import files
 
-    offset = 0
-    for number, raw in enumerate(head.split(b"\n"), 1):
-        try:
-            files.check_text_line(raw, path, number, offset)
-        except files.TextFileError as e:
-            return str(e)
-        offset += len(raw) + 1
-    return f"{path}: not UTF-8 text"
+    error = files.first_text_error(io.BytesIO(head), path)
+    return str(error) if error is not None else f"{path}: not UTF-8 text"
 
 
 def note_bad_utf8(warnings, path: str, line: int) -> None:
     """Counts a line of `path` with bytes that are not UTF-8 (on a WorkerResult or the Beam
     reader's counters)."""
-    warnings.bad_utf8_lines += 1
     counts = warnings.bad_utf8_files.setdefault(path, {"bad": 0, "lines": 0, "first_line": line})
     counts["bad"] += 1
 
@@ -162,7 +155,7 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
     Args:
       input_files: paths (.gz read decompressed).
       worker, num_workers: which share to return.
-      warnings: optional WorkerResult whose long_lines / bad_utf8_lines counters are updated.
+      warnings: optional WorkerResult whose long_lines / bad_utf8_files counters are updated.
       open_file: path -> binary file object with readline(size) (default: local files,
         .gz decompressed; the Beam pipeline passes one for any Beam file system).
 

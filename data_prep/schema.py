@@ -181,16 +181,12 @@ def _lines(indices: list[int]) -> str:
 def _not_text(data: bytes, path: str) -> str:
     """`files.check_text_line`'s message for the first line of `data` that is not UTF-8
     text (a NUL byte, UTF-16, an undecodable byte)."""
+    import io
+
     from data_prep import files
 
-    offset = 0
-    for number, raw in enumerate(data.splitlines(keepends=True), 1):
-        try:
-            files.check_text_line(raw, repr(path), number, offset)
-        except files.TextFileError as e:
-            return str(e)
-        offset += len(raw)
-    return f"{path!r}: not UTF-8 text"
+    error = files.first_text_error(io.BytesIO(data), repr(path))
+    return str(error) if error is not None else f"{path!r}: not UTF-8 text"
 
 
 def special_token_ids(vocab: list[str]) -> dict[str, int]:

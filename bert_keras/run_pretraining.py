@@ -496,8 +496,8 @@ def check_initial_fits(initial, config, options: PretrainingOptions) -> None:
     differ = [f"{name} {getattr(theirs, name)!r} vs {getattr(config, name)!r}"
               for name in _MODEL_DEFINING if getattr(theirs, name) != getattr(config, name)]
     if differ:
-        hint = (f"; leave {config_source(options).split('=')[0] if options.preset else '--bert_config_file'}"
-                " out to train the checkpoint's own model"
+        flag = "--preset" if options.preset else "--bert_config_file"
+        hint = (f"; leave {flag} out to train the checkpoint's own model"
                 if options.bert_config_file or options.preset else "")
         raise PretrainingError(
             f"--init_checkpoint {options.init_checkpoint}: its model does not match this "

@@ -608,15 +608,10 @@ def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str
 # Callbacks
 
 
-def _updates_done(model) -> int:
-    """Optimizer updates so far (works for mirrored variables, which int() rejects)."""
-    import keras
-
-    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-
-
 def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
     import keras
+
+    from bert_keras.backup import ExactBackupAndRestore, StopAtStep, updates_done
 
     class PeriodicCheckpoint(keras.callbacks.Callback):
         """Saves checkpoints/ckpt-<step>.weights.h5 every epoch (= save_checkpoints_steps),
@@ -628,7 +623,7 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
 
         def on_epoch_end(self, epoch, logs=None):
             os.makedirs(self.directory, exist_ok=True)
-            step = _updates_done(self.model)
+            step = updates_done(self.model)
             path = os.path.join(self.directory, f"ckpt-{step:08d}.weights.h5")
             with files.atomic_output(path, overwrite=True) as tmp:
                 self.model.save_weights(tmp)
@@ -636,21 +631,10 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
             for name in kept[: -self.keep]:
                 os.remove(os.path.join(self.directory, name))
 
-    class StopAtStep(keras.callbacks.Callback):
-        """Ends training at exactly num_train_steps updates, in the middle of an epoch when
-        the last checkpoint interval is shorter (Keras still evaluates and runs on_epoch_end,
-        so the last interval gets its evaluation, checkpoint and backup)."""
-
-        def on_train_batch_end(self, batch, logs=None):
-            if _updates_done(self.model) >= num_train_steps:
-                self.model.stop_training = True
-
-    from bert_keras.backup import ExactBackupAndRestore
-
     # gather: several processes (JAX's, TensorFlow workers) agree on the epoch to resume from.
     backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False,
                                    gather=gather)
-    callbacks = [StopAtStep()]
+    callbacks = [StopAtStep(num_train_steps)]
     if chief:
         # Before the backup: a kill between the two repeats the interval, which rewrites the
         # same checkpoint, instead of skipping it.
@@ -893,7 +877,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     import keras
 
     from bert_keras import backends, multi_worker_fix
-    from bert_keras.backup import BackupError
+    from bert_keras.backup import BackupError, updates_done
     from bert_keras.inputs import pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.optimization import create_optimizer
@@ -994,7 +978,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             backup.on_train_begin()
         except BackupError as e:
             raise PretrainingError(str(e)) from None
-    done_steps = _updates_done(pretrainer)
+    done_steps = updates_done(pretrainer)
     if backup.restored_from:
         logging.info("Resuming from %s at step %d of %d", backup.restored_from, done_steps,
                      options.num_train_steps)
@@ -1079,6 +1063,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
 def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, initial_epoch,
                       epochs, steps_per_epoch, callbacks, chief) -> dict:
     """Trains the remaining steps and evaluates the final model; returns the last logs."""
+    from bert_keras.backup import updates_done
+
     logs = {}
     if done_steps < options.num_train_steps:
         history = pretrainer.fit(
@@ -1094,8 +1080,8 @@ def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, in
                 1 if sys.stdout.isatty() else 2),
         )
         logs = {k: v[-1] for k, v in history.history.items()}
-    if _updates_done(pretrainer) != options.num_train_steps:
-        raise RuntimeError(f"training ended at step {_updates_done(pretrainer)}, "
+    if updates_done(pretrainer) != options.num_train_steps:
+        raise RuntimeError(f"training ended at step {updates_done(pretrainer)}, "
                            f"expected {options.num_train_steps}")
     if chief and eval_data is not None:
         results = pretrainer.evaluate(eval_data, steps=options.max_eval_steps,

@@ -2,13 +2,19 @@
 
 import keras
 import numpy as np
+import pytest
+import tensorflow as tf
 
+from bert_keras.backup import StopAtStep
 from bert_keras.finetuning import loop
 
 
-def test_step_logger_reports_the_mean_of_each_interval():
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_step_logger_reports_the_mean_of_each_interval(epochs):
     """With a zero learning rate every batch's loss is fixed, so each logged value can be
-    checked against the mean of that interval's batch losses computed independently."""
+    checked against the mean of that interval's batch losses computed independently. In
+    several epochs (a backed-up run's intervals) Keras' running mean restarts at each
+    epoch, and the intervals 4-6 and 7-9 cross an epoch's end (4 steps an epoch)."""
     rng = np.random.default_rng(0)
     batch, steps, every = 5, 11, 4
     x = rng.normal(size=(batch * steps, 3)).astype("float32")
@@ -17,13 +23,21 @@ def test_step_logger_reports_the_mean_of_each_interval():
     y = (np.arange(batch * steps) / 5.0).astype("float32")[:, None]
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
-    logger = loop.StepLogger(total_steps=steps, every=every)
-    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[logger])
+    logger = loop.StepLogger(total_steps=steps, every=every if epochs == 1 else 3)
+    if epochs == 1:
+        model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[logger])
+        intervals = [(0, 4), (4, 8), (8, 11)]
+    else:
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+        model.fit(ds, epochs=epochs, steps_per_epoch=4, verbose=0, shuffle=False,
+                  callbacks=[logger, StopAtStep(steps)])
+        intervals = [(0, 3), (3, 6), (6, 9), (9, 11)]
 
     predictions = np.asarray(model.predict_on_batch(x))
     per_batch = ((predictions - y) ** 2).reshape(steps, batch).mean(axis=1)
-    assert [h["step"] for h in logger.history] == [4, 8, 11]
-    for h, (begin, end) in zip(logger.history, [(0, 4), (4, 8), (8, 11)]):
+    assert [h["step"] for h in logger.history] == [end for _, end in intervals]
+    for h, (begin, end) in zip(logger.history, intervals):
         np.testing.assert_allclose(h["loss"], per_batch[begin:end].mean(), rtol=1e-4)
         assert h["learning_rate"] == 0.0
     # Not the running mean since step 1.

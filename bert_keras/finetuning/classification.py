@@ -131,6 +131,7 @@ def google_test_text(probabilities: np.ndarray) -> str:
 
 class ClassificationTask(LabelledFileTask):
     name = "classifier"
+    training_flags = ("classifier_dropout", "skip_padding")
     model_class = BertClassifier
     predictions_file = PREDICTIONS_FILE
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_keras import backends
+from bert_keras.backup import BackupError, ExactBackupAndRestore, StopAtStep, updates_done
 from bert_keras.optimization import create_optimizer
 from bert_keras.tasks import compile_args
 
@@ -62,51 +63,70 @@ class StepLogger(keras.callbacks.Callback):
     """Logs the mean loss of each interval of `every` steps, learning rate and speed.
 
     Keras reports the running mean since the first step of the epoch; the mean of the last
-    interval is what shows whether training still improves.
+    interval is what shows whether training still improves. Steps count across epochs (a
+    run backed up every N steps trains in epochs of N steps) from `initial_step` (the step
+    a resumed run starts at).
     """
 
-    def __init__(self, total_steps: int, every: int = 50):
+    def __init__(self, total_steps: int, every: int = 50, initial_step: int = 0):
         super().__init__()
         self.total_steps, self.every = total_steps, max(1, every)
+        self.initial_step = initial_step
         self.history: list[dict] = []
 
     def on_train_begin(self, logs=None):
         self._start = time.time()
-        self._last = (0, 0.0)  # (step, running mean at that step)
+        self._step = self._logged_step = self.initial_step
+        # Sum of the batch losses since the last logged step in earlier epochs, and the
+        # sums (running mean x batches) in this epoch at its last batch and at the last log.
+        self._carried = self._epoch_sum = self._epoch_logged = 0.0
         self.first_step_end = self.train_end = None
 
     def on_train_end(self, logs=None):
         self.train_end = time.time()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_sum = self._epoch_logged = 0.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._carried += self._epoch_sum - self._epoch_logged
+        self._epoch_sum = self._epoch_logged = 0.0
+
     def steady_seconds_per_step(self) -> float | None:
         """Seconds per step after the first (which traces the graph), or None for 1 step."""
-        if self.first_step_end is None or self.train_end is None or self.total_steps < 2:
+        steps = self._step - self.initial_step
+        if self.first_step_end is None or self.train_end is None or steps < 2:
             return None
-        return (self.train_end - self.first_step_end) / (self.total_steps - 1)
+        return (self.train_end - self.first_step_end) / (steps - 1)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = batch + 1
-        if step == 1:
+        self._step += 1
+        step = self._step
+        if step == self.initial_step + 1:
             self.first_step_end = time.time()
+        running = float((logs or {}).get("loss", float("nan")))
+        self._epoch_sum = running * (batch + 1)
         if step % self.every and step != self.total_steps:
             return
-        running = float((logs or {}).get("loss", float("nan")))
-        last_step, last_mean = self._last
-        interval = (running * step - last_mean * last_step) / (step - last_step)
-        self._last = (step, running)
+        interval = ((self._carried + self._epoch_sum - self._epoch_logged)
+                    / (step - self._logged_step))
+        first = self._logged_step + 1
+        self._carried, self._epoch_logged, self._logged_step = 0.0, self._epoch_sum, step
         lr = self.model.optimizer.learning_rate
         lr = float(lr.numpy() if hasattr(lr, "numpy") else lr)
         elapsed = time.time() - self._start
         self.history.append({"step": step, "loss": interval, "learning_rate": lr,
                              "seconds": round(elapsed, 3)})
         logging.info("step %d/%d  loss %.4f (steps %d-%d)  lr %.3g  %.2f s/step", step,
-                     self.total_steps, interval, last_step + 1, step, lr, elapsed / step)
+                     self.total_steps, interval, first, step, lr,
+                     elapsed / (step - self.initial_step))
 
 
 def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epochs: float,
           learning_rate: float, warmup_proportion: float, seed: int = 0,
           log_every: int = 50, jit_compile: bool = False, num_train_steps: int | None = None,
-          callbacks=(), **optimizer_kwargs: Any) -> dict:
+          callbacks=(), backup_dir: str | None = None, save_checkpoints_steps: int = 0,
+          gather=None, **optimizer_kwargs: Any) -> dict:
     """Fine-tunes `model` with AdamW + warmup/linear decay (BERT's optimizer), plain fit.
 
     XLA (`jit_compile`) is 5-20% faster per step here but costs seconds of compilation per
@@ -119,12 +139,24 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
       x, y: input and target arrays.
       num_train_steps: optimizer updates; default from `num_train_epochs`.
       callbacks: extra Keras callbacks (e.g. TensorBoard).
+      backup_dir, save_checkpoints_steps: with both, training runs in intervals of
+        `save_checkpoints_steps` updates (Keras epochs) and backs up weights, optimizer,
+        dropout state and step after each but the last (`backup.ExactBackupAndRestore`).
+        A backup found there is restored first and training continues from its step on
+        the same stream of batches: the model ends as an uninterrupted run's would.
+      gather: several processes training together: `Distribution.gather_from_processes`,
+        so that all resume from the same backup.
       **optimizer_kwargs: passed to `create_optimizer` (e.g. weight_decay).
 
     Returns:
       {"num_examples", "num_train_steps", "num_warmup_steps", "seconds",
-       "examples_per_second", "steady_examples_per_second" (after the first step; absent
-       for a one-step run), "loss_history"}.
+       "examples_per_second" (of the steps this call trained), "steady_examples_per_second"
+       (after the first step; absent for a one-step run), "loss_history",
+       "resumed_from_step" (only when a backup was restored)}.
+
+    Raises:
+      backup.BackupError: a backup in `backup_dir` that cannot be read, or is not at an
+        interval's end.
     """
     n = num_examples(x)
     if n < 1:
@@ -147,25 +179,65 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     model.compile(optimizer=optimizer, jit_compile=jit_compile, **compile_args(model))
     backends.compile_steps_on_jax(model)
+    interval, done, backup_callbacks = num_train_steps, 0, []
+    if backup_dir and save_checkpoints_steps:
+        interval = save_checkpoints_steps
+        backup = ExactBackupAndRestore(backup_dir, delete_checkpoint=False, gather=gather,
+                                       final_step=num_train_steps)
+        # Restored now (fit would do it too, later) to know where the data resumes.
+        backup.set_model(model)
+        backup.on_train_begin()
+        done = updates_done(model)
+        if backup.restored_from:
+            _log_resumption(backup, done, num_train_steps)
+        if done % interval and done != num_train_steps or done > num_train_steps:
+            raise BackupError(f"the backup in {backup_dir} is at step {done}, not at the end "
+                              f"of an interval of {interval} of this run's {num_train_steps} "
+                              "steps")
+        backup_callbacks = [backup, StopAtStep(num_train_steps)]
+    # The batches of the uninterrupted run from step `done` on (the stream is a pure
+    # function of the seed).
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
-                      drop_remainder=True).take(num_train_steps)
-    logger = StepLogger(num_train_steps, log_every)
-    logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g", n,
-                 batch_size, num_train_steps, num_warmup_steps, learning_rate)
+                      drop_remainder=True).skip(done).take(num_train_steps - done)
+    logger = StepLogger(num_train_steps, log_every, initial_step=done)
+    logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g%s", n,
+                 batch_size, num_train_steps, num_warmup_steps, learning_rate,
+                 f", a backup every {interval} steps in {backup_dir}" if backup_callbacks
+                 and interval < num_train_steps else "")
     start = time.time()
-    # steps_per_epoch: the count is lost when Keras shards the batches among JAX processes.
-    model.fit(ds, epochs=1, steps_per_epoch=num_train_steps, verbose=0,
-              shuffle=False,  # tf.data shuffles
-              callbacks=[logger, *callbacks])
+    if done < num_train_steps:
+        # steps_per_epoch: the count is lost when Keras shards the batches among JAX
+        # processes. Epochs are backup intervals; StopAtStep cuts the last one short.
+        model.fit(ds, epochs=-(-num_train_steps // interval), initial_epoch=done // interval,
+                  steps_per_epoch=interval, verbose=0,
+                  shuffle=False,  # tf.data shuffles
+                  callbacks=[logger, *callbacks, *backup_callbacks])
     seconds = time.time() - start
+    trained = num_train_steps - done
     summary = {"num_examples": n, "num_train_steps": num_train_steps,
                "num_warmup_steps": num_warmup_steps, "seconds": round(seconds, 1),
-               "examples_per_second": round(num_train_steps * batch_size / max(seconds, 1e-9), 2)}
+               "examples_per_second": round(trained * batch_size / max(seconds, 1e-9), 2)}
     steady = logger.steady_seconds_per_step()
     if steady is not None:  # without the first step's tracing (and XLA compilation)
         summary["steady_examples_per_second"] = round(batch_size / max(steady, 1e-9), 2)
     summary["loss_history"] = logger.history
+    if done:
+        summary["resumed_from_step"] = done
     return summary
+
+
+def _log_resumption(backup: ExactBackupAndRestore, done: int, num_train_steps: int) -> None:
+    logging.info("Resuming from %s at step %d of %d", backup.restored_from, done,
+                 num_train_steps)
+    if backup.written_on:
+        logging.warning("%s was written on Keras' %s backend and this run is on %s: it "
+                        "continues from the backup's weights, optimizer and data position, "
+                        "but draws other dropout masks than an uninterrupted run",
+                        backup.restored_from, backup.written_on, keras.backend.backend())
+    elif not backup.exact:
+        logging.warning("%s holds no dropout random state: training continues from its "
+                        "weights and data position, not bit-identically",
+                        backup.restored_from)
 
 
 def predict(model: keras.Model, x: dict, batch_size: int,

@@ -18,6 +18,7 @@ defaults; --do_lower_case / --strip_accents / --tokenize_chinese_chars override 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 from typing import Any, Sequence
@@ -27,6 +28,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_keras import backends, model_loading
+from bert_keras.backup import BackupError
 from bert_keras.checkpoints import reads_pooler
 from bert_keras.config import BertConfig
 from bert_keras.distribute import DistributionOptions
@@ -119,6 +121,12 @@ class FinetuneOptions(DistributionOptions):
                                     "of refusing.")
     log_steps: int = option(50, "Training steps between two points of the loss and learning "
                             "rate in the log and in TensorBoard (--output_dir/logs).")
+    save_checkpoints_steps: int = option(
+        1000, "Training steps between two backups in --output_dir/backup (weights, optimizer, "
+        "dropout state, step): rerunning an interrupted command resumes from the newest, "
+        "and ends with the model an uninterrupted run gives. Removed once the model is "
+        "saved; none is written at the last step, so a run of at most this many steps "
+        "writes none.")
     save_optimizer_state: bool = option(
         False, "Keep the optimizer state in model.keras (to train it further later); by default "
         "the model file holds the weights only.")
@@ -148,6 +156,9 @@ class FinetuneOptions(DistributionOptions):
         check_mixed_precision(self.mixed_precision)
         if self.log_steps < 1:
             raise FinetuneError(f"--log_steps must be at least 1, got {self.log_steps}")
+        if self.save_checkpoints_steps < 1:
+            raise FinetuneError(f"--save_checkpoints_steps must be >= 1; received "
+                                f"{self.save_checkpoints_steps}")
         if not (self.do_train or self.do_eval or self.do_predict):
             raise FinetuneError("nothing to do: set at least one of --do_train, --do_eval, "
                                 "--do_predict")
@@ -184,6 +195,8 @@ class Task:
 
     name = "task"
     model_class: type = keras.Model
+    # The task's flags that change training beyond its data (a resumed run must keep them).
+    training_flags: tuple = ()
     uses_labels = True  # the head has one output per label (classification, tagging)
     default_max_seq_length = 128  # Google's run_classifier.py
 
@@ -493,8 +506,11 @@ def run(task: Task, values: dict) -> dict:
     results: dict[str, dict] = {}
     if common.do_train:
         data = features["train"]
+        with distribution.stop_together():  # one process's refusal stops them all
+            backup_dir = _backup_dir(task, common, opts, distribution, model, labels, data)
+        resuming = _holds_a_backup(backup_dir)
         logs_dir = os.path.join(out, LOGS_DIR)
-        if chief and common.overwrite_output and os.path.isdir(logs_dir):
+        if chief and common.overwrite_output and os.path.isdir(logs_dir) and not resuming:
             shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
         if getattr(opts, "skip_padding", False) and keras.backend.backend() != "tensorflow":
             logging.info("--skip_padding: padding-free rows are TensorFlow-only; training on "
@@ -507,15 +523,23 @@ def run(task: Task, values: dict) -> dict:
             # and dtype policy alike: several devices or processes train as one does).
             if distribution.places_variables:
                 model = copy_of(model)
-            summary = loop.train(
-                model, _model_inputs(data), task.targets(data), common.train_batch_size,
-                common.num_train_epochs, common.learning_rate, common.warmup_proportion,
-                seed=common.seed, jit_compile=common.jit_compile,
-                num_train_steps=common.num_train_steps, lr_schedule=common.lr_schedule,
-                epsilon_placement=common.epsilon_placement, log_every=common.log_steps,
-                callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief else [])
-                + distribution.preemption_callbacks("the model was not saved; rerun the same "
-                                                    "command on every host to train it again"))
+            try:
+                summary = loop.train(
+                    model, _model_inputs(data), task.targets(data), common.train_batch_size,
+                    common.num_train_epochs, common.learning_rate, common.warmup_proportion,
+                    seed=common.seed, jit_compile=common.jit_compile,
+                    num_train_steps=common.num_train_steps, lr_schedule=common.lr_schedule,
+                    epsilon_placement=common.epsilon_placement, log_every=common.log_steps,
+                    backup_dir=backup_dir, save_checkpoints_steps=common.save_checkpoints_steps,
+                    gather=(distribution.gather_from_processes
+                            if distribution.num_processes > 1 else None),
+                    callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief
+                               else [])
+                    + distribution.preemption_callbacks(
+                        "rerun the same command on every host to resume from the newest "
+                        "backup"))
+            except BackupError as e:
+                raise FinetuneError(f"{e}; remove {backup_dir} to train from step 0") from None
         summary.update(task.train_summary(data, read_info))
         # What the task exports take as their defaults (export/task_export.py).
         summary["max_seq_length"] = common.max_seq_length
@@ -528,6 +552,10 @@ def run(task: Task, values: dict) -> dict:
                                         overwrite=common.overwrite_output,
                                         include_optimizer=common.save_optimizer_state,
                                         train_results=summary)
+        shutil.rmtree(backup_dir, ignore_errors=True)  # the model is saved: it has served
+        if not chief:  # workers/<name>/, then workers/ once the last one is done
+            worker_dir = os.path.dirname(backup_dir)
+            _remove_if_empty(worker_dir, os.path.dirname(worker_dir))
         results["train"] = summary
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
@@ -553,6 +581,106 @@ def run(task: Task, values: dict) -> dict:
             _log_eval_scalars(os.path.join(out, LOGS_DIR, "validation"), summary,
                               trained_steps(out, results))
     return results
+
+
+BACKUP_DIR = "backup"  # under --output_dir: resumption state while training
+BACKUP_RUN_FILE = "run.json"  # in it: what the backed-up run trained (`_backup_identity`)
+BACKUP_FORMAT = "bert-keras-finetune-backup/1"
+# The common flags that change what training computes (a resumed run must keep them; the
+# data, the vocabulary, the sequence length and the initial weights count by content).
+TRAINING_FLAGS = ("train_batch_size", "learning_rate", "num_train_epochs", "num_train_steps",
+                  "warmup_proportion", "lr_schedule", "epsilon_placement", "head_initializer",
+                  "seed", "mixed_precision", "save_checkpoints_steps")
+
+
+def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
+                     data: Features) -> dict:
+    """What a run trains, as a resumed run must share it: the training flags, the labels
+    and digests of the training features and of the initial weights (the checkpoint's and
+    the head's seeded initialisation)."""
+    from bert_keras.distribute import digest
+
+    flags = {name: getattr(common, name) for name in TRAINING_FLAGS}
+    flags.update({name: getattr(opts, name) for name in task.training_flags})
+    arrays = [data.arrays[name] for name in sorted(data.arrays)]
+    return {"format": BACKUP_FORMAT, "task": task.name, "flags": flags, "labels": labels,
+            "training data": f"{len(arrays[0]) if arrays else 0} features, CRC "
+                             f"{digest(*arrays):08x}",
+            "initial weights": f"{len(model.weights)} arrays, CRC {digest(*model.weights):08x}"}
+
+
+def _holds_a_backup(backup_dir: str) -> bool:
+    from bert_keras.backup import PREVIOUS_WEIGHTS_FILE
+
+    return any(os.path.exists(os.path.join(backup_dir, name))
+               for name in ("latest.weights.h5", PREVIOUS_WEIGHTS_FILE))
+
+
+def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, labels,
+                data: Features) -> str:
+    """The directory this process backs training up to, with the run it belongs to
+    recorded in it. A backup left by an interrupted run is
+    resumed when it belongs to this run; one of another run is refused, naming what
+    differs (resuming it would train the other run's model further under these flags).
+
+    Raises:
+      FinetuneError: a backup of another run, or files not written by this tool.
+    """
+    out = common.output_dir
+    backup_dir = (os.path.join(out, BACKUP_DIR) if distribution.is_chief else
+                  os.path.join(out, "workers", distribution.worker_name, BACKUP_DIR))
+    identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data)))
+    record = os.path.join(backup_dir, BACKUP_RUN_FILE)
+    if _holds_a_backup(backup_dir):
+        try:
+            with open(record, encoding="utf-8") as f:
+                previous = json.load(f)
+            if not isinstance(previous, dict) or previous.get("format") != BACKUP_FORMAT:
+                raise ValueError(f"not a {BACKUP_FORMAT} record")
+        except (OSError, ValueError) as e:
+            raise FinetuneError(
+                f"{backup_dir} holds a backup without a readable {BACKUP_RUN_FILE} "
+                f"({' '.join(str(e).split())[:120]}): not one this tool wrote; remove it, or "
+                "choose another --output_dir") from None
+        changed = _differences(previous, identity)
+        if changed:
+            raise FinetuneError(
+                f"--output_dir {out}: {backup_dir} holds the backup of an interrupted run "
+                f"that trained otherwise ({'; '.join(changed)}); rerun that run's command to "
+                f"resume it, or remove {backup_dir} to train from step 0")
+        return backup_dir
+    # A fresh start (also where a run stopped before its first backup).
+    if os.path.exists(backup_dir) and not os.path.isdir(backup_dir):
+        raise FinetuneError(f"--output_dir {out}: {backup_dir} is a file; expected the "
+                            "directory of training backups")
+    os.makedirs(backup_dir, exist_ok=True)
+    files.write_json(record, identity)
+    return backup_dir
+
+
+def _differences(previous: dict, current: dict) -> list[str]:
+    """What differs between two `_backup_identity` records, in words."""
+    changed = []
+    for key in sorted(set(previous) | set(current)):
+        old, new = previous.get(key), current.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += [f"--{name}: {old.get(name)!r} -> {new.get(name)!r}"
+                        for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+        elif key in ("training data", "initial weights"):
+            changed.append(f"{key}: {old} -> {new}")
+        else:
+            changed.append(f"{key}: {old!r} -> {new!r}")
+    return changed
+
+
+def _remove_if_empty(*directories: str) -> None:
+    for directory in directories:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
 
 
 def _read_inputs(task: Task, common: FinetuneOptions, opts):

@@ -144,6 +144,7 @@ def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
 
 class TaggingTask(LabelledFileTask):
     name = "tagger"
+    training_flags = ("tagger_dropout", "skip_padding")
     model_class = BertTagger
     predictions_file = PREDICTIONS_FILE
 

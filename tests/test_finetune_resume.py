@@ -1,0 +1,169 @@
+"""Fine-tuning backs up every --save_checkpoints_steps and an interrupted run, rerun with
+the same command, ends with the model an uninterrupted run gives (Google's Estimator-based
+run_classifier resumed from its output_dir the same way)."""
+
+import json
+import os
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import BertEncoder, model_loading, run_classifier
+from bert_keras.backup import RESUME_GROUP
+from bert_keras.finetuning import loop, runner
+from conftest import TESTDATA, event_scalars, run_on_backend
+
+VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
+VOCAB_SIZE = sum(1 for _ in open(VOCAB, encoding="utf-8"))
+WORDS = {"spam": ["free", "money", "now", "click", "here"],
+         "ham": ["meeting", "tomorrow", "hello", "friend", "city"]}
+
+
+class Interrupted(Exception):
+    """Stands for a kill: raised from inside fit, after some steps."""
+
+
+@pytest.fixture(scope="module")
+def encoder_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("enc") / "encoder.keras")
+    # Dropout on (BERT's 0.1): the resumed run must also continue the dropout masks.
+    BertEncoder(vocab_size=VOCAB_SIZE, num_layers=2, hidden_size=16, num_heads=2,
+                intermediate_size=24, max_sequence_length=32).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(40):
+            label = "spam" if rng.random() < 0.5 else "ham"
+            words = rng.choice(WORDS[label], size=rng.integers(2, 12))
+            f.write(json.dumps({"text": " ".join(words), "label": label}) + "\n")
+    return str(path)
+
+
+def flags(out, encoder_file, train_file, **overrides):
+    values = dict(vocab_file=VOCAB, init_checkpoint=encoder_file, output_dir=str(out),
+                  train_file=train_file, predict_file=train_file, do_train=True,
+                  do_predict=True, max_seq_length=16, train_batch_size=4, eval_batch_size=40,
+                  learning_rate=2e-2, num_train_steps=11, save_checkpoints_steps=4,
+                  warmup_proportion=0.2, seed=3, log_steps=3)
+    values.update(overrides)
+    return values
+
+
+def probabilities(out):
+    return np.array([json.loads(line)["probabilities"]["spam"]
+                     for line in open(os.path.join(out, "predictions.jsonl"))])
+
+
+def weights(out):
+    return model_loading.load_checkpoint(str(out)).model.get_weights()
+
+
+def interrupt_at(monkeypatch, step):
+    """Makes the next run stop with `Interrupted` after `step` training steps."""
+    original = loop.StepLogger.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if self._step == step:
+            raise Interrupted(f"step {step}")
+
+    monkeypatch.setattr(loop.StepLogger, "on_train_batch_end", on_train_batch_end)
+
+
+@pytest.mark.parametrize("backend", [
+    "tensorflow", pytest.param("jax", marks=pytest.mark.integration)])  # jax: a fresh pytest
+def test_an_interrupted_fine_tuning_resumes_to_the_uninterrupted_model(
+        backend, tmp_path, monkeypatch, encoder_file, data):
+    if run_on_backend(backend, __file__, "test_an_interrupted_fine_tuning_resumes_to_the_"
+                                         f"uninterrupted_model[{backend}]"):
+        return
+    whole = tmp_path / "whole"
+    uninterrupted = run_classifier.run(**flags(whole, encoder_file, data))["train"]
+    assert "resumed_from_step" not in uninterrupted
+    assert not (whole / "backup").exists()  # removed once the model is saved
+
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 7)  # after the backup at step 4, before the one at step 8
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data))
+    assert not (out / "model.keras").exists()
+    with h5py.File(out / "backup" / "latest.weights.h5", "r") as f:
+        assert f[RESUME_GROUP].attrs["step"] == 4
+    resumed = run_classifier.run(**flags(out, encoder_file, data))["train"]
+
+    assert resumed["resumed_from_step"] == 4
+    # Steps 5-11 were trained again; the loss log continues at the steps the whole run had,
+    # and the interval losses equal the uninterrupted run's (same weights, dropout, data).
+    assert [h["step"] for h in resumed["loss_history"]] == [6, 9, 11]
+    whole_losses = {h["step"]: h["loss"] for h in uninterrupted["loss_history"]}
+    assert [h["step"] for h in uninterrupted["loss_history"]] == [3, 6, 9, 11]
+    for h in resumed["loss_history"][1:]:  # 7-9, 10-11 (6's interval began before step 5)
+        assert h["loss"] == pytest.approx(whole_losses[h["step"]], rel=1e-5)
+    for got, want in zip(weights(out), weights(whole)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(probabilities(out), probabilities(whole), rtol=0, atol=1e-6)
+    # The bound tests something: each step moves the weights by about the learning rate
+    # (Adam), thousands of times the tolerance.
+    trained = model_loading.load_checkpoint(str(whole)).model.encoder.get_weights()
+    initial = keras.saving.load_model(encoder_file).get_weights()
+    assert max(np.abs(a - b).max() for a, b in zip(trained, initial)) > 1e-2
+    assert not (out / "backup").exists()
+    # TensorBoard's curve continues on the same axis: the interrupted run's points and the
+    # resumed run's, once each except step 6, written by both.
+    assert event_scalars(out / "logs" / "train")["batch_loss"] == [3, 6, 6, 9]
+
+
+def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch,
+                                                           encoder_file, data):
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 5)
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data))
+    backup = out / "backup" / "latest.weights.h5"
+    before = backup.read_bytes()
+    with pytest.raises(runner.FinetuneError,
+                       match=r"backup holds the backup of an interrupted run that trained "
+                             r"otherwise \(--learning_rate: 0.02 -> 0.001\); rerun that run's "
+                             r"command to resume it, or remove .*backup to train from step 0"):
+        run_classifier.run(**flags(out, encoder_file, data, learning_rate=1e-3))
+    other_data = tmp_path / "other.jsonl"
+    other_data.write_text(open(data).read().replace("free", "hello", 1))
+    with pytest.raises(runner.FinetuneError, match=r"training data: 40 features, CRC \w+ -> "
+                                                   r"40 features, CRC \w+"):
+        run_classifier.run(**flags(out, encoder_file, str(other_data)))
+    # --overwrite_output replaces results, never a backup: refused the same way.
+    with pytest.raises(runner.FinetuneError, match=r"--seed: 3 -> 4"):
+        run_classifier.run(**flags(out, encoder_file, data, seed=4, overwrite_output=True))
+    assert backup.read_bytes() == before
+    # The data moved to another path is the same data: resumed.
+    moved = tmp_path / "moved.jsonl"
+    moved.write_text(open(data).read())
+    assert run_classifier.run(**flags(out, encoder_file, str(moved)))["train"][
+        "resumed_from_step"] == 4
+
+
+def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(
+        tmp_path, monkeypatch, encoder_file, data):
+    """No backup at the last step (the model is saved right after): a run of at most
+    --save_checkpoints_steps steps, interrupted, trains again from step 0."""
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 9)
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data, save_checkpoints_steps=11))
+    assert os.listdir(out / "backup") == ["run.json"]
+    result = run_classifier.run(**flags(out, encoder_file, data, save_checkpoints_steps=11))
+    assert "resumed_from_step" not in result["train"]
+    assert not (out / "backup").exists()
+    with pytest.raises(runner.FinetuneError, match="--save_checkpoints_steps must be >= 1"):
+        run_classifier.run(**flags(tmp_path / "x", encoder_file, data,
+                                   save_checkpoints_steps=0))

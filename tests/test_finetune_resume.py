@@ -140,15 +140,26 @@ def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch
     with pytest.raises(runner.FinetuneError, match=r"training data: 40 features, CRC \w+ -> "
                                                    r"40 features, CRC \w+"):
         run_classifier.run(**flags(out, encoder_file, str(other_data)))
+    # Named: the sequence length (not only the features' CRC it changes), and the epochs
+    # only where no --num_train_steps replaces them.
+    with pytest.raises(runner.FinetuneError, match=r"otherwise \(--max_seq_length: 16 -> 20; "
+                                                   r"training data: 40 features"):
+        run_classifier.run(**flags(out, encoder_file, data, max_seq_length=20))
     # --overwrite_output replaces results, never a backup: refused the same way.
     with pytest.raises(runner.FinetuneError, match=r"--seed: 3 -> 4"):
         run_classifier.run(**flags(out, encoder_file, data, seed=4, overwrite_output=True))
     assert backup.read_bytes() == before
-    # The data moved to another path is the same data: resumed.
+    # The data moved to another path is the same data, and --num_train_epochs does nothing
+    # beside --num_train_steps: resumed. XLA draws other dropout masks: resumed, with a
+    # warning that the run will not end as an uninterrupted one.
     moved = tmp_path / "moved.jsonl"
     moved.write_text(open(data).read())
-    assert run_classifier.run(**flags(out, encoder_file, str(moved)))["train"][
-        "resumed_from_step"] == 4
+    warnings = []
+    monkeypatch.setattr(runner.logging, "warning", lambda *a: warnings.append(a[0] % a[1:]))
+    assert run_classifier.run(**flags(out, encoder_file, str(moved), num_train_epochs=9.0,
+                                      jit_compile=True))["train"]["resumed_from_step"] == 4
+    assert any("on other settings than it was trained on (--jit_compile: False -> True)" in w
+               and "will not end as an uninterrupted run would" in w for w in warnings), warnings
 
 
 def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(

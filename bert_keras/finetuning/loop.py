@@ -197,6 +197,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         backup_callbacks = [backup, StopAtStep(num_train_steps)]
     # The batches of the uninterrupted run from step `done` on (the stream is a pure
     # function of the seed).
+    if done:
+        logging.info("Skipping the %d batches of steps 1-%d in the input (about 1 ms each)",
+                     done, done)
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
                       drop_remainder=True).skip(done).take(num_train_steps - done)
     logger = StepLogger(num_train_steps, log_every, initial_step=done)

@@ -587,26 +587,39 @@ BACKUP_DIR = "backup"  # under --output_dir: resumption state while training
 BACKUP_RUN_FILE = "run.json"  # in it: what the backed-up run trained (`_backup_identity`)
 BACKUP_FORMAT = "bert-keras-finetune-backup/1"
 # The common flags that change what training computes (a resumed run must keep them; the
-# data, the vocabulary, the sequence length and the initial weights count by content).
-TRAINING_FLAGS = ("train_batch_size", "learning_rate", "num_train_epochs", "num_train_steps",
-                  "warmup_proportion", "lr_schedule", "epsilon_placement", "head_initializer",
-                  "seed", "mixed_precision", "save_checkpoints_steps")
+# data, the vocabulary and the checkpoint's weights count by content). Backups at other
+# steps cannot be resumed at an interval's end, hence save_checkpoints_steps.
+TRAINING_FLAGS = ("max_seq_length", "train_batch_size", "learning_rate", "num_train_epochs",
+                  "num_train_steps", "warmup_proportion", "lr_schedule", "epsilon_placement",
+                  "head_initializer", "seed", "mixed_precision", "save_checkpoints_steps")
+# Where and how the steps run: the same function, but other dropout masks (XLA's and each
+# backend's random streams, one stream per replica). A resumed run may change them, with a
+# warning that it will not end as an uninterrupted run would.
+RUNS_ON = "runs on"
 
 
 def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
-                     data: Features) -> dict:
-    """What a run trains, as a resumed run must share it: the training flags, the labels
-    and digests of the training features and of the initial weights (the checkpoint's and
-    the head's seeded initialisation)."""
+                     data: Features, distribution) -> dict:
+    """What a run trains, as a resumed run must share it: the training flags, the labels,
+    digests of the training features and of the encoder's initial weights (the checkpoint's:
+    the head's seeded initialisation follows from the flags and the backend), and under
+    `RUNS_ON` what a resumed run may change (`distribution` the training's)."""
     from bert_keras.distribute import digest
 
     flags = {name: getattr(common, name) for name in TRAINING_FLAGS}
+    if common.num_train_steps is not None:  # it replaces the epochs
+        flags["num_train_epochs"] = None
     flags.update({name: getattr(opts, name) for name in task.training_flags})
     arrays = [data.arrays[name] for name in sorted(data.arrays)]
+    weights = model.encoder.weights
     return {"format": BACKUP_FORMAT, "task": task.name, "flags": flags, "labels": labels,
             "training data": f"{len(arrays[0]) if arrays else 0} features, CRC "
                              f"{digest(*arrays):08x}",
-            "initial weights": f"{len(model.weights)} arrays, CRC {digest(*model.weights):08x}"}
+            "initial weights": f"{len(weights)} arrays, CRC {digest(*weights):08x}",
+            RUNS_ON: {"KERAS_BACKEND": keras.backend.backend(),
+                      "jit_compile": common.jit_compile,
+                      "distribution_strategy": common.distribution_strategy,
+                      "replicas": distribution.num_replicas_in_sync}}
 
 
 def _holds_a_backup(backup_dir: str) -> bool:
@@ -629,7 +642,8 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
     out = common.output_dir
     backup_dir = (os.path.join(out, BACKUP_DIR) if distribution.is_chief else
                   os.path.join(out, "workers", distribution.worker_name, BACKUP_DIR))
-    identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data)))
+    identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
+                                                      distribution)))
     record = os.path.join(backup_dir, BACKUP_RUN_FILE)
     if _holds_a_backup(backup_dir):
         try:
@@ -642,12 +656,22 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
                 f"{backup_dir} holds a backup without a readable {BACKUP_RUN_FILE} "
                 f"({' '.join(str(e).split())[:120]}): not one this tool wrote; remove it, or "
                 "choose another --output_dir") from None
-        changed = _differences(previous, identity)
+        changed = _differences({k: v for k, v in previous.items() if k != RUNS_ON},
+                               {k: v for k, v in identity.items() if k != RUNS_ON})
         if changed:
             raise FinetuneError(
                 f"--output_dir {out}: {backup_dir} holds the backup of an interrupted run "
                 f"that trained otherwise ({'; '.join(changed)}); rerun that run's command to "
                 f"resume it, or remove {backup_dir} to train from step 0")
+        moved = _differences({RUNS_ON: previous.get(RUNS_ON, {})}, {RUNS_ON: identity[RUNS_ON]})
+        if moved:
+            logging.warning(
+                "Resuming the backup in %s on other settings than it was trained on (%s): "
+                "training continues from its weights, optimizer and data position, but draws "
+                "other dropout masks, so it will not end as an uninterrupted run would",
+                backup_dir, "; ".join(m.replace("--KERAS_BACKEND", "KERAS_BACKEND")
+                                      .replace("--replicas", "replicas") for m in moved))
+            files.write_json(record, identity)  # what the next backups are made on
         return backup_dir
     # A fresh start (also where a run stopped before its first backup).
     if os.path.exists(backup_dir) and not os.path.isdir(backup_dir):

@@ -42,7 +42,7 @@ tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
 from data_prep import files, tokenizer_config
-from export import saved_model_writer, task_export
+from export import request_checks, saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -85,14 +85,14 @@ class ClassifierModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                   tf.TensorSpec([None], tf.string, name="text_b")])
     def serve_pair(self, text_a, text_b):
-        return self._classify([text_a, text_b])
+        return self._classify(request_checks.text_pair(text_a, text_b, ("text_a", "text_b")))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve_examples(self, inputs):
         spec = {"text": tf.io.FixedLenFeature([], tf.string)}
         if self.pair:
             spec["text_b"] = tf.io.FixedLenFeature([], tf.string)
-        features = tf.io.parse_example(inputs, spec)
+        features = tf.io.parse_example(request_checks.texts(inputs), spec)
         texts = [features["text"], features["text_b"]] if self.pair else [features["text"]]
         out = self._classify(texts)
         batch = tf.shape(inputs)[0]

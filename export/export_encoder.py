@@ -44,7 +44,7 @@ from absl import app, flags, logging
 
 from data_prep import files, schema, tokenizer_config
 from data_prep.tokenizer_config import TokenizerConfig
-from export import length_buckets, saved_model_writer
+from export import length_buckets, request_checks, saved_model_writer
 
 INPUT_NAMES = schema.MODEL_INPUT_NAMES
 
@@ -63,6 +63,10 @@ class EncoderModule(tf.train.Checkpoint):
                  tokenizer_config_file=None):
         super().__init__()
         self.encoder = saved_model_writer.Untracked(encoder)
+        # What a request's ids must fit (request_checks.encoder_inputs).
+        self.limits = dict(max_positions=int(encoder.max_sequence_length),
+                           vocab_size=int(encoder.vocab_size),
+                           type_vocab_size=int(encoder.type_vocab_size))
         self.pretrainer = saved_model_writer.Untracked(pretrainer) if pretrainer else None
         self.vocab_file = tf.saved_model.Asset(vocab_file)
         self.bert_config_file = tf.saved_model.Asset(config_file)
@@ -83,6 +87,7 @@ class EncoderModule(tf.train.Checkpoint):
     @tf.function(input_signature=[_input_signature()])
     def serve(self, inputs):
         """The serving signature: a flat dict of tensors."""
+        inputs = request_checks.encoder_inputs(inputs, **self.limits)
         out = self.encoder(inputs, training=False)
         return {
             "pooled_output": out["pooled_output"],
@@ -125,6 +130,9 @@ class EncoderModule(tf.train.Checkpoint):
         self.regularization_losses = []
 
     def _mlm(self, inputs):
+        inputs = request_checks.encoder_inputs(inputs, **self.limits)
+        inputs["masked_lm_positions"] = request_checks.positions(
+            inputs["masked_lm_positions"], inputs[schema.INPUT_WORD_IDS], "masked_lm_positions")
         return {"mlm_logits": self.pretrainer(inputs, training=False)["mlm_logits"]}
 
 

@@ -52,7 +52,7 @@ from absl import app, flags, logging
 
 from data_prep import files, tokenizer_config
 from data_prep.tokenization import BertTokenizer
-from export import length_buckets, saved_model_writer
+from export import length_buckets, request_checks, saved_model_writer
 from export.text_preprocessing import bert_pack_inputs
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -83,7 +83,7 @@ class HubTokenize(tf.Module):
 
     @tf.function(input_signature=[_TEXT])
     def __call__(self, text):
-        pieces = tf.cast(self.tokenizer(text), tf.int32)  # [B, (T)]
+        pieces = tf.cast(self.tokenizer(request_checks.texts(text)), tf.int32)  # [B, (T)]
         flat = pieces.flat_values
         starts = tf.gather(self.tokenizer._piece_starts_word, flat) > 0  # [T]
         words = tf.RaggedTensor.from_row_starts(
@@ -168,7 +168,8 @@ class PreprocessorModule(tf.Module):
                                 self.pad_id)
 
     def _tokenize(self, text):
-        return tf.cast(self.tokenizer(text), tf.int32)
+        """A request's string batch (checked: `request_checks.texts`) -> int32 [B, (pieces)]."""
+        return tf.cast(self.tokenizer(request_checks.texts(text)), tf.int32)
 
     def encoder_inputs(self, segments):
         """Text to what the encoder runs on, for the end-to-end exports.
@@ -195,6 +196,7 @@ class PreprocessorModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                   tf.TensorSpec([None], tf.string, name="text_b")])
     def serve_pair(self, text_a, text_b):
+        text_a, text_b = request_checks.text_pair(text_a, text_b, ("text_a", "text_b"))
         return self._pack([self._tokenize(text_a), self._tokenize(text_b)])
 
     @tf.function(input_signature=[_TEXT])
@@ -204,6 +206,7 @@ class PreprocessorModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                   tf.TensorSpec([None], tf.string, name="text_b")])
     def serve_bucketed_pair(self, text_a, text_b):
+        text_a, text_b = request_checks.text_pair(text_a, text_b, ("text_a", "text_b"))
         return self.encoder_inputs([self._tokenize(text_a), self._tokenize(text_b)])[1]
 
     @tf.function(input_signature=[_TEXT])

@@ -46,7 +46,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from data_prep import files, schema, tokenizer_config
-from export import length_buckets, saved_model_writer, task_export
+from export import length_buckets, request_checks, saved_model_writer, task_export
 from export.text_preprocessing import keep_first
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
@@ -77,6 +77,9 @@ class SpanQAModule(tf.Module):
                 f"context in --max_seq_length={preprocessor.seq_length} ([CLS] and two [SEP])")
         self.preprocessor = preprocessor
         self.model = saved_model_writer.Untracked(model)
+        self.limits = dict(max_positions=int(model.encoder.max_sequence_length),
+                           vocab_size=int(model.encoder.vocab_size),
+                           type_vocab_size=int(model.encoder.type_vocab_size))
         self.max_answer_length = max_answer_length
         self.max_query_length = max_query_length
         self.version_2_with_negative = version_2_with_negative
@@ -88,12 +91,13 @@ class SpanQAModule(tf.Module):
 
     @tf.function(input_signature=[_ids_signature()])
     def serve_ids(self, inputs):
-        return self._logits(inputs)
+        return self._logits(request_checks.encoder_inputs(inputs, **self.limits))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
                                   tf.TensorSpec([None], tf.string, name="context")])
     def serve(self, question, context):
         pre = self.preprocessor
+        question, context = request_checks.text_pair(question, context, ("question", "context"))
         # run_squad's first window: the question cut to max_query_length, the context to
         # what is left of S ([CLS] and two [SEP]); a longer context loses its end.
         asked = pre._tokenize(question)

@@ -37,7 +37,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from data_prep import tokenizer_config
-from export import saved_model_writer, task_export
+from export import request_checks, saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 
@@ -98,10 +98,12 @@ class TaggerModule(tf.Module):
     def serve(self, text):
         # Words as Python's str.split() makes them (the CoNLL reader's): tf.strings.split
         # alone splits on ASCII whitespace, leaving "Seoul\u3000went" one word.
+        text = request_checks.texts(text)
         return self._tag(tf.strings.split(tf.strings.regex_replace(text, WHITESPACE, " ")))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string, name="words")])
     def serve_words(self, words):
+        words = tf.ensure_shape(words, [None, None])  # request_checks: a batch of word rows
         return self._tag(tf.RaggedTensor.from_tensor(words, padding=""))
 
 

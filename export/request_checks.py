@@ -1,0 +1,99 @@
+"""What every serving signature checks in a request before computing with it.
+
+TF Serving feeds a request's tensors to a signature without comparing their shapes with
+the signature's, and the kernels behind BERT trust their inputs: a scalar string where a
+batch of texts belongs crashed the whole server process inside tensorflow-text's
+normalizer (SIGSEGV, every model on the server with it); a negative token id read a row
+from the end of the embedding table (Keras' `take` wraps it) and a type id past the
+segment table added no segment embedding, both without an error; an `input_mask` of batch
+1 was applied to every row of a larger batch; and a sequence longer than the position
+table failed with "Incompatible shapes: [1,40,16] vs. [1,32,16]" from deep inside the
+graph. Each check here turns such a request into an InvalidArgumentError whose message
+names the input and what it must be, before anything else runs on it. (Messages have no
+quotes: the assertion's message reaches clients with them escaped.)
+
+The checks are runtime ops that Grappler cannot fold away: `EnsureShape` for ranks (a
+`Rank` op compared with 1 is folded to true from the signature's declared shape, so the
+scalar would pass), and asserts on `tf.shape` and on the values. Both ops are core
+TensorFlow, present in the TF 2.12 that stock TF Serving links.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from data_prep import schema
+
+
+def texts(text: tf.Tensor) -> tf.Tensor:
+    """`text` (a signature's string input), required to be a batch: a 1-D tensor."""
+    return tf.ensure_shape(text, [None])
+
+
+def text_pair(first: tf.Tensor, second: tf.Tensor, names: tuple[str, str]):
+    """Two string batches that pair row by row: both 1-D and of one batch size."""
+    first, second = texts(first), texts(second)
+    check = tf.debugging.assert_equal(
+        tf.shape(first)[0], tf.shape(second)[0],
+        message=f"{names[0]} and {names[1]} must have the same number of texts")
+    with tf.control_dependencies([check]):
+        return tf.identity(first), tf.identity(second)
+
+
+def encoder_inputs(inputs: dict, max_positions: int, vocab_size: int,
+                   type_vocab_size: int) -> dict:
+    """The three encoder inputs, checked: int [batch, seq] each, of one shape, seq from 1
+    to the position table, word ids in [0, vocab_size), type ids in [0, type_vocab_size).
+
+    Other keys of `inputs` are returned as they are.
+    """
+    ids = tf.ensure_shape(inputs[schema.INPUT_WORD_IDS], [None, None])
+    shape = tf.shape(ids)
+    checks = [
+        tf.debugging.assert_less_equal(
+            shape[1], max_positions,
+            message=f"{schema.INPUT_WORD_IDS}: at most {max_positions} positions (the size "
+                    "of the position table)"),
+        tf.debugging.assert_positive(
+            shape[1], message=f"{schema.INPUT_WORD_IDS}: at least 1 position ([CLS])"),
+        tf.debugging.assert_non_negative(
+            ids, message=f"{schema.INPUT_WORD_IDS}: ids must be in [0, {vocab_size})"),
+        tf.debugging.assert_less(
+            ids, vocab_size, message=f"{schema.INPUT_WORD_IDS}: ids must be in [0, {vocab_size})"),
+    ]
+    out = dict(inputs)
+    for name in (schema.MODEL_INPUT_MASK, schema.INPUT_TYPE_IDS):
+        out[name] = tf.ensure_shape(inputs[name], [None, None])
+        checks.append(tf.debugging.assert_equal(
+            tf.shape(out[name]), shape,
+            message=f"{name} must have the shape of {schema.INPUT_WORD_IDS}"))
+    types = out[schema.INPUT_TYPE_IDS]
+    checks += [
+        tf.debugging.assert_non_negative(
+            types, message=f"{schema.INPUT_TYPE_IDS}: ids must be in [0, {type_vocab_size})"),
+        tf.debugging.assert_less(
+            types, type_vocab_size,
+            message=f"{schema.INPUT_TYPE_IDS}: ids must be in [0, {type_vocab_size})"),
+    ]
+    with tf.control_dependencies(checks):
+        for name in schema.MODEL_INPUT_NAMES:
+            out[name] = tf.identity(out[name] if name != schema.INPUT_WORD_IDS else ids)
+    return out
+
+
+def positions(positions: tf.Tensor, ids: tf.Tensor, name: str) -> tf.Tensor:
+    """Positions into the rows of `ids` ([batch, P] int), checked: one row per row of
+    `ids`, each in [0, seq)."""
+    positions = tf.ensure_shape(positions, [None, None])
+    shape = tf.shape(ids)
+    checks = [
+        tf.debugging.assert_equal(tf.shape(positions)[0], shape[0],
+                                  message=f"{name} must have a row for each row of "
+                                          f"{schema.INPUT_WORD_IDS}"),
+        tf.debugging.assert_non_negative(
+            positions, message=f"{name}: positions must be in [0, sequence length)"),
+        tf.debugging.assert_less(
+            positions, shape[1], message=f"{name}: positions must be in [0, sequence length)"),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(positions)

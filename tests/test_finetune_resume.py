@@ -178,3 +178,56 @@ def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(
     with pytest.raises(runner.FinetuneError, match="--save_checkpoints_steps must be >= 1"):
         run_classifier.run(**flags(tmp_path / "x", encoder_file, data,
                                    save_checkpoints_steps=0))
+
+
+def test_fewer_processes_resume_from_process_0s_backup_more_are_refused(
+        tmp_path, monkeypatch, encoder_file, data):
+    """A job resumed on fewer processes takes process 0's backup (warned: other replicas),
+    and the model saved, removes the backups of the processes that did not come back
+    (workers/, 1.3 GB each at base size). More processes than made the backup are refused
+    before training: a process without a backup of its own has nothing to resume from."""
+    from types import SimpleNamespace
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 6)
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data))
+    stale = out / "workers" / "process-1" / "backup"
+    stale.mkdir(parents=True)
+    (stale / "latest.weights.h5").write_bytes(b"a backup of process 1")
+    # Process 0's record as a 2-process job would have written it.
+    record = out / "backup" / "run.json"
+    written = json.loads(record.read_text())
+    two = dict(written, processes=2)
+    two["runs on"] = dict(written["runs on"], distribution_strategy="multi_worker_mirrored",
+                          replicas=2)
+    record.write_text(json.dumps(two))
+    warnings = []
+    monkeypatch.setattr(runner.logging, "warning", lambda *a: warnings.append(a[0] % a[1:]))
+    assert run_classifier.run(**flags(out, encoder_file, data))["train"][
+        "resumed_from_step"] == 4
+    assert any("(--distribution_strategy: 'multi_worker_mirrored' -> 'default'; replicas: "
+               "2 -> 1)" in w for w in warnings), warnings
+    assert not (out / "workers").exists() and not (out / "backup").exists()
+
+    # The other way: a 1-process backup, and process 0 of a 2-process job.
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 6)
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(tmp_path / "one", encoder_file, data))
+    values = flags(tmp_path / "one", encoder_file, data)
+    task = run_classifier.TASK
+
+    def options(cls):
+        return cls(**{k: v for k, v in values.items() if k in cls.__dataclass_fields__})
+
+    job = SimpleNamespace(is_chief=True, worker_name="process-0", num_processes=2,
+                          num_replicas_in_sync=2)
+    model = SimpleNamespace(encoder=model_loading.load_checkpoint(encoder_file).model)
+    with pytest.raises(runner.FinetuneError, match=r"holds the backup of a run of 1 process"
+                                                   r"\(es\), and a run of 2 resumes from a "
+                                                   r"backup in every process; resume it with 1"):
+        runner._backup_dir(task, options(runner.FinetuneOptions),
+                           options(task.options_class()), job, model, ["ham", "spam"],
+                           runner.Features(arrays={"x": np.zeros((3, 2), np.int32)}))

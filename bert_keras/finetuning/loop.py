@@ -193,7 +193,7 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         if done % interval and done != num_train_steps or done > num_train_steps:
             raise BackupError(f"the backup in {backup_dir} is at step {done}, not at the end "
                               f"of an interval of {interval} of this run's {num_train_steps} "
-                              "steps")
+                              f"steps; remove {backup_dir} to train from step 0")
         backup_callbacks = [backup, StopAtStep(num_train_steps)]
     # The batches of the uninterrupted run from step `done` on (the stream is a pure
     # function of the seed).

@@ -538,8 +538,8 @@ def run(task: Task, values: dict) -> dict:
                     + distribution.preemption_callbacks(
                         "rerun the same command on every host to resume from the newest "
                         "backup"))
-            except BackupError as e:
-                raise FinetuneError(f"{e}; remove {backup_dir} to train from step 0") from None
+            except BackupError as e:  # its message says what to remove to start over
+                raise FinetuneError(str(e)) from None
         summary.update(task.train_summary(data, read_info))
         # What the task exports take as their defaults (export/task_export.py).
         summary["max_seq_length"] = common.max_seq_length
@@ -552,8 +552,12 @@ def run(task: Task, values: dict) -> dict:
                                         overwrite=common.overwrite_output,
                                         include_optimizer=common.save_optimizer_state,
                                         train_results=summary)
-        shutil.rmtree(backup_dir, ignore_errors=True)  # the model is saved: it has served
-        if not chief:  # workers/<name>/, then workers/ once the last one is done
+        # The model is saved: the backups have served. The chief removes workers/ whole: a
+        # run on fewer processes than the one it resumed leaves the others' backups there.
+        shutil.rmtree(backup_dir, ignore_errors=True)
+        if chief:
+            shutil.rmtree(os.path.join(out, WORKERS_DIR), ignore_errors=True)
+        else:  # workers/<name>/, then workers/ once the last one is done
             worker_dir = os.path.dirname(backup_dir)
             _remove_if_empty(worker_dir, os.path.dirname(worker_dir))
         results["train"] = summary
@@ -584,6 +588,7 @@ def run(task: Task, values: dict) -> dict:
 
 
 BACKUP_DIR = "backup"  # under --output_dir: resumption state while training
+WORKERS_DIR = "workers"  # under --output_dir: <name>/backup of each process but the chief
 BACKUP_RUN_FILE = "run.json"  # in it: what the backed-up run trained (`_backup_identity`)
 BACKUP_FORMAT = "bert-keras-finetune-backup/1"
 # The common flags that change what training computes (a resumed run must keep them; the
@@ -616,6 +621,7 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
             "training data": f"{len(arrays[0]) if arrays else 0} features, CRC "
                              f"{digest(*arrays):08x}",
             "initial weights": f"{len(weights)} arrays, CRC {digest(*weights):08x}",
+            "processes": distribution.num_processes,
             RUNS_ON: {"KERAS_BACKEND": keras.backend.backend(),
                       "jit_compile": common.jit_compile,
                       "distribution_strategy": common.distribution_strategy,
@@ -641,7 +647,7 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
     """
     out = common.output_dir
     backup_dir = (os.path.join(out, BACKUP_DIR) if distribution.is_chief else
-                  os.path.join(out, "workers", distribution.worker_name, BACKUP_DIR))
+                  os.path.join(out, WORKERS_DIR, distribution.worker_name, BACKUP_DIR))
     identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
                                                       distribution)))
     record = os.path.join(backup_dir, BACKUP_RUN_FILE)
@@ -656,8 +662,16 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
                 f"{backup_dir} holds a backup without a readable {BACKUP_RUN_FILE} "
                 f"({' '.join(str(e).split())[:120]}): not one this tool wrote; remove it, or "
                 "choose another --output_dir") from None
-        changed = _differences({k: v for k, v in previous.items() if k != RUNS_ON},
-                               {k: v for k, v in identity.items() if k != RUNS_ON})
+        made_by = previous.get("processes", 1)
+        if made_by < identity["processes"]:
+            raise FinetuneError(
+                f"--output_dir {out}: {backup_dir} holds the backup of a run of {made_by} "
+                f"process(es), and a run of {identity['processes']} resumes from a backup in "
+                f"every process; resume it with {made_by} process(es) (fewer take process 0's "
+                f"backup), or remove {backup_dir} to train from step 0")
+        ignored = (RUNS_ON, "processes")  # fewer processes resume from process 0's backup
+        changed = _differences({k: v for k, v in previous.items() if k not in ignored},
+                               {k: v for k, v in identity.items() if k not in ignored})
         if changed:
             raise FinetuneError(
                 f"--output_dir {out}: {backup_dir} holds the backup of an interrupted run "

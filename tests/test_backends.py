@@ -334,7 +334,8 @@ def test_what_one_host_holds_alone_stops_every_fine_tuning_process(host1, tmp_pa
 def test_a_sigterm_stops_every_fine_tuning_process_at_one_step(tmp_path):
     """SIGTERM (a scheduler's preemption or stop) to process 1 of a fine-tuning job: JAX's
     preemption service takes it over from Python, and the job trained on to its end. Both
-    processes now stop at one step with the same line, nothing saved."""
+    processes now stop at one step with the same line, nothing saved (no backup either:
+    the first comes after --save_checkpoints_steps, 1000)."""
     import signal
 
     encoder = tmp_path / "encoder.keras"
@@ -349,9 +350,10 @@ def test_a_sigterm_stops_every_fine_tuning_process_at_one_step(tmp_path):
     codes, outputs = run_job([command + flags for flags in jax_process_flags(2)],
                              [backend_env("jax")] * 2, REPO, timeout=600,
                              signal_when=((out / "logs").exists, 1, signal.SIGTERM))
-    assert_preempted(codes, outputs, "the model was not saved; rerun the same command "
-                     "on every host to train it again")
+    assert_preempted(codes, outputs, "rerun the same command on every host to resume (from "
+                     "the newest backup, where one was written)")
     assert not (out / "model.keras").exists()
+    assert os.listdir(out / "backup") == ["run.json"]
 
 
 # Weights whose true gradient is exactly zero for span QA: adding a constant to every

@@ -536,8 +536,8 @@ def run(task: Task, values: dict) -> dict:
                     callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief
                                else [])
                     + distribution.preemption_callbacks(
-                        "rerun the same command on every host to resume from the newest "
-                        "backup"))
+                        "rerun the same command on every host to resume (from the newest "
+                        "backup, where one was written)"))
             except BackupError as e:  # its message says what to remove to start over
                 raise FinetuneError(str(e)) from None
         summary.update(task.train_summary(data, read_info))

@@ -1110,7 +1110,9 @@ def main(argv):
 
     # One line naming the file or flag, not a TensorFlow traceback.
     return cli.report_errors(body, (PretrainingError, StrategyError, FileNotFoundError,
-                                    files.OutputExistsError), "run_pretraining")
+                                    files.OutputExistsError), "run_pretraining",
+                             on_interrupt="rerun the same command to resume from the newest "
+                                          "backup")
 
 
 if __name__ == "__main__":

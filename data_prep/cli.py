@@ -325,7 +325,8 @@ def describe_error(e: BaseException) -> str:
     return text
 
 
-def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str | None = None) -> int:
+def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str | None = None,
+                  on_interrupt: str | None = None) -> int:
     """Runs `fn()`; an expected error becomes one line on stderr and exit status 1.
 
     The line is `error: <flag or file>: <what was expected, what was found>`: expected errors
@@ -343,6 +344,8 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
       fn: the tool's body; its int result is the exit status (None: 0).
       expected: the tool's own error types, besides the common ones.
       prog: unused (kept for callers); the line starts with "error:" on every tool.
+      on_interrupt: what to do after Ctrl-C, appended to its line (a trainer: how to
+        resume).
     """
     import os
     import sys
@@ -359,7 +362,8 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
         # the way here; its traceback is not the user's business. 130: as a shell reports it.
         if os.environ.get(DEBUG_ENV):
             raise
-        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        print("error: interrupted (Ctrl-C)" + (f"; {on_interrupt}" if on_interrupt else ""),
+              file=sys.stderr)
         return 130
     return result if isinstance(result, int) else 0
 

@@ -231,3 +231,28 @@ def test_fewer_processes_resume_from_process_0s_backup_more_are_refused(
         runner._backup_dir(task, options(runner.FinetuneOptions),
                            options(task.options_class()), job, model, ["ham", "spam"],
                            runner.Features(arrays={"x": np.zeros((3, 2), np.int32)}))
+
+
+@pytest.mark.parametrize("tool", ["run_classifier", "run_pretraining"])
+def test_ctrl_c_says_how_to_resume(tool, tmp_path, monkeypatch):
+    """The trainers' Ctrl-C line says the rerun resumes (the other tools' says only
+    "interrupted": they leave no partial output and have nothing to resume)."""
+    from cli_harness import run_tool
+
+    from bert_keras import run_pretraining
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.delenv("BERT_KERAS_DEBUG", raising=False)
+    monkeypatch.setattr(runner, "run", interrupted)
+    monkeypatch.setattr(run_pretraining, "train", interrupted)
+    argv = {"run_classifier": ["--do_train", "--train_file=t.jsonl"],
+            "run_pretraining": ["--input_file=x.tfrecord"]}[tool]
+    result = run_tool(tool, [*argv, f"--output_dir={tmp_path / 'out'}"])
+    assert result.code == 130, result.stderr
+    assert result.error_lines == [{
+        "run_classifier": "error: interrupted (Ctrl-C); rerun the same command to resume "
+                          "(from the newest backup, where one was written)",
+        "run_pretraining": "error: interrupted (Ctrl-C); rerun the same command to resume "
+                           "from the newest backup"}[tool]], result.stderr

@@ -536,8 +536,7 @@ def run(task: Task, values: dict) -> dict:
                     callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief
                                else [])
                     + distribution.preemption_callbacks(
-                        "rerun the same command on every host to resume (from the newest "
-                        "backup, where one was written)"))
+                        f"rerun the same command on every host {TO_RESUME}"))
             except BackupError as e:  # its message says what to remove to start over
                 raise FinetuneError(str(e)) from None
         summary.update(task.train_summary(data, read_info))
@@ -588,6 +587,7 @@ def run(task: Task, values: dict) -> dict:
 
 
 BACKUP_DIR = "backup"  # under --output_dir: resumption state while training
+TO_RESUME = "to resume (from the newest backup, where one was written)"
 WORKERS_DIR = "workers"  # under --output_dir: <name>/backup of each process but the chief
 BACKUP_RUN_FILE = "run.json"  # in it: what the backed-up run trained (`_backup_identity`)
 BACKUP_FORMAT = "bert-keras-finetune-backup/1"
@@ -856,4 +856,5 @@ def main(task: Task, argv, holders: dict, tokenizer_flags: dict) -> int:
         run(task, values)
         return 0
 
-    return report_errors(body, expected_errors(), prog)
+    return report_errors(body, expected_errors(), prog,
+                         on_interrupt=f"rerun the same command {TO_RESUME}")

@@ -29,6 +29,7 @@ restored step) and ops must be deterministic (`--deterministic`).
 from __future__ import annotations
 
 import os
+import shutil
 
 import h5py
 import keras
@@ -44,6 +45,11 @@ RESUME_GROUP = "bert_keras_resume"
 RESUME_FORMAT = "bert-keras-resume/1"
 # The backup before the latest one (Keras' double_checkpoint).
 PREVIOUS_WEIGHTS_FILE = "previous.weights.h5"
+LATEST_WEIGHTS_FILE = "latest.weights.h5"  # Keras' name for the newest backup
+# Under a trainer's --output_dir: the chief's backups in backup/, each other process's in
+# workers/<name>/backup/ (two processes writing one file would corrupt it).
+BACKUP_DIR = "backup"
+WORKERS_DIR = "workers"
 
 
 class BackupError(ValueError):
@@ -269,3 +275,35 @@ class StopAtStep(keras.callbacks.Callback):
 def updates_done(model: keras.Model) -> int:
     """Optimizer updates so far (works for mirrored variables, which int() rejects)."""
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def process_backup_dir(output_dir: str, distribution) -> str:
+    """Where this process of a trainer writing to `output_dir` keeps its backups
+    (`distribution`: a `distribute.Distribution`)."""
+    if distribution.is_chief:
+        return os.path.join(output_dir, BACKUP_DIR)
+    return os.path.join(output_dir, WORKERS_DIR, distribution.worker_name, BACKUP_DIR)
+
+
+def holds_a_backup(backup_dir: str) -> bool:
+    """Whether `backup_dir` has a backup file to resume from."""
+    return any(os.path.exists(os.path.join(backup_dir, name))
+               for name in (LATEST_WEIGHTS_FILE, PREVIOUS_WEIGHTS_FILE))
+
+
+def remove_backups(output_dir: str, distribution) -> None:
+    """Removes this process's backups once the trained model is saved. The chief removes
+    workers/ whole: a job resumed on fewer processes leaves the backups of those that did
+    not come back there. Another process removes its own directory, and workers/ once the
+    last one is gone."""
+    backup_dir = process_backup_dir(output_dir, distribution)
+    shutil.rmtree(backup_dir, ignore_errors=True)
+    if distribution.is_chief:
+        shutil.rmtree(os.path.join(output_dir, WORKERS_DIR), ignore_errors=True)
+        return
+    worker_dir = os.path.dirname(backup_dir)
+    for directory in (worker_dir, os.path.dirname(worker_dir)):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass

@@ -58,7 +58,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import sys
 
 from absl import app, flags, logging
@@ -877,7 +876,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     import keras
 
     from bert_keras import backends, multi_worker_fix
-    from bert_keras.backup import BackupError, updates_done
+    from bert_keras.backup import BackupError, process_backup_dir, remove_backups, updates_done
     from bert_keras.inputs import pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.optimization import create_optimizer
@@ -926,12 +925,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):
             config.to_json_file(path)
-        backup_dir = os.path.join(options.output_dir, "backup")
-    else:
-        # Each non-chief worker keeps its own (identical) backup: two processes writing one
-        # file would corrupt it.
-        worker_dir = os.path.join(options.output_dir, "workers", distribution.worker_name)
-        backup_dir = os.path.join(worker_dir, "backup")
+    backup_dir = process_backup_dir(options.output_dir, distribution)
 
     accumulation = options.gradient_accumulation_steps
     steps_per_epoch = options.save_checkpoints_steps * accumulation  # micro-batches
@@ -1051,12 +1045,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     if chief:
         final = save_final_outputs(pretrainer, options, settings)
         logging.info("Encoder for fine-tuning and export: %s", final)
-    shutil.rmtree(backup_dir if chief else worker_dir, ignore_errors=True)
-    if not chief:
-        try:
-            os.rmdir(os.path.dirname(worker_dir))  # workers/, once the last worker is done.
-        except OSError:
-            pass
+    remove_backups(options.output_dir, distribution)
     return logs
 
 

@@ -81,19 +81,19 @@ def encoder_inputs(inputs: dict, max_positions: int, vocab_size: int,
     return out
 
 
-def positions(positions: tf.Tensor, ids: tf.Tensor, name: str) -> tf.Tensor:
-    """Positions into the rows of `ids` ([batch, P] int), checked: one row per row of
-    `ids`, each in [0, seq)."""
-    positions = tf.ensure_shape(positions, [None, None])
+def positions(values: tf.Tensor, ids: tf.Tensor, name: str) -> tf.Tensor:
+    """`values`, positions into the rows of `ids` ([batch, P] int), checked: one row per
+    row of `ids`, each in [0, seq)."""
+    values = tf.ensure_shape(values, [None, None])
     shape = tf.shape(ids)
     checks = [
-        tf.debugging.assert_equal(tf.shape(positions)[0], shape[0],
+        tf.debugging.assert_equal(tf.shape(values)[0], shape[0],
                                   message=f"{name} must have a row for each row of "
                                           f"{schema.INPUT_WORD_IDS}"),
         tf.debugging.assert_non_negative(
-            positions, message=f"{name}: positions must be in [0, sequence length)"),
+            values, message=f"{name}: positions must be in [0, sequence length)"),
         tf.debugging.assert_less(
-            positions, shape[1], message=f"{name}: positions must be in [0, sequence length)"),
+            values, shape[1], message=f"{name}: positions must be in [0, sequence length)"),
     ]
     with tf.control_dependencies(checks):
-        return tf.identity(positions)
+        return tf.identity(values)

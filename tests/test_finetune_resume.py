@@ -256,3 +256,46 @@ def test_ctrl_c_says_how_to_resume(tool, tmp_path, monkeypatch):
                           "(from the newest backup, where one was written)",
         "run_pretraining": "error: interrupted (Ctrl-C); rerun the same command to resume "
                            "from the newest backup"}[tool]], result.stderr
+
+
+def test_a_backup_directory_this_tool_did_not_write_is_refused(tmp_path, encoder_file, data):
+    """A backup beside an unreadable record, or a file where the backup directory goes:
+    one line each, before training, and nothing touched."""
+    out = tmp_path / "out"
+    (out / "backup").mkdir(parents=True)
+    (out / "backup" / "latest.weights.h5").write_bytes(b"weights of unknown origin")
+    (out / "backup" / "run.json").write_text("{not json")
+    with pytest.raises(runner.FinetuneError, match=r"backup holds a backup without a readable "
+                                                   r"run.json \(.*\): not one this tool wrote"):
+        run_classifier.run(**flags(out, encoder_file, data))
+    assert (out / "backup" / "run.json").read_text() == "{not json"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "backup").write_text("a file")
+    with pytest.raises(runner.FinetuneError, match=r"backup is a file; expected the directory "
+                                                   r"of training backups"):
+        run_classifier.run(**flags(other, encoder_file, data))
+
+
+def test_loop_refuses_a_backup_between_interval_ends(tmp_path, monkeypatch):
+    """finetuning.loop.train used as a library: a backup at step 4 resumed with intervals of
+    3 cannot resume at an interval's end (the tools refuse the changed flag before)."""
+    from bert_keras.backup import BackupError
+
+    inputs = keras.Input((2,), name="a")
+    model = keras.Model({"a": inputs}, {"logits": keras.layers.Dense(3)(inputs)})
+    x = {"a": np.ones((24, 2), "float32")}
+    y = {"logits": np.zeros((24,), "int32")}
+    monkeypatch.setattr(loop, "compile_args", lambda m: {
+        "loss": {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}})
+    backup_dir = str(tmp_path / "backup")
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 6)
+        with pytest.raises(Interrupted):
+            loop.train(model, x, y, 4, 1.0, 1e-3, 0.0, num_train_steps=10,
+                       backup_dir=backup_dir, save_checkpoints_steps=4)
+    with pytest.raises(BackupError, match=r"backup is at step 4, not at the end of an interval "
+                                          r"of 3 of this run's 10 steps; remove .*backup to "
+                                          r"train from step 0"):
+        loop.train(model, x, y, 4, 1.0, 1e-3, 0.0, num_train_steps=10, backup_dir=backup_dir,
+                   save_checkpoints_steps=3)

@@ -14,16 +14,10 @@ import tensorflow as tf
 from bert_keras import BertEncoder, BertPretrainer
 from conftest import TINY, make_inputs
 from data_prep import schema
+from test_export import write_vocab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB_SIZE = 40
-
-
-def write_vocab(path):
-    vocab = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    vocab += [f"w{i}" for i in range(VOCAB_SIZE - len(vocab))]
-    path.write_text("\n".join(vocab) + "\n")
-    return str(path)
 
 
 CONFIG = dict(TINY, vocab_size=VOCAB_SIZE, max_sequence_length=12)
@@ -41,7 +35,7 @@ def exports(tmp_path_factory):
     from export.export_tagger import export_tagger
 
     tmp = tmp_path_factory.mktemp("exports")
-    vocab = write_vocab(tmp / "vocab.txt")
+    vocab = write_vocab(tmp / "vocab.txt", size=VOCAB_SIZE)
     tokenizer = BertTokenizer(vocab)
     encoder = BertEncoder(**CONFIG)
     paths = {

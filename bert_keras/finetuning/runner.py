@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_keras import backends, model_loading
+from bert_keras import backends, backup, model_loading
 from bert_keras.backup import BackupError
 from bert_keras.checkpoints import reads_pooler
 from bert_keras.config import BertConfig
@@ -507,8 +507,8 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train:
         data = features["train"]
         with distribution.stop_together():  # one process's refusal stops them all
-            backup_dir = _backup_dir(task, common, opts, distribution, model, labels, data)
-        resuming = _holds_a_backup(backup_dir)
+            backup_dir, resuming = _backup_dir(task, common, opts, distribution, model, labels,
+                                               data)
         logs_dir = os.path.join(out, LOGS_DIR)
         if chief and common.overwrite_output and os.path.isdir(logs_dir) and not resuming:
             shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
@@ -551,14 +551,7 @@ def run(task: Task, values: dict) -> dict:
                                         overwrite=common.overwrite_output,
                                         include_optimizer=common.save_optimizer_state,
                                         train_results=summary)
-        # The model is saved: the backups have served. The chief removes workers/ whole: a
-        # run on fewer processes than the one it resumed leaves the others' backups there.
-        shutil.rmtree(backup_dir, ignore_errors=True)
-        if chief:
-            shutil.rmtree(os.path.join(out, WORKERS_DIR), ignore_errors=True)
-        else:  # workers/<name>/, then workers/ once the last one is done
-            worker_dir = os.path.dirname(backup_dir)
-            _remove_if_empty(worker_dir, os.path.dirname(worker_dir))
+        backup.remove_backups(out, distribution)  # the model is saved: they have served
         results["train"] = summary
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
@@ -586,9 +579,7 @@ def run(task: Task, values: dict) -> dict:
     return results
 
 
-BACKUP_DIR = "backup"  # under --output_dir: resumption state while training
 TO_RESUME = "to resume (from the newest backup, where one was written)"
-WORKERS_DIR = "workers"  # under --output_dir: <name>/backup of each process but the chief
 BACKUP_RUN_FILE = "run.json"  # in it: what the backed-up run trained (`_backup_identity`)
 BACKUP_FORMAT = "bert-keras-finetune-backup/1"
 # The common flags that change what training computes (a resumed run must keep them; the
@@ -601,6 +592,7 @@ TRAINING_FLAGS = ("max_seq_length", "train_batch_size", "learning_rate", "num_tr
 # backend's random streams, one stream per replica). A resumed run may change them, with a
 # warning that it will not end as an uninterrupted run would.
 RUNS_ON = "runs on"
+_NOT_FLAGS = ("KERAS_BACKEND", "replicas")  # RUNS_ON's settings that are no flag
 
 
 def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
@@ -628,30 +620,23 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
                       "replicas": distribution.num_replicas_in_sync}}
 
 
-def _holds_a_backup(backup_dir: str) -> bool:
-    from bert_keras.backup import PREVIOUS_WEIGHTS_FILE
-
-    return any(os.path.exists(os.path.join(backup_dir, name))
-               for name in ("latest.weights.h5", PREVIOUS_WEIGHTS_FILE))
-
-
 def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, labels,
-                data: Features) -> str:
-    """The directory this process backs training up to, with the run it belongs to
-    recorded in it. A backup left by an interrupted run is
-    resumed when it belongs to this run; one of another run is refused, naming what
-    differs (resuming it would train the other run's model further under these flags).
+                data: Features) -> tuple[str, bool]:
+    """(the directory this process backs training up to, whether it holds a backup to
+    resume from), with the run it belongs to recorded in it. A backup left by an
+    interrupted run is resumed when it belongs to this run; one of another run is refused,
+    naming what differs (resuming it would train the other run's model further under these
+    flags).
 
     Raises:
       FinetuneError: a backup of another run, or files not written by this tool.
     """
     out = common.output_dir
-    backup_dir = (os.path.join(out, BACKUP_DIR) if distribution.is_chief else
-                  os.path.join(out, WORKERS_DIR, distribution.worker_name, BACKUP_DIR))
+    backup_dir = backup.process_backup_dir(out, distribution)
     identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
                                                       distribution)))
     record = os.path.join(backup_dir, BACKUP_RUN_FILE)
-    if _holds_a_backup(backup_dir):
+    if backup.holds_a_backup(backup_dir):
         try:
             with open(record, encoding="utf-8") as f:
                 previous = json.load(f)
@@ -683,17 +668,16 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
                 "Resuming the backup in %s on other settings than it was trained on (%s): "
                 "training continues from its weights, optimizer and data position, but draws "
                 "other dropout masks, so it will not end as an uninterrupted run would",
-                backup_dir, "; ".join(m.replace("--KERAS_BACKEND", "KERAS_BACKEND")
-                                      .replace("--replicas", "replicas") for m in moved))
+                backup_dir, "; ".join(moved))
             files.write_json(record, identity)  # what the next backups are made on
-        return backup_dir
+        return backup_dir, True
     # A fresh start (also where a run stopped before its first backup).
     if os.path.exists(backup_dir) and not os.path.isdir(backup_dir):
         raise FinetuneError(f"--output_dir {out}: {backup_dir} is a file; expected the "
                             "directory of training backups")
     os.makedirs(backup_dir, exist_ok=True)
     files.write_json(record, identity)
-    return backup_dir
+    return backup_dir, False
 
 
 def _differences(previous: dict, current: dict) -> list[str]:
@@ -703,22 +687,15 @@ def _differences(previous: dict, current: dict) -> list[str]:
         old, new = previous.get(key), current.get(key)
         if old == new:
             continue
-        if isinstance(old, dict) and isinstance(new, dict):
-            changed += [f"--{name}: {old.get(name)!r} -> {new.get(name)!r}"
+        if isinstance(old, dict) and isinstance(new, dict):  # flags, or RUNS_ON's settings
+            changed += [f"{name if name in _NOT_FLAGS else '--' + name}: "
+                        f"{old.get(name)!r} -> {new.get(name)!r}"
                         for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
         elif key in ("training data", "initial weights"):
             changed.append(f"{key}: {old} -> {new}")
         else:
             changed.append(f"{key}: {old!r} -> {new!r}")
     return changed
-
-
-def _remove_if_empty(*directories: str) -> None:
-    for directory in directories:
-        try:
-            os.rmdir(directory)
-        except OSError:
-            pass
 
 
 def _read_inputs(task: Task, common: FinetuneOptions, opts):

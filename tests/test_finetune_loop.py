@@ -44,14 +44,20 @@ def test_step_logger_reports_the_mean_of_each_interval(epochs):
     assert abs(logger.history[-1]["loss"] - per_batch.mean()) > 1.0
 
 
-def test_num_train_steps_overrides_epochs(monkeypatch):
+def plain_model(monkeypatch):
+    """(model, x, y): a one-layer model on 24 examples that `loop.train` trains (its loss
+    given directly: compile_args knows only the task models)."""
     inputs = keras.Input((2,), name="a")
     model = keras.Model({"a": inputs}, {"logits": keras.layers.Dense(3)(inputs)})
     x = {"a": np.ones((24, 2), "float32")}
     y = {"logits": np.zeros((24,), "int32")}
-    # compile_args knows only the task models; this plain model gets its loss directly.
     monkeypatch.setattr(loop, "compile_args", lambda m: {
         "loss": {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}})
+    return model, x, y
+
+
+def test_num_train_steps_overrides_epochs(monkeypatch):
+    model, x, y = plain_model(monkeypatch)
     seen = []
 
     class Count(keras.callbacks.Callback):

@@ -282,12 +282,9 @@ def test_loop_refuses_a_backup_between_interval_ends(tmp_path, monkeypatch):
     3 cannot resume at an interval's end (the tools refuse the changed flag before)."""
     from bert_keras.backup import BackupError
 
-    inputs = keras.Input((2,), name="a")
-    model = keras.Model({"a": inputs}, {"logits": keras.layers.Dense(3)(inputs)})
-    x = {"a": np.ones((24, 2), "float32")}
-    y = {"logits": np.zeros((24,), "int32")}
-    monkeypatch.setattr(loop, "compile_args", lambda m: {
-        "loss": {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}})
+    from test_finetune_loop import plain_model
+
+    model, x, y = plain_model(monkeypatch)
     backup_dir = str(tmp_path / "backup")
     with monkeypatch.context() as patch:
         interrupt_at(patch, 6)

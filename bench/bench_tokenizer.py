@@ -2,8 +2,9 @@
 
     python bench/bench_tokenizer.py [--batch_size 1024] [--repeats 3] [--max_lines 0]
 
-Compares our BertTokenizer (graph call, and the Python `encode` API) with Hugging Face
-`tokenizers` (transformers' BertTokenizerFast, and the raw `tokenizers.Tokenizer`) and with
+Compares our BertTokenizer (graph call, with and without the pieces' offsets in the text, and
+the Python `encode` API) with Hugging Face `tokenizers` (transformers' BertTokenizerFast,
+with and without return_offsets_mapping, and the raw `tokenizers.Tokenizer`) and with
 tensorflow-text's FastBertTokenizer / BertTokenizer. Everything runs on one thread
 (TF intra/inter-op threads = 1, RAYON_NUM_THREADS=1). Throughput is the best of --repeats
 full passes, by wall clock and by CPU time of this process (the latter is less sensitive to
@@ -88,6 +89,8 @@ def main() -> None:
     spec = [tf.TensorSpec([None], tf.string)]
     graph_fns = {
         "ours (graph)": tf.function(ours.__call__, input_signature=spec),
+        "ours with offsets (graph)": tf.function(ours.tokenize_with_offsets,
+                                                 input_signature=spec),
         "tf-text FastBertTokenizer": tf.function(fast_bert.tokenize, input_signature=spec),
         "tf-text BertTokenizer": tf.function(
             lambda x: bert_tf.tokenize(x).merge_dims(-2, -1), input_signature=spec),
@@ -104,7 +107,12 @@ def main() -> None:
             row for b in batches for row in hf(b, add_special_tokens=False)["input_ids"]], None),
         ("HF tokenizers Tokenizer.encode_batch", lambda: [
             e.ids for b in batches for e in raw.encode_batch(b, add_special_tokens=False)], None),
+        ("HF BertTokenizerFast, return_offsets_mapping", lambda: [
+            row for b in batches for row in hf(b, add_special_tokens=False,
+                                              return_offsets_mapping=True)["input_ids"]], None),
         ("ours (graph)", run_graph(graph_fns["ours (graph)"]), to_lists),
+        ("ours with offsets (graph)", run_graph(graph_fns["ours with offsets (graph)"]),
+         lambda outs: to_lists([ids for ids, _, _ in outs])),
         ("ours (Python encode -> lists)", lambda: ours.encode(lines), None),
         ("tf-text FastBertTokenizer", run_graph(graph_fns["tf-text FastBertTokenizer"]), to_lists),
         ("tf-text BertTokenizer", run_graph(graph_fns["tf-text BertTokenizer"]), to_lists),

@@ -55,6 +55,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import types
 import unicodedata
 from typing import Iterable, Sequence
@@ -568,28 +569,74 @@ class BertTokenizer(tf.Module):
         Returns:
           tf.RaggedTensor of int32 ids, shape [B, None].
         """
+        return self._tokenize(texts, with_offsets=False)
+
+    def tokenize_with_offsets(self, texts: tf.Tensor):
+        """Tokenizes like `__call__` and says where in each text every piece came from.
+
+        Args:
+          texts: tf.string Tensor of shape [B].
+
+        Returns:
+          (ids, starts, ends): int32 ids and int64 byte offsets into `texts`, RaggedTensors
+          [B, (T)] of the same shape. texts[b][starts[b, t]:ends[b, t]] is the text piece t
+          was made of, as transformers' offset_mapping gives it (characters lowercased,
+          stripped of accents or decomposed, as a Hangul syllable into jamo, are there
+          whole; the pieces of one character share it; a word replaced by one [UNK] spans
+          the word), and, as Google's run_squad maps answers back, with the combining
+          marks after it that accent stripping dropped ("Re\u0301" is one piece "re").
+        """
+        return self._tokenize(texts, with_offsets=True)
+
+    def _tokenize(self, texts, with_offsets: bool):
         texts = tf.convert_to_tensor(texts, dtype=tf.string)
         if texts.shape.rank != 1:
             raise ValueError(f"BertTokenizer expects a tf.string Tensor of shape [batch_size], "
                              f"got shape {texts.shape}")
-        normalized = self._normalizer.normalize(texts)  # [B]
+        if with_offsets:  # offsets[b, k]: the byte of texts[b] that normalized byte k came from
+            normalized, offsets = self._normalizer.normalize_with_offsets(texts)  # [B], [B, (N+1)]
+        else:
+            normalized, offsets = self._normalizer.normalize(texts), None
         if self._presplit:
-            words = tf.strings.split(normalized)  # [B, (W)] split on ASCII whitespace
-            pieces = self._wordpiece.tokenize(words.flat_values)  # [N_words, (P)]
-            too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
-            first = tf.equal(tf.range(tf.size(pieces.values, out_type=tf.int64)),
-                             tf.gather(pieces.row_splits, pieces.value_rowids()))  # [T]
-            pieces = _collapse_to_unk(pieces, tf.gather(too_long, pieces.value_rowids()),
-                                      first, self.unk_id)
-            return words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]
-        ids = self._wordpiece.tokenize(normalized)  # [B, (T)]
-        # Words longer than 100 characters are rare: look for a run of more than 100
-        # non-space characters (a necessary condition; RE2 counts UTF-8 characters) before
-        # paying for the exact per-word count.
-        maybe_long = tf.reduce_any(tf.strings.regex_full_match(normalized, _LONG_RUN_PATTERN))
-        return tf.cond(maybe_long, lambda: self._unk_long_words(ids), lambda: ids)
+            pieces = self._presplit_pieces(normalized, with_offsets)
+        else:
+            pieces = (self._wordpiece.tokenize_with_offsets(normalized) if with_offsets
+                      else (self._wordpiece.tokenize(normalized),))  # [B, (T)] each
+            # Words longer than 100 characters are rare: look for a run of more than 100
+            # non-space characters (a necessary condition; RE2 counts UTF-8 characters)
+            # before paying for the exact per-word count.
+            maybe_long = tf.reduce_any(tf.strings.regex_full_match(normalized, _LONG_RUN_PATTERN))
+            pieces = tf.cond(maybe_long, lambda: self._unk_long_words(*pieces), lambda: pieces)
+        if not with_offsets:
+            return pieces[0]
+        ids, starts, ends = pieces
+        return (ids, *_source_offsets(texts, offsets, ids.value_rowids(), starts.flat_values,
+                                      ends.flat_values, ids, self.strip_accents))
 
-    def _unk_long_words(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
+    def _presplit_pieces(self, normalized: tf.Tensor, with_offsets: bool):
+        """Pieces of normalized text whose every split point is a space (tokenize_chinese_chars
+        False): (ids,) or (ids, starts, ends) with byte offsets into `normalized`, [B, (T)]."""
+        words = tf.strings.split(normalized, sep=" ")  # [B, (W)], "" between two spaces
+        sizes = tf.cast(tf.strings.length(words.flat_values), tf.int64)  # [W] bytes
+        # Byte offset of each word in its text: the sizes (and spaces) before it in its row.
+        ahead = tf.cumsum(sizes + 1, exclusive=True)  # [W]
+        word_starts = ahead - tf.gather(tf.gather(ahead, words.row_starts()), words.value_rowids())
+        nonempty = sizes > 0
+        words = tf.ragged.boolean_mask(words, words.with_flat_values(nonempty))  # [B, (W')]
+        flat = words.flat_values
+        word_starts, sizes = tf.boolean_mask(word_starts, nonempty), tf.boolean_mask(sizes, nonempty)
+        ids, starts, ends = self._wordpiece.tokenize_with_offsets(flat)  # [W', (P)] each
+        word = ids.value_rowids()  # [T]
+        first = tf.equal(tf.range(tf.size(ids.values, out_type=tf.int64)),
+                         tf.gather(ids.row_splits, word))  # [T]
+        too_long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD  # [W']
+        shift = tf.gather(word_starts, word)
+        pieces = _collapse_to_unk(ids, tf.gather(too_long, word), first, self.unk_id,
+                                  (starts.flat_values + shift, ends.flat_values + shift)
+                                  if with_offsets else None)
+        return tuple(words.with_flat_values(p).merge_dims(1, 2) for p in pieces)  # [B, (T)]
+
+    def _unk_long_words(self, ids: tf.RaggedTensor, *offsets: tf.RaggedTensor):
         """Replaces every word of more than 100 characters by one [UNK].
 
         FastWordpiece limits words by bytes (we give it 400 = 100 characters of 4 bytes), the
@@ -599,9 +646,10 @@ class BertTokenizer(tf.Module):
         Args:
           ids: int32 RaggedTensor [B, (T)] of wordpiece ids; a word is a first piece followed
             by "##" pieces.
+          *offsets: optionally the pieces' start and end offsets, ragged like `ids`.
 
         Returns:
-          int32 RaggedTensor [B, (T')].
+          (ids,) or (ids, starts, ends), RaggedTensors [B, (T')].
         """
         flat = ids.flat_values  # [T]
         starts = tf.gather(self._piece_starts_word, flat)  # [T] 1 at the first piece of a word
@@ -609,7 +657,8 @@ class BertTokenizer(tf.Module):
         word_chars = tf.math.unsorted_segment_sum(
             tf.gather(self._piece_chars, flat), word, tf.reduce_sum(starts))  # [W]
         piece_in_long_word = tf.gather(word_chars > MAX_CHARS_PER_WORD, word)  # [T]
-        return _collapse_to_unk(ids, piece_in_long_word, starts > 0, self.unk_id)
+        return _collapse_to_unk(ids, piece_in_long_word, starts > 0, self.unk_id,
+                                tuple(o.flat_values for o in offsets) or None)
 
     def detokenize_tensor(self, ids: tf.RaggedTensor) -> tf.Tensor:
         """Joins wordpiece ids back into text (core ops only).
@@ -715,7 +764,7 @@ class BertTokenizer(tf.Module):
 
 
 def _collapse_to_unk(ids: tf.RaggedTensor, in_long_word: tf.Tensor, word_start: tf.Tensor,
-                     unk_id: int) -> tf.RaggedTensor:
+                     unk_id: int, offsets=None):
     """Keeps one [UNK] per flagged word and drops the word's other pieces.
 
     Args:
@@ -723,15 +772,75 @@ def _collapse_to_unk(ids: tf.RaggedTensor, in_long_word: tf.Tensor, word_start: 
       in_long_word: bool [T], the piece belongs to a word to replace.
       word_start: bool [T], the piece is the first piece of its word.
       unk_id: id of [UNK].
+      offsets: None, or the pieces' (starts, ends) [T] each; an [UNK] spans its word.
 
     Returns:
-      int32 RaggedTensor [R, (T')].
+      (ids,) or (ids, starts, ends): RaggedTensors [R, (T')].
     """
     keep = tf.logical_or(word_start, tf.logical_not(in_long_word))  # [T]
-    values = tf.where(in_long_word, tf.constant(unk_id, tf.int32), ids.flat_values)
+    values = [tf.where(in_long_word, tf.constant(unk_id, tf.int32), ids.flat_values)]
+    if offsets is not None:
+        starts, ends = offsets
+        word = tf.cumsum(tf.cast(word_start, tf.int64)) - 1  # [T]
+        word_end = tf.math.unsorted_segment_max(ends, word, tf.reduce_sum(
+            tf.cast(word_start, tf.int64)))  # [W]
+        values += [starts, tf.where(in_long_word, tf.gather(word_end, word), ends)]
     lengths = tf.math.unsorted_segment_sum(
         tf.cast(keep, ids.row_splits.dtype), ids.value_rowids(), ids.nrows())  # [R]
-    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(values, keep), lengths, validate=False)
+    return tuple(tf.RaggedTensor.from_row_lengths(tf.boolean_mask(v, keep), lengths,
+                                                  validate=False) for v in values)
+
+
+@functools.lru_cache(maxsize=None)
+def _combining_mark_bounds() -> np.ndarray:
+    """The code points of category M (combining marks) as sorted bounds [lo, hi + 1, ...]:
+    a code point is a mark where searchsorted(bounds, cp, side="right") is odd."""
+    marks = np.array([unicodedata.category(chr(cp)).startswith("M")
+                      for cp in range(sys.maxunicode + 1)], dtype=np.int8)
+    return np.flatnonzero(np.diff(np.concatenate([[0], marks, [0]]))).astype(np.int32)
+
+
+def _source_offsets(texts: tf.Tensor, offsets: tf.RaggedTensor, rows: tf.Tensor,
+                    starts: tf.Tensor, ends: tf.Tensor, like: tf.RaggedTensor,
+                    skip_marks: bool):
+    """Maps pieces' byte offsets in normalized text back to the text normalized.
+
+    Args:
+      texts: string [B], what was normalized.
+      offsets: int64 RaggedTensor [B, (N+1)], FastBertNormalizer's map: the source byte of
+        each normalized byte, then the source's length; non-decreasing along a row.
+      rows: int64 [T], each piece's row; starts, ends: int64 [T], its normalized bytes.
+      like: the RaggedTensor [B, (T)] whose row partition the results take.
+      skip_marks: whether normalization strips accents (drops combining marks).
+
+    Returns:
+      (starts, ends) int64 RaggedTensors [B, (T)] into `texts`: from the source of a
+      piece's first byte to the end of its last byte's source character and of the
+      combining marks after it that normalization dropped (stripped accents); the next
+      source character with output of its own ends it in any case.
+    """
+    flat = offsets.flat_values  # [N_all]
+    base = tf.gather(offsets.row_starts(), rows)  # [T] where each piece's row begins
+    source_start = tf.gather(flat, base + starts)
+    # Keys ordered along the flattened rows (rows apart by 2^32 bytes): searching one finds
+    # the next entry of the same row. Each row's map ends with the source's length.
+    row_key = rows * (1 << 32)  # [T]
+    keys = offsets.value_rowids() * (1 << 32) + flat  # [N_all] non-decreasing
+    last = tf.gather(keys, base + ends - 1)  # [T] the last byte's source
+    next_output = tf.gather(keys, tf.searchsorted(keys, last, side="right", out_type=tf.int64))
+    # The next character of the source (or row) that is not a combining mark.
+    codes, char_starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8",
+                                                                errors="replace")  # [B, (C)]
+    boundaries = codes.value_rowids() * (1 << 32) + char_starts.flat_values  # [C]
+    if skip_marks:
+        bounds = tf.constant(_combining_mark_bounds())
+        is_mark = tf.searchsorted(bounds, codes.flat_values, side="right") % 2 == 1
+        boundaries = tf.boolean_mask(boundaries, tf.logical_not(is_mark))  # [C']
+    boundaries = tf.concat([boundaries, [tf.int64.max]], 0)
+    next_char = tf.gather(boundaries, tf.searchsorted(boundaries, last, side="right",
+                                                      out_type=tf.int64))
+    source_end = tf.minimum(next_output, next_char) - row_key
+    return like.with_flat_values(source_start), like.with_flat_values(source_end)
 
 
 def split_words_with(normalize_fn, presplit: bool, texts: Sequence[bytes]) -> list[list[str]]:

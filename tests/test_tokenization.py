@@ -284,6 +284,76 @@ def test_random_bytes_never_crash_and_follow_the_rule(uncased):
     assert tok.encode(data) == refs.hf_encode(ref, [d.decode("utf-8", "replace") for d in data])
 
 
+# ---------------------------------------------------------------------------------------
+# Offsets: where in the text each piece came from.
+
+
+def _char_offsets(text: str, starts, ends) -> list[tuple[int, int]]:
+    """Byte offsets into text's UTF-8 as character offsets into text."""
+    data = text.encode("utf-8", "surrogatepass")
+    chars = lambda n: len(data[:n].decode("utf-8", "replace"))  # noqa: E731
+    return [(chars(a), chars(b)) for a, b in zip(starts, ends)]
+
+
+@pytest.mark.parametrize("lower,strip,cjk", [(True, None, True), (True, False, True),
+                                             (False, None, True), (True, None, False)])
+def test_offsets_are_transformers_offset_mapping(mixed_lines, uncased_vocab, lower, strip, cjk):
+    """Reference: transformers' return_offsets_mapping on the mixed fixture and the Korean
+    sample (accents, CJK, Hangul decomposed to jamo and kept whole, emoji, control
+    characters, words over 100 characters), extended by the documented rule: combining
+    marks right after a piece that accent stripping drops (transformers' own normalizer
+    says which) belong to the piece, as run_squad maps answers back."""
+    ours = BertTokenizer(uncased_vocab, do_lower_case=lower, strip_accents=strip,
+                         tokenize_chinese_chars=cjk)
+    ref = refs.hf_tokenizer(uncased_vocab, lower, strip, cjk)
+    dropped_mark = lambda c: (ref.backend_tokenizer.normalizer.normalize_str(c) == ""  # noqa: E731
+                              and unicodedata.category(c).startswith("M"))
+    lines = mixed_lines + refs.read_lines(refs.KOREAN_FILE)
+    ids, starts, ends = ours.tokenize_with_offsets(tf.constant(lines))
+    assert ids.to_list() == ours.encode(lines)
+    extended = 0
+    for line, got, a, b in zip(lines, ids.to_list(), starts.to_list(), ends.to_list()):
+        want = ref(line, add_special_tokens=False, return_offsets_mapping=True)
+        assert got == want["input_ids"], line
+        expected = []
+        for start, end in want["offset_mapping"]:
+            while end < len(line) and dropped_mark(line[end]):
+                end, extended = end + 1, extended + 1
+            expected.append((start, end))
+        assert _char_offsets(line, a, b) == expected, line
+    assert extended > 0 or not ours.strip_accents  # the rule was exercised
+
+
+def test_offsets_by_hand(uncased):
+    tok, _ = uncased
+    text = "Re\u0301sume\u0301 서울 (1999) 東京🙂 x\u200by\x01" + " x" * 3 + " " + "a" * 101
+    ids, starts, ends = tok.tokenize_with_offsets(tf.constant([text, ""]))
+    data = text.encode()
+    got = [(t, data[a:b].decode()) for t, a, b in
+           zip(tok.convert_ids_to_tokens(ids[0].numpy()), starts[0].numpy(), ends[0].numpy())]
+    assert got == [("resume", "Re\u0301sume\u0301"),  # stripped accents stay with their letters
+                   ("ᄉ", "서"), ("##ᅥ", "서"), ("##ᄋ", "울"), ("##ᅮ", "울"), ("##ᆯ", "울"),
+                   ("(", "("), ("1999", "1999"), (")", ")"), ("東", "東"), ("京", "京"),
+                   ("[UNK]", "🙂"),
+                   ("x", "x"), ("##y", "y"),  # zero-width and control characters: no piece's
+                   ("x", "x"), ("x", "x"), ("x", "x"), ("[UNK]", "a" * 101)]
+    assert ids[1].numpy().size == starts[1].numpy().size == ends[1].numpy().size == 0
+    assert starts.dtype == ends.dtype == tf.int64
+
+
+def test_offsets_of_random_bytes_stay_inside_the_text_in_order(uncased):
+    tok, _ = uncased
+    rng = random.Random(99)
+    pieces = [b"a", b"B", b" ", b".", "\u0301".encode(), "한".encode(), "東".encode(),
+              "😀".encode(), b"\x80", b"\xc3", b"\xe4\xb8", b"\xff", b"\x00", b"\x0b"]
+    data = [b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 40))) for _ in range(400)]
+    ids, starts, ends = tok.tokenize_with_offsets(tf.constant(data))
+    assert ids.to_list() == tok(tf.constant(data)).to_list()
+    for text, a, b in zip(data, starts.to_list(), ends.to_list()):
+        assert all(0 <= x < y <= len(text) for x, y in zip(a, b)), text
+        assert a == sorted(a) and b == sorted(b), text
+
+
 def test_lone_surrogates_in_python_str_are_dropped(uncased):
     tok, _ = uncased
     assert tok.tokenize(["hel\ud800lo wor\udfffld"]) == tok.tokenize(["hello world"])

@@ -38,6 +38,16 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+def tf212_python():
+    """A python with tensorflow 2.12.1 + tensorflow-text 2.12.1 (stock TF Serving's
+    versions), from $BERT_KERAS_TF212_PYTHON or /tmp/tf212 (bench/tf_text_2_12_compat.py
+    shows how to make one); None if there is none."""
+    for candidate in (os.environ.get("BERT_KERAS_TF212_PYTHON"), "/tmp/tf212/bin/python"):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def backend_env(backend, **extra):
     """The environment of a fresh process on Keras backend `backend`, importing this tree."""
     return dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,

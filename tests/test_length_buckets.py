@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, TINY
+from conftest import REPO, TINY, tf212_python
 from test_export import _keras_probabilities, write_vocab
 
 from bert_keras import BertEncoder
@@ -386,18 +386,11 @@ def test_batching_file_beside_the_versions_is_never_overwritten(tmp_path):
 
 # --- Whole exports: files, warmup, verify, the TF 2.12 process, KERAS_BACKEND=jax. ---
 
-def _tf212_python():
-    for candidate in (os.environ.get("BERT_KERAS_TF212_PYTHON"), "/tmp/tf212/bin/python"):
-        if candidate and os.path.isfile(candidate):
-            return candidate
-    return None
-
-
 def in_tf212(tmp_path, path, texts, output):
     """The text-in export at `path` run in the TF 2.12.1 + tensorflow-text 2.12.1 process
     (stock TF Serving's versions; no project code): {"versions", "one": `output` of each
     text alone, "all": of all of them as one batch}. Skips the test without that process."""
-    python = _tf212_python()
+    python = tf212_python()
     if python is None:
         pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON; "
                     "bench/tf_text_2_12_compat.py shows how to make one)")

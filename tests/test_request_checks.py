@@ -94,13 +94,13 @@ _SCALARS = textwrap.dedent("""
     "this one", pytest.param("2.12.1", marks=pytest.mark.integration)])
 def test_a_scalar_where_a_batch_of_texts_belongs_is_refused_not_a_crash(exports, tensorflow):
     """In this TensorFlow and in stock TF Serving's (TF and tensorflow-text 2.12.1, where a
-    process with them exists: test_length_buckets._tf212_python)."""
+    process with them exists: conftest.tf212_python)."""
     import json
 
-    from test_length_buckets import _tf212_python
+    from conftest import tf212_python
 
     paths, _ = exports
-    python = sys.executable if tensorflow == "this one" else _tf212_python()
+    python = sys.executable if tensorflow == "this one" else tf212_python()
     if python is None:
         pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
     result = subprocess.run([python, "-c", _SCALARS, json.dumps(paths)], cwd=ROOT,

@@ -22,8 +22,13 @@ Signatures (S = max_seq_length):
                    max_answer_length tokens; -1 when the context is empty, and for a
                    SQuAD 2.0 model where null_odds > --null_score_diff_threshold),
                    null_odds float32 [batch] ([CLS]'s score minus the best span's, run_squad's
-                   null_odds.json), answer string [batch] (its WordPieces joined, normalized
-                   as the tokenizer normalizes; "" for no answer)
+                   null_odds.json), answer string [batch] (the context's own text under the
+                   span: from the first WordPiece's source to the last one's end, casing,
+                   accents and scripts as sent, whitespace runs as one space as run_squad's
+                   predictions.json writes them; "" for no answer),
+                   answer_char_start, answer_char_end int32 [batch] (the span in characters
+                   of the context, end exclusive: context[start:end] in Python; -1 for no
+                   answer)
   ids              input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
                    (packed as run_squad packs) -> start_logits, end_logits [batch, seq]
 
@@ -52,6 +57,8 @@ from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
 MAX_QUERY_LENGTH = 64  # and its --max_query_length
+# What run_squad splits a context into words at (`data_prep.squad`), as an RE2 class.
+SQUAD_WHITESPACE = r"[ \t\r\n\x{202f}]+"
 
 
 def _ids_signature():
@@ -104,7 +111,8 @@ class SpanQAModule(tf.Module):
         asked = keep_first(asked, tf.fill([asked.nrows()], tf.constant(self.max_query_length,
                                                                          tf.int64)))
         room = pre.seq_length - 3 - asked.row_lengths()
-        packed, inputs = pre.encoder_inputs([asked, keep_first(pre._tokenize(context), room)])
+        pieces, starts, ends = pre.tokenizer.tokenize_with_offsets(context)  # [B, (T)] each
+        packed, inputs = pre.encoder_inputs([asked, keep_first(pieces, room)])
         out = self._logits(inputs)  # [B, L] each, L <= S the bucket length
         ids = inputs[schema.INPUT_WORD_IDS]  # [B, L]
         # Context tokens: segment 1, real, not the closing [SEP].
@@ -127,11 +135,19 @@ class SpanQAModule(tf.Module):
             found &= null_odds <= self.null_score_diff_threshold
         answer_start = tf.where(found, best // seq, -1)
         answer_end = tf.where(found, best % seq, -1)
-        positions = tf.ragged.range(tf.maximum(answer_start, 0),
-                                    tf.where(found, answer_end + 1, 0))  # [B, (L)]
-        rows = tf.cast(positions.value_rowids(), tf.int32)
-        pieces = positions.with_flat_values(
-            tf.gather_nd(ids, tf.stack([rows, positions.flat_values], axis=1)))
+        # The answer is the context's own text: from where its first piece came from to
+        # where its last one ended (`BertTokenizer.tokenize_with_offsets`), in bytes.
+        first = tf.cast(asked.row_lengths(), tf.int32) + 2  # [CLS] question [SEP]
+
+        def source(offsets, position):  # [B] int64: the offset of context piece `position`
+            index = offsets.row_starts() + tf.cast(position - first, tf.int64)
+            flat = tf.concat([offsets.flat_values, [0]], 0)  # a row without an answer reads 0
+            return tf.gather(flat, tf.where(found, index, tf.size(flat, tf.int64) - 1))
+
+        begin, finish = source(starts, answer_start), source(ends, answer_end)
+        answer = tf.strings.substr(context, begin, finish - begin)
+        chars = lambda offset: tf.strings.length(  # noqa: E731
+            tf.strings.substr(context, tf.zeros_like(offset), offset), unit="UTF8_CHAR")
         mask = packed[schema.MODEL_INPUT_MASK]  # [B, S]
         return {
             **{name: length_buckets.pad_positions(logits, mask, length_buckets.PADDING_LOGIT)
@@ -141,7 +157,10 @@ class SpanQAModule(tf.Module):
             "answer_start": answer_start,
             "answer_end": answer_end,
             "null_odds": null_odds,
-            "answer": pre.tokenizer.detokenize_tensor(pieces),
+            # run_squad's predictions.json joins an answer's words with one space.
+            "answer": tf.strings.regex_replace(answer, SQUAD_WHITESPACE, " "),
+            "answer_char_start": tf.where(found, chars(begin), -1),
+            "answer_char_end": tf.where(found, chars(finish), -1),
         }
 
 

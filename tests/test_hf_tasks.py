@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import TESTDATA, make_inputs
+from conftest import TESTDATA, make_inputs, tf212_python
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -283,16 +283,6 @@ TEXTS = ["John Smith moved to Paris, France.", "click here for free money now!",
          "naïve café 東京 unwanted running " * 4]
 
 
-def tf212_python():
-    """A python with tensorflow 2.12.1 + tensorflow-text 2.12.1 (stock TF Serving's
-    versions), from $BERT_KERAS_TF212_PYTHON or /tmp/tf212 (bench/tf_text_2_12_compat.py
-    shows how to make one); None if there is none."""
-    for candidate in (os.environ.get("BERT_KERAS_TF212_PYTHON"), "/tmp/tf212/bin/python"):
-        if candidate and os.path.isfile(candidate):
-            return candidate
-    return None
-
-
 def hf_softmax(hf, path, texts, seq_length=SEQ):
     """transformers' own pipeline: its tokenizer from the directory, its model, softmax."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
@@ -481,8 +471,13 @@ def test_transformers_span_qa_is_served_with_its_logits(hf_dirs, tmp_path):
                  for i in context for j in context if 0 <= j - i < 4]
         _, start, end = max(spans)
         assert (out["answer_start"].numpy()[row], out["answer_end"].numpy()[row]) == (start, end)
-        pieces = hf_tokenizer.convert_ids_to_tokens(ids["input_word_ids"][row, start:end + 1])
-        assert out["answer"].numpy()[row].decode() == " ".join(pieces).replace(" ##", "")
+        # The answer: the context's text under the span, at transformers' offsets.
+        spans = hf_tokenizer(questions[row], contexts[row], return_offsets_mapping=True,
+                             truncation="only_second", max_length=SEQ)["offset_mapping"]
+        begin, finish = spans[start][0], spans[end][1]
+        assert out["answer"].numpy()[row].decode() == contexts[row][begin:finish]
+        assert (out["answer_char_start"].numpy()[row], out["answer_char_end"].numpy()[row]) == (
+            begin, finish)
 
 
 def test_a_glue_task_on_a_model_whose_head_orders_the_labels_otherwise(tmp_path):

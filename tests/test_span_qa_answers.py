@@ -1,0 +1,174 @@
+"""The span-QA export answers with the context's own text (export/export_span_qa.py).
+
+References: transformers' `return_offsets_mapping` under the same tokenizer settings (where
+in the context each WordPiece came from), and run_squad's own predictions
+(`data_prep.squad.postprocess`, Google's write_predictions) on the export's logits. The
+model is a TINY random BertSpanQA: its best spans fall anywhere, which is what these tests
+need (every kind of text under some span).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import unicodedata
+
+import keras
+import pytest
+import tensorflow as tf
+from conftest import TINY, tf212_python
+
+import tokenizer_refs as refs
+from bert_keras import BertEncoder
+from bert_keras.tasks import BertSpanQA
+from data_prep import squad
+from data_prep.tokenization import BertTokenizer
+
+S = 40  # TINY's position table
+MAX_ANSWER = 6
+QUESTIONS = ["who?", "Where is 서울?", "", "what's 東京 like", "naïve question " * 12]
+
+
+@pytest.fixture(scope="module")
+def vocab() -> str:
+    return refs.bert_base_uncased_vocab()
+
+
+@pytest.fixture(scope="module")
+def span_qa(vocab):
+    keras.utils.set_random_seed(5)
+    return BertSpanQA(BertEncoder(**{**TINY, "vocab_size": 30522}))
+
+
+def _contexts() -> list[str]:
+    lines = refs.read_lines(refs.MIXED_FILE) + refs.read_lines(refs.KOREAN_FILE)
+    # Whitespace runs run_squad writes as one space (two-word contexts: a span of two
+    # pieces holds one), and an empty context.
+    pairs = [f"{a}{space}{b}" for a, b in zip("abcdefgh", "ijklmnop")
+             for space in ["\n\n", "\t ", "\u202f", "\r\n"]]
+    return lines + pairs + ["New\n\nYork  is\tbig", ""]
+
+
+def _serve(vocab, span_qa, tmp_path, **settings):
+    from export.export_preprocessor import PreprocessorModule
+    from export.export_span_qa import SpanQAModule
+
+    tokenizer = BertTokenizer(vocab, **settings)
+    module = SpanQAModule(PreprocessorModule(tokenizer, S, str(tmp_path)), span_qa, MAX_ANSWER)
+    contexts = _contexts()
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(len(contexts))]
+    out = module.serve(tf.constant(questions), tf.constant(contexts))
+    return tokenizer, module, questions, contexts, {k: v.numpy() for k, v in out.items()}
+
+
+def _squad_words(text: str) -> str:
+    return re.sub("[ \t\r\n\u202f]+", " ", text)
+
+
+SETTINGS = [dict(), dict(do_lower_case=True, strip_accents=False), dict(do_lower_case=False),
+            dict(tokenize_chinese_chars=False)]
+
+
+@pytest.mark.parametrize("settings", SETTINGS[:2] + [
+    pytest.param(s, marks=pytest.mark.integration) for s in SETTINGS[2:]])
+def test_answers_are_the_context_at_transformers_offsets(vocab, span_qa, tmp_path, settings):
+    tokenizer, module, questions, contexts, out = _serve(vocab, span_qa, tmp_path, **settings)
+    hf = refs.hf_tokenizer(vocab, settings.get("do_lower_case", True),
+                           settings.get("strip_accents"),
+                           settings.get("tokenize_chinese_chars", True))
+    dropped_mark = lambda c: (hf.backend_tokenizer.normalizer.normalize_str(c) == ""  # noqa: E731
+                              and unicodedata.category(c).startswith("M"))
+    kinds = set()
+    for row, (question, context) in enumerate(zip(questions, contexts)):
+        start, end = out["answer_start"][row], out["answer_end"][row]
+        got = (out["answer"][row].decode(), out["answer_char_start"][row],
+               out["answer_char_end"][row])
+        if start < 0:
+            assert not hf(context, add_special_tokens=False)["input_ids"], context
+            assert got == ("", -1, -1)
+            continue
+        asked = min(len(hf(question, add_special_tokens=False)["input_ids"]),
+                    module.max_query_length)
+        offsets = hf(context, add_special_tokens=False,
+                     return_offsets_mapping=True)["offset_mapping"]
+        begin, finish = offsets[start - asked - 2][0], offsets[end - asked - 2][1]
+        while finish < len(context) and dropped_mark(context[finish]):
+            finish += 1  # accents stripped after a piece belong to it, as in run_squad
+        assert got == (_squad_words(context[begin:finish]), begin, finish), (row, context)
+        pieces = hf.convert_ids_to_tokens(out["input_word_ids"][row, start:end + 1])
+        kinds |= {"[UNK]" * ("[UNK]" in pieces), "hangul" * bool(re.search("[가-힣]", got[0])),
+                  "cased" * (got[0] != got[0].lower()), "space" * bool(re.search("[\t\n\u202f]", context[begin:finish]))}
+    assert kinds >= {"[UNK]", "hangul", "cased", "space"}, kinds  # every kind was answered
+
+
+def test_answers_are_run_squads_predictions(vocab, span_qa, tmp_path):
+    """run_squad --do_predict's text for the same spans (its first window, which is what the
+    export packs), where run_squad can map the span back: its final_text falls back to the
+    span's whole words where the prediction holds [UNK], and finds a prediction's first
+    occurrence in its words (Google's get_final_text's rules)."""
+    settings = dict(do_lower_case=True, strip_accents=False)
+    tokenizer, module, questions, contexts, out = _serve(vocab, span_qa, tmp_path, **settings)
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [
+        {"context": c, "qas": [{"id": f"q{i}", "question": q, "answers": []}]}
+        for i, (q, c) in enumerate(zip(questions, contexts))]}]}))
+    examples, _ = squad.read_squad(str(path), is_training=False)
+    # Windows that do not overlap (doc_stride S): run_squad scores every token of the first
+    # window there, as the export does.
+    _, windows, _ = squad.convert_examples(examples, tokenizer, S, S, module.max_query_length,
+                                           False)
+    first = [[w.example_index for w in windows].index(i) for i in range(len(contexts))]
+    predictions, _, _ = squad.postprocess(
+        examples, [windows[i] for i in first], out["start_logits"], out["end_logits"],
+        n_best_size=S, max_answer_length=MAX_ANSWER, tokenizer_config=tokenizer.config)
+    compared = 0
+    for row in range(len(contexts)):
+        want, got = predictions[f"q{row}"], out["answer"][row].decode()
+        start, end = out["answer_start"][row], out["answer_end"][row]
+        pieces = tokenizer.convert_ids_to_tokens(out["input_word_ids"][row, start:end + 1])
+        if start >= 0 and "[UNK]" in pieces:
+            assert got in want, row  # run_squad answers the whole words
+            continue
+        compared += 1
+        assert got == want, (row, contexts[row])
+    assert compared > 0.6 * len(contexts)  # the others hold [UNK] (accents kept, uncased vocabulary)
+
+
+@pytest.mark.integration  # An export, and a TF 2.12.1 process: about a minute.
+def test_answers_in_stock_servings_tf_2_12(vocab, span_qa, tmp_path):
+    """The export's answers and character spans in a TF 2.12.1 + tensorflow-text 2.12.1
+    process (stock TF Serving's; no project code) equal this process's."""
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from export.export_span_qa import export_span_qa
+
+    python = tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
+    tokenizer = BertTokenizer(vocab, do_lower_case=True, strip_accents=False)
+    path = export_span_qa(span_qa, tokenizer, str(tmp_path / "export"), seq_length=S,
+                          max_answer_length=MAX_ANSWER)
+    contexts = _contexts()[::7]
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(len(contexts))]
+    names = ["answer", "answer_char_start", "answer_char_end"]
+    here = tf.saved_model.load(path).signatures["serving_default"](
+        question=tf.constant(questions), context=tf.constant(contexts))
+    script = ("import json, sys\n"
+              "import tensorflow as tf, tensorflow_text\n"
+              "fn = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+              "questions, contexts, names = json.loads(sys.argv[2])\n"
+              "out = fn(question=tf.constant(questions), context=tf.constant(contexts))\n"
+              "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
+              "  'answer': [a.decode() for a in out['answer'].numpy()],\n"
+              "  **{k: out[k].numpy().tolist() for k in names[1:]}}))\n")
+    result = subprocess.run([python, "-c", script, path, json.dumps([questions, contexts, names])],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    there = json.loads(result.stdout.strip().splitlines()[-1])
+    assert there.pop("versions") == ["2.12.1", "2.12.1"]
+    assert there == {"answer": [a.decode() for a in here["answer"].numpy()],
+                     **{k: here[k].numpy().tolist() for k in names[1:]}}
+    assert any(re.search("[가-힣]", a) for a in there["answer"])

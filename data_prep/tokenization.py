@@ -800,6 +800,40 @@ def _combining_mark_bounds() -> np.ndarray:
     return np.flatnonzero(np.diff(np.concatenate([[0], marks, [0]]))).astype(np.int32)
 
 
+# Byte offsets of a batch's texts as one sorted int64 key each, `row * ROW + offset` (a text
+# is under 4 GiB): a sorted search for a key then stays in its row.
+ROW = 1 << 32
+
+
+def character_stops(texts: tf.Tensor, skip_marks: bool = False) -> tf.Tensor:
+    """Where the characters of a batch of texts start, and where each text ends.
+
+    Args:
+      texts: string [B], decoded as `bytes.decode("utf-8", "replace")` decodes (one
+        character per ill-formed sequence, as the tokenizer reads them).
+      skip_marks: leave out the characters of category M (combining marks), so that the
+        next stop after a character is past the marks that belong to it.
+
+    Returns:
+      int64 [C + B], sorted: `row * ROW + byte offset` of each character start, then of
+      the text's end, row by row.
+    """
+    codes, starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8", errors="replace")
+    keys = codes.with_flat_values(codes.value_rowids() * ROW + starts.flat_values)  # [B, (C)]
+    if skip_marks:
+        bounds = tf.constant(_combining_mark_bounds())
+        marks = tf.searchsorted(bounds, codes.flat_values, side="right") % 2 == 1
+        keys = tf.ragged.boolean_mask(keys, codes.with_flat_values(tf.logical_not(marks)))
+    ends = tf.range(codes.nrows()) * ROW + tf.cast(tf.strings.length(texts), tf.int64)
+    return tf.concat([keys, ends[:, None]], axis=1).flat_values
+
+
+def next_stop(stops: tf.Tensor, keys: tf.Tensor, inclusive: bool) -> tf.Tensor:
+    """The first of the sorted `stops` at (`inclusive`) or after each of `keys`, as keys."""
+    side = "left" if inclusive else "right"
+    return tf.gather(stops, tf.searchsorted(stops, keys, side=side, out_type=tf.int64))
+
+
 def _source_offsets(texts: tf.Tensor, offsets: tf.RaggedTensor, rows: tf.Tensor,
                     starts: tf.Tensor, ends: tf.Tensor, like: tf.RaggedTensor,
                     skip_marks: bool):
@@ -822,24 +856,11 @@ def _source_offsets(texts: tf.Tensor, offsets: tf.RaggedTensor, rows: tf.Tensor,
     flat = offsets.flat_values  # [N_all]
     base = tf.gather(offsets.row_starts(), rows)  # [T] where each piece's row begins
     source_start = tf.gather(flat, base + starts)
-    # Keys ordered along the flattened rows (rows apart by 2^32 bytes): searching one finds
-    # the next entry of the same row. Each row's map ends with the source's length.
-    row_key = rows * (1 << 32)  # [T]
-    keys = offsets.value_rowids() * (1 << 32) + flat  # [N_all] non-decreasing
+    keys = offsets.value_rowids() * ROW + flat  # [N_all] sorted: each row ends at its length
     last = tf.gather(keys, base + ends - 1)  # [T] the last byte's source
-    next_output = tf.gather(keys, tf.searchsorted(keys, last, side="right", out_type=tf.int64))
-    # The next character of the source (or row) that is not a combining mark.
-    codes, char_starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8",
-                                                                errors="replace")  # [B, (C)]
-    boundaries = codes.value_rowids() * (1 << 32) + char_starts.flat_values  # [C]
-    if skip_marks:
-        bounds = tf.constant(_combining_mark_bounds())
-        is_mark = tf.searchsorted(bounds, codes.flat_values, side="right") % 2 == 1
-        boundaries = tf.boolean_mask(boundaries, tf.logical_not(is_mark))  # [C']
-    boundaries = tf.concat([boundaries, [tf.int64.max]], 0)
-    next_char = tf.gather(boundaries, tf.searchsorted(boundaries, last, side="right",
-                                                      out_type=tf.int64))
-    source_end = tf.minimum(next_output, next_char) - row_key
+    next_output = next_stop(keys, last, inclusive=False)
+    next_char = next_stop(character_stops(texts, skip_marks), last, inclusive=False)
+    source_end = tf.minimum(next_output, next_char) - rows * ROW
     return like.with_flat_values(source_start), like.with_flat_values(source_end)
 
 

@@ -23,11 +23,13 @@ Signatures (S = max_seq_length):
                    SQuAD 2.0 model where null_odds > --null_score_diff_threshold),
                    null_odds float32 [batch] ([CLS]'s score minus the best span's, run_squad's
                    null_odds.json), answer string [batch] (the context's own text under the
-                   span: from the first WordPiece's source to the last one's end, casing,
-                   accents and scripts as sent, whitespace runs as one space as run_squad's
-                   predictions.json writes them; "" for no answer),
+                   span: from the first WordPiece's source to the last one's end and the
+                   combining marks after it, casing, accents and scripts as sent, whitespace
+                   runs as one space as run_squad's predictions.json writes them, ill-formed
+                   UTF-8 as U+FFFD; "" for no answer),
                    answer_char_start, answer_char_end int32 [batch] (the span in characters
-                   of the context, end exclusive: context[start:end] in Python; -1 for no
+                   of the context, end exclusive: context[start:end] in Python, with a
+                   context sent as bytes read as bytes.decode("utf-8", "replace"); -1 for no
                    answer)
   ids              input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
                    (packed as run_squad packs) -> start_logits, end_logits [batch, seq]
@@ -50,7 +52,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
-from data_prep import files, schema, tokenizer_config
+from data_prep import files, schema, tokenization, tokenizer_config
 from export import length_buckets, request_checks, saved_model_writer, task_export
 from export.text_preprocessing import keep_first
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
@@ -145,9 +147,18 @@ class SpanQAModule(tf.Module):
             return tf.gather(flat, tf.where(found, index, tf.size(flat, tf.int64) - 1))
 
         begin, finish = source(starts, answer_start), source(ends, answer_end)
-        answer = tf.strings.substr(context, begin, finish - begin)
-        chars = lambda offset: tf.strings.length(  # noqa: E731
-            tf.strings.substr(context, tf.zeros_like(offset), offset), unit="UTF8_CHAR")
+        # The answer ends past the combining marks after its last piece (a vowel sign, or an
+        # accent that is a WordPiece of its own), where run_squad's final_text ends it.
+        row = tf.range(tf.size(context, out_type=tf.int64)) * tokenization.ROW  # [B]
+        marks_skipped = tokenization.character_stops(context, skip_marks=True)
+        finish = tf.where(found, tokenization.next_stop(marks_skipped, row + finish,
+                                                        inclusive=True) - row, 0)
+        # In characters of the context as a client decodes it (invalid UTF-8 replaced).
+        stops = tokenization.character_stops(context)
+        before = lambda key: tf.searchsorted(stops, key, out_type=tf.int64)  # noqa: E731
+        chars = lambda offset: tf.cast(before(row + offset) - before(row), tf.int32)  # noqa: E731
+        answer = tf.strings.unicode_transcode(tf.strings.substr(context, begin, finish - begin),
+                                              "UTF-8", "UTF-8", errors="replace")
         mask = packed[schema.MODEL_INPUT_MASK]  # [B, S]
         return {
             **{name: length_buckets.pad_positions(logits, mask, length_buckets.PADDING_LOGIT)

@@ -44,6 +44,11 @@ unassigned in Unicode 14 that tensorflow-text's newer ICU data makes punctuation
 Extension E U+2B820..U+2B91F, which Google's list counts as CJK and `tokenizers` (a typo,
 0x2B920) does not. Like the Rust pipeline and unlike Google's Python code, we keep
 unassigned code points and lowercase per character (word-final "Σ" -> "σ", not "ς").
+Stripping accents, the reference NFD-decomposes the whole text, which reorders combining
+marks by class; our per-character table keeps them in place, so where a stripped mark
+precedes one of the 25 kept marks of non-zero class (some viramas, U+302E/U+302F Hangul
+tone marks, musical symbols U+1D165..U+1D172) pieces may come in another order (found by
+fuzzing, 2026-12-03; no other sequence differs).
 
 Korean: the default uncased setting decomposes Hangul syllables into jamo (NFD), like the
 reference. Use `do_lower_case=True, strip_accents=False` for Korean corpora: Latin text is
@@ -585,6 +590,8 @@ class BertTokenizer(tf.Module):
           whole; the pieces of one character share it; a word replaced by one [UNK] spans
           the word), and, as Google's run_squad maps answers back, with the combining
           marks after it that accent stripping dropped ("Re\u0301" is one piece "re").
+          Where the reference reorders marks (see the module docstring), its offsets point
+          at the dropped mark and ours at the character the piece is made of.
         """
         return self._tokenize(texts, with_offsets=True)
 

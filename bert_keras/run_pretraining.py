@@ -172,6 +172,11 @@ class PretrainingOptions(DistributionOptions):
         return {name: getattr(self, name) for name in tokenizer_config.SETTINGS
                 if getattr(self, name) is not None}
 
+    # Where and how the steps run: the same function with other dropout masks (each
+    # backend's, XLA's and each replica's random streams). A resumed run may change them,
+    # with a warning (as the fine-tuning tools and a change of KERAS_BACKEND).
+    RUNS_ON = ("distribution_strategy", "tpu", "num_cpu_devices", "jit_compile")
+
     def run_identity(self) -> dict:
         """The fields a resumed run must share with the interrupted one."""
         values = dataclasses.asdict(self)
@@ -573,11 +578,22 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
             current.pop("vocab_file", None)
         changed = sorted(k for k in set(previous) | set(current)
                          if previous.get(k, defaults.get(k)) != current.get(k))
+        describe = lambda names: ", ".join(  # noqa: E731
+            f"{k}: {previous.get(k, defaults.get(k))!r} -> {current.get(k)!r}" for k in names)
+        moved = [k for k in changed if k in options.RUNS_ON]
+        changed = [k for k in changed if k not in options.RUNS_ON]
         if changed:
-            details = ", ".join(f"{k}: {previous.get(k, defaults.get(k))!r} -> "
-                                f"{current.get(k)!r}" for k in changed)
-            raise PretrainingError(f"--output_dir {out} holds a run with other flags ({details}); "
-                                   "rerun it with its own flags or choose a new output_dir")
+            raise PretrainingError(f"--output_dir {out} holds a run with other flags "
+                                   f"({describe(changed)}); rerun it with its own flags or "
+                                   "choose a new output_dir")
+        if moved:
+            logging.warning(
+                "Resuming the run in %s on other settings than it started on (%s): it "
+                "continues from the backup's weights, optimizer and data position, but draws "
+                "other dropout masks, so it will not end as an uninterrupted run would",
+                out, describe(moved))
+            if chief:
+                files.write_json(record, options.run_identity())  # what it now runs on
         return True
     if not chief:
         return False  # The chief checks and writes; workers only read.

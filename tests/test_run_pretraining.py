@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -694,6 +695,46 @@ def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming from" in resumed.stderr
     _assert_bit_identical(out, tmp_path / "clean")
+
+
+@pytest.mark.integration  # Runs in fresh processes: about 40 s on 2 cores.
+def test_a_run_started_on_two_replicas_resumes_on_one(data, tmp_path):
+    """A job moved to other hardware: started under MirroredStrategy on 2 logical CPUs,
+    killed after a backup, resumed with the default strategy on one device (the flags that
+    say where steps run may change, with a warning; the others may not). It continues from
+    the backup's step and ends near the uninterrupted two-replica run: without dropout the
+    two differ by the order of the replicas' gradient sums, which Adam amplifies to about
+    2e-4 over these 36 updates at lr 1e-3 (a restart from step 0 on one device does too, so
+    the step the log names is what shows that it resumed)."""
+    def args(out, *where):
+        return [f"--input_file={data['train']}", f"--output_dir={out}",
+                f"--bert_config_file={data['config']}", f"--max_seq_length={S}",
+                f"--max_predictions_per_seq={P}", "--train_batch_size=8",
+                "--num_train_steps=36", "--num_warmup_steps=2", "--save_checkpoints_steps=6",
+                "--learning_rate=1e-3", "--seed=5", *where]
+
+    two = ("--distribution_strategy=mirrored", "--num_cpu_devices=2")
+    clean = _cli(args(tmp_path / "clean", *two), timeout=600)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    out = tmp_path / "moved"
+    log = tmp_path / "moved.log"
+    process = _start(args(out, *two), log)
+    killed = _kill_when(process, (out / "backup" / "latest.weights.h5").exists, timeout=600)
+    assert killed, "the run ended before it could be killed:\n" + log.read_text()[-3000:]
+    refused = _cli(args(out, "--learning_rate=1e-2"), timeout=600)
+    assert refused.returncode != 0
+    assert "learning_rate: 0.001 -> 0.01" in refused.stderr
+    assert "distribution_strategy" not in refused.stderr.splitlines()[-1]
+    resumed = _cli(args(out), timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    step = re.search(r"Resuming from \S+ at step (\d+) of 36", resumed.stderr)
+    assert step and int(step.group(1)) in (6, 12, 18, 24, 30), resumed.stderr[-3000:]
+    assert ("on other settings than it started on (distribution_strategy: 'mirrored' -> "
+            "'default', num_cpu_devices: 2 -> 1)") in resumed.stderr
+    got = _weights(out / "pretrainer.weights.h5")
+    want = _weights(tmp_path / "clean" / "pretrainer.weights.h5")
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=2e-3, err_msg=name)
 
 
 def test_runs_recorded_before_the_schedule_flags_resume_with_their_old_arithmetic(tmp_path):

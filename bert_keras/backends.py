@@ -1,7 +1,8 @@
 """Which Keras backends the tools run on, checked in one place (docs/backends.md).
 
     TRAINING_BACKENDS  run_pretraining, run_classifier, run_tagger, run_squad,
-                       extract_features: TensorFlow or JAX (data through tf.data either way)
+                       extract_features, convert_checkpoint: TensorFlow or JAX (data
+                       through tf.data either way)
     EXPORT_BACKENDS    the export tools: TensorFlow (they write TensorFlow SavedModels; a
                        model trained on JAX is exported by a TensorFlow process)
 

@@ -43,7 +43,7 @@ vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 
 from absl import app, flags
 
-from bert_keras import checkpoints, model_loading
+from bert_keras import backends, checkpoints, model_loading
 from data_prep import files, tokenizer_config
 
 # Google-style flag names (input, output, bert_config_file) recur across our tools;
@@ -122,9 +122,11 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
       (written path, the loaded model).
 
     Raises:
+      data_prep.cli.InputError: Keras runs on another backend than TensorFlow or JAX.
       FileExistsError: the output exists (checked before anything is loaded).
       FileNotFoundError, checkpoints.WeightLoadError, ValueError: bad input.
     """
+    backends.check_backend()  # TensorFlow or JAX: other backends load these files wrongly
     checkpoints.check_output_free(to_format, output_path)
     return _convert(from_format, to_format, input_path, output_path,
                     *_load(from_format, input_path, model, config_file))

@@ -20,14 +20,17 @@ from conftest import REPO, TESTDATA, backend_env, h5_keys
 from multiprocess import assert_preempted, describe, jax_process_flags, run_job
 from test_run_finetune import SMALL, VOCAB, write_classification, write_conll
 
-from bert_keras import (BertEncoder, backends, distribute, extract_features, run_classifier,
-                        run_squad, run_tagger)
+from bert_keras import (BertEncoder, backends, convert_checkpoint, distribute, extract_features,
+                        run_classifier, run_squad, run_tagger)
 from data_prep import cli
 
 SQUAD = os.path.join(TESTDATA, "ft_squad_v2.json")
 TOOLS = {"run_classifier": run_classifier.run, "run_tagger": run_tagger.run,
          "run_squad": run_squad.run,
-         "extract_features": lambda **kw: extract_features.run("in.txt", "out.jsonl", **kw)}
+         "extract_features": lambda **kw: extract_features.run("in.txt", "out.jsonl", **kw),
+         # Under torch it loaded good checkpoints wrongly and wrote unloadable ones.
+         "convert_checkpoint": lambda output_dir, **_: convert_checkpoint.convert(
+             "hf", "keras", "missing", output_dir)}
 
 
 def _pretend_backend(monkeypatch, name):
@@ -39,8 +42,9 @@ def _pretend_backend(monkeypatch, name):
 def test_unsupported_backend_is_one_line_naming_the_supported_ones(tool, backend, monkeypatch,
                                                                    capsys, tmp_path):
     _pretend_backend(monkeypatch, backend)
-    values = {} if tool == "extract_features" else dict(
-        output_dir=str(tmp_path / "out"), do_train=True, train_file="missing.jsonl")
+    values = (dict(output_dir=str(tmp_path / "out")) if tool == "convert_checkpoint" else
+              {} if tool == "extract_features" else dict(
+                  output_dir=str(tmp_path / "out"), do_train=True, train_file="missing.jsonl"))
     status = cli.report_errors(lambda: TOOLS[tool](**values))
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1, err

@@ -85,8 +85,11 @@ class TokenizerConfig:
         lower, strip, cjk = self.effective()
         return f"do_lower_case={lower}, strip_accents={strip}, tokenize_chinese_chars={cjk}"
 
-    def to_json_dict(self, vocab_file: str | None = None) -> dict:
-        """The tokenizer_config.json content (Hugging Face keys + ours under "bert_keras")."""
+    def to_json_dict(self, vocab_file: str | None = None,
+                     model_max_length: int | None = None) -> dict:
+        """The tokenizer_config.json content (Hugging Face keys + ours under "bert_keras");
+        `model_max_length`, where given, is transformers' key for what its tokenizer
+        truncates to (the model's position table)."""
         values: dict[str, Any] = {
             "tokenizer_class": "BertTokenizer",
             "do_lower_case": self.do_lower_case,
@@ -94,6 +97,8 @@ class TokenizerConfig:
             "tokenize_chinese_chars": self.tokenize_chinese_chars,
             **_SPECIAL_KEYS,
         }
+        if model_max_length is not None:
+            values["model_max_length"] = int(model_max_length)
         ours: dict[str, Any] = {"format": FORMAT}
         if vocab_file is not None:
             ours["vocab_file"] = os.path.basename(vocab_file)
@@ -197,10 +202,12 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     return config, path
 
 
-def write_for_vocab(vocab_file: str, config: TokenizerConfig, overwrite: bool = True) -> str:
+def write_for_vocab(vocab_file: str, config: TokenizerConfig, overwrite: bool = True,
+                    model_max_length: int | None = None) -> str:
     """Writes `config` as tokenizer_config.json beside `vocab_file`; returns its path."""
     path = path_for_vocab(vocab_file)
-    return files.write_json(path, config.to_json_dict(vocab_file), overwrite=overwrite)
+    return files.write_json(path, config.to_json_dict(vocab_file, model_max_length),
+                            overwrite=overwrite)
 
 
 def resolve(vocab_file: str | None, overrides: Mapping[str, Any] | None = None,

@@ -141,6 +141,11 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     assert theirs.tokenize(text) == ours.tokenize([text])[0] == ["Seoul", "##은", "big", ".",
                                                                  "Café"]
     assert theirs.convert_tokens_to_ids(theirs.tokenize(text)) == ours.encode([text])[0]
+    # transformers' tokenizer truncates to the position table (it had no limit: a long
+    # text passed the model's positions).
+    limit = pretrainer.encoder.max_sequence_length
+    assert theirs.model_max_length == limit
+    assert len(theirs("big " * (2 * limit), truncation=True)["input_ids"]) == limit
     inputs = make_inputs(batch=2, seq=9)
     positions = np.array([[1, 4], [2, 3]], np.int32)
     want = np.asarray(pretrainer(dict(inputs, masked_lm_positions=positions))["mlm_logits"])

@@ -16,7 +16,11 @@ Formats (see bert_keras/checkpoints.py):
 
 A pretrained model's vocab.txt and tokenizer settings go into --to=hf's directory with it,
 so transformers' AutoTokenizer reads it (from our layouts and transformers'; a Google
-checkpoint records no casing, so its vocab.txt is left for you to copy).
+checkpoint records no casing, so its vocab.txt is left for you to copy), and into a
+--to=keras directory: an encoder's layout (encoder.weights.h5, bert_config.json, vocab.txt,
+tokenizer_config.json) or, for a pretrainer, run_pretraining's (pretrainer.weights.h5 and
+that encoder/), which --init_checkpoint and the exports read; a .keras file holds the
+weights alone.
 
 --model=auto converts the model the input holds: for hf, what config.json's `architectures`
 names (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
@@ -41,9 +45,12 @@ takes such a directory, and --to=hf writes transformers' BertFor* layout with id
 vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 """
 
-from absl import app, flags
+import os
+
+from absl import app, flags, logging
 
 from bert_keras import backends, checkpoints, model_loading
+from bert_keras.encoder import BertEncoder
 from data_prep import files, tokenizer_config
 
 # Google-style flag names (input, output, bert_config_file) recur across our tools;
@@ -61,8 +68,10 @@ _INPUT = flags.DEFINE_list(
     **_SHARED,
 )
 _OUTPUT = flags.DEFINE_string(
-    "output", None, "Same forms as --input, in the --to format (a task model converts to a "
-    "directory for --to=keras); must not exist.", **_SHARED
+    "output", None, "google: checkpoint prefix; hf: a directory; keras: a directory (with "
+    "the vocabulary and tokenizer settings: an encoder's layout, run_pretraining's for a "
+    "pretrainer, run_classifier's for a task model) or a .keras file (weights only); must "
+    "not exist.", **_SHARED
 )
 _MODEL = flags.DEFINE_enum(
     "model", "auto", model_loading.WANTS,
@@ -132,9 +141,37 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
                     *_load(from_format, input_path, model, config_file))
 
 
+def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
+    """An encoder or pretrainer --to=keras: a .keras file (the weights alone), or a
+    directory in our layout with the vocabulary and tokenizer settings: an encoder's
+    (encoder.weights.h5, bert_config.json, vocab.txt, tokenizer_config.json), or
+    run_pretraining's (pretrainer.weights.h5, bert_config.json and that encoder/)."""
+    if output_path.endswith(".keras"):
+        if vocab_file:
+            logging.warning("--output %s holds the weights only; the vocabulary and tokenizer "
+                            "settings (%s) stay out of a .keras file: give a directory to "
+                            "keep them with the weights", output_path, settings.describe())
+        return checkpoints.save_model(model, "keras", output_path)
+    if output_path.endswith(".h5"):
+        raise ValueError(f"--output {output_path}: --to=keras writes a .keras file or a "
+                         "directory (an encoder's layout, or run_pretraining's for a "
+                         "pretrainer, with vocab.txt and tokenizer_config.json)")
+    checkpoints.check_output_free("keras", output_path)
+    if isinstance(model, BertEncoder):
+        return model_loading.save_encoder_dir(model, output_path, vocab_file, settings)
+    with files.atomic_output(output_path, directory=True) as tmp:
+        model_loading.save_encoder_dir(model.encoder, os.path.join(tmp, files.ENCODER_DIR),
+                                       vocab_file, settings)
+        model.save_weights(os.path.join(tmp, files.PRETRAINER_WEIGHTS_FILE))
+        model.encoder.to_bert_config().to_json_file(os.path.join(tmp, files.BERT_CONFIG_FILE))
+    return output_path
+
+
 def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
              settings):
     if not isinstance(loaded, checkpoints.TASK_MODELS):
+        if to_format == "keras":
+            return _save_keras_layout(loaded, output_path, vocab_file, settings), loaded
         tokenizer = (dict(vocab_file=vocab_file, settings=settings)
                      if to_format == "hf" and vocab_file else {})
         return checkpoints.save_model(loaded, to_format, output_path, **tokenizer), loaded

@@ -159,6 +159,26 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     got = np.take_along_axis(logits, positions[..., None], axis=1)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
+    # Back to our layout, vocabulary and casing kept (before: a lone .keras file, and a
+    # directory refused with Keras' own message), and on to transformers again.
+    back = tmp_path / "back"
+    _, again = convert("hf", "keras", str(tmp_path / "hf"), str(back))
+    assert_weights_equal(pretrainer, again)
+    loaded = model_loading.load_checkpoint(str(back))
+    assert type(loaded.model).__name__ == "BertPretrainer" and loaded.form == "run"
+    assert loaded.saved_tokenizer[0] == cased
+    assert load_tokenizer(loaded.vocab_file).tokenize([text]) == ours.tokenize([text])
+    _, again = convert("keras", "hf", str(back), str(tmp_path / "hf_again"))
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "hf_again")).tokenize(text) == \
+        theirs.tokenize(text)
+    with pytest.raises(ValueError, match=r"^--output .*p\.weights\.h5: --to=keras writes a "
+                       r"\.keras file or a directory"):
+        convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "p.weights.h5"))
+    convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "enc"), model="encoder")
+    loaded = model_loading.load_checkpoint(str(tmp_path / "enc"))
+    assert loaded.form == "encoder_dir" and loaded.saved_tokenizer[0] == cased
+    assert_weights_equal(pretrainer.encoder, loaded.model)
+
     _, encoder = convert("keras", "hf", str(run / "encoder"), str(tmp_path / "hf_encoder"))
     assert_weights_equal(pretrainer.encoder, encoder)
     assert isinstance(BertModel.from_pretrained(str(tmp_path / "hf_encoder")), BertModel)

@@ -47,9 +47,12 @@ from data_prep.tokenization import normalize_char
 from data_prep.tokenizer_config import TokenizerConfig
 
 
+# Google's run_squad.py splits contexts on these (U+202F, narrow no-break space, included).
+WHITESPACE = " \t\r\n\u202f"
+
+
 def _is_whitespace(c: str) -> bool:
-    # Google's run_squad.py splits contexts on these (U+202F, narrow no-break space, included).
-    return c in " \t\r\n" or ord(c) == 0x202F
+    return c in WHITESPACE
 
 
 @dataclasses.dataclass

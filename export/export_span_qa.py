@@ -52,15 +52,15 @@ import numpy as np
 import tensorflow as tf
 from absl import flags, logging
 
-from data_prep import files, schema, tokenization, tokenizer_config
+from data_prep import files, schema, squad, tokenization, tokenizer_config
 from export import length_buckets, request_checks, saved_model_writer, task_export
 from export.text_preprocessing import keep_first
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
 MAX_QUERY_LENGTH = 64  # and its --max_query_length
-# What run_squad splits a context into words at (`data_prep.squad`), as an RE2 class.
-SQUAD_WHITESPACE = r"[ \t\r\n\x{202f}]+"
+# What run_squad splits a context into words at, as an RE2 class.
+SQUAD_WHITESPACE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in squad.WHITESPACE) + "]+"
 
 
 def _ids_signature():

@@ -92,7 +92,8 @@ class ClassifierModule(tf.Module):
         spec = {"text": tf.io.FixedLenFeature([], tf.string)}
         if self.pair:
             spec["text_b"] = tf.io.FixedLenFeature([], tf.string)
-        features = tf.io.parse_example(request_checks.texts(inputs), spec)
+        inputs = request_checks.texts(inputs)  # everything below reads the checked batch
+        features = tf.io.parse_example(inputs, spec)
         texts = [features["text"], features["text_b"]] if self.pair else [features["text"]]
         out = self._classify(texts)
         batch = tf.shape(inputs)[0]

@@ -122,6 +122,57 @@ def test_a_scalar_where_a_batch_of_texts_belongs_is_refused_not_a_crash(exports,
     assert lines[-1].startswith("preprocessor tokenize() refused")
 
 
+_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
+
+
+def _readers(library: dict, function, arg: str) -> list[str]:
+    """The ops that read `function`'s argument `arg`, followed into the functions it is
+    passed to."""
+    found = []
+    for node in function.node_def:
+        for index, name in enumerate(node.input):
+            if name != arg and not name.startswith(arg + ":"):
+                continue
+            if node.op in _CALLS:
+                callee = library[node.attr["f"].func.name]
+                found += _readers(library, callee, callee.signature.input_arg[index].name)
+            else:
+                found.append(node.op)
+    return found
+
+
+def test_nothing_reads_a_request_before_its_check(exports):
+    """A request's tensors reach the model only through request_checks' EnsureShape: an op
+    reading the raw input runs beside the check, not after it, and where it fails first
+    (TF 2.12's executor let `tf.shape(inputs)[0]` in serve_examples win the race) the client
+    gets a strided_slice error instead of the message naming the input. Read from each
+    export's saved_model.pb, so the order cannot depend on a race."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    paths, _ = exports
+    seen = 0
+    for kind, path in paths.items():
+        saved = saved_model_pb2.SavedModel()
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            saved.ParseFromString(f.read())
+        graph = saved.meta_graphs[0]
+        library = {f.signature.name: f for f in graph.graph_def.library.function}
+        for signature_name, signature in graph.signature_def.items():
+            placeholders = {t.name.split(":")[0]: name for name, t in signature.inputs.items()}
+            for node in graph.graph_def.node:
+                for index, name in enumerate(node.input):
+                    request = placeholders.get(name.split(":")[0])
+                    if request is None:
+                        continue
+                    assert node.op in _CALLS, (kind, signature_name, node.op)
+                    function = library[node.attr["f"].func.name]
+                    readers = _readers(library, function,
+                                       function.signature.input_arg[index].name)
+                    assert readers == ["EnsureShape"], (kind, signature_name, request, readers)
+                    seen += 1
+    assert seen >= 25  # every input of every signature of the five kinds
+
+
 def _call(signature, **inputs):
     return signature(**{k: tf.constant(v) for k, v in inputs.items()})
 

@@ -2,7 +2,8 @@ r"""Exports a fine-tuned span-QA model (SQuAD) as a SavedModel: question and con
 
     python -m export.export_span_qa --model_dir=runs/squad \
         --export_dir=/models/squad [--version=1] [--max_seq_length=384] \
-        [--max_query_length=64] [--max_answer_length=30] [--version_2_with_negative] \
+        [--max_query_length=64] [--doc_stride=128] [--max_answer_length=30] \
+        [--version_2_with_negative] \
         [--null_score_diff_threshold=0.0] \
         [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] [--serving_dtype=bfloat16]
 
@@ -12,17 +13,22 @@ BertForQuestionAnswering): model.keras, vocab.txt, tokenizer_config.json.
 
 Signatures (S = max_seq_length):
   serving_default  question, context: string [batch] -> "[CLS] question [SEP] context [SEP]"
-                   (run_squad's first window: the question cut to --max_query_length, the
-                   context to the rest of S; a long context loses its end, no doc-stride
-                   windows here) -> start_logits, end_logits float32 [batch, S] (-10000 at
-                   padding positions, input_mask 0), input_word_ids, input_type_ids int32
-                   [batch, S] (what the logits index),
-                   answer_start, answer_end int32 [batch] (token positions of the best span:
-                   highest start + end logit, both in the context, end >= start, at most
-                   max_answer_length tokens; -1 when the context is empty, and for a
-                   SQuAD 2.0 model where null_odds > --null_score_diff_threshold),
-                   null_odds float32 [batch] ([CLS]'s score minus the best span's, run_squad's
-                   null_odds.json), answer string [batch] (the context's own text under the
+                   in run_squad's windows: the question cut to --max_query_length, the
+                   context in windows of the rest of S, --doc_stride WordPieces apart, every
+                   window run ->
+                   start_logits, end_logits float32 [batch, S] (the window the answer comes
+                   from, the first one where there is none; -10000 at padding positions,
+                   input_mask 0), input_word_ids, input_type_ids int32 [batch, S] (what the
+                   logits index), window_start int32 [batch] (the context WordPiece that
+                   window starts at), windows int32 [batch] (how many the context took),
+                   answer_start, answer_end int32 [batch] (token positions in that window of
+                   the best span over all windows: highest start + end logit, both in the
+                   context, starting where the window gives the most context (run_squad's
+                   token_is_max_context), end >= start, at most max_answer_length tokens;
+                   -1 when the context is empty, and for a SQuAD 2.0 model where
+                   null_odds > --null_score_diff_threshold),
+                   null_odds float32 [batch] (the smallest [CLS] score over the windows minus
+                   the best span's, run_squad's null_odds.json), answer string [batch] (the context's own text under the
                    span: from the first WordPiece's source to the last one's end and the
                    combining marks after it, casing, accents and scripts as sent, whitespace
                    runs as one space as run_squad's predictions.json writes them, ill-formed
@@ -34,9 +40,12 @@ Signatures (S = max_seq_length):
   ids              input_word_ids, input_mask, input_type_ids: int32 [batch, seq]
                    (packed as run_squad packs) -> start_logits, end_logits [batch, seq]
 
-The text signature runs the encoder on the batch's real length rounded up to one of
---length_buckets (`export.length_buckets`) and pads the logits back to S: at real positions
-they are those of the full-length run; the ids signature runs the length it is given.
+The text signature runs the encoder on every window of the batch at once, at the windows'
+real length rounded up to one of --length_buckets (`export.length_buckets`), and pads the
+logits back to S: at real positions they are those of the full-length run; the ids
+signature runs the length it is given. A context costs one encoder row per window: at
+S=384 and the default stride, 1 + ceil((T - 320) / 128) for T > 320 WordPieces (a
+64-piece question).
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
 MAX_QUERY_LENGTH = 64  # and its --max_query_length
+DOC_STRIDE = 128  # and its --doc_stride
 # What run_squad splits a context into words at, as an RE2 class.
 SQUAD_WHITESPACE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in squad.WHITESPACE) + "]+"
 
@@ -73,13 +83,17 @@ class SpanQAModule(tf.Module):
 
     def __init__(self, preprocessor: PreprocessorModule, model, max_answer_length: int,
                  max_query_length: int | None = None,
-                 version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0):
+                 version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0,
+                 doc_stride: int = DOC_STRIDE):
         super().__init__()
         if max_query_length is None:  # Google's 64, or what a short window leaves
             max_query_length = min(MAX_QUERY_LENGTH, preprocessor.seq_length - 4)
         if max_answer_length < 1:
             raise saved_model_writer.ExportError(
                 f"--max_answer_length must be >= 1. Received: {max_answer_length}")
+        if doc_stride < 1:
+            raise saved_model_writer.ExportError(
+                f"--doc_stride must be >= 1. Received: {doc_stride}")
         if not 1 <= max_query_length < preprocessor.seq_length - 3:
             raise saved_model_writer.ExportError(
                 f"--max_query_length={max_query_length} must be >= 1 and leave room for "
@@ -91,6 +105,7 @@ class SpanQAModule(tf.Module):
                            type_vocab_size=int(model.encoder.type_vocab_size))
         self.max_answer_length = max_answer_length
         self.max_query_length = max_query_length
+        self.doc_stride = doc_stride
         self.version_2_with_negative = version_2_with_negative
         self.null_score_diff_threshold = float(null_score_diff_threshold)
 
@@ -102,69 +117,145 @@ class SpanQAModule(tf.Module):
     def serve_ids(self, inputs):
         return self._logits(request_checks.encoder_inputs(inputs, **self.limits))
 
+    def _windows(self, pieces: tf.RaggedTensor, room: tf.Tensor):
+        """run_squad's doc-stride windows over each row's context (`squad.doc_spans`).
+
+        Args:
+          pieces: int32 [B, (T)], each context's WordPieces.
+          room: int64 [B], the most pieces a row's window holds (S - 3 - its question).
+
+        Returns:
+          (row, start, window): int64 [W] each window's request row, int64 [W] the context
+          piece it starts at, int32 [W, (pieces)] its pieces; windows row by row. A row has
+          1 + ceil(max(T - room, 0) / min(room, doc_stride)) windows, one empty window for
+          an empty context.
+        """
+        lengths = pieces.row_lengths()  # [B]
+        step = tf.minimum(room, self.doc_stride)  # all windows but the last are `room` long
+        count = 1 + (tf.maximum(lengths - room, 0) + step - 1) // step  # [B]
+        row = tf.repeat(tf.range(pieces.nrows()), count)  # [W]
+        start = tf.ragged.range(count).flat_values * tf.gather(step, row)  # [W]
+        length = tf.minimum(tf.gather(lengths, row) - start, tf.gather(room, row))  # [W]
+        place = tf.ragged.range(length)  # [W, (pieces)]
+        first = tf.gather(pieces.row_starts(), row) + start  # [W] in pieces.flat_values
+        index = tf.gather(first, place.value_rowids()) + place.flat_values
+        return row, start, place.with_flat_values(tf.gather(pieces.flat_values, index))
+
+    @staticmethod
+    def _max_context(window: tf.RaggedTensor, piece: tf.Tensor, pieces) -> tf.Tensor:
+        """run_squad's token_is_max_context (`squad.is_max_context`): whether a window
+        gives a piece its most context, min(left, right) + 0.01 * the window's length, the
+        first such window on a tie.
+
+        Args:
+          window: [W, (pieces)], `_windows`' windows.
+          piece: int64 [P], each window piece's index in the batch's flat context pieces.
+          pieces: how many context pieces the batch has.
+
+        Returns:
+          bool [P], in window order.
+        """
+        which = window.value_rowids()  # [P]
+        size = tf.gather(window.row_lengths(), which)
+        place = tf.ragged.range(window.row_lengths()).flat_values  # [P]
+        score = 100 * tf.minimum(place, size - 1 - place) + size  # in hundredths: exact
+        best = tf.math.unsorted_segment_max(score, piece, pieces)
+        tied = tf.where(score == tf.gather(best, piece), which, tf.size(which, tf.int64))
+        return tf.gather(tf.math.unsorted_segment_min(tied, piece, pieces), piece) == which
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
                                   tf.TensorSpec([None], tf.string, name="context")])
     def serve(self, question, context):
         pre = self.preprocessor
         question, context = request_checks.text_pair(question, context, ("question", "context"))
-        # run_squad's first window: the question cut to max_query_length, the context to
-        # what is left of S ([CLS] and two [SEP]); a longer context loses its end.
+        # run_squad's features: the question cut to max_query_length, the context in
+        # windows of what is left of S ([CLS] and two [SEP]), doc_stride pieces apart.
         asked = pre._tokenize(question)
         asked = keep_first(asked, tf.fill([asked.nrows()], tf.constant(self.max_query_length,
                                                                          tf.int64)))
-        room = pre.seq_length - 3 - asked.row_lengths()
         pieces, starts, ends = pre.tokenizer.tokenize_with_offsets(context)  # [B, (T)] each
-        packed, inputs = pre.encoder_inputs([asked, keep_first(pieces, room)])
-        out = self._logits(inputs)  # [B, L] each, L <= S the bucket length
-        ids = inputs[schema.INPUT_WORD_IDS]  # [B, L]
-        # Context tokens: segment 1, real, not the closing [SEP].
-        in_context = ((inputs[schema.INPUT_TYPE_IDS] == 1) & (inputs[schema.MODEL_INPUT_MASK] == 1)
-                      & (ids != pre.sep_id))  # [B, L]
-        seq = tf.shape(ids)[1]
-        start = tf.range(seq)[:, None]  # [L, 1]
-        end = tf.range(seq)[None, :]  # [1, L]
-        allowed = (end >= start) & (end - start < self.max_answer_length)  # [L, L]
-        valid = in_context[:, :, None] & in_context[:, None, :] & allowed[None]  # [B, L, L]
-        scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [B, L, L]
-        spans = tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq])  # [B, L * L]
-        best = tf.argmax(spans, axis=-1, output_type=tf.int32)  # [B]
-        best_score = tf.reduce_max(spans, axis=-1)  # [B]
-        found = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [B]
-        # SQuAD 2.0's odds: the [CLS] ("no answer") score minus the best span's.
-        null_score = out["start_logits"][:, 0] + out["end_logits"][:, 0]  # [B]
-        null_odds = tf.where(found, null_score - best_score, null_score)
+        row, window_start, window = self._windows(pieces, pre.seq_length - 3 - asked.row_lengths())
+        questions = tf.gather(asked, row)  # [W, (Q)]
+        packed, inputs = pre.encoder_inputs([questions, window])  # [W, S], [W, L]
+        out = self._logits(inputs)  # [W, L] each, L <= S the bucket length
+        seq = tf.shape(inputs[schema.INPUT_WORD_IDS])[1]
+        row32 = tf.cast(row, tf.int32)
+        first = tf.cast(questions.row_lengths(), tf.int32) + 2  # [W] [CLS] question [SEP]
+        # Where an answer may start: a context piece this window gives the most context
+        # (run_squad's rule), and end: any context piece. [W, L] each.
+        piece = (tf.gather(pieces.row_starts(), tf.gather(row, window.value_rowids()))
+                 + tf.gather(window_start, window.value_rowids())
+                 + tf.ragged.range(window.row_lengths()).flat_values)  # [P]
+        max_context = self._max_context(window, piece, tf.size(pieces.flat_values, tf.int64))
+
+        def in_context(flags):  # bool [W, (pieces)] -> at the pieces' positions, [W, L]
+            before = tf.ragged.range(tf.cast(first, tf.int64)) < 0  # [CLS] question [SEP]
+            return tf.concat([before, flags], axis=1).to_tensor(False, shape=tf.stack([tf.size(row32), seq]))
+
+        can_start = in_context(window.with_flat_values(max_context))
+        can_end = in_context(window.with_flat_values(tf.ones_like(max_context)))
+        position = tf.range(seq)
+        allowed = ((position[None, :] >= position[:, None])
+                   & (position[None, :] - position[:, None] < self.max_answer_length))  # [L, L]
+        valid = can_start[:, :, None] & can_end[:, None, :] & allowed[None]  # [W, L, L]
+        scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [W, L, L]
+        spans = tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq])  # [W, L * L]
+        best = tf.argmax(spans, axis=-1, output_type=tf.int32)  # [W]
+        best_score = tf.reduce_max(spans, axis=-1)  # [W]
+        has_span = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [W]
+        # A request's answer: its best span over its windows, the first window on a tie
+        # (run_squad's stable sort of the candidates, window by window).
+        rows = tf.size(context)
+        top = tf.math.unsorted_segment_max(best_score, row32, rows)  # [B]
+        windows = tf.size(row32)
+        winner = tf.where(has_span & (best_score == tf.gather(top, row32)),
+                          tf.range(windows), windows)
+        chosen = tf.math.unsorted_segment_min(winner, row32, rows)  # [B]; W: no span
+        found = chosen < windows
+        first_window = tf.cast(tf.math.cumsum(tf.math.bincount(row32, minlength=rows),
+                                              exclusive=True), tf.int32)
+        chosen = tf.where(found, chosen, first_window)  # no span: the first window's outputs
+        # SQuAD 2.0's odds: the smallest [CLS] ("no answer") score over the windows minus
+        # the best span's.
+        null_score = tf.math.unsorted_segment_min(
+            out["start_logits"][:, 0] + out["end_logits"][:, 0], row32, rows)  # [B]
+        null_odds = tf.where(found, null_score - top, null_score)
         if self.version_2_with_negative:  # run_squad's rule: "" above the threshold
             found &= null_odds <= self.null_score_diff_threshold
-        answer_start = tf.where(found, best // seq, -1)
-        answer_end = tf.where(found, best % seq, -1)
+        span = tf.gather(best, chosen)
+        answer_start = tf.where(found, span // seq, -1)
+        answer_end = tf.where(found, span % seq, -1)
         # The answer is the context's own text: from where its first piece came from to
         # where its last one ended (`BertTokenizer.tokenize_with_offsets`), in bytes.
-        first = tf.cast(asked.row_lengths(), tf.int32) + 2  # [CLS] question [SEP]
+        shift = tf.cast(tf.gather(window_start, chosen), tf.int32) - tf.gather(first, chosen)
 
         def source(offsets, position):  # [B] int64: the offset of context piece `position`
-            index = offsets.row_starts() + tf.cast(position - first, tf.int64)
+            index = offsets.row_starts() + tf.cast(position + shift, tf.int64)
             flat = tf.concat([offsets.flat_values, [0]], 0)  # a row without an answer reads 0
             return tf.gather(flat, tf.where(found, index, tf.size(flat, tf.int64) - 1))
 
         begin, finish = source(starts, answer_start), source(ends, answer_end)
         # The answer ends past the combining marks after its last piece (a vowel sign, or an
         # accent that is a WordPiece of its own), where run_squad's final_text ends it.
-        row = tf.range(tf.size(context, out_type=tf.int64)) * tokenization.ROW  # [B]
+        offset = tf.range(tf.size(context, out_type=tf.int64)) * tokenization.ROW  # [B]
         marks_skipped = tokenization.character_stops(context, skip_marks=True)
-        finish = tf.where(found, tokenization.next_stop(marks_skipped, row + finish,
-                                                        inclusive=True) - row, 0)
+        finish = tf.where(found, tokenization.next_stop(marks_skipped, offset + finish,
+                                                        inclusive=True) - offset, 0)
         # In characters of the context as a client decodes it (invalid UTF-8 replaced).
         stops = tokenization.character_stops(context)
         before = lambda key: tf.searchsorted(stops, key, out_type=tf.int64)  # noqa: E731
-        chars = lambda offset: tf.cast(before(row + offset) - before(row), tf.int32)  # noqa: E731
+        chars = lambda at: tf.cast(before(offset + at) - before(offset), tf.int32)  # noqa: E731
         answer = tf.strings.unicode_transcode(tf.strings.substr(context, begin, finish - begin),
                                               "UTF-8", "UTF-8", errors="replace")
-        mask = packed[schema.MODEL_INPUT_MASK]  # [B, S]
+        mask = tf.gather(packed[schema.MODEL_INPUT_MASK], chosen)  # [B, S]
         return {
-            **{name: length_buckets.pad_positions(logits, mask, length_buckets.PADDING_LOGIT)
+            **{name: length_buckets.pad_positions(tf.gather(logits, chosen), mask,
+                                                  length_buckets.PADDING_LOGIT)
                for name, logits in out.items()},  # [B, S]
-            "input_word_ids": packed[schema.INPUT_WORD_IDS],
-            "input_type_ids": packed[schema.INPUT_TYPE_IDS],
+            "input_word_ids": tf.gather(packed[schema.INPUT_WORD_IDS], chosen),
+            "input_type_ids": tf.gather(packed[schema.INPUT_TYPE_IDS], chosen),
+            "window_start": tf.cast(tf.gather(window_start, chosen), tf.int32),
+            "windows": tf.math.bincount(row32, minlength=rows),
             "answer_start": answer_start,
             "answer_end": answer_end,
             "null_odds": null_odds,
@@ -180,7 +271,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
                    max_answer_length: int = MAX_ANSWER_LENGTH, buckets=None,
                    serving_dtype: str = "float32", max_query_length: int | None = None,
                    version_2_with_negative: bool = False,
-                   null_score_diff_threshold: float = 0.0) -> str:
+                   null_score_diff_threshold: float = 0.0, doc_stride: int = DOC_STRIDE) -> str:
     """Writes the span-QA SavedModel to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -190,6 +281,8 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
       max_answer_length: the longest answer span, in tokens.
       max_query_length: the question is cut to this many tokens, as run_squad cuts it
         (None: 64, or seq_length - 4 where that is less).
+      doc_stride: a long context's windows start this many WordPieces apart (run_squad's
+        --doc_stride).
       version_2_with_negative: a SQuAD 2.0 model: the answer is "" (answer_start -1) where
         null_odds > null_score_diff_threshold, as run_squad predicts.
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
@@ -207,7 +300,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
         module = SpanQAModule(pre, model, max_answer_length, max_query_length,
-                              version_2_with_negative, null_score_diff_threshold)
+                              version_2_with_negative, null_score_diff_threshold, doc_stride)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
             "ids": module.serve_ids.get_concrete_function(),
@@ -239,6 +332,10 @@ _MAX_QUERY_LENGTH = flags.DEFINE_integer(
     "max_query_length", None, "The question is cut to this many tokens, as run_squad cuts "
     f"it. Default: --model_dir's ({files.TRAIN_RESULTS_FILE}), else "
     f"{MAX_QUERY_LENGTH} (or --max_seq_length - 4 where that is less).", allow_override=True)
+_DOC_STRIDE = flags.DEFINE_integer(
+    "doc_stride", None, "A context longer than one window is read in windows this many "
+    f"WordPieces apart, as run_squad reads it. Default: --model_dir's "
+    f"({files.TRAIN_RESULTS_FILE}), else {DOC_STRIDE}.", allow_override=True)
 _VERSION_2 = flags.DEFINE_boolean(
     "version_2_with_negative", False, "A SQuAD 2.0 model: answer \"\" where null_odds > "
     "--null_score_diff_threshold. Default: whether --model_dir was trained so "
@@ -252,6 +349,8 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def main(argv):
     def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype,
                recorded):
+        stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
+                                               "Window stride")
         return export_span_qa(
             model, tokenizer, export_dir, seq_length, version=version,
             max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets,
@@ -260,7 +359,8 @@ def main(argv):
                 _MAX_QUERY_LENGTH, recorded, "max_query_length", "Question length"),
             version_2_with_negative=task_export.given_or_recorded(
                 _VERSION_2, recorded, "version_2_with_negative", "SQuAD 2.0"),
-            null_score_diff_threshold=_NULL_THRESHOLD.value)
+            null_score_diff_threshold=_NULL_THRESHOLD.value,
+            doc_stride=stride if stride is not None else DOC_STRIDE)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,

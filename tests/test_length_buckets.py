@@ -240,15 +240,18 @@ def test_span_qa_question_length_must_leave_room_for_context(modules):
                        rf"room for context in --max_seq_length={S}"):
         SpanQAModule(modules["fixed"], qa, 5, max_query_length=S - 3)
     assert SpanQAModule(modules["fixed"], qa, 5).max_query_length == S - 4
+    with pytest.raises(ExportError, match=r"--doc_stride must be >= 1. Received: 0"):
+        SpanQAModule(modules["fixed"], qa, 5, doc_stride=0)
 
 
 @pytest.mark.integration  # Two span-QA modules traced: about 45 s on 2 cores.
-def test_span_qa_packs_run_squads_first_window_and_says_no_answer_for_squad_2(modules,
-                                                                               tmp_path):
+def test_span_qa_packs_run_squads_windows_and_says_no_answer_for_squad_2(modules, tmp_path):
     """The text signature packs what run_squad's converter makes of the same question and
-    context (its first window: the question cut to max_query_length, the context to the
-    rest); null_odds is [CLS]'s score minus the best span's, and a SQuAD 2.0 export answers
-    "" where it exceeds the threshold, as run_squad predicts."""
+    context (the question cut to max_query_length, the context in windows doc_stride apart)
+    and answers from one of those windows; null_odds is the smallest [CLS] score over the
+    windows minus the best span's (by brute force over every window's logits and
+    run_squad's max-context flags), and a SQuAD 2.0 export answers "" where it exceeds the
+    threshold, as run_squad predicts."""
     import json
 
     from data_prep import squad
@@ -263,32 +266,33 @@ def test_span_qa_packs_run_squads_first_window_and_says_no_answer_for_squad_2(mo
         for i, (q, c) in enumerate(zip(questions, contexts))]}]}))
     examples, _ = squad.read_squad(str(path), is_training=False)
     arrays, windows, _ = squad.convert_examples(examples, tokenizer, S, 8, 6, False)
-    first = [[w.example_index for w in windows].index(i) for i in range(len(questions))]
-    v1 = SpanQAModule(modules["fixed"], qa, 5, max_query_length=6)
-    out = v1.serve(tf.constant(questions), tf.constant(contexts))
-    np.testing.assert_array_equal(out["input_word_ids"], arrays["input_ids"][first])
-    np.testing.assert_array_equal(out["input_type_ids"], arrays["segment_ids"][first])
-    # null_odds by brute force over the logits: context positions, spans of at most 5.
-    start, end = out["start_logits"].numpy(), out["end_logits"].numpy()
+    logits = qa(schema.model_inputs(arrays), training=False)
+    start, end = np.asarray(logits["start_logits"]), np.asarray(logits["end_logits"])
+    v1 = SpanQAModule(modules["fixed"], qa, 5, max_query_length=6, doc_stride=8)
+    out = {k: v.numpy() for k, v in v1.serve(tf.constant(questions),
+                                             tf.constant(contexts)).items()}
     odds = []
     for row in range(len(questions)):
-        tokens = windows[first[row]].tokens
-        context = [i for i in windows[first[row]].token_to_orig_map]
-        best = max(start[row, i] + end[row, j] for i in context for j in context
-                   if 0 <= j - i < 5)
-        odds.append(start[row, 0] + end[row, 0] - best)
-        assert tokens[0] == "[CLS]"
+        mine = [i for i, w in enumerate(windows) if w.example_index == row]
+        assert out["windows"][row] == len(mine)
+        same = [i for i in mine if (arrays["input_ids"][i] == out["input_word_ids"][row]).all()]
+        assert len(same) == 1 and (arrays["segment_ids"][same[0]] == out["input_type_ids"][row]).all()
+        best = max(start[w, i] + end[w, j] for w in mine
+                   for i, first in windows[w].token_is_max_context.items() if first
+                   for j in windows[w].token_to_orig_map if 0 <= j - i < 5)
+        odds.append(min(start[w, 0] + end[w, 0] for w in mine) - best)
+    assert max(out["windows"]) > 1
     np.testing.assert_allclose(out["null_odds"], odds, atol=1e-5)
     threshold = float(np.median(odds))
     v2 = SpanQAModule(modules["fixed"], qa, 5, max_query_length=6, version_2_with_negative=True,
-                      null_score_diff_threshold=threshold)
+                      null_score_diff_threshold=threshold, doc_stride=8)
     got = v2.serve(tf.constant(questions), tf.constant(contexts))
     none = np.asarray(odds) > threshold
     assert 0 < none.sum() < len(questions)
     assert list(got["answer"].numpy()[none]) == [b""] * none.sum()
     assert (got["answer_start"].numpy()[none] == -1).all()
     np.testing.assert_array_equal(got["answer_start"].numpy()[~none],
-                                  out["answer_start"].numpy()[~none])
+                                  out["answer_start"][~none])
     assert all(got["answer"].numpy()[~none])
 
 

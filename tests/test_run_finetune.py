@@ -437,6 +437,34 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
                                    do_train=False, do_eval=False))
     assert alone["predict"]["questions"] == 6
     assert json.load(open(tmp_path / "alone" / "predictions.json")) == predictions
+    assert recorded["doc_stride"] == 4
+    # The export of this run, from its recorded settings (doc_stride 4 and max_seq_length 20
+    # make several windows of a context), answers as run_squad predicts where run_squad
+    # scores every span (n_best_size >= S).
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from cli_harness import run_tool
+
+    every = run_squad.run(predict_file=v2, doc_stride=4, max_query_length=8, n_best_size=20,
+                          max_answer_length=6, version_2_with_negative=True,
+                          **common(tmp_path / "every", str(out), max_seq_length=None,
+                                   do_train=False, do_eval=False))
+    assert every["predict"]["questions"] == 6
+    exported = run_tool("export_span_qa", [f"--model_dir={out}", "--max_answer_length=6",
+                                           f"--export_dir={tmp_path / 'export'}"])
+    assert exported.code == 0, exported.stderr[-3000:]
+    served = tf.saved_model.load(exported.stdout.strip().splitlines()[-1])
+    paragraphs = json.load(open(v2))["data"][0]["paragraphs"]
+    asked = [(qa["id"], qa["question"], p["context"]) for p in paragraphs for qa in p["qas"]]
+    got = served.signatures["serving_default"](
+        question=tf.constant([q for _, q, _ in asked]),
+        context=tf.constant([c for _, _, c in asked]))
+    want = json.load(open(tmp_path / "every" / "predictions.json"))
+    odds = json.load(open(tmp_path / "every" / "null_odds.json"))
+    assert [a.decode() for a in got["answer"].numpy()] == [want[i] for i, _, _ in asked]
+    np.testing.assert_allclose(got["null_odds"], [odds[i] for i, _, _ in asked], atol=1e-4)
+    assert max(got["windows"].numpy()) == 3
 
 
 def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):

@@ -16,6 +16,7 @@ import subprocess
 import unicodedata
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import TINY, tf212_python
@@ -23,7 +24,7 @@ from conftest import TINY, tf212_python
 import tokenizer_refs as refs
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertSpanQA
-from data_prep import squad
+from data_prep import schema, squad
 from data_prep.tokenization import BertTokenizer
 
 S = 40  # TINY's position table
@@ -62,13 +63,14 @@ def _text(context) -> str:
     return context.decode("utf-8", "replace") if isinstance(context, bytes) else context
 
 
-def _serve(vocab, span_qa, tmp_path, **settings):
+def _serve(vocab, span_qa, tmp_path, contexts=None, doc_stride=128, **settings):
     from export.export_preprocessor import PreprocessorModule
     from export.export_span_qa import SpanQAModule
 
     tokenizer = BertTokenizer(vocab, **settings)
-    module = SpanQAModule(PreprocessorModule(tokenizer, S, str(tmp_path)), span_qa, MAX_ANSWER)
-    contexts = _contexts()
+    module = SpanQAModule(PreprocessorModule(tokenizer, S, str(tmp_path)), span_qa, MAX_ANSWER,
+                          doc_stride=doc_stride)
+    contexts = _contexts() if contexts is None else contexts
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(len(contexts))]
     out = module.serve(tf.constant(questions), tf.constant(contexts))
     return tokenizer, module, questions, contexts, {k: v.numpy() for k, v in out.items()}
@@ -102,7 +104,8 @@ def test_answers_are_the_context_at_transformers_offsets(vocab, span_qa, tmp_pat
                     module.max_query_length)
         offsets = hf(context, add_special_tokens=False,
                      return_offsets_mapping=True)["offset_mapping"]
-        begin, finish = offsets[start - asked - 2][0], offsets[end - asked - 2][1]
+        first = asked + 2 - out["window_start"][row]  # context piece i is at i + first
+        begin, finish = offsets[start - first][0], offsets[end - first][1]
         while finish < len(context) and unicodedata.category(context[finish]).startswith("M"):
             finish += 1  # the combining marks after a span belong to it, as in run_squad
         assert got == (_squad_words(context[begin:finish]), begin, finish), (row, context)
@@ -110,30 +113,37 @@ def test_answers_are_the_context_at_transformers_offsets(vocab, span_qa, tmp_pat
         kinds |= {"[UNK]" * ("[UNK]" in pieces), "hangul" * bool(re.search("[가-힣]", got[0])),
                   "cased" * (got[0] != got[0].lower()),
                   "space" * bool(re.search("[\t\n\u202f]", context[begin:finish])),
-                  "mark" * (finish > offsets[end - asked - 2][1]), "replaced" * ("\ufffd" in got[0])}
+                  "mark" * (finish > offsets[end - first][1]), "replaced" * ("\ufffd" in got[0]),
+                  "later window" * bool(out["window_start"][row] > 0)}
     # Every kind was answered (vowel signs are pieces of their own where accents are
     # stripped; kept, this vocabulary makes those words [UNK]).
-    wanted = {"[UNK]", "hangul", "cased", "space", "replaced"} | ({"mark"} if tokenizer.strip_accents else set())
+    wanted = {"[UNK]", "hangul", "cased", "space", "replaced", "later window"} | ({"mark"} if tokenizer.strip_accents else set())
     assert kinds >= wanted, kinds
 
 
-def test_answers_are_run_squads_predictions(vocab, span_qa, tmp_path):
-    """run_squad --do_predict's text for the same spans (its first window, which is what the
-    export packs), where run_squad can map the span back: its final_text falls back to the
-    span's whole words where the prediction holds [UNK] (and finds a prediction's first
-    occurrence in its words, Google's get_final_text's rule, which these contexts avoid)."""
-    settings = dict(do_lower_case=True, strip_accents=False)
-    tokenizer, module, questions, contexts, out = _serve(vocab, span_qa, tmp_path, **settings)
+def _squad_file(tmp_path, questions, contexts) -> str:
     path = tmp_path / "squad.json"
     path.write_text(json.dumps({"data": [{"paragraphs": [
         {"context": _text(c), "qas": [{"id": f"q{i}", "question": q, "answers": []}]}
         for i, (q, c) in enumerate(zip(questions, contexts))]}]}))
-    examples, _ = squad.read_squad(str(path), is_training=False)
-    # Windows that do not overlap (doc_stride S): run_squad scores every token of the first
-    # window there, as the export does.
-    _, windows, _ = squad.convert_examples(examples, tokenizer, S, S, module.max_query_length,
-                                           False)
-    first = [[w.example_index for w in windows].index(i) for i in range(len(contexts))]
+    return str(path)
+
+
+def test_answers_are_run_squads_predictions(vocab, span_qa, tmp_path):
+    """run_squad --do_predict's text for the same spans, where run_squad can map the span
+    back: its final_text falls back to the span's whole words where the prediction holds
+    [UNK] (and finds a prediction's first occurrence in its words, Google's get_final_text's
+    rule, which these contexts avoid). run_squad is given the export's logits for the window
+    the export answered from (some contexts here take several)."""
+    settings = dict(do_lower_case=True, strip_accents=False)
+    tokenizer, module, questions, contexts, out = _serve(vocab, span_qa, tmp_path, **settings)
+    examples, _ = squad.read_squad(_squad_file(tmp_path, questions, contexts), is_training=False)
+    arrays, windows, _ = squad.convert_examples(examples, tokenizer, S, module.doc_stride,
+                                                module.max_query_length, False)
+    first = [next(i for i, w in enumerate(windows) if w.example_index == row and (
+        arrays[schema.INPUT_IDS][i] == out["input_word_ids"][row]).all())
+        for row in range(len(contexts))]
+    assert max(out["windows"]) > 1
     predictions, _, _ = squad.postprocess(
         examples, [windows[i] for i in first], out["start_logits"], out["end_logits"],
         n_best_size=S, max_answer_length=MAX_ANSWER, tokenizer_config=tokenizer.config)
@@ -148,6 +158,56 @@ def test_answers_are_run_squads_predictions(vocab, span_qa, tmp_path):
         compared += 1
         assert got == want, (row, contexts[row])
     assert compared > 0.6 * len(contexts)  # the others hold [UNK] (accents kept, uncased vocabulary)
+
+
+@pytest.mark.parametrize("doc_stride", [5, 64])
+def test_long_contexts_are_answered_over_run_squads_windows(vocab, span_qa, tmp_path,
+                                                            doc_stride):
+    """A context longer than one window: run_squad's windows (`squad.convert_examples`,
+    overlapping at doc_stride 5, apart at 64, past a window's room), its max-context rule
+    for where a span may start, its best span over all windows and its null score (the
+    smallest over the windows), from run_squad's own postprocess on the same model's logits
+    for its own windows."""
+    settings = dict(do_lower_case=True, strip_accents=False)
+    lines = refs.read_lines(refs.MIXED_FILE) + refs.read_lines(refs.KOREAN_FILE)
+    contexts = [" ".join(lines[i:i + 2 + i % 5]) for i in range(0, len(lines), 3)]
+    contexts += ["", "a b", "New\n\nYork  is\tbig " * 12]
+    tokenizer, module, questions, contexts, out = _serve(
+        vocab, span_qa, tmp_path, contexts=contexts, doc_stride=doc_stride, **settings)
+    examples, _ = squad.read_squad(_squad_file(tmp_path, questions, contexts), is_training=False)
+    arrays, windows, _ = squad.convert_examples(examples, tokenizer, S, doc_stride,
+                                                module.max_query_length, False)
+    logits = span_qa(schema.model_inputs(arrays), training=False)
+    # Every span scored (n_best_size S), and the best non-null span's text whatever the
+    # null score (SQuAD 2.0's odds with an infinite threshold).
+    predictions, _, null_odds = squad.postprocess(
+        examples, windows, logits["start_logits"], logits["end_logits"], n_best_size=S,
+        max_answer_length=MAX_ANSWER, tokenizer_config=tokenizer.config,
+        version_2_with_negative=True, null_score_diff_threshold=np.inf)
+    compared = 0
+    for row in range(len(contexts)):
+        mine = [i for i, w in enumerate(windows) if w.example_index == row]
+        assert out["windows"][row] == len(mine), row
+        # The returned window is run_squad's window that starts at window_start.
+        pieces = sum(map(len, tokenizer.tokenize(examples[row].doc_tokens))) \
+            if examples[row].doc_tokens else 0
+        room = S - 3 - (windows[mine[0]].tokens.index("[SEP]") - 1)
+        starts = [start for start, _ in squad.doc_spans(pieces, room, doc_stride) or [(0, 0)]]
+        assert out["window_start"][row] in starts, row
+        window = mine[starts.index(out["window_start"][row])]
+        np.testing.assert_array_equal(out["input_word_ids"][row],
+                                      arrays[schema.INPUT_IDS][window])
+        np.testing.assert_allclose(out["null_odds"][row], null_odds[f"q{row}"], atol=1e-4)
+        want, got = predictions[f"q{row}"], out["answer"][row].decode()
+        start, end = out["answer_start"][row], out["answer_end"][row]
+        pieces = tokenizer.convert_ids_to_tokens(out["input_word_ids"][row, start:end + 1])
+        if start >= 0 and "[UNK]" in pieces:
+            assert got in want, row  # run_squad answers the whole words
+            continue
+        compared += 1
+        assert got == want, (row, contexts[row])
+    assert sum(out["windows"] > 1) > 0.7 * len(contexts) and max(out["windows"]) >= 4
+    assert compared > 0.6 * len(contexts)
 
 
 @pytest.mark.integration  # An export, and a TF 2.12.1 process: about a minute.
@@ -188,5 +248,6 @@ def test_answers_in_stock_servings_tf_2_12(vocab, span_qa, tmp_path):
     assert there == {"answer": [a.decode() for a in here["answer"].numpy()],
                      **{k: here[k].numpy().tolist() for k in names[1:]}}
     assert any(re.search("[가-힣]", a) for a in there["answer"])
+    assert max(here["windows"].numpy()) > 1  # a context read in several windows
     assert any(isinstance(c, bytes) and c.decode("utf-8", "replace") != c.decode("utf-8", "ignore")
                for c in _contexts()[::7])  # ill-formed UTF-8 was sent

@@ -192,7 +192,7 @@ class SquadTask(Task):
                 "questions_truncated": features.stats.questions_truncated}
 
     def export_settings(self, opts):
-        return {"max_query_length": opts.max_query_length,
+        return {"max_query_length": opts.max_query_length, "doc_stride": opts.doc_stride,
                 "version_2_with_negative": opts.version_2_with_negative}
 
     def _answer(self, examples, features, outputs, tokenizer, common, opts):

@@ -445,12 +445,43 @@ def google_checkpoint_prefix(path: str) -> str | None:
     path = os.fspath(path)
     if os.path.isdir(path):
         latest = tf.train.latest_checkpoint(path)
-        if latest:
+        if latest and _is_inside(latest, path):
             return latest
+        if latest:
+            # The `checkpoint` file names a prefix elsewhere (an absolute path written
+            # before the directory was copied or moved): read this directory's own copy.
+            local = os.path.join(path, os.path.basename(latest))
+            if os.path.exists(local + ".index"):
+                logging.warning("%s: its checkpoint file names %s, outside this directory; "
+                                "reading %s", path, latest, local)
+                return local
         indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
         return indexes[0][: -len(".index")] if len(indexes) == 1 else None
     prefix = re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", path)
     return prefix if os.path.exists(prefix + ".index") else None
+
+
+# What Google's modeling.py builds: get_activation's names, and layer_norm's epsilon.
+GOOGLE_ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
+GOOGLE_LAYER_NORM_EPS = 1e-12
+
+
+def _warn_where_google_differs(config: BertConfig, config_file: str) -> None:
+    """The settings a Google checkpoint holds that Google's own code cannot run (bert-keras
+    and transformers read them)."""
+    if config.hidden_act not in GOOGLE_ACTIVATIONS:
+        logging.warning("%s: hidden_act %r, which Google's modeling.py refuses (it knows %s); "
+                        "bert-keras and transformers read it", config_file, config.hidden_act,
+                        ", ".join(GOOGLE_ACTIVATIONS))
+    if config.layer_norm_eps != GOOGLE_LAYER_NORM_EPS:
+        logging.warning("%s: layer_norm_eps %g, where Google's modeling.py always uses %g; "
+                        "bert-keras and transformers read it", config_file,
+                        config.layer_norm_eps, GOOGLE_LAYER_NORM_EPS)
+
+
+def _is_inside(prefix: str, directory: str) -> bool:
+    inside = os.path.realpath(directory)
+    return os.path.realpath(prefix).startswith(inside.rstrip(os.sep) + os.sep)
 
 
 def _checkpoint_prefix(path: str) -> str:
@@ -604,6 +635,7 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
                 "different model); write the checkpoint into another directory"
             )
     os.makedirs(directory, exist_ok=True)
+    _warn_where_google_differs(config, config_file)
 
     values = _variable_values(model)
     names = [w.google for w, _ in values]

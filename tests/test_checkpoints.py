@@ -234,6 +234,32 @@ def test_a_masked_lm_without_nsp_round_trips_through_the_google_format(tmp_path)
     assert_weights_equal(model, loaded)
 
 
+def test_a_copied_google_directory_reads_its_own_checkpoint(tmp_path):
+    """A TF1 Saver (and an Estimator's model_dir) writes the `checkpoint` state file with
+    absolute paths: a copy of the directory named the original's prefix, so the copy's
+    weights, bert_config.json and vocabulary were read from the original."""
+    import shutil
+
+    from bert_keras.checkpoints import google_checkpoint_prefix
+
+    model = randomize(tiny_pretrainer())
+    ours = save_google_checkpoint(model, str(tmp_path / "ours" / "bert_model.ckpt"))
+    reader = tf.train.load_checkpoint(ours)
+    tensors = {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(ours)}
+    config = json.loads((tmp_path / "ours" / "bert_config.json").read_text())
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    write_tf1_checkpoint(str(original / "bert_model.ckpt"), tensors, config)
+    assert f'"{original}' in (original / "checkpoint").read_text()  # an absolute path
+    shutil.copytree(original, copy)
+    # The original changes after the copy (trained on, or replaced).
+    write_tf1_checkpoint(str(original / "bert_model.ckpt"),
+                         {name: value + 1 for name, value in tensors.items()}, config)
+    assert google_checkpoint_prefix(str(copy)) == str(copy / "bert_model.ckpt")
+    assert_weights_equal(model, load_checkpoint(str(copy), fmt="google").model)
+    # A prefix inside the directory, named relatively or absolutely, is read as before.
+    assert google_checkpoint_prefix(str(original)) == str(original / "bert_model.ckpt")
+
+
 @pytest.mark.parametrize("head", ["run_classifier", "run_squad"])
 def test_a_fine_tuned_google_checkpoint_gives_its_encoder_only_when_asked(tmp_path, head):
     """Google's run_classifier writes bert/* + output_weights/output_bias, run_squad bert/*
@@ -446,3 +472,21 @@ def test_missing_checkpoint(tmp_path):
         load_google_checkpoint(BertEncoder(**TINY), str(tmp_path / "nothing.ckpt"))
     with pytest.raises(FileNotFoundError, match="found 0"):
         load_google_checkpoint(BertEncoder(**TINY), str(tmp_path))
+
+
+def test_a_google_checkpoint_says_what_googles_code_cannot_run(tmp_path, caplog):
+    """hidden_act gelu_new (transformers' tanh GELU) and another LayerNorm epsilon are
+    written to bert_config.json as they are, which bert-keras and transformers read, but
+    Google's modeling.py raises "Unsupported activation" for the one and ignores the other."""
+    model = BertEncoder(**{**TINY, "hidden_act": "gelu_new", "layer_norm_epsilon": 1e-5})
+    with caplog.at_level("WARNING"):
+        prefix = save_google_checkpoint(model, str(tmp_path / "g" / "bert_model.ckpt"))
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("hidden_act 'gelu_new', which Google's modeling.py refuses" in m for m in said)
+    assert any("layer_norm_eps 1e-05, where Google's modeling.py always uses 1e-12" in m
+               for m in said)
+    assert_weights_equal(model, load_checkpoint(prefix, fmt="google").model)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        save_google_checkpoint(BertEncoder(**TINY), str(tmp_path / "plain" / "bert_model.ckpt"))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

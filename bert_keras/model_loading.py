@@ -239,7 +239,11 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
     """A pretrainer or an encoder with a `.weights.h5` file, whichever layout it has."""
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such weights file")
-    targets = [] if want == "encoder" else [BertPretrainer.from_bert_config(config)]
+    # A pretrainer with the next-sentence head (run_pretraining's files), or without it
+    # (a masked-LM-only model converted from transformers or Google).
+    targets = [] if want == "encoder" else [
+        BertPretrainer.from_bert_config(config),
+        BertPretrainer.from_bert_config(config, next_sentence=False)]
     if want != "pretrainer":
         targets.append(BertEncoder.from_bert_config(config))
     errors = []

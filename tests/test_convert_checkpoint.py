@@ -218,3 +218,23 @@ def test_a_transformers_vocabulary_without_settings_keeps_transformers_defaults(
         (source / "vocab.txt").read_text(encoding="utf-8")
     assert tokenizer_config.read_for_vocab(str(tmp_path / "hf" / "vocab.txt"))[0] == \
         tokenizer_config.TokenizerConfig()
+
+
+def test_a_masked_lm_without_nsp_converts_to_a_layout_that_loads(tmp_path):
+    """A masked-LM-only pretrainer (transformers' BertForMaskedLM, a Google checkpoint
+    without cls/seq_relationship/*) written as our directory layout: the loader rebuilt a
+    pretrainer with the next-sentence head, which the weights file lacks, so the directory
+    was no --init_checkpoint for any tool."""
+    model = BertPretrainer(BertEncoder(**TINY), next_sentence=False)
+    model.set_weights([np.random.default_rng(3).normal(0, 0.2, w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+    source = save_keras_model(model, str(tmp_path / "mlm.keras"))
+    convert("keras", "google", source, str(tmp_path / "google" / "bert_model.ckpt"))
+    convert("google", "keras", str(tmp_path / "google"), str(tmp_path / "run"))
+    loaded = load_checkpoint(str(tmp_path / "run"))
+    assert isinstance(loaded.model, BertPretrainer) and not loaded.model.next_sentence
+    assert_weights_equal(model, loaded.model)
+    assert_weights_equal(model.encoder, load_checkpoint(str(tmp_path / "run"),
+                                                        want="encoder").model)
+    _, again = convert("keras", "google", str(tmp_path / "run"), str(tmp_path / "g2" / "m.ckpt"))
+    assert_weights_equal(model, again)

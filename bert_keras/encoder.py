@@ -66,6 +66,7 @@ class BertEncoder(keras.Model):
         kernel_layout="in_out",
         **kwargs,
     ):
+        check_functional_kwargs(type(self), kwargs)
         # Validate through BertConfig so a bad size fails here, naming the field, and not
         # deep inside a layer's build.
         BertConfig(
@@ -325,6 +326,20 @@ class BertEncoder(keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
+
+
+# What keras.Model's functional constructor reads of its keyword arguments. It drops any
+# other without a word, so a misspelt argument (`layer_norm_eps=` for
+# `layer_norm_epsilon=`) built a model with the default instead.
+FUNCTIONAL_KWARGS = ("name", "trainable")
+
+
+def check_functional_kwargs(model_class: type, kwargs: dict) -> None:
+    """Refuses keyword arguments a functional model would silently drop, as Python does."""
+    unknown = sorted(set(kwargs) - set(FUNCTIONAL_KWARGS))
+    if unknown:
+        raise TypeError(f"{model_class.__name__}() got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))}")
 
 class ListsEncoderWhole:
     """Mixin for functional models whose graph calls `encoder.last_layer_at` (or

@@ -2,7 +2,7 @@
 
 import keras
 
-from bert_keras.encoder import BertEncoder, ListsEncoderWhole
+from bert_keras.encoder import BertEncoder, ListsEncoderWhole, check_functional_kwargs
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dense import Dense
 from bert_keras.layers.masked_lm_head import MaskedLMHead
@@ -41,6 +41,7 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
     """
 
     def __init__(self, encoder, next_sentence=True, **kwargs):
+        check_functional_kwargs(type(self), kwargs)
         if not isinstance(encoder, BertEncoder):
             raise ValueError(f"`encoder` must be a BertEncoder. Received: {type(encoder).__name__}")
         initializer = keras.initializers.TruncatedNormal(stddev=encoder.initializer_range)

@@ -25,7 +25,7 @@ every position, padding included, as in Google's run_squad.py.
 import keras
 from keras import ops
 
-from bert_keras.encoder import BertEncoder, ListsEncoderWhole
+from bert_keras.encoder import BertEncoder, ListsEncoderWhole, check_functional_kwargs
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dense import Dense
 # The label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP],
@@ -34,7 +34,8 @@ from data_prep import schema
 from data_prep.schema import IGNORE_LABEL
 
 
-def _check_encoder(encoder):
+def _check_encoder(encoder, model, kwargs):
+    check_functional_kwargs(type(model), kwargs)
     if not isinstance(encoder, BertEncoder):
         raise ValueError(f"`encoder` must be a BertEncoder. Received: {type(encoder).__name__}")
 
@@ -140,7 +141,7 @@ class BertClassifier(_TaskModel):
 
     def __init__(self, encoder, num_classes, dropout=0.1, head_initializer="normal",
                  skip_padding=True, **kwargs):
-        _check_encoder(encoder)
+        _check_encoder(encoder, self, kwargs)
         _check_num_classes(num_classes)
         _check_dropout(dropout)
         _check_head_initializer(head_initializer)
@@ -202,7 +203,7 @@ class BertTagger(_TaskModel):
 
     def __init__(self, encoder, num_classes, dropout=0.1, head_initializer="normal",
                  skip_padding=True, **kwargs):
-        _check_encoder(encoder)
+        _check_encoder(encoder, self, kwargs)
         _check_num_classes(num_classes)
         _check_dropout(dropout)
         _check_head_initializer(head_initializer)
@@ -253,7 +254,7 @@ class BertSpanQA(_TaskModel):
     reads_pooler = False
 
     def __init__(self, encoder, head_initializer="normal", **kwargs):
-        _check_encoder(encoder)
+        _check_encoder(encoder, self, kwargs)
         _check_head_initializer(head_initializer)
         head = Dense(
             2,

@@ -3,7 +3,8 @@ import keras
 import pytest
 import tensorflow as tf
 
-from bert_keras import BertConfig, BertEncoder
+from bert_keras import BertConfig, BertEncoder, BertPretrainer
+from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
 from conftest import TINY, make_inputs
 
 
@@ -192,3 +193,20 @@ def test_block_output_positions_are_rows_of_the_full_output():
     np.testing.assert_allclose(rows, np.take_along_axis(full, positions[:, :, None], axis=1),
                                atol=1e-5)
     assert block.compute_output_shape((3, 9, 32), (3, 9), (3, 4)) == (3, 4, 32)
+
+
+@pytest.mark.parametrize("build", [
+    lambda **kw: BertEncoder(**TINY, **kw),
+    lambda **kw: BertPretrainer(BertEncoder(**TINY), **kw),
+    lambda **kw: BertClassifier(BertEncoder(**TINY), 2, **kw),
+    lambda **kw: BertTagger(BertEncoder(**TINY), 2, **kw),
+    lambda **kw: BertSpanQA(BertEncoder(**TINY), **kw),
+], ids=["encoder", "pretrainer", "classifier", "tagger", "span_qa"])
+def test_a_misspelt_argument_is_refused_not_dropped(build):
+    """keras.Model's functional constructor ignores keyword arguments it does not read:
+    BertEncoder(layer_norm_eps=1e-5) built a model with LayerNorm epsilon 1e-12."""
+    with pytest.raises(TypeError, match=r"\(\) got unexpected keyword argument\(s\) "
+                                        r"'layer_norm_eps'"):
+        build(layer_norm_eps=1e-5)
+    model = build(name="mine", trainable=False)  # what the constructor does read
+    assert model.name == "mine" and not model.trainable

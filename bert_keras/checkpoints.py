@@ -1080,12 +1080,15 @@ def save_hf_weights(model, directory: str, labels: list[str] | None = None,
         # transformers refuses safetensors files without format metadata.
         save_file(tensors, os.path.join(tmp, files.HF_WEIGHTS_FILE), metadata={"format": "pt"})
         if vocab_file:
-            vocab = files.copy_file(vocab_file, os.path.join(tmp, files.VOCAB_FILE))
             # model_max_length: transformers' tokenizer truncates to the position table
-            # (without it, truncation=True lets a long text past the model's 512 positions).
+            # (without it, truncation=True lets a long text past the model's 512 positions),
+            # or to the shorter limit the vocabulary's own settings give.
+            limit = _encoder_of(model).max_sequence_length
+            saved = tokenizer_config.saved_model_max_length(vocab_file)
+            vocab = files.copy_file(vocab_file, os.path.join(tmp, files.VOCAB_FILE))
             tokenizer_config.write_for_vocab(
                 vocab, settings or tokenizer_config.TokenizerConfig(),
-                model_max_length=_encoder_of(model).max_sequence_length)
+                model_max_length=min(limit, saved or limit))
     return directory
 
 

@@ -475,8 +475,10 @@ def _write_vocab_and_settings(directory: str, vocab_file: str | None,
                               settings: TokenizerConfig | None) -> None:
     if vocab_file:
         target = os.path.join(directory, files.VOCAB_FILE)
+        saved = tokenizer_config.saved_model_max_length(vocab_file)  # kept for transformers
         files.copy_file(vocab_file, target)
-        tokenizer_config.write_for_vocab(target, settings or TokenizerConfig())
+        tokenizer_config.write_for_vocab(target, settings or TokenizerConfig(),
+                                         model_max_length=saved)
 
 
 def save_encoder_dir(encoder: BertEncoder, directory: str, vocab_file: str | None = None,

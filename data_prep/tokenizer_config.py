@@ -202,6 +202,19 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     return config, path
 
 
+def saved_model_max_length(vocab_file: str) -> int | None:
+    """transformers' `model_max_length` in the tokenizer_config.json of `vocab_file` (the
+    longest input its tokenizer lets through with truncation), or None where there is none
+    or it says "no limit" (transformers writes int(1e30) there)."""
+    found = read_for_vocab(vocab_file)
+    if found is None:
+        return None
+    value = read_file(found[1])[1].get("model_max_length")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 10**9:
+        return None
+    return value
+
+
 def write_for_vocab(vocab_file: str, config: TokenizerConfig, overwrite: bool = True,
                     model_max_length: int | None = None) -> str:
     """Writes `config` as tokenizer_config.json beside `vocab_file`; returns its path."""

@@ -9,6 +9,7 @@ import pytest
 
 from bert_keras import BertEncoder, BertPretrainer
 from bert_keras.checkpoints import WeightLoadError, save_keras_model
+from bert_keras import model_loading
 from bert_keras.model_loading import load_checkpoint
 from bert_keras.convert_checkpoint import convert
 from conftest import TINY
@@ -116,7 +117,6 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     import torch
     from transformers import AutoTokenizer, BertForPreTraining, BertModel
 
-    from bert_keras import model_loading
     from conftest import make_inputs
     from data_prep.tokenization import load_tokenizer
     from data_prep.tokenizer_config import TokenizerConfig
@@ -238,3 +238,32 @@ def test_a_masked_lm_without_nsp_converts_to_a_layout_that_loads(tmp_path):
                                                         want="encoder").model)
     _, again = convert("keras", "google", str(tmp_path / "run"), str(tmp_path / "g2" / "m.ckpt"))
     assert_weights_equal(model, again)
+
+
+def test_a_tokenizers_own_model_max_length_is_kept(tmp_path, keras_file):
+    """A transformers directory whose tokenizer_config.json says model_max_length 32 (below
+    the 40-position table) came out with 40 from every conversion, so transformers'
+    tokenizer let longer texts through than the model was given. "No limit" (transformers'
+    int(1e30)) and no value give the position table, as before."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    path, model = keras_file
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab += [f"w{i}" for i in range(TINY["vocab_size"] - len(vocab))]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    source = tmp_path / "source"
+    model_loading.save_encoder_dir(model.encoder, str(source), str(tmp_path / "vocab.txt"))
+    convert("keras", "hf", str(source), str(tmp_path / "hf"))
+    settings = tmp_path / "hf" / "tokenizer_config.json"
+    assert json.loads(settings.read_text())["model_max_length"] == TINY["max_sequence_length"]
+    for limit, want in [(32, 32), (int(1e30), TINY["max_sequence_length"])]:
+        settings.write_text(json.dumps({**json.loads(settings.read_text()),
+                                        "model_max_length": limit}))
+        out = tmp_path / f"out{want}"
+        convert("hf", "hf", str(tmp_path / "hf"), str(out / "hf"))
+        convert("hf", "keras", str(tmp_path / "hf"), str(out / "keras"), model="encoder")
+        convert("keras", "hf", str(out / "keras"), str(out / "back"))
+        for hf in (out / "hf", out / "back"):
+            assert AutoTokenizer.from_pretrained(str(hf)).model_max_length == want, hf

@@ -3,7 +3,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from bert_keras import BertConfig, BertEncoder, BertPretrainer
+from bert_keras import BertEncoder, BertPretrainer
 from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
 from conftest import TINY, make_inputs
 

@@ -255,7 +255,8 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
                                    ("tokenize_chinese_chars", tokenize_chinese_chars))
                  if v is not None}
     saved = tokenizer_config.read_for_vocab(vocab_file) or ckpt.saved_tokenizer
-    settings, source = tokenizer_config.resolve(None, overrides, saved, warn=logging.warning)
+    settings, source = tokenizer_config.resolve(vocab_file, overrides, saved,
+                                                warn=logging.warning)
     logging.info("Tokenizer settings: %s (%s)", settings.describe(), source or "defaults and flags")
     tokenizer = load_tokenizer(vocab_file, settings)
     if output_file.endswith(".npz"):

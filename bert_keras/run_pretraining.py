@@ -469,7 +469,7 @@ def tokenizer_settings(options: PretrainingOptions, input_files: list[str], init
         saved = tokenizer_config.read_for_vocab(options.vocab_file)
     if saved is None and initial is not None:
         saved = initial.saved_tokenizer
-    return tokenizer_config.resolve(None, options.tokenizer_overrides(), saved,
+    return tokenizer_config.resolve(options.vocab_file, options.tokenizer_overrides(), saved,
                                     warn=logging.warning)
 
 

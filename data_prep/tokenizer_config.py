@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import unicodedata
 from typing import Any, Callable, Mapping
 
 from data_prep import files, schema
@@ -240,7 +241,56 @@ def resolve(vocab_file: str | None, overrides: Mapping[str, Any] | None = None,
     if saved is None and vocab_file:
         saved = read_for_vocab(vocab_file)
     base, source = saved if saved is not None else (TokenizerConfig(), None)
-    return base.with_overrides(dict(overrides or {}), source, warn), source
+    config = base.with_overrides(dict(overrides or {}), source, warn)
+    if source is None and vocab_file and warn is not None:
+        _warn_if_made_otherwise(vocab_file, config, warn)
+    return config, source
+
+
+def unreachable_pieces(vocab: list[str], config: TokenizerConfig) -> list[str]:
+    """The pieces of `vocab` that tokenizing under `config` never produces: capital letters
+    where it lowercases, letters that decompose (accented Latin, Hangul syllables) where it
+    strips accents. [X] tokens are left out."""
+    lower, strip, _ = config.effective()
+    found = []
+    for token in vocab:
+        if token.startswith("[") and token.endswith("]"):
+            continue
+        text = token[2:] if token.startswith("##") else token
+        normal = text.lower() if lower else text
+        if strip:
+            normal = "".join(c for c in unicodedata.normalize("NFD", normal)
+                             if unicodedata.category(c) != "Mn")
+        if normal != text:
+            found.append(token)
+    return found
+
+
+# Google's uncased vocabularies have no unreachable piece; a cased or Korean one read
+# with the uncased defaults has thousands.
+UNREACHABLE_SHARE = 0.005
+
+
+def _warn_if_made_otherwise(vocab_file: str, config: TokenizerConfig,
+                            warn: Callable[[str], None]) -> None:
+    """Warns where settings taken from defaults and flags (no tokenizer_config.json beside
+    the vocabulary) can never produce a share of its pieces."""
+    try:
+        vocab = schema.load_vocab(vocab_file)
+    except schema.VocabError:
+        return  # the tool's own loading names the problem
+    unreachable = unreachable_pieces(vocab, config)
+    if len(unreachable) < max(10, UNREACHABLE_SHARE * len(vocab)):
+        return
+    capitals = [t for t in unreachable if t != t.lower()]
+    decomposing = [t for t in unreachable if t == t.lower()]  # lowercasing kept, stripping not
+    hints = (["--do_lower_case=false (a cased vocabulary)"] if capitals else []) + (
+        ["--strip_accents=false (letters that decompose: accents, Hangul)"] if decomposing else [])
+    examples = capitals[:2] + decomposing[:2] if capitals and decomposing else unreachable[:4]
+    warn(f"{vocab_file}: no {files.TOKENIZER_CONFIG_FILE} beside it, and {len(unreachable)} "
+         f"of its {len(vocab)} pieces (such as {', '.join(examples)}) never come out "
+         f"of the tokenizer with {config.describe()}: the vocabulary was made with other "
+         f"settings? Pass {' or '.join(hints)}, or save its settings beside it")
 
 
 # --- Command-line flags: the same three on every tool. ---

@@ -271,7 +271,7 @@ def main(argv):
         vocab_file = ckpt.vocabulary(_VOCAB_FILE.value)
         saved = tokenizer_config.read_for_vocab(vocab_file) or ckpt.saved_tokenizer
         settings, source = tokenizer_config.resolve(
-            None, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), saved,
+            vocab_file, tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS), saved,
             warn=logging.warning)
         pretrainer = ckpt.model if isinstance(ckpt.model, BertPretrainer) and _MLM.value else None
         print(export_encoder(ckpt.encoder, export_dir, vocab_file, version=version,

@@ -92,3 +92,47 @@ def test_parse_strip_accents():
         [None, True, False, None]
     with pytest.raises(TokenizerConfigError, match="auto, true or false"):
         tokenizer_config.parse_strip_accents("maybe")
+
+
+def _said(vocab_file, overrides=None, saved=None) -> list[str]:
+    said = []
+    tokenizer_config.resolve(str(vocab_file), overrides or {}, saved, warn=said.append)
+    return said
+
+
+def test_a_vocabulary_made_with_other_settings_is_named_where_defaults_apply(tmp_path):
+    """A vocabulary copied without its tokenizer_config.json is read with BERT's uncased
+    defaults (Google's vocabularies rely on that). A cased or Korean one then loses every
+    capitalised piece and every Hangul syllable to [UNK]: the tools say so, with the flag
+    that fits, where the settings came from defaults and flags."""
+    import tokenizer_refs as refs
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    google = tmp_path / "google" / "vocab.txt"
+    google.parent.mkdir()
+    google.write_bytes(open(refs.bert_base_uncased_vocab(), "rb").read())
+    assert _said(google) == []  # Google's uncased vocabulary: every piece reachable
+    lines = specials + [f"w{i}" for i in range(200)]
+    cased, korean = tmp_path / "cased" / "vocab.txt", tmp_path / "ko" / "vocab.txt"
+    for path, extra in [(cased, [f"Seoul{i}" for i in range(20)] + ["##Town"]),
+                        (korean, [f"서울{i}" for i in range(20)] + ["##은", "café"])]:
+        path.parent.mkdir()
+        path.write_text("\n".join(lines + extra) + "\n", encoding="utf-8")
+    [line] = _said(cased)
+    assert line.startswith(f"{cased}: no tokenizer_config.json beside it, and 21 of its 226 "
+                           "pieces (such as Seoul0, Seoul1, Seoul2, Seoul3) never come out of "
+                           "the tokenizer with do_lower_case=True, strip_accents=True")
+    assert "Pass --do_lower_case=false (a cased vocabulary), or save" in line
+    [line] = _said(korean)
+    assert "22 of its 227 pieces" in line and "Pass --strip_accents=false" in line
+    assert _said(cased, {"do_lower_case": False}) == []
+    assert _said(korean, {"strip_accents": False}) == []
+    # Settings saved beside the vocabulary, or given with the model, are not second-guessed.
+    assert _said(cased, saved=(TokenizerConfig(), "model/tokenizer_config.json")) == []
+    tokenizer_config.write_for_vocab(str(korean), TokenizerConfig(do_lower_case=False))
+    assert _said(korean) == []
+    # Below the share that flags a vocabulary (a few stray pieces), nothing is said.
+    few = tmp_path / "few" / "vocab.txt"
+    few.parent.mkdir()
+    few.write_text("\n".join(specials + [f"w{i}" for i in range(2000)] + ["Big"] * 1) + "\n")
+    assert _said(few) == []

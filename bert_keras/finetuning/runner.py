@@ -448,7 +448,7 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
         raise FinetuneError("no --vocab_file given and no checkpoint to take one from")
     saved = tokenizer_config.read_for_vocab(vocab_file) or (
         ckpt.saved_tokenizer if ckpt is not None else None)
-    settings, source = tokenizer_config.resolve(None, common.tokenizer_overrides(), saved,
+    settings, source = tokenizer_config.resolve(vocab_file, common.tokenizer_overrides(), saved,
                                                 warn=logging.warning)
     logging.info("Tokenizer: %s, settings %s (%s)", vocab_file, settings.describe(),
                  source or "defaults and flags")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 import re
@@ -110,7 +111,7 @@ class Checkpoint:
     def tokenizer_settings(self, overrides=None, warn: Callable[[str], None] | None = None
                            ) -> tuple[TokenizerConfig, str | None]:
         """(settings, their source): the saved ones with explicit `overrides` applied."""
-        return tokenizer_config.resolve(None, overrides, self.saved_tokenizer, warn)
+        return tokenizer_config.resolve(self.vocab_file, overrides, self.saved_tokenizer, warn)
 
     def vocabulary(self, vocab_file: str | None = None, flag: str = "--vocab_file") -> str:
         """The vocabulary to use with this model: `vocab_file` (a flag's value) or the one
@@ -190,6 +191,19 @@ def _vocab_and_settings(directory: str, hf: bool = False):
              if os.path.isfile(settings_file) else None)
     source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None
     return vocab, source, saved
+
+
+def _recorded_settings(directory: str) -> tuple[TokenizerConfig, str] | None:
+    """The tokenizer settings a fine-tuning run recorded in its train_results.json, for a
+    model directory whose tokenizer_config.json is gone (the uncased defaults would flip a
+    cased model's predictions)."""
+    path = os.path.join(directory, files.TRAIN_RESULTS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)["tokenizer"]
+        return TokenizerConfig.from_json_dict(values, path), path
+    except (OSError, ValueError, KeyError, TypeError, tokenizer_config.TokenizerConfigError):
+        return None
 
 
 # Forms whose model carries its config (config.json, model.keras), where --bert_config_file
@@ -357,6 +371,8 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
 
     def result(model, form, config=None, vocab_dir=directory, labels=None):
         vocab, source, saved = _vocab_and_settings(vocab_dir, hf=form == "hf")
+        if saved is None and form == "task_dir":
+            saved = _recorded_settings(vocab_dir)
         model = _narrow(model, want, path)
         encoder = model if isinstance(model, BertEncoder) else model.encoder
         if bert_config_file and form in _FORMS_WITH_THEIR_OWN_CONFIG:
@@ -461,13 +477,21 @@ def read_labels(path: str) -> list[str]:
             labels = [line.strip() for line in f]
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None
+    return check_labels(labels, path, "line")
+
+
+def check_labels(labels: list[str], source: str, unit: str) -> list[str]:
+    """`labels` (from `source`: a file, whose `unit` is a line, or a flag's list, whose unit
+    is an item), refused where one is empty or repeated, or where there are none."""
     for number, label in enumerate(labels, 1):
         if not label.strip():
-            raise CheckpointError(f"{path}:{number}: empty label")
-    if len(set(labels)) != len(labels):
-        raise CheckpointError(f"{path}: duplicate labels")
+            where = f"{source}:{number}" if unit == "line" else f"{source}: {unit} {number}"
+            raise CheckpointError(f"{where}: empty label")
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise CheckpointError(f"{source}: duplicate labels {repeated}")
     if not labels:
-        raise CheckpointError(f"{path}: no labels")
+        raise CheckpointError(f"{source}: no labels")
     return labels
 
 

@@ -58,7 +58,10 @@ from export import keras_backend
 _ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
 
 import numpy as np
-import tensorflow as tf
+
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
 from data_prep import files, schema, squad, tokenization, tokenizer_config
@@ -326,8 +329,8 @@ _FLAGS = task_export.define_flags(
     "A fine-tuned span-QA model: run_squad's --output_dir (model.keras, vocab.txt, "
     "tokenizer_config.json).", 384, "Sequence length the model was fine-tuned with.")
 _MAX_ANSWER_LENGTH = flags.DEFINE_integer(
-    "max_answer_length", MAX_ANSWER_LENGTH, "Longest answer span, in tokens.",
-    allow_override=True)
+    "max_answer_length", None, "Longest answer span, in tokens. Default: --model_dir's "
+    f"({files.TRAIN_RESULTS_FILE}), else {MAX_ANSWER_LENGTH}.", allow_override=True)
 _MAX_QUERY_LENGTH = flags.DEFINE_integer(
     "max_query_length", None, "The question is cut to this many tokens, as run_squad cuts "
     f"it. Default: --model_dir's ({files.TRAIN_RESULTS_FILE}), else "
@@ -341,26 +344,29 @@ _VERSION_2 = flags.DEFINE_boolean(
     "--null_score_diff_threshold. Default: whether --model_dir was trained so "
     f"({files.TRAIN_RESULTS_FILE}), else false.", allow_override=True)
 _NULL_THRESHOLD = flags.DEFINE_float(
-    "null_score_diff_threshold", 0.0, "With --version_2_with_negative: answer \"\" where the "
-    "null score minus the best span's exceeds this (run_squad's flag).", allow_override=True)
+    "null_score_diff_threshold", None, "With --version_2_with_negative: answer \"\" where the "
+    "null score minus the best span's exceeds this (run_squad's flag). Default: --model_dir's "
+    f"({files.TRAIN_RESULTS_FILE}), else 0.", allow_override=True)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype,
                recorded):
-        stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
-                                               "Window stride")
+        def setting(holder, key, what, default=None):
+            value = task_export.given_or_recorded(holder, recorded, key, what)
+            return default if value is None else value
+
         return export_span_qa(
             model, tokenizer, export_dir, seq_length, version=version,
-            max_answer_length=_MAX_ANSWER_LENGTH.value, buckets=buckets,
-            serving_dtype=serving_dtype,
-            max_query_length=task_export.given_or_recorded(
-                _MAX_QUERY_LENGTH, recorded, "max_query_length", "Question length"),
-            version_2_with_negative=task_export.given_or_recorded(
-                _VERSION_2, recorded, "version_2_with_negative", "SQuAD 2.0"),
-            null_score_diff_threshold=_NULL_THRESHOLD.value,
-            doc_stride=stride if stride is not None else DOC_STRIDE)
+            max_answer_length=setting(_MAX_ANSWER_LENGTH, "max_answer_length", "Answer length",
+                                      MAX_ANSWER_LENGTH),
+            buckets=buckets, serving_dtype=serving_dtype,
+            max_query_length=setting(_MAX_QUERY_LENGTH, "max_query_length", "Question length"),
+            version_2_with_negative=setting(_VERSION_2, "version_2_with_negative", "SQuAD 2.0"),
+            null_score_diff_threshold=setting(_NULL_THRESHOLD, "null_score_diff_threshold",
+                                              "No-answer threshold", 0.0),
+            doc_stride=setting(_DOC_STRIDE, "doc_stride", "Window stride", DOC_STRIDE))
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,

@@ -33,7 +33,10 @@ from export import keras_backend
 _ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" else None
 
 import numpy as np
-import tensorflow as tf
+
+from data_prep import tf_logging
+
+tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
 from data_prep import tokenizer_config

@@ -261,6 +261,11 @@ CASES = [
         ("num_train_epochs", 0), ("num_train_steps", 0), ("warmup_proportion", 1.5),
         ("classifier_dropout", 2), ("strip_accents", "maybe"), ("input_format", "xml"),
         ("mixed_precision", "bfloat16"), ("no_such_flag", 1)]),
+    # A label list with a repeated or an empty label trained a model no later stage read.
+    ("run_classifier-label_list-duplicate", "run_classifier",
+     CLS + " --label_list=a,b,a", "--label_list: duplicate labels ['a']"),
+    ("run_classifier-label_list-empty", "run_classifier",
+     CLS + " --label_list=a,,b", "--label_list: item 2: empty label"),
     ("run_classifier-missing-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/missing.jsonl", "missing.jsonl"),
     ("run_classifier-binary-train", "run_classifier", f"{FT} --output_dir={{W}}/out --do_train "
@@ -500,7 +505,8 @@ CASES = [
     # export_tagger (transformers' task heads, issue 31): the same checks as export_classifier
     *_flag_cases("export_tagger", ECLS, [("max_seq_length", 0), ("version", -1),
                                          ("length_buckets", "1.5")]),
-    ("export_tagger-missing-model", "export_tagger", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
+    ("export_tagger-missing-model", "export_tagger", ECLS.replace("{F}/classifier", "{F}/nope"),
+     "--model_dir {F}/nope: no such directory (expected run_tagger's output directory"),
     ("export_tagger-given-a-classifier", "export_tagger", ECLS, "--model_dir"),
     ("export_tagger-given-an-encoder", "export_tagger", ECLS.replace("{F}/classifier", "{F}/encoder"),
      "--model_dir"),

@@ -204,3 +204,30 @@ def test_save_task_dir_of_an_uncompiled_model(tmp_path):
     x = make_inputs(batch=2, seq=5)
     np.testing.assert_allclose(np.asarray(loaded(x)["start_logits"]),
                                np.asarray(model(x)["start_logits"]), atol=1e-6)
+
+
+def test_a_task_directory_without_tokenizer_config_uses_the_recorded_settings(tmp_path):
+    """A fine-tuned directory whose tokenizer_config.json was lost (copied without it) was
+    read with the uncased defaults, and its export of a cased model flipped predictions;
+    the fine-tuning recorded its settings in train_results.json, which is read instead."""
+    import os
+
+    from bert_keras.tasks import BertClassifier
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(TINY["vocab_size"])))
+    cased = TokenizerConfig(do_lower_case=False, strip_accents=False)
+    out = tmp_path / "out"
+    model_loading.save_task_dir(BertClassifier(BertEncoder(**TINY), 2), str(out), ["a", "b"],
+                                str(vocab), cased,
+                                train_results={"tokenizer": cased.to_json_dict()})
+    assert model_loading.load_checkpoint(str(out)).saved_tokenizer == (
+        cased, str(out / files.TOKENIZER_CONFIG_FILE))
+    os.remove(out / files.TOKENIZER_CONFIG_FILE)
+    loaded = model_loading.load_checkpoint(str(out))
+    assert loaded.saved_tokenizer == (cased, str(out / files.TRAIN_RESULTS_FILE))
+    assert loaded.tokenizer_settings()[0] == cased
+    # Without either, the defaults, as before.
+    os.remove(out / files.TRAIN_RESULTS_FILE)
+    assert model_loading.load_checkpoint(str(out)).saved_tokenizer is None

@@ -437,7 +437,8 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
                                    do_train=False, do_eval=False))
     assert alone["predict"]["questions"] == 6
     assert json.load(open(tmp_path / "alone" / "predictions.json")) == predictions
-    assert recorded["doc_stride"] == 4
+    assert (recorded["doc_stride"], recorded["max_answer_length"],
+            recorded["null_score_diff_threshold"]) == (4, 6, 0.0)
     # The export of this run, from its recorded settings (doc_stride 4 and max_seq_length 20
     # make several windows of a context), answers as run_squad predicts where run_squad
     # scores every span (n_best_size >= S).
@@ -451,7 +452,7 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
                           **common(tmp_path / "every", str(out), max_seq_length=None,
                                    do_train=False, do_eval=False))
     assert every["predict"]["questions"] == 6
-    exported = run_tool("export_span_qa", [f"--model_dir={out}", "--max_answer_length=6",
+    exported = run_tool("export_span_qa", [f"--model_dir={out}",  # answers of at most 6, as run
                                            f"--export_dir={tmp_path / 'export'}"])
     assert exported.code == 0, exported.stderr[-3000:]
     served = tf.saved_model.load(exported.stdout.strip().splitlines()[-1])

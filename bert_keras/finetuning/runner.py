@@ -803,7 +803,10 @@ def labels_from_flags(label_list: Sequence[str] | None, label_list_file: str | N
     """--label_list or --label_list_file (one label a line), else None."""
     if label_list_file:
         return model_loading.read_labels(label_list_file)
-    return list(label_list) if label_list else None
+    if not label_list:
+        return None
+    return model_loading.check_labels([label.strip() for label in label_list], "--label_list",
+                                      "item")
 
 
 def expected_errors() -> tuple:

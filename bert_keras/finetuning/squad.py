@@ -193,6 +193,8 @@ class SquadTask(Task):
 
     def export_settings(self, opts):
         return {"max_query_length": opts.max_query_length, "doc_stride": opts.doc_stride,
+                "max_answer_length": opts.max_answer_length,
+                "null_score_diff_threshold": opts.null_score_diff_threshold,
                 "version_2_with_negative": opts.version_2_with_negative}
 
     def _answer(self, examples, features, outputs, tokenizer, common, opts):

@@ -257,12 +257,14 @@ class FeatureStats:
     questions_truncated: int = 0  # question longer than max_query_length (cut)
     multi_window_examples: int = 0  # context split into more than one window
     answer_outside_window: int = 0  # training windows labelled [CLS] because the answer is elsewhere
+    training: bool = False  # made for training (windows have answers to miss)
 
     def summary(self) -> str:
         return (f"{self.examples} examples -> {self.features} windows; "
                 f"{self.multi_window_examples} contexts needed several windows; "
-                f"{self.questions_truncated} questions truncated to max_query_length; "
-                f"{self.answer_outside_window} training windows without the answer")
+                f"{self.questions_truncated} questions truncated to max_query_length"
+                + (f"; {self.answer_outside_window} training windows without the answer"
+                   if self.training else ""))
 
 
 def _improve_answer_span(doc_tokens, start, end, answer_pieces):
@@ -330,7 +332,7 @@ def convert_examples(examples: Sequence[SquadExample], tokenizer, max_seq_length
     if max_seq_length <= max_query_length + 3:
         raise ValueError(f"max_seq_length ({max_seq_length}) must be greater than "
                          f"max_query_length ({max_query_length}) + 3")
-    stats = FeatureStats()
+    stats = FeatureStats(training=is_training)
     features: list[SquadFeature] = []
     ids, segments = [], []
     queries = tokenizer.tokenize([e.question for e in examples])

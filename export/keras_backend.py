@@ -45,6 +45,10 @@ def describe(requested: str | None) -> str:
 
     used = keras.backend.backend()
     if requested and requested != used:
-        return (f"Keras backend: {used} (KERAS_BACKEND={requested} from the environment is "
-                "for training; exports write TensorFlow SavedModels)")
+        from bert_keras.backends import TRAINING_BACKENDS
+
+        # Another backend than the training tools run on is not "for training".
+        role = "is for training" if requested in TRAINING_BACKENDS else "is not used"
+        return (f"Keras backend: {used} (KERAS_BACKEND={requested} from the environment "
+                f"{role}; exports write TensorFlow SavedModels)")
     return f"Keras backend: {used}"

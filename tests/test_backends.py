@@ -602,3 +602,16 @@ def test_extract_features_on_jax_equals_tensorflow(jax_runs, tmp_path):
         for layer in ("layer_-1", "layer_-2"):
             assert jax_features[layer].shape == (2, 12, SMALL["hidden_size"])
             np.testing.assert_allclose(jax_features[layer], tf_features[layer], atol=2e-5)
+
+
+def test_the_exports_say_what_another_keras_backend_is_for():
+    """KERAS_BACKEND=jax is for the training tools; torch is for none of them (they refuse
+    it), so the export tools' first line does not call it a training backend."""
+    from export.keras_backend import describe
+
+    used = keras.backend.backend()
+    assert describe(None) == f"Keras backend: {used}"
+    assert describe("jax" if used != "jax" else "tensorflow").endswith(
+        "from the environment is for training; exports write TensorFlow SavedModels)")
+    assert describe("torch") == (f"Keras backend: {used} (KERAS_BACKEND=torch from the "
+                                 "environment is not used; exports write TensorFlow SavedModels)")

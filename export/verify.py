@@ -25,7 +25,9 @@ Checks, each reported on one line; exit status 1 if any fails:
 
 Tolerance (session and parity): every float output must satisfy
     max |got - expected| <= rtol * max |expected|
-per output tensor, i.e. relative to the output's own scale, with rtol = 1e-4 (--rtol).
+per output tensor, i.e. relative to the output's own scale, with rtol = 1e-4 (--rtol); the
+-10000 the text-in exports write at padding positions is not part of a scale
+(`serving_probe.difference`).
 The same float32 graph run by another runtime (TF1 session vs TF2 function, Keras vs the
 traced export) rounds differently, and the differences grow with the weights' magnitudes
 and the depth: random-initialized models of any size here agree bit for bit, while the

@@ -363,6 +363,34 @@ def test_the_session_check_names_an_output_with_values_when_every_difference_is_
     assert result["worst"] == {"output": "serving_default/y", "diff": 0.0, "scale": 6.0}
 
 
+def test_the_session_checks_scale_leaves_out_the_padding_fill(tmp_path):
+    """Span-QA and tagger logits are -10000 at padding positions: with the fill in the
+    scale, the session check's tolerance on logits of about 1 was 1.0, so a session path
+    that moved them by 0.5 passed."""
+    from export import length_buckets
+    from export.serving_probe import PADDING_FILL, session_replay
+    from export.verify import within_tolerance
+
+    assert PADDING_FILL == length_buckets.PADDING_LOGIT
+
+    class Logits(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return {"logits": tf.where(x > 0, x, length_buckets.PADDING_LOGIT)}
+
+    module = Logits()
+    tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+    x = np.array([0.5, 1.25, -1.0, -1.0], np.float32)
+    served = np.where(x > 0, x, length_buckets.PADDING_LOGIT)
+    # What the other path (TF2) answered: the same, and one logit off by 0.5.
+    for moved, scale in [(0.0, 1.25), (0.5, 1.75)]:
+        result = session_replay(str(tmp_path), [("serving_default", {"x": x})],
+                                [{"logits": served + np.array([0, moved, 0, 0], np.float32)}])
+        worst = result["worst"]
+        assert (worst["diff"], worst["scale"]) == (moved, scale)
+        assert within_tolerance(worst["diff"], worst["scale"]) == (moved == 0.0)
+
+
 @pytest.mark.integration  # Verify's command line, fresh processes: about 35 s on 2 cores.
 def test_verify_cli_exit_status(exported, tmp_path):
     _, _, _, path = exported

@@ -27,6 +27,11 @@ the export's graph then packs the merged batch and runs the encoder at its bucke
                        163.9 against 162.2.
   allowed_batch_sizes  powers of two up to max_batch_size: few shapes, at most half a
                        batch of padding (the server repeats a request's first row).
+                       Not for span QA (`padded_batches=False`): a request there is as
+                       many encoder rows as its context takes windows, so a repeated
+                       first request could be a long context run up to 8 times more
+                       (a 50 KB context is 77 windows at S=384); the encoder's batch is
+                       the windows' count anyway, whatever the requests'.
   batch_timeout_micros how long a batch waits for more requests when a thread is free:
                        BATCH_TIMEOUT_MICROS, small against a short request's latency
                        (under load the queue fills while a batch runs anyway).
@@ -59,11 +64,13 @@ MAX_ENQUEUED_BATCHES = 32
 LARGEST_BATCH = 32
 
 
-def for_buckets(buckets: Sequence[int]) -> dict:
+def for_buckets(buckets: Sequence[int], padded_batches: bool = True) -> dict:
     """The parameters for an export with these length buckets (module docstring).
 
     Args:
       buckets: ascending lengths, the last one max_seq_length (`length_buckets.resolve`).
+      padded_batches: whether batches are padded to `allowed_batch_sizes` (not where a
+        request can be many encoder rows: span QA's windows).
 
     Returns:
       BatchingParameters field -> value (an int, a list of ints, or a bool).
@@ -75,7 +82,7 @@ def for_buckets(buckets: Sequence[int]) -> dict:
     while size <= largest:
         allowed.append(size)
         size *= 2
-    return {
+    params = {
         "max_batch_size": largest,
         "batch_timeout_micros": BATCH_TIMEOUT_MICROS,
         "max_enqueued_batches": MAX_ENQUEUED_BATCHES,
@@ -83,11 +90,14 @@ def for_buckets(buckets: Sequence[int]) -> dict:
         "allowed_batch_sizes": allowed,
         "pad_variable_length_inputs": False,
     }
+    if not padded_batches:
+        del params["allowed_batch_sizes"]
+    return params
 
 
-def text_for(buckets: Sequence[int]) -> str:
+def text_for(buckets: Sequence[int], padded_batches: bool = True) -> str:
     """The file's contents for an export with these buckets: `for_buckets` as text."""
-    return to_text(for_buckets(buckets), buckets)
+    return to_text(for_buckets(buckets, padded_batches), buckets)
 
 
 def to_text(params: dict, buckets: Sequence[int]) -> str:

@@ -16,8 +16,9 @@ Signatures (S = max_seq_length):
                    in run_squad's windows: the question cut to --max_query_length, the
                    context in windows of the rest of S, --doc_stride WordPieces apart, every
                    window run ->
-                   start_logits, end_logits float32 [batch, S] (the window the answer comes
-                   from, the first one where there is none; -10000 at padding positions,
+                   start_logits, end_logits float32 [batch, S] (the window of the best span,
+                   also where a SQuAD 2.0 model answers none; the first window where the
+                   context has no span at all; -10000 at padding positions,
                    input_mask 0), input_word_ids, input_type_ids int32 [batch, S] (what the
                    logits index), window_start int32 [batch] (the context WordPiece that
                    window starts at), windows int32 [batch] (how many the context took),
@@ -44,8 +45,8 @@ The text signature runs the encoder on every window of the batch at once, at the
 real length rounded up to one of --length_buckets (`export.length_buckets`), and pads the
 logits back to S: at real positions they are those of the full-length run; the ids
 signature runs the length it is given. A context costs one encoder row per window: at
-S=384 and the default stride, 1 + ceil((T - 320) / 128) for T > 320 WordPieces (a
-64-piece question).
+S=384 and the default stride, 1 + ceil((T - 317) / 128) windows for T > 317 WordPieces (a
+64-piece question leaves 384 - 3 - 64 = 317).
 """
 
 from __future__ import annotations
@@ -197,15 +198,21 @@ class SpanQAModule(tf.Module):
 
         can_start = in_context(window.with_flat_values(max_context))
         can_end = in_context(window.with_flat_values(tf.ones_like(max_context)))
-        position = tf.range(seq)
-        allowed = ((position[None, :] >= position[:, None])
-                   & (position[None, :] - position[:, None] < self.max_answer_length))  # [L, L]
-        valid = can_start[:, :, None] & can_end[:, None, :] & allowed[None]  # [W, L, L]
-        scores = out["start_logits"][:, :, None] + out["end_logits"][:, None, :]  # [W, L, L]
-        spans = tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * seq])  # [W, L * L]
-        best = tf.argmax(spans, axis=-1, output_type=tf.int32)  # [W]
+        # Spans (start, start + k), k < max_answer_length = A: [W, L, A], not every (start,
+        # end) pair ([W, L, L]: 13x the memory at S=384, 1.8 MB a window).
+        longest = self.max_answer_length
+        span_ends = tf.range(seq)[:, None] + tf.range(longest)[None, :]  # [L, A]
+        after = [[0, 0], [0, longest - 1]]  # ends past the window: not context, not spans
+
+        def at_ends(values):  # [W, L] -> [W, L, A]: the value at each span's end
+            return tf.gather(tf.pad(values, after), span_ends, axis=1)
+
+        valid = can_start[:, :, None] & at_ends(can_end)  # [W, L, A]
+        scores = out["start_logits"][:, :, None] + at_ends(out["end_logits"])  # [W, L, A]
+        spans = tf.reshape(tf.where(valid, scores, -np.inf), [-1, seq * longest])  # [W, L * A]
+        best = tf.argmax(spans, axis=-1, output_type=tf.int32)  # [W] start-major, then end
         best_score = tf.reduce_max(spans, axis=-1)  # [W]
-        has_span = tf.reduce_any(tf.reshape(valid, [-1, seq * seq]), axis=-1)  # [W]
+        has_span = tf.reduce_any(tf.reshape(valid, [-1, seq * longest]), axis=-1)  # [W]
         # A request's answer: its best span over its windows, the first window on a tie
         # (run_squad's stable sort of the candidates, window by window).
         rows = tf.size(context)
@@ -226,8 +233,8 @@ class SpanQAModule(tf.Module):
         if self.version_2_with_negative:  # run_squad's rule: "" above the threshold
             found &= null_odds <= self.null_score_diff_threshold
         span = tf.gather(best, chosen)
-        answer_start = tf.where(found, span // seq, -1)
-        answer_end = tf.where(found, span % seq, -1)
+        answer_start = tf.where(found, span // longest, -1)
+        answer_end = tf.where(found, span // longest + span % longest, -1)
         # The answer is the context's own text: from where its first piece came from to
         # where its last one ended (`BertTokenizer.tokenize_with_offsets`), in bytes.
         shift = tf.cast(tf.gather(window_start, chosen), tf.int32) - tf.gather(first, chosen)
@@ -318,7 +325,10 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
         warmup += [("serving_default", {"question": np.array([question], dtype=object),
                                         "context": np.array([context], dtype=object)})
                    for question, context in pre.warmup_texts(2)]
-        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
+        # A request is as many encoder rows as its context's windows: batches are not
+        # padded with copies of a request (`batching_parameters`).
+        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
+                                         padded_batches=False)
     logging.info("Wrote span-QA export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
 
@@ -370,7 +380,7 @@ def main(argv):
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,
-                           environment_backend=_ENVIRONMENT_BACKEND)
+                           environment_backend=_ENVIRONMENT_BACKEND, padded_batches=False)
 
 
 if __name__ == "__main__":

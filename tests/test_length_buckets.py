@@ -363,6 +363,18 @@ def test_batching_parameters_parse_with_tf_servings_schema(buckets, largest):
     assert params.pad_variable_length_inputs is False
 
 
+def test_span_qa_batches_are_not_padded_with_copies_of_a_request():
+    """TF Serving pads a batch to an allowed size with copies of its first request; a span-QA
+    request is as many encoder rows as its context's windows (77 for 50 KB at S=384), so
+    its parameters allow every batch size up to the largest."""
+    buckets = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
+    padded = parse_batching_parameters(batching_parameters.text_for(buckets))
+    params = parse_batching_parameters(batching_parameters.text_for(buckets, False))
+    assert list(params.allowed_batch_sizes) == [] and list(padded.allowed_batch_sizes)
+    assert params.max_batch_size.value == padded.max_batch_size.value == 16
+    assert params.pad_variable_length_inputs is False
+
+
 def test_the_schema_is_strict():
     from google.protobuf import text_format
 

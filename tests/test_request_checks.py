@@ -122,6 +122,20 @@ def test_a_scalar_where_a_batch_of_texts_belongs_is_refused_not_a_crash(exports,
     assert lines[-1].startswith("preprocessor tokenize() refused")
 
 
+def test_span_qa_batches_unpadded_and_the_others_padded(exports):
+    """The batching parameters each text-in export writes (export.batching_parameters):
+    span QA's allow any batch size (a request can be many windows), the others' pad."""
+    from export import batching_parameters
+
+    paths, _ = exports
+    for kind, padded in [("classifier", True), ("tagger", True), ("span_qa", False)]:
+        base = os.path.dirname(paths[kind])
+        for path in (os.path.join(base, batching_parameters.FILE_NAME),
+                     os.path.join(paths[kind], batching_parameters.PER_MODEL_FILE)):
+            with open(path) as f:
+                assert ("allowed_batch_sizes:" in f.read()) == padded, (kind, path)
+
+
 _CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
 
 

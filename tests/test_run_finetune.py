@@ -429,9 +429,10 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     recorded = json.load(open(out / "train_results.json"))
     assert (recorded["max_seq_length"], recorded["max_query_length"],
             recorded["version_2_with_negative"]) == (20, 8, True)
-    # Predicting alone, without --max_seq_length: the recorded 20, not run_squad's 384
-    # (which exceeds the 48-position table); the same answers as the training run's.
-    alone = run_squad.run(predict_file=v2, doc_stride=4, max_query_length=8, n_best_size=5,
+    # Predicting alone, without --max_seq_length, --max_query_length or --doc_stride: the
+    # recorded 20, 8 and 4, not run_squad's 384 (which exceeds the 48-position table), 64
+    # (which leaves no room in 20) and 128; the same answers as the training run's.
+    alone = run_squad.run(predict_file=v2, n_best_size=5,
                           max_answer_length=6, version_2_with_negative=True,
                           **common(tmp_path / "alone", str(out), max_seq_length=None,
                                    do_train=False, do_eval=False))

@@ -199,6 +199,9 @@ class Task:
     training_flags: tuple = ()
     uses_labels = True  # the head has one output per label (classification, tagging)
     default_max_seq_length = 128  # Google's run_classifier.py
+    # Options whose None means "as the evaluated model was fine-tuned (predicting or
+    # evaluating alone), else this default", as --max_seq_length's does.
+    recorded_options: dict = {}
 
     def options_class(self):
         raise NotImplementedError
@@ -304,20 +307,36 @@ def _with_sequence_length(common: FinetuneOptions, default: int) -> FinetuneOpti
     its position table."""
     if common.max_seq_length is not None:
         return common
-    length = default
-    if not common.do_train:
-        model_dir = common.output_dir
-        init = common.init_checkpoint
-        if init:
-            init_dir = init if os.path.isdir(init) else os.path.dirname(init)
-            if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
-                model_dir = init_dir
-        recorded = files.fine_tuned_with(model_dir or "").get("max_seq_length")
-        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
-            length = recorded
-            logging.info("--max_seq_length: %d, as %s was fine-tuned (%s; the flag overrides)",
-                         length, model_dir, files.TRAIN_RESULTS_FILE)
-    return dataclasses.replace(common, max_seq_length=length)
+    return dataclasses.replace(common, max_seq_length=_recorded_or(
+        common, "max_seq_length", default))
+
+
+def _recorded_or(common: FinetuneOptions, name: str, default: int) -> int:
+    """What the evaluated model's fine-tuning recorded for the positive integer setting
+    `name` (evaluating or predicting alone: the model in --init_checkpoint's directory
+    where that holds a fine-tuned model, else in --output_dir), else `default`."""
+    if common.do_train:
+        return default
+    model_dir = common.output_dir
+    init = common.init_checkpoint
+    if init:
+        init_dir = init if os.path.isdir(init) else os.path.dirname(init)
+        if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
+            model_dir = init_dir
+    recorded = files.fine_tuned_with(model_dir or "").get(name)
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
+        logging.info("--%s: %d, as %s was fine-tuned (%s; the flag overrides)", name, recorded,
+                     model_dir, files.TRAIN_RESULTS_FILE)
+        return recorded
+    return default
+
+
+def _with_recorded_options(task, common: FinetuneOptions, opts):
+    """`opts` with the task's `recorded_options` that were not given (None) filled in as
+    --max_seq_length is: as the evaluated model was fine-tuned, else the option's default."""
+    fill = {name: _recorded_or(common, name, default)
+            for name, default in task.recorded_options.items() if getattr(opts, name) is None}
+    return dataclasses.replace(opts, **fill) if fill else opts
 
 
 def _check_segments_fit(task: Task, features: dict, type_vocab_size: int) -> None:
@@ -461,7 +480,7 @@ def run(task: Task, values: dict) -> dict:
     backends.check_backend()
     common_values, task_values = split_values(values, FinetuneOptions, task.options_class())
     common = _with_sequence_length(FinetuneOptions(**common_values), task.default_max_seq_length)
-    opts = task.options_class()(**task_values)
+    opts = _with_recorded_options(task, common, task.options_class()(**task_values))
     common.validate()
     task.validate(common, opts)
     for split, wanted in (("train", common.do_train), ("eval", common.do_eval),

@@ -30,8 +30,12 @@ from data_prep.cli import option
 class SquadOptions:
     train_file: str | None = option(None, "SQuAD JSON for training.")
     predict_file: str | None = option(None, "SQuAD JSON to answer (and score with --do_eval).")
-    doc_stride: int = option(128, "Start of one context window to the next, in WordPieces.")
-    max_query_length: int = option(64, "Questions are cut to this many WordPieces.")
+    doc_stride: int | None = option(
+        None, "Start of one context window to the next, in WordPieces. Default: 128, or "
+        "predicting or evaluating alone, what the model was fine-tuned with.")
+    max_query_length: int | None = option(
+        None, "Questions are cut to this many WordPieces. Default: 64, or predicting or "
+        "evaluating alone, what the model was fine-tuned with.")
     n_best_size: int = option(20, "Candidates kept for start, end and answers.")
     max_answer_length: int = option(30, "Longest answer, in WordPieces.")
     version_2_with_negative: bool = option(False, "SQuAD 2.0: questions may have no answer.")
@@ -134,6 +138,7 @@ class SquadTask(Task):
     model_class = BertSpanQA
     uses_labels = False
     default_max_seq_length = 384  # Google's run_squad.py
+    recorded_options = {"max_query_length": 64, "doc_stride": 128}  # and its defaults
 
     def options_class(self):
         return SquadOptions

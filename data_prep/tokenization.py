@@ -812,20 +812,27 @@ def _combining_mark_bounds() -> np.ndarray:
 ROW = 1 << 32
 
 
-def character_stops(texts: tf.Tensor, skip_marks: bool = False) -> tf.Tensor:
+def decode(texts: tf.Tensor):
+    """(code points, their byte offsets), RaggedTensors [B, (C)] each: `texts` decoded as
+    `bytes.decode("utf-8", "replace")` decodes (one character per ill-formed sequence, as
+    the tokenizer reads them)."""
+    return tf.strings.unicode_decode_with_offsets(texts, "UTF-8", errors="replace")
+
+
+def character_stops(texts: tf.Tensor, skip_marks: bool = False, decoded=None) -> tf.Tensor:
     """Where the characters of a batch of texts start, and where each text ends.
 
     Args:
-      texts: string [B], decoded as `bytes.decode("utf-8", "replace")` decodes (one
-        character per ill-formed sequence, as the tokenizer reads them).
+      texts: string [B], read as `decode` reads them.
       skip_marks: leave out the characters of category M (combining marks), so that the
         next stop after a character is past the marks that belong to it.
+      decoded: `decode(texts)`, where the caller has it already.
 
     Returns:
       int64 [C + B], sorted: `row * ROW + byte offset` of each character start, then of
       the text's end, row by row.
     """
-    codes, starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8", errors="replace")
+    codes, starts = decoded if decoded is not None else decode(texts)
     keys = codes.with_flat_values(codes.value_rowids() * ROW + starts.flat_values)  # [B, (C)]
     if skip_marks:
         bounds = tf.constant(_combining_mark_bounds())

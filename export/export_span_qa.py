@@ -248,11 +248,12 @@ class SpanQAModule(tf.Module):
         # The answer ends past the combining marks after its last piece (a vowel sign, or an
         # accent that is a WordPiece of its own), where run_squad's final_text ends it.
         offset = tf.range(tf.size(context, out_type=tf.int64)) * tokenization.ROW  # [B]
-        marks_skipped = tokenization.character_stops(context, skip_marks=True)
+        decoded = tokenization.decode(context)  # once, for both kinds of stops
+        marks_skipped = tokenization.character_stops(context, skip_marks=True, decoded=decoded)
         finish = tf.where(found, tokenization.next_stop(marks_skipped, offset + finish,
                                                         inclusive=True) - offset, 0)
         # In characters of the context as a client decodes it (invalid UTF-8 replaced).
-        stops = tokenization.character_stops(context)
+        stops = tokenization.character_stops(context, decoded=decoded)
         before = lambda key: tf.searchsorted(stops, key, out_type=tf.int64)  # noqa: E731
         chars = lambda at: tf.cast(before(offset + at) - before(offset), tf.int32)  # noqa: E731
         answer = tf.strings.unicode_transcode(tf.strings.substr(context, begin, finish - begin),

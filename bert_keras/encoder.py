@@ -327,7 +327,6 @@ class BertEncoder(keras.Model):
         return cls(**config)
 
 
-
 # What keras.Model's functional constructor reads of its keyword arguments. It drops any
 # other without a word, so a misspelt argument (`layer_norm_eps=` for
 # `layer_norm_epsilon=`) built a model with the default instead.
@@ -340,6 +339,7 @@ def check_functional_kwargs(model_class: type, kwargs: dict) -> None:
     if unknown:
         raise TypeError(f"{model_class.__name__}() got unexpected keyword argument(s) "
                         f"{', '.join(map(repr, unknown))}")
+
 
 class ListsEncoderWhole:
     """Mixin for functional models whose graph calls `encoder.last_layer_at` (or

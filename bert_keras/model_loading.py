@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import os
 import re
@@ -197,12 +196,13 @@ def _recorded_settings(directory: str) -> tuple[TokenizerConfig, str] | None:
     """The tokenizer settings a fine-tuning run recorded in its train_results.json, for a
     model directory whose tokenizer_config.json is gone (the uncased defaults would flip a
     cased model's predictions)."""
+    values = files.fine_tuned_with(directory).get("tokenizer")
+    if values is None:
+        return None
     path = os.path.join(directory, files.TRAIN_RESULTS_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)["tokenizer"]
         return TokenizerConfig.from_json_dict(values, path), path
-    except (OSError, ValueError, KeyError, TypeError, tokenizer_config.TokenizerConfigError):
+    except tokenizer_config.TokenizerConfigError:
         return None
 
 

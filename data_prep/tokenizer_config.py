@@ -191,6 +191,12 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     Returns:
       (config, its path) or None.
     """
+    found = _file_for_vocab(vocab_file)
+    return None if found is None else found[:2]
+
+
+def _file_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str, dict] | None:
+    """`read_for_vocab`'s (config, path), and the file's raw JSON object."""
     path = path_for_vocab(vocab_file)
     if not os.path.isfile(path):
         return None
@@ -200,17 +206,17 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     if named and named != os.path.basename(vocab_file) and os.path.isfile(
             os.path.join(os.path.dirname(path), named)):
         return None
-    return config, path
+    return config, path, values
 
 
 def saved_model_max_length(vocab_file: str) -> int | None:
     """transformers' `model_max_length` in the tokenizer_config.json of `vocab_file` (the
     longest input its tokenizer lets through with truncation), or None where there is none
     or it says "no limit" (transformers writes int(1e30) there)."""
-    found = read_for_vocab(vocab_file)
+    found = _file_for_vocab(vocab_file)
     if found is None:
         return None
-    value = read_file(found[1])[1].get("model_max_length")
+    value = found[2].get("model_max_length")
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 10**9:
         return None
     return value

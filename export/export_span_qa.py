@@ -29,8 +29,8 @@ Signatures (S = max_seq_length):
                    -1 when the context is empty, and for a SQuAD 2.0 model where
                    null_odds > --null_score_diff_threshold),
                    null_odds float32 [batch] (the smallest [CLS] score over the windows minus
-                   the best span's, run_squad's null_odds.json), answer string [batch] (the context's own text under the
-                   span: from the first WordPiece's source to the last one's end and the
+                   the best span's, run_squad's null_odds.json),
+                   answer string [batch] (the context's own text under the span: from the first WordPiece's source to the last one's end and the
                    combining marks after it, casing, accents and scripts as sent, whitespace
                    runs as one space as run_squad's predictions.json writes them, ill-formed
                    UTF-8 as U+FFFD; "" for no answer),
@@ -129,10 +129,10 @@ class SpanQAModule(tf.Module):
           room: int64 [B], the most pieces a row's window holds (S - 3 - its question).
 
         Returns:
-          (row, start, window): int64 [W] each window's request row, int64 [W] the context
-          piece it starts at, int32 [W, (pieces)] its pieces; windows row by row. A row has
-          1 + ceil(max(T - room, 0) / min(room, doc_stride)) windows, one empty window for
-          an empty context.
+          (count, row, start, window): int64 [B] each row's windows, 1 + ceil(max(T - room,
+          0) / min(room, doc_stride)) (one empty window for an empty context); int64 [W]
+          each window's request row; int64 [W] the context piece it starts at; int32
+          [W, (pieces)] its pieces. Windows row by row.
         """
         lengths = pieces.row_lengths()  # [B]
         step = tf.minimum(room, self.doc_stride)  # all windows but the last are `room` long
@@ -143,7 +143,7 @@ class SpanQAModule(tf.Module):
         place = tf.ragged.range(length)  # [W, (pieces)]
         first = tf.gather(pieces.row_starts(), row) + start  # [W] in pieces.flat_values
         index = tf.gather(first, place.value_rowids()) + place.flat_values
-        return row, start, place.with_flat_values(tf.gather(pieces.flat_values, index))
+        return count, row, start, place.with_flat_values(tf.gather(pieces.flat_values, index))
 
     @staticmethod
     def _max_context(window: tf.RaggedTensor, piece: tf.Tensor, pieces) -> tf.Tensor:
@@ -178,7 +178,8 @@ class SpanQAModule(tf.Module):
         asked = keep_first(asked, tf.fill([asked.nrows()], tf.constant(self.max_query_length,
                                                                          tf.int64)))
         pieces, starts, ends = pre.tokenizer.tokenize_with_offsets(context)  # [B, (T)] each
-        row, window_start, window = self._windows(pieces, pre.seq_length - 3 - asked.row_lengths())
+        count, row, window_start, window = self._windows(
+            pieces, pre.seq_length - 3 - asked.row_lengths())
         questions = tf.gather(asked, row)  # [W, (Q)]
         packed, inputs = pre.encoder_inputs([questions, window])  # [W, S], [W, L]
         out = self._logits(inputs)  # [W, L] each, L <= S the bucket length
@@ -194,7 +195,8 @@ class SpanQAModule(tf.Module):
 
         def in_context(flags):  # bool [W, (pieces)] -> at the pieces' positions, [W, L]
             before = tf.ragged.range(tf.cast(first, tf.int64)) < 0  # [CLS] question [SEP]
-            return tf.concat([before, flags], axis=1).to_tensor(False, shape=tf.stack([tf.size(row32), seq]))
+            both = tf.concat([before, flags], axis=1)
+            return both.to_tensor(False, shape=tf.stack([both.nrows(out_type=tf.int32), seq]))
 
         can_start = in_context(window.with_flat_values(max_context))
         can_end = in_context(window.with_flat_values(tf.ones_like(max_context)))
@@ -222,8 +224,7 @@ class SpanQAModule(tf.Module):
                           tf.range(windows), windows)
         chosen = tf.math.unsorted_segment_min(winner, row32, rows)  # [B]; W: no span
         found = chosen < windows
-        first_window = tf.cast(tf.math.cumsum(tf.math.bincount(row32, minlength=rows),
-                                              exclusive=True), tf.int32)
+        first_window = tf.cast(tf.math.cumsum(count, exclusive=True), tf.int32)  # [B]
         chosen = tf.where(found, chosen, first_window)  # no span: the first window's outputs
         # SQuAD 2.0's odds: the smallest [CLS] ("no answer") score over the windows minus
         # the best span's.
@@ -266,7 +267,7 @@ class SpanQAModule(tf.Module):
             "input_word_ids": tf.gather(packed[schema.INPUT_WORD_IDS], chosen),
             "input_type_ids": tf.gather(packed[schema.INPUT_TYPE_IDS], chosen),
             "window_start": tf.cast(tf.gather(window_start, chosen), tf.int32),
-            "windows": tf.math.bincount(row32, minlength=rows),
+            "windows": tf.cast(count, tf.int32),
             "answer_start": answer_start,
             "answer_end": answer_end,
             "null_odds": null_odds,

@@ -206,9 +206,10 @@ _AT_LEAST_1 = (lambda v: v >= 1, "expected an integer >= 1")
 _POSITIVE = (lambda v: v > 0, "expected a value > 0")
 _NON_NEGATIVE = (lambda v: v >= 0, "expected a value >= 0")
 _PROBABILITY = (lambda v: 0 <= v <= 1, "expected a value in [0, 1]")
-# A threshold may be any number, inf included (never / always); NaN compares false with
-# everything, so run_squad would always answer and its export never.
-_NUMBER = (lambda v: not math.isnan(v), "expected a number, not NaN")
+# A threshold may be any finite number: NaN compares false with everything (run_squad
+# would always answer, its export never), and train_results.json, which records it, is
+# strict JSON.
+_FINITE = (lambda v: math.isfinite(v), "expected a finite number")
 NUMERIC_FLAG_RULES = {
     **{name: _POSITIVE for name in ("learning_rate", "num_train_epochs", "rtol")},
     **{name: _AT_LEAST_1 for name in (
@@ -224,7 +225,7 @@ NUMERIC_FLAG_RULES = {
     "max_unique_words": _AT_LEAST_1,
     **{name: _PROBABILITY for name in ("warmup_proportion", "masked_lm_prob", "short_seq_prob",
                                        "classifier_dropout", "tagger_dropout")},
-    "null_score_diff_threshold": _NUMBER,
+    "null_score_diff_threshold": _FINITE,
 }
 
 

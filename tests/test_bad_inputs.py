@@ -345,7 +345,7 @@ CASES = [
         ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),
         ("max_query_length", 0), ("n_best_size", 0), ("max_answer_length", 0),
         ("max_seq_length", 4096), ("warmup_proportion", -0.2), ("mixed_precision", "bf16"),
-        ("null_score_diff_threshold", "nan")]),
+        ("null_score_diff_threshold", "nan"), ("null_score_diff_threshold", "inf")]),
     ("run_squad-missing", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/missing.json", "missing.json"),
     ("run_squad-binary", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
@@ -519,7 +519,7 @@ CASES = [
     *_flag_cases("export_span_qa", ECLS, [("max_seq_length", 0), ("version", -1),
                                           ("length_buckets", "-1"), ("doc_stride", 0),
                                           ("max_answer_length", 0), ("max_query_length", 0),
-                                          ("null_score_diff_threshold", "nan")]),
+                                          ("null_score_diff_threshold", "nan"), ("null_score_diff_threshold", "inf")]),
     ("export_span_qa-missing-model", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/nope"), "nope"),
     ("export_span_qa-given-a-classifier", "export_span_qa", ECLS, "--model_dir"),
     ("export_span_qa-given-an-encoder", "export_span_qa", ECLS.replace("{F}/classifier", "{F}/encoder"),
@@ -978,5 +978,5 @@ def test_every_numeric_rule_names_its_flag():
                          "expected an integer >= 1": (1, 0),
                          "expected a value >= 0": (0, -1),
                          "expected a value in [0, 1]": (1.0, 1.0001),
-                         "expected a number, not NaN": (-math.inf, math.nan)}[expected]
+                         "expected a finite number": (-1e308, math.inf)}[expected]
         assert test(edge) and not test(outside), name

@@ -427,19 +427,40 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     assert all(isinstance(v, float) for v in odds.values())  # numbers for the v2.0 script
     # What export_span_qa takes as its defaults.
     recorded = json.load(open(out / "train_results.json"))
-    assert (recorded["max_seq_length"], recorded["max_query_length"],
-            recorded["version_2_with_negative"]) == (20, 8, True)
-    # Predicting alone, without --max_seq_length, --max_query_length or --doc_stride: the
-    # recorded 20, 8 and 4, not run_squad's 384 (which exceeds the 48-position table), 64
-    # (which leaves no room in 20) and 128; the same answers as the training run's.
+    assert (recorded["max_seq_length"], recorded["max_query_length"], recorded["doc_stride"],
+            recorded["max_answer_length"], recorded["version_2_with_negative"],
+            recorded["null_score_diff_threshold"]) == (20, 8, 4, 6, True, 0.0)
+    # The same training (the threshold only sorts answers) with a threshold that turns some
+    # answers of the first run into "" or back: the widest gap between two null_odds whose
+    # side of it differs from their side of 0.
+    ranked = sorted(odds.values())
+    at_zero = sum(o > 0 for o in ranked)
+    gaps = [(b - a, (a + b) / 2) for a, b in zip(ranked, ranked[1:])
+            if sum(o > (a + b) / 2 for o in ranked) != at_zero]
+    threshold = max(gaps)[1]
+    tuned = tmp_path / "tuned"
+    run_squad.run(train_file=v2, predict_file=v2, doc_stride=4, max_query_length=8,
+                  n_best_size=5, max_answer_length=6, version_2_with_negative=True,
+                  null_score_diff_threshold=threshold,
+                  **common(tuned, encoder_file, max_seq_length=20, train_batch_size=4,
+                           do_eval=False))
+    tuned_odds = json.load(open(tuned / "null_odds.json"))
+    np.testing.assert_allclose([tuned_odds[k] for k in sorted(odds)],
+                               [odds[k] for k in sorted(odds)], atol=1e-5)
+    tuned_answers = json.load(open(tuned / "predictions.json"))
+    assert json.load(open(tuned / "train_results.json"))["null_score_diff_threshold"] == threshold
+    # Predicting alone, without --max_seq_length, --max_query_length, --doc_stride,
+    # --max_answer_length, --version_2_with_negative or --null_score_diff_threshold: the
+    # recorded 20, 8, 4, 6, true and threshold, not run_squad's 384 (which exceeds the
+    # 48-position table), 64 (which leaves no room in 20), 128, 30, false and 0; the same
+    # answers as the training run's, "" exactly where null_odds exceed the threshold.
     alone = run_squad.run(predict_file=v2, n_best_size=5,
-                          max_answer_length=6, version_2_with_negative=True,
-                          **common(tmp_path / "alone", str(out), max_seq_length=None,
+                          **common(tmp_path / "alone", str(tuned), max_seq_length=None,
                                    do_train=False, do_eval=False))
     assert alone["predict"]["questions"] == 6
-    assert json.load(open(tmp_path / "alone" / "predictions.json")) == predictions
-    assert (recorded["doc_stride"], recorded["max_answer_length"],
-            recorded["null_score_diff_threshold"]) == (4, 6, 0.0)
+    assert json.load(open(tmp_path / "alone" / "predictions.json")) == tuned_answers
+    assert {k for k, v in tuned_answers.items() if v == ""} == \
+        {k for k, v in tuned_odds.items() if v > threshold}
     # The export of this run, from its recorded settings (doc_stride 4 and max_seq_length 20
     # make several windows of a context), answers as run_squad predicts where run_squad
     # scores every span (n_best_size >= S).
@@ -448,12 +469,11 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
 
     from cli_harness import run_tool
 
-    every = run_squad.run(predict_file=v2, doc_stride=4, max_query_length=8, n_best_size=20,
-                          max_answer_length=6, version_2_with_negative=True,
-                          **common(tmp_path / "every", str(out), max_seq_length=None,
+    every = run_squad.run(predict_file=v2, n_best_size=20,
+                          **common(tmp_path / "every", str(tuned), max_seq_length=None,
                                    do_train=False, do_eval=False))
     assert every["predict"]["questions"] == 6
-    exported = run_tool("export_span_qa", [f"--model_dir={out}",  # answers of at most 6, as run
+    exported = run_tool("export_span_qa", [f"--model_dir={tuned}",
                                            f"--export_dir={tmp_path / 'export'}"])
     assert exported.code == 0, exported.stderr[-3000:]
     served = tf.saved_model.load(exported.stdout.strip().splitlines()[-1])
@@ -463,9 +483,9 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
         question=tf.constant([q for _, q, _ in asked]),
         context=tf.constant([c for _, _, c in asked]))
     want = json.load(open(tmp_path / "every" / "predictions.json"))
-    odds = json.load(open(tmp_path / "every" / "null_odds.json"))
+    every_odds = json.load(open(tmp_path / "every" / "null_odds.json"))
     assert [a.decode() for a in got["answer"].numpy()] == [want[i] for i, _, _ in asked]
-    np.testing.assert_allclose(got["null_odds"], [odds[i] for i, _, _ in asked], atol=1e-4)
+    np.testing.assert_allclose(got["null_odds"], [every_odds[i] for i, _, _ in asked], atol=1e-4)
     assert max(got["windows"].numpy()) == 3
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 from typing import Any, Sequence
@@ -311,10 +312,11 @@ def _with_sequence_length(common: FinetuneOptions, default: int) -> FinetuneOpti
         common, "max_seq_length", default))
 
 
-def _recorded_or(common: FinetuneOptions, name: str, default: int) -> int:
-    """What the evaluated model's fine-tuning recorded for the positive integer setting
-    `name` (evaluating or predicting alone: the model in --init_checkpoint's directory
-    where that holds a fine-tuned model, else in --output_dir), else `default`."""
+def _recorded_or(common: FinetuneOptions, name: str, default):
+    """What the evaluated model's fine-tuning recorded for the setting `name` (evaluating or
+    predicting alone: the model in --init_checkpoint's directory where that holds a
+    fine-tuned model, else in --output_dir), else `default`. A recorded value counts where
+    it is of the default's kind: a positive integer, a boolean, or a finite number."""
     if common.do_train:
         return default
     model_dir = common.output_dir
@@ -324,11 +326,21 @@ def _recorded_or(common: FinetuneOptions, name: str, default: int) -> int:
         if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
             model_dir = init_dir
     recorded = files.fine_tuned_with(model_dir or "").get(name)
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
-        logging.info("--%s: %d, as %s was fine-tuned (%s; the flag overrides)", name, recorded,
+    if _of_kind(recorded, default):
+        logging.info("--%s: %s, as %s was fine-tuned (%s; the flag overrides)", name, recorded,
                      model_dir, files.TRAIN_RESULTS_FILE)
-        return recorded
+        return float(recorded) if isinstance(default, float) else recorded
     return default
+
+
+def _of_kind(value, default) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(default, int):
+        return isinstance(value, int) and value > 0
+    return math.isfinite(value)
 
 
 def _with_recorded_options(task, common: FinetuneOptions, opts):

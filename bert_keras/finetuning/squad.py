@@ -37,10 +37,15 @@ class SquadOptions:
         None, "Questions are cut to this many WordPieces. Default: 64, or predicting or "
         "evaluating alone, what the model was fine-tuned with.")
     n_best_size: int = option(20, "Candidates kept for start, end and answers.")
-    max_answer_length: int = option(30, "Longest answer, in WordPieces.")
-    version_2_with_negative: bool = option(False, "SQuAD 2.0: questions may have no answer.")
-    null_score_diff_threshold: float = option(
-        0.0, "v2.0: answer \"\" if null score - best span score > this.")
+    max_answer_length: int | None = option(
+        None, "Longest answer, in WordPieces. Default: 30, or predicting or evaluating alone, "
+        "what the model was fine-tuned with.")
+    version_2_with_negative: bool | None = option(
+        None, "SQuAD 2.0: questions may have no answer. Default: false, or predicting or "
+        "evaluating alone, what the model was fine-tuned with.")
+    null_score_diff_threshold: float | None = option(
+        None, "v2.0: answer \"\" if null score - best span score > this. Default: 0, or "
+        "predicting or evaluating alone, what the model was fine-tuned with.")
 
 
 def normalize_answer(s: str) -> str:
@@ -138,7 +143,10 @@ class SquadTask(Task):
     model_class = BertSpanQA
     uses_labels = False
     default_max_seq_length = 384  # Google's run_squad.py
-    recorded_options = {"max_query_length": 64, "doc_stride": 128}  # and its defaults
+    # What predicting or evaluating alone takes from the model's fine-tuning (as
+    # export_span_qa does), and Google's defaults.
+    recorded_options = {"max_query_length": 64, "doc_stride": 128, "max_answer_length": 30,
+                        "version_2_with_negative": False, "null_score_diff_threshold": 0.0}
 
     def options_class(self):
         return SquadOptions

@@ -27,6 +27,15 @@ the same text, resident set growth within 5% after warm-up).
       --seq_length=128 --requests=300 --rounds=6 --clients=4 --concurrent_seconds=60 \
       --soak_seconds=60 --json=serving_real.json
 
+--mode=qa: span QA at batch 1 on real questions with contexts of real text: our span-QA
+export (text in: question and context, run_squad's doc-stride windows, the best span over
+them, the answer text) against transformers' fast tokenizer (the same windows through
+return_overflowing_tokens), BertForQuestionAnswering and the span search in numpy, answer
+text from the offsets (transformers 5 has no extractive QA pipeline):
+
+    .venv/bin/python bench/bench_serving_latency.py --mode=qa --preset=base \
+      --seq_length=384 --requests=200 --rounds=10 --json=serving_qa.json
+
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's
 tokenizer is part of it):
@@ -179,6 +188,51 @@ def real_requests(count: int, seed: int = SEED, sources=SOURCES) -> list[dict]:
         picked += [(source, text) for text in chosen]
     rng.shuffle(picked)
     return [{"source": source, "text": text} for source, text in picked]
+
+
+def qa_requests(count: int, seed: int = SEED, words=(20, 250)) -> list[dict]:
+    """`count` (question, context) pairs of real text: the questions of `real_requests`'
+    question source; each context the consecutive sentences of one State of the Union
+    address from a random sentence on, until a word count drawn uniformly from `words`
+    (about SQuAD's paragraph lengths; at S=384 the longest take two windows, at S=128
+    most take several). The pairs are unrelated: the models have random weights, and the cost of a
+    request is its length.
+
+    Returns:
+      dicts with "question" and "context".
+    """
+    from data_prep.prepare_corpus import sentence_splitter
+    from public_data import fetch
+
+    rng = random.Random(seed)
+    questions = [r["text"] for r in real_requests(count, seed, ("question",))]
+    split = sentence_splitter("en")
+    addresses = [split(path.read_text(encoding="utf-8")) for path in fetch.sotu_files()]
+    pairs = []
+    for question in questions:
+        sentences = rng.choice(addresses)
+        target, start = rng.randint(*words), rng.randrange(len(sentences))
+        context = []
+        for sentence in sentences[start:] + sentences[:start]:
+            context.append(sentence)
+            if sum(len(x.split()) for x in context) >= target:
+                break
+        pairs.append({"question": question, "context": " ".join(context)})
+    return pairs
+
+
+def qa_windows(tokenizer, question: str, context: str, seq_length: int, doc_stride: int,
+               max_query_length: int) -> tuple[int, int]:
+    """(WordPieces of question and context packed in one window, the number of windows
+    run_squad reads the context in)."""
+    query = min(len(tokenizer.encode([question])[0]), max_query_length)
+    pieces = len(tokenizer.encode([context])[0])
+    room = seq_length - 3 - query
+    windows, start = 1, 0
+    while start + room < pieces:
+        start += min(room, doc_stride)
+        windows += 1
+    return 3 + query + pieces, windows
 
 
 def packed_length(tokenizer, text: str, seq_length: int) -> int:
@@ -434,13 +488,32 @@ def transformers_ids_in(config, ids_of):
     return Row(prepare=prepare, call=call, logits=lambda out: out)
 
 
+def transformers_tokenizer(vocab_file):
+    """transformers' fast BERT tokenizer on `vocab_file`, uncased. transformers 5 silently
+    ignores `vocab_file=` (a 5-entry vocabulary: every word [UNK]); 5 takes `vocab=`. The
+    vocabulary's size and one text's ids are checked against ours."""
+    import transformers
+
+    from data_prep.tokenization import BertTokenizer
+
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        tokenizer = transformers.BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
+    else:
+        tokenizer = transformers.BertTokenizerFast(vocab_file=str(vocab_file),
+                                                   do_lower_case=True)
+    ours = BertTokenizer(vocab_file)
+    theirs = tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
+    if len(tokenizer) != len(ours.vocab) or theirs != list(ours.encode([PASSAGE])[0]):
+        raise AssertionError(f"transformers' tokenizer did not read {vocab_file}")
+    return tokenizer
+
+
 def transformers_end_to_end(config, vocab_file, seq_length):
     """transformers' fast tokenizer (dynamic padding: one request, its own length) + model."""
     import torch
-    import transformers
 
     model = _transformers_model(config)
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
+    tokenizer = transformers_tokenizer(vocab_file)
 
     def call(text):
         encoded = tokenizer([text], truncation=True, max_length=seq_length, return_tensors="pt")
@@ -448,6 +521,81 @@ def transformers_end_to_end(config, vocab_file, seq_length):
             return model(**encoded).logits.numpy()
 
     return Row(prepare=lambda text: text, call=call, logits=lambda out: out)
+
+
+def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query_length,
+                 buckets=None, name="ours_span_qa"):
+    """Our span-QA export, question and context in, answer text out."""
+    import keras
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
+
+    from bert_keras import BertEncoder
+    from bert_keras.tasks import BertSpanQA
+    from data_prep.tokenization import BertTokenizer
+    from export.export_span_qa import export_span_qa
+
+    keras.utils.set_random_seed(SEED)
+    model = BertSpanQA(BertEncoder.from_bert_config(config))
+    path = export_span_qa(model, BertTokenizer(vocab_file), os.path.join(work_dir, name),
+                          seq_length=seq_length, buckets=buckets, doc_stride=doc_stride,
+                          max_query_length=max_query_length)
+    loaded = tf.saved_model.load(path)
+    serve = loaded.signatures["serving_default"]
+    return Row(prepare=lambda pair: {"question": tf.constant([pair["question"]]),
+                                     "context": tf.constant([pair["context"]])},
+               call=lambda x: _to_numpy(serve(**x)),
+               logits=lambda out: out["null_odds"], keep=loaded)
+
+
+def transformers_span_qa(config, vocab_file, seq_length, doc_stride, max_query_length,
+                         max_answer_length=30, n_best_size=20):
+    """transformers end to end: the fast tokenizer cuts the context in run_squad's windows
+    (return_overflowing_tokens, stride = the windows' overlap), BertForQuestionAnswering
+    runs them in one batch, and the span search (the n_best_size highest starts and ends of
+    every window, in the context, end >= start, at most max_answer_length tokens) and the
+    answer's characters (offset mapping) run in numpy, as transformers' QA examples do."""
+    import torch
+    import transformers
+
+    torch.manual_seed(SEED)
+    model = transformers.BertForQuestionAnswering(transformers.BertConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size, hidden_act="gelu",
+        max_position_embeddings=config.max_position_embeddings)).eval()
+    tokenizer = transformers_tokenizer(vocab_file)
+
+    def call(pair):
+        question = pair["question"]
+        query = tokenizer(question, add_special_tokens=False)["input_ids"][:max_query_length]
+        if len(query) < len(tokenizer(question, add_special_tokens=False)["input_ids"]):
+            question = tokenizer.decode(query)
+        room = seq_length - 3 - len(query)
+        encoded = tokenizer(question, pair["context"], truncation="only_second",
+                            max_length=seq_length, stride=room - min(room, doc_stride),
+                            return_overflowing_tokens=True, return_offsets_mapping=True,
+                            padding="longest", return_tensors="pt")
+        offsets = encoded.pop("offset_mapping").numpy()
+        encoded.pop("overflow_to_sample_mapping", None)
+        with torch.inference_mode():
+            out = model(**encoded)
+        starts, ends = out.start_logits.numpy(), out.end_logits.numpy()
+        best, answer = -np.inf, ""
+        for w in range(starts.shape[0]):
+            in_context = np.array([s == 1 for s in encoded.sequence_ids(w)])
+            top_s = [i for i in np.argsort(starts[w])[::-1][:n_best_size] if in_context[i]]
+            top_e = [i for i in np.argsort(ends[w])[::-1][:n_best_size] if in_context[i]]
+            for i in top_s:
+                for j in top_e:
+                    if i <= j < i + max_answer_length and starts[w, i] + ends[w, j] > best:
+                        best = starts[w, i] + ends[w, j]
+                        answer = pair["context"][offsets[w, i, 0]:offsets[w, j, 1]]
+        return {"answer": answer, "windows": starts.shape[0], "score": best}
+
+    return Row(prepare=lambda pair: pair, call=call,
+               logits=lambda out: np.array([out["score"]]))
 
 
 # --------------------------------------------------------------------------------------
@@ -909,6 +1057,72 @@ def run_real(args, config, vocab_file, tokenizer):
                              for name in rows}}
 
 
+def run_qa(args, config, vocab_file, tokenizer):
+    """Span QA at batch 1: real questions, contexts of real text up to several windows."""
+    requests = qa_requests(args.requests, args.seed)
+    for r in requests:
+        r["length"], r["windows"] = qa_windows(tokenizer, r["question"], r["context"],
+                                               args.seq_length, args.doc_stride,
+                                               args.max_query_length)
+    specs = [
+        ("ours span-QA text-in", False,
+         lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
+                                args.max_query_length)),
+        ("ours span-QA text-in, fixed length", False,
+         lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
+                                args.max_query_length, buckets=(), name="ours_fixed")),
+        ("transformers end-to-end (text in)", True,
+         lambda _: transformers_span_qa(config, vocab_file, args.seq_length, args.doc_stride,
+                                        args.max_query_length)),
+    ]
+    specs = select(specs, args)
+    lengths = np.array([r["length"] for r in requests])
+    windows = np.array([r["windows"] for r in requests])
+    print(f"# {args.preset}: L={config.num_hidden_layers} H={config.hidden_size} "
+          f"V={config.vocab_size}; span QA at seq {args.seq_length}, doc_stride "
+          f"{args.doc_stride}, max_query_length {args.max_query_length}; threads={args.threads}; "
+          f"{len(requests)} (question, context) pairs, batch 1 over {args.rounds} interleaved "
+          f"rounds", flush=True)
+    print(f"# question + context WordPieces (+3): p10/p50/p90 "
+          f"{np.percentile(lengths, 10):.0f}/{np.percentile(lengths, 50):.0f}/"
+          f"{np.percentile(lengths, 90):.0f}; windows: "
+          + ", ".join(f"{w}: {int((windows == w).sum())}" for w in sorted(set(windows))))
+    groups = (("one window, <=128", lambda r: r["windows"] == 1 and r["length"] <= 128),
+              ("one window, >128", lambda r: r["windows"] == 1 and r["length"] > 128),
+              ("2+ windows", lambda r: r["windows"] > 1))
+    with work_directory(args) as work_dir:
+        rows = build_rows(specs, work_dir)
+        inputs = {name: [row.prepare(r) for r in requests] for name, row in rows.items()}
+        for name, row in rows.items():  # after the last load: see the module docstring
+            time_requests(row, inputs[name], list(range(min(args.warmup, len(requests)))))
+        single = interleaved_single_client(rows, inputs, len(requests), args.rounds)
+        answers = {}
+        for name, row in rows.items():  # the windows each side ran, and its answers
+            outs = [row.call(x) for x in inputs[name]]
+            answers[name] = [o["answer"][0].decode() if isinstance(o["answer"], np.ndarray)
+                             else o["answer"] for o in outs]
+            ran = [int(o["windows"][0]) if isinstance(o["windows"], np.ndarray)
+                   else int(o["windows"]) for o in outs]
+            if ran != windows.tolist():
+                raise AssertionError(f"{name} ran other windows than run_squad's: "
+                                     f"{ran[:10]} against {windows.tolist()[:10]}")
+    stats = {}
+    for name in rows:
+        stats[name] = summary(single[name]["latencies"])
+        stats[name]["requests_per_s"] = 1.0 / np.mean(single[name]["latencies"])
+        for group, test in groups:
+            picked = [t for t, r in zip(single[name]["latencies"], requests) if test(r)]
+            stats[name][f"p50_ms {group}"] = (float(np.percentile(picked, 50) * 1e3)
+                                              if picked else float("nan"))
+    keys = ["p50_ms", "p99_ms", "requests_per_s"] + [f"p50_ms {g}" for g, _ in groups]
+    peers = [name for name, peer, _ in specs if peer]
+    best = print_table("span QA, batch 1, one client", stats, peers, keys,
+                       {k: "{:.1f}" for k in keys})
+    return {"requests": requests, "fastest_peer": best, "single": stats, "answers": answers,
+            "latencies_ms": {name: [t * 1e3 for t in single[name]["latencies"]]
+                             for name in rows}}
+
+
 def select(specs, args):
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     picked = [row for row in specs if not only or any(o in row[0] for o in only)]
@@ -919,7 +1133,7 @@ def select(specs, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("full", "real", "batches"), default="full")
+    parser.add_argument("--mode", choices=("full", "real", "batches", "qa"), default="full")
     parser.add_argument("--preset", default="base", help="BertConfig preset: tiny ... large")
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--requests", type=int, default=200,
@@ -939,6 +1153,8 @@ def main():
                              "rtol x the logits' scale")
     parser.add_argument("--seed", type=int, default=SEED, help="real: request sample")
     parser.add_argument("--batch_sizes", default="1,4,8", help="batches: batch sizes")
+    parser.add_argument("--doc_stride", type=int, default=128, help="qa: run_squad's")
+    parser.add_argument("--max_query_length", type=int, default=64, help="qa: run_squad's")
     parser.add_argument("--sources", default=",".join(SOURCES),
                         help=f"real: comma-separated request sources ({', '.join(SOURCES)})")
     parser.add_argument("--batching", default="",
@@ -974,7 +1190,7 @@ def main():
     unknown = set(args.sources.split(",")) - set(SOURCES)
     if unknown:
         parser.error(f"--sources: expected some of {','.join(SOURCES)}. Received: {args.sources}")
-    run = {"full": run_full, "real": run_real, "batches": run_batches}[args.mode]
+    run = {"full": run_full, "real": run_real, "batches": run_batches, "qa": run_qa}[args.mode]
     results = run(args, config, vocab_file, tokenizer)
     failed = [name for name, s in results.get("soak", {}).items() if not s["ok"]]
     if args.json:

@@ -114,3 +114,30 @@ def test_the_checks_catch_a_growing_resident_set(served):
                         rtol=1e-4)
     assert not result["checks"]["rss_flat"], result
     assert result["checks"]["answered"] and result["checks"]["outputs_equal_single_client"]
+
+
+def test_the_transformers_rows_read_the_vocabulary_and_run_run_squads_windows(tmp_path):
+    """The bench's transformers peers tokenize with the vocabulary they are given (transformers
+    5 ignores `vocab_file=`), and its span-QA peer runs as many windows as run_squad reads
+    (`qa_windows`, which the bench also checks our export against)."""
+    from bert_keras import BertConfig
+    from data_prep.tokenization import BertTokenizer
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    ours = BertTokenizer(vocab)
+    theirs = bench.transformers_tokenizer(vocab)
+    text = "w1 W22 w3, w4? w95 x"
+    assert theirs(text, add_special_tokens=False)["input_ids"] == list(ours.encode([text])[0])
+    row = bench.transformers_span_qa(BertConfig.from_preset("tiny", vocab_size=99), vocab,
+                                     seq_length=24, doc_stride=5, max_query_length=6)
+    seen = set()
+    for words in (0, 1, 12, 13, 14, 15, 19, 20, 40, 77):
+        for question in ("w1 w2 w3", " ".join(f"w{i}" for i in range(10))):  # cut to 6
+            pair = {"question": question,
+                    "context": " ".join(f"w{(7 * i) % 90}" for i in range(words))}
+            _, windows = bench.qa_windows(ours, question, pair["context"], 24, 5, 6)
+            out = row.call(pair)
+            assert out["windows"] == windows, (words, question)
+            assert out["answer"] in pair["context"]
+            seen.add(windows)
+    assert len(seen) >= 5

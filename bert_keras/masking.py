@@ -152,10 +152,40 @@ class StatelessRandomItemSelector(text.RandomItemSelector):
         dense_sizes = sizes.to_tensor(default_value=0)  # [B, W]
         order = tf.argsort(dense_keys, axis=1, stable=True)  # items in random order
         sorted_sizes = tf.gather(dense_sizes, order, batch_dims=1)
-        take_sorted = ((tf.cumsum(sorted_sizes, axis=1) <= row_budget[:, None])
-                       & (sorted_sizes > 0))
+        take_sorted = _fill(sorted_sizes, row_budget, self.max_selections_per_batch)
         take = tf.gather(take_sorted, tf.argsort(order, axis=1), batch_dims=1)  # back in place
         return tf.RaggedTensor.from_tensor(take, lengths=selectable.row_lengths())
+
+
+def _fill(sizes: tf.Tensor, budget: tf.Tensor, max_steps: int) -> tf.Tensor:
+    """bool [B, W]: each row's items, in order, taken while they fit its budget; an item
+    that would overflow it is skipped and later ones are still tried (Google's
+    create_masked_lm_predictions, and data_prep's static whole-word masking).
+
+    Args:
+      sizes: int64 [B, W], pieces per item in the order they are tried (0: never taken).
+      budget: int64 [B], the most pieces taken in a row (<= max_steps).
+      max_steps: a bound on the items any row takes (each has at least one piece).
+    """
+    # The leading run that fits at once (every item, for single pieces), then one item per
+    # step: the first untaken one that still fits. An item skipped before it was larger
+    # than the room then, which only shrinks, so it never fits later.
+    taken = (tf.cumsum(sizes, axis=1) <= budget[:, None]) & (sizes > 0)
+    room = budget - tf.reduce_sum(tf.where(taken, sizes, tf.zeros_like(sizes)), axis=1)
+
+    def fitting(taken, room):
+        return (sizes > 0) & (sizes <= room[:, None]) & ~taken
+
+    def step(taken, room):
+        fits = fitting(taken, room)
+        pick = tf.one_hot(tf.argmax(tf.cast(fits, tf.int32), axis=1), tf.shape(sizes)[1],
+                          on_value=True, off_value=False) & tf.reduce_any(fits, axis=1)[:, None]
+        return (taken | pick,
+                room - tf.reduce_sum(tf.where(pick, sizes, tf.zeros_like(sizes)), axis=1))
+
+    taken, _ = tf.while_loop(lambda taken, room: tf.reduce_any(fitting(taken, room)), step,
+                             (taken, room), maximum_iterations=max_steps)
+    return taken
 
 
 class StatelessMaskValuesChooser(text.MaskValuesChooser):

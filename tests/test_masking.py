@@ -144,7 +144,7 @@ def test_whole_words_are_masked_together():
     ids, mask, _, _ = make_batch(128, 40, seed=3, pieces=0.5)
     p = 12
     out = run_mask(ids, mask, 0.3, p, whole_word=True)
-    split_words = 0
+    split_words = under_budget = 0
     for i in range(len(ids)):
         k = int(out["masked_lm_weights"][i].sum())
         chosen = set(out["masked_lm_positions"][i, :k].tolist())
@@ -155,10 +155,16 @@ def test_whole_words_are_masked_together():
             inside = {q for q in range(start, end) if q in chosen}
             assert inside in (set(), set(range(start, end))), (i, start, end, chosen)
         split_words += sum(1 for s, e in spans if e - s > 1 and s in chosen)
+        # Google's rule: a word that would overflow the budget is skipped and later words
+        # are still tried, so every word left out is larger than the room left at the end.
+        left_out = [e - s for s, e in spans if s not in chosen]
+        assert all(size > budget - k for size in left_out), (i, budget, k, left_out)
+        under_budget += k < budget
         np.testing.assert_array_equal(out["masked_lm_ids"][i, :k],
                                       ids[i, sorted(chosen)])
         assert all(ids[i, q] not in SPECIAL for q in chosen)
     assert split_words > 50  # multi-piece words were chosen, all of their pieces with them
+    assert under_budget > 0  # rows where no word fitted the last of the room
     # Without whole words, pieces of one word are chosen separately.
     pieces = run_mask(ids, mask, 0.3, p)
     partial = 0

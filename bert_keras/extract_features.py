@@ -137,7 +137,15 @@ def _check_lengths(encoder, examples, max_seq_length) -> None:
     if max_seq_length > encoder.max_sequence_length:
         raise FinetuneError(f"--max_seq_length={max_seq_length} exceeds the encoder's position "
                             f"table ({encoder.max_sequence_length} positions)")
-    least = 4 if any(e[1] is not None for e in examples) else 3  # specials + one token each
+    pair = next((i for i, e in enumerate(examples) if e[1] is not None), None)
+    if pair is not None and encoder.type_vocab_size < 2:
+        # Segment id 1 would read a zero row of a one-row table, on both backends, silently
+        # (run_classifier refuses such data for such a model too).
+        raise FinetuneError(
+            f"--input_file: line {pair + 1} is a sentence pair (' ||| '), but the model has "
+            f"type_vocab_size={encoder.type_vocab_size} (one segment embedding): use a model "
+            "with a segment embedding per text, or single texts")
+    least = 4 if pair is not None else 3  # specials + one token each
     if max_seq_length < least:
         raise FinetuneError(f"--max_seq_length={max_seq_length} is too short: "
                             f"{'a pair' if least == 4 else 'a text'} needs at least {least} "

@@ -12,6 +12,7 @@ Signatures:
   serving_default  text: string [batch] -> probabilities float32 [batch, C],
                    label string [batch], label_id int32 [batch], logits float32 [batch, C]
   pair             text_a, text_b: string [batch] -> the same, for sentence-pair tasks
+                   (not for a model with one segment embedding, type_vocab_size 1)
   serve_examples   inputs: serialized tf.Example string [batch] (features "text" and, for
                    pair models, "text_b") -> classes string [batch, C], scores float32
                    [batch, C]; its method name is tensorflow/serving/classify, so TF
@@ -131,6 +132,13 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
         raise saved_model_writer.ExportError(
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({classifier.encoder.max_sequence_length} positions)")
+    # A second text is segment 1: a model with one segment embedding would read a zero
+    # row for it, silently (run_classifier refuses pairs for such a model too).
+    pairs = classifier.encoder.type_vocab_size >= 2
+    if pair and not pairs:
+        raise saved_model_writer.ExportError(
+            f"--pair: the model has type_vocab_size={classifier.encoder.type_vocab_size} (one "
+            "segment embedding) and cannot read a second text")
     path = saved_model_writer.version_dir(export_dir, version)
     classifier = tasks.for_serving(classifier, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
@@ -138,25 +146,24 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
         module = ClassifierModule(pre, classifier, labels, pair)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
-            "pair": module.serve_pair.get_concrete_function(),
             "serve_examples": module.serve_examples.get_concrete_function(),
         }
+        if pairs:  # no "pair" signature for a model that cannot read pairs
+            signatures["pair"] = module.serve_pair.get_concrete_function()
         texts = np.array(WARMUP_TEXTS, dtype=object)
         examples = [_example(t, t if pair else None) for t in WARMUP_TEXTS]
         warmup = [
             ("serving_default", {"text": texts[:1]}),
             ("serving_default", {"text": texts}),
-            ("pair", {"text_a": texts, "text_b": texts[::-1].copy()}),
             ("serve_examples", {"inputs": np.array(examples, dtype=object)}),
-        ]
+        ] + ([("pair", {"text_a": texts, "text_b": texts[::-1].copy()})] if pairs else [])
         for (text,), (text_a, text_b) in zip(pre.warmup_texts(1), pre.warmup_texts(2)):
             warmup += [
                 ("serving_default", {"text": np.array([text], dtype=object)}),
-                ("pair", {"text_a": np.array([text_a], dtype=object),
-                          "text_b": np.array([text_b], dtype=object)}),
                 ("serve_examples", {"inputs": np.array(
                     [_example(text_a, text_b) if pair else _example(text)], dtype=object)}),
-            ]
+            ] + ([("pair", {"text_a": np.array([text_a], dtype=object),
+                            "text_b": np.array([text_b], dtype=object)})] if pairs else [])
         task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
                                          method_names={"serve_examples": CLASSIFY_METHOD})
     logging.info("Wrote classifier export %s (tokenizer %s)", path, tokenizer.config.describe())

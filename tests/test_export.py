@@ -697,3 +697,33 @@ def test_export_encoder_cli_end_to_end(exported, tmp_path):
     assert ok.stdout.strip().endswith(os.path.join("enc", "1"))
     again = subprocess.run(cmd + ["--version=1"], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode != 0 and "refusing to overwrite" in again.stderr
+
+
+def test_a_model_with_one_segment_embedding_gets_no_pair_signature(tmp_path):
+    """A second text is segment 1, which a one-row segment table reads as a zero row,
+    silently: `--pair` and span QA are refused for such a model, and its classifier export
+    has no "pair" signature; single texts are served."""
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from bert_keras.tasks import BertClassifier, BertSpanQA
+    from data_prep.tokenization import BertTokenizer
+    from export.export_classifier import export_classifier
+    from export.export_span_qa import export_span_qa
+
+    tokenizer = BertTokenizer(write_vocab(tmp_path / "vocab.txt"))
+    classifier = BertClassifier(BertEncoder(**TINY, type_vocab_size=1), num_classes=2)
+    with pytest.raises(ExportError, match=r"^--pair: the model has type_vocab_size=1"):
+        export_classifier(classifier, tokenizer, ["a", "b"], str(tmp_path / "pair"),
+                          seq_length=16, pair=True, buckets=())
+    assert not (tmp_path / "pair").exists()
+    with pytest.raises(ExportError, match=r"type_vocab_size=1 .* the context as the second"):
+        export_span_qa(BertSpanQA(BertEncoder(**TINY, type_vocab_size=1)), tokenizer,
+                       str(tmp_path / "qa"), seq_length=16, buckets=())
+    assert not (tmp_path / "qa").exists()
+    path = export_classifier(classifier, tokenizer, ["a", "b"], str(tmp_path / "single"),
+                             seq_length=16, buckets=())
+    loaded = tf.saved_model.load(path)
+    assert sorted(loaded.signatures) == ["serve_examples", "serving_default"]
+    np.testing.assert_allclose(
+        loaded.signatures["serving_default"](text=tf.constant(["w1 w2"]))["probabilities"],
+        _keras_probabilities(classifier, tokenizer, ["w1 w2"]), atol=1e-5)

@@ -155,3 +155,21 @@ def test_an_empty_layer_list_and_a_directory_as_output_are_refused(tmp_path, enc
         extract_features.run(str(text), str(tmp_path / "out.jsonl"), encoder_file,
                              vocab_file=VOCAB, overwrite_output=True)
     assert (tmp_path / "out.jsonl" / "keep.txt").read_text() == "mine"
+
+
+def test_pairs_are_refused_for_a_model_with_one_segment_embedding(tmp_path):
+    """Segment id 1 of a one-row table reads a zero row on both backends, silently: pairs
+    are refused before anything is written (run_classifier refuses them too); single
+    texts run."""
+    path = str(tmp_path / "encoder.keras")
+    BertEncoder(**SMALL, type_vocab_size=1).save(path)
+    text = tmp_path / "input.txt"
+    text.write_text("the man\nthe man ||| the store\n")
+    out = tmp_path / "f.jsonl"
+    with pytest.raises(ValueError, match=r"^--input_file: line 2 is a sentence pair .* "
+                                         r"type_vocab_size=1"):
+        extract_features.run(str(text), str(out), path, vocab_file=VOCAB, max_seq_length=16, layers=[-1])
+    assert not out.exists()
+    text.write_text("the man\nthe store\n")
+    assert extract_features.run(str(text), str(out), path, vocab_file=VOCAB,
+                                max_seq_length=16, layers=[-1])["examples"] == 2

@@ -81,6 +81,17 @@ def _field(record: dict, key: str | None, where: str, required: bool) -> str | N
     return value
 
 
+def _label(value: str | None, key: str, where: str) -> str | None:
+    """A label as labels.txt keeps it (model_loading.read_labels): one line, without the
+    spaces around it; a line break in it is refused."""
+    if value is None:
+        return None
+    if "\n" in value or "\r" in value:
+        raise DataError(f"{where}: field {key!r} holds a line break ({value!r}); a label is "
+                        "one line of the model's labels.txt")
+    return value.strip()
+
+
 def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
                   label: str | None = "label", fmt: str | None = None,
                   require_label: bool = True) -> list[Example]:
@@ -107,7 +118,7 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
     for where, record in records:
         a = _field(record, text_a, where, required=True)
         b = _field(record, text_b, where, required=True)
-        y = _field(record, label, where, required=require_label)
+        y = _label(_field(record, label, where, required=require_label), label, where)
         examples.append(Example(where, a, b, y))
     return examples
 

@@ -119,12 +119,29 @@ def test_label_not_in_label_list_names_file_and_line(tmp_path, tokenizer):
     ("empty.csv", 'text,label\n"",ham\n', r"empty.csv:2: field 'text' is empty"),
     ("nums.jsonl", '{"text": ["a"], "label": "x"}\n', r"nums.jsonl:1: field 'text' must be a string"),
     ("data.txt", "x\n", r"cannot tell the format"),
+    ("break.jsonl", '{"text": "a", "label": "pos\\nitive"}\n',
+     r"break.jsonl:1: field 'label' holds a line break \('pos\\nitive'\); a label is one line"),
+    ("break.csv", 'text,label\na,"pos\r"\n', r"break.csv:2: field 'label' holds a line break"),
 ])
 def test_malformed_rows_name_file_and_line(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(DataError, match=message):
         classification.read_examples(str(path))
+
+
+def test_labels_are_read_as_labels_txt_keeps_them(tmp_path):
+    """Spaces around a label are not part of it, as in the model's labels.txt
+    (model_loading.read_labels): a run evaluates its own training file."""
+    from bert_keras import model_loading
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "a", "label": "pos "}\n{"text": "b", "label": " neg"}\n'
+                    '{"text": "c", "label": "pos"}\n')
+    labels = classification.label_list_from(classification.read_examples(str(path)))
+    assert labels == ["neg", "pos"]
+    (tmp_path / "labels.txt").write_text("".join(f"{label}\n" for label in labels))
+    assert model_loading.read_labels(str(tmp_path / "labels.txt")) == labels
 
 
 def test_unlabelled_prediction_file(tmp_path, tokenizer):

@@ -885,8 +885,14 @@ def hf_architecture(path: str):
         if problem not in (None, "single_label_classification"):
             raise WeightLoadError(
                 f"{config_file}: problem_type is {problem!r}; BertClassifier is a single-label "
-                "softmax classifier (regression and multi-label heads are not supported)")
+                "softmax classifier (regression and multi-label heads are not supported); "
+                f"for its encoder alone: {ENCODER_ALONE}")
     return kind
+
+
+# What an error about a head the caller cannot load says to do for the encoder alone.
+ENCODER_ALONE = ("python -m bert_keras.convert_checkpoint --model=encoder --from=hf "
+                 "--to=keras --input=DIR --output=ENCODER_DIR, then give ENCODER_DIR")
 
 
 def _read_hf_tensors(path: str):
@@ -968,7 +974,7 @@ def load_hf_weights(model, path: str, allow_unused: bool = False) -> list[str]:
             elif not np.array_equal(value, tensors[source]):
                 raise WeightLoadError(
                     f"{weights_file}: {alias} differs from {source}; BertPretrainer ties them, "
-                    "so untied weights cannot be loaded"
+                    f"so untied weights cannot be loaded; for its encoder alone: {ENCODER_ALONE}"
                 )
     else:
         for alias in HF_TIED:  # Copies of what is checked anyway: not a head of their own.

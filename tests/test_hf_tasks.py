@@ -193,6 +193,33 @@ def test_unknown_or_unrepresentable_heads_are_clear_errors(hf_dirs, tmp_path, ch
         model_loading.load_checkpoint(path, fmt="hf").model
 
 
+def test_a_head_that_cannot_be_loaded_names_how_to_take_the_encoder_alone(hf_dirs, tmp_path):
+    """A regression head (and an untied decoder) is refused, and the error gives the
+    command that keeps the encoder; that command works."""
+    import shutil
+
+    from cli_harness import run_tool
+
+    path = str(tmp_path / "regression")
+    shutil.copytree(hf_dirs["BertForSequenceClassification"][0], path)
+    _edit_config(path, problem_type="regression")
+    with pytest.raises(ValueError) as refused:
+        model_loading.load_checkpoint(path, fmt="hf").model
+    command = str(refused.value).split("for its encoder alone: ")[1].split(", then")[0]
+    args = [a.replace("=DIR", f"={path}").replace("=ENCODER_DIR", f"={tmp_path / 'enc'}")
+            for a in command.split()[3:]]
+    assert command.split()[:3] == ["python", "-m", "bert_keras.convert_checkpoint"], command
+    result = run_tool("convert_checkpoint", args)
+    assert result.code == 0, result.stderr[-2000:]
+    encoder = model_loading.load_encoder(str(tmp_path / "enc"))
+    want = hf_dirs["BertForSequenceClassification"][1].bert
+    inputs = {"input_word_ids": np.array([[2, 7, 9, 3]]), "input_mask": np.ones((1, 4), int),
+              "input_type_ids": np.zeros((1, 4), int)}
+    with torch.no_grad():
+        ref = want(**torch_inputs(inputs)).last_hidden_state.numpy()
+    np.testing.assert_allclose(encoder(inputs)["sequence_output"], ref, atol=1e-4)
+
+
 @pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
 def test_our_task_models_load_in_transformers_auto_classes(tmp_path, cls):
     """The way back: our models (not transformers-made) through AutoModelFor..."""

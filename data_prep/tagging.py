@@ -42,12 +42,14 @@ from data_prep.schema import IGNORE_LABEL, UNK
 class TaggedSentence:
     """Words and their tags (tags None for unlabelled input); `where` is "file:line" of its
     first word (word i is on the i-th line after it); `preceding`: the file's lines between
-    the previous sentence and this one (blank and -DOCSTART- lines), as read."""
+    the previous sentence and this one (blank and -DOCSTART- lines), as read; `following`,
+    of the last sentence only: the lines after it."""
 
     where: str
     words: tuple
     tags: tuple | None
     preceding: tuple = ()
+    following: tuple = ()
 
     def word_line(self, index: int) -> str:
         """"file:line" of word `index`."""
@@ -113,6 +115,8 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
             if has_tags:
                 tags.append(fields[tag_column])
     flush()
+    if sentences and between:
+        sentences[-1] = dataclasses.replace(sentences[-1], following=tuple(between))
     return sentences
 
 
@@ -208,11 +212,14 @@ def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
 
 def predictions_text(sentences: Sequence[TaggedSentence], tags: Sequence[Sequence[str]]) -> str:
     """The predictions file: "word tag" lines with the input's blank and -DOCSTART- lines
-    where they were, and a blank line after the last sentence, so that it lines up with an
-    input file that ends in one (`paste input predictions`, conlleval)."""
+    where they were, those after the last sentence included (at least a blank line, so
+    that it lines up with an input file that ends in one: `paste input predictions`,
+    conlleval)."""
+    tail = (sentences[-1].following if sentences else ()) or ("",)
     return "".join("".join(f"{line}\n" for line in s.preceding) +
                    "".join(f"{w} {t}\n" for w, t in zip(s.words, sentence_tags, strict=True))
-                   for s, sentence_tags in zip(sentences, tags, strict=True)) + "\n"
+                   for s, sentence_tags in zip(sentences, tags, strict=True)) + \
+        "".join(f"{line}\n" for line in tail)
 
 
 def missing_tag(label_list: Sequence[str]) -> str:

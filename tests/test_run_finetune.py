@@ -352,6 +352,11 @@ def test_run_tagger_train_eval_predict(tmp_path, encoder_file):
     assert metrics["num_words"] == words
     assert metrics["entity"]["num_gold"] == sum(len(get_entities(t)) for t in gold_tags)
     assert results["eval"]["token_accuracy"] == metrics["token_accuracy"]
+    # TensorBoard gets the entity scores too, at the last training step.
+    validation = event_scalars(out / "logs" / "validation")
+    steps = validation["eval_token_accuracy"]
+    assert validation["eval_entity_f1"] == validation["eval_entity_precision"] == \
+        validation["eval_entity_recall"] == steps and len(steps) == 1
 
 
 def _h5_in_keras_file(path, tmp_path):

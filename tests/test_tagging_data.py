@@ -79,7 +79,8 @@ def test_read_conll(tmp_path):
         TaggedSentence(f"{path}:3", ("John", "Smith"), ("B-PER", "I-PER"),
                        ("-DOCSTART- -X- -X- O", "")),
         TaggedSentence(f"{path}:7", ("runs",), ("O",), ("", "")),
-        TaggedSentence(f"{path}:11", ("Paris",), ("B-LOC",), ("", "-DOCSTART- -X- -X- O", ""))]
+        TaggedSentence(f"{path}:11", ("Paris",), ("B-LOC",), ("", "-DOCSTART- -X- -X- O", ""),
+                       following=("",))]
     assert tagging.label_list_from(sentences) == ["B-LOC", "B-PER", "I-PER", "O"]
     pos = tagging.read_conll(str(path), tag_column=1)
     assert pos[0].tags == ("NNP", "NNP")
@@ -88,15 +89,19 @@ def test_read_conll(tmp_path):
 def test_predictions_line_up_with_the_input_file(tmp_path):
     """The predictions file has the input's lines: -DOCSTART- and blank lines where they
     were (CoNLL-2003 users `paste` the two files for conlleval)."""
-    path = tmp_path / "d.conll"
-    path.write_text(CONLL)
-    sentences = tagging.read_conll(str(path), has_tags=False)
-    tags = [["T"] * len(s.words) for s in sentences]
-    lines = tagging.predictions_text(sentences, tags).splitlines()
-    given = CONLL.splitlines()
-    assert len(lines) == len(given)
-    for written, read in zip(lines, given):
-        assert written == (f"{read.split()[0]} T" if read and read[0] != "-" else read)
+    # CONLL ends with a blank line; also a file without one, and a file with a document
+    # marker after its last sentence.
+    for name, text, extra in (("d", CONLL, 0), ("bare", CONLL.rstrip("\n") + "\n", 1),
+                              ("tail", CONLL + "-DOCSTART- -X- -X- O\n\n", 0)):
+        path = tmp_path / f"{name}.conll"
+        path.write_text(text)
+        sentences = tagging.read_conll(str(path), has_tags=False)
+        tags = [["T"] * len(s.words) for s in sentences]
+        lines = tagging.predictions_text(sentences, tags).splitlines()
+        given = text.splitlines()
+        assert len(lines) == len(given) + extra, name  # a blank line after the last sentence
+        for written, read in zip(lines, given):
+            assert written == (f"{read.split()[0]} T" if read and read[0] != "-" else read)
 
 
 def test_read_conll_malformed_line(tmp_path):

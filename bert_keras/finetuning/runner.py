@@ -814,13 +814,22 @@ def trained_steps(out: str, results: dict | None = None) -> int:
 
 def _log_eval_scalars(log_dir: str, summary: dict, step: int) -> None:
     """The evaluation's numbers (accuracy, F1, loss, ...) as TensorBoard scalars
-    `eval_<name>` at the training step reached, beside the training curves."""
+    `eval_<name>` at the training step reached, beside the training curves; the numbers of
+    a group one level down as `eval_<group>_<name>` (the tagger's entity precision,
+    recall and F1: `eval_entity_f1`)."""
+    def number(name, value):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and not name.endswith(("_seconds", "_per_second"))
+
     writer = tf.summary.create_file_writer(log_dir)
     with writer.as_default(step=step):
         for name, value in summary.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                    and not name.endswith(("_seconds", "_per_second")):
+            if number(name, value):
                 tf.summary.scalar(f"eval_{name}", float(value))
+            elif isinstance(value, dict):
+                for inner, v in value.items():
+                    if number(inner, v):
+                        tf.summary.scalar(f"eval_{name}_{inner}", float(v))
     writer.close()
 
 

@@ -142,7 +142,7 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
     path = saved_model_writer.version_dir(export_dir, version)
     classifier = tasks.for_serving(classifier, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
         module = ClassifierModule(pre, classifier, labels, pair)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),

@@ -105,7 +105,8 @@ class HubPackInputs(tf.Module):
     the exported one. A function is traced for each of the four input structures.
     """
 
-    def __init__(self, cls_id: int, sep_id: int, pad_id: int, default_seq_length: int):
+    def __init__(self, cls_id: int, sep_id: int, pad_id: int, default_seq_length: int,
+                 max_segments: int = 2):
         super().__init__()
 
         @tf.function(autograph=False)
@@ -115,7 +116,7 @@ class HubPackInputs(tf.Module):
         self.__call__ = pack
         for ragged_rank in (1, 2):
             spec = tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32)
-            for count in (1, 2):
+            for count in range(1, max_segments + 1):
                 pack.get_concrete_function([spec] * count)
                 pack.get_concrete_function([spec] * count, tf.TensorSpec([], tf.int32))
 
@@ -124,7 +125,7 @@ class PreprocessorModule(tf.Module):
     """The preprocessor SavedModel's root object, callable TF Hub-style on a string batch."""
 
     def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None,
-                 buckets=None):
+                 buckets=None, pairs: bool = True, length_flag: str = "--seq_length"):
         """Args:
           tokenizer: the BertTokenizer (vocabulary and settings) to serve.
           seq_length: output length of the packed inputs.
@@ -132,12 +133,15 @@ class PreprocessorModule(tf.Module):
             tokenizer_config.json are written there and saved as the export's assets.
           buckets: the lengths `encoder_inputs` rounds a batch up to
             (`length_buckets.resolve`; None: the default set).
+          pairs: whether two texts are packed (a tagger packs one).
+          length_flag: the flag that set `seq_length` (for the error message).
         """
         super().__init__()
-        if seq_length < 5:
+        least = 5 if pairs else 3  # [CLS] and a piece of each text, each with its [SEP]
+        if seq_length < least:
             raise saved_model_writer.ExportError(
-                f"--seq_length must be at least 5 (room for a pair). Received: {seq_length}"
-            )
+                f"{length_flag} must be at least {least} (room for "
+                f"{'a pair' if pairs else 'one text'}). Received: {seq_length}")
         self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
         self.seq_length = seq_length
         self.buckets = length_buckets.resolve(buckets, seq_length)
@@ -156,7 +160,10 @@ class PreprocessorModule(tf.Module):
         # packing code directly: a tf.function taking a list of RaggedTensors, called from
         # inside another trace, can receive a decomposed placeholder.
         self.tokenize = HubTokenize(tokenizer)
-        self.bert_pack_inputs = HubPackInputs(self.cls_id, self.sep_id, self.pad_id, seq_length)
+        self.bert_pack_inputs = HubPackInputs(self.cls_id, self.sep_id, self.pad_id, seq_length,
+                                              2 if pairs else 1)
+        if not pairs:  # nothing that packs two texts is traced or saved
+            self.serve_pair = self.serve_bucketed_pair = None
 
     @tf.function(input_signature=[_TEXT])
     def __call__(self, text):

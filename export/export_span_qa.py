@@ -314,7 +314,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
     path = saved_model_writer.version_dir(export_dir, version)
     model = tasks.for_serving(model, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
         module = SpanQAModule(pre, model, max_answer_length, max_query_length,
                               version_2_with_negative, null_score_diff_threshold, doc_stride)
         signatures = {

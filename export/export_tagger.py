@@ -133,7 +133,8 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
     path = saved_model_writer.version_dir(export_dir, version)
     tagger = tasks.for_serving(tagger, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets)
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, pairs=False,
+                                 length_flag="--max_seq_length")
         module = TaggerModule(pre, tagger, labels)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
@@ -146,8 +147,9 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
             ("serving_default", {"text": texts}),
             ("words", {"words": words}),
         ]
-        warmup += [("serving_default", {"text": np.array(bucket, dtype=object)})
-                   for bucket in pre.warmup_texts(1)]
+        for (text,) in pre.warmup_texts(1):  # every bucket, on both signatures
+            warmup += [("serving_default", {"text": np.array([text], dtype=object)}),
+                       ("words", {"words": np.array([text.split() or [""]], dtype=object)})]
         task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
     logging.info("Wrote tagger export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path

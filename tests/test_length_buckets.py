@@ -230,6 +230,38 @@ def test_tagger_and_span_qa_equal_the_fixed_length_export(modules):
         assert (got["end_logits"].numpy()[~real] == length_buckets.PADDING_LOGIT).all()
 
 
+def test_tagger_export_warms_both_signatures_in_every_bucket(modules, tmp_path):
+    """The tagger's warmup requests reach every bucket through `serving_default` and
+    `words` (docs/serving.md: every bucket of every text signature); a tagger fine-tuned at
+    a length too short for a pair (run_tagger takes 3) exports and answers."""
+    from data_prep.packing import pack
+    from export.export_tagger import export_tagger
+    from export.saved_model_writer import WARMUP_FILE, read_warmup_requests
+
+    tokenizer = modules["tokenizer"]
+    tags = ["O", "B", "I", "X"]
+    path = export_tagger(BertTagger(modules["encoder"], 4), tokenizer, tags,
+                         str(tmp_path / "tagger"), seq_length=S, buckets=BUCKETS)
+    covered = {}
+    for name, inputs in read_warmup_requests(os.path.join(path, WARMUP_FILE)):
+        rows = ([[t.decode()] for t in inputs["text"]] if name == "serving_default" else
+                [[w.decode() for w in row if w] for row in inputs["words"]])
+        for row in rows:
+            ids = [i for piece in tokenizer.encode(row or [""]) for i in piece]
+            real = len(pack(ids, None, S, tokenizer.cls_id, tokenizer.sep_id).tokens)
+            covered.setdefault(name, set()).add(min(b for b in BUCKETS + (S,) if b >= real))
+    assert covered == {"serving_default": set(BUCKETS + (S,)), "words": set(BUCKETS + (S,))}
+    short = export_tagger(BertTagger(modules["encoder"], 4), tokenizer, tags,
+                          str(tmp_path / "short"), seq_length=3)
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    got = tf.saved_model.load(short).signatures["serving_default"](text=tf.constant(["w1 w2"]))
+    assert got["tags"].numpy()[0][0].decode() in tags
+    with pytest.raises(ExportError, match=r"^--max_seq_length must be at least 3 \(room for one"):
+        export_tagger(BertTagger(modules["encoder"], 4), tokenizer, tags,
+                      str(tmp_path / "shorter"), seq_length=2)
+
+
 def test_span_qa_question_length_must_leave_room_for_context(modules):
     """--max_query_length as run_squad checks it: below max_seq_length - 3; by default 64,
     or what a short window leaves (S - 4)."""

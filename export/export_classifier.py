@@ -2,7 +2,8 @@ r"""Exports a fine-tuned classifier as an end-to-end SavedModel: text in, labels
 
     python -m export.export_classifier --model_dir=runs/spam \
         --export_dir=/models/spam [--version=1] [--max_seq_length=128] [--pair] \
-        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] [--serving_dtype=bfloat16]
+        [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512] \
+        [--serving_dtype=bfloat16]
 
 --model_dir is what `python -m bert_keras.run_classifier --do_train` wrote: model.keras,
 labels.txt, vocab.txt and tokenizer_config.json (the tokenizer settings the classifier was

@@ -2,7 +2,7 @@ r"""Exports a BertEncoder as a SavedModel for TF Serving and TF Hub-style reuse.
 
     python -m export.export_encoder --init_checkpoint=runs/phase1 \
         --export_dir=/models/bert_encoder [--version=1] [--seq_length=128] [--mlm] \
-        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
+        [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512]
 
 Signatures (`serving_default` and `encoder`, the same function):
   inputs   input_word_ids, input_mask, input_type_ids: int32 [batch, seq], any seq up to

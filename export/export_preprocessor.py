@@ -2,7 +2,7 @@ r"""Exports the BERT text preprocessor: strings in, the encoder's three int32 in
 
     python -m export.export_preprocessor --vocab_file=runs/phase1/encoder/vocab.txt \
         --seq_length=128 --export_dir=/models/bert_preprocess [--version=1] \
-        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512]
+        [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512]
 
 The tokenizer settings are those saved beside the vocabulary (tokenizer_config.json, written
 by build_vocab, run_pretraining and the fine-tuning tools); --do_lower_case,

@@ -5,7 +5,8 @@ r"""Exports a fine-tuned span-QA model (SQuAD) as a SavedModel: question and con
         [--max_query_length=64] [--doc_stride=128] [--max_answer_length=30] \
         [--version_2_with_negative] \
         [--null_score_diff_threshold=0.0] \
-        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] [--serving_dtype=bfloat16]
+        [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512] \
+        [--serving_dtype=bfloat16]
 
 --model_dir is what `python -m bert_keras.run_squad --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers

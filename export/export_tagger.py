@@ -2,7 +2,8 @@ r"""Exports a fine-tuned token tagger as an end-to-end SavedModel: words in, one
 
     python -m export.export_tagger --model_dir=runs/ner \
         --export_dir=/models/ner [--version=1] [--max_seq_length=128] \
-        [--length_buckets=16,24,32,48,64,96,128,192,256,384,512] [--serving_dtype=bfloat16]
+        [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512] \
+        [--serving_dtype=bfloat16]
 
 --model_dir is what `python -m bert_keras.run_tagger --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers

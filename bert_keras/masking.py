@@ -176,15 +176,16 @@ def _fill(sizes: tf.Tensor, budget: tf.Tensor, max_steps: int) -> tf.Tensor:
     def fitting(taken, room):
         return (sizes > 0) & (sizes <= room[:, None]) & ~taken
 
-    def step(taken, room):
-        fits = fitting(taken, room)
+    def step(taken, room, fits):
         pick = tf.one_hot(tf.argmax(tf.cast(fits, tf.int32), axis=1), tf.shape(sizes)[1],
                           on_value=True, off_value=False) & tf.reduce_any(fits, axis=1)[:, None]
-        return (taken | pick,
-                room - tf.reduce_sum(tf.where(pick, sizes, tf.zeros_like(sizes)), axis=1))
+        taken = taken | pick
+        room = room - tf.reduce_sum(tf.where(pick, sizes, tf.zeros_like(sizes)), axis=1)
+        return taken, room, fitting(taken, room)
 
-    taken, _ = tf.while_loop(lambda taken, room: tf.reduce_any(fitting(taken, room)), step,
-                             (taken, room), maximum_iterations=max_steps)
+    taken, _, _ = tf.while_loop(lambda taken, room, fits: tf.reduce_any(fits), step,
+                                (taken, room, fitting(taken, room)),
+                                maximum_iterations=max_steps)
     return taken
 
 

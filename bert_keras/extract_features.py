@@ -133,7 +133,9 @@ def _pack_all(tokenizer, examples, max_seq_length):
     return [pack(a[i], b.get(i) or None, max_seq_length) for i in range(len(examples))]
 
 
-def _check_lengths(encoder, examples, max_seq_length) -> None:
+def _check_inputs(encoder, examples, max_seq_length) -> None:
+    """Refuses a length the encoder or a pair cannot take, and pairs for a model with one
+    segment embedding, before the model runs."""
     if max_seq_length > encoder.max_sequence_length:
         raise FinetuneError(f"--max_seq_length={max_seq_length} exceeds the encoder's position "
                             f"table ({encoder.max_sequence_length} positions)")
@@ -175,7 +177,7 @@ def extract(encoder, tokenizer, examples, layers, max_seq_length, batch_size):
       (tokens, arrays, num_truncated): tokens a list of N token lists (real tokens only);
       arrays the npz layout of the module docstring.
     """
-    _check_lengths(encoder, examples, max_seq_length)
+    _check_inputs(encoder, examples, max_seq_length)
     model = feature_model(encoder, layers)
     packed = _pack_all(tokenizer, examples, max_seq_length)
     tokens, arrays = _run_packed(model, tokenizer, packed, max_seq_length, batch_size)
@@ -214,7 +216,7 @@ def extract_to_jsonl(path: str, encoder, tokenizer, examples, layers, max_seq_le
                      batch_size, overwrite: bool = False, chunk: int = JSONL_CHUNK) -> int:
     """Runs and writes `chunk` examples at a time (memory bounded by the chunk, not the
     input), under a temporary name renamed when complete; returns the truncated count."""
-    _check_lengths(encoder, examples, max_seq_length)
+    _check_inputs(encoder, examples, max_seq_length)
     model = feature_model(encoder, layers)
     packed = _pack_all(tokenizer, examples, max_seq_length)
     chunk = max(chunk, batch_size) // batch_size * batch_size  # whole batches

@@ -58,6 +58,15 @@ class ClassifierModule(tf.Module):
         if len(labels) != classifier.num_classes:
             raise saved_model_writer.ExportError(
                 f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
+        # A second text is segment 1: a model with one segment embedding would read a zero
+        # row for it, silently (run_classifier refuses pairs for such a model too).
+        self.reads_pairs = classifier.encoder.type_vocab_size >= 2
+        if pair and not self.reads_pairs:
+            raise saved_model_writer.ExportError(
+                f"--pair: the model has type_vocab_size={classifier.encoder.type_vocab_size} "
+                "(one segment embedding) and cannot read a second text")
+        if not self.reads_pairs:  # nothing that reads two texts is traced or saved
+            self.serve_pair = None
         self.preprocessor = preprocessor
         self.classifier = saved_model_writer.Untracked(classifier)
         self.labels = tf.constant(list(labels), tf.string)
@@ -133,18 +142,13 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
         raise saved_model_writer.ExportError(
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({classifier.encoder.max_sequence_length} positions)")
-    # A second text is segment 1: a model with one segment embedding would read a zero
-    # row for it, silently (run_classifier refuses pairs for such a model too).
-    pairs = classifier.encoder.type_vocab_size >= 2
-    if pair and not pairs:
-        raise saved_model_writer.ExportError(
-            f"--pair: the model has type_vocab_size={classifier.encoder.type_vocab_size} (one "
-            "segment embedding) and cannot read a second text")
     path = saved_model_writer.version_dir(export_dir, version)
     classifier = tasks.for_serving(classifier, serving_dtype)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
+        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets,
+                                 length_flag="--max_seq_length")
         module = ClassifierModule(pre, classifier, labels, pair)
+        pairs = module.reads_pairs
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
             "serve_examples": module.serve_examples.get_concrete_function(),

@@ -724,6 +724,7 @@ def test_a_model_with_one_segment_embedding_gets_no_pair_signature(tmp_path):
                              seq_length=16, buckets=())
     loaded = tf.saved_model.load(path)
     assert sorted(loaded.signatures) == ["serve_examples", "serving_default"]
+    assert not hasattr(loaded, "serve_pair")  # nor a function that reads pairs
     np.testing.assert_allclose(
         loaded.signatures["serving_default"](text=tf.constant(["w1 w2"]))["probabilities"],
         _keras_probabilities(classifier, tokenizer, ["w1 w2"]), atol=1e-5)

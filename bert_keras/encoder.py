@@ -168,6 +168,22 @@ class BertEncoder(keras.Model):
         self.transformer_layers = blocks
         self.pooler_layer = pooler
 
+    def pair_refusal(self, what: str) -> str | None:
+        """The one-line error for handing this encoder a second text, or None where it
+        reads one.
+
+        A second text is segment 1, and a model with one segment embedding
+        (type_vocab_size 1) looks it up as a zero row of a one-row table, silently, on
+        every backend: run_classifier, run_squad, extract_features and the exports refuse
+        it in these words. `what` names the input that holds the pair (a flag, a file
+        line).
+        """
+        if self.type_vocab_size >= 2:
+            return None
+        return (f"{what}, but the model has type_vocab_size={self.type_vocab_size} (one "
+                "segment embedding) and would read the second text as zeros: use a model "
+                "with a segment embedding per text, or single texts")
+
     @property
     def layers_dtype_policy(self):
         """The dtype policy the encoder's layers compute in: its `dtype` argument, else the

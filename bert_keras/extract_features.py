@@ -140,13 +140,10 @@ def _check_inputs(encoder, examples, max_seq_length) -> None:
         raise FinetuneError(f"--max_seq_length={max_seq_length} exceeds the encoder's position "
                             f"table ({encoder.max_sequence_length} positions)")
     pair = next((i for i, e in enumerate(examples) if e[1] is not None), None)
-    if pair is not None and encoder.type_vocab_size < 2:
-        # Segment id 1 would read a zero row of a one-row table, on both backends, silently
-        # (run_classifier refuses such data for such a model too).
-        raise FinetuneError(
-            f"--input_file: line {pair + 1} is a sentence pair (' ||| '), but the model has "
-            f"type_vocab_size={encoder.type_vocab_size} (one segment embedding): use a model "
-            "with a segment embedding per text, or single texts")
+    refusal = pair is not None and encoder.pair_refusal(
+        f"--input_file: line {pair + 1} is a sentence pair (' ||| ')")
+    if refusal:
+        raise FinetuneError(refusal)
     least = 4 if pair is not None else 3  # specials + one token each
     if max_seq_length < least:
         raise FinetuneError(f"--max_seq_length={max_seq_length} is too short: "

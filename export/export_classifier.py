@@ -58,13 +58,10 @@ class ClassifierModule(tf.Module):
         if len(labels) != classifier.num_classes:
             raise saved_model_writer.ExportError(
                 f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
-        # A second text is segment 1: a model with one segment embedding would read a zero
-        # row for it, silently (run_classifier refuses pairs for such a model too).
-        self.reads_pairs = classifier.encoder.type_vocab_size >= 2
-        if pair and not self.reads_pairs:
-            raise saved_model_writer.ExportError(
-                f"--pair: the model has type_vocab_size={classifier.encoder.type_vocab_size} "
-                "(one segment embedding) and cannot read a second text")
+        refusal = classifier.encoder.pair_refusal("--pair")
+        self.reads_pairs = refusal is None
+        if pair and refusal:
+            raise saved_model_writer.ExportError(refusal)
         if not self.reads_pairs:  # nothing that reads two texts is traced or saved
             self.serve_pair = None
         self.preprocessor = preprocessor

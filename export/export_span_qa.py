@@ -99,10 +99,9 @@ class SpanQAModule(tf.Module):
         if doc_stride < 1:
             raise saved_model_writer.ExportError(
                 f"--doc_stride must be >= 1. Received: {doc_stride}")
-        if model.encoder.type_vocab_size < 2:
-            raise saved_model_writer.ExportError(
-                f"the model has type_vocab_size={model.encoder.type_vocab_size} (one segment "
-                "embedding), but span QA reads the context as the second text")
+        refusal = model.encoder.pair_refusal("span QA reads the context as a second text")
+        if refusal:
+            raise saved_model_writer.ExportError(refusal)
         if not 1 <= max_query_length < preprocessor.seq_length - 3:
             raise saved_model_writer.ExportError(
                 f"--max_query_length={max_query_length} must be >= 1 and leave room for "

@@ -351,17 +351,16 @@ def _with_recorded_options(task, common: FinetuneOptions, opts):
     return dataclasses.replace(opts, **fill) if fill else opts
 
 
-def _check_segments_fit(task: Task, features: dict, type_vocab_size: int) -> None:
+def _check_segments_fit(task: Task, features: dict, encoder: BertEncoder) -> None:
     """Refuses sentence pairs (segment id 1) for a model with one segment embedding
-    (type_vocab_size 1): the lookup would read a zero row for every second text, on
-    both backends, without an error."""
+    (`BertEncoder.pair_refusal`)."""
     for split, data in features.items():
         types = data.arrays.get(schema.SEGMENT_IDS)
-        if types is not None and types.size and int(types.max()) >= type_vocab_size:
-            raise FinetuneError(
-                f"{task.input_flag(split).split(' ')[0]}: its examples have {int(types.max()) + 1} "
-                f"segments (sentence pairs), but the model has type_vocab_size={type_vocab_size}: "
-                "use a model with a segment embedding per text, or single texts")
+        refusal = types is not None and types.size and int(types.max()) >= 1 and (
+            encoder.pair_refusal(f"{task.input_flag(split).split(' ')[0]}: its examples are "
+                                 "sentence pairs"))
+        if refusal:
+            raise FinetuneError(refusal)
 
 
 def _trained_model_file(common: FinetuneOptions, task_name: str) -> str:
@@ -527,7 +526,7 @@ def run(task: Task, values: dict) -> dict:
             logging.info("%d labels: %s", len(labels), " ".join(labels[:50]))
         features = {split: task.convert(ex, tokenizer, labels, common, opts, split)
                     for split, ex in examples.items()}
-        _check_segments_fit(task, features, model.encoder.type_vocab_size)
+        _check_segments_fit(task, features, model.encoder)
     distribution.check_same_inputs(
         lambda: _what_was_read(task, common, opts, model, vocab_file, settings, labels,
                                features))

@@ -555,8 +555,10 @@ def load_google_checkpoint(model, ckpt_prefix: str, config_file: str | None = No
 
     Args:
       model: a built `BertEncoder` (reads `bert/*`; `cls/*` heads and any other scope, e.g. a
-        fine-tuned classifier's `output_weights`, are skipped) or `BertPretrainer` (reads
-        `bert/*` and `cls/*`). `global_step` and `*/adam_m`, `*/adam_v` are always skipped.
+        fine-tuned classifier's `output_weights`, are skipped), `BertPretrainer` (reads
+        `bert/*` and `cls/*`), or the task model of Google's run_classifier (BertClassifier:
+        `output_weights`, `output_bias`) or run_squad (BertSpanQA: `cls/squad/*`). `global_step`
+        and `*/adam_m`, `*/adam_v` are always skipped.
       ckpt_prefix: checkpoint prefix (e.g. `.../bert_model.ckpt`), one of its files, or a
         directory holding one checkpoint.
       config_file: a bert_config.json to check the model against (heads, activation,
@@ -1163,12 +1165,32 @@ def load_keras_model(path: str):
     return model
 
 
+# Google's fine-tuning heads, by the model that holds each: run_classifier.py's
+# output_weights [C, H] / output_bias, run_squad.py's cls/squad/output_weights [2, H] /
+# output_bias (Google's repository has no tagger).
+GOOGLE_TASK_HEADS = {BertClassifier: CLASSIFIER_WEIGHTS, BertSpanQA: SPAN_QA_WEIGHTS}
+
+
 def google_heads_left_out(names) -> list[str]:
-    """The tensors of a Google checkpoint (its variable names) that no model here reads: a
-    fine-tuning head (run_classifier's output_weights / output_bias, run_squad's
-    cls/squad/*), besides the optimizer state."""
+    """The tensors of a Google checkpoint (its variable names) that no model here reads,
+    besides the optimizer state: a head other than pretraining's and the fine-tuning heads
+    of Google's run_classifier and run_squad (`GOOGLE_TASK_HEADS`)."""
+    task_heads = {w.google for weights in GOOGLE_TASK_HEADS.values() for w in weights}
     return sorted(n for n in names if not n.startswith(GOOGLE_MODEL_SCOPES)
-                  and not GOOGLE_TRAINING_STATE.search(n))
+                  and n not in task_heads and not GOOGLE_TRAINING_STATE.search(n))
+
+
+def _google_task_model(encoder: BertEncoder, names: dict):
+    """The fine-tuned model a Google checkpoint's names show, built on `encoder`: a
+    BertClassifier of C classes for run_classifier's [C, H] output_weights, a BertSpanQA
+    for run_squad's head; `encoder` itself without either."""
+    for model_class, weights in GOOGLE_TASK_HEADS.items():
+        kernel = weights[0].google
+        if kernel in names:
+            if model_class is BertClassifier:
+                return BertClassifier(encoder, num_classes=int(names[kernel][0]))
+            return model_class(encoder)
+    return encoder
 
 
 def read_google_model(path: str, want: str = "auto", config_file: str | None = None):
@@ -1178,10 +1200,11 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
       path: checkpoint prefix, one of its files, or a directory holding one.
       want: "auto": a pretrainer if the file has pretraining heads (cls/predictions/*;
         without cls/seq_relationship/*, one without the NSP head, as an MLM-only pretrainer
-        is written), else an encoder; "encoder": the encoder alone; "pretrainer":
-        pretraining heads required. The head of a Google run_classifier or run_squad
-        checkpoint is left out (`google_heads_left_out`; convert_checkpoint refuses it
-        unless --model=encoder asks for the encoder alone).
+        is written); the fine-tuned model of Google's run_classifier (output_weights: a
+        BertClassifier, no label names) or run_squad (cls/squad/*: a BertSpanQA), head
+        included, as Google's `init_from_checkpoint` restores it; else an encoder.
+        "encoder": the encoder alone (a head is left out); "pretrainer": pretraining heads
+        required.
       config_file: bert_config.json, if not beside the checkpoint.
 
     Raises:
@@ -1197,12 +1220,13 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
         )
     config = BertConfig.from_json_file(config_file)
     names = read_google_checkpoint_names(prefix)
-    heads = (any(n.startswith(GOOGLE_PRETRAINING_SCOPES) for n in names) if want == "auto"
-             else want == "pretrainer")
     built = BertEncoder.from_bert_config(config)
-    if heads:
+    if want == "pretrainer" or (
+            want == "auto" and any(n.startswith(GOOGLE_PRETRAINING_SCOPES) for n in names)):
         built = BertPretrainer(built, next_sentence=any(
             n.startswith("cls/seq_relationship/") for n in names))
+    elif want == "auto":
+        built = _google_task_model(built, names)
     load_google_checkpoint(built, prefix, config_file)
     return built
 

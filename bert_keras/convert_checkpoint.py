@@ -98,9 +98,9 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
         if others:
             raise checkpoints.WeightLoadError(
                 f"{prefix}: holds tensors of a head bert-keras does not build from a Google "
-                f"checkpoint ({', '.join(others[:4])}{' ...' if len(others) > 4 else ''}: a "
-                "run_classifier or run_squad head?); convert its encoder with --model=encoder, "
-                "which leaves the head out")
+                f"checkpoint ({', '.join(others[:4])}{' ...' if len(others) > 4 else ''}; it "
+                "builds run_classifier's and run_squad's); convert its encoder with "
+                "--model=encoder, which leaves the head out")
     ckpt = model_loading.load_checkpoint(input_path, config_file, want=model, fmt=from_format)
     if ckpt.vocab_file:
         ckpt.vocabulary()
@@ -180,8 +180,11 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
                          f"{type(loaded).__name__} converts --to=keras or --to=hf (or pass "
                          "--model=encoder)")
     if labels is None and not isinstance(loaded, checkpoints.BertSpanQA):
+        google = (" (a Google run_classifier checkpoint keeps them in its processor, not in "
+                  "the checkpoint)" if from_format == "google" else "")
         raise ValueError(f"--input {input_path}: no label names for its "
-                         f"{type(loaded).__name__} ({files.LABELS_FILE} or id2label)")
+                         f"{type(loaded).__name__} ({files.LABELS_FILE} or id2label){google}; "
+                         "convert its encoder with --model=encoder, which leaves the head out")
     if to_format == "hf":
         return checkpoints.save_model(loaded, "hf", output_path, labels=labels,
                                       vocab_file=vocab_file, settings=settings), loaded

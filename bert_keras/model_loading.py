@@ -21,7 +21,8 @@ this order:
                     `architectures` names (a BertFor* task model with its id2label as labels)
   Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
                     directory holding one; bert_config.json beside it or given; casing
-                    from the flags, as in Google's tools
+                    from the flags, as in Google's tools; a run_classifier or run_squad
+                    model.ckpt-N with its head (a task model without label names)
 
 `fmt="google" | "hf" | "keras"` (convert_checkpoint's --from) names the format instead of
 guessing it; "keras" is every one of our own forms (run, encoder and task directories,

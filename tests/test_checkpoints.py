@@ -261,36 +261,77 @@ def test_a_copied_google_directory_reads_its_own_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("head", ["run_classifier", "run_squad"])
-def test_a_fine_tuned_google_checkpoint_gives_its_encoder_only_when_asked(tmp_path, head):
-    """Google's run_classifier writes bert/* + output_weights/output_bias, run_squad bert/*
-    + cls/squad/*. Before, convert_checkpoint left run_classifier's head out silently (an
-    encoder, exit status 0), and run_squad's failed as a pretrainer even with
-    --model=encoder. Now convert refuses the head unless --model=encoder asks for the
-    encoder alone, which then converts; the fine-tuning tools' loader takes the encoder."""
+def test_a_fine_tuned_google_checkpoint_loads_with_its_head(tmp_path, head):
+    """Google's run_classifier writes bert/* + output_weights [C, H] / output_bias, run_squad
+    bert/* + cls/squad/*. The loader builds the fine-tuned model, head included (Google's
+    init_from_checkpoint restores it too): before, it gave the encoder alone and dropped the
+    head with an INFO line, so `--do_predict --init_checkpoint=<Google classifier>` failed
+    with "nothing to evaluate" and `--do_train` trained a new head over the trained one.
+    --model=encoder converts the encoder alone; a classifier, which records no label
+    names, does not convert as one."""
+    from bert_keras.tasks import BertClassifier, BertSpanQA
+
     encoder = randomize(BertEncoder(**TINY), seed=3)
     prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "bert_model.ckpt"))
     reader = tf.train.load_checkpoint(prefix)
     tensors = {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
     rng = np.random.default_rng(0)
-    scope = "" if head == "run_classifier" else "cls/squad/"
-    tensors[f"{scope}output_weights"] = rng.normal(size=(3, H)).astype(np.float32)
-    tensors[f"{scope}output_bias"] = np.zeros(3, np.float32)
+    scope, classes = ("", 3) if head == "run_classifier" else ("cls/squad/", 2)
+    tensors[f"{scope}output_weights"] = rng.normal(size=(classes, H)).astype(np.float32)
+    tensors[f"{scope}output_bias"] = rng.normal(size=classes).astype(np.float32)
+    tensors[f"{scope}output_weights/adam_m"] = np.ones((classes, H), np.float32)
     tensors["global_step"] = np.int64(300)
     fine_tuned = write_tf1_checkpoint(str(tmp_path / "ft" / "model.ckpt-300"), tensors,
                                       google_config())
     from bert_keras.convert_checkpoint import convert
 
-    for want in ("auto", "pretrainer"):
-        with pytest.raises(WeightLoadError, match=(
-                rf"holds tensors of a head bert-keras does not build from a Google checkpoint "
-                rf"\({scope}output_bias, {scope}output_weights: .*--model=encoder")):
-            convert("google", "hf", fine_tuned, str(tmp_path / f"hf_{want}"), model=want)
-        assert not os.path.exists(tmp_path / f"hf_{want}")
+    loaded = load_checkpoint(fine_tuned, fmt="google")
+    assert type(loaded.model) is (BertClassifier if head == "run_classifier" else BertSpanQA)
+    assert loaded.labels is None
+    assert_weights_equal(encoder, loaded.encoder)
+    kernel, bias = loaded.model.get_layer(
+        "classifier" if head == "run_classifier" else "span_logits").get_weights()
+    np.testing.assert_array_equal(kernel, tensors[f"{scope}output_weights"].T)
+    np.testing.assert_array_equal(bias, tensors[f"{scope}output_bias"])
+
+    with pytest.raises(WeightLoadError, match=r"cls/predictions"):  # pretraining heads: none
+        convert("google", "hf", fine_tuned, str(tmp_path / "hf_pretrainer"), model="pretrainer")
+    assert not os.path.exists(tmp_path / "hf_pretrainer")
+    if head == "run_classifier":
+        with pytest.raises(ValueError, match=r"no label names for its BertClassifier .*Google "
+                                             r"run_classifier.*--model=encoder"):
+            convert("google", "hf", fine_tuned, str(tmp_path / "hf_auto"))
+        assert not os.path.exists(tmp_path / "hf_auto")
+    else:
+        convert("google", "hf", fine_tuned, str(tmp_path / "hf_auto"))
+        back = load_checkpoint(str(tmp_path / "hf_auto"), fmt="hf").model
+        assert isinstance(back, BertSpanQA)
+        for x, y in zip(loaded.model.weights, back.weights):  # BertForQuestionAnswering
+            if "pooler" not in x.path:                        # has no pooler
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
     _, converted = convert("google", "hf", fine_tuned, str(tmp_path / "hf"), model="encoder")
     assert_weights_equal(encoder, converted)
-    # The loader the fine-tuning tools use takes its encoder (a new head is trained on it).
-    assert_weights_equal(encoder, load_checkpoint(fine_tuned, fmt="google").encoder)
     assert_weights_equal(encoder, load_checkpoint(fine_tuned, fmt="google", want="encoder").model)
+
+
+def test_a_google_checkpoint_with_an_unknown_head_converts_only_as_an_encoder(tmp_path):
+    """A head none of Google's scripts writes (another scope) is refused by convert_checkpoint
+    unless --model=encoder asks for the encoder alone."""
+    encoder = randomize(BertEncoder(**TINY), seed=3)
+    prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "bert_model.ckpt"))
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
+    tensors["my_head/dense/kernel"] = np.zeros((H, 4), np.float32)
+    custom = write_tf1_checkpoint(str(tmp_path / "ft" / "model.ckpt"), tensors, google_config())
+    from bert_keras.convert_checkpoint import convert
+
+    with pytest.raises(WeightLoadError, match=r"holds tensors of a head bert-keras does not "
+                                              r"build from a Google checkpoint "
+                                              r"\(my_head/dense/kernel; .*--model=encoder"):
+        convert("google", "hf", custom, str(tmp_path / "hf_auto"))
+    assert not os.path.exists(tmp_path / "hf_auto")
+    _, converted = convert("google", "hf", custom, str(tmp_path / "hf"), model="encoder")
+    assert_weights_equal(encoder, converted)
 
 
 def test_saved_checkpoint_restores_with_tf1_saver(tmp_path):

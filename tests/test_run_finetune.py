@@ -550,6 +550,62 @@ def test_absl_entry_point_trains(tmp_path, encoder_file, module):
     assert os.path.exists(out / "model.keras") and os.path.exists(out / "eval_results.json")
 
 
+def test_a_google_run_classifier_checkpoint_predicts_with_its_head(tmp_path, caplog):
+    """Google's way to predict with a model its run_classifier fine-tuned:
+    `--do_predict --init_checkpoint=<its model.ckpt-N>` with the task's labels. Before, the
+    loader gave the encoder alone (the head's output_weights / output_bias dropped with an
+    INFO line) and the run failed with "nothing to evaluate"; --do_train trained a new head
+    over the trained one. The reference is the same classifier saved in our layout."""
+    import tensorflow as tf
+
+    from bert_keras.finetuning.runner import FinetuneError
+    from bert_keras.tasks import BertClassifier
+    from data_prep import tokenizer_config
+    from test_checkpoints import write_tf1_checkpoint
+
+    rng = np.random.default_rng(5)
+    classifier = BertClassifier(BertEncoder(**SMALL), num_classes=2)
+    classifier.set_weights([rng.normal(0, 0.3, w.shape).astype(np.float32)
+                            for w in classifier.get_weights()])
+    prefix = checkpoints.save_google_checkpoint(classifier.encoder,
+                                                str(tmp_path / "enc" / "bert_model.ckpt"))
+    tensors = {name: tf.train.load_checkpoint(prefix).get_tensor(name)
+               for name, _ in tf.train.list_variables(prefix)}
+    kernel, bias = classifier.get_layer("classifier").get_weights()
+    tensors.update({"output_weights": kernel.T.copy(), "output_bias": bias,
+                    "global_step": np.int64(40)})
+    config = json.load(open(tmp_path / "enc" / "bert_config.json"))
+    google = write_tf1_checkpoint(str(tmp_path / "mrpc_output" / "model.ckpt-40"), tensors, config)
+    ours = model_loading.save_task_dir(classifier, str(tmp_path / "ours"), ["ham", "spam"], VOCAB,
+                                       tokenizer_config.TokenizerConfig())
+    test = tmp_path / "test.jsonl"
+    write_classification(test, 12, 3)
+
+    def probabilities(directory):
+        return np.array([[p["probabilities"][k] for k in ("ham", "spam")]
+                         for p in map(json.loads, open(directory / "predictions.jsonl"))])
+
+    predict = dict(do_train=False, do_eval=False, predict_file=str(test))
+    run_classifier.run(**common(tmp_path / "from_ours", ours, **predict))
+    run_classifier.run(label_list=["ham", "spam"],
+                       **common(tmp_path / "from_google", google, **predict))
+    assert np.abs(probabilities(tmp_path / "from_ours") - 0.5).max() > 1e-2
+    np.testing.assert_allclose(probabilities(tmp_path / "from_google"),
+                               probabilities(tmp_path / "from_ours"), atol=1e-6)
+    with pytest.raises(FinetuneError, match=r"^no label list: .* --label_list"):
+        run_classifier.run(**common(tmp_path / "no_labels", google, **predict))
+    # Trained further (learning rate ~0): its head is kept, its classes named after the
+    # data's sorted labels, with a warning that says so.
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 16, 4)
+    run_classifier.run(train_file=str(train), **common(
+        tmp_path / "further", google, do_eval=False, predict_file=str(test),
+        learning_rate=1e-12, num_train_epochs=1.0))
+    assert "records no label names: its classes are taken to be ['ham', 'spam']" in caplog.text
+    np.testing.assert_allclose(probabilities(tmp_path / "further"),
+                               probabilities(tmp_path / "from_ours"), atol=1e-5)
+
+
 def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
     """--task_name=mrpc --data_dir: Google's files per split, label list and test ids."""
     data_dir = os.path.join(TESTDATA, "glue", "MRPC")

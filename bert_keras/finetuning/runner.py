@@ -462,10 +462,18 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
     elif (task.uses_labels and ckpt is not None and isinstance(ckpt.model, task.model_class)
           and ckpt.labels is not None and labels != ckpt.labels):
         labels = _the_models_labels(labels, ckpt, given=task.given_labels(opts) is not None)
+    elif (task.uses_labels and ckpt is not None and isinstance(ckpt.model, task.model_class)
+          and ckpt.labels is None and task.given_labels(opts) is None):
+        # A head without label names (Google's run_classifier keeps them in its processor):
+        # its classes can only be taken in the order of the data's labels, sorted.
+        logging.warning("%s records no label names: its classes are taken to be %s in that "
+                        "order (the data's labels, sorted); give --task_name or --label_list "
+                        "in the head's order if it was trained with another", ckpt.path, labels)
     if task.uses_labels:
         if labels is None:
             raise FinetuneError(f"no label list: the model has no {files.LABELS_FILE} beside it; "
-                                "pass --label_list_file")
+                                "pass --label_list_file (or --label_list, or --task_name), in "
+                                "the order of its head's classes")
         if model.num_classes != len(labels):
             raise FinetuneError(f"the model has {model.num_classes} classes but the label list "
                                 f"has {len(labels)}: {labels}")

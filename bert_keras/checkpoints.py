@@ -1050,8 +1050,10 @@ def save_hf_weights(model, directory: str, labels: list[str] | None = None,
     without NSP, BertForMaskedLM) names, a task model with its BertFor* class's names
     (encoder under `bert.`; heads under `cls.` or at the top level; the tied decoder weight
     omitted, as transformers itself does). Models that do not read the pooler are written
-    without it, as transformers' classes for them have none. The directory is built under
-    a temporary name and renamed.
+    without it, as transformers' classes for them have none, and so is an encoder's
+    all-zero pooler (what weights without one load as), so that an encoder saved with
+    `add_pooling_layer=False` converts back without one. The directory is built under a
+    temporary name and renamed.
 
     Args:
       model: BertEncoder, BertPretrainer, BertClassifier, BertTagger or BertSpanQA.
@@ -1076,6 +1078,14 @@ def save_hf_weights(model, directory: str, labels: list[str] | None = None,
     nest = not isinstance(model, BertEncoder)
     encoder_rows = {w.ours for w in encoder_weight_names(_encoder_of(model).num_layers)}
     skip = set() if reads_pooler(model) else {w.ours for w in POOLER_WEIGHTS}
+    pooler = _encoder_of(model).pooler_layer
+    if isinstance(model, BertEncoder) and not any(np.any(w) for w in pooler.get_weights()):
+        # All zeros is how a checkpoint without pooler weights loads (transformers'
+        # add_pooling_layer=False): written without them, transformers initialises them
+        # as it does for that file, not as zeros it would take for trained weights.
+        logging.info("%s: the pooler is all zeros (loaded from weights without one): "
+                     "written without it, as the file it came from", directory)
+        skip = {w.ours for w in POOLER_WEIGHTS}
     tensors = {}
     for w, value in _variable_values(model):
         if w.ours in skip:

@@ -267,3 +267,37 @@ def test_a_tokenizers_own_model_max_length_is_kept(tmp_path, keras_file):
         convert("keras", "hf", str(out / "keras"), str(out / "back"))
         for hf in (out / "hf", out / "back"):
             assert AutoTokenizer.from_pretrained(str(hf)).model_max_length == want, hf
+
+
+def test_an_encoder_saved_without_a_pooler_converts_back_without_one(tmp_path):
+    """transformers' BertModel(add_pooling_layer=False) saves no pooler; it loads as a zero
+    pooler. Converted back (hf -> keras -> hf, hf -> google -> hf), the zeros were written
+    as pooler weights, which transformers then took as trained ones (a zero pooled output,
+    and a classifier fine-tuned from it started with no gradient for its layer) instead of
+    initialising them as for the original file. Now the round trip gives the original's
+    tensors, names and values."""
+    from safetensors.numpy import load_file, save_file
+
+    from bert_keras import checkpoints
+
+    encoder = BertEncoder(**TINY)
+    rng = np.random.default_rng(0)
+    encoder.set_weights([rng.normal(0, 0.2, w.shape).astype(np.float32)
+                         for w in encoder.get_weights()])
+    original = tmp_path / "no_pooler"
+    checkpoints.save_model(encoder, "hf", str(original))
+    weights = original / "model.safetensors"
+    tensors = {k: v for k, v in load_file(str(weights)).items() if not k.startswith("pooler.")}
+    assert len(tensors) == len(load_file(str(weights))) - 2
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+
+    convert("hf", "keras", str(original), str(tmp_path / "ours"))
+    convert("keras", "hf", str(tmp_path / "ours"), str(tmp_path / "back"))
+    convert("hf", "google", str(original), str(tmp_path / "google"))
+    convert("google", "hf", str(tmp_path / "google"), str(tmp_path / "back_google"))
+    for back in ("back", "back_google"):
+        written = load_file(str(tmp_path / back / "model.safetensors"))
+        assert sorted(written) == sorted(tensors), back
+        for name, value in tensors.items():
+            np.testing.assert_array_equal(written[name], value, err_msg=f"{back}: {name}")
+    # A trained pooler is written as before (test_keras_round_trip_through_each_format_...).

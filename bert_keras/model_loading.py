@@ -275,11 +275,26 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
                                        warning.lineno)
             return model
         except ValueError as e:  # Keras: the file's layers do not fit this model
-            errors.append(f"{type(model).__name__}: {str(e).strip().splitlines()[0]}")
+            errors.append(f"{type(model).__name__}: {_weights_mismatch(str(e))}")
         except OSError as e:  # h5py: not an HDF5 file, truncated, ...
             raise CheckpointError(f"{path}: cannot read the weights file ({e})") from None
     raise CheckpointError(f"{path}: the weights fit no model of its bert_config.json "
                           f"({'; '.join(errors)})")
+
+
+def _weights_mismatch(message: str) -> str:
+    """What Keras' load_weights error says in one line: the first variable whose shape the
+    file does not have (its path, both shapes), else the error's first line. Its first line
+    alone ends at "Example error message for object <...>:", before the shapes."""
+    first = message.strip().splitlines()[0] if message.strip() else message
+    shapes = re.search(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))\. "
+                       r"Target variable: <Variable path=([^,>]+)", message)
+    if shapes is None:
+        return first
+    count = re.match(r"A total of (\d+) objects could not be loaded", first)
+    more = f" ({count.group(1)} layers do not fit)" if count else ""
+    return (f"{shapes.group(3)} is {shapes.group(1)} in the model, {shapes.group(2)} in the "
+            f"file{more}")
 
 
 def _from_keras_file(path: str) -> keras.Model:

@@ -231,3 +231,18 @@ def test_a_task_directory_without_tokenizer_config_uses_the_recorded_settings(tm
     # Without either, the defaults, as before.
     os.remove(out / files.TRAIN_RESULTS_FILE)
     assert model_loading.load_checkpoint(str(out)).saved_tokenizer is None
+
+
+def test_weights_that_do_not_fit_their_config_name_the_variable_and_both_shapes(tmp_path):
+    """An encoder.weights.h5 beside a bert_config.json of another width. Keras' error's
+    first line ends at "Example error message for object <BertEmbeddings ...>:", which is
+    all the message used to keep; the shapes are on its next lines."""
+    BertEncoder(**TINY).save_weights(str(tmp_path / "encoder.weights.h5"))
+    wider = BertEncoder(**dict(TINY, hidden_size=2 * TINY["hidden_size"]))
+    wider.to_bert_config().to_json_file(str(tmp_path / "bert_config.json"))
+    width, vocab = TINY["hidden_size"], TINY["vocab_size"]
+    with pytest.raises(model_loading.CheckpointError, match=(
+            rf"the weights fit no model of its bert_config.json \(.*BertEncoder: "
+            rf"embeddings/word_embeddings is \({vocab}, {2 * width}\) in the model, "
+            rf"\({vocab}, {width}\) in the file \(\d+ layers do not fit\)\)$")):
+        model_loading.load_encoder(str(tmp_path))

@@ -11,13 +11,15 @@ Signatures (`serving_default` and `encoder`, the same function):
            encoder_outputs [batch, L, seq, H] (every layer; stacked so that a REST row
            request keeps batch as the first dimension), default = pooled_output.
 With --mlm and a pretraining checkpoint, an `mlm` signature adds masked_lm_positions
-[batch, P] -> mlm_logits [batch, P, V].
+[batch, P] -> mlm_logits [batch, P, V], and `obj.mlm` is TF Hub's reusable sub-object for
+masked-LM fine-tuning (`MlmModule`).
 
 The saved object is also a TF Hub reusable SavedModel, fine-tunable as TF Hub's BERT
 encoders are: `obj(inputs_dict, training=False)` returns the dict with `encoder_outputs` as a
 list, and with `training=True` applies BERT's dropout (a fresh mask each call);
 `obj.trainable_variables`, `obj.variables` and `obj.regularization_losses` (empty) are what
-`hub.KerasLayer(path, trainable=True)` trains; `obj.call_training(inputs_dict)` is the
+`hub.KerasLayer(path, trainable=True)` trains; its inputs are checked as the signatures'
+are (a bad id is an InvalidArgumentError, not a silent wrong answer); `obj.call_training(inputs_dict)` is the
 training call as the standalone endpoint Keras 3's `keras.layers.TFSMLayer(path,
 call_endpoint="__call__", call_training_endpoint="call_training")` takes. `assets/vocab.txt`,
 `assets/tokenizer_config.json` and `assets/bert_config.json` travel with it
@@ -75,14 +77,23 @@ class EncoderModule(tf.train.Checkpoint):
             # Google's and TF Hub's BERT tutorials build their tokenizer from
             # `vocab_file.asset_path` and `do_lower_case.numpy()`.
             with open(tokenizer_config_file, encoding="utf-8") as f:
-                lower = bool(json.load(f).get("do_lower_case", True))
-            self.do_lower_case = tf.Variable(lower, trainable=False, name="do_lower_case")
+                settings = tokenizer_config.TokenizerConfig.from_json_dict(json.load(f))
+            self.do_lower_case = tf.Variable(settings.do_lower_case, trainable=False,
+                                             name="do_lower_case")
+            if settings.effective() != (settings.do_lower_case, settings.do_lower_case, True):
+                # tensorflow_text.BertTokenizer(vocab, lower_case=do_lower_case) strips
+                # accents exactly when it lowercases, and splits CJK ideographs.
+                logging.warning(
+                    "The tokenizer settings (%s) are not what a tokenizer built from the "
+                    "export's vocab_file and do_lower_case alone applies, as TF Hub's BERT "
+                    "tutorials build one (tensorflow_text.BertTokenizer(vocab, "
+                    "lower_case=do_lower_case)); tokenize with the text preprocessor export "
+                    "(export.export_preprocessor) or by assets/tokenizer_config.json",
+                    settings.describe())
         if pretrainer is not None:
             # Only with a pretrainer: a function with an input signature is traced at save.
-            self.mlm = tf.function(self._mlm, input_signature=[dict(
-                _input_signature(),
-                masked_lm_positions=tf.TensorSpec([None, None], tf.int32, name="masked_lm_positions"),
-            )])
+            self.serve_mlm = tf.function(self._serve_mlm, input_signature=[_mlm_signature()])
+            self.mlm = MlmModule(encoder, pretrainer, self.limits)
 
     @tf.function(input_signature=[_input_signature()])
     def serve(self, inputs):
@@ -102,8 +113,11 @@ class EncoderModule(tf.train.Checkpoint):
         """TF Hub reusable-SavedModel call: dict in, dict (with a list) out, `default` being
         the pooled output as in TF Hub's text-embedding API. `training` (a Python bool;
         both are traced by `trace_reusable_api`) applies the encoder's dropout, drawn from
-        the dropout layers' seed states, which are saved among `variables`."""
-        out = self.encoder(inputs, training=training)
+        the dropout layers' seed states, which are saved among `variables`. The inputs are
+        checked as the signatures check them (`request_checks.encoder_inputs`; XLA, which
+        has no assertions, compiles the checks away)."""
+        out = self.encoder(request_checks.encoder_inputs(inputs, **self.limits),
+                           training=training)
         return {**out, "default": out["pooled_output"]}
 
     @tf.function
@@ -120,20 +134,73 @@ class EncoderModule(tf.train.Checkpoint):
         functions = [self.__call__.get_concrete_function(_input_signature(), training=mode)
                      for mode in (False, True)]
         functions.append(self.call_training.get_concrete_function(_input_signature()))
-        variables = saved_model_writer.captured_variables(functions)
-        # The model's own weight order (tracing order varies between exports): weights
-        # saved from one export's variables load into another's.
-        rank = {id(w.value): i for i, w in enumerate(self.encoder.model.weights)}
-        variables.sort(key=lambda v: rank.get(id(v), len(rank)))
-        self.variables = variables
-        self.trainable_variables = [v for v in variables if v.trainable]
-        self.regularization_losses = []
+        _set_reusable_attributes(self, functions, self.encoder.model)
+        if self.pretrainer is not None:
+            self.mlm.trace_reusable_api()
 
-    def _mlm(self, inputs):
-        inputs = request_checks.encoder_inputs(inputs, **self.limits)
-        inputs["masked_lm_positions"] = request_checks.positions(
-            inputs["masked_lm_positions"], inputs[schema.INPUT_WORD_IDS], "masked_lm_positions")
+    def _serve_mlm(self, inputs):
+        """The `mlm` signature: the pretrainer, which runs its last layer at the masked
+        positions only."""
+        inputs = _checked_mlm_inputs(inputs, self.limits)
         return {"mlm_logits": self.pretrainer(inputs, training=False)["mlm_logits"]}
+
+
+def _mlm_signature():
+    return dict(_input_signature(), masked_lm_positions=tf.TensorSpec(
+        [None, None], tf.int32, name="masked_lm_positions"))
+
+
+def _checked_mlm_inputs(inputs: dict, limits: dict) -> dict:
+    inputs = request_checks.encoder_inputs(inputs, **limits)
+    inputs["masked_lm_positions"] = request_checks.positions(
+        inputs["masked_lm_positions"], inputs[schema.INPUT_WORD_IDS], "masked_lm_positions")
+    return inputs
+
+
+def _set_reusable_attributes(module, functions, model) -> None:
+    """TF Hub's reusable-SavedModel attributes of `module`, from the variables `functions`
+    read: `variables` (the weights and the dropout seed states), `trainable_variables` (the
+    weights) and `regularization_losses` (none: BERT uses weight decay in the optimizer)."""
+    variables = saved_model_writer.captured_variables(functions)
+    # The model's own weight order (tracing order varies between exports): weights saved
+    # from one export's variables load into another's.
+    rank = {id(w.value): i for i, w in enumerate(model.weights)}
+    variables.sort(key=lambda v: rank.get(id(v), len(rank)))
+    module.variables = variables
+    module.trainable_variables = [v for v in variables if v.trainable]
+    module.regularization_losses = []
+
+
+class MlmModule(tf.train.Checkpoint):
+    """The encoder export's `mlm` sub-object, as TF Hub's BERT encoders have it (TF Model
+    Garden's export_tfhub_lib, `with_mlm`): `obj.mlm(inputs, training=False)` takes the
+    encoder's inputs and `masked_lm_positions` [batch, P] and returns the encoder's outputs
+    (`encoder_outputs` a list) with `mlm_logits` [batch, P, V]; `training=True` applies
+    BERT's dropout; `variables`, `trainable_variables` (the encoder's and the masked-LM
+    head's) and `regularization_losses` are what `hub.KerasLayer(obj.mlm, trainable=True)`
+    trains, for masked-LM fine-tuning (domain adaptation)."""
+
+    def __init__(self, encoder, pretrainer, limits: dict):
+        super().__init__()
+        self.encoder = saved_model_writer.Untracked(encoder)
+        self.pretrainer = saved_model_writer.Untracked(pretrainer)
+        self.limits = dict(limits)
+
+    @tf.function
+    def __call__(self, inputs, training=False):
+        inputs = _checked_mlm_inputs(inputs, self.limits)
+        out = self.encoder({name: inputs[name] for name in INPUT_NAMES}, training=training)
+        # The masked-LM head on the sequence output at the positions: the pretrainer's
+        # mlm_logits (which it computes from its last layer at those rows only).
+        at_positions = tf.gather(out["sequence_output"], inputs["masked_lm_positions"],
+                                 batch_dims=1)
+        logits = self.pretrainer.model.masked_lm(at_positions, training=training)
+        return {**out, "default": out["pooled_output"], "mlm_logits": logits}
+
+    def trace_reusable_api(self):
+        functions = [self.__call__.get_concrete_function(_mlm_signature(), training=mode)
+                     for mode in (False, True)]
+        _set_reusable_attributes(self, functions, self.pretrainer.model)
 
 
 def example_inputs(batch_size: int, seq_length: int, cls_id: int, sep_id: int, vocab_size: int):
@@ -219,7 +286,7 @@ def export_encoder(
             inputs = example_inputs(1, length, cls_id, sep_id, vocab_size)
             warmup.append(("serving_default", inputs))
         if pretrainer is not None:
-            signatures["mlm"] = module.mlm.get_concrete_function()
+            signatures["mlm"] = module.serve_mlm.get_concrete_function()
             inputs = example_inputs(2, seq_length, cls_id, sep_id, vocab_size)
             inputs["masked_lm_positions"] = np.tile(np.arange(1, 3, dtype=np.int32), (2, 1))
             warmup.append(("mlm", inputs))

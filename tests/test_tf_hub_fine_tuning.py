@@ -170,3 +170,92 @@ def test_tf_hub_keras_layer_fine_tunes_the_export_as_keras_fine_tunes_the_encode
     # With BERT's dropout, tf_keras' fit calls the export in training mode.
     dropout = _hub_fine_tune(exports["dropout"], exports["tmp"])
     assert dropout["seeds_advanced"] and all(dropout["seeds_advanced"])
+
+
+def test_the_reusable_call_checks_its_inputs_as_the_signatures_do(exports):
+    """TF Hub's `obj(inputs, training=...)` (what hub.KerasLayer and TFSMLayer call, and a
+    user's own model saved for TF Serving) ran the encoder on any ids: a negative word id
+    read the table's last row, a type id past the segment table added no segment embedding
+    (a one-segment model's second text read as zeros), and a batch-1 mask applied to every
+    row, all without an error, where `serving_default` refuses each."""
+    loaded = tf.saved_model.load(exports["dropout"])
+    good = make_inputs(batch=2, seq=8)
+    bad_word, bad_type = dict(good), dict(good)
+    bad_word["input_word_ids"] = good["input_word_ids"].copy()
+    bad_word["input_word_ids"][0, 1] = -1
+    bad_type["input_type_ids"] = np.full_like(good["input_type_ids"], 2)
+    bad_mask = dict(good, input_mask=good["input_mask"][:1])
+    for inputs, message in ((bad_word, r"input_word_ids: ids must be in \[0, "),
+                            (bad_type, r"input_type_ids: ids must be in \[0, 2\)"),
+                            (bad_mask, r"input_mask must have the shape of input_word_ids")):
+        x = {k: tf.constant(v) for k, v in inputs.items()}
+        for call in (lambda: loaded(x), lambda: loaded(x, training=True),
+                     lambda: loaded.call_training(x),
+                     lambda: loaded.signatures["serving_default"](**x)):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                call()
+    assert np.isfinite(loaded({k: tf.constant(v) for k, v in good.items()})
+                       ["pooled_output"].numpy()).all()
+
+
+def test_the_mlm_sub_object_is_tf_hubs_reusable_mlm(tmp_path):
+    """TF Hub's BERT encoders exported with a masked LM (Model Garden's export_tfhub_lib)
+    have `encoder.mlm`, a reusable object: `mlm(inputs, training=...)` with
+    masked_lm_positions returns the encoder's outputs and mlm_logits, and has its own
+    (trainable) variables. Ours was a function taking no `training` and holding no
+    variables: hub.KerasLayer(obj.mlm, trainable=True) trained nothing."""
+    from bert_keras import BertPretrainer
+
+    keras.utils.set_random_seed(4)
+    encoder = BertEncoder(**TINY)
+    pretrainer = BertPretrainer(encoder)
+    path = export_encoder(encoder, str(tmp_path / "m"), write_vocab(tmp_path / "vocab.txt"),
+                          pretrainer=pretrainer, warmup_seq_length=16)
+    loaded = tf.saved_model.load(path)
+    x = make_inputs(batch=2, seq=10)
+    x["masked_lm_positions"] = np.array([[1, 4, 7], [2, 3, 9]], np.int32)
+    tensors = {k: tf.constant(v) for k, v in x.items()}
+    out = loaded.mlm(tensors, training=False)
+    reference = pretrainer(x)
+    np.testing.assert_allclose(out["mlm_logits"], reference["mlm_logits"], atol=1e-4)
+    np.testing.assert_allclose(out["mlm_logits"],
+                               loaded.signatures["mlm"](**tensors)["mlm_logits"], atol=1e-5)
+    plain = encoder({k: v for k, v in x.items() if k != "masked_lm_positions"})
+    np.testing.assert_allclose(out["sequence_output"], plain["sequence_output"], atol=1e-5)
+    np.testing.assert_allclose(out["pooled_output"], plain["pooled_output"], atol=1e-5)
+    assert len(out["encoder_outputs"]) == TINY["num_layers"]
+    # Its trainable variables are the encoder's and the masked-LM head's (the NSP head
+    # plays no part), and every one gets a gradient from the masked-LM loss.
+    shared = {w.path for w in encoder.weights}  # the head's output layer is tied to them
+    head = [w for w in pretrainer.masked_lm.trainable_weights if w.path not in shared]
+    assert len(loaded.mlm.trainable_variables) == len(encoder.trainable_weights) + len(head)
+    assert list(loaded.mlm.regularization_losses) == []
+    with tf.GradientTape() as tape:
+        logits = loaded.mlm(tensors, training=True)["mlm_logits"]
+        loss = tf.reduce_sum(tf.nn.log_softmax(logits)[..., 7])
+    gradients = tape.gradient(loss, loaded.mlm.trainable_variables)
+    missing = [v.name for v, g in zip(loaded.mlm.trainable_variables, gradients)
+               if g is None and "pooler" not in v.name]
+    assert missing == []
+    assert np.abs(logits.numpy() - out["mlm_logits"].numpy()).max() > 1e-3  # dropout applied
+    bad = dict(tensors, masked_lm_positions=tf.constant([[1, 10, 2], [0, 0, 0]]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"masked_lm_positions: positions"):
+        loaded.mlm(bad)
+
+
+def test_settings_a_tutorial_tokenizer_cannot_express_are_warned_of(tmp_path, caplog):
+    """TF Hub's tutorials tokenize with tensorflow_text.BertTokenizer(vocab_file,
+    lower_case=do_lower_case), which strips accents exactly when it lowercases: a Korean
+    model (lowercased, accents kept) tokenized that way loses its Hangul to [UNK], without
+    a word. The export says so, and where the settings are."""
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    encoder = BertEncoder(**TINY)
+    export_encoder(encoder, str(tmp_path / "plain"), vocab, warmup_seq_length=8)
+    assert "TF Hub's BERT tutorials" not in caplog.text
+    export_encoder(encoder, str(tmp_path / "korean"), vocab, warmup_seq_length=8,
+                   settings=TokenizerConfig(do_lower_case=True, strip_accents=False))
+    assert ("The tokenizer settings (do_lower_case=True, strip_accents=False, "
+            "tokenize_chinese_chars=True) are not what a tokenizer built from the export's "
+            "vocab_file and do_lower_case alone applies") in caplog.text

@@ -169,6 +169,14 @@ def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
 
 def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
              settings):
+    if vocab_file is None and to_format != "google" and not output_path.endswith(".keras") and \
+            not (to_format == "keras" and isinstance(loaded, checkpoints.TASK_MODELS)):
+        # A Google checkpoint holds no vocabulary either, nor a .keras file; the other
+        # layouts carry one (a task directory needs it: refused below).
+        logging.warning("No vocab.txt found with --input %s: %s will hold the weights without "
+                        "a vocabulary (transformers' AutoTokenizer and the fine-tuning tools "
+                        "need one: copy the vocab.txt the model was trained with, and its "
+                        "tokenizer_config.json, beside them)", input_path, output_path)
     if not isinstance(loaded, checkpoints.TASK_MODELS):
         if to_format == "keras":
             return _save_keras_layout(loaded, output_path, vocab_file, settings), loaded

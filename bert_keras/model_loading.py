@@ -15,7 +15,8 @@ this order:
                     what run_classifier / run_tagger / run_squad write
   .keras file       any of our models saved with model.save
   .weights.h5 file  pretrainer or encoder weights; bert_config.json beside it (or in the
-                    run directory of a checkpoints/ckpt-<step>.weights.h5) or given
+                    run directory of a checkpoints/ckpt-<step>.weights.h5, whose vocabulary
+                    and settings are the run's encoder/ ones) or given
   Hugging Face dir  config.json + model.safetensors or its shards (+ vocab.txt, or transformers 5's
                     tokenizer.json, + tokenizer_config.json): the model config.json's
                     `architectures` names (a BertFor* task model with its id2label as labels)
@@ -228,6 +229,17 @@ def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str
     return bool(differs)
 
 
+def _vocabulary_directory_of_weights(directory: str) -> str:
+    """Where the vocabulary of a .weights.h5 in `directory` is: beside it, else, for a run's
+    checkpoints/ckpt-<step>.weights.h5, the run's encoder/ (as `_config_from` takes the
+    run's bert_config.json; a run writes encoder/ when it finishes)."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    if (not os.path.isfile(os.path.join(directory, files.VOCAB_FILE))
+            and os.path.isfile(os.path.join(parent, files.RUN_CONFIG_FILE))):
+        return os.path.join(parent, files.ENCODER_DIR)
+    return directory
+
+
 def _config_from(path: str, bert_config_file: str | None, directory: str) -> tuple[BertConfig, str]:
     """The config of the weights at `path`: the bert_config.json saved with them (beside
     them, or the run's for its checkpoints/ckpt-<step>.weights.h5), else
@@ -430,7 +442,8 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         return result(model, "keras", labels=_read_labels_if_any(directory))
     if ours and path.endswith(".weights.h5"):
         config, _ = _config_from(path, bert_config_file, directory)
-        return result(_load_weights_file(path, config, want), "weights_h5", config)
+        return result(_load_weights_file(path, config, want), "weights_h5", config,
+                      vocab_dir=_vocabulary_directory_of_weights(directory))
     prefix = checkpoints.google_checkpoint_prefix(path) if fmt in (None, "google") else None
     if prefix is not None:
         model = checkpoints.read_google_model(prefix, want, bert_config_file)

@@ -301,3 +301,43 @@ def test_an_encoder_saved_without_a_pooler_converts_back_without_one(tmp_path):
         for name, value in tensors.items():
             np.testing.assert_array_equal(written[name], value, err_msg=f"{back}: {name}")
     # A trained pooler is written as before (test_keras_round_trip_through_each_format_...).
+
+
+def test_a_runs_checkpoint_file_converts_with_the_runs_vocabulary(tmp_path, caplog):
+    """run_pretraining's checkpoints/ckpt-<step>.weights.h5 (what the tools' message for an
+    unfinished run says to pass) took the run's bert_config.json but no vocabulary: --to=hf
+    wrote config.json and the weights alone, without a word, and transformers' AutoTokenizer
+    then made every word [UNK]; --to=keras lost the casing. The run's encoder/ vocabulary
+    and settings now come with it; where there is none (a run not finished), a warning says
+    the output holds no vocabulary."""
+    from transformers import AutoTokenizer
+
+    from data_prep import files
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    pretrainer = random_pretrainer(seed=4)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Seoul", "##은", "big"]
+    vocab += [f"w{i}" for i in range(TINY["vocab_size"] - len(vocab))]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / files.RUN_CONFIG_FILE).write_text("{}")
+    pretrainer.encoder.to_bert_config().to_json_file(str(run / "bert_config.json"))
+    checkpoint = str(run / "checkpoints" / "ckpt-00000020.weights.h5")
+    pretrainer.save_weights(checkpoint)
+
+    convert("keras", "hf", checkpoint, str(tmp_path / "unfinished"))
+    assert "No vocab.txt found with --input" in caplog.text
+    assert not (tmp_path / "unfinished" / "vocab.txt").exists()
+
+    cased = TokenizerConfig(do_lower_case=False, strip_accents=False)
+    model_loading.save_encoder_dir(pretrainer.encoder, str(run / "encoder"),
+                                   str(tmp_path / "vocab.txt"), cased)
+    caplog.clear()
+    convert("keras", "hf", checkpoint, str(tmp_path / "hf"))
+    assert "No vocab.txt" not in caplog.text
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "hf")).tokenize("Seoul은 big") == \
+        ["Seoul", "##은", "big"]
+    convert("keras", "keras", checkpoint, str(tmp_path / "ours"))
+    loaded = model_loading.load_checkpoint(str(tmp_path / "ours"))
+    assert loaded.saved_tokenizer[0] == cased and loaded.vocab_file is not None

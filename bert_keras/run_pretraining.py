@@ -451,7 +451,9 @@ def tokenizer_settings(options: PretrainingOptions, input_files: list[str], init
                     f"{vocab_sha[:12]}..., {source}) than --init_checkpoint "
                     f"{options.init_checkpoint}'s model ({options.vocab_file}), whose "
                     "embeddings were trained on that one's ids; remake the data with "
-                    f"create_pretraining_data --vocab_file={options.vocab_file}")
+                    f"create_pretraining_data --vocab_file={options.vocab_file} (or, for a "
+                    "vocabulary that is the model's with [unused] tokens replaced, pass it "
+                    "as --vocab_file)")
             raise PretrainingError(
                 f"--vocab_file {options.vocab_file} is not the vocabulary the data was made "
                 f"with (its sha256 differs from the one recorded in {source}); pass the "
@@ -821,6 +823,30 @@ def _read_inputs(options: PretrainingOptions, initial=None):
                              settings, settings_source)
 
 
+def _vocabulary_with_the_checkpoint(options: PretrainingOptions, initial) -> str:
+    """Without --vocab_file: --init_checkpoint's vocab.txt, or the one the data's sidecars
+    name where the data was made with another that extends it ([unused] tokens replaced,
+    Google's way of adding words, or tokens added), as --vocab_file would take it. Before,
+    the second run was refused for its vocabulary unless --vocab_file named the data's."""
+    from bert_keras import model_loading
+    from data_prep import features
+    from data_prep.schema import VocabError
+
+    data_vocab = features.data_vocab_file(_expand_flag("input_file", options.input_file))
+    if data_vocab and files.sha256_file(data_vocab) != files.sha256_file(initial.vocab_file):
+        try:
+            initial.check_same_vocabulary(data_vocab, "the data's vocabulary")
+        except (VocabError, model_loading.VocabMismatchError):
+            pass  # refused with the data's sidecars (tokenizer_settings)
+        else:
+            logging.info("Vocabulary: %s, named by the data's sidecars: --init_checkpoint's "
+                         "(%s) with [unused] tokens replaced or tokens added", data_vocab,
+                         initial.vocab_file)
+            return data_vocab
+    logging.info("Vocabulary: %s, found with --init_checkpoint", initial.vocab_file)
+    return initial.vocab_file
+
+
 def _vocabulary_of_the_data(options: PretrainingOptions):
     """Without --vocab_file (Google's run_pretraining has none) nor one found with
     --init_checkpoint: the vocab.txt the data's sidecars name, where it is still the file
@@ -916,9 +942,10 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
                    if options.init_checkpoint else None)
         if (initial is not None and not options.vocab_file and initial.vocab_file
                 and initial.vocab_file == initial.vocab_source):
-            # Its vocab.txt (checked against the data's like --vocab_file) goes into encoder/.
-            options = dataclasses.replace(options, vocab_file=initial.vocab_file)
-            logging.info("Vocabulary: %s, found with --init_checkpoint", options.vocab_file)
+            # Its vocab.txt, or the data's where that one extends it (checked against the
+            # data's like --vocab_file), goes into encoder/.
+            options = dataclasses.replace(
+                options, vocab_file=_vocabulary_with_the_checkpoint(options, initial))
         if not options.vocab_file:
             _, options = _vocabulary_of_the_data(options)
         config, options, data = _read_inputs(options, initial)

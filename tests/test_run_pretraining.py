@@ -845,3 +845,36 @@ def test_without_vocab_file_the_encoder_gets_the_vocabulary_the_data_names(data,
     train(_options(data, tmp_path / "b", input_file=train_glob, vocab_file=None,
                    num_train_steps=1, num_warmup_steps=0, save_checkpoints_steps=1))
     assert not (tmp_path / "b" / "encoder" / "vocab.txt").exists()
+
+
+def test_phase_two_data_of_a_vocabulary_extending_the_checkpoints_is_taken(
+        finished_run, data, tmp_path):
+    """Phase-2 data made with the phase-1 model's vocabulary edited as Google's README
+    allows (here a prefix of it: the checkpoint check accepts that and [unused] tokens
+    replaced), phase 2 run as Google's run_pretraining runs it, without --vocab_file: it
+    was refused ("the data was made with another vocabulary ... remake the data"), where
+    the same run with --vocab_file=<that vocabulary> was accepted. The data's vocabulary
+    is now taken as that flag would take it; one of other tokens is still refused."""
+    options, _ = finished_run
+    tokens = open(os.path.join(options.output_dir, "encoder", "vocab.txt")).read().splitlines()
+    shorter = tmp_path / "shorter_vocab.txt"
+    shorter.write_text("".join(t + "\n" for t in tokens[:-1]))
+    (tmp_path / "data").mkdir()
+    train_glob = _sidecars_recording(data, tmp_path / "data", shorter, True)
+    phase2 = dict(input_file=train_glob, vocab_file=None, bert_config_file=None,
+                  init_checkpoint=options.output_dir, num_train_steps=1, num_warmup_steps=0,
+                  save_checkpoints_steps=1)
+    train(_options(data, tmp_path / "a", **phase2))
+    assert (tmp_path / "a" / "encoder" / "vocab.txt").read_text() == shorter.read_text()
+
+    swapped = tmp_path / "swapped_vocab.txt"
+    tokens[7], tokens[8] = tokens[8], tokens[7]
+    swapped.write_text("".join(t + "\n" for t in tokens))
+    (tmp_path / "other").mkdir()
+    other_glob = _sidecars_recording(data, tmp_path / "other", swapped, True)
+    with pytest.raises(PretrainingError, match=r"^--input_file: the data was made with another "
+                       r"vocabulary .*; remake the data with create_pretraining_data "
+                       r"--vocab_file=.* \(or, for a vocabulary that is the model's with "
+                       r"\[unused\] tokens replaced, pass it as --vocab_file\)$"):
+        train(_options(data, tmp_path / "b", **dict(phase2, input_file=other_glob)))
+    assert not (tmp_path / "b").exists()

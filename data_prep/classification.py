@@ -39,12 +39,14 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-    """One classification example; `where` is "file:line" for messages."""
+    """One classification example; `where` is "file:line" for messages, `id` the id column
+    of a GLUE file (`data_prep.glue`), written beside its prediction."""
 
     where: str
     text_a: str
     text_b: str | None
     label: str | None
+    id: str | None = None
 
 
 _FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}

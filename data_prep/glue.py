@@ -351,7 +351,9 @@ def canonical_task_name(task_name: str) -> str:
     if name in _REGRESSION:
         raise TaskError(f"--task_name={task_name}: a regression task (a 0-5 similarity score "
                         "per sentence pair), but run_classifier's head is a softmax "
-                        "classifier over a fixed label list, so STS-B is not supported")
+                        "classifier over a fixed label list, so STS-B is not supported; "
+                        "train a regression head on bert_keras.BertEncoder in Keras "
+                        "(docs/checkpoints.md)")
     if name not in _TASKS:
         raise TaskError(f"--task_name: unknown task {task_name!r}; known tasks: {', '.join(TASKS)} "
                         "(case-insensitive; sst2 = sst-2; sts-b is not supported: regression)")

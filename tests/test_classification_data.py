@@ -179,6 +179,21 @@ def test_accuracy_and_f1_hand_computed():
     assert m["per_class"]["b"]["f1"] == pytest.approx(2 / 3)
     assert m["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
     assert m["macro_f1"] == pytest.approx((0.4 + 2 / 3) / 3)
+    # Matthews (Gorodkin): c = 3, s = 6, t = (2, 3, 1), p = (3, 3, 0):
+    # (3 * 6 - (6 + 9 + 0)) / sqrt((36 - 18) * (36 - 14)) = 3 / sqrt(396).
+    assert m["mcc"] == pytest.approx(3 / np.sqrt(396))
+
+
+def test_matthews_correlation_binary_and_degenerate_cases():
+    """CoLA's GLUE metric. Binary: (tp tn - fp fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn))."""
+    from bert_keras.finetuning.classification import matthews_correlation
+
+    gold = np.array([1, 1, 1, 0, 0, 0, 0, 1])
+    pred = np.array([1, 1, 0, 0, 0, 1, 0, 1])  # tp 3, tn 3, fp 1, fn 1
+    assert matthews_correlation(gold, pred, 2) == pytest.approx((9 - 1) / np.sqrt(4 * 4 * 4 * 4))
+    assert matthews_correlation(gold, gold, 2) == pytest.approx(1.0)
+    assert matthews_correlation(gold, 1 - gold, 2) == pytest.approx(-1.0)
+    assert matthews_correlation(gold, np.ones_like(gold), 2) == 0.0  # one predicted class
 
 
 def test_email_text_keeps_subject_and_body_only():

@@ -606,6 +606,37 @@ def test_a_google_run_classifier_checkpoint_predicts_with_its_head(tmp_path, cap
                                probabilities(tmp_path / "from_ours"), atol=1e-5)
 
 
+def test_xnli_test_accuracy_and_the_language_flag(tmp_path, encoder_file):
+    """XNLI is scored on its labelled test set, per language: --do_predict on it gave
+    probabilities alone (--do_eval reads the dev set and --eval_file is refused with
+    --task_name), though glue.py keeps the test labels for that. Labelled predict data now
+    gets the eval scores in predict_results.json. --xnli_language with another task, or
+    without one, was ignored without a word (English MNLI scores for a German run)."""
+    from bert_keras.finetuning.runner import FinetuneError
+    from data_prep import glue
+
+    data_dir = os.path.join(TESTDATA, "glue", "XNLI")
+    out = tmp_path / "xnli"
+    results = run_classifier.run(task_name="xnli", data_dir=data_dir,
+                                 **common(out, encoder_file, train_batch_size=2,
+                                          do_eval=False))
+    test = glue.get_processor("xnli").load(data_dir, "test").examples
+    predicted = [json.loads(line)["label"] for line in open(out / "predictions.jsonl")]
+    gold = [e.label for e in test]
+    assert results["predict"]["num_examples"] == len(test)
+    assert results["predict"]["accuracy"] == pytest.approx(
+        np.mean([p == g for p, g in zip(predicted, gold)]))
+    assert json.load(open(out / "predict_results.json"))["accuracy"] == \
+        results["predict"]["accuracy"]
+    for flags in (dict(task_name="mrpc", data_dir=os.path.join(TESTDATA, "glue", "MRPC")),
+                  dict(train_file=str(tmp_path / "t.jsonl"))):
+        with pytest.raises(FinetuneError, match=r"^--xnli_language=de is for "
+                                                r"--task_name=xnli; drop it"):
+            run_classifier.run(xnli_language="de", **flags,
+                               **common(tmp_path / "x", encoder_file))
+    assert not (tmp_path / "x").exists()
+
+
 def test_run_classifier_task_name_reads_google_layout(tmp_path, encoder_file):
     """--task_name=mrpc --data_dir: Google's files per split, label list and test ids."""
     data_dir = os.path.join(TESTDATA, "glue", "MRPC")

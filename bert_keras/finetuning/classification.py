@@ -77,8 +77,11 @@ def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
       label_list: label names in id order.
 
     Returns:
-      {"accuracy", "macro_f1", "num_examples", "per_class": {label: {"precision", "recall",
-      "f1", "support"}}}; a class with no predictions (or no gold) has precision (recall) 0.
+      {"accuracy", "macro_f1", "mcc", "num_examples", "per_class": {label: {"precision",
+      "recall", "f1", "support"}}}; a class with no predictions (or no gold) has precision
+      (recall) 0. "mcc" is Matthews' correlation coefficient (Gorodkin's multi-class form;
+      CoLA's GLUE metric, transformers' `glue_compute_metrics("cola")`), 0 where every
+      example has one gold or one predicted class.
     """
     gold = np.asarray(label_ids)
     pred = np.asarray(predicted_ids)
@@ -98,9 +101,23 @@ def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
     return {
         "accuracy": float(np.mean(gold == pred)),
         "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
+        "mcc": matthews_correlation(gold, pred, len(label_list)),
         "num_examples": int(gold.size),
         "per_class": per_class,
     }
+
+
+def matthews_correlation(gold: np.ndarray, pred: np.ndarray, num_classes: int) -> float:
+    """Matthews' correlation coefficient of int label ids (multi-class, Gorodkin 2004):
+    (c s - sum_k p_k t_k) / sqrt((s^2 - sum_k p_k^2) (s^2 - sum_k t_k^2)), with c the
+    correct count, s the total, t_k and p_k the gold and predicted counts of class k; 0
+    where a factor of the denominator is 0, as scikit-learn returns."""
+    gold, pred = np.asarray(gold, np.int64), np.asarray(pred, np.int64)
+    t = np.bincount(gold, minlength=num_classes).astype(np.float64)
+    p = np.bincount(pred, minlength=num_classes).astype(np.float64)
+    s, c = float(gold.size), float(np.sum(gold == pred))
+    denominator = (s * s - p @ p) * (s * s - t @ t)
+    return float((c * s - p @ t) / np.sqrt(denominator)) if denominator > 0 else 0.0
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -135,9 +152,6 @@ class ClassificationTask(LabelledFileTask):
     model_class = BertClassifier
     predictions_file = PREDICTIONS_FILE
 
-    def __init__(self):
-        self._glue_ids: dict[int, list[str]] = {}
-
     def options_class(self):
         return ClassifierOptions
 
@@ -150,6 +164,11 @@ class ClassificationTask(LabelledFileTask):
         return super().output_files(common, opts) + google
 
     def input_file(self, split, opts):
+        language = next(f for f in dataclasses.fields(opts) if f.name == "xnli_language")
+        if opts.xnli_language != language.default and (
+                (opts.task_name or "").lower() != "xnli"):
+            raise FinetuneError(f"--xnli_language={opts.xnli_language} is for "
+                                "--task_name=xnli; drop it (it would be ignored)")
         if opts.task_name:
             if not opts.data_dir:
                 raise FinetuneError("--task_name needs --data_dir (the task's directory of "
@@ -175,8 +194,8 @@ class ClassificationTask(LabelledFileTask):
         if opts.task_name:
             loaded = self._processor(opts).load(opts.data_dir, _GLUE_SPLIT[split])
             logging.info("%s", loaded.summary())
-            self._glue_ids[id(loaded.examples)] = loaded.ids  # for the predictions file
-            return loaded.examples
+            # Each example with the id the GLUE server expects, for the predictions file.
+            return [dataclasses.replace(e, id=i) for e, i in zip(loaded.examples, loaded.ids)]
         return classification.read_examples(
             path, opts.text_a_column, opts.text_b_column, opts.label_column,
             fmt=opts.input_format, require_label=split != "predict")
@@ -225,16 +244,24 @@ class ClassificationTask(LabelledFileTask):
 
     def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):
         probs = softmax(outputs["logits"])
-        ids = self._glue_ids.get(id(examples))  # GLUE: the id the GLUE server expects
-        records = [{"where": e.where, **({"id": ids[i]} if ids else {}),
+        records = [{"where": e.where, **({"id": e.id} if e.id is not None else {}),
                     "label": labels[int(p.argmax())],
                     "probabilities": {label: round(float(q), 6) for label, q in zip(labels, p)}}
-                   for i, (e, p) in enumerate(zip(examples, probs))]
+                   for e, p in zip(examples, probs)]
         files.write_jsonl(os.path.join(common.output_dir, PREDICTIONS_FILE), records)
+        results = {"num_examples": len(records), "truncated": features.stats.truncated}
+        if examples and all(e.label in labels for e in examples):
+            # Labelled predict data (XNLI's test set, a user's labelled file): its scores,
+            # as --do_eval gives them for the eval data.
+            scores = accuracy_and_f1([labels.index(e.label) for e in examples],
+                                     probs.argmax(-1), labels)
+            logging.info("predict: accuracy %.4f  macro F1 %.4f  (%d labelled examples)",
+                         scores["accuracy"], scores["macro_f1"], scores["num_examples"])
+            results.update(scores)
         if opts.task_name:
             # Columns in the task's label order, which GLUE's scripts read by position (a
             # fine-tuned model's head may order the same labels otherwise).
             order = [labels.index(label) for label in self._processor(opts).labels()]
             files.write_text(os.path.join(common.output_dir, GOOGLE_TEST_FILE),
                              google_test_text(probs[:, order]))
-        return {"num_examples": len(records), "truncated": features.stats.truncated}
+        return results

@@ -244,9 +244,17 @@ class GlueProcessor:
             raise DataError(f"{data_dir}: --data_dir is not a directory (task {self.name} "
                             f"reads {self.file(split)} there for the {split} set)")
         if not os.path.isfile(path):
+            shown = os.path.dirname(path)
+            if not os.path.isdir(shown):  # a subdirectory (XNLI's multinli/): list data_dir
+                shown = data_dir
+            names = os.listdir(data_dir)
+            layout = (" (XNLI as Google's README lays it out: XNLI-1.0's xnli.dev.tsv and "
+                      "xnli.test.tsv beside XNLI-MT-1.0's multinli/, in one directory)"
+                      if self.name == "xnli" and any(n.startswith("XNLI-") for n in names)
+                      else "")
             raise DataError(f"{data_dir}: no {self.file(split)} there for the {self.name} "
-                            f"{split} set (expected {path}; {os.path.dirname(path)} holds "
-                            f"{_listing(os.path.dirname(path))})")
+                            f"{split} set (expected {path}; {shown} holds "
+                            f"{_listing(shown)}){layout}")
         return self._read(path, split, self._layouts[split])
 
     def train_examples(self, data_dir: str) -> list[Example]:

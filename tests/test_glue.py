@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 
 import pytest
 
@@ -236,6 +237,20 @@ def test_xnli_other_language_and_labelled_test():
     assert [(e.text_a, e.label) for e in test.examples] == [
         ("Wir haben zu Abend gegessen.", "entailment")]
     assert test.ids == ["7-7"]
+
+
+def test_xnli_downloads_unpacked_side_by_side_are_named_with_the_layout(tmp_path):
+    """XNLI-1.0/ and XNLI-MT-1.0/ unpacked into --data_dir (transformers' layout): the
+    error listed multinli/, which does not exist there ("holds nothing: it does not
+    exist"), not the directory the user gave, and not the layout Google's README asks for."""
+    (tmp_path / "XNLI-1.0").mkdir()
+    (tmp_path / "XNLI-MT-1.0" / "multinli").mkdir(parents=True)
+    with pytest.raises(DataError, match=(
+            r"no multinli/multinli.train.zh.tsv there for the xnli train set \(expected .*; "
+            rf"{re.escape(str(tmp_path))} holds XNLI-1.0, XNLI-MT-1.0\) \(XNLI as Google's "
+            r"README lays it out: XNLI-1.0's xnli.dev.tsv and xnli.test.tsv beside "
+            r"XNLI-MT-1.0's multinli/, in one directory\)$")):
+        glue.get_processor("xnli").train_examples(str(tmp_path))
 
 
 def test_xnli_language_without_data():

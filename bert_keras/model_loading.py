@@ -268,11 +268,11 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
         raise CheckpointError(f"{path}: no such weights file")
     # A pretrainer with the next-sentence head (run_pretraining's files), or without it
     # (a masked-LM-only model converted from transformers or Google).
-    targets = [] if want == "encoder" else [
+    targets = [
         BertPretrainer.from_bert_config(config),
         BertPretrainer.from_bert_config(config, next_sentence=False)]
-    if want != "pretrainer":
-        targets.append(BertEncoder.from_bert_config(config))
+    if want != "pretrainer":  # an encoder's file, or (want="encoder") a pretrainer's encoder
+        targets.insert(0 if want == "encoder" else 2, BertEncoder.from_bert_config(config))
     errors = []
     for model in targets:
         try:
@@ -287,18 +287,24 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
                                        warning.lineno)
             return model
         except ValueError as e:  # Keras: the file's layers do not fit this model
-            errors.append(f"{type(model).__name__}: {_weights_mismatch(str(e))}")
+            unfit = re.match(r"A total of (\d+) objects", str(e).strip())
+            errors.append((int(unfit.group(1)) if unfit else 1 << 30,
+                           f"{type(model).__name__}: {_weights_mismatch(str(e))}"))
         except OSError as e:  # h5py: not an HDF5 file, truncated, ...
             raise CheckpointError(f"{path}: cannot read the weights file ({e})") from None
+    # The model the file is closest to (fewest layers that do not fit) says what differs.
     raise CheckpointError(f"{path}: the weights fit no model of its bert_config.json "
-                          f"({'; '.join(errors)})")
+                          f"({min(errors, key=lambda error: error[0])[1]})")
 
 
 def _weights_mismatch(message: str) -> str:
     """What Keras' load_weights error says in one line: the first variable whose shape the
     file does not have (its path, both shapes), else the error's first line. Its first line
     alone ends at "Example error message for object <...>:", before the shapes."""
-    first = message.strip().splitlines()[0] if message.strip() else message
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else message
+    if first.endswith(":") and len(lines) > 1:  # "Example error message for object <...>:"
+        first = f"{first} {lines[1][:200]}"
     shapes = re.search(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))\. "
                        r"Target variable: <Variable path=([^,>]+)", message)
     if shapes is None:

@@ -825,9 +825,10 @@ def _read_inputs(options: PretrainingOptions, initial=None):
 
 def _vocabulary_with_the_checkpoint(options: PretrainingOptions, initial) -> str:
     """Without --vocab_file: --init_checkpoint's vocab.txt, or the one the data's sidecars
-    name where the data was made with another that extends it ([unused] tokens replaced,
-    Google's way of adding words, or tokens added), as --vocab_file would take it. Before,
-    the second run was refused for its vocabulary unless --vocab_file named the data's."""
+    name where the data was made with that one edited as --vocab_file may edit it ([unused]
+    tokens replaced, Google's way of adding words; or cut short) and it fits the model's
+    embedding table. Before, the second run was refused for its vocabulary unless
+    --vocab_file named the data's."""
     from bert_keras import model_loading
     from data_prep import features
     from data_prep.schema import VocabError
@@ -836,11 +837,12 @@ def _vocabulary_with_the_checkpoint(options: PretrainingOptions, initial) -> str
     if data_vocab and files.sha256_file(data_vocab) != files.sha256_file(initial.vocab_file):
         try:
             initial.check_same_vocabulary(data_vocab, "the data's vocabulary")
+            model_loading.check_vocab_fits(initial.encoder, data_vocab)
         except (VocabError, model_loading.VocabMismatchError):
             pass  # refused with the data's sidecars (tokenizer_settings)
         else:
             logging.info("Vocabulary: %s, named by the data's sidecars: --init_checkpoint's "
-                         "(%s) with [unused] tokens replaced or tokens added", data_vocab,
+                         "(%s) with [unused] tokens replaced, or cut short", data_vocab,
                          initial.vocab_file)
             return data_vocab
     logging.info("Vocabulary: %s, found with --init_checkpoint", initial.vocab_file)

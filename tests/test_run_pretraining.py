@@ -867,14 +867,23 @@ def test_phase_two_data_of_a_vocabulary_extending_the_checkpoints_is_taken(
     train(_options(data, tmp_path / "a", **phase2))
     assert (tmp_path / "a" / "encoder" / "vocab.txt").read_text() == shorter.read_text()
 
+    # Of other tokens, or of more than the embedding table has rows: refused, naming the
+    # data (a vocabulary with tokens added was said to be taken, then blamed as
+    # "--vocab_file ...: the vocabulary of another model?", a flag not given).
     swapped = tmp_path / "swapped_vocab.txt"
-    tokens[7], tokens[8] = tokens[8], tokens[7]
-    swapped.write_text("".join(t + "\n" for t in tokens))
-    (tmp_path / "other").mkdir()
-    other_glob = _sidecars_recording(data, tmp_path / "other", swapped, True)
-    with pytest.raises(PretrainingError, match=r"^--input_file: the data was made with another "
-                       r"vocabulary .*; remake the data with create_pretraining_data "
-                       r"--vocab_file=.* \(or, for a vocabulary that is the model's with "
-                       r"\[unused\] tokens replaced, pass it as --vocab_file\)$"):
-        train(_options(data, tmp_path / "b", **dict(phase2, input_file=other_glob)))
-    assert not (tmp_path / "b").exists()
+    swapped.write_text("".join(t + "\n" for t in tokens[:7] + [tokens[8], tokens[7]]
+                               + tokens[9:]))
+    longer = tmp_path / "longer_vocab.txt"
+    longer.write_text("".join(t + "\n" for t in tokens + ["zebra"]))
+    for other, message in (
+            (swapped, r"^--input_file: the data was made with another vocabulary .*; remake "
+                      r"the data with create_pretraining_data --vocab_file=.* \(or, for a "
+                      r"vocabulary that is the model's with \[unused\] tokens replaced, pass "
+                      r"it as --vocab_file\)$"),
+            (longer, rf"^--input_file: the data was made with a vocabulary of {len(tokens) + 1} "
+                     rf"tokens \(.*\), more than the model's vocab_size={len(tokens)}")):
+        (tmp_path / other.stem).mkdir()
+        other_glob = _sidecars_recording(data, tmp_path / other.stem, other, True)
+        with pytest.raises(PretrainingError, match=message):
+            train(_options(data, tmp_path / "b", **dict(phase2, input_file=other_glob)))
+        assert not (tmp_path / "b").exists()

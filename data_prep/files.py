@@ -294,7 +294,9 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
         and again before the rename). Before, overwriting replaced such a directory and
         everything in it: `build_vocab --output=models/ --overwrite` deleted models/.
     """
-    final_path = os.fspath(final_path)
+    # "out/" names the directory out: its temporary is a sibling, not a child (which
+    # created out itself, then refused it as existing, and left it behind).
+    final_path = os.fspath(final_path).rstrip(os.sep) or os.sep
     if not directory:
         _refuse_a_directory(final_path)
     if not overwrite:

@@ -76,6 +76,17 @@ def test_directory_outputs_replace_atomically(tmp_path):
     assert os.listdir(final) == ["b"] and os.listdir(tmp_path) == ["model"]
 
 
+def test_a_directory_output_named_with_a_trailing_slash(tmp_path):
+    """convert_checkpoint --to=keras --output=new/ (a directory not there yet) created new/
+    as the temporary's parent, refused it as existing, and left it behind."""
+    with files.atomic_output(str(tmp_path / "new") + os.sep, directory=True) as tmp:
+        open(os.path.join(tmp, "a"), "w").write("1")
+    assert os.listdir(tmp_path) == ["new"] and os.listdir(tmp_path / "new") == ["a"]
+    with pytest.raises(files.OutputExistsError):
+        with files.atomic_output(str(tmp_path / "new") + os.sep, directory=True):
+            pass
+
+
 def test_leftovers_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
     final = tmp_path / "out.txt"
     # A process that exits without cleaning up, like one killed with SIGKILL.

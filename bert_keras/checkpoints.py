@@ -444,16 +444,19 @@ def google_checkpoint_prefix(path: str) -> str | None:
 
     path = os.fspath(path)
     if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest and _is_inside(latest, path):
-            return latest
-        if latest:
-            # The `checkpoint` file names a prefix elsewhere (an absolute path written
-            # before the directory was copied or moved): read this directory's own copy.
-            local = os.path.join(path, os.path.basename(latest))
+        # The `checkpoint` file's name, not tf.train.latest_checkpoint's, which is None
+        # where that name no longer exists (a directory moved, copied or downloaded).
+        state = tf.train.get_checkpoint_state(path)
+        named = state.model_checkpoint_path if state is not None else ""
+        if named and _is_inside(named, path) and os.path.exists(named + ".index"):
+            return named
+        if named:
+            # It names a prefix elsewhere (an absolute path written before the directory
+            # was copied or moved, or gs://...): read this directory's own copy.
+            local = os.path.join(path, os.path.basename(named))
             if os.path.exists(local + ".index"):
                 logging.warning("%s: its checkpoint file names %s, outside this directory; "
-                                "reading %s", path, latest, local)
+                                "reading %s", path, named, local)
                 return local
         indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
         return indexes[0][: -len(".index")] if len(indexes) == 1 else None

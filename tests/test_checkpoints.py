@@ -258,6 +258,16 @@ def test_a_copied_google_directory_reads_its_own_checkpoint(tmp_path):
     assert_weights_equal(model, load_checkpoint(str(copy), fmt="google").model)
     # A prefix inside the directory, named relatively or absolutely, is read as before.
     assert google_checkpoint_prefix(str(original)) == str(original / "bert_model.ckpt")
+    # Moved (the original is gone), with an older checkpoint beside the one named: the named
+    # one is read. tf.train.latest_checkpoint gives None there, and the directory of two
+    # checkpoints was "not a recognised checkpoint".
+    write_tf1_checkpoint(str(copy / "bert_model.ckpt-0"), tensors, config)
+    (copy / "checkpoint").write_text(
+        f'model_checkpoint_path: "{original / "bert_model.ckpt"}"\n'
+        f'all_model_checkpoint_paths: "{original / "bert_model.ckpt"}"\n')
+    shutil.rmtree(original)
+    assert google_checkpoint_prefix(str(copy)) == str(copy / "bert_model.ckpt")
+    assert_weights_equal(model, load_checkpoint(str(copy), fmt="google").model)
 
 
 @pytest.mark.parametrize("head", ["run_classifier", "run_squad"])

@@ -14,8 +14,10 @@ quotes: the assertion's message reaches clients with them escaped.)
 
 The checks are runtime ops that Grappler cannot fold away: `EnsureShape` for ranks (a
 `Rank` op compared with 1 is folded to true from the signature's declared shape, so the
-scalar would pass), and asserts on `tf.shape` and on the values. Both ops are core
-TensorFlow, present in the TF 2.12 that stock TF Serving links.
+scalar would pass), and asserts on `tf.shape` and on the values; the checked ids leave
+through `PlaceholderWithDefault` of shape [None, None], so that no shape inferred for a
+call fails before the asserts run. All are core TensorFlow, present in the TF 2.12 that
+stock TF Serving links.
 """
 
 from __future__ import annotations
@@ -77,7 +79,12 @@ def encoder_inputs(inputs: dict, max_positions: int, vocab_size: int,
     ]
     with tf.control_dependencies(checks):
         for name in schema.MODEL_INPUT_NAMES:
-            out[name] = tf.identity(out[name] if name != schema.INPUT_WORD_IDS else ids)
+            checked = tf.identity(out[name] if name != schema.INPUT_WORD_IDS else ids)
+            # Of a shape no graph can know in advance: a function restored from the export
+            # and called with a sequence longer than the position table (a TF Hub user's
+            # `obj(inputs)`) had its body's shapes inferred for that call, and failed there
+            # ("Dimensions must be equal, but are 200 and 128") before the check ran.
+            out[name] = tf.raw_ops.PlaceholderWithDefault(input=checked, shape=[None, None])
     return out
 
 

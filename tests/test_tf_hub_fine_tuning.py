@@ -196,6 +196,16 @@ def test_the_reusable_call_checks_its_inputs_as_the_signatures_do(exports):
                 call()
     assert np.isfinite(loaded({k: tf.constant(v) for k, v in good.items()})
                        ["pooled_output"].numpy()).all()
+    # Longer than the position table: the restored call's shapes were inferred for the
+    # call and failed there ("Dimensions must be equal, but are 200 and 40"), a ValueError
+    # before the check ran; now the check's InvalidArgumentError, as the signature gives.
+    positions = TINY["max_sequence_length"]
+    long = {k: tf.constant(np.tile(v[:, :1], (1, positions + 5))) for k, v in good.items()}
+    for call in (lambda: loaded(long), lambda: loaded.call_training(long),
+                 lambda: loaded.signatures["serving_default"](**long)):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"input_word_ids: at most {positions} positions"):
+            call()
 
 
 def test_the_mlm_sub_object_is_tf_hubs_reusable_mlm(tmp_path):

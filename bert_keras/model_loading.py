@@ -231,11 +231,14 @@ def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str
 
 def _vocabulary_directory_of_weights(directory: str) -> str:
     """Where the vocabulary of a .weights.h5 in `directory` is: beside it, else, for a run's
-    checkpoints/ckpt-<step>.weights.h5, the run's encoder/ (as `_config_from` takes the
-    run's bert_config.json; a run writes encoder/ when it finishes)."""
+    checkpoints/ckpt-<step>.weights.h5, the run directory (run_pretraining writes the
+    vocabulary and its settings there when it starts), else the run's encoder/ (written
+    when it finishes; runs before the first kept only that one)."""
     parent = os.path.dirname(os.path.abspath(directory))
     if (not os.path.isfile(os.path.join(directory, files.VOCAB_FILE))
             and os.path.isfile(os.path.join(parent, files.RUN_CONFIG_FILE))):
+        if os.path.isfile(os.path.join(parent, files.VOCAB_FILE)):
+            return parent
         return os.path.join(parent, files.ENCODER_DIR)
     return directory
 
@@ -530,8 +533,10 @@ def check_labels(labels: list[str], source: str, unit: str) -> list[str]:
     return labels
 
 
-def _write_vocab_and_settings(directory: str, vocab_file: str | None,
-                              settings: TokenizerConfig | None) -> None:
+def write_vocab_and_settings(directory: str, vocab_file: str | None,
+                             settings: TokenizerConfig | None) -> None:
+    """Copies `vocab_file` into `directory` as vocab.txt, with `settings` as its
+    tokenizer_config.json beside it (nothing without a vocabulary)."""
     if vocab_file:
         target = os.path.join(directory, files.VOCAB_FILE)
         saved = tokenizer_config.saved_model_max_length(vocab_file)  # kept for transformers
@@ -550,7 +555,7 @@ def save_encoder_dir(encoder: BertEncoder, directory: str, vocab_file: str | Non
                              hint="choose another directory") as tmp:
         encoder.save_weights(os.path.join(tmp, files.ENCODER_WEIGHTS_FILE))
         encoder.to_bert_config().to_json_file(os.path.join(tmp, files.BERT_CONFIG_FILE))
-        _write_vocab_and_settings(tmp, vocab_file, settings)
+        write_vocab_and_settings(tmp, vocab_file, settings)
     return directory
 
 
@@ -613,7 +618,7 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
         encoder = model.encoder if not isinstance(model, BertEncoder) else model
         files.write_text(os.path.join(directory, files.BERT_CONFIG_FILE),
                          encoder.to_bert_config().to_json_string().rstrip("\n") + "\n")
-        _write_vocab_and_settings(directory, vocab_file, settings)
+        write_vocab_and_settings(directory, vocab_file, settings)
         if train_results is not None:
             files.write_json(os.path.join(directory, files.TRAIN_RESULTS_FILE), train_results)
     return directory

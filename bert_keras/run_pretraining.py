@@ -24,6 +24,8 @@ its pooler and NSP head, which it lacks, start from their initialisation).
 Layout of --output_dir:
     run_config.json           the flags that define the run; a rerun must match them
     bert_config.json          the model config
+    vocab.txt, tokenizer_config.json  the vocabulary and its settings, as encoder/ gets
+                              them (written at the start: the checkpoints' vocabulary)
     logs/                     TensorBoard (train/ and validation/)
     history.csv               train and held-out metrics after every checkpoint interval
     backup/                   resumption state (bert_keras.backup): weights, optimizer,
@@ -970,6 +972,13 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):
             config.to_json_file(path)
+        if not os.path.exists(os.path.join(options.output_dir, files.VOCAB_FILE)):
+            # So that checkpoints/ckpt-*.weights.h5 carry the vocabulary and its settings
+            # before encoder/ is written (model_loading: convert_checkpoint, fine-tuning).
+            from bert_keras import model_loading
+
+            model_loading.write_vocab_and_settings(options.output_dir, options.vocab_file,
+                                                   settings)
     backup_dir = process_backup_dir(options.output_dir, distribution)
 
     accumulation = options.gradient_accumulation_steps

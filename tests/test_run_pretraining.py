@@ -97,6 +97,15 @@ def test_output_layout_for_fine_tuning_and_export(finished_run, data):
         "ckpt-00000100.weights.h5", "ckpt-00000200.weights.h5", "ckpt-00000300.weights.h5"]
     assert not os.path.exists(os.path.join(out, "backup"))  # Removed once complete.
     assert os.listdir(os.path.join(out, "logs", "train"))
+    # The vocabulary and its settings are written when the run starts too, so a checkpoint
+    # of a run not finished (no encoder/ yet) carries them: convert_checkpoint --to=hf wrote
+    # such a one without a vocabulary, and the fine-tuning tools asked for --vocab_file.
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        assert open(os.path.join(out, name)).read() == \
+            open(os.path.join(out, "encoder", name)).read()
+    ckpt = load_initial_weights(os.path.join(out, "checkpoints", "ckpt-00000100.weights.h5"))
+    assert ckpt.vocab_file == os.path.join(out, "vocab.txt")
+    assert ckpt.saved_tokenizer is not None
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     assert len(history) == 4 and "val_mlm_logits_accuracy" in history[0]
     results = json.load(open(os.path.join(out, "eval_results.json")))

@@ -167,17 +167,21 @@ def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
     return output_path
 
 
-def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
-             settings):
-    if vocab_file is None and to_format != "google" and not output_path.endswith(".keras") and \
-            not (to_format == "keras" and isinstance(loaded, checkpoints.TASK_MODELS)):
-        # A Google checkpoint holds no vocabulary either, nor a .keras file; the other
-        # layouts carry one (a task directory needs it: refused below).
+def _warn_without_vocabulary(input_path, output_path, vocab_file) -> None:
+    """Before writing a transformers directory or our directory layout (a Google checkpoint
+    holds no vocabulary, nor a .keras file) from an input with none."""
+    if vocab_file is None and not output_path.endswith(".keras"):
         logging.warning("No vocab.txt found with --input %s: %s will hold the weights without "
                         "a vocabulary (transformers' AutoTokenizer and the fine-tuning tools "
                         "need one: copy the vocab.txt the model was trained with, and its "
                         "tokenizer_config.json, beside them)", input_path, output_path)
+
+
+def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
+             settings):
     if not isinstance(loaded, checkpoints.TASK_MODELS):
+        if to_format != "google":
+            _warn_without_vocabulary(input_path, output_path, vocab_file)
         if to_format == "keras":
             return _save_keras_layout(loaded, output_path, vocab_file, settings), loaded
         tokenizer = (dict(vocab_file=vocab_file, settings=settings)
@@ -194,6 +198,7 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
                          f"{type(loaded).__name__} ({files.LABELS_FILE} or id2label){google}; "
                          "convert its encoder with --model=encoder, which leaves the head out")
     if to_format == "hf":
+        _warn_without_vocabulary(input_path, output_path, vocab_file)
         return checkpoints.save_model(loaded, "hf", output_path, labels=labels,
                                       vocab_file=vocab_file, settings=settings), loaded
     if output_path.endswith(".keras"):

@@ -290,9 +290,8 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
                                        warning.lineno)
             return model
         except ValueError as e:  # Keras: the file's layers do not fit this model
-            unfit = re.match(r"A total of (\d+) objects", str(e).strip())
-            errors.append((int(unfit.group(1)) if unfit else 1 << 30,
-                           f"{type(model).__name__}: {_weights_mismatch(str(e))}"))
+            unfit, what = _weights_mismatch(str(e))
+            errors.append((unfit, f"{type(model).__name__}: {what}"))
         except OSError as e:  # h5py: not an HDF5 file, truncated, ...
             raise CheckpointError(f"{path}: cannot read the weights file ({e})") from None
     # The model the file is closest to (fewest layers that do not fit) says what differs.
@@ -300,22 +299,24 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
                           f"({min(errors, key=lambda error: error[0])[1]})")
 
 
-def _weights_mismatch(message: str) -> str:
-    """What Keras' load_weights error says in one line: the first variable whose shape the
-    file does not have (its path, both shapes), else the error's first line. Its first line
-    alone ends at "Example error message for object <...>:", before the shapes."""
+def _weights_mismatch(message: str) -> tuple[int, str]:
+    """(how many layers do not fit, what differs in one line) of Keras' load_weights
+    error: the first variable whose shape the file does not have (its path, both shapes),
+    else the error's first line with the one after it (the first alone ends at "Example
+    error message for object <...>:"). The count is huge where Keras gives none."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     first = lines[0] if lines else message
-    if first.endswith(":") and len(lines) > 1:  # "Example error message for object <...>:"
-        first = f"{first} {lines[1][:200]}"
+    count = re.match(r"A total of (\d+) objects could not be loaded", first)
+    unfit = int(count.group(1)) if count else 1 << 30
     shapes = re.search(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))\. "
                        r"Target variable: <Variable path=([^,>]+)", message)
-    if shapes is None:
-        return first
-    count = re.match(r"A total of (\d+) objects could not be loaded", first)
-    more = f" ({count.group(1)} layers do not fit)" if count else ""
-    return (f"{shapes.group(3)} is {shapes.group(1)} in the model, {shapes.group(2)} in the "
-            f"file{more}")
+    if shapes is not None:
+        more = f" ({count.group(1)} layers do not fit)" if count else ""
+        return unfit, (f"{shapes.group(3)} is {shapes.group(1)} in the model, "
+                       f"{shapes.group(2)} in the file{more}")
+    if first.endswith(":") and len(lines) > 1:
+        first = f"{first} {lines[1][:200]}"
+    return unfit, first
 
 
 def _from_keras_file(path: str) -> keras.Model:

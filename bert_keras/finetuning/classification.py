@@ -34,6 +34,8 @@ GOOGLE_TEST_FILE = "test_results.tsv"
 
 # Google's flags select a split of a --task_name's --data_dir like this.
 _GLUE_SPLIT = {"train": "train", "eval": "dev", "predict": "test"}
+# --xnli_language's default: Google's run_classifier.py hard-codes it.
+XNLI_LANGUAGE = "zh"
 # Flags of the *_file route that a --task_name fixes itself.
 _FILE_ROUTE_FLAGS = ("text_a_column", "text_b_column", "label_column", "input_format",
                      "label_list", "label_list_file")
@@ -45,8 +47,8 @@ class ClassifierOptions:
         None, "A GLUE / XNLI task read from --data_dir as Google's run_classifier.py reads it: "
         "cola, sst-2, mrpc, qqp, mnli, mnli-mm, qnli, rte, wnli, xnli (train.tsv for "
         "--do_train, the dev file for --do_eval, the test file for --do_predict).")
-    xnli_language: str = option("zh", "--task_name=xnli: the language of the train file and "
-                                "of the dev/test rows (Google's script hard-codes zh).")
+    xnli_language: str = option(XNLI_LANGUAGE, "--task_name=xnli: the language of the train "
+                                "file and of the dev/test rows (Google's script hard-codes zh).")
     data_dir: str | None = option(None, "The --task_name's data directory, or the directory "
                                   "the *_file flags are relative to.")
     train_file: str | None = option(None, "Training data (.tsv/.csv with a header row, or .jsonl).")
@@ -164,9 +166,7 @@ class ClassificationTask(LabelledFileTask):
         return super().output_files(common, opts) + google
 
     def input_file(self, split, opts):
-        language = next(f for f in dataclasses.fields(opts) if f.name == "xnli_language")
-        if opts.xnli_language != language.default and (
-                (opts.task_name or "").lower() != "xnli"):
+        if opts.xnli_language != XNLI_LANGUAGE and (opts.task_name or "").lower() != "xnli":
             raise FinetuneError(f"--xnli_language={opts.xnli_language} is for "
                                 "--task_name=xnli; drop it (it would be ignored)")
         if opts.task_name:

@@ -22,7 +22,8 @@ data's lengths. Without --bert_config_file and --preset the model is --init_chec
 its pooler and NSP head, which it lacks, start from their initialisation).
 
 Layout of --output_dir:
-    run_config.json           the flags that define the run; a rerun must match them
+    run_config.json           the flags that define the run and digests of the files they
+                              name; a rerun must match them (the files may have moved)
     bert_config.json          the model config
     vocab.txt, tokenizer_config.json  the vocabulary and its settings, as encoder/ gets
                               them (written at the start: the checkpoints' vocabulary)
@@ -552,12 +553,40 @@ def _copy_weights(source: list, target: list, path: str) -> None:
         variable.assign(value.numpy())
 
 
-def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
+# Flags naming files a resumed run must read the same contents from, not from the same
+# place: phase 1's directory moved, the data copied to another disk, a job resumed on other
+# hosts. Their digests (`contents_read`) are recorded with the flags.
+_MOVABLE_FILES = ("init_checkpoint", "vocab_file", "bert_config_file", "input_file")
+_CONTENTS_KEY = "contents"  # in run_config.json, beside the flags (no flag has this name)
+
+
+def contents_read(options: PretrainingOptions, config, input_files, initial) -> dict:
+    """{flag: digest} of what the `_MOVABLE_FILES` flags name: the initial weights, the
+    vocabulary, the config, and the training shards (names and sizes, in order: the data
+    position of a backup counts batches through them)."""
+    import tensorflow as tf
+
+    from bert_keras.distribute import digest, vocabulary_read, weights_read
+
+    contents = {"input_file": digest([(os.path.basename(path), tf.io.gfile.stat(path).length)
+                                      for path in input_files])}
+    if options.bert_config_file:
+        contents["bert_config_file"] = digest(config.to_dict())
+    if options.vocab_file:
+        contents["vocab_file"] = vocabulary_read(options.vocab_file)[0]
+    if initial is not None:
+        contents["init_checkpoint"] = weights_read(initial.model.weights)[0]
+    return contents
+
+
+def prepare_output_dir(options: PretrainingOptions, chief: bool,
+                       contents: dict | None = None) -> bool:
     """Checks --output_dir and records the run; returns True if resuming.
 
     A new run needs an empty or missing directory. A directory holding `run_config.json`
-    is a previous run of the same command (resumed) and must have matching flags. A
-    finished run (encoder/ present) is never touched again.
+    is a previous run of the same command (resumed) and must have matching flags; the
+    files they name may have moved where `contents` (`contents_read`) equals what was
+    recorded. A finished run (encoder/ present) is never touched again.
 
     Raises:
       PretrainingError: output_dir holds a finished run, another run, or unrelated files.
@@ -572,6 +601,7 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
             previous = json.load(f)
         # Runs recorded before a flag existed ran with what is now its non-default value.
         previous = {**_RECORDED_BEFORE_FLAG, **previous}
+        recorded_contents = previous.pop(_CONTENTS_KEY, None) or {}
         current = json.loads(json.dumps(options.run_identity()))
         defaults = json.loads(json.dumps(dataclasses.asdict(PretrainingOptions(
             input_file="", output_dir=""))))
@@ -585,27 +615,39 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool) -> bool:
         describe = lambda names: ", ".join(  # noqa: E731
             f"{k}: {previous.get(k, defaults.get(k))!r} -> {current.get(k)!r}" for k in names)
         moved = [k for k in changed if k in options.RUNS_ON]
-        changed = [k for k in changed if k not in options.RUNS_ON]
+        relocated = [k for k in changed if k in _MOVABLE_FILES and previous.get(k)
+                     and current.get(k) and k in recorded_contents
+                     and recorded_contents[k] == (contents or {}).get(k)]
+        changed = [k for k in changed if k not in options.RUNS_ON and k not in relocated]
         if changed:
             raise PretrainingError(f"--output_dir {out} holds a run with other flags "
                                    f"({describe(changed)}); rerun it with its own flags or "
                                    "choose a new output_dir")
+        if relocated:
+            logging.info("Resuming the run in %s with its files read from a new place, the "
+                         "same contents (%s)", out, describe(relocated))
         if moved:
             logging.warning(
                 "Resuming the run in %s on other settings than it started on (%s): it "
                 "continues from the backup's weights, optimizer and data position, but draws "
                 "other dropout masks, so it will not end as an uninterrupted run would",
                 out, describe(moved))
-            if chief:
-                files.write_json(record, options.run_identity())  # what it now runs on
+        if (moved or relocated) and chief:
+            # What it now runs on and reads from (an older record gains the digests).
+            files.write_json(record, _run_record(options, {**recorded_contents,
+                                                            **(contents or {})}))
         return True
     if not chief:
         return False  # The chief checks and writes; workers only read.
     if os.path.isdir(out) and os.listdir(out):
         raise PretrainingError(f"--output_dir {out} exists and is not a pretraining run; "
                                "choose a new or empty output_dir")
-    files.write_json(record, options.run_identity())
+    files.write_json(record, _run_record(options, contents or {}))
     return False
+
+
+def _run_record(options: PretrainingOptions, contents: dict) -> dict:
+    return {**options.run_identity(), _CONTENTS_KEY: contents}
 
 
 def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str:
@@ -967,7 +1009,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         keras.mixed_precision.set_global_policy(options.mixed_precision)
         check_replicas(options, distribution.num_replicas_in_sync,
                        tf_distribute=distribution.strategy is not None)
-        resuming = prepare_output_dir(options, chief)
+        resuming = prepare_output_dir(options, chief,
+                                      contents_read(options, config, input_files, initial))
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):

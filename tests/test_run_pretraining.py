@@ -415,6 +415,47 @@ def test_a_run_stopped_before_its_first_backup_starts_again_from_init_checkpoint
         np.testing.assert_array_equal(whole[name], rerun[name], err_msg=name)
 
 
+def test_a_killed_phase_two_resumes_from_phase_one_and_data_moved_elsewhere(
+        finished_run, data, tmp_path):
+    """The run record holds flags, and --init_checkpoint, --vocab_file, --bert_config_file and
+    --input_file are paths: a phase 2 killed after a backup, rerun once phase 1's directory and
+    the data had moved (another disk, another host), was refused as "a run with other flags".
+    Their contents decide: the same contents resume, and end as the uninterrupted run."""
+    phase_one, _ = finished_run
+    common = dict(num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2,
+                  deterministic=True)
+    train(_options(data, tmp_path / "whole", init_checkpoint=phase_one.output_dir, **common))
+    # The interrupted run reads phase 1, the data, config and vocabulary from one place...
+    first = tmp_path / "first"
+    shutil.copytree(phase_one.output_dir, first / "phase1")
+    shutil.copytree(data["dir"], first / "data")
+    placed = lambda root: dict(  # noqa: E731
+        init_checkpoint=str(root / "phase1"),
+        input_file=str(root / "data" / os.path.basename(data["train"])),
+        bert_config_file=str(root / "data" / "bert_config.json"),
+        vocab_file=str(root / "data" / "vocab.txt"))
+    killed = _options(data, tmp_path / "out", **common, **placed(first))
+    with pytest.raises(_SimulatedCrash):
+        train(killed, extra_callbacks=[_CrashAfterFirstBackup()])
+    # ... and its rerun from another, where the first has gone.
+    os.rename(first, tmp_path / "second")
+    moved = _options(data, tmp_path / "out", **common, **placed(tmp_path / "second"))
+    with pytest.raises(PretrainingError, match=r"init_checkpoint: '.*first/phase1' -> "):
+        # Other initial weights are another run.
+        train(dataclasses.replace(moved, init_checkpoint=os.path.join(
+            tmp_path / "second" / "phase1", "checkpoints", "ckpt-00000100.weights.h5")))
+    counter = _CountBatches()
+    train(moved, extra_callbacks=[counter])
+    assert counter.batches == 2  # updates 3 and 4
+    record = json.loads((tmp_path / "out" / "run_config.json").read_text())
+    assert record["init_checkpoint"] == str(tmp_path / "second" / "phase1")  # now read there
+    whole = _weights(str(tmp_path / "whole" / "pretrainer.weights.h5"))
+    resumed = _weights(str(tmp_path / "out" / "pretrainer.weights.h5"))
+    assert whole.keys() == resumed.keys()
+    for name in whole:
+        np.testing.assert_array_equal(whole[name], resumed[name], err_msg=name)
+
+
 def test_flag_errors_are_clear(data, tmp_path):
     # Any interval works, but a tf.function call of 4 micro-batches cannot end a 2-update
     # last interval (10 = 4 + 4 + 2).

@@ -14,6 +14,7 @@ from bert_keras import BertEncoder, model_loading, run_classifier
 from bert_keras.backup import RESUME_GROUP
 from bert_keras.finetuning import loop, runner
 from conftest import TESTDATA, event_scalars, run_on_backend
+from data_prep import files
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
 VOCAB_SIZE = sum(1 for _ in open(VOCAB, encoding="utf-8"))
@@ -160,6 +161,40 @@ def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch
                                       jit_compile=True))["train"]["resumed_from_step"] == 4
     assert any("on other settings than it was trained on (--jit_compile: False -> True)" in w
                and "will not end as an uninterrupted run would" in w for w in warnings), warnings
+
+
+def test_a_run_stopped_after_saving_its_model_goes_on_with_prediction(
+        tmp_path, monkeypatch, encoder_file, data):
+    """Killed in prediction, after model.keras was saved (and the backups removed), the same
+    command was refused ("model.keras exists ... refusing to overwrite"), though Ctrl-C's
+    message says to rerun it, and --overwrite_output trained again from step 0. The model is
+    this command's (its recorded training equals the run's): it predicts with it."""
+    whole = tmp_path / "whole"
+    run_classifier.run(**flags(whole, encoder_file, data))
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        def killed(*args, **kwargs):
+            raise Interrupted("in prediction")
+
+        patch.setattr(loop, "predict", killed)
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data))
+    assert (out / "model.keras").exists() and not (out / "backup").exists()
+    assert not (out / "predictions.jsonl").exists()
+    trained = []
+    monkeypatch.setattr(loop, "train", lambda *a, **k: trained.append(1))
+    # Another run's flags: still refused, naming what differs.
+    with pytest.raises(runner.FinetuneError, match=r"model.keras exists, trained otherwise "
+                                                   r"\(--learning_rate: 0.02 -> 0.001\); "
+                                                   r"refusing to overwrite"):
+        run_classifier.run(**flags(out, encoder_file, data, learning_rate=1e-3))
+    result = run_classifier.run(**flags(out, encoder_file, data))
+    assert not trained
+    assert result["train"]["num_train_steps"] == 11
+    np.testing.assert_array_equal(probabilities(out), probabilities(whole))
+    # Once every result is there, the same command is refused as before.
+    with pytest.raises(files.OutputExistsError, match=r"predictions.jsonl exists"):
+        run_classifier.run(**flags(out, encoder_file, data))
 
 
 def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(

@@ -524,7 +524,11 @@ def run(task: Task, values: dict) -> dict:
     # distribution is one: device_put checks its value is the same on every process),
     # until JAX aborted them all, 5 minutes later.
     with distribution.stop_together():
-        examples, same_as, read_info, labels = _read_inputs(task, common, opts)
+        # Training this command finished before it was stopped (in evaluation or prediction)
+        # is not redone: its model.keras is taken up where the trained run is this one.
+        finished = _recorded_training(common, distribution)
+        examples, same_as, read_info, labels = _read_inputs(task, common, opts,
+                                                            finished is not None)
         model, labels, vocab_file, settings = _model_and_vocabulary(task, common, opts, labels)
         tokenizer = load_tokenizer(vocab_file, settings)
         if common.max_seq_length > model.encoder.max_sequence_length:
@@ -542,8 +546,13 @@ def run(task: Task, values: dict) -> dict:
         examples[split], features[split] = examples[earlier], features[earlier]
     out = common.output_dir
     results: dict[str, dict] = {}
-    if common.do_train:
+    if common.do_train and finished is not None:
+        model = _the_finished_model(task, common, opts, model, labels, features["train"],
+                                    distribution, finished)
+        results["train"] = files.fine_tuned_with(out)
+    elif common.do_train:
         data = features["train"]
+        identity = _finished_identity(task, common, opts, model, labels, data, distribution)
         with distribution.stop_together():  # one process's refusal stops them all
             backup_dir, resuming = _backup_dir(task, common, opts, distribution, model, labels,
                                                data)
@@ -584,6 +593,7 @@ def run(task: Task, values: dict) -> dict:
         if labels is not None:
             summary["label_list"] = labels
         summary["tokenizer"] = settings.to_json_dict()
+        summary[TRAINED_AS] = identity
         if chief:
             model_loading.save_task_dir(model, out, labels, vocab_file, settings,
                                         overwrite=common.overwrite_output,
@@ -718,6 +728,54 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
     return backup_dir, False
 
 
+TRAINED_AS = "trained_as"  # in train_results.json: the run's `_finished_identity`
+
+
+def _finished_identity(task: Task, common: FinetuneOptions, opts, model, labels,
+                       data: Features, distribution) -> dict:
+    """What a run trains (`_backup_identity`, the initial model's), less where it ran."""
+    identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
+                                                      distribution)))
+    return {k: v for k, v in identity.items() if k not in (RUNS_ON, "processes")}
+
+
+def _recorded_training(common: FinetuneOptions, distribution) -> dict | None:
+    """The `_finished_identity` recorded with the model.keras in --output_dir, where a
+    --do_train run (one process) may take that model up instead of training, else None."""
+    out = common.output_dir
+    if (not common.do_train or common.overwrite_output or distribution.num_processes > 1
+            or not os.path.isfile(os.path.join(out, files.TASK_MODEL_FILE))):
+        return None
+    recorded = files.fine_tuned_with(out).get(TRAINED_AS)
+    return recorded if isinstance(recorded, dict) else None
+
+
+def _the_finished_model(task: Task, common: FinetuneOptions, opts, model, labels,
+                        data: Features, distribution, recorded: dict):
+    """The model.keras in --output_dir, trained by an earlier run of this command (stopped
+    after saving it, in evaluation or prediction), for this run's evaluation and prediction.
+
+    Raises:
+      FinetuneError: the model there was trained otherwise (refused as existing output).
+    """
+    out = common.output_dir
+    current = _finished_identity(task, common, opts, model, labels, data, distribution)
+    changed = _differences(recorded, current)
+    if changed:
+        raise FinetuneError(
+            f"{os.path.join(out, files.TASK_MODEL_FILE)} exists, trained otherwise "
+            f"({'; '.join(changed)}); refusing to overwrite (choose another --output_dir or "
+            "pass --overwrite_output)")
+    logging.info("%s was trained by an earlier run of this command, stopped after saving "
+                 "it: not trained again, going on with %s", out,
+                 " and ".join(s for s, on in (("evaluation", common.do_eval),
+                                              ("prediction", common.do_predict)) if on)
+                 or "nothing else (every result is there)")
+    trained, _ = _load_model(task, dataclasses.replace(common, do_train=False,
+                                                       init_checkpoint=None), opts, labels)
+    return trained
+
+
 def _differences(previous: dict, current: dict) -> list[str]:
     """What differs between two `_backup_identity` records, in words."""
     changed = []
@@ -736,10 +794,12 @@ def _differences(previous: dict, current: dict) -> list[str]:
     return changed
 
 
-def _read_inputs(task: Task, common: FinetuneOptions, opts):
+def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = False):
     """Checks --output_dir and reads every input before anything is loaded or trained;
     returns (examples by split, {split: the earlier split reading the same file}, what the
-    train split's reader reported, the labels given or found in the training data)."""
+    train split's reader reported, the labels given or found in the training data).
+    `trained`: the model in --output_dir may be this run's (`_recorded_training`), so its
+    files are not refused here (`_the_finished_model` compares the runs)."""
     out = common.output_dir
     blocked = files.file_in_the_way(out)
     if blocked:  # checked before training: the TensorBoard writer would fail after it
@@ -750,6 +810,9 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts):
         # Without model.keras, which save_task_dir renames into place last, the files
         # beside it are what an interrupted save left: written again, not refused.
         names = [n for n in names if n not in (files.LABELS_FILE, files.TRAIN_RESULTS_FILE)]
+    if trained:
+        names = [n for n in names if n not in (files.TASK_MODEL_FILE, files.LABELS_FILE,
+                                               files.TRAIN_RESULTS_FILE)]
     if not common.overwrite_output:
         files.refuse_existing([os.path.join(out, n) for n in names],
                               "refusing to overwrite (choose another --output_dir or pass "

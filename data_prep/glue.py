@@ -54,7 +54,9 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
   (2) XNLI: `language` (Google hard-codes "zh"; default "zh" here) picks the train file
       and the dev/test rows whose column 0 is that language; train labels "contradictory"
       are read as "contradiction", as Google does. The directory is the one of Google's
-      README: XNLI-1.0's xnli.dev.tsv (and xnli.test.tsv) next to XNLI-MT-1.0's multinli/.
+      README: XNLI-1.0's xnli.dev.tsv (and xnli.test.tsv) next to XNLI-MT-1.0's multinli/;
+      else the two archives unpacked side by side, as transformers' XnliProcessor reads
+      them (`XNLI-MT-1.0/multinli/...` and `XNLI-1.0/xnli.dev.tsv` under data_dir).
       Google's XnliProcessor has no test set; "test" here reads xnli.test.tsv, laid out like
       xnli.dev.tsv and labelled (its labels are kept, so test accuracy can be computed).
 
@@ -161,6 +163,9 @@ def _same(train: str, dev: str, test: str, fields: int, text_a: int, text_b: int
 
 _MNLI_TRAIN = _Layout("train.tsv", 12, 8, 9, 11, id=0)
 
+# Where each XNLI split's file lies in its archive's own directory (XNLI-MT-1.0.zip holds
+# the machine-translated training sets, XNLI-1.0.zip dev and test).
+_XNLI_ARCHIVES = {"train": "XNLI-MT-1.0", "dev": "XNLI-1.0", "test": "XNLI-1.0"}
 _XNLI = {
     "train": _Layout("multinli/multinli.train.{language}.tsv", 3, 0, 1, 2,
                      label_aliases=(("contradictory", "contradiction"),)),
@@ -229,8 +234,14 @@ class GlueProcessor:
         return self._layouts[split].file.format(language=self.language)
 
     def path(self, data_dir: str, split: str) -> str:
-        """os.path.join(data_dir, self.file(split))."""
-        return os.path.join(data_dir, self.file(split))
+        """os.path.join(data_dir, self.file(split)); for XNLI, where that file is missing and
+        the archive's own directory holds it (transformers' layout), that one."""
+        path = os.path.join(data_dir, self.file(split))
+        if self.name == "xnli" and not os.path.isfile(path):
+            unpacked = os.path.join(data_dir, _XNLI_ARCHIVES[split], self.file(split))
+            if os.path.isfile(unpacked):
+                return unpacked
+        return path
 
     def load(self, data_dir: str, split: str) -> GlueSplit:
         """Reads a split ("train", "dev" or "test") from `data_dir`.
@@ -249,11 +260,14 @@ class GlueProcessor:
                 shown = data_dir
             names = os.listdir(data_dir)
             layout = (" (XNLI as Google's README lays it out: XNLI-1.0's xnli.dev.tsv and "
-                      "xnli.test.tsv beside XNLI-MT-1.0's multinli/, in one directory)"
+                      "xnli.test.tsv beside XNLI-MT-1.0's multinli/, in one directory; or "
+                      "the two archives unpacked there side by side)"
                       if self.name == "xnli" and any(n.startswith("XNLI-") for n in names)
                       else "")
+            also = (f" or {os.path.join(data_dir, _XNLI_ARCHIVES[split], self.file(split))}"
+                    if self.name == "xnli" else "")
             raise DataError(f"{data_dir}: no {self.file(split)} there for the {self.name} "
-                            f"{split} set (expected {path}; {shown} holds "
+                            f"{split} set (expected {path}{also}; {shown} holds "
                             f"{_listing(shown)}){layout}")
         return self._read(path, split, self._layouts[split])
 

@@ -1,8 +1,10 @@
 """GLUE / XNLI processors on hand-written fixtures in the official layouts (tests/testdata/glue)."""
 
+import dataclasses
 import logging
 import os
 import re
+import shutil
 
 import pytest
 
@@ -239,17 +241,37 @@ def test_xnli_other_language_and_labelled_test():
     assert test.ids == ["7-7"]
 
 
-def test_xnli_downloads_unpacked_side_by_side_are_named_with_the_layout(tmp_path):
-    """XNLI-1.0/ and XNLI-MT-1.0/ unpacked into --data_dir (transformers' layout): the
-    error listed multinli/, which does not exist there ("holds nothing: it does not
-    exist"), not the directory the user gave, and not the layout Google's README asks for."""
+def test_xnli_downloads_unpacked_side_by_side_are_read(tmp_path):
+    """XNLI-MT-1.0.zip and XNLI-1.0.zip unpacked into --data_dir as they come (the layout
+    transformers' XnliProcessor reads) were refused: only Google's README layout, the two
+    merged into one directory, was read. Both are, with the same examples."""
+    google = task_dir("XNLI")
+    shutil.copytree(os.path.join(google, "multinli"), tmp_path / "XNLI-MT-1.0" / "multinli")
+    (tmp_path / "XNLI-1.0").mkdir()
+    for name in ("xnli.dev.tsv", "xnli.test.tsv"):
+        shutil.copy(os.path.join(google, name), tmp_path / "XNLI-1.0" / name)
+    for language in ("zh", "de"):
+        processor = glue.get_processor("xnli", language=language)
+        for split in ("train", "dev", "test"):
+            got, want = processor.load(str(tmp_path), split), processor.load(google, split)
+            assert [dataclasses.replace(e, where="") for e in got.examples] == \
+                [dataclasses.replace(e, where="") for e in want.examples]
+            assert got.ids == want.ids and got.examples
+        assert processor.path(str(tmp_path), "dev") == str(tmp_path / "XNLI-1.0" / "xnli.dev.tsv")
+
+
+def test_xnli_downloads_unpacked_without_the_file_are_named_with_both_layouts(tmp_path):
+    """The error listed multinli/, which does not exist there ("holds nothing: it does not
+    exist"), not the directory the user gave, and neither layout read."""
     (tmp_path / "XNLI-1.0").mkdir()
     (tmp_path / "XNLI-MT-1.0" / "multinli").mkdir(parents=True)
     with pytest.raises(DataError, match=(
-            r"no multinli/multinli.train.zh.tsv there for the xnli train set \(expected .*; "
+            r"no multinli/multinli.train.zh.tsv there for the xnli train set \(expected .* or "
+            r".*XNLI-MT-1.0/multinli/multinli.train.zh.tsv; "
             rf"{re.escape(str(tmp_path))} holds XNLI-1.0, XNLI-MT-1.0\) \(XNLI as Google's "
             r"README lays it out: XNLI-1.0's xnli.dev.tsv and xnli.test.tsv beside "
-            r"XNLI-MT-1.0's multinli/, in one directory\)$")):
+            r"XNLI-MT-1.0's multinli/, in one directory; or the two archives unpacked there "
+            r"side by side\)$")):
         glue.get_processor("xnli").train_examples(str(tmp_path))
 
 

@@ -1,7 +1,9 @@
 """Checks that a graph only uses ops stock TensorFlow Serving can run.
 
 Stock TF Serving links core TensorFlow plus tensorflow-text 2.12.1 (docs/DESIGN.md section 6). So
-an export may use any op registered by core TensorFlow, and from tensorflow-text only the
+an export may use the ops core TensorFlow 2.12.1 registers (`tf_2_12_core_ops.txt`; the
+TensorFlow exporting, 2.21, registers about 90 more, FFTND and SegmentMaxV2 among them,
+which TF Serving refuses with "Op type not registered"), and from tensorflow-text only the
 ops listed in `tf_text_2_12_ops.txt` (e.g. FastBertNormalize, FastWordpieceTokenizeWithOffsets;
 not TFText>RoundRobinTrim, which keras-hub's packer uses).
 
@@ -13,9 +15,11 @@ not TFText>RoundRobinTrim, which keras-hub's packer uses).
 Command line: `python -m export.op_check SAVED_MODEL_DIR` prints the op types and exits 1 if
 any is not servable.
 
-"Core" means registered in a fresh process that imported only tensorflow (computed once per
-process in a subprocess, so ops of tensorflow_text or any other library loaded here do not
-count as core).
+`tf_2_12_core_ops.txt` is the output of `python -m export.op_check --print_core_ops` run
+with tensorflow 2.12.1 (the interpreter of bench/tf_text_2_12_compat.py's step 2; the
+integration test `test_the_core_op_list_is_tensorflow_2_12s` compares the two). "Core"
+means registered in a fresh process that imported only tensorflow (a subprocess, so ops of
+tensorflow_text or any other library loaded here do not count as core).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 ALLOWLIST_PATH = Path(__file__).with_name("tf_text_2_12_ops.txt")
+CORE_OPS_PATH = Path(__file__).with_name("tf_2_12_core_ops.txt")
 
 
 class OpCheckError(ValueError):
@@ -52,19 +57,27 @@ from tensorflow.core.framework import op_def_pb2
 from tensorflow.python.client import pywrap_tf_session as c_api
 ops = op_def_pb2.OpList()
 ops.ParseFromString(c_api.TF_GetBuffer(c_api.TF_GetAllOpList()))
-json.dump(sorted(op.name for op in ops.op), sys.stdout)
+json.dump([tensorflow.__version__, sorted(op.name for op in ops.op)], sys.stdout)
 """
 
 
 @functools.lru_cache(maxsize=None)
 def core_ops() -> frozenset[str]:
-    """Op types registered by core TensorFlow (a fresh `import tensorflow` process)."""
+    """Op types core TensorFlow 2.12.1 registers, stock TF Serving's (`CORE_OPS_PATH`)."""
+    return load_allowlist(CORE_OPS_PATH)
+
+
+@functools.lru_cache(maxsize=None)
+def registered_core_ops() -> tuple[str, frozenset[str]]:
+    """(version, op types) of the TensorFlow installed here, core only (a fresh `import
+    tensorflow` process)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-c", _LIST_CORE_OPS], capture_output=True,
                           text=True, env=env, check=False)
     if proc.returncode != 0:
         raise OpCheckError(f"could not list the core TensorFlow ops: {proc.stderr.strip()[-500:]}")
-    return frozenset(json.loads(proc.stdout))
+    version, names = json.loads(proc.stdout)
+    return version, frozenset(names)
 
 
 def _graph_def_op_types(graph_def) -> set[str]:
@@ -129,6 +142,9 @@ def disallowed_ops(types: Iterable[str], allowlist: Iterable[str] | None = None)
             continue
         if op.startswith("TFText>") or _is_tf_text_op(op):
             bad[op] = "tensorflow-text op missing from tensorflow-text 2.12.1"
+        elif op in registered_core_ops()[1]:
+            bad[op] = (f"a core op of TensorFlow {registered_core_ops()[0]} that TensorFlow "
+                       "2.12.1 lacks")
         else:
             bad[op] = "not a core TensorFlow op (custom op library?)"
     return bad
@@ -145,7 +161,7 @@ def _tf_text_ops() -> frozenset[str]:
         return frozenset()
     ops = op_def_pb2.OpList()
     ops.ParseFromString(c_api.TF_GetBuffer(c_api.TF_GetAllOpList()))
-    return frozenset(op.name for op in ops.op) - core_ops()
+    return frozenset(op.name for op in ops.op) - registered_core_ops()[1]
 
 
 def _is_tf_text_op(op: str) -> bool:
@@ -173,8 +189,8 @@ def check_ops(obj: Any, allowlist: Iterable[str] | None = None, what: str | None
         listing = "\n".join(f"  {op}: {reason}" for op, reason in bad.items())
         raise OpCheckError(
             f"{name} uses {len(bad)} op type(s) that stock TF Serving (core TensorFlow + "
-            f"tensorflow-text 2.12.1) cannot run:\n{listing}\nAllowed: core TensorFlow ops and "
-            f"the ops listed in {ALLOWLIST_PATH}.")
+            f"tensorflow-text 2.12.1) cannot run:\n{listing}\nAllowed: the core ops of "
+            f"TensorFlow 2.12.1 ({CORE_OPS_PATH}) and the ops listed in {ALLOWLIST_PATH}.")
     return types
 
 
@@ -187,10 +203,21 @@ def main(argv: list[str] | None = None) -> int:
         description="Checks that SavedModels use only ops stock TF Serving can run: core "
                     "TensorFlow plus tensorflow-text 2.12.1 (listed in "
                     f"{ALLOWLIST_PATH}). Exit status 1 if any does not.")
-    parser.add_argument("saved_model_dirs", nargs="+", metavar="SAVED_MODEL_DIR",
+    parser.add_argument("saved_model_dirs", nargs="*", metavar="SAVED_MODEL_DIR",
                         help="a SavedModel version directory (holding saved_model.pb), or a "
                         "model's base directory: its highest version, the one TF Serving serves")
+    parser.add_argument("--print_core_ops", action="store_true",
+                        help="print the core ops of the TensorFlow running this (with 2.12.1: "
+                        f"{CORE_OPS_PATH.name}) and exit")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.print_core_ops:
+        version, names = registered_core_ops()
+        print(f"# Op types core TensorFlow {version} registers (`python -m export.op_check "
+              f"--print_core_ops` with tensorflow=={version}).")
+        print("\n".join(sorted(names)))
+        return 0
+    if not args.saved_model_dirs:
+        parser.error("give at least one SAVED_MODEL_DIR (or --print_core_ops)")
     from data_prep import tf_logging
 
     tf_logging.import_tensorflow()  # without its C++ start-up notices, as every tool

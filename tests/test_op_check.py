@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,44 @@ def test_core_ops_exclude_tensorflow_text():
     core = op_check.core_ops()
     assert {"StringSplitV2", "RegexReplace", "RaggedTensorToTensor", "StatefulPartitionedCall"} <= core
     assert not {"FastBertNormalize", "TFText>RoundRobinTrim"} & core
+
+
+def test_core_ops_newer_than_tensorflow_2_12_are_refused():
+    """"Core" was whatever the TensorFlow installed here registers: FFTND and SegmentMaxV2,
+    core ops since TensorFlow 2.15 and 2.16, passed the check and `export.verify`, and TF
+    Serving's TensorFlow 2.12.1 refused the model ("Op type not registered 'FFTND'")."""
+    fft = tf.function(lambda x: tf.math.abs(tf.signal.fftnd(x)),
+                      input_signature=[tf.TensorSpec([None, None], tf.complex64)])
+    segments = tf.function(
+        lambda x, ids: tf.raw_ops.SegmentMaxV2(data=x, segment_ids=ids, num_segments=3),
+        input_signature=[tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.int32)])
+    version = op_check.registered_core_ops()[0]
+    for fn, op in ((fft, "FFTND"), (segments, "SegmentMaxV2")):
+        assert op in op_check.op_types(fn) and op in op_check.registered_core_ops()[1]
+        with pytest.raises(op_check.OpCheckError,
+                           match=rf"  {op}: a core op of TensorFlow {re.escape(version)} that "
+                                 r"TensorFlow 2.12.1 lacks"):
+            op_check.check_ops(fn)
+    # The list is 2.12.1's own (made with --print_core_ops there; the integration tier
+    # compares it where that interpreter is): most of today's core, not all of it.
+    core = op_check.core_ops()
+    assert len(core) > 1500 and core < op_check.registered_core_ops()[1] | core
+    assert open(op_check.CORE_OPS_PATH).readline().startswith(
+        "# Op types core TensorFlow 2.12.1 registers")
+
+
+@pytest.mark.integration
+def test_the_core_op_list_is_tensorflow_2_12s():
+    import subprocess
+
+    from conftest import REPO, tf212_python
+
+    python = tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
+    printed = subprocess.run([python, "-m", "export.op_check", "--print_core_ops"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+    assert printed == op_check.CORE_OPS_PATH.read_text()
 
 
 @pytest.mark.parametrize("chinese", [True, False])

@@ -63,12 +63,20 @@ def version_dir(export_dir: str, version: int | None) -> str:
       version: positive integer, or None for one more than the highest existing version.
 
     Raises:
-      ExportError: the version exists, or is not a positive integer.
+      ExportError: the version exists, or is not a positive integer; export_dir is a
+        file, or a SavedModel itself (a version directory, not a base directory).
     """
     existing = []
     if os.path.lexists(export_dir) and not os.path.isdir(export_dir):
         raise ExportError(f"--export_dir {export_dir} is a file; expected a directory (the "
                           "model's base directory, versions go inside it)")
+    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+        # A version directory: a SavedModel written inside it is one TF Serving never
+        # serves (it serves the outer one), and it changes a served version's files.
+        parent = os.path.dirname(os.path.normpath(export_dir)) or "."
+        raise ExportError(f"--export_dir {export_dir} holds a SavedModel (saved_model.pb): it "
+                          "is a version directory; give the model's base directory "
+                          f"({parent}), where versions go")
     if os.path.isdir(export_dir):
         existing = [int(d) for d in os.listdir(export_dir) if d.isdigit()]
     if version is None:

@@ -678,6 +678,32 @@ def test_existing_version_is_one_line_before_loading(module, model_flag, tmp_pat
     assert "refusing to overwrite an export" in err and "missing" not in err
 
 
+@pytest.mark.parametrize("module,model_flag", [("export_classifier", "model_dir"),
+                                               ("export_span_qa", "model_dir")])
+def test_a_version_directory_as_export_dir_is_refused(module, model_flag, tmp_path, capsys):
+    """--export_dir=models/1, a served version: the export went into models/1/1, exited 0,
+    and TF Serving at models/ went on serving the old version 1 (verify of models/1 too)."""
+    import importlib
+
+    from absl import flags
+
+    tool = importlib.import_module(f"export.{module}")
+    served = tmp_path / "models" / "1"
+    served.mkdir(parents=True)
+    (served / "saved_model.pb").write_bytes(b"")
+    before = sorted(os.listdir(served))
+    flags.FLAGS(["prog", f"--{model_flag}={tmp_path / 'missing'}", f"--export_dir={served}"])
+    try:
+        status = tool.main(["prog"])
+    finally:
+        flags.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert (f"--export_dir {served} holds a SavedModel (saved_model.pb): it is a version "
+            f"directory; give the model's base directory ({tmp_path / 'models'})") in err
+    assert sorted(os.listdir(served)) == before
+
+
 @pytest.mark.integration  # The export tool in fresh processes: about 30 s on 2 cores.
 def test_export_encoder_cli_end_to_end(exported, tmp_path):
     tmp, encoder, _, _ = exported

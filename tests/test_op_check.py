@@ -165,7 +165,6 @@ def test_bad_arguments(tmp_path):
 
 def test_cli_help_and_unknown_flags():
     import os
-    import os
     import subprocess
     import sys
 

@@ -22,9 +22,14 @@ The algorithm, per document and per `dupe_factor` pass (as Google's create_pretr
 
 What differs from Google's tool, and why (memory must not grow with the corpus):
   * Documents stream through. The NotNext segment comes from `OtherDocumentPool`, a bounded
-    first-in first-out pool of the most recent documents (each stored as a window of at most
-    `pool_window_tokens` tokens, enough for any B). A document is never drawn for itself (the
-    pool excludes its id), and fewer than two documents is an error.
+    first-in first-out pool of the most recent documents. A document of at most
+    `pool_window_tokens` tokens is kept whole; a longer one as four windows, each the
+    sentences from a uniformly drawn one on until any B is complete, so B starts where
+    Google's would and ends at its target or at the document's end, as Google's does (only
+    a sentence crossing 2 * pool_window_tokens / 4 tokens from the window's start is cut
+    there). A document is
+    never drawn for itself (the pool excludes its id), and fewer than two documents is an
+    error.
   * The `dupe_factor` passes over a document run back to back instead of as whole-corpus
     passes; the writer's shuffle buffer spreads them out (Google shuffles all instances in
     memory).
@@ -152,11 +157,15 @@ class Document:
       doc_id: unique id in the stream (never reused; NotNext excludes it).
       tokens: int32 array [T], all sentences concatenated; every sentence non-empty.
       splits: sentence boundaries, a list of n+1 ints, 0 = splits[0] < ... < splits[n] = T.
+      windows: None for a document; for `OtherDocumentPool`'s windows of one, their first
+        sentences (ascending, the first 0): each window runs to the next one's start, and a
+        NotNext B starts at a window's first sentence and stays in that window.
     """
 
     doc_id: int
     tokens: np.ndarray
     splits: list[int]
+    windows: tuple[int, ...] | None = None
 
     @classmethod
     def from_sentences(cls, doc_id: int, sentences: Iterable[Sequence[int]]) -> "Document":
@@ -208,13 +217,22 @@ class OtherDocumentPool:
     number of times a document serves as a B source has the same expectation as with
     Google's draw over the whole corpus; only *when* it is drawn changes. With 10,000 slots
     any two NotNext draws share a source with probability 1e-4. Memory is at most
-    capacity * window_tokens * 4 bytes (10,000 * 512 * 4 = 20 MB at S = 128).
+    capacity * 2 * window_tokens * 4 bytes (10,000 * 1,024 * 4 = 41 MB at S = 128), about
+    half that in practice (a window ends one sentence past S tokens).
 
     Args:
       capacity: documents kept (>= 2).
-      window_tokens: tokens kept per document; a longer document is stored as a random
-        contiguous window of whole sentences (a B needs at most S - 3 tokens).
+      window_tokens: a document of at most this many tokens is kept whole; a longer one as
+        `WINDOWS` windows, each the whole sentences from a uniformly drawn one until
+        window_tokens / WINDOWS tokens (S at the default 4 * S: a B needs at most S - 4),
+        the sentence crossing that cut where the window reaches twice as many. A B drawn from such a document
+        starts at a window's first sentence, so it starts and ends where Google's B would:
+        a random window of the document with B starting anywhere in it cut Bs short at the
+        window's end (NotNext rows were padded twice as often as Google's, so sequence
+        length told NSP labels apart).
     """
+
+    WINDOWS = 4
 
     def __init__(self, capacity: int, window_tokens: int):
         if capacity < 2 or window_tokens < 1:
@@ -244,17 +262,24 @@ class OtherDocumentPool:
         self._ids[doc.doc_id] = self._ids.get(doc.doc_id, 0) + 1
 
     def _window(self, doc: Document, rng: random.Random) -> Document:
-        if doc.num_tokens <= self.window_tokens:
-            return doc
-        first = _below(rng, doc.num_sentences)
-        lo = doc.splits[first]
-        last = bisect.bisect_right(doc.splits, lo + self.window_tokens) - 1
-        last = max(last, first + 1)
-        splits = [s - lo for s in doc.splits[first:last + 1]]
-        if splits[-1] > self.window_tokens:  # one sentence longer than the window
-            splits[-1] = self.window_tokens
-        tokens = np.array(doc.tokens[lo:lo + splits[-1]], np.int32)  # a copy, not a view
-        return Document(doc.doc_id, tokens, splits)
+        """`doc`, or its `WINDOWS` windows in one Document (see the class docstring)."""
+        if doc.num_tokens <= self.window_tokens or doc.windows is not None:
+            return doc  # short enough, or windowed already (Beam windows before pooling)
+        need = max(1, self.window_tokens // self.WINDOWS)
+        pieces, splits, windows = [], [0], []
+        for _ in range(self.WINDOWS):
+            first = _below(rng, doc.num_sentences)
+            lo = doc.splits[first]
+            # Up to the first sentence end at or past `need` tokens (or the document's end).
+            last = min(bisect.bisect_left(doc.splits, lo + need, first + 1), doc.num_sentences)
+            bounds = [b - lo for b in doc.splits[first + 1:last + 1]]
+            bounds[-1] = min(bounds[-1], 2 * need)  # a sentence longer than that is cut
+            windows.append(len(splits) - 1)
+            base = splits[-1]
+            splits.extend(base + b for b in bounds)
+            pieces.append(doc.tokens[lo:lo + bounds[-1]])
+        tokens = np.concatenate(pieces).astype(np.int32, copy=False)  # a copy, not a view
+        return Document(doc.doc_id, tokens, splits, tuple(windows))
 
     def sample(self, exclude_doc_id: int, rng: random.Random) -> Document:
         """Returns a uniformly chosen pooled document whose id is not `exclude_doc_id`.
@@ -346,11 +371,17 @@ def create_pairs_from_document(doc: Document, pool: OtherDocumentPool, max_seq_l
                 other = pool.sample(doc_id, rng)
                 o_splits = other.splits
                 o_n = len(o_splits) - 1
-                start = int(uniform() * o_n)
+                if other.windows is None:  # a whole document: B starts at any sentence
+                    start, stop = int(uniform() * o_n), o_n
+                else:  # at a window's first sentence, and stays in that window
+                    w = int(uniform() * len(other.windows))
+                    start = other.windows[w]
+                    stop = other.windows[w + 1] if w + 1 < len(other.windows) else o_n
                 b_lo = o_splits[start]
                 # Consecutive sentences from `start` until B reaches the target (at least one).
-                end = bisect.bisect_left(o_splits, b_lo + target - (a_hi - a_lo), start + 1)
-                b_hi = o_splits[end if end < o_n else o_n]
+                end = bisect.bisect_left(o_splits, b_lo + target - (a_hi - a_lo), start + 1,
+                                         stop)
+                b_hi = o_splits[end]
                 pairs.append(SegmentPair(tokens, a_lo, a_hi, other.tokens, b_lo, b_hi, True,
                                          doc_id, other.doc_id))
                 i -= chunk_len - a_end  # the unused sentences go back

@@ -65,10 +65,12 @@ is equally likely to be the source, as with Google's whole-corpus draw.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import hashlib
 import heapq
+import io
 import json
 import logging as _pylogging
 import os
@@ -148,7 +150,16 @@ def pipeline_options(runner: str, text: str):
     if any(a.split("=", 1)[0] == "--runner" for a in args):
         raise InputError("--beam_pipeline_options: give the runner with --runner, not here")
     options = PipelineOptions(args + [f"--runner={runner}"])
-    known = options.get_all_options()
+    # Beam parses the options with argparse, which prints its whole usage and exits on a
+    # bad value (direct_num_workers=abc): its last line, the error, is what is said.
+    heard = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(heard):
+            known = options.get_all_options()
+    except SystemExit:
+        said = [line for line in heard.getvalue().splitlines() if "error:" in line]
+        reason = said[-1].split("error:", 1)[1].strip() if said else "not accepted"
+        raise InputError(f"--beam_pipeline_options: {reason}") from None
     unknown = sorted(set(options.get_all_options(retain_unknown_options=True)) - set(known))
     if unknown:
         raise InputError(f"--beam_pipeline_options: unknown Beam option(s) {', '.join(unknown)}"

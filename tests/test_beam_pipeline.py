@@ -354,6 +354,20 @@ def test_a_runner_that_loses_documents_publishes_nothing(corpus, tmp_path, monke
     assert not out_dir.exists()
 
 
+@pytest.mark.parametrize("text,reason", [
+    ("direct_num_workers=abc", "argument --direct_num_workers: invalid int value: 'abc'"),
+    ("direct_running_mode=bogus", "argument --direct_running_mode: invalid choice: 'bogus'"),
+    ("direct_num_workers", "argument --direct_num_workers: expected one argument")])
+def test_a_bad_option_value_is_one_line(text, reason, capsys):
+    """Beam's argparse printed its whole usage (150 lines) and exited with status 2."""
+    from data_prep.cli import ToolError
+
+    with pytest.raises(ToolError) as info:
+        beam_pipeline.pipeline_options("DirectRunner", text)
+    assert str(info.value).startswith(f"--beam_pipeline_options: {reason}")
+    assert "\n" not in str(info.value) and "usage:" not in capsys.readouterr().err
+
+
 def test_an_output_that_is_a_directory_is_refused_before_the_job(tmp_path):
     """Even with --overwrite: before, the whole job ran, then failed naming a temporary."""
     import types

@@ -445,6 +445,10 @@ def main(argv: Sequence[str]) -> None:
     try:
         config = tokenizer_config.from_values(**{k: h.value for k, h in _TOKENIZER_FLAGS.items()})
         paths = resolve_inputs(_INPUT.value)
+        if files.names_a_directory(_OUTPUT.value) or os.path.isdir(_OUTPUT.value):
+            raise BuildVocabError(f"--output {_OUTPUT.value} is a directory; name the "
+                                  f"vocabulary file (e.g. "
+                                  f"{os.path.join(_OUTPUT.value, files.VOCAB_FILE)})")
         settings_path = tokenizer_config.path_for_vocab(_OUTPUT.value)
         if not _OVERWRITE.value:
             for existing in (_OUTPUT.value, settings_path):

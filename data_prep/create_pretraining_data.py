@@ -576,6 +576,10 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
     Raises:
       InputError: a comma list combined with --num_output_shards, or a bad shard count.
     """
+    for path in output_file.split(","):
+        if files.names_a_directory(path.strip()):
+            raise InputError(f"--output_file: {path.strip()} ends in '/', a directory; name a "
+                             "file (or a prefix) in it")
     if num_output_shards is None:
         return [p.strip() for p in output_file.split(",") if p.strip()]
     if num_output_shards < 1:

@@ -264,6 +264,13 @@ def _remove(path: str) -> None:
             os.remove(path)
 
 
+def names_a_directory(path: str) -> bool:
+    """`path` ends in a path separator ("out/", "gs://bucket/out/"): where a flag names an
+    output file or a prefix, that is a mistake to refuse before any work (a file named
+    "out" was written, or shards named "out/-00000-of-00002.tfrecord")."""
+    return os.fspath(path).endswith(("/", os.sep))
+
+
 def _refuse_a_directory(final_path: str) -> None:
     if os.path.isdir(final_path):
         raise OutputExistsError(f"{final_path} is a directory, and the output is a file: name "

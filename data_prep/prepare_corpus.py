@@ -531,6 +531,10 @@ def main(argv: Sequence[str]) -> int:
         if _MIN_DOCUMENT_SENTENCES.value < 1:
             raise CorpusError(f"--min_document_sentences must be >= 1; received "
                               f"{_MIN_DOCUMENT_SENTENCES.value}")
+        output = _OUTPUT_FILE.value
+        if files.names_a_directory(output) or os.path.isdir(output):
+            raise CorpusError(f"--output_file {output} is a directory; name the corpus file "
+                              f"(e.g. {os.path.join(output, 'train.txt')})")
         paths = expand_inputs(_INPUT.value)
         split = sentence_splitter(_LANGUAGE.value)
         logging.info("reading %d file(s), e.g. %s", len(paths), paths[0])

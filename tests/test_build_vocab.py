@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -230,6 +231,22 @@ def test_max_alphabet_limits_characters(tmp_path):
     v = bv.build_vocab([MIXED], 700, layout="compact", max_alphabet=60)
     singles = [t for t in v[5:] if len(t) == 1]
     assert 0 < len(singles) <= 60
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_an_output_naming_a_directory_is_refused_before_training(tmp_path, made):
+    """--output=vc/ with vc/ missing wrote the vocabulary as a file named vc (and its
+    settings beside it naming vocab_file ""); with vc/ there it failed after training."""
+    out = tmp_path / "vc"
+    if made:
+        out.mkdir()
+    with flagsaver.flagsaver():
+        flags.FLAGS(["build_vocab", f"--input={MIXED}", f"--output={out}/", "--vocab_size=200"])
+        with pytest.raises(app.UsageError, match=rf"^--output {re.escape(str(out))}/ is a "
+                                                 r"directory; name the vocabulary file \(e.g. "):
+            bv.main(["prog"])
+    assert os.listdir(tmp_path) == (["vc"] if made else [])
+    assert not made or os.listdir(out) == []
 
 
 def test_inputs(tmp_path):

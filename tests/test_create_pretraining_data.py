@@ -307,6 +307,15 @@ def _bad_input_case(tmp_path, name):
                 f"{path}: {lines - good} of its {lines:,} non-blank lines are not UTF-8 (the "
                 f"first: line {good + good // 5 + 1}); expected UTF-8 text: convert it from the "
                 "encoding it was saved in (e.g. iconv -f cp949")
+    if name == "shards_in_a_slash":  # wrote out/-00000-of-00002.tfrecord
+        os.makedirs(tmp_path / "out")
+        return ({"input_file": CORPUS, "output_file": f"{tmp_path / 'out'}/",
+                 "num_output_shards": 2},
+                f"--output_file: {tmp_path / 'out'}/ ends in '/', a directory; name a file (or "
+                "a prefix) in it")
+    if name == "file_in_a_missing_slash":  # failed naming out/.incomplete-<pid>.
+        return ({"input_file": CORPUS, "output_file": f"{tmp_path / 'out'}/"},
+                f"--output_file: {tmp_path / 'out'}/ ends in '/'")
     if name == "output_is_a_directory":  # with --overwrite: refused after the whole job
         os.makedirs(tmp_path / "out" / "x.tfrecord")
         return ({"input_file": CORPUS, "overwrite": True},
@@ -340,7 +349,8 @@ def cp949_after_utf8(path, encoding="cp949"):
                                   "one_sentence_documents", "predictions_over_length",
                                   "missing_vocab", "vocab_directory", "too_many_workers",
                                   "a_workers_share_of_one_document", "output_is_a_directory",
-                                  "utf16", "cp949_after_64_kb"])
+                                  "utf16", "cp949_after_64_kb", "shards_in_a_slash",
+                                  "file_in_a_missing_slash"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_input_case(tmp_path, case)
     out_dir = tmp_path / "out"

@@ -152,7 +152,7 @@ def test_korean(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "binary", "exists", "no_sentences", "language",
-                                  "directory_output"])
+                                  "directory_output", "slash_output"])
 def test_errors(tmp_path, capsys, case):
     out = tmp_path / "corpus.txt"
     path = tmp_path / "in.txt"
@@ -174,7 +174,13 @@ def test_errors(tmp_path, capsys, case):
         out.mkdir()
         (out / "doc.txt").write_text("A sentence. Another one.")
         args, expected = ({"input": str(out), "overwrite": True},
-                          "raw is a directory, and the output is a file")
+                          f"--output_file {out} is a directory; name the corpus file")
+    elif case == "slash_output":  # "pc/", missing: written as a file named pc
+        path.write_text("A sentence. Another one.")
+        args, expected = ({"input": str(path)},
+                          f"--output_file {tmp_path / 'pc'}/ is a directory; name the corpus "
+                          f"file (e.g. {tmp_path / 'pc' / 'train.txt'})")
+        out = f"{tmp_path / 'pc'}/"
     else:
         path.write_text(" . , ; \n\n ...")
         args, expected = {"input": str(path)}, "no document with at least 1 sentence"
@@ -186,7 +192,7 @@ def test_errors(tmp_path, capsys, case):
     elif case == "directory_output":
         assert (out / "doc.txt").read_text() == "A sentence. Another one."
     else:
-        assert not out.exists()
+        assert not os.path.exists(out)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".incomplete")]
 
 

@@ -34,7 +34,6 @@ import os
 import queue
 import random
 import re
-import sys
 import textwrap
 import time
 import traceback

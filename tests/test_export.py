@@ -657,25 +657,33 @@ def test_cli_help_and_unknown_flags(module):
     assert bad.returncode != 0 and "no_such_flag" in bad.stderr
 
 
-@pytest.mark.parametrize("module,model_flag", [("export_classifier", "model_dir"),
-                                               ("export_encoder", "init_checkpoint")])
-def test_existing_version_is_one_line_before_loading(module, model_flag, tmp_path, capsys):
-    """The model path does not exist: the version is checked first, in one line."""
+def _one_line_refusal(module, model_flag, tmp_path, capsys, *flag_args) -> str:
+    """The export tool `module` run in this process on a missing model path: its one-line
+    error (the export directory is checked before the model is loaded)."""
     import importlib
 
     from absl import flags
 
     tool = importlib.import_module(f"export.{module}")
-    (tmp_path / "models" / "3").mkdir(parents=True)
-    flags.FLAGS(["prog", f"--{model_flag}={tmp_path / 'missing'}",
-                 f"--export_dir={tmp_path / 'models'}", "--version=3"])
+    flags.FLAGS(["prog", f"--{model_flag}={tmp_path / 'missing'}", *flag_args])
     try:
         status = tool.main(["prog"])
     finally:
         flags.FLAGS.unparse_flags()
     err = capsys.readouterr().err
     assert status == 1 and len(err.strip().splitlines()) == 1, err
-    assert "refusing to overwrite an export" in err and "missing" not in err
+    assert "missing" not in err
+    return err
+
+
+@pytest.mark.parametrize("module,model_flag", [("export_classifier", "model_dir"),
+                                               ("export_encoder", "init_checkpoint")])
+def test_existing_version_is_one_line_before_loading(module, model_flag, tmp_path, capsys):
+    """The model path does not exist: the version is checked first, in one line."""
+    (tmp_path / "models" / "3").mkdir(parents=True)
+    err = _one_line_refusal(module, model_flag, tmp_path, capsys,
+                            f"--export_dir={tmp_path / 'models'}", "--version=3")
+    assert "refusing to overwrite an export" in err
 
 
 @pytest.mark.parametrize("module,model_flag", [("export_classifier", "model_dir"),
@@ -683,22 +691,11 @@ def test_existing_version_is_one_line_before_loading(module, model_flag, tmp_pat
 def test_a_version_directory_as_export_dir_is_refused(module, model_flag, tmp_path, capsys):
     """--export_dir=models/1, a served version: the export went into models/1/1, exited 0,
     and TF Serving at models/ went on serving the old version 1 (verify of models/1 too)."""
-    import importlib
-
-    from absl import flags
-
-    tool = importlib.import_module(f"export.{module}")
     served = tmp_path / "models" / "1"
     served.mkdir(parents=True)
     (served / "saved_model.pb").write_bytes(b"")
     before = sorted(os.listdir(served))
-    flags.FLAGS(["prog", f"--{model_flag}={tmp_path / 'missing'}", f"--export_dir={served}"])
-    try:
-        status = tool.main(["prog"])
-    finally:
-        flags.FLAGS.unparse_flags()
-    err = capsys.readouterr().err
-    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    err = _one_line_refusal(module, model_flag, tmp_path, capsys, f"--export_dir={served}")
     assert (f"--export_dir {served} holds a SavedModel (saved_model.pb): it is a version "
             f"directory; give the model's base directory ({tmp_path / 'models'})") in err
     assert sorted(os.listdir(served)) == before

@@ -28,6 +28,7 @@ restored step) and ops must be deterministic (`--deterministic`).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -104,10 +105,12 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
       final_step: no backup is written once the optimizer has made this many updates (the
         caller saves the trained model right after, and a base model's backup with its
         optimizer state is 1.3 GB); None: a backup at every epoch end.
+      notes: `notes() -> a JSON-able value` kept with every backup (the loss history so
+        far); the restored backup's is `restored_notes` (None when it has none).
     """
 
     def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=True,
-                 delete_checkpoint=True, gather=None, final_step=None):
+                 delete_checkpoint=True, gather=None, final_step=None, notes=None):
         if save_freq != "epoch":
             raise ValueError(f"ExactBackupAndRestore saves at epoch ends only; "
                              f"received save_freq={save_freq!r}")
@@ -127,6 +130,8 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         # from the same epoch.
         self._gather = gather
         self._final_step = final_step
+        self._notes = notes
+        self.restored_notes = None
 
     # --- restore ---
 
@@ -218,6 +223,8 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
             for variable, value in zip(variables, random_state):
                 variable.assign(value.astype(variable.dtype))
             epoch = int(meta["epoch"])
+            if "notes" in meta:
+                self.restored_notes = json.loads(str(meta["notes"]))
             written_on = meta.get("backend")
             if written_on is not None and str(written_on) != keras.backend.backend():
                 # Weights, optimizer and seed states carry over, and the step computes the
@@ -251,6 +258,8 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
                 group.attrs["epoch"] = self._current_epoch
                 group.attrs["step"] = step
                 group.attrs["backend"] = keras.backend.backend()
+                if self._notes is not None:
+                    group.attrs["notes"] = json.dumps(self._notes())
                 group.create_dataset("random_state", data=random_state)
         files.write_json(self._training_metadata_path,
                          {"epoch": self._current_epoch, "batch": 0, "step": step})

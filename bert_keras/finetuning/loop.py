@@ -151,8 +151,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     Returns:
       {"num_examples", "num_train_steps", "num_warmup_steps", "seconds",
        "examples_per_second" (of the steps this call trained), "steady_examples_per_second"
-       (after the first step; absent for a one-step run), "loss_history",
-       "resumed_from_step" (only when a backup was restored)}.
+       (after the first step; absent for a one-step run), "loss_history" (a resumed run's
+       with the intervals logged before its backup), "resumed_from_step" (only when a
+       backup was restored)}.
 
     Raises:
       backup.BackupError: a backup in `backup_dir` that cannot be read, or is not at an
@@ -182,8 +183,11 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     interval, done, backup_callbacks = num_train_steps, 0, []
     if backup_dir and save_checkpoints_steps:
         interval = save_checkpoints_steps
+        # The loss history so far goes into each backup: a resumed run's train_results.json
+        # had only the intervals trained after the restored step.
         backup = ExactBackupAndRestore(backup_dir, delete_checkpoint=False, gather=gather,
-                                       final_step=num_train_steps)
+                                       final_step=num_train_steps,
+                                       notes=lambda: {"loss_history": logger.history})
         # Restored now (fit would do it too, later) to know where the data resumes.
         backup.set_model(model)
         backup.on_train_begin()
@@ -203,6 +207,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
                       drop_remainder=True).skip(done).take(num_train_steps - done)
     logger = StepLogger(num_train_steps, log_every, initial_step=done)
+    if backup_callbacks and backup.restored_notes:
+        logger.history = [h for h in backup.restored_notes.get("loss_history", [])
+                          if h["step"] <= done]
     logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g%s", n,
                  batch_size, num_train_steps, num_warmup_steps, learning_rate,
                  f", a backup every {interval} steps in {backup_dir}" if backup_callbacks

@@ -266,9 +266,10 @@ def test_fewer_processes_resume_from_process_0s_backup_more_are_refused(
     with pytest.raises(runner.FinetuneError, match=r"holds the backup of a run of 1 process"
                                                    r"\(es\), and a run of 2 resumes from a "
                                                    r"backup in every process; resume it with 1"):
-        runner._backup_dir(task, options(runner.FinetuneOptions),
-                           options(task.options_class()), job, model, ["ham", "spam"],
-                           runner.Features(arrays={"x": np.zeros((3, 2), np.int32)}))
+        common = options(runner.FinetuneOptions)
+        runner._backup_dir(common, job, runner._training_identity(
+            task, common, options(task.options_class()), model, ["ham", "spam"],
+            runner.Features(arrays={"x": np.zeros((3, 2), np.int32)}), job))
 
 
 @pytest.mark.parametrize("tool", ["run_classifier", "run_pretraining"])

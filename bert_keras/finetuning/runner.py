@@ -552,10 +552,9 @@ def run(task: Task, values: dict) -> dict:
         results["train"] = files.fine_tuned_with(out)
     elif common.do_train:
         data = features["train"]
-        identity = _finished_identity(task, common, opts, model, labels, data, distribution)
+        identity = _training_identity(task, common, opts, model, labels, data, distribution)
         with distribution.stop_together():  # one process's refusal stops them all
-            backup_dir, resuming = _backup_dir(task, common, opts, distribution, model, labels,
-                                               data)
+            backup_dir, resuming = _backup_dir(common, distribution, identity)
         logs_dir = os.path.join(out, LOGS_DIR)
         if chief and common.overwrite_output and os.path.isdir(logs_dir) and not resuming:
             shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
@@ -593,7 +592,7 @@ def run(task: Task, values: dict) -> dict:
         if labels is not None:
             summary["label_list"] = labels
         summary["tokenizer"] = settings.to_json_dict()
-        summary[TRAINED_AS] = identity
+        summary[TRAINED_AS] = _what_was_trained(identity)
         if chief:
             model_loading.save_task_dir(model, out, labels, vocab_file, settings,
                                         overwrite=common.overwrite_output,
@@ -668,10 +667,27 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
                       "replicas": distribution.num_replicas_in_sync}}
 
 
-def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, labels,
-                data: Features) -> tuple[str, bool]:
+def _training_identity(task: Task, common: FinetuneOptions, opts, model, labels,
+                       data: Features, distribution) -> dict:
+    """`_backup_identity` as its JSON record reads back (what the records compare)."""
+    return json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
+                                                  distribution)))
+
+
+# What a resumed run, or one taking a finished model up, may change: where it runs (with a
+# warning); fewer processes resume from process 0's backup.
+_WHERE_IT_RAN = (RUNS_ON, "processes")
+
+
+def _what_was_trained(identity: dict) -> dict:
+    """A `_training_identity` less `_WHERE_IT_RAN`."""
+    return {k: v for k, v in identity.items() if k not in _WHERE_IT_RAN}
+
+
+def _backup_dir(common: FinetuneOptions, distribution, identity: dict) -> tuple[str, bool]:
     """(the directory this process backs training up to, whether it holds a backup to
-    resume from), with the run it belongs to recorded in it. A backup left by an
+    resume from), with the run it belongs to (`identity`, `_training_identity`) recorded in
+    it. A backup left by an
     interrupted run is resumed when it belongs to this run; one of another run is refused,
     naming what differs (resuming it would train the other run's model further under these
     flags).
@@ -681,8 +697,6 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
     """
     out = common.output_dir
     backup_dir = backup.process_backup_dir(out, distribution)
-    identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
-                                                      distribution)))
     record = os.path.join(backup_dir, BACKUP_RUN_FILE)
     if backup.holds_a_backup(backup_dir):
         try:
@@ -702,9 +716,7 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
                 f"process(es), and a run of {identity['processes']} resumes from a backup in "
                 f"every process; resume it with {made_by} process(es) (fewer take process 0's "
                 f"backup), or remove {backup_dir} to train from step 0")
-        ignored = (RUNS_ON, "processes")  # fewer processes resume from process 0's backup
-        changed = _differences({k: v for k, v in previous.items() if k not in ignored},
-                               {k: v for k, v in identity.items() if k not in ignored})
+        changed = _differences(_what_was_trained(previous), _what_was_trained(identity))
         if changed:
             raise FinetuneError(
                 f"--output_dir {out}: {backup_dir} holds the backup of an interrupted run "
@@ -728,19 +740,11 @@ def _backup_dir(task: Task, common: FinetuneOptions, opts, distribution, model, 
     return backup_dir, False
 
 
-TRAINED_AS = "trained_as"  # in train_results.json: the run's `_finished_identity`
-
-
-def _finished_identity(task: Task, common: FinetuneOptions, opts, model, labels,
-                       data: Features, distribution) -> dict:
-    """What a run trains (`_backup_identity`, the initial model's), less where it ran."""
-    identity = json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
-                                                      distribution)))
-    return {k: v for k, v in identity.items() if k not in (RUNS_ON, "processes")}
+TRAINED_AS = "trained_as"  # in train_results.json: the run's `_what_was_trained`
 
 
 def _recorded_training(common: FinetuneOptions, distribution) -> dict | None:
-    """The `_finished_identity` recorded with the model.keras in --output_dir, where a
+    """The `_what_was_trained` recorded with the model.keras in --output_dir, where a
     --do_train run (one process) may take that model up instead of training, else None."""
     out = common.output_dir
     if (not common.do_train or common.overwrite_output or distribution.num_processes > 1
@@ -759,8 +763,8 @@ def _the_finished_model(task: Task, common: FinetuneOptions, opts, model, labels
       FinetuneError: the model there was trained otherwise (refused as existing output).
     """
     out = common.output_dir
-    current = _finished_identity(task, common, opts, model, labels, data, distribution)
-    changed = _differences(recorded, current)
+    changed = _differences(recorded, _what_was_trained(
+        _training_identity(task, common, opts, model, labels, data, distribution)))
     if changed:
         raise FinetuneError(
             f"{os.path.join(out, files.TASK_MODEL_FILE)} exists, trained otherwise "
@@ -806,11 +810,11 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = Fals
         where = "" if blocked == os.path.abspath(out) else f": {blocked}"
         raise FinetuneError(f"--output_dir {out}{where} is a file; expected a directory")
     names = task.output_files(common, opts)
-    if common.do_train and not os.path.exists(os.path.join(out, files.TASK_MODEL_FILE)):
+    if trained or (common.do_train
+                   and not os.path.exists(os.path.join(out, files.TASK_MODEL_FILE))):
         # Without model.keras, which save_task_dir renames into place last, the files
-        # beside it are what an interrupted save left: written again, not refused.
-        names = [n for n in names if n not in (files.LABELS_FILE, files.TRAIN_RESULTS_FILE)]
-    if trained:
+        # beside it are what an interrupted save left: written again, not refused. With it
+        # and `trained`, they may be this run's, taken up.
         names = [n for n in names if n not in (files.TASK_MODEL_FILE, files.LABELS_FILE,
                                                files.TRAIN_RESULTS_FILE)]
     if not common.overwrite_output:

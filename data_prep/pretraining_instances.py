@@ -27,9 +27,8 @@ What differs from Google's tool, and why (memory must not grow with the corpus):
     sentences from a uniformly drawn one on until any B is complete, so B starts where
     Google's would and ends at its target or at the document's end, as Google's does (only
     a sentence crossing 2 * pool_window_tokens / 4 tokens from the window's start is cut
-    there). A document is
-    never drawn for itself (the pool excludes its id), and fewer than two documents is an
-    error.
+    there). A document is never drawn for itself (the pool excludes its id), and fewer than
+    two documents is an error.
   * The `dupe_factor` passes over a document run back to back instead of as whole-corpus
     passes; the writer's shuffle buffer spreads them out (Google shuffles all instances in
     memory).
@@ -225,11 +224,11 @@ class OtherDocumentPool:
       window_tokens: a document of at most this many tokens is kept whole; a longer one as
         `WINDOWS` windows, each the whole sentences from a uniformly drawn one until
         window_tokens / WINDOWS tokens (S at the default 4 * S: a B needs at most S - 4),
-        the sentence crossing that cut where the window reaches twice as many. A B drawn from such a document
-        starts at a window's first sentence, so it starts and ends where Google's B would:
-        a random window of the document with B starting anywhere in it cut Bs short at the
-        window's end (NotNext rows were padded twice as often as Google's, so sequence
-        length told NSP labels apart).
+        the sentence crossing that cut where the window reaches twice as many. A B drawn
+        from such a document starts at a window's first sentence, so it starts and ends
+        where Google's B would: one random window of the document with B starting anywhere
+        in it cut Bs short at the window's end (NotNext rows were padded 4 times as often as
+        Google's, so sequence length told NSP labels apart).
     """
 
     WINDOWS = 4

@@ -60,6 +60,21 @@ def test_core_ops_newer_than_tensorflow_2_12_are_refused():
         "# Op types core TensorFlow 2.12.1 registers")
 
 
+def test_print_core_ops_lists_this_tensorflows(capsys):
+    """--print_core_ops prints the installed TensorFlow's core ops in the list's format (the
+    command that made tf_2_12_core_ops.txt); without it a directory is required."""
+    assert op_check.main(["--print_core_ops"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    version, names = op_check.registered_core_ops()
+    assert lines[0] == (f"# Op types core TensorFlow {version} registers (`python -m "
+                        f"export.op_check --print_core_ops` with tensorflow=={version}).")
+    assert lines[1:] == sorted(names)
+    with pytest.raises(SystemExit) as info:
+        op_check.main([])
+    assert info.value.code == 2
+    assert "give at least one SAVED_MODEL_DIR (or --print_core_ops)" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 def test_the_core_op_list_is_tensorflow_2_12s():
     import subprocess

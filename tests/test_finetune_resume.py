@@ -195,9 +195,47 @@ def test_a_run_stopped_after_saving_its_model_goes_on_with_prediction(
     assert not trained
     assert result["train"]["num_train_steps"] == 11
     np.testing.assert_array_equal(probabilities(out), probabilities(whole))
-    # Once every result is there, the same command is refused as before.
-    with pytest.raises(files.OutputExistsError, match=r"predictions.jsonl exists"):
-        run_classifier.run(**flags(out, encoder_file, data))
+    # Once every result is there, the same command takes them all up and computes nothing.
+    monkeypatch.setattr(loop, "predict", killed)
+    again = run_classifier.run(**flags(out, encoder_file, data))
+    assert again["predict"] == result["predict"] and not trained
+
+
+def test_a_run_stopped_between_evaluation_and_prediction_takes_its_evaluation_up(
+        tmp_path, monkeypatch, encoder_file, data):
+    """Killed after eval_results.json was written, before the predictions, the same command
+    was refused ("eval_results.json exists ... refusing to overwrite"). The evaluation is
+    this command's (what made it, recorded with it, is the run's): it is taken up, and the
+    predictions are written as an uninterrupted run writes them."""
+    with_eval = dict(do_eval=True, eval_file=data)
+    whole = tmp_path / "whole"
+    run_classifier.run(**flags(whole, encoder_file, data, **with_eval))
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        def killed(*args, **kwargs):
+            raise Interrupted("in prediction")
+
+        patch.setattr(run_classifier.TASK, "write_predictions", killed)
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data, **with_eval))
+    evaluated = json.loads((out / "eval_results.json").read_text())
+    assert evaluated["made_from"]["eval data"].startswith("40 features, CRC ")
+    assert not (out / "predictions.jsonl").exists()
+    # Results made with other flags are refused, naming what differs.
+    with pytest.raises(runner.FinetuneError, match=r"eval_results.json exists, made otherwise "
+                                                   r"\(--eval_batch_size: 40 -> 20\); "
+                                                   r"refusing to overwrite"):
+        run_classifier.run(**flags(out, encoder_file, data, eval_batch_size=20, **with_eval))
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr(run_classifier.TASK, "evaluate",
+                        lambda *a, **k: pytest.fail("evaluated again"))
+    result = run_classifier.run(**flags(out, encoder_file, data, **with_eval))
+    assert result["eval"] == evaluated
+    np.testing.assert_array_equal(probabilities(out), probabilities(whole))
+    # A predictions file no finished prediction of this command wrote is refused.
+    (out / "predict_results.json").unlink()
+    with pytest.raises(files.OutputExistsError, match=r"predictions.jsonl exists; refusing"):
+        run_classifier.run(**flags(out, encoder_file, data, **with_eval))
 
 
 def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(

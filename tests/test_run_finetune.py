@@ -10,6 +10,7 @@ import pytest
 
 from bert_keras import BertEncoder, checkpoints, model_loading, run_classifier, run_squad, run_tagger
 from bert_keras.finetuning import squad as sq
+from bert_keras.finetuning.runner import FinetuneError
 from bert_keras.finetuning.tagging import get_entities
 from conftest import TESTDATA, event_scalars, make_inputs
 from data_prep import files, tagging
@@ -56,7 +57,6 @@ def test_a_fine_tuned_model_keeps_its_labels_when_trained_further(tmp_path, enco
     """A classifier trained with a label list in its own order ("spam", "ham"), trained
     further on data whose labels come out sorted ("ham", "spam"): the head's classes kept
     their names. Before, the sorted order relabelled them (every prediction swapped)."""
-    from bert_keras.finetuning.runner import FinetuneError
 
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     write_classification(train, 48, 0)
@@ -130,9 +130,18 @@ def test_run_classifier_train_eval_predict(tmp_path, encoder_file):
     validation = event_scalars(out / "logs" / "validation")
     assert validation["eval_accuracy"] == validation["eval_macro_f1"] == [12]
 
-    # A rerun never overwrites silently.
-    with pytest.raises(FileExistsError, match="refusing to overwrite"):
-        run_classifier.run(train_file=str(train), eval_file=str(test), **common(out, encoder_file, do_predict=False))
+    # A rerun never overwrites silently: the same command takes its results up, computing
+    # and writing nothing; with other data it is refused.
+    written = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}
+    rerun = run_classifier.run(train_file=str(train), eval_file=str(test),
+                               **common(out, encoder_file, do_predict=False))
+    assert rerun["eval"]["accuracy"] == metrics["accuracy"]
+    assert {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)} == written
+    with pytest.raises(FinetuneError, match=r"eval_results.json exists, made otherwise \(eval "
+                                            r"data: 20 features, CRC \w+ -> 48 features, .*"
+                                            r"refusing to overwrite"):
+        run_classifier.run(train_file=str(train), eval_file=str(train),
+                           **common(out, encoder_file, do_predict=False))
     # Eval only from the fine-tuned model (labels.txt beside it) gives the same numbers.
     again = run_classifier.run(eval_file=str(test), **common(
         tmp_path / "again", str(out / "model.keras"), do_train=False, do_predict=False))
@@ -425,6 +434,7 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     assert sorted(odds) == sorted(predictions)
     metrics = json.load(open(out / "eval_results.json"))
     assert metrics.pop("eval_seconds") > 0 and metrics.pop("eval_examples_per_second") > 0
+    assert metrics.pop("made_from")["eval data"].startswith("12 features, CRC ")
     assert metrics == sq.evaluate(sq.gold_answers(v2, True), predictions, True)
     predict = json.load(open(out / "predict_results.json"))
     assert predict["questions"] == 6 and predict["predict_examples_per_second"] > 0

@@ -600,6 +600,13 @@ def run(task: Task, values: dict) -> dict:
                                         train_results=summary)
         backup.remove_backups(out, distribution)  # the model is saved: they have served
         results["train"] = summary
+    # What each result is computed from, recorded with it: a run taking a finished model up
+    # takes up the results this command already wrote, and refuses others.
+    made_from = {split: _what_was_evaluated(task, common, opts, model, labels, features[split],
+                                            split)
+                 for split in ("eval", "predict") if split in features and chief}
+    if finished is not None:
+        results.update(_results_taken_up(task, common, opts, made_from))
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
     # (On JAX's distributions a copy made from the config: float32 until put back under
@@ -607,7 +614,7 @@ def run(task: Task, values: dict) -> dict:
     model = with_dtype_policy(distribution.on_one_device(model), common.mixed_precision)
     outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
     for split, writer in (("eval", task.evaluate), ("predict", task.write_predictions)):
-        if split not in features:
+        if split not in features or split in results:
             continue
         data = features[split]
         if id(data) not in outputs_of:
@@ -618,6 +625,7 @@ def run(task: Task, values: dict) -> dict:
         summary = writer(examples[split], data, outputs, labels, tokenizer, common, opts)
         summary[f"{split}_seconds"] = timing["seconds"]
         summary[f"{split}_examples_per_second"] = timing["examples_per_second"]
+        summary[MADE_FROM] = made_from[split]
         results[split] = summary
         files.write_json(os.path.join(out, f"{split}_results.json"), summary)
         if split == "eval":
@@ -780,8 +788,78 @@ def _the_finished_model(task: Task, common: FinetuneOptions, opts, model, labels
     return trained
 
 
+MADE_FROM = "made_from"  # in eval_results.json and predict_results.json
+# The common flags that change what evaluation and prediction write (the model, the data
+# and the tokenizer count by the digests of the weights and of the features).
+_RESULT_FLAGS = ("max_seq_length", "eval_batch_size", "mixed_precision")
+
+
+def _what_was_evaluated(task: Task, common: FinetuneOptions, opts, model, labels,
+                        data: Features, split: str) -> dict:
+    """What a split's results are computed from, as their JSON record reads back: digests
+    of the model's weights and of the split's features, the labels, and the flags (the
+    task's, less the input files, which count by the features) that change the results."""
+    from bert_keras.distribute import digest
+
+    flags = {name: getattr(common, name) for name in _RESULT_FLAGS}
+    flags.update({f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
+                  if not f.name.endswith("_file") and f.name != "data_dir"})
+    arrays = [data.arrays[name] for name in sorted(data.arrays)]
+    return json.loads(json.dumps({
+        "model": f"{len(model.weights)} arrays, CRC {digest(*model.weights):08x}",
+        "labels": labels, "flags": flags,
+        f"{split} data": f"{len(arrays[0]) if arrays else 0} features, CRC "
+                         f"{digest(*arrays):08x}"}, default=str))
+
+
+def _results_taken_up(task: Task, common: FinetuneOptions, opts, made_from: dict) -> dict:
+    """For a run taking its finished model up (`_the_finished_model`): the results in
+    --output_dir that this command computed before it was stopped, by split ({split:
+    summary}); they are not computed again.
+
+    Raises:
+      FinetuneError: a split's results there were made otherwise (naming what differs).
+      OutputExistsError: a file of a split still to compute exists, written by no run that
+        recorded its results (refused as before).
+    """
+    out = common.output_dir
+    hint = "refusing to overwrite (choose another --output_dir or pass --overwrite_output)"
+    taken: dict[str, dict] = {}
+    for split, record in made_from.items():
+        path = os.path.join(out, f"{split}_results.json")
+        if not os.path.exists(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                earlier = json.load(f)
+        except (OSError, ValueError):
+            earlier = None
+        recorded = earlier.get(MADE_FROM) if isinstance(earlier, dict) else None
+        changed = (["what made them is not recorded"] if not isinstance(recorded, dict)
+                   else _differences(recorded, record))
+        if changed:
+            raise FinetuneError(f"{path} exists, made otherwise ({'; '.join(changed)}); {hint}")
+        taken[split] = earlier
+    if taken:
+        logging.info("%s: %s taken up (this command's, computed before it was stopped)", out,
+                     " and ".join(f"{split}_results.json" for split in taken))
+    # A split to compute writes its files; one of them existing without the split's results
+    # (that file written last) was left by no finished run of this command. A file both
+    # splits write (run_squad's predictions) is the taken-up split's.
+    def written_by(split):
+        only = dataclasses.replace(common, do_train=False, do_eval=split == "eval",
+                                   do_predict=split == "predict")
+        return set(task.output_files(only, opts))
+
+    kept = set().union(*(written_by(split) for split in taken))
+    pending = set().union(*(written_by(split) for split in made_from if split not in taken))
+    files.refuse_existing([os.path.join(out, n) for n in sorted(pending - kept)], hint)
+    return taken
+
+
 def _differences(previous: dict, current: dict) -> list[str]:
-    """What differs between two `_backup_identity` records, in words."""
+    """What differs between two `_backup_identity` (or `_what_was_evaluated`) records, in
+    words."""
     changed = []
     for key in sorted(set(previous) | set(current)):
         old, new = previous.get(key), current.get(key)
@@ -791,7 +869,7 @@ def _differences(previous: dict, current: dict) -> list[str]:
             changed += [f"{name if name in _NOT_FLAGS else '--' + name}: "
                         f"{old.get(name)!r} -> {new.get(name)!r}"
                         for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
-        elif key in ("training data", "initial weights"):
+        elif key in ("training data", "initial weights", "model") or key.endswith(" data"):
             changed.append(f"{key}: {old} -> {new}")
         else:
             changed.append(f"{key}: {old!r} -> {new!r}")
@@ -810,11 +888,13 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = Fals
         where = "" if blocked == os.path.abspath(out) else f": {blocked}"
         raise FinetuneError(f"--output_dir {out}{where} is a file; expected a directory")
     names = task.output_files(common, opts)
-    if trained or (common.do_train
-                   and not os.path.exists(os.path.join(out, files.TASK_MODEL_FILE))):
+    if trained:
+        # They may be this run's, taken up: `_the_finished_model` and `_results_taken_up`
+        # compare what made them.
+        names = []
+    elif common.do_train and not os.path.exists(os.path.join(out, files.TASK_MODEL_FILE)):
         # Without model.keras, which save_task_dir renames into place last, the files
-        # beside it are what an interrupted save left: written again, not refused. With it
-        # and `trained`, they may be this run's, taken up.
+        # beside it are what an interrupted save left: written again, not refused.
         names = [n for n in names if n not in (files.TASK_MODEL_FILE, files.LABELS_FILE,
                                                files.TRAIN_RESULTS_FILE)]
     if not common.overwrite_output:

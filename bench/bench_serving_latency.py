@@ -342,10 +342,6 @@ def ours_batched(path, buckets, seq_length, overrides=None):
 
     params = batching_parameters.for_buckets(length_buckets.resolve(buckets, seq_length))
     params.update(overrides or {})
-    if "max_batch_size" in (overrides or {}) and "allowed_batch_sizes" not in overrides:
-        params["allowed_batch_sizes"] = [b for b in params["allowed_batch_sizes"]
-                                         if b < params["max_batch_size"]]
-        params["allowed_batch_sizes"].append(params["max_batch_size"])
     loaded = tf.saved_model.load(path)
     return batched_row(loaded.signatures["serving_default"], params, keep=loaded), params
 
@@ -366,12 +362,17 @@ def batched_row(serve, params: dict, keep=None) -> Row:
     if hasattr(serve, "get_concrete_function"):  # a tf.function with an input signature
         serve = serve.get_concrete_function()
     names = sorted(serve.structured_outputs)
+    splitting = bool(params.get("enable_large_batch_splitting"))
+    execution = params.get("max_execution_batch_size", params["max_batch_size"])
+    # TF Serving runs a batch at its own size where no allowed sizes are given; the op pads
+    # to its allowed sizes, the last of which is the execution batch: so all sizes up to it.
+    allowed = params.get("allowed_batch_sizes") or list(range(1, execution + 1))
 
     @tf.nondifferentiable_batch_function(
         num_batch_threads=params["num_batch_threads"], max_batch_size=params["max_batch_size"],
-        batch_timeout_micros=params["batch_timeout_micros"],
-        allowed_batch_sizes=params["allowed_batch_sizes"],
-        max_enqueued_batches=params["max_enqueued_batches"], autograph=False)
+        batch_timeout_micros=params["batch_timeout_micros"], allowed_batch_sizes=allowed,
+        max_enqueued_batches=params["max_enqueued_batches"],
+        enable_large_batch_splitting=splitting, autograph=False)
     def batched(text):
         out = serve(text=text)
         return [out[name] for name in names]

@@ -17,33 +17,50 @@ The requests of a text-in signature are strings [batch]: the server concatenates
 the export's graph then packs the merged batch and runs the encoder at its bucket length
 (`export.length_buckets`). The values:
 
-  max_batch_size       as many of the shortest bucket's requests as fill one request at
-                       max_seq_length (S / shortest bucket, down to a power of two, at
-                       most 32): where a batch pays for itself. At batch 1 on a CPU a
+  max_execution_batch_size  (with enable_large_batch_splitting: true) the most rows one run
+                       of the model takes: as many of the shortest bucket's requests as fill
+                       one request at max_seq_length (S / shortest bucket, down to a power of
+                       two, at most 32): where a batch pays for itself. At batch 1 on a CPU a
                        short request's cost is mostly reading the weights, which a batch
                        reads once for all its requests: on the 2-core CPU of BUILD_NOTES.md
                        section 8.11 a base-size batch of 8 requests of 16 positions cost
                        32.6 ms per request against 84.0 alone, one of 8 at 128 positions
                        163.9 against 162.2.
-  allowed_batch_sizes  powers of two up to max_batch_size: few shapes, at most half a
-                       batch of padding (the server repeats a request's first row).
-                       Not for span QA (`padded_batches=False`): a request there is as
-                       many encoder rows as its context takes windows, so a repeated
-                       first request could be a long context run up to 8 times more
-                       (a 50 KB context is 77 windows at S=384); the encoder's batch is
-                       the windows' count anyway, whatever the requests'.
+  max_batch_size       the most texts one request may send: QUEUED_ROWS. TF Serving refuses
+                       a larger request (INVALID_ARGUMENT "Task size N is larger than
+                       maximum input batch size"), and replays the export's warmup requests
+                       (4 texts) through the batching layer when it loads the model: before
+                       large batch splitting, max_batch_size was the execution batch too,
+                       so a fixed-length export (1) failed to load and requests of more
+                       than 8 texts were refused at the default S=128. A request larger
+                       than the execution batch is split across batches, and its outputs
+                       concatenated, which needs outputs of one width whatever the batch:
+                       the classifier's and span QA's ([batch, labels], [batch, S]).
+                       The tagger's are as wide as a batch's longest row of words, so its
+                       requests are not split (`split_requests=False`): max_batch_size is
+                       then the execution batch, LARGEST_BATCH rows, and a tagger request
+                       takes at most that many texts.
+  allowed_batch_sizes  none: batches run at the size they have. TF Serving would pad a batch
+                       to an allowed size with copies of its first request (a long context
+                       is many windows in span QA), and TensorFlow's graph runtime compiles
+                       nothing per shape.
   batch_timeout_micros how long a batch waits for more requests when a thread is free:
                        BATCH_TIMEOUT_MICROS, small against a short request's latency
                        (under load the queue fills while a batch runs anyway).
   num_batch_threads    batches run at once: NUM_BATCH_THREADS (each uses the server's
                        intra-op threads; measured in section 8.11).
-  max_enqueued_batches MAX_ENQUEUED_BATCHES: beyond that many waiting batches the server
-                       answers UNAVAILABLE at once instead of queueing without bound.
+  max_enqueued_batches QUEUED_ROWS rows in batches of the execution size: beyond that the
+                       server answers UNAVAILABLE at once instead of queueing without bound
+                       (a request of QUEUED_ROWS texts fits an idle queue).
   pad_variable_length_inputs  false: the text inputs have no variable dimension. The
                        server pads a variable dimension with the tensor's *first element*
                        (tensorflow_serving/batching/batching_util.h), which for the
                        tagger's `words` or span QA's `ids` would add words or unmask
                        padding: batched requests to those signatures must have equal widths.
+
+The fields are TF Serving 2.12's (enable_large_batch_splitting and max_execution_batch_size
+are there since 2.4); its rule that the last allowed batch size equals max_batch_size does
+not arise without allowed sizes.
 
 An existing batching_parameters.txt beside the versions is kept when it says the same and
 refused otherwise (`check_beside`), as an existing version is.
@@ -60,44 +77,38 @@ FILE_NAME = "batching_parameters.txt"  # beside the versions (--batching_paramet
 PER_MODEL_FILE = "batching_params.pbtxt"  # in the version (TF Serving's fixed name)
 BATCH_TIMEOUT_MICROS = 2000
 NUM_BATCH_THREADS = 2
-MAX_ENQUEUED_BATCHES = 32
+QUEUED_ROWS = 256  # the queue's bound in rows, and the largest request split into batches
 LARGEST_BATCH = 32
 
 
-def for_buckets(buckets: Sequence[int], padded_batches: bool = True) -> dict:
+def for_buckets(buckets: Sequence[int], split_requests: bool = True) -> dict:
     """The parameters for an export with these length buckets (module docstring).
 
     Args:
       buckets: ascending lengths, the last one max_seq_length (`length_buckets.resolve`).
-      padded_batches: whether batches are padded to `allowed_batch_sizes` (not where a
-        request can be many encoder rows: span QA's windows).
+      split_requests: whether TF Serving may split a request across batches (its outputs
+        have one width whatever the batch; not the tagger's).
 
     Returns:
-      BatchingParameters field -> value (an int, a list of ints, or a bool).
+      BatchingParameters field -> value (an int or a bool).
     """
     largest = 1
     while largest * 2 <= min(buckets[-1] // max(buckets[0], 1), LARGEST_BATCH):
         largest *= 2
-    allowed, size = [], 1
-    while size <= largest:
-        allowed.append(size)
-        size *= 2
-    params = {
-        "max_batch_size": largest,
-        "batch_timeout_micros": BATCH_TIMEOUT_MICROS,
-        "max_enqueued_batches": MAX_ENQUEUED_BATCHES,
-        "num_batch_threads": NUM_BATCH_THREADS,
-        "allowed_batch_sizes": allowed,
-        "pad_variable_length_inputs": False,
-    }
-    if not padded_batches:
-        del params["allowed_batch_sizes"]
+    execution = largest if split_requests else LARGEST_BATCH
+    params = {"max_batch_size": QUEUED_ROWS if split_requests else execution,
+              "batch_timeout_micros": BATCH_TIMEOUT_MICROS,
+              "max_enqueued_batches": QUEUED_ROWS // execution,
+              "num_batch_threads": NUM_BATCH_THREADS}
+    if split_requests:
+        params.update(enable_large_batch_splitting=True, max_execution_batch_size=execution)
+    params["pad_variable_length_inputs"] = False
     return params
 
 
-def text_for(buckets: Sequence[int], padded_batches: bool = True) -> str:
+def text_for(buckets: Sequence[int], split_requests: bool = True) -> str:
     """The file's contents for an export with these buckets: `for_buckets` as text."""
-    return to_text(for_buckets(buckets, padded_batches), buckets)
+    return to_text(for_buckets(buckets, split_requests), buckets)
 
 
 def to_text(params: dict, buckets: Sequence[int]) -> str:
@@ -106,12 +117,13 @@ def to_text(params: dict, buckets: Sequence[int]) -> str:
              f"{','.join(map(str, buckets))} (written by the bert-keras export; "
              "docs/serving.md)"]
     for name, value in params.items():
-        if isinstance(value, bool):
+        if name == "pad_variable_length_inputs":  # a plain bool; the others are wrappers
             lines.append(f"{name}: {'true' if value else 'false'}")
         elif isinstance(value, list):
             lines += [f"{name}: {v}" for v in value]
         else:
-            lines.append(f"{name} {{ value: {value} }}")
+            shown = ("true" if value else "false") if isinstance(value, bool) else value
+            lines.append(f"{name} {{ value: {shown} }}")
     return "\n".join(lines) + "\n"
 
 

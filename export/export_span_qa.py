@@ -331,10 +331,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
         warmup += [("serving_default", {"question": np.array([question], dtype=object),
                                         "context": np.array([context], dtype=object)})
                    for question, context in pre.warmup_texts(2)]
-        # A request is as many encoder rows as its context's windows: batches are not
-        # padded with copies of a request (`batching_parameters`).
-        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
-                                         padded_batches=False)
+        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
     logging.info("Wrote span-QA export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
 
@@ -386,7 +383,7 @@ def main(argv):
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,
-                           environment_backend=_ENVIRONMENT_BACKEND, padded_batches=False)
+                           environment_backend=_ENVIRONMENT_BACKEND)
 
 
 if __name__ == "__main__":

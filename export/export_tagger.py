@@ -151,7 +151,10 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
         for (text,) in pre.warmup_texts(1):  # every bucket, on both signatures
             warmup += [("serving_default", {"text": np.array([text], dtype=object)}),
                        ("words", {"words": np.array([text.split() or [""]], dtype=object)})]
-        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
+        # Its outputs are as wide as a batch's longest row: TF Serving could not concatenate
+        # the pieces of a request split across batches (`batching_parameters`).
+        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
+                                         split_requests=False)
     logging.info("Wrote tagger export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
 
@@ -171,7 +174,8 @@ def main(argv):
                              buckets=buckets, serving_dtype=serving_dtype)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
-                           export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND)
+                           export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND,
+                           split_requests=False)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
 
 
 def write_text_in_export(module, path: str, signatures: dict, warmup: list, buckets,
-                         method_names=(), padded_batches: bool = True) -> str:
+                         method_names=(), split_requests: bool = True) -> str:
     """Writes a text-in export's version and TF Serving's batching parameters for it.
 
     `<version>/batching_params.pbtxt` goes into the version; `batching_parameters.txt`
@@ -128,7 +128,7 @@ def write_text_in_export(module, path: str, signatures: dict, warmup: list, buck
     Args:
       module, path, signatures, warmup, method_names: as `saved_model_writer.write_saved_model`.
       buckets: the export's length buckets (`PreprocessorModule.buckets`).
-      padded_batches: `batching_parameters.for_buckets`'.
+      split_requests: `batching_parameters.for_buckets`'.
 
     Returns:
       `path`.
@@ -138,7 +138,7 @@ def write_text_in_export(module, path: str, signatures: dict, warmup: list, buck
         (checked before anything is written).
     """
     export_dir = os.path.dirname(path)
-    text = batching_parameters.text_for(buckets, padded_batches)
+    text = batching_parameters.text_for(buckets, split_requests)
     batching_parameters.check_beside(export_dir, text)
     saved_model_writer.write_saved_model(
         module, path, signatures, warmup, method_names=method_names,
@@ -159,7 +159,7 @@ def task_dir_errors() -> tuple:
 
 def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: str,
         export: Callable, prog: str, needs_labels: bool = True,
-        environment_backend: str | None = None, padded_batches: bool = True) -> int:
+        environment_backend: str | None = None, split_requests: bool = True) -> int:
     """The `main` of a task export: loads --model_dir, exports it, prints the version path.
 
     Args:
@@ -175,7 +175,7 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
       needs_labels: whether --model_dir must hold labels.txt.
       environment_backend: what KERAS_BACKEND said (`keras_backend.use_tensorflow()`),
         for the line saying which backend the export used.
-      padded_batches: as `write_text_in_export` takes it.
+      split_requests: as `write_text_in_export` takes it.
 
     Returns:
       The exit status: 0, or 1 after one error line on stderr.
@@ -195,7 +195,7 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
                                        "max_seq_length", "Sequence length")
         # Refused before the model is loaded, as an existing version is.
         batching_parameters.check_beside(export_dir, batching_parameters.text_for(
-            length_buckets.resolve(buckets, seq_length), padded_batches))
+            length_buckets.resolve(buckets, seq_length), split_requests))
         model, labels, tokenizer = load_task_dir(
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
             needs_labels=needs_labels, export_dir=export_dir, version=version)

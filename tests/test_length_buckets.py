@@ -357,7 +357,9 @@ def batching_parameters_message():
                                   ("batch_timeout_micros", 2, "Int64Value"),
                                   ("max_enqueued_batches", 3, "Int64Value"),
                                   ("num_batch_threads", 4, "Int64Value"),
-                                  ("thread_pool_name", 5, "StringValue")]:
+                                  ("thread_pool_name", 5, "StringValue"),
+                                  ("enable_large_batch_splitting", 8, "BoolValue"),
+                                  ("max_execution_batch_size", 9, "Int64Value")]:
         message.field.add(name=name, number=number, type=field.TYPE_MESSAGE,
                           label=field.LABEL_OPTIONAL, type_name=f".google.protobuf.{wrapper}")
     message.field.add(name="allowed_batch_sizes", number=6, type=field.TYPE_INT64,
@@ -385,26 +387,32 @@ def parse_batching_parameters(text):
     ((128,), 1),  # fixed length: a batch buys nothing over the long requests
 ])
 def test_batching_parameters_parse_with_tf_servings_schema(buckets, largest):
+    """TF Serving 2.12's BatchingParameters (session_bundle_config.proto at tag 2.12.1):
+    batches of at most `largest` rows, requests of up to QUEUED_ROWS texts split across
+    them, and no allowed sizes (TF Serving's rule that the last equals max_batch_size would
+    make every request at most one batch)."""
     params = parse_batching_parameters(batching_parameters.text_for(buckets))
-    assert params.max_batch_size.value == largest
-    assert list(params.allowed_batch_sizes) == [2 ** i for i in range(largest.bit_length())]
-    assert params.allowed_batch_sizes[-1] == params.max_batch_size.value  # TF Serving's rule
+    assert params.max_execution_batch_size.value == largest
+    assert params.enable_large_batch_splitting.value is True
+    assert params.max_batch_size.value == batching_parameters.QUEUED_ROWS == 256
+    assert list(params.allowed_batch_sizes) == []
+    assert params.max_enqueued_batches.value * largest == batching_parameters.QUEUED_ROWS
     assert params.batch_timeout_micros.value == batching_parameters.BATCH_TIMEOUT_MICROS
     assert params.num_batch_threads.value == batching_parameters.NUM_BATCH_THREADS
-    assert params.max_enqueued_batches.value == batching_parameters.MAX_ENQUEUED_BATCHES
     assert params.pad_variable_length_inputs is False
 
 
-def test_span_qa_batches_are_not_padded_with_copies_of_a_request():
-    """TF Serving pads a batch to an allowed size with copies of its first request; a span-QA
-    request is as many encoder rows as its context's windows (77 for 50 KB at S=384), so
-    its parameters allow every batch size up to the largest."""
-    buckets = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
-    padded = parse_batching_parameters(batching_parameters.text_for(buckets))
-    params = parse_batching_parameters(batching_parameters.text_for(buckets, False))
-    assert list(params.allowed_batch_sizes) == [] and list(padded.allowed_batch_sizes)
-    assert params.max_batch_size.value == padded.max_batch_size.value == 16
-    assert params.pad_variable_length_inputs is False
+def test_unsplit_requests_are_at_most_one_batch_of_the_largest_size():
+    """The tagger's outputs are as wide as a batch's longest row, so TF Serving could not
+    concatenate a request's pieces: its requests are not split, and a batch (so a request)
+    takes up to LARGEST_BATCH texts."""
+    for buckets in ((16, 24, 32, 48, 64, 96, 128), (128,)):
+        params = parse_batching_parameters(batching_parameters.text_for(buckets, False))
+        assert not params.HasField("enable_large_batch_splitting")
+        assert not params.HasField("max_execution_batch_size")
+        assert params.max_batch_size.value == batching_parameters.LARGEST_BATCH == 32
+        assert params.max_enqueued_batches.value * 32 == batching_parameters.QUEUED_ROWS
+        assert list(params.allowed_batch_sizes) == []
 
 
 def test_the_schema_is_strict():
@@ -474,7 +482,7 @@ def test_classifier_export_files_warmup_verify_and_stock_serving(modules, tmp_pa
                              buckets=BUCKETS)
     beside = open(os.path.join(export_dir, "batching_parameters.txt")).read()
     assert open(os.path.join(path, "batching_params.pbtxt")).read() == beside
-    assert parse_batching_parameters(beside).max_batch_size.value == 4  # 32 / 8
+    assert parse_batching_parameters(beside).max_execution_batch_size.value == 4  # 32 / 8
     # The same settings again: a new version, the file beside it kept.
     export_classifier(classifier, tokenizer, ["ham", "spam"], export_dir, seq_length=S,
                       buckets=BUCKETS)
@@ -553,7 +561,7 @@ def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp
         "exports write TensorFlow SavedModels)"), result.stderr[-3000:]
     params = parse_batching_parameters(
         open(tmp_path / "models" / "batching_parameters.txt").read())
-    assert params.max_batch_size.value == 2  # 16 / 8: the length it was fine-tuned with
+    assert params.max_execution_batch_size.value == 2  # 16 / 8: as fine-tuned
     assert "Sequence length: 16, as fine-tuned (train_results.json" in result.stderr
     assert "Sentence pairs: True, as fine-tuned" in result.stderr
     # serve_examples (TF Serving's Classify API) reads text_b: the pair signature's scores.

@@ -122,18 +122,41 @@ def test_a_scalar_where_a_batch_of_texts_belongs_is_refused_not_a_crash(exports,
     assert lines[-1].startswith("preprocessor tokenize() refused")
 
 
-def test_span_qa_batches_unpadded_and_the_others_padded(exports):
-    """The batching parameters each text-in export writes (export.batching_parameters):
-    span QA's allow any batch size (a request can be many windows), the others' pad."""
+def test_tf_servings_batching_takes_the_warmup_and_requests_larger_than_a_batch(exports):
+    """TF Serving under --enable_batching replays an export's warmup requests through its
+    batching layer when it loads the model, and refuses a request of more texts than
+    max_batch_size. That was the execution batch: 1 for these fixed-length exports, whose
+    warmup sends 4 texts (the model would not load), 8 at the default S=128 (a request of
+    9 texts refused). Now the classifier's and span QA's requests are split across batches
+    (their outputs have one width), the tagger's not (outputs as wide as a batch's longest
+    row): every warmup request fits, and the classifier behind TensorFlow's BatchFunction
+    op run with its parameters (as TF Serving's scheduler) answers a 9-text request, split
+    into batches of 1, as it answers unbatched."""
+    from bench.bench_serving_latency import batched_row
     from export import batching_parameters
+    from export.saved_model_writer import WARMUP_FILE, read_warmup_requests
+    from test_length_buckets import parse_batching_parameters
 
     paths, _ = exports
-    for kind, padded in [("classifier", True), ("tagger", True), ("span_qa", False)]:
+    for kind, split in [("classifier", True), ("tagger", False), ("span_qa", True)]:
         base = os.path.dirname(paths[kind])
-        for path in (os.path.join(base, batching_parameters.FILE_NAME),
-                     os.path.join(paths[kind], batching_parameters.PER_MODEL_FILE)):
-            with open(path) as f:
-                assert ("allowed_batch_sizes:" in f.read()) == padded, (kind, path)
+        text = open(os.path.join(base, batching_parameters.FILE_NAME)).read()
+        assert open(os.path.join(paths[kind], batching_parameters.PER_MODEL_FILE)).read() == text
+        params = parse_batching_parameters(text)
+        assert params.enable_large_batch_splitting.value is split, kind
+        warmup = read_warmup_requests(os.path.join(paths[kind], WARMUP_FILE))
+        largest = max(len(next(iter(inputs.values()))) for _, inputs in warmup)
+        assert largest == 4 and largest <= params.max_batch_size.value, kind
+    params = batching_parameters.for_buckets((12,))
+    assert params["max_execution_batch_size"] == 1
+    loaded = tf.saved_model.load(paths["classifier"])
+    serve = loaded.signatures["serving_default"]
+    texts = tf.constant([f"w{i} w{i + 1}" for i in range(9)])
+    row = batched_row(serve, params, keep=loaded)
+    np.testing.assert_allclose(row.call(texts)["logits"], serve(text=texts)["logits"].numpy(),
+                               rtol=0, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="larger than maximum input"):
+        row.call(tf.constant(["w1"] * (batching_parameters.QUEUED_ROWS + 1)))
 
 
 _CALLS = {"PartitionedCall", "StatefulPartitionedCall"}

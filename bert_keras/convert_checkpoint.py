@@ -81,17 +81,30 @@ _MODEL = flags.DEFINE_enum(
 )
 _BERT_CONFIG_FILE = flags.DEFINE_string(
     "bert_config_file", None,
-    "--from=google only: bert_config.json, if it is not beside the checkpoint.",
+    "--from=google or --from=keras: bert_config.json, if it is not beside the checkpoint "
+    "(or the .weights.h5).",
     **_SHARED,
 )
+# A Google checkpoint records no casing: as with Google's tools, these flags give it (the
+# vocabulary is written only with them). Given for another input, they override the
+# settings saved with it.
+_TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
-def _load(from_format: str, input_path: str, model: str, config_file: str | None):
-    """(model, labels, vocab file, tokenizer settings) of the input; None where it has none.
+def _load(from_format: str, input_path: str, model: str, config_file: str | None,
+          tokenizer_overrides: dict | None = None):
+    """(model, labels, vocab file, tokenizer settings, why a vocabulary found is left out)
+    of the input; None where it has none.
 
     The one loader reads it (`model_loading.load_checkpoint` with the format named); a
     vocabulary found with the weights (vocab.txt, or transformers 5's tokenizer.json) must
-    fit the model's embedding table."""
+    fit the model's embedding table. `tokenizer_overrides` (`overrides_from_flags`): the
+    casing flags given, the settings of a Google checkpoint's vocabulary.
+
+    Raises:
+      ValueError: a Google task model with a vocabulary and no casing flag (before, it was
+        written with do_lower_case=true, whatever its vocabulary's case).
+    """
     prefix = checkpoints.google_checkpoint_prefix(input_path) if from_format == "google" else None
     if prefix is not None and model != "encoder":
         others = checkpoints.google_heads_left_out(checkpoints.read_google_checkpoint_names(prefix))
@@ -105,6 +118,18 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
     if ckpt.vocab_file:
         ckpt.vocabulary()
     settings = ckpt.saved_tokenizer[0] if ckpt.saved_tokenizer else None
+    overrides = tokenizer_overrides or {}
+    if settings is not None and overrides:
+        settings = settings.with_overrides(overrides, ckpt.saved_tokenizer[1],
+                                           warn=logging.warning)
+    elif settings is None and ckpt.vocab_file and overrides:
+        settings = tokenizer_config.TokenizerConfig().with_overrides(overrides, None)
+    if (settings is None and ckpt.form == "google" and ckpt.vocab_file
+            and isinstance(ckpt.model, checkpoints.TASK_MODELS)):
+        raise ValueError(
+            f"--input {input_path}: a Google checkpoint records no tokenizer casing, and its "
+            f"{type(ckpt.model).__name__} is written with {ckpt.vocab_file}: pass "
+            "--do_lower_case=true or --do_lower_case=false, as to the tool that trained it")
     if settings is None and ckpt.form == "hf" and ckpt.vocab_file:
         # A transformers directory with vocab.txt and no tokenizer_config.json: transformers
         # tokenizes it with BertTokenizer's defaults, which go with its vocabulary (before,
@@ -112,20 +137,30 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
         settings = tokenizer_config.TokenizerConfig()
     if not isinstance(ckpt.model, checkpoints.TASK_MODELS):
         # An encoder or pretrainer carries its vocabulary where its tokenizer settings were
-        # saved with it (our layouts, transformers'): a Google checkpoint records no casing.
-        return ckpt.model, None, ckpt.vocab_file if settings else None, settings
-    return ckpt.model, ckpt.labels, ckpt.vocab_file, settings
+        # saved with it (our layouts, transformers'), or the casing flags give: a Google
+        # checkpoint records no casing.
+        if settings is None and ckpt.form == "google" and ckpt.vocab_file:
+            return ckpt.model, None, None, None, (
+                f"{ckpt.vocab_file} is left out: a Google checkpoint records no tokenizer "
+                "casing (pass --do_lower_case=true or false, as to the tool that trained "
+                "it, to write the vocabulary with its settings)")
+        return ckpt.model, None, ckpt.vocab_file if settings else None, settings, None
+    return ckpt.model, ckpt.labels, ckpt.vocab_file, settings, None
 
 
 def convert(from_format: str, to_format: str, input_path: str, output_path: str,
-            model: str = "auto", config_file: str | None = None):
+            model: str = "auto", config_file: str | None = None,
+            tokenizer_overrides: dict | None = None):
     """Loads weights in one format and writes them in another.
 
     Args:
       from_format, to_format: "google", "hf" or "keras".
       input_path, output_path: see the module docstring.
       model: "auto", "encoder" or "pretrainer".
-      config_file: bert_config.json for a Google input not beside its checkpoint.
+      config_file: bert_config.json for a Google input not beside its checkpoint (or a
+        .weights.h5 without one beside it).
+      tokenizer_overrides: the tokenizer settings given (`overrides_from_flags`): a Google
+        checkpoint's vocabulary is written only with them.
 
     Returns:
       (written path, the loaded model).
@@ -138,7 +173,7 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
     backends.check_backend()  # TensorFlow or JAX: other backends load these files wrongly
     checkpoints.check_output_free(to_format, output_path)
     return _convert(from_format, to_format, input_path, output_path,
-                    *_load(from_format, input_path, model, config_file))
+                    *_load(from_format, input_path, model, config_file, tokenizer_overrides))
 
 
 def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
@@ -167,10 +202,14 @@ def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
     return output_path
 
 
-def _warn_without_vocabulary(input_path, output_path, vocab_file) -> None:
+def _warn_without_vocabulary(input_path, output_path, vocab_file, left_out=None) -> None:
     """Before writing a transformers directory or our directory layout (a Google checkpoint
-    holds no vocabulary, nor a .keras file) from an input with none."""
-    if vocab_file is None and not output_path.endswith(".keras"):
+    holds no vocabulary, nor a .keras file) from an input with none (or whose vocabulary
+    is left out: `left_out` says why)."""
+    if vocab_file is None and not output_path.endswith(".keras") and left_out:
+        logging.warning("%s: %s will hold the weights without a vocabulary", left_out,
+                        output_path)
+    elif vocab_file is None and not output_path.endswith(".keras"):
         logging.warning("No vocab.txt found with --input %s: %s will hold the weights without "
                         "a vocabulary (transformers' AutoTokenizer and the fine-tuning tools "
                         "need one: copy the vocab.txt the model was trained with, and its "
@@ -178,10 +217,10 @@ def _warn_without_vocabulary(input_path, output_path, vocab_file) -> None:
 
 
 def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
-             settings):
+             settings, left_out):
     if not isinstance(loaded, checkpoints.TASK_MODELS):
         if to_format != "google":
-            _warn_without_vocabulary(input_path, output_path, vocab_file)
+            _warn_without_vocabulary(input_path, output_path, vocab_file, left_out)
         if to_format == "keras":
             return _save_keras_layout(loaded, output_path, vocab_file, settings), loaded
         tokenizer = (dict(vocab_file=vocab_file, settings=settings)
@@ -217,8 +256,10 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]}")
-    if _BERT_CONFIG_FILE.value and _FROM.value != "google":
-        raise app.UsageError("--bert_config_file applies only to --from=google")
+    if _BERT_CONFIG_FILE.value and _FROM.value == "hf":
+        raise app.UsageError("--bert_config_file applies to --from=google and --from=keras "
+                             "(a .weights.h5 without bert_config.json beside it); a "
+                             "transformers directory holds its config.json")
     from data_prep import cli
 
     if len(_INPUT.value or []) != 1:
@@ -226,7 +267,8 @@ def main(argv):
 
     def body() -> int:
         written, model = convert(_FROM.value, _TO.value, _INPUT.value[0], _OUTPUT.value,
-                                 _MODEL.value, _BERT_CONFIG_FILE.value)
+                                 _MODEL.value, _BERT_CONFIG_FILE.value,
+                                 tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))
         labels = f", {model.num_classes} labels" if hasattr(model, "num_classes") else ""
         print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
               f"{model.count_params():,} parameters{labels}) as {_TO.value}: {written}")

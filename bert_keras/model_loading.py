@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import glob
 import os
 import re
 import tempfile
@@ -350,6 +351,13 @@ _OTHER_HF_WEIGHTS = (
 
 
 def _expected_forms(path: str, fmt: str | None) -> str:
+    if fmt in (None, "google") and os.path.isdir(path):
+        indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
+        if len(indexes) > 1:  # (google_checkpoint_prefix reads the one named, or the only)
+            names = [os.path.basename(p)[: -len(".index")] for p in indexes]
+            return (f"{path} holds {len(names)} TF checkpoints ({', '.join(names[:4])}"
+                    f"{' ...' if len(names) > 4 else ''}) and no checkpoint file naming one: "
+                    f"pass the prefix of the one to read ({os.path.join(path, names[-1])})")
     if fmt in (None, "hf") and os.path.isdir(path):
         for name, why in _OTHER_HF_WEIGHTS:
             if os.path.isfile(os.path.join(path, name)):

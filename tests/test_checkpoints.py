@@ -541,3 +541,62 @@ def test_a_google_checkpoint_says_what_googles_code_cannot_run(tmp_path, caplog)
     with caplog.at_level("WARNING"):
         save_google_checkpoint(BertEncoder(**TINY), str(tmp_path / "plain" / "bert_model.ckpt"))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_google_checkpoints_vocabulary_is_written_only_with_the_casing_given(tmp_path,
+                                                                                caplog):
+    """A Google checkpoint records no tokenizer casing. A run_squad model converted with the
+    vocab.txt beside it was written with do_lower_case=true, whatever its vocabulary's case,
+    without a word: a cased model lowercased from then on (transformers' AutoTokenizer on
+    the --to=hf output, the fine-tuning tools on --to=keras). Now its casing is given with
+    Google's --do_lower_case (or the conversion is refused, naming the flag); an encoder's
+    vocabulary is left out without it, as before, saying why and what keeps it."""
+    from bert_keras.convert_checkpoint import convert
+    from test_export import write_vocab
+
+    encoder = randomize(BertEncoder(**TINY), seed=5)
+    prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "bert_model.ckpt"))
+    write_vocab(tmp_path / "enc" / "vocab.txt")
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
+    tensors["cls/squad/output_weights"] = np.ones((2, H), np.float32)
+    tensors["cls/squad/output_bias"] = np.zeros(2, np.float32)
+    squad = write_tf1_checkpoint(str(tmp_path / "squad" / "model.ckpt-3"), tensors,
+                                 google_config())
+    write_vocab(tmp_path / "squad" / "vocab.txt")
+    for to in ("keras", "hf"):
+        with pytest.raises(ValueError, match=r"a Google checkpoint records no tokenizer casing, "
+                                             r"and its BertSpanQA is written with .*vocab.txt: "
+                                             r"pass --do_lower_case=true or --do_lower_case"):
+            convert("google", to, squad, str(tmp_path / f"refused_{to}"))
+        assert not os.path.exists(tmp_path / f"refused_{to}")
+        out = tmp_path / f"cased_{to}"
+        convert("google", to, squad, str(out), tokenizer_overrides={"do_lower_case": False})
+        settings = json.loads((out / "tokenizer_config.json").read_text())
+        assert settings["do_lower_case"] is False, settings
+    caplog.set_level("WARNING")
+    convert("google", "hf", prefix, str(tmp_path / "encoder_hf"))
+    assert not (tmp_path / "encoder_hf" / "vocab.txt").exists()
+    assert "vocab.txt is left out: a Google checkpoint records no tokenizer casing (pass " \
+           "--do_lower_case=true or false" in caplog.text
+    assert "No vocab.txt found" not in caplog.text
+    convert("google", "hf", prefix, str(tmp_path / "encoder_cased"),
+            tokenizer_overrides={"do_lower_case": False})
+    assert (tmp_path / "encoder_cased" / "vocab.txt").exists()
+    assert json.loads((tmp_path / "encoder_cased" / "tokenizer_config.json").read_text())[
+        "do_lower_case"] is False
+
+
+def test_a_directory_of_several_google_checkpoints_says_which_to_name(tmp_path):
+    """Two TF1 checkpoints in a directory without a `checkpoint` file: the loader said the
+    directory "is not a recognised checkpoint"; it names them and what to pass."""
+    from bert_keras.model_loading import CheckpointError
+
+    encoder = randomize(BertEncoder(**TINY), seed=6)
+    for step in (1, 2):
+        save_google_checkpoint(encoder, str(tmp_path / "run" / f"model.ckpt-{step}"))
+    with pytest.raises(CheckpointError, match=r"run holds 2 TF checkpoints \(model.ckpt-1, "
+                                              r"model.ckpt-2\) and no checkpoint file naming "
+                                              r"one: pass the prefix of the one to read "
+                                              r"\(.*run/model.ckpt-2\)"):
+        load_checkpoint(str(tmp_path / "run"))

@@ -95,6 +95,19 @@ def test_cli_converts_and_reports_errors_without_traceback(tmp_path, keras_file)
     assert result.returncode == 1
     assert "refusing to overwrite" in result.stderr and "model.ckpt.index" in result.stderr
     assert "Traceback" not in result.stderr
+    # A .weights.h5 without bert_config.json beside it: the loader asks for
+    # --bert_config_file, which the tool refused but for --from=google.
+    weights = tmp_path / "alone" / "pretrainer.weights.h5"
+    weights.parent.mkdir()
+    model.save_weights(str(weights))
+    args = ("--from=keras", "--to=hf", f"--input={weights}")
+    result = run_cli(*args, f"--output={tmp_path / 'hf_refused'}")
+    assert result.returncode == 1 and "pass --bert_config_file" in result.stderr, result.stderr
+    config = tmp_path / "alone" / "config_elsewhere.json"
+    model.encoder.to_bert_config().to_json_file(config)
+    result = run_cli(*args, f"--output={tmp_path / 'hf'}", f"--bert_config_file={config}")
+    assert result.returncode == 0, result.stderr
+    assert_weights_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
 
 
 def test_google_config_elsewhere(tmp_path, keras_file):

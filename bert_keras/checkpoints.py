@@ -473,9 +473,11 @@ def _warn_where_google_differs(config: BertConfig, config_file: str) -> None:
     """The settings a Google checkpoint holds that Google's own code cannot run (bert-keras
     and transformers read them)."""
     if config.hidden_act not in GOOGLE_ACTIVATIONS:
-        logging.warning("%s: hidden_act %r, which Google's modeling.py refuses (it knows %s); "
+        same = (" (its \"gelu\" is this tanh approximation since 2019: name it so for "
+                "Google's code)" if config.hidden_act == "gelu_new" else "")
+        logging.warning("%s: hidden_act %r, which Google's modeling.py refuses (it knows %s)%s; "
                         "bert-keras and transformers read it", config_file, config.hidden_act,
-                        ", ".join(GOOGLE_ACTIVATIONS))
+                        ", ".join(GOOGLE_ACTIVATIONS), same)
     if config.layer_norm_eps != GOOGLE_LAYER_NORM_EPS:
         logging.warning("%s: layer_norm_eps %g, where Google's modeling.py always uses %g; "
                         "bert-keras and transformers read it", config_file,

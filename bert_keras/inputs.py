@@ -149,6 +149,11 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int |
     return next(iter(compressions), "")
 
 
+class NoRecordsError(ValueError):
+    """The data files hold no record at all: a repeated pipeline over them never yields one
+    (`pretraining_dataset`'s, and so fit, would wait forever)."""
+
+
 def check_integrity(files, skip_damaged: bool = False, warn=None) -> list[str]:
     """Checks that every file is whole: framing to its end, record count against its sidecar.
 
@@ -170,15 +175,16 @@ def check_integrity(files, skip_damaged: bool = False, warn=None) -> list[str]:
       data_prep.features.DamagedDataError (a ValueError): the first damaged file, naming it,
         what is wrong and the records expected and found; or, with `skip_damaged`, every
         file is damaged.
+      NoRecordsError: the files to read hold no record.
     """
     if warn is None:
         from absl import logging
 
         warn = logging.warning
-    sound, damaged = [], []
+    sound, damaged, records = [], [], 0
     for path in files:
         try:
-            features.check_shard(path, features.read_sidecar(path))
+            records += features.check_shard(path, features.read_sidecar(path)).records
         except features.DamagedDataError as e:
             if not skip_damaged:
                 raise
@@ -190,6 +196,9 @@ def check_integrity(files, skip_damaged: bool = False, warn=None) -> list[str]:
         raise features.DamagedDataError(
             f"all {len(files)} data files are damaged (the first: {damaged[0]}); nothing is "
             "left to read")
+    if sound and not records:
+        names = ", ".join(sound[:3]) + (" ..." if len(sound) > 3 else "")
+        raise NoRecordsError(f"no record in {names}; expected pretraining instances")
     return sound
 
 

@@ -412,13 +412,15 @@ def _sound_files(flag: str, paths: list[str], skip_damaged: bool) -> list[str]:
 
     Raises:
       PretrainingError: a damaged shard (without --skip_damaged_shards), naming the file, the
-        records expected and found, and both ways on.
+        records expected and found, and both ways on; or shards holding no record at all.
     """
-    from bert_keras.inputs import check_integrity
+    from bert_keras.inputs import NoRecordsError, check_integrity
     from data_prep.features import DamagedDataError
 
     try:
         return check_integrity(paths, skip_damaged=skip_damaged, warn=logging.warning)
+    except NoRecordsError as e:  # Before, fit waited for a first batch forever.
+        raise PretrainingError(f"--{flag}: {e}") from None
     except DamagedDataError as e:
         how = ("rewrite it (rerun create_pretraining_data with the same flags) or pass "
                "--skip_damaged_shards to train without it" if not skip_damaged else

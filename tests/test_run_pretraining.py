@@ -570,6 +570,38 @@ def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):
     assert (tmp_path / "out" / "encoder").is_dir()
 
 
+def test_data_without_a_record_is_refused_not_waited_on(data, tmp_path):
+    """Shards holding no record (a sidecar saying 0, or none): the repeated pipeline never
+    yielded a batch, so fit spun at 100% CPU forever, deaf to Ctrl-C, after writing
+    run_config.json and logs/. Refused in one line before anything is written; an empty
+    shard beside others is read as before."""
+    import shutil
+
+    import tensorflow as tf
+
+    empty = tmp_path / "empty-0.tfrecord"
+    with tf.io.TFRecordWriter(str(empty)):
+        pass
+    bare = tmp_path / "bare" / "empty-1.tfrecord"
+    bare.parent.mkdir()
+    shutil.copy(empty, bare)
+    meta = json.loads((data["dir"] / "train-0.tfrecord.meta.json").read_text())
+    meta["shard"]["instances"] = 0
+    (tmp_path / "empty-0.tfrecord.meta.json").write_text(json.dumps(meta))
+    options = _options(data, tmp_path / "out", input_file=str(empty), num_train_steps=1,
+                       num_warmup_steps=0, save_checkpoints_steps=1)
+    for given in (str(empty), str(bare)):
+        with pytest.raises(PretrainingError, match=rf"^--input_file: no record in {given}; "
+                                                   r"expected pretraining instances$"):
+            train(dataclasses.replace(options, input_file=given))
+    with pytest.raises(PretrainingError, match=r"^--eval_input_file: no record in "):
+        train(dataclasses.replace(options, eval_input_file=str(empty),
+                                  input_file=str(data["dir"] / "train-0.tfrecord")))
+    assert not (tmp_path / "out").exists()
+    train(dataclasses.replace(options, input_file=f"{empty},{data['dir'] / 'train-0.tfrecord'}"))
+    assert (tmp_path / "out" / "encoder").is_dir()
+
+
 def _cli(args, **kwargs):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
     return subprocess.run([sys.executable, "-m", "bert_keras.run_pretraining", *args], cwd=REPO,

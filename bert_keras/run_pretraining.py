@@ -1137,7 +1137,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
 
     initial_epoch = done_steps // options.save_checkpoints_steps
     # Under the distribution's scope: on JAX, fit and evaluate shard each batch as they run.
-    with distribution.scope():
+    with distribution.scope(), _records_that_do_not_parse():
         logs = _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps,
                                  initial_epoch, epochs, steps_per_epoch,
                                  callbacks + list(extra_callbacks), chief)
@@ -1146,6 +1146,28 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         logging.info("Encoder for fine-tuning and export: %s", final)
     remove_backups(options.output_dir, distribution)
     return logs
+
+
+@contextlib.contextmanager
+def _records_that_do_not_parse():
+    """A record the checks before training cannot see (they read sidecars, each file's first
+    record and the record counts) that lacks a feature of Google's schema, or holds one at
+    another length, as one line: before, TensorFlow's parse error with its stack trace,
+    whenever training reached the record."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as e:
+        text = getattr(e, "message", str(e))
+        said = [line for line in text.splitlines() if "Feature: " in line]
+        if not said:
+            raise
+        raise PretrainingError(
+            f"--input_file/--eval_input_file: a record does not parse "
+            f"({said[0].split('Name: <unknown>, ')[-1].strip()}); every record must hold "
+            "the features of Google's schema at the data's lengths (rewrite the data with "
+            "create_pretraining_data)") from None
 
 
 def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, initial_epoch,

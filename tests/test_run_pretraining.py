@@ -602,6 +602,28 @@ def test_data_without_a_record_is_refused_not_waited_on(data, tmp_path):
     assert (tmp_path / "out" / "encoder").is_dir()
 
 
+def test_a_record_missing_a_feature_further_in_is_one_line(data, tmp_path):
+    """The checks before training read each file's first record (no sidecar here): a later
+    record without next_sentence_labels stopped training, when it was reached, with
+    TensorFlow's parse error and 40 lines of stack trace, naming no flag."""
+    import tensorflow as tf
+
+    path = tmp_path / "train.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, record in enumerate(tf.data.TFRecordDataset(str(data["dir"] / "train-0.tfrecord"))):
+            example = tf.train.Example.FromString(record.numpy())
+            if i == 9:
+                del example.features.feature["next_sentence_labels"]
+            writer.write(example.SerializeToString())
+    options = _options(data, tmp_path / "out", input_file=str(path), num_train_steps=4,
+                       num_warmup_steps=0, save_checkpoints_steps=4)
+    with pytest.raises(PretrainingError, match=r"^--input_file/--eval_input_file: a record does "
+                                               r"not parse \(Feature: next_sentence_labels "
+                                               r".*required but could not be found.*\); every "
+                                               r"record must hold the features"):
+        train(options)
+
+
 def _cli(args, **kwargs):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
     return subprocess.run([sys.executable, "-m", "bert_keras.run_pretraining", *args], cwd=REPO,

@@ -1206,6 +1206,75 @@ def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, in
 
 _FLAGS = cli.define_flags(PretrainingOptions)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# Google's run_pretraining.py flags that name no option here: its README's command runs as
+# written (`with_googles_flags` says what each becomes).
+_SAME_NAMES = {"allow_override": True, "module_name": cli.calling_module(1)}  # as define_flags
+_GOOGLE_FLAGS = {
+    "do_train": flags.DEFINE_bool("do_train", True, "Google's flag: true (this tool trains; "
+                                  "it has no evaluation-only run).", **_SAME_NAMES),
+    "do_eval": flags.DEFINE_bool("do_eval", False, "Google's flag: evaluate; without "
+                                 "--eval_input_file on --input_file, as Google's tool does.",
+                                 **_SAME_NAMES),
+    "iterations_per_loop": flags.DEFINE_integer(
+        "iterations_per_loop", None, "Google's flag: on TPUs --steps_per_execution; unused "
+        "elsewhere, as by Google's estimator.", **_SAME_NAMES),
+    "use_tpu": flags.DEFINE_bool("use_tpu", False, "Google's flag: "
+                                 "--distribution_strategy=tpu.", **_SAME_NAMES),
+    "tpu_name": flags.DEFINE_string("tpu_name", None, "Google's flag: --tpu.", **_SAME_NAMES),
+    "num_tpu_cores": flags.DEFINE_integer("num_tpu_cores", None, "Google's flag: unused (the "
+                                          "TPU's cores are found).", **_SAME_NAMES),
+    **{name: flags.DEFINE_string(name, None, "Google's flag: refused (pass --tpu=grpc://... "
+                                 "or run on the TPU VM).", **_SAME_NAMES)
+       for name in ("tpu_zone", "gcp_project", "master")},
+}
+
+
+def with_googles_flags(values: dict, given: dict) -> dict:
+    """`values` (flag name -> value) with Google's run_pretraining flags `given` (those on
+    the command line) turned into this tool's.
+
+    Raises:
+      PretrainingError: a flag asking for what this tool does otherwise, naming the way.
+    """
+    values = dict(values)
+    if given.get("do_train") is False:
+        raise PretrainingError("--do_train=false: run_pretraining always trains (it has no "
+                               "evaluation-only run); --eval_input_file evaluates after every "
+                               "checkpoint interval and at the end")
+    if given.get("do_eval") is False and values.get("eval_input_file"):
+        raise PretrainingError("--do_eval=false with --eval_input_file: drop one (evaluation "
+                               "runs where --eval_input_file is given)")
+    if given.get("do_eval") and not values.get("eval_input_file"):
+        logging.warning("--do_eval without --eval_input_file: evaluating on --input_file, the "
+                        "training data, as Google's run_pretraining does; held-out data as "
+                        "--eval_input_file measures more")
+        values["eval_input_file"] = values["input_file"]
+    refused = [name for name in ("tpu_zone", "gcp_project", "master") if given.get(name)]
+    if refused:
+        raise PretrainingError(f"--{refused[0]}: bert-keras resolves no Cloud TPU by name; pass "
+                               "--tpu=grpc://HOST:PORT, or run on the TPU VM (--tpu=local)")
+    strategy = values.get("distribution_strategy") or "default"
+    if given.get("use_tpu"):
+        if strategy not in ("default", "tpu"):
+            raise PretrainingError(f"--use_tpu with --distribution_strategy={strategy}: drop "
+                                   "one (--use_tpu is --distribution_strategy=tpu)")
+        values["distribution_strategy"] = strategy = "tpu"
+    if given.get("tpu_name"):
+        if values.get("tpu") and values["tpu"] != given["tpu_name"]:
+            raise PretrainingError("--tpu_name and --tpu differ: drop one (--tpu_name is --tpu)")
+        values["tpu"] = given["tpu_name"]
+    loop = given.get("iterations_per_loop")
+    if loop is not None and strategy == "tpu":
+        if values.get("steps_per_execution", 1) not in (1, loop):
+            raise PretrainingError("--iterations_per_loop and --steps_per_execution differ: "
+                                   "drop one (--iterations_per_loop is --steps_per_execution "
+                                   "on TPUs)")
+        values["steps_per_execution"] = loop
+    elif loop is not None:
+        logging.info("--iterations_per_loop=%d: TPUs' host loop, not used with "
+                     "--distribution_strategy=%s (nor by Google's estimator off TPUs)", loop,
+                     strategy)
+    return values
 
 
 def main(argv):
@@ -1213,9 +1282,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     values = cli.values_from_flags(_FLAGS)
     values.update(tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))
+    given = {name: holder.value for name, holder in _GOOGLE_FLAGS.items() if holder.present}
 
     def body() -> int:
-        train(PretrainingOptions(**values))
+        train(PretrainingOptions(**with_googles_flags(values, given)))
         return 0
 
     # One line naming the file or flag, not a TensorFlow traceback.

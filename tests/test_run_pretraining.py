@@ -639,6 +639,58 @@ def test_cli_help():
         assert flag in result.stdout
 
 
+@pytest.mark.integration  # The tool in a fresh process: about 15 s on 2 cores.
+def test_googles_readme_command_runs_as_written(data, tmp_path):
+    """Google's run_pretraining README command (--do_train=True --do_eval=True, no held-out
+    file) stopped at `--do_train: unknown flag`. It trains and evaluates on --input_file,
+    as Google's tool does, saying so."""
+    out = tmp_path / "pretraining_output"
+    result = _cli([f"--input_file={data['train']}", f"--output_dir={out}", "--do_train=True",
+                   "--do_eval=True", f"--bert_config_file={data['config']}",
+                   f"--vocab_file={data['vocab']}", "--train_batch_size=8",
+                   f"--max_seq_length={S}", f"--max_predictions_per_seq={P}",
+                   "--num_train_steps=2", "--num_warmup_steps=1", "--learning_rate=2e-5",
+                   "--save_checkpoints_steps=2", "--max_eval_steps=2",
+                   "--iterations_per_loop=1000"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--do_eval without --eval_input_file: evaluating on --input_file" in result.stderr
+    assert json.loads((out / "eval_results.json").read_text())["global_step"] == 2
+
+
+def test_googles_flags_become_these_or_are_refused_naming_the_way():
+    """with_googles_flags: what each of Google's run_pretraining flags becomes."""
+    from bert_keras.run_pretraining import with_googles_flags
+
+    base = dict(input_file="train-*", eval_input_file=None, distribution_strategy="default",
+                tpu="", steps_per_execution=1)
+    assert with_googles_flags(base, {"do_train": True, "do_eval": False}) == base
+    assert with_googles_flags(base, {"do_eval": True})["eval_input_file"] == "train-*"
+    held_out = dict(base, eval_input_file="eval-*")
+    assert with_googles_flags(held_out, {"do_eval": True}) == held_out
+    tpu = with_googles_flags(base, {"use_tpu": True, "tpu_name": "grpc://10.0.0.2:8470",
+                                    "iterations_per_loop": 100, "num_tpu_cores": 8})
+    assert (tpu["distribution_strategy"], tpu["tpu"], tpu["steps_per_execution"]) == \
+        ("tpu", "grpc://10.0.0.2:8470", 100)
+    assert with_googles_flags(base, {"iterations_per_loop": 1000}) == base  # off TPUs
+    for given, said in [({"do_train": False}, r"--do_train=false: run_pretraining always trains"),
+                        ({"do_eval": False}, None),
+                        ({"tpu_zone": "us-central1-b"}, r"--tpu_zone: bert-keras resolves no "
+                                                        r"Cloud TPU by name; pass --tpu=grpc"),
+                        ({"use_tpu": True, "iterations_per_loop": 5}, None)]:
+        if said is None:
+            with_googles_flags(base, given)
+            continue
+        with pytest.raises(PretrainingError, match=said):
+            with_googles_flags(base, given)
+    with pytest.raises(PretrainingError, match=r"--do_eval=false with --eval_input_file"):
+        with_googles_flags(held_out, {"do_eval": False})
+    with pytest.raises(PretrainingError, match=r"--use_tpu with --distribution_strategy=mirrored"):
+        with_googles_flags(dict(base, distribution_strategy="mirrored"), {"use_tpu": True})
+    with pytest.raises(PretrainingError, match=r"--iterations_per_loop and --steps_per_execution"):
+        with_googles_flags(dict(base, steps_per_execution=4),
+                           {"use_tpu": True, "iterations_per_loop": 8})
+
+
 def _start(args, log, env=None):
     """run_pretraining with `args` in a fresh process (in `env`, else this one's), its stderr
     to the file `log` (what a failure shows if the run ends before a test can kill it)."""

@@ -600,18 +600,19 @@ def run(task: Task, values: dict) -> dict:
                                         train_results=summary)
         backup.remove_backups(out, distribution)  # the model is saved: they have served
         results["train"] = summary
-    # What each result is computed from, recorded with it: a run taking a finished model up
-    # takes up the results this command already wrote, and refuses others.
-    made_from = {split: _what_was_evaluated(task, common, opts, model, labels, features[split],
-                                            split)
-                 for split in ("eval", "predict") if split in features and chief}
-    if finished is not None:
-        results.update(_results_taken_up(task, common, opts, made_from))
     # Evaluation and prediction: every process on its own copy of the model (no collectives),
     # so all of them end together; the chief writes.
     # (On JAX's distributions a copy made from the config: float32 until put back under
     # --mixed_precision.)
     model = with_dtype_policy(distribution.on_one_device(model), common.mixed_precision)
+    # What each result is computed from, recorded with it: a run taking a finished model up
+    # takes up the results this command already wrote, and refuses others. (Of the copy on
+    # one device: a variable spread over processes is not readable from one.)
+    made_from = {split: _what_was_evaluated(task, common, opts, model, labels, features[split],
+                                            split)
+                 for split in ("eval", "predict") if split in features and chief}
+    if finished is not None:
+        results.update(_results_taken_up(task, common, opts, made_from))
     outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
     for split, writer in (("eval", task.evaluate), ("predict", task.write_predictions)):
         if split not in features or split in results:

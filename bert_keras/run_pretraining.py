@@ -362,7 +362,11 @@ def load_bert_config(options: PretrainingOptions, initial=None):
     from bert_keras.config import BertConfig
 
     if options.bert_config_file:
-        return BertConfig.from_json_file(options.bert_config_file)
+        try:
+            return BertConfig.from_json_file(options.bert_config_file)
+        except FileNotFoundError:  # config.py's message names the file, not the flag
+            raise PretrainingError(f"--bert_config_file {options.bert_config_file}: no such "
+                                   "file; expected a bert_config.json") from None
     if not options.preset:
         return initial.config
     overrides = {}

@@ -418,7 +418,7 @@ CASES = [
     ("run_pretraining-config-no-heads", "run_pretraining",
      PRE.replace("{F}/bert_config.json", "{F}/config_no_heads.json"), "config_no_heads.json"),
     ("run_pretraining-config-missing", "run_pretraining",
-     PRE.replace("{F}/bert_config.json", "{F}/nope.json"), "nope.json"),
+     PRE.replace("{F}/bert_config.json", "{F}/nope.json"), "--bert_config_file {F}/nope.json"),
     ("run_pretraining-seq-mismatch", "run_pretraining",
      PRE.replace("--max_seq_length=16", "--max_seq_length=32"), "max_seq_length"),
     ("run_pretraining-output-is-file", "run_pretraining",

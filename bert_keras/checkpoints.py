@@ -433,6 +433,11 @@ def check_output_free(fmt: str, path: str) -> None:
 # Google TF1 checkpoints
 
 
+def checkpoint_indexes(directory: str) -> list[str]:
+    """The `<prefix>.index` files of the TF checkpoints in `directory`, sorted."""
+    return sorted(glob.glob(os.path.join(glob.escape(directory), "*.index")))
+
+
 def google_checkpoint_prefix(path: str) -> str | None:
     """The TF1 checkpoint prefix `path` names, or None if it names none.
 
@@ -458,7 +463,7 @@ def google_checkpoint_prefix(path: str) -> str | None:
                 logging.warning("%s: its checkpoint file names %s, outside this directory; "
                                 "reading %s", path, named, local)
                 return local
-        indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
+        indexes = checkpoint_indexes(path)
         return indexes[0][: -len(".index")] if len(indexes) == 1 else None
     prefix = re.sub(r"\.(index|meta|data-\d{5}-of-\d{5})$", "", path)
     return prefix if os.path.exists(prefix + ".index") else None
@@ -495,7 +500,7 @@ def _checkpoint_prefix(path: str) -> str:
     if prefix is not None:
         return prefix
     if os.path.isdir(path):
-        indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
+        indexes = checkpoint_indexes(path)
         raise FileNotFoundError(
             f"{path}: expected one TF checkpoint (<prefix>.index + <prefix>.data-*) in this "
             f"directory, found {len(indexes)}: {[os.path.basename(p) for p in indexes]}"

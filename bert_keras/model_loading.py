@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import glob
 import os
 import re
 import tempfile
@@ -352,7 +351,7 @@ _OTHER_HF_WEIGHTS = (
 
 def _expected_forms(path: str, fmt: str | None) -> str:
     if fmt in (None, "google") and os.path.isdir(path):
-        indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.index")))
+        indexes = checkpoints.checkpoint_indexes(path)
         if len(indexes) > 1:  # (google_checkpoint_prefix reads the one named, or the only)
             names = [os.path.basename(p)[: -len(".index")] for p in indexes]
             return (f"{path} holds {len(names)} TF checkpoints ({', '.join(names[:4])}"

@@ -574,7 +574,15 @@ def test_a_google_checkpoints_vocabulary_is_written_only_with_the_casing_given(t
         convert("google", to, squad, str(out), tokenizer_overrides={"do_lower_case": False})
         settings = json.loads((out / "tokenizer_config.json").read_text())
         assert settings["do_lower_case"] is False, settings
+    # Given for an input that saved its settings, the flags override them, saying so.
     caplog.set_level("WARNING")
+    caplog.clear()
+    convert("keras", "hf", str(tmp_path / "cased_keras"), str(tmp_path / "lowered"),
+            tokenizer_overrides={"do_lower_case": True})
+    assert json.loads((tmp_path / "lowered" / "tokenizer_config.json").read_text())[
+        "do_lower_case"] is True
+    assert "--do_lower_case=true overrides the tokenizer settings saved in" in caplog.text
+    caplog.clear()
     convert("google", "hf", prefix, str(tmp_path / "encoder_hf"))
     assert not (tmp_path / "encoder_hf" / "vocab.txt").exists()
     assert "vocab.txt is left out: a Google checkpoint records no tokenizer casing (pass " \

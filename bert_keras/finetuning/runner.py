@@ -608,9 +608,10 @@ def run(task: Task, values: dict) -> dict:
     # What each result is computed from, recorded with it: a run taking a finished model up
     # takes up the results this command already wrote, and refuses others. (Of the copy on
     # one device: a variable spread over processes is not readable from one.)
-    made_from = {split: _what_was_evaluated(task, common, opts, model, labels, features[split],
-                                            split)
-                 for split in ("eval", "predict") if split in features and chief}
+    splits = [split for split in ("eval", "predict") if split in features and chief]
+    weights = _weights_described(model) if splits else None
+    made_from = {split: _what_was_evaluated(task, common, opts, weights, labels,
+                                            features[split], split) for split in splits}
     if finished is not None:
         results.update(_results_taken_up(task, common, opts, made_from))
     outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
@@ -795,11 +796,19 @@ MADE_FROM = "made_from"  # in eval_results.json and predict_results.json
 _RESULT_FLAGS = ("max_seq_length", "eval_batch_size", "mixed_precision")
 
 
-def _what_was_evaluated(task: Task, common: FinetuneOptions, opts, model, labels,
+def _weights_described(model) -> str:
+    """A model's weights in `_what_was_evaluated`'s record: their count and CRC."""
+    from bert_keras.distribute import digest
+
+    return f"{len(model.weights)} arrays, CRC {digest(*model.weights):08x}"
+
+
+def _what_was_evaluated(task: Task, common: FinetuneOptions, opts, weights: str, labels,
                         data: Features, split: str) -> dict:
-    """What a split's results are computed from, as their JSON record reads back: digests
-    of the model's weights and of the split's features, the labels, and the flags (the
-    task's, less the input files, which count by the features) that change the results."""
+    """What a split's results are computed from, as their JSON record reads back: the
+    model's weights (`_weights_described`), a digest of the split's features, the labels,
+    and the flags (the task's, less the input files, which count by the features) that
+    change the results."""
     from bert_keras.distribute import digest
 
     flags = {name: getattr(common, name) for name in _RESULT_FLAGS}
@@ -807,7 +816,7 @@ def _what_was_evaluated(task: Task, common: FinetuneOptions, opts, model, labels
                   if not f.name.endswith("_file") and f.name != "data_dir"})
     arrays = [data.arrays[name] for name in sorted(data.arrays)]
     return json.loads(json.dumps({
-        "model": f"{len(model.weights)} arrays, CRC {digest(*model.weights):08x}",
+        "model": weights,
         "labels": labels, "flags": flags,
         f"{split} data": f"{len(arrays[0]) if arrays else 0} features, CRC "
                          f"{digest(*arrays):08x}"}, default=str))

@@ -76,7 +76,7 @@ def test_cli_help_and_unknown_flag():
     result = run_cli("--help")  # absl prints the help and exits with status 1
     assert "--from=google --to=hf \\\n" in result.stdout
     for flag in ("--from: <google|hf|keras>", "--to", "--input", "--output", "--model",
-                 "--bert_config_file"):
+                 "--bert_config_file", "--[no]do_lower_case", "--strip_accents"):
         assert flag in result.stdout
     result = run_cli("--from=hf", "--to=google", "--input=a", "--output=b", "--frobnicate=1")
     assert result.returncode != 0 and "error: --frobnicate: unknown flag" in result.stderr

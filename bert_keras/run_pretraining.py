@@ -45,6 +45,10 @@ Layout of --output_dir:
                               else the flags
     eval_results.json         final held-out metrics (if --eval_input_file)
 
+--do_train=false --do_eval (Google's evaluation-only run) evaluates --init_checkpoint's
+model (else --output_dir's finished run) on --eval_input_file, else --input_file, and
+writes only output_dir/eval_results.json (docs/pretraining.md).
+
 Resumption: rerunning the same command after a crash (even kill -9, at any moment: during
 a step, an evaluation or a backup write) resumes from the last backup. Epochs are checkpoint
 intervals (`save_checkpoints_steps` optimizer steps; the last one is shorter when it does
@@ -163,6 +167,8 @@ class PretrainingOptions(DistributionOptions):
     strip_accents: bool | None = None
     tokenize_chinese_chars: bool | None = None
     verbose: int | str = "auto"  # Keras progress: "auto" = bar on a terminal, lines otherwise.
+    # False: evaluate a trained model only (Google's --do_train=false; `evaluate`).
+    do_train: bool = True
     autotune: bool = True  # tf.data autotuning (tests turn it off; docs/DESIGN.md section 9).
 
     # Fields that may differ between the first run and a resumed one.
@@ -192,7 +198,8 @@ class PretrainingOptions(DistributionOptions):
                 raise PretrainingError(f"--{name} is required")
         if self.bert_config_file is not None and self.preset is not None:
             raise PretrainingError("give only one of --bert_config_file and --preset")
-        if self.bert_config_file is None and self.preset is None and not self.init_checkpoint:
+        if (self.bert_config_file is None and self.preset is None and not self.init_checkpoint
+                and self.do_train):  # an evaluation may read --output_dir's model
             raise PretrainingError("give --bert_config_file or --preset (or --init_checkpoint, "
                                    "whose model config is then used)")
         if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
@@ -484,18 +491,20 @@ def tokenizer_settings(options: PretrainingOptions, input_files: list[str], init
                                     warn=logging.warning)
 
 
-def load_initial_weights(path: str, bert_config_file: str | None = None):
+def load_initial_weights(path: str, bert_config_file: str | None = None, want: str = "auto",
+                         flag: str = "--init_checkpoint"):
     """Loads --init_checkpoint (any form `model_loading` accepts) as a
     `model_loading.Checkpoint`: its model is a pretrainer when the checkpoint has pretraining
     heads (a run's output_dir, a pretrainer's .weights.h5 or .keras file, Google's and
     Hugging Face's pretraining checkpoints, BertForMaskedLM's masked LM alone), else an
-    encoder (or a fine-tuned model, whose encoder is used)."""
+    encoder (or a fine-tuned model, whose encoder is used); want="pretrainer" requires the
+    heads. Errors name `flag`."""
     from bert_keras import checkpoints, model_loading
 
     try:
-        return model_loading.load_checkpoint(path, bert_config_file)
+        return model_loading.load_checkpoint(path, bert_config_file, want=want)
     except (model_loading.CheckpointError, checkpoints.WeightLoadError, FileNotFoundError) as e:
-        raise PretrainingError(f"--init_checkpoint {e}") from None
+        raise PretrainingError(f"{flag} {e}") from None
 
 
 # What makes a model of one config compute another function or hold other shapes.
@@ -742,6 +751,8 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
     backends.check_backend()  # TensorFlow or JAX, else one line naming them
     options.validate()
     with _op_determinism(options.deterministic):
+        if not options.do_train:
+            return _evaluate(options)
         return _train(options, extra_callbacks)
 
 
@@ -873,6 +884,20 @@ def _read_inputs(options: PretrainingOptions, initial=None):
                              settings, settings_source)
 
 
+def _with_vocabulary(options: PretrainingOptions, initial) -> PretrainingOptions:
+    """`options` with --vocab_file, where it is not given, found: --init_checkpoint's
+    vocab.txt (`initial`), or the data's where that one extends it (checked against the
+    data's like --vocab_file), else the one the data's sidecars name."""
+    if (initial is not None and not options.vocab_file and initial.vocab_file
+            and initial.vocab_file == initial.vocab_source):
+        options = dataclasses.replace(
+            options, vocab_file=_vocabulary_with_the_checkpoint(options, initial))
+    if not options.vocab_file:
+        _, options = _vocabulary_of_the_data(options, say_missing=initial is None or
+                                             options.do_train)
+    return options
+
+
 def _vocabulary_with_the_checkpoint(options: PretrainingOptions, initial) -> str:
     """Without --vocab_file: --init_checkpoint's vocab.txt, or the one the data's sidecars
     name where the data was made with that one edited as --vocab_file may edit it ([unused]
@@ -899,17 +924,20 @@ def _vocabulary_with_the_checkpoint(options: PretrainingOptions, initial) -> str
     return initial.vocab_file
 
 
-def _vocabulary_of_the_data(options: PretrainingOptions):
+def _vocabulary_of_the_data(options: PretrainingOptions, say_missing: bool = True):
     """Without --vocab_file (Google's run_pretraining has none) nor one found with
     --init_checkpoint: the vocab.txt the data's sidecars name, where it is still the file
     the data was made with, so that encoder/ holds the vocabulary and its tokenizer
-    settings the fine-tuning tools and exports read. Returns (the file or None, options)."""
+    settings the fine-tuning tools and exports read. Returns (the file or None, options);
+    `say_missing`: warn when there is none."""
     from data_prep import features
 
     found = features.data_vocab_file(_expand_flag("input_file", options.input_file))
     if found:
         logging.info("Vocabulary: %s, named by the data's sidecars (its sha256 matches)", found)
         return found, dataclasses.replace(options, vocab_file=found)
+    if not say_missing:
+        return None, options
     logging.warning("No vocabulary: without --vocab_file (the one given to "
                     "create_pretraining_data), %s/ gets no vocab.txt nor tokenizer settings, "
                     "and the fine-tuning tools and exports will need --vocab_file and the "
@@ -992,14 +1020,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         # first backup starts again from it.
         initial = (load_initial_weights(options.init_checkpoint, options.bert_config_file)
                    if options.init_checkpoint else None)
-        if (initial is not None and not options.vocab_file and initial.vocab_file
-                and initial.vocab_file == initial.vocab_source):
-            # Its vocab.txt, or the data's where that one extends it (checked against the
-            # data's like --vocab_file), goes into encoder/.
-            options = dataclasses.replace(
-                options, vocab_file=_vocabulary_with_the_checkpoint(options, initial))
-        if not options.vocab_file:
-            _, options = _vocabulary_of_the_data(options)
+        options = _with_vocabulary(options, initial)
         config, options, data = _read_inputs(options, initial)
         (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
          settings_source) = data
@@ -1121,14 +1142,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
             input_context=context, autotune=options.autotune,
             skip_batches=done_steps * accumulation * replicas_per_pipeline, masking=masking)
 
-    def eval_input(context):
-        per_replica = context.get_per_replica_batch_size(options.eval_batch_size)
-        # Repeated, so every worker runs exactly max_eval_steps (uneven shards would hang
-        # the collectives of a multi-worker evaluation).
-        return pretraining_dataset(
-            eval_files, per_replica, options.max_seq_length,
-            eval_predictions, is_training=False, repeat=True,
-            input_context=context, autotune=options.autotune, masking=eval_masking)
+    eval_input = _eval_input(options, eval_files, eval_predictions, eval_masking)
 
     # Building the pipelines checks the data (sidecars, shapes) before anything slow runs.
     try:
@@ -1150,6 +1164,108 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         logging.info("Encoder for fine-tuning and export: %s", final)
     remove_backups(options.output_dir, distribution)
     return logs
+
+
+def _eval_input(options: PretrainingOptions, eval_files, eval_predictions, eval_masking):
+    """The held-out input function for `distribute_datasets_from_function`."""
+    from bert_keras.inputs import pretraining_dataset
+
+    def eval_input(context):
+        per_replica = context.get_per_replica_batch_size(options.eval_batch_size)
+        # Repeated, so every worker runs exactly max_eval_steps (uneven shards would hang
+        # the collectives of a multi-worker evaluation).
+        return pretraining_dataset(
+            eval_files, per_replica, options.max_seq_length,
+            eval_predictions, is_training=False, repeat=True,
+            input_context=context, autotune=options.autotune, masking=eval_masking)
+
+    return eval_input
+
+
+EVAL_RESULTS_FILE = "eval_results.json"
+
+
+def _evaluate(options: PretrainingOptions) -> dict:
+    """Google's --do_train=false --do_eval: evaluates a trained model (--init_checkpoint, else
+    --output_dir's finished run) on --eval_input_file, else --input_file, for
+    --max_eval_steps batches; writes output_dir/eval_results.json (never over one) and
+    returns the metrics. Nothing else is written."""
+    import keras
+
+    from bert_keras import backends
+    from bert_keras.losses import pretraining_losses_and_metrics
+    from bert_keras.pretrainer import BertPretrainer
+
+    distribution = options.distribution()
+    chief = distribution.is_chief
+    distribution.check_same_flags(dataclasses.asdict(options))
+    out = options.output_dir
+    target = os.path.join(out, EVAL_RESULTS_FILE)
+    model_path = options.init_checkpoint or out
+    with distribution.stop_together():
+        if chief and os.path.exists(target):
+            raise files.OutputExistsError(
+                f"--output_dir {out} already holds {EVAL_RESULTS_FILE}; choose another "
+                "--output_dir for this evaluation (the model is read from --init_checkpoint)")
+        if chief and os.path.isfile(os.path.join(out, files.RUN_CONFIG_FILE)) and \
+                not os.path.isdir(os.path.join(out, files.ENCODER_DIR)):
+            raise PretrainingError(
+                f"--output_dir {out} holds a pretraining run that has not finished; rerun its "
+                "command to complete it, or choose another --output_dir for this evaluation")
+        if not options.init_checkpoint and not os.path.isdir(
+                os.path.join(out, files.ENCODER_DIR)):
+            raise PretrainingError(
+                "--do_train=false evaluates a trained model: give it as --init_checkpoint (a "
+                "run's output_dir, a pretrainer's .weights.h5, Google's bert_model.ckpt, a "
+                "transformers BertForPreTraining directory), or an --output_dir holding a "
+                "finished run")
+        initial = load_initial_weights(
+            model_path, options.bert_config_file, want="pretrainer",
+            flag="--init_checkpoint" if options.init_checkpoint else "--output_dir")
+        next_sentence = bool(initial.model.next_sentence)
+        nsp = next_sentence and options.next_sentence_prediction
+        # The evaluated data is --eval_input_file, else --input_file (Google's eval-only run).
+        options = dataclasses.replace(
+            options, input_file=options.eval_input_file or options.input_file,
+            eval_input_file=None, next_sentence_prediction=nsp,
+            init_checkpoint=model_path)
+        options = _with_vocabulary(options, initial)
+        config, options, data = _read_inputs(options, initial)
+        eval_files, _, masking, _, predictions, settings, _ = data
+    distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial))
+    logging.info("Evaluating %s (%s) on %s: %d batches of %d", model_path,
+                 "masked LM and next sentence" if nsp else "masked LM",
+                 options.input_file, options.max_eval_steps, options.eval_batch_size)
+    keras.utils.set_random_seed(options.seed)
+    keras.mixed_precision.set_global_policy(options.mixed_precision)
+    with distribution.scope():
+        # The loaded model's heads (an NSP head not evaluated with
+        # --next_sentence_prediction=false, as a training run keeps it).
+        pretrainer = BertPretrainer.from_bert_config(config, next_sentence=next_sentence)
+        pretrainer.compile(jit_compile=options.jit_compile,
+                           **pretraining_losses_and_metrics(mlm_only=not nsp))
+        backends.compile_steps_on_jax(pretrainer)
+        logging.info("Model: %s", apply_initial_weights(initial, pretrainer, model_path))
+    initial = None
+    try:
+        eval_data = distribution.distribute_datasets_from_function(
+            _eval_input(options, eval_files, predictions, masking))
+    except ValueError as e:
+        raise PretrainingError(str(e)) from None
+    with distribution.scope(), _records_that_do_not_parse():
+        results = pretrainer.evaluate(
+            eval_data, steps=options.max_eval_steps, return_dict=True,
+            verbose=options.verbose if options.verbose != "auto" else (
+                1 if sys.stdout.isatty() else 2))
+    results = {k: float(v) for k, v in results.items()}
+    if chief:
+        record = {**results, "init_checkpoint": model_path, "input_file": options.input_file,
+                  "eval_steps": options.max_eval_steps,
+                  "eval_batch_size": options.eval_batch_size}
+        files.write_json(target, record, overwrite=False)
+        logging.info("Evaluation: %s -> %s", "  ".join(
+            f"{k} {v:.4f}" for k, v in sorted(results.items())), target)
+    return results
 
 
 @contextlib.contextmanager
@@ -1214,8 +1330,11 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 # written (`with_googles_flags` says what each becomes).
 _SAME_NAMES = {"allow_override": True, "module_name": cli.calling_module(1)}  # as define_flags
 _GOOGLE_FLAGS = {
-    "do_train": flags.DEFINE_bool("do_train", True, "Google's flag: true (this tool trains; "
-                                  "it has no evaluation-only run).", **_SAME_NAMES),
+    "do_train": flags.DEFINE_bool(
+        "do_train", True, "Google's flag: train. false (with --do_eval): evaluate "
+        "--init_checkpoint's model (else --output_dir's finished run) on --eval_input_file, "
+        "else --input_file, for --max_eval_steps batches into output_dir/eval_results.json.",
+        **_SAME_NAMES),
     "do_eval": flags.DEFINE_bool("do_eval", False, "Google's flag: evaluate; without "
                                  "--eval_input_file on --input_file, as Google's tool does.",
                                  **_SAME_NAMES),
@@ -1242,9 +1361,11 @@ def with_googles_flags(values: dict, given: dict) -> dict:
     """
     values = dict(values)
     if given.get("do_train") is False:
-        raise PretrainingError("--do_train=false: run_pretraining always trains (it has no "
-                               "evaluation-only run); --eval_input_file evaluates after every "
-                               "checkpoint interval and at the end")
+        if not given.get("do_eval"):
+            raise PretrainingError("--do_train=false without --do_eval: nothing to do (give "
+                                   "--do_eval to evaluate --init_checkpoint's model)")
+        values["do_train"] = False  # `_evaluate`: --eval_input_file, else --input_file
+        return _with_tpu_flags(values, given)
     if given.get("do_eval") is False and values.get("eval_input_file"):
         raise PretrainingError("--do_eval=false with --eval_input_file: drop one (evaluation "
                                "runs where --eval_input_file is given)")
@@ -1253,6 +1374,11 @@ def with_googles_flags(values: dict, given: dict) -> dict:
                         "training data, as Google's run_pretraining does; held-out data as "
                         "--eval_input_file measures more")
         values["eval_input_file"] = values["input_file"]
+    return _with_tpu_flags(values, given)
+
+
+def _with_tpu_flags(values: dict, given: dict) -> dict:
+    """`with_googles_flags` for Google's TPU flags."""
     refused = [name for name in ("tpu_zone", "gcp_project", "master") if given.get(name)]
     if refused:
         raise PretrainingError(f"--{refused[0]}: bert-keras resolves no Cloud TPU by name; pass "
@@ -1296,7 +1422,8 @@ def main(argv):
     return cli.report_errors(body, (PretrainingError, StrategyError, FileNotFoundError,
                                     files.OutputExistsError), "run_pretraining",
                              on_interrupt="rerun the same command to resume from the newest "
-                                          "backup")
+                                          "backup" if given.get("do_train") is not False
+                             else None)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pretraining_data import write_dataset
 
 from bert_keras import BertEncoder, BertPretrainer
 from bert_keras.config import BertConfig
+from data_prep import files
 from bert_keras.run_pretraining import (PretrainingError, PretrainingOptions,
                                         load_initial_weights, train, apply_initial_weights)
 
@@ -310,6 +311,58 @@ def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(PretrainingError, match="not a recognised checkpoint"):
         load_initial_weights(str(data["dir"]))
+
+
+def test_evaluation_only_run_gives_the_training_runs_final_metrics(finished_run, data,
+                                                                   tmp_path):
+    """Google's --do_train=false --do_eval evaluates a trained model: here the finished run's
+    pretrainer, as a run directory, as Google's bert_model.ckpt and as --output_dir itself.
+    Its metrics equal those the training run's final evaluation wrote (same data, batches
+    and steps); before, --do_train=false was refused."""
+    from bert_keras import checkpoints
+
+    options, _ = finished_run
+    run = options.output_dir
+    expected = json.load(open(os.path.join(run, "eval_results.json")))
+    evaluation = dict(eval_input_file=data["eval"], eval_batch_size=4, max_eval_steps=2,
+                      do_train=False, bert_config_file=None, vocab_file=None)
+    trained = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+    trained.load_weights(os.path.join(run, "pretrainer.weights.h5"))
+    google = str(tmp_path / "google" / "bert_model.ckpt")
+    checkpoints.save_model(trained, "google", google)
+    for i, model in enumerate([run, google]):
+        out = tmp_path / f"eval{i}"
+        results = train(_options(data, out, **dict(
+            evaluation, init_checkpoint=model, bert_config_file=data["config"] if i else None)))
+        written = json.load(open(out / "eval_results.json"))
+        assert sorted(os.listdir(out)) == ["eval_results.json"]
+        assert written["init_checkpoint"] == model and written["eval_steps"] == 2
+        for name in ("loss", "mlm_logits_accuracy", "mlm_logits_loss", "nsp_logits_accuracy",
+                     "nsp_logits_loss"):
+            assert results[name] == written[name]
+            np.testing.assert_allclose(results[name], expected[name], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{model}: {name}")
+    # The masked LM alone, from the same model.
+    mlm = train(_options(data, tmp_path / "mlm", **dict(
+        evaluation, init_checkpoint=run, next_sentence_prediction=False)))
+    assert "nsp_logits_loss" not in mlm
+    np.testing.assert_allclose(mlm["mlm_logits_accuracy"], expected["mlm_logits_accuracy"],
+                               rtol=1e-5)
+    # The run's own --output_dir is the model where --init_checkpoint is not given; its
+    # eval_results.json is not overwritten.
+    with pytest.raises(files.OutputExistsError, match=r"--output_dir .* already holds "
+                                                      r"eval_results.json; choose another"):
+        train(_options(data, run, **evaluation))
+    assert json.load(open(os.path.join(run, "eval_results.json"))) == expected
+    # A model without pretraining heads has nothing to evaluate; nothing is written.
+    with pytest.raises(PretrainingError, match=r"--init_checkpoint .*encoder: holds a "
+                                               r"BertEncoder, not a BertPretrainer"):
+        train(_options(data, tmp_path / "enc", init_checkpoint=os.path.join(run, "encoder"),
+                       **evaluation))
+    with pytest.raises(PretrainingError, match=r"--do_train=false evaluates a trained model: "
+                                               r"give it as --init_checkpoint"):
+        train(_options(data, tmp_path / "none", **evaluation))
+    assert not os.path.exists(tmp_path / "enc") and not os.path.exists(tmp_path / "none")
 
 
 def test_continued_pretraining_from_a_google_checkpoint(finished_run, data, tmp_path):
@@ -654,7 +707,18 @@ def test_googles_readme_command_runs_as_written(data, tmp_path):
                    "--iterations_per_loop=1000"], timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--do_eval without --eval_input_file: evaluating on --input_file" in result.stderr
-    assert json.loads((out / "eval_results.json").read_text())["global_step"] == 2
+    trained = json.loads((out / "eval_results.json").read_text())
+    assert trained["global_step"] == 2
+    # Google's evaluation of a trained model: --do_train=false --do_eval on --input_file.
+    evaluated = tmp_path / "evaluation"
+    result = _cli([f"--input_file={data['train']}", f"--output_dir={evaluated}",
+                   "--do_train=false", "--do_eval=true", f"--init_checkpoint={out}",
+                   "--train_batch_size=8", f"--max_seq_length={S}",
+                   f"--max_predictions_per_seq={P}", "--max_eval_steps=2"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    again = json.loads((evaluated / "eval_results.json").read_text())
+    for name in ("mlm_logits_accuracy", "mlm_logits_loss", "nsp_logits_loss"):
+        np.testing.assert_allclose(again[name], trained[name], rtol=1e-5, err_msg=name)
 
 
 def test_googles_flags_become_these_or_are_refused_naming_the_way():
@@ -672,7 +736,9 @@ def test_googles_flags_become_these_or_are_refused_naming_the_way():
     assert (tpu["distribution_strategy"], tpu["tpu"], tpu["steps_per_execution"]) == \
         ("tpu", "grpc://10.0.0.2:8470", 100)
     assert with_googles_flags(base, {"iterations_per_loop": 1000}) == base  # off TPUs
-    for given, said in [({"do_train": False}, r"--do_train=false: run_pretraining always trains"),
+    assert with_googles_flags(base, {"do_train": False, "do_eval": True}) == \
+        dict(base, do_train=False)
+    for given, said in [({"do_train": False}, r"--do_train=false without --do_eval: nothing"),
                         ({"do_eval": False}, None),
                         ({"tpu_zone": "us-central1-b"}, r"--tpu_zone: bert-keras resolves no "
                                                         r"Cloud TPU by name; pass --tpu=grpc"),

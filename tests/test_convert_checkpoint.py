@@ -1,5 +1,6 @@
 """bert_keras.convert_checkpoint: format conversion, round trips, and the command line."""
 
+import json
 import os
 import subprocess
 import sys
@@ -108,6 +109,24 @@ def test_cli_converts_and_reports_errors_without_traceback(tmp_path, keras_file)
     result = run_cli(*args, f"--output={tmp_path / 'hf'}", f"--bert_config_file={config}")
     assert result.returncode == 0, result.stderr
     assert_weights_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
+    # A Google checkpoint with its vocab.txt records no casing: the command line's casing
+    # flags give it, as to Google's tools, and transformers' tokenizer_config.json says it.
+    vocab = os.path.join(os.path.dirname(out), "vocab.txt")
+    with open(vocab, "w") as f:
+        f.write("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] +
+                        [f"Tok{i}" for i in range(5, model.encoder.vocab_size)]))
+    for flags, lower in ((["--do_lower_case=false"], False),
+                         (["--do_lower_case=true", "--strip_accents=false"], True)):
+        hf = tmp_path / f"hf_lower_{lower}"
+        result = run_cli("--from=google", "--to=hf", f"--input={out}", f"--output={hf}",
+                         *flags)
+        assert result.returncode == 0, result.stderr
+        saved = json.loads((hf / "tokenizer_config.json").read_text())
+        assert saved["do_lower_case"] is lower, saved
+        assert (hf / "vocab.txt").read_text() == open(vocab).read()
+        settings = load_checkpoint(str(hf), fmt="hf").saved_tokenizer[0]
+        assert settings.do_lower_case is lower
+        assert settings.strip_accents is (None if not lower else False)
 
 
 def test_google_config_elsewhere(tmp_path, keras_file):

@@ -623,6 +623,7 @@ def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):
     assert (tmp_path / "out" / "encoder").is_dir()
 
 
+@pytest.mark.timeout(300)  # The regression is a hang: fail it in minutes (about 10 s).
 def test_data_without_a_record_is_refused_not_waited_on(data, tmp_path):
     """Shards holding no record (a sidecar saying 0, or none): the repeated pipeline never
     yielded a batch, so fit spun at 100% CPU forever, deaf to Ctrl-C, after writing

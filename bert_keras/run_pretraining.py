@@ -884,6 +884,34 @@ def _read_inputs(options: PretrainingOptions, initial=None):
                              settings, settings_source)
 
 
+def _initial_weights(options: PretrainingOptions, distribution):
+    """(--init_checkpoint loaded, or None; whether it is a stand-in).
+
+    Loaded when resuming too: it may give the config, vocabulary and tokenizer settings, and
+    a run stopped before its first backup starts again from it. Where it has gone (phase 1
+    deleted while phase 2 ran) and this process holds a backup, which supersedes its
+    weights, the run's newest checkpoints/ckpt-*.weights.h5 stands in: the run's own config,
+    vocabulary and settings (recorded when it started). Before, such a run could not resume.
+    """
+    import tensorflow as tf
+
+    from bert_keras.backup import holds_a_backup, process_backup_dir
+
+    path = options.init_checkpoint
+    if not path:
+        return None, False
+    directory = os.path.join(options.output_dir, "checkpoints")
+    kept = sorted(tf.io.gfile.glob(os.path.join(directory, "ckpt-*.weights.h5")))
+    if (tf.io.gfile.glob(path.rstrip("/") + "*") or not kept
+            or not os.path.isfile(os.path.join(options.output_dir, files.RUN_CONFIG_FILE))
+            or not holds_a_backup(process_backup_dir(options.output_dir, distribution))):
+        return load_initial_weights(path, options.bert_config_file), False
+    logging.warning("--init_checkpoint %s is gone: resuming from this run's backup, which "
+                    "supersedes its weights, with the config, vocabulary and tokenizer "
+                    "settings of the run's own %s", path, kept[-1])
+    return load_initial_weights(kept[-1], options.bert_config_file), True
+
+
 def _with_vocabulary(options: PretrainingOptions, initial) -> PretrainingOptions:
     """`options` with --vocab_file, where it is not given, found: --init_checkpoint's
     vocab.txt (`initial`), or the data's where that one extends it (checked against the
@@ -1016,10 +1044,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
     # all. One that had stopped alone left the others waiting for it to join (TensorFlow's
     # workers without limit), or at their first collective.
     with distribution.stop_together():
-        # Loaded when resuming too: it may give the config, and a run stopped before its
-        # first backup starts again from it.
-        initial = (load_initial_weights(options.init_checkpoint, options.bert_config_file)
-                   if options.init_checkpoint else None)
+        initial, stand_in = _initial_weights(options, distribution)
         options = _with_vocabulary(options, initial)
         config, options, data = _read_inputs(options, initial)
         (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
@@ -1037,7 +1062,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         check_replicas(options, distribution.num_replicas_in_sync,
                        tf_distribute=distribution.strategy is not None)
         resuming = prepare_output_dir(options, chief,
-                                      contents_read(options, config, input_files, initial))
+                                      contents_read(options, config, input_files,
+                                                    None if stand_in else initial))
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):

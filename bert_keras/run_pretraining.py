@@ -575,13 +575,14 @@ _MOVABLE_FILES = ("init_checkpoint", "vocab_file", "bert_config_file", "input_fi
 _CONTENTS_KEY = "contents"  # in run_config.json, beside the flags (no flag has this name)
 
 
-def contents_read(options: PretrainingOptions, config, input_files, initial) -> dict:
-    """{flag: digest} of what the `_MOVABLE_FILES` flags name: the initial weights, the
-    vocabulary, the config, and the training shards (names and sizes, in order: the data
-    position of a backup counts batches through them)."""
+def contents_read(options: PretrainingOptions, config, input_files, initial_read) -> dict:
+    """{flag: digest} of what the `_MOVABLE_FILES` flags name: the initial weights
+    (`initial_read`: `distribute.weights_read` of them, or None), the vocabulary, the config,
+    and the training shards (names and sizes, in order: the data position of a backup counts
+    batches through them)."""
     import tensorflow as tf
 
-    from bert_keras.distribute import digest, vocabulary_read, weights_read
+    from bert_keras.distribute import digest, vocabulary_read
 
     contents = {"input_file": digest([(os.path.basename(path), tf.io.gfile.stat(path).length)
                                       for path in input_files])}
@@ -589,8 +590,8 @@ def contents_read(options: PretrainingOptions, config, input_files, initial) -> 
         contents["bert_config_file"] = digest(config.to_dict())
     if options.vocab_file:
         contents["vocab_file"] = vocabulary_read(options.vocab_file)[0]
-    if initial is not None:
-        contents["init_checkpoint"] = weights_read(initial.model.weights)[0]
+    if initial_read is not None:
+        contents["init_checkpoint"] = initial_read[0]
     return contents
 
 
@@ -994,12 +995,13 @@ def _check_held_out_tokenization(input_files: list[str], eval_files: list[str]) 
             "and tokenizer flags")
 
 
-def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
+def _what_was_read(options: PretrainingOptions, config, data, initial_read) -> dict:
     """For `Distribution.check_same_inputs`: {what was read: (digest, description)} of what
     the processes must share (the model's shape, the data's masking and batch shapes, the
-    tokenizer settings, the initial weights). The records themselves may differ: each
-    process reads its own share of its host's files."""
-    from bert_keras.distribute import digest, vocabulary_read, weights_read
+    tokenizer settings, the initial weights: `initial_read`, `distribute.weights_read` of
+    them, or None). The records themselves may differ: each process reads its own share of
+    its host's files."""
+    from bert_keras.distribute import digest, vocabulary_read
 
     input_files, eval_files, masking, eval_masking, eval_predictions, settings, _ = data
     source = ("--bert_config_file" if options.bert_config_file else
@@ -1017,8 +1019,8 @@ def _what_was_read(options: PretrainingOptions, config, data, initial) -> dict:
         read["--eval_input_file"] = (digest(repr(eval_masking), eval_predictions),
                                      f"{'dynamic' if eval_masking else 'static'} masks, at "
                                      f"most {eval_predictions} predictions a sequence")
-    if initial is not None:
-        read["--init_checkpoint"] = weights_read(initial.model.weights)
+    if initial_read is not None:
+        read["--init_checkpoint"] = initial_read
     return read
 
 
@@ -1027,6 +1029,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
 
     from bert_keras import backends, multi_worker_fix
     from bert_keras.backup import BackupError, process_backup_dir, remove_backups, updates_done
+    from bert_keras.distribute import weights_read
     from bert_keras.inputs import pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.optimization import create_optimizer
@@ -1049,7 +1052,9 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         config, options, data = _read_inputs(options, initial)
         (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
          settings_source) = data
-    distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial))
+    # Digested once (BERT-large's 1.3 GB take seconds), for the record and the processes.
+    initial_read = weights_read(initial.model.weights) if initial is not None else None
+    distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial_read))
     if masking is not None:
         logging.info("Dynamic masking: %.3g of the tokens, at most %d a sequence%s, anew on "
                      "every pass", masking.masked_lm_prob, masking.max_predictions_per_seq,
@@ -1063,7 +1068,7 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
                        tf_distribute=distribution.strategy is not None)
         resuming = prepare_output_dir(options, chief,
                                       contents_read(options, config, input_files,
-                                                    None if stand_in else initial))
+                                                    None if stand_in else initial_read))
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
         if not os.path.exists(path):
@@ -1219,6 +1224,7 @@ def _evaluate(options: PretrainingOptions) -> dict:
     import keras
 
     from bert_keras import backends
+    from bert_keras.distribute import weights_read
     from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.pretrainer import BertPretrainer
 
@@ -1257,8 +1263,9 @@ def _evaluate(options: PretrainingOptions) -> dict:
             init_checkpoint=model_path)
         options = _with_vocabulary(options, initial)
         config, options, data = _read_inputs(options, initial)
-        eval_files, _, masking, _, predictions, settings, _ = data
-    distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial))
+        eval_files, _, masking, _, predictions, _, _ = data
+    distribution.check_same_inputs(lambda: _what_was_read(
+        options, config, data, weights_read(initial.model.weights)))
     logging.info("Evaluating %s (%s) on %s: %d batches of %d", model_path,
                  "masked LM and next sentence" if nsp else "masked LM",
                  options.input_file, options.max_eval_steps, options.eval_batch_size)

@@ -375,3 +375,42 @@ def test_korean_recipe_through_a_jax_pretraining_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     done = _tool("export.verify", dict(export_dir=export_dir / "1"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_two_processes_start_from_a_checkpoint_and_evaluate_one(static_data, tmp_path):
+    """Across 2 JAX processes (multi_worker_mirrored), a phase 2 starts from --init_checkpoint
+    (each process loads and digests it, and they check they read the same), and Google's
+    evaluation-only run (--do_train=false --do_eval) of the finished model gives the
+    metrics one process gives: the held-out batches are split between the processes and
+    the metrics summed over both."""
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(CONFIG))
+    common = dict(static_data, bert_config_file=str(config), train_batch_size=8,
+                  eval_batch_size=4, max_eval_steps=3, learning_rate=1e-3, seed=5)
+    flags = dict(common, num_train_steps=2, num_warmup_steps=1, save_checkpoints_steps=2,
+                 eval_input_file="")
+    phase_one = tmp_path / "phase1"
+    done = _tool("bert_keras.run_pretraining", dict(flags, output_dir=phase_one), "jax")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def two_processes(output_dir, **more):
+        command = [sys.executable, "-m", "bert_keras.run_pretraining",
+                   *[f"--{k}={v}" for k, v in dict(more, output_dir=output_dir).items()],
+                   "--distribution_strategy=multi_worker_mirrored"]
+        codes, outputs = run_job([command + process for process in jax_process_flags(2)],
+                                 [backend_env("jax")] * 2, REPO, timeout=600)
+        assert codes == [0, 0], describe(codes, outputs)
+
+    two_processes(tmp_path / "phase2", **flags, init_checkpoint=phase_one)
+    assert (tmp_path / "phase2" / files.ENCODER_DIR).is_dir()
+    evaluation = dict(common, do_train="false", do_eval="true", init_checkpoint=phase_one)
+    done = _tool("bert_keras.run_pretraining", dict(evaluation, output_dir=tmp_path / "one"),
+                 "jax")
+    assert done.returncode == 0, done.stderr[-3000:]
+    two_processes(tmp_path / "two", **evaluation)
+    one, two = (json.loads((tmp_path / name / "eval_results.json").read_text())
+                for name in ("one", "two"))
+    assert sorted(os.listdir(tmp_path / "two")) == ["eval_results.json"]
+    for name in ("mlm_logits_accuracy", "mlm_logits_loss", "nsp_logits_accuracy",
+                 "nsp_logits_loss"):
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-5, err_msg=name)

@@ -823,8 +823,10 @@ def _read_inputs(options: PretrainingOptions, initial=None):
         config = load_bert_config(options, initial)
         # Weights, gradients, Adam's slots (and the accumulated gradients): refuse a model
         # that cannot fit before TensorFlow fails allocating it.
+        # An evaluation holds the weights alone.
         config.check_fits_memory(
-            bytes_per_parameter=16 + (4 if options.gradient_accumulation_steps > 1 else 0),
+            bytes_per_parameter=(16 + (4 if options.gradient_accumulation_steps > 1 else 0)
+                                 if options.do_train else 4),
             source=config_source(options))
     except ValueError as e:  # BertConfig names the file and the field.
         raise PretrainingError(str(e)) from None

@@ -51,7 +51,7 @@ from absl import logging
 from bert_keras.config import BertConfig, ConfigError
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
-from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
+from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagger
 from data_prep import files
 from data_prep.cli import ToolError, reading
 
@@ -178,9 +178,11 @@ SPAN_QA_WEIGHTS = (
                hf_transpose=True, google_transpose=True),
     WeightName("span_logits/bias", "cls/squad/output_bias", "qa_outputs.bias"),
 )
-TASK_HEAD_WEIGHTS = {BertClassifier: CLASSIFIER_WEIGHTS, BertTagger: TAGGER_WEIGHTS,
-                     BertSpanQA: SPAN_QA_WEIGHTS}
+TASK_HEAD_WEIGHTS = {BertClassifier: CLASSIFIER_WEIGHTS, BertRegressor: CLASSIFIER_WEIGHTS,
+                     BertTagger: TAGGER_WEIGHTS, BertSpanQA: SPAN_QA_WEIGHTS}
 TASK_MODELS = tuple(TASK_HEAD_WEIGHTS)
+# Those with one output per label (labels.txt, transformers' id2label).
+LABELLED_TASK_MODELS = (BertClassifier, BertTagger)
 
 # transformers' `architectures` (config.json) -> what `read_hf_model(path, "auto")` builds.
 HF_ARCHITECTURES = {
@@ -191,8 +193,10 @@ HF_ARCHITECTURES = {
     "BertForTokenClassification": BertTagger,
     "BertForQuestionAnswering": BertSpanQA,
 }
-# Our task models -> the transformers class that holds the same head.
+# Our task models -> the transformers class that holds the same head (a regressor is
+# BertForSequenceClassification with num_labels 1, problem_type "regression").
 HF_TASK_ARCHITECTURE = {v: k for k, v in HF_ARCHITECTURES.items() if not isinstance(v, str)}
+HF_TASK_ARCHITECTURE[BertRegressor] = "BertForSequenceClassification"
 
 # Google: variables a training checkpoint holds besides the model (optimizer state).
 GOOGLE_TRAINING_STATE = re.compile(r"^global_step$|/adam_[mv]$")
@@ -250,8 +254,8 @@ def _encoder_of(model) -> BertEncoder:
         return model.encoder
     if isinstance(model, BertEncoder):
         return model
-    raise TypeError("Expected a BertEncoder, BertPretrainer, BertClassifier, BertTagger or "
-                    f"BertSpanQA. Received: {type(model).__name__}")
+    raise TypeError("Expected a BertEncoder, BertPretrainer, BertClassifier, BertRegressor, "
+                    f"BertTagger or BertSpanQA. Received: {type(model).__name__}")
 
 
 def reads_pooler(model) -> bool:
@@ -777,7 +781,7 @@ def read_hf_labels(path: str) -> list[str] | None:
     """
     hf, config_file = _read_hf_json(path)
     kind = hf_architecture(path)
-    if kind not in (BertClassifier, BertTagger):
+    if kind not in LABELLED_TASK_MODELS:
         return None
     id2label = hf.get("id2label")
     if id2label is None:
@@ -894,10 +898,17 @@ def hf_architecture(path: str):
         count = len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
         if problem is None and count == 1:
             problem = "regression"  # transformers' rule for num_labels == 1
+        if problem == "regression" and count != 1:
+            raise WeightLoadError(
+                f"{config_file}: problem_type is 'regression' with {count} labels; "
+                "BertRegressor predicts one score (num_labels 1); for its encoder alone: "
+                f"{ENCODER_ALONE}")
+        if problem == "regression":
+            return BertRegressor
         if problem not in (None, "single_label_classification"):
             raise WeightLoadError(
                 f"{config_file}: problem_type is {problem!r}; BertClassifier is a single-label "
-                "softmax classifier (regression and multi-label heads are not supported); "
+                "softmax classifier (multi-label heads are not supported); "
                 f"for its encoder alone: {ENCODER_ALONE}")
     return kind
 
@@ -1049,6 +1060,11 @@ def hf_config_dict(model, labels: list[str] | None = None) -> dict:
                       classifier_dropout=model.dropout)
         if isinstance(model, BertClassifier):
             values["problem_type"] = "single_label_classification"
+    if isinstance(model, BertRegressor):
+        if labels is not None:
+            raise ValueError("a BertRegressor has no labels")
+        values.update(id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0},
+                      classifier_dropout=model.dropout, problem_type="regression")
     return values
 
 
@@ -1180,7 +1196,7 @@ def load_keras_model(path: str):
     if not isinstance(model, (BertEncoder, BertPretrainer, *TASK_MODELS)):
         raise WeightLoadError(
             f"{path}: holds a {type(model).__name__}, expected a BertEncoder, BertPretrainer, "
-            "BertClassifier, BertTagger or BertSpanQA"
+            "BertClassifier, BertRegressor, BertTagger or BertSpanQA"
         )
     return model
 
@@ -1286,6 +1302,11 @@ def read_hf_model(path: str, want: str = "auto"):
         built = BertPretrainer(encoder, next_sentence=kind == "pretrainer")
     elif kind is BertSpanQA:
         built = BertSpanQA(encoder)
+    elif kind is BertRegressor:
+        hf, _ = _read_hf_json(path)
+        dropout = hf.get("classifier_dropout")
+        built = BertRegressor(encoder, dropout=config.hidden_dropout_prob if dropout is None
+                              else dropout)
     else:
         labels = read_hf_labels(path)
         hf, _ = _read_hf_json(path)

@@ -230,7 +230,7 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
         raise ValueError(f"--to=google holds encoders and pretrainers; a "
                          f"{type(loaded).__name__} converts --to=keras or --to=hf (or pass "
                          "--model=encoder)")
-    if labels is None and not isinstance(loaded, checkpoints.BertSpanQA):
+    if labels is None and isinstance(loaded, checkpoints.LABELLED_TASK_MODELS):
         google = (" (a Google run_classifier checkpoint keeps them in its processor, not in "
                   "the checkpoint)" if from_format == "google" else "")
         raise ValueError(f"--input {input_path}: no label names for its "

@@ -5,6 +5,7 @@ weights are shared, not copied), reuses the encoder's three named inputs, and ad
 head (Devlin et al. 2018, section 4, figure 4):
 
   BertClassifier  pooled_output -> dropout -> Dense(C)     {"logits": [B, C]}
+  BertRegressor   pooled_output -> dropout -> Dense(1)     {"score": [B]}
   BertTagger      sequence_output -> dropout -> Dense(C)   {"logits": [B, S, C]}
   BertSpanQA      sequence_output -> Dense(2)              {"start_logits": [B, S],
                                                             "end_logits": [B, S]}
@@ -118,6 +119,16 @@ class _TaskModel(ListsEncoderWhole, keras.Model):
         return cls(**config)
 
 
+def _pooled(encoder, inputs, skip_padding):
+    """The pooled [CLS] vector, float [B, H]. Only [CLS] is read, so the last layer runs at
+    that one position (the same values as the full encoder's pooled_output, at about 1/S of
+    the last layer's cost)."""
+    cls_position = ops.zeros_like(inputs[schema.INPUT_WORD_IDS][:, :1])  # [B, 1]
+    cls_vector = encoder.last_layer_at(inputs, cls_position,
+                                       skip_padding=skip_padding)[:, 0, :]  # [B, H]
+    return encoder.pooler_layer(cls_vector)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertClassifier(_TaskModel):
     """Sentence (or sentence-pair) classifier: Dense(C) on the pooled [CLS] vector.
@@ -155,13 +166,8 @@ class BertClassifier(_TaskModel):
         )
 
         inputs = dict(encoder.input)
-        # Only [CLS] is read, so the last layer runs at that one position (same values as
-        # the full encoder's pooled_output, at about 1/S of the last layer's cost).
-        cls_position = ops.zeros_like(inputs[schema.INPUT_WORD_IDS][:, :1])  # [B, 1]
-        cls_vector = encoder.last_layer_at(inputs, cls_position,
-                                           skip_padding=skip_padding)[:, 0, :]  # [B, H]
-        pooled = encoder.pooler_layer(cls_vector)  # [B, H]
-        logits = ops.cast(head(head_dropout(pooled)), "float32")  # [B, C]
+        logits = ops.cast(head(head_dropout(_pooled(encoder, inputs, skip_padding))),
+                          "float32")  # [B, C]
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 
         self.encoder = encoder
@@ -174,6 +180,51 @@ class BertClassifier(_TaskModel):
 
     def get_config(self):
         return {**self._base_config(), "num_classes": self.num_classes, "dropout": self.dropout,
+                "head_initializer": self.head_initializer, "skip_padding": self.skip_padding}
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertRegressor(_TaskModel):
+    """Sentence (or sentence-pair) regression (STS-B's similarity, a rating): Dense(1) on
+    the pooled [CLS] vector, trained with mean squared error.
+
+    transformers' BertForSequenceClassification with num_labels=1 (problem_type
+    "regression"): the same layers and weights (the head is named `classifier` too), its
+    logits[:, 0] is `score`.
+
+    Inputs: the encoder's dict of int32 [B, S] tensors (pairs as for `BertClassifier`).
+
+    Outputs: {"score": float32 [B]}.
+
+    Args:
+      encoder: a `BertEncoder`; its weights are shared, not copied.
+      dropout, head_initializer, skip_padding: as `BertClassifier`'s.
+    """
+
+    def __init__(self, encoder, dropout=0.1, head_initializer="normal", skip_padding=True,
+                 **kwargs):
+        _check_encoder(encoder, self, kwargs)
+        _check_dropout(dropout)
+        _check_head_initializer(head_initializer)
+        _check_skip_padding(skip_padding)
+        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.layers_dtype_policy,
+                                            name="classifier_dropout")
+        head = Dense(1, kernel_initializer=_initializer(encoder, head_initializer),
+                     dtype=encoder.layers_dtype_policy, name="classifier")
+        inputs = dict(encoder.input)
+        score = ops.cast(head(head_dropout(_pooled(encoder, inputs, skip_padding))),
+                         "float32")[:, 0]  # [B]
+        super().__init__(inputs=inputs, outputs={"score": score}, **kwargs)
+
+        self.encoder = encoder
+        self.dropout = dropout
+        self.head_initializer = head_initializer
+        self.skip_padding = skip_padding
+        self.classifier_dropout = head_dropout
+        self.classifier = head
+
+    def get_config(self):
+        return {**self._base_config(), "dropout": self.dropout,
                 "head_initializer": self.head_initializer, "skip_padding": self.skip_padding}
 
 
@@ -384,6 +435,7 @@ def compile_args(model):
     """The `compile` arguments (loss, loss_weights, metrics) for a task model's dict outputs.
 
     Classification: sparse softmax cross-entropy on "logits" with labels int32 [B]; accuracy.
+    Regression: mean squared error on "score" with float32 targets [B]; mean absolute error.
     Tagging: the same on labels int32 [B, S] with label -1 ignored, averaged over labelled
     tokens only; token accuracy over labelled tokens.
     Span QA: cross-entropy of the start and of the end position (int32 [B]), averaged as in
@@ -395,6 +447,10 @@ def compile_args(model):
     if isinstance(model, BertClassifier):
         return {"loss": {"logits": xent()},
                 "metrics": {"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}}
+    if isinstance(model, BertRegressor):
+        # transformers' regression loss (MSELoss on logits.squeeze()).
+        return {"loss": {"score": keras.losses.MeanSquaredError()},
+                "metrics": {"score": [keras.metrics.MeanAbsoluteError(name="mae")]}}
     if isinstance(model, BertTagger):
         # Keras masks ignored labels and divides by the number of kept ones (checked
         # against a numpy reference in tests/test_tasks.py).
@@ -403,7 +459,8 @@ def compile_args(model):
     if isinstance(model, BertSpanQA):
         return {"loss": {"start_logits": xent(), "end_logits": xent()},
                 "loss_weights": {"start_logits": 0.5, "end_logits": 0.5}}
-    raise ValueError("compile_args needs a BertClassifier, BertTagger or BertSpanQA. "
+    raise ValueError("compile_args needs a BertClassifier, BertRegressor, BertTagger or "
+                     "BertSpanQA. "
                      f"Received: {type(model).__name__}")
 
 

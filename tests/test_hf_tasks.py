@@ -25,7 +25,7 @@ from bert_keras.checkpoints import WeightLoadError  # noqa: E402
 from bert_keras.convert_checkpoint import convert  # noqa: E402
 from bert_keras.encoder import BertEncoder  # noqa: E402
 from bert_keras.pretrainer import BertPretrainer  # noqa: E402
-from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger  # noqa: E402
+from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagger  # noqa: E402
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
 V = 79  # lines of ft_vocab.txt
@@ -194,8 +194,8 @@ def test_unknown_or_unrepresentable_heads_are_clear_errors(hf_dirs, tmp_path, ch
 
 
 def test_a_head_that_cannot_be_loaded_names_how_to_take_the_encoder_alone(hf_dirs, tmp_path):
-    """A regression head (and an untied decoder) is refused, and the error gives the
-    command that keeps the encoder; that command works."""
+    """A regression head over 3 outputs (and an untied decoder) is refused, and the error
+    gives the command that keeps the encoder; that command works."""
     import shutil
 
     from cli_harness import run_tool
@@ -218,6 +218,51 @@ def test_a_head_that_cannot_be_loaded_names_how_to_take_the_encoder_alone(hf_dir
     with torch.no_grad():
         ref = want(**torch_inputs(inputs)).last_hidden_state.numpy()
     np.testing.assert_allclose(encoder(inputs)["sequence_output"], ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("problem_type", [None, "regression"])
+def test_a_transformers_regression_model_loads_as_a_regressor_and_goes_back(tmp_path,
+                                                                           problem_type):
+    """BertForSequenceClassification with num_labels=1 (STS-B's head; problem_type
+    "regression", or none, which transformers reads as regression) was refused. It loads
+    as a BertRegressor whose score is transformers' logits[:, 0], and is written back as
+    a regression model transformers loads with nothing missing."""
+    hf = hf_model("BertForSequenceClassification", seed=4, num_labels=1,
+                  **({"problem_type": problem_type} if problem_type else {}))
+    path = save_hf(hf, tmp_path / "hf")
+    ckpt = model_loading.load_checkpoint(path)
+    assert type(ckpt.model) is BertRegressor and ckpt.labels is None
+    assert ckpt.model.dropout == hf.config.hidden_dropout_prob
+    inputs = make_inputs(batch=3, seq=13, vocab=V)
+    want = reference(hf, inputs)["logits"][:, 0]
+    assert_close(ckpt.model(inputs, training=False), {"score": want})
+    back = str(tmp_path / "back")
+    checkpoints.save_model(ckpt.model, "hf", back, vocab_file=VOCAB)
+    again, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+        back, output_loading_info=True)
+    assert not any(info.values()), info
+    assert again.config.num_labels == 1 and again.config.problem_type == "regression"
+    assert_close({"logits": reference(again.eval(), inputs)["logits"][:, 0]}, {"logits": want})
+    # transformers' regression loss is MSE on the squeezed logits: so is ours.
+    import keras
+
+    from bert_keras.tasks import compile_args
+
+    targets = np.array([0.5, 3.0, 4.8], np.float32)
+    with torch.no_grad():
+        theirs = hf(**torch_inputs(inputs), labels=torch.tensor(targets)).loss.item()
+    ours = compile_args(ckpt.model)["loss"]["score"](
+        targets, ckpt.model(inputs, training=False)["score"])
+    np.testing.assert_allclose(float(keras.ops.convert_to_numpy(ours)), theirs, rtol=1e-5)
+    # convert_checkpoint into the fine-tuning layout (what run_regressor writes) and back.
+    convert("hf", "keras", path, str(tmp_path / "ours"))
+    task_dir = model_loading.load_checkpoint(str(tmp_path / "ours"))
+    assert task_dir.form == "task_dir" and type(task_dir.model) is BertRegressor
+    assert task_dir.labels is None and task_dir.vocab_file is not None
+    assert_close(task_dir.model(inputs, training=False), {"score": want})
+    # Google's checkpoints hold no regression head: refused by name, not written wrongly.
+    with pytest.raises(ValueError, match="BertRegressor can be saved as hf or keras"):
+        checkpoints.save_model(ckpt.model, "google", str(tmp_path / "g" / "model.ckpt"))
 
 
 @pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])

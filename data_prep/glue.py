@@ -38,13 +38,17 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
   xnli (2)      train  multinli/multinli.train.<lang>.tsv    yes    3      0      1      2     -
                 dev    xnli.dev.tsv                          yes    19     6      7      1     9
                 test   xnli.test.tsv                         yes    19     6      7      1     9
-  sts-b, stsb   refused: a regression task (0-5 similarity score); run_classifier's head is a
-                softmax classifier over a fixed label list (`get_processor` raises TaskError).
+  sts-b, stsb   train  train.tsv                             yes    10     7      8      9     0
+  (3)           dev    dev.tsv                               yes    10     7      8      9     0
+                test   test.tsv                              yes    9      7      8      -     0
 
   Label lists (id order):
     cola, sst-2, mrpc, qqp, wnli   ["0", "1"]
     mnli, mnli-mm, xnli            ["contradiction", "entailment", "neutral"]
     qnli, rte                      ["entailment", "not_entailment"]
+    sts-b                          none: a regression task, the label a number (a 0-5
+                                   similarity score); run_regressor trains it, run_classifier
+                                   refuses it (`GlueProcessor.is_regression`)
 
   (1) QQP: a row with the wrong number of fields (in GLUE's train.tsv, a question broken
       across lines) is skipped, as transformers' QqpProcessor skips rows it cannot index;
@@ -59,6 +63,8 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
       them (`XNLI-MT-1.0/multinli/...` and `XNLI-1.0/xnli.dev.tsv` under data_dir).
       Google's XnliProcessor has no test set; "test" here reads xnli.test.tsv, laid out like
       xnli.dev.tsv and labelled (its labels are kept, so test accuracy can be computed).
+  (3) STS-B: transformers' StsbProcessor's columns (Google's repository has no STS-B); a
+      label that is not a number is refused, naming file:line.
 
 Ids (`GlueSplit.ids`, one per example): the id column above; where there is none, the
 example's 0-based position. For GLUE test files that is the "index" (QQP: "id") column that
@@ -100,7 +106,7 @@ DEFAULT_XNLI_LANGUAGE = "zh"  # XnliProcessor.__init__ in Google's run_classifie
 
 
 class TaskError(DataError):
-    """`--task_name` names no task here, or one run_classifier cannot run (STS-B)."""
+    """`--task_name` names no task here."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,10 +204,10 @@ _TASKS: dict[str, tuple[tuple[str, ...], dict[str, _Layout]]] = {
     "rte": (_ENTAILMENT, _same("train.tsv", "dev.tsv", "test.tsv", 4, 1, 2, 3, 0, 3, 1, 2)),
     "wnli": (_BINARY, _same("train.tsv", "dev.tsv", "test.tsv", 4, 1, 2, 3, 0, 3, 1, 2)),
     "xnli": (_NLI, _XNLI),
+    "sts-b": (None, _same("train.tsv", "dev.tsv", "test.tsv", 10, 7, 8, 9, 0, 9, 7, 8)),
 }
 
-_ALIASES = {"sst2": "sst-2"}
-_REGRESSION = ("sts-b", "stsb")
+_ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
 
 TASKS = tuple(sorted(_TASKS))
 
@@ -213,15 +219,20 @@ class GlueProcessor:
         self.name = name
         self.language = language  # XNLI only; None for the other tasks
         label_list, self._layouts = _TASKS[name]
-        self._labels = list(label_list)
+        self._labels = None if label_list is None else list(label_list)
 
     def __repr__(self) -> str:
         language = f", language={self.language!r}" if self.language else ""
         return f"GlueProcessor({self.name!r}{language})"
 
-    def labels(self) -> list[str]:
-        """The label list in Google's order (label id = position)."""
-        return list(self._labels)
+    def labels(self) -> list[str] | None:
+        """The label list in Google's order (label id = position); None for a regression
+        task (STS-B), whose label is a number."""
+        return None if self._labels is None else list(self._labels)
+
+    def is_regression(self) -> bool:
+        """Whether the label is a number (STS-B's 0-5 similarity), not a class."""
+        return self._labels is None
 
     def is_pair(self) -> bool:
         """Whether examples have a text_b (sentence-pair task)."""
@@ -315,7 +326,14 @@ class GlueProcessor:
             label = None
             if layout.label is not None:
                 label = aliases.get(row[layout.label], row[layout.label])
-                if label not in self._labels:
+                if self._labels is None:
+                    try:
+                        float(label)
+                    except ValueError:
+                        raise DataError(f"{where}: label {label!r} (column {layout.label}) is "
+                                        f"not a number ({self.name} is a regression task)"
+                                        ) from None
+                elif label not in self._labels:
                     raise DataError(f"{where}: label {row[layout.label]!r} (column "
                                     f"{layout.label}) is not one of {self._labels}")
             text_b = row[layout.text_b] if layout.text_b is not None else None
@@ -366,19 +384,13 @@ def canonical_task_name(task_name: str) -> str:
     """The registry name for a `--task_name` (case-insensitive; sst2 -> sst-2).
 
     Raises:
-      TaskError: unknown task, or STS-B (regression; see the module docstring).
+      TaskError: unknown task.
     """
     name = task_name.strip().lower()
     name = _ALIASES.get(name, name)
-    if name in _REGRESSION:
-        raise TaskError(f"--task_name={task_name}: a regression task (a 0-5 similarity score "
-                        "per sentence pair), but run_classifier's head is a softmax "
-                        "classifier over a fixed label list, so STS-B is not supported; "
-                        "train a regression head on bert_keras.BertEncoder in Keras "
-                        "(docs/checkpoints.md)")
     if name not in _TASKS:
         raise TaskError(f"--task_name: unknown task {task_name!r}; known tasks: {', '.join(TASKS)} "
-                        "(case-insensitive; sst2 = sst-2; sts-b is not supported: regression)")
+                        "(case-insensitive; sst2 = sst-2, stsb = sts-b)")
     return name
 
 
@@ -386,11 +398,12 @@ def get_processor(task_name: str, language: str = DEFAULT_XNLI_LANGUAGE) -> Glue
     """The processor for `--task_name` (Google's `processors[task_name.lower()]()`).
 
     Args:
-      task_name: cola, mnli, mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2), wnli, xnli; any case.
+      task_name: cola, mnli, mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2), sts-b (stsb), wnli,
+        xnli; any case.
       language: XNLI's language (Google hard-codes "zh"); ignored by the other tasks.
 
     Raises:
-      TaskError: unknown task, or STS-B, or an XNLI language that is not a plain name.
+      TaskError: unknown task, or an XNLI language that is not a plain name.
     """
     name = canonical_task_name(task_name)
     if name != "xnli":

@@ -50,37 +50,30 @@ from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 
 
-class ClassifierModule(tf.Module):
-    """Root object: preprocessor + fine-tuned BertClassifier + label names."""
+class PooledHeadModule(tf.Module):
+    """Root object of a text-in export of a model with a head on the pooled [CLS] vector:
+    preprocessor + fine-tuned model; the signatures below, `_predict` (the model's outputs
+    -> the serving outputs) and `_examples_outputs` (those -> serve_examples') by task."""
 
-    def __init__(self, preprocessor: PreprocessorModule, classifier, labels, pair: bool):
+    def __init__(self, preprocessor: PreprocessorModule, model, pair: bool):
         super().__init__()
-        if len(labels) != classifier.num_classes:
-            raise saved_model_writer.ExportError(
-                f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
-        refusal = classifier.encoder.pair_refusal("--pair")
+        refusal = model.encoder.pair_refusal("--pair")
         self.reads_pairs = refusal is None
         if pair and refusal:
             raise saved_model_writer.ExportError(refusal)
         if not self.reads_pairs:  # nothing that reads two texts is traced or saved
             self.serve_pair = None
         self.preprocessor = preprocessor
-        self.classifier = saved_model_writer.Untracked(classifier)
-        self.labels = tf.constant(list(labels), tf.string)
+        self.model = saved_model_writer.Untracked(model)
         self.pair = pair
 
     def _predict(self, inputs):
-        logits = self.classifier(inputs, training=False)["logits"]  # [B, C]
-        probabilities = tf.nn.softmax(logits, axis=-1)
-        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        return {
-            "probabilities": probabilities,
-            "label": tf.gather(self.labels, label_id),
-            "label_id": label_id,
-            "logits": logits,
-        }
+        raise NotImplementedError
 
-    def _classify(self, texts):
+    def _examples_outputs(self, out, batch):
+        raise NotImplementedError
+
+    def _run(self, texts):
         """texts: one or two string [B] tensors -> the prediction dict."""
         pre = self.preprocessor
         _, inputs = pre.encoder_inputs([pre._tokenize(t) for t in texts])
@@ -88,12 +81,12 @@ class ClassifierModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
-        return self._classify([text])
+        return self._run([text])
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                   tf.TensorSpec([None], tf.string, name="text_b")])
     def serve_pair(self, text_a, text_b):
-        return self._classify(request_checks.text_pair(text_a, text_b, ("text_a", "text_b")))
+        return self._run(request_checks.text_pair(text_a, text_b, ("text_a", "text_b")))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve_examples(self, inputs):
@@ -103,8 +96,31 @@ class ClassifierModule(tf.Module):
         inputs = request_checks.texts(inputs)  # everything below reads the checked batch
         features = tf.io.parse_example(inputs, spec)
         texts = [features["text"], features["text_b"]] if self.pair else [features["text"]]
-        out = self._classify(texts)
-        batch = tf.shape(inputs)[0]
+        return self._examples_outputs(self._run(texts), tf.shape(inputs)[0])
+
+
+class ClassifierModule(PooledHeadModule):
+    """Preprocessor + fine-tuned BertClassifier + label names."""
+
+    def __init__(self, preprocessor: PreprocessorModule, classifier, labels, pair: bool):
+        if len(labels) != classifier.num_classes:
+            raise saved_model_writer.ExportError(
+                f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
+        super().__init__(preprocessor, classifier, pair)
+        self.labels = tf.constant(list(labels), tf.string)
+
+    def _predict(self, inputs):
+        logits = self.model(inputs, training=False)["logits"]  # [B, C]
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {
+            "probabilities": probabilities,
+            "label": tf.gather(self.labels, label_id),
+            "label_id": label_id,
+            "logits": logits,
+        }
+
+    def _examples_outputs(self, out, batch):
         return {
             "classes": tf.tile(self.labels[None, :], [batch, 1]),
             "scores": out["probabilities"],
@@ -144,32 +160,38 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets,
                                  length_flag="--max_seq_length")
-        module = ClassifierModule(pre, classifier, labels, pair)
-        pairs = module.reads_pairs
-        signatures = {
-            "serving_default": module.serve.get_concrete_function(),
-            "serve_examples": module.serve_examples.get_concrete_function(),
-        }
-        if pairs:  # no "pair" signature for a model that cannot read pairs
-            signatures["pair"] = module.serve_pair.get_concrete_function()
-        texts = np.array(WARMUP_TEXTS, dtype=object)
-        examples = [_example(t, t if pair else None) for t in WARMUP_TEXTS]
-        warmup = [
-            ("serving_default", {"text": texts[:1]}),
-            ("serving_default", {"text": texts}),
-            ("serve_examples", {"inputs": np.array(examples, dtype=object)}),
-        ] + ([("pair", {"text_a": texts, "text_b": texts[::-1].copy()})] if pairs else [])
-        for (text,), (text_a, text_b) in zip(pre.warmup_texts(1), pre.warmup_texts(2)):
-            warmup += [
-                ("serving_default", {"text": np.array([text], dtype=object)}),
-                ("serve_examples", {"inputs": np.array(
-                    [_example(text_a, text_b) if pair else _example(text)], dtype=object)}),
-            ] + ([("pair", {"text_a": np.array([text_a], dtype=object),
-                            "text_b": np.array([text_b], dtype=object)})] if pairs else [])
-        task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
-                                         method_names={"serve_examples": CLASSIFY_METHOD})
+        write_pooled_head_export(ClassifierModule(pre, classifier, labels, pair), path,
+                                 CLASSIFY_METHOD)
     logging.info("Wrote classifier export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path
+
+
+def write_pooled_head_export(module: PooledHeadModule, path: str, method: str) -> str:
+    """Writes `module`'s signatures (serving_default, serve_examples under `method`, pair
+    where the model reads pairs) with their warmup requests into the version `path`."""
+    pre, pair, pairs = module.preprocessor, module.pair, module.reads_pairs
+    signatures = {
+        "serving_default": module.serve.get_concrete_function(),
+        "serve_examples": module.serve_examples.get_concrete_function(),
+    }
+    if pairs:  # no "pair" signature for a model that cannot read pairs
+        signatures["pair"] = module.serve_pair.get_concrete_function()
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    examples = [_example(t, t if pair else None) for t in WARMUP_TEXTS]
+    warmup = [
+        ("serving_default", {"text": texts[:1]}),
+        ("serving_default", {"text": texts}),
+        ("serve_examples", {"inputs": np.array(examples, dtype=object)}),
+    ] + ([("pair", {"text_a": texts, "text_b": texts[::-1].copy()})] if pairs else [])
+    for (text,), (text_a, text_b) in zip(pre.warmup_texts(1), pre.warmup_texts(2)):
+        warmup += [
+            ("serving_default", {"text": np.array([text], dtype=object)}),
+            ("serve_examples", {"inputs": np.array(
+                [_example(text_a, text_b) if pair else _example(text)], dtype=object)}),
+        ] + ([("pair", {"text_a": np.array([text_a], dtype=object),
+                        "text_b": np.array([text_b], dtype=object)})] if pairs else [])
+    return task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
+                                            method_names={"serve_examples": method})
 
 
 # --- Command line. ---

@@ -229,6 +229,27 @@ def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
                       "classifier: text -> probabilities/label; serve_examples for Classify")
 
 
+def _check_regressor_signature(report: Report, signatures, export_dir) -> bool:
+    from export.saved_model_writer import signature_method_names
+
+    problems = []
+    spec = signatures["serving_default"]["outputs"].get("score")
+    if spec is None or spec["dtype"] != "float32" or len(spec["shape"]) != 1:
+        problems.append(f"serving_default output score should be float32 rank 1, got {spec}")
+    examples = signatures["serve_examples"]
+    outputs = examples["outputs"].get("outputs")
+    if (list(examples["inputs"]) != ["inputs"] or list(examples["outputs"]) != ["outputs"]
+            or outputs["dtype"] != "float32" or len(outputs["shape"]) != 1):
+        problems.append("serve_examples should map `inputs` to float32 [batch] `outputs`, as "
+                        "TF Serving's Regress API reads them")
+    method = signature_method_names(export_dir).get("serve_examples")
+    if method != "tensorflow/serving/regress":
+        problems.append(f"serve_examples method is {method!r}, TF Serving's Regress API needs "
+                        "'tensorflow/serving/regress'")
+    return report.add("signatures", not problems, "; ".join(problems) or
+                      "regressor: text -> score; serve_examples for Regress")
+
+
 def _check_parity_applies(export_dir) -> list[str]:
     """--init_checkpoint's parity check feeds token ids to an encoder export; a text-in export
     (preprocessor, classifier, tagger, span QA) is refused in one line before anything runs,
@@ -329,6 +350,8 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
         _check_encoder_signature(report, signatures["serving_default"])
     elif "special_tokens" in signatures:
         _check_preprocessor_signature(report, signatures)
+    elif "serve_examples" in signatures and "score" in signatures["serving_default"]["outputs"]:
+        _check_regressor_signature(report, signatures, export_dir)
     elif "serve_examples" in signatures:
         _check_classifier_signature(report, signatures, export_dir)
     else:

@@ -22,6 +22,7 @@ import traceback
 
 TOOLS = {
     "run_classifier": "bert_keras.run_classifier",
+    "run_regressor": "bert_keras.run_regressor",
     "run_tagger": "bert_keras.run_tagger",
     "run_squad": "bert_keras.run_squad",
     "extract_features": "bert_keras.extract_features",
@@ -29,6 +30,7 @@ TOOLS = {
     "convert_checkpoint": "bert_keras.convert_checkpoint",
     "export_encoder": "export.export_encoder",
     "export_classifier": "export.export_classifier",
+    "export_regressor": "export.export_regressor",
     "export_tagger": "export.export_tagger",
     "export_span_qa": "export.export_span_qa",
     "export_preprocessor": "export.export_preprocessor",

@@ -82,6 +82,8 @@ def build_fixtures(d: str) -> str:
     rows = [{"text": "the man went to the store", "label": "a"},
             {"text": "john was born in the city", "label": "b"}] * 4
     _write(p("cls.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+    _write(p("rated.jsonl"), "".join(json.dumps({"text": r["text"], "label": i / 4})
+                                     + "\n" for i, r in enumerate(rows)))
     _write(p("cls_one_class.jsonl"), "".join(json.dumps({"text": r["text"], "label": "a"}) + "\n"
                                              for r in rows))
     _write(p("cls_bad_json.jsonl"), json.dumps(rows[0]) + "\n{\"text\": \"the man\"\n")
@@ -505,6 +507,20 @@ CASES = [
      ECLS.replace("{F}/classifier", "{F}/encoder"), "--model_dir"),
     ("export_classifier-export-dir-is-file", "export_classifier",
      ECLS.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
+    # run_regressor: run_classifier's files with a number for the label.
+    *_flag_cases("run_regressor", CLS.replace("cls.jsonl", "rated.jsonl"), [
+        ("learning_rate", -1), ("classifier_dropout", 2), ("input_format", "xml")]),
+    ("run_regressor-label-not-a-number", "run_regressor", CLS, "cls.jsonl:1: label"),
+    ("run_regressor-missing-train", "run_regressor", CLS.replace("cls.jsonl", "missing.jsonl"),
+     "missing.jsonl"),
+    ("run_regressor-classification-task", "run_regressor",
+     f"{FT} --output_dir={{W}}/out --do_train --task_name=mrpc --data_dir={{F}}",
+     "--task_name=mrpc: a classification task; run bert_keras.run_classifier"),
+    # export_regressor: the classifier export's checks, on a regressor's directory.
+    *_flag_cases("export_regressor", ECLS, [("max_seq_length", 0), ("version", -1)]),
+    ("export_regressor-given-a-classifier", "export_regressor", ECLS,
+     "--model_dir {F}/classifier holds a BertClassifier, not a BertRegressor (expected "
+     "run_regressor's output directory)"),
     # export_tagger (transformers' task heads, issue 31): the same checks as export_classifier
     *_flag_cases("export_tagger", ECLS, [("max_seq_length", 0), ("version", -1),
                                          ("length_buckets", "1.5")]),

@@ -28,8 +28,9 @@ def where(task, file, line):
 
 def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
     assert glue.TASKS == ("cola", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2",
-                          "wnli", "xnli")
+                          "sts-b", "wnli", "xnli")
     for given, name in [("CoLA", "cola"), ("MNLI", "mnli"), ("mnli-MM", "mnli-mm"),
+                        ("STS-B", "sts-b"), ("stsb", "sts-b"),
                         ("MRPC", "mrpc"), ("SST-2", "sst-2"), ("sst2", "sst-2"),
                         ("QQP", "qqp"), ("QNLI", "qnli"), ("RTE", "rte"), ("WNLI", "wnli"),
                         ("XNLI", "xnli"), (" cola ", "cola")]:
@@ -44,22 +45,42 @@ def test_label_lists_in_googles_order():
         "mnli-mm": ["contradiction", "entailment", "neutral"],
         "xnli": ["contradiction", "entailment", "neutral"],
         "qnli": ["entailment", "not_entailment"], "rte": ["entailment", "not_entailment"],
+        "sts-b": None,
     }
     assert {name: glue.get_processor(name).labels() for name in glue.TASKS} == expected
 
 
 def test_pair_tasks():
     assert {n for n in glue.TASKS if glue.get_processor(n).is_pair()} == {
-        "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "wnli", "xnli"}
+        "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sts-b", "wnli", "xnli"}
 
 
 @pytest.mark.parametrize("name", ["sts-b", "STS-B", "stsb"])
-def test_sts_b_is_refused_as_regression_in_one_line(name):
-    with pytest.raises(glue.TaskError) as info:
-        glue.get_processor(name)
-    message = str(info.value)
-    assert "regression" in message and "run_classifier" in message and "\n" not in message
-    assert isinstance(info.value, DataError)
+def test_sts_b_is_read_as_transformers_reads_it_with_numeric_labels(name, tmp_path):
+    """GLUE's STS-B layout (transformers' StsbProcessor: sentence1, sentence2, score in
+    columns 7, 8, 9; the test file without the score); a score that is not a number is
+    refused naming file:line."""
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+    rows = ["0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane is taking off."
+            "\tAn air plane is taking off.\t5.000",
+            "1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man is playing a flute."
+            "\tA man is playing a bamboo flute.\t3.800"]
+    (tmp_path / "train.tsv").write_text(header + "\tscore\n" + "\n".join(rows) + "\n")
+    (tmp_path / "test.tsv").write_text(header + "\n" + "\n".join(r.rsplit("\t", 1)[0]
+                                                              for r in rows) + "\n")
+    processor = glue.get_processor(name)
+    assert processor.is_regression() and processor.is_pair() and processor.labels() is None
+    train = processor.load(str(tmp_path), "train")
+    assert [(e.text_a, e.text_b, e.label) for e in train.examples] == [
+        ("A plane is taking off.", "An air plane is taking off.", "5.000"),
+        ("A man is playing a flute.", "A man is playing a bamboo flute.", "3.800")]
+    assert train.ids == ["0", "1"]
+    test = processor.load(str(tmp_path), "test")
+    assert [e.label for e in test.examples] == [None, None] and test.ids == ["0", "1"]
+    (tmp_path / "dev.tsv").write_text(header + "\tscore\n" + rows[0][:-5] + "high\n")
+    with pytest.raises(DataError, match=r"dev.tsv:2: label 'high' \(column 9\) is not a "
+                                        r"number \(sts-b is a regression task\)"):
+        processor.load(str(tmp_path), "dev")
 
 
 def test_unknown_task_lists_the_known_ones():

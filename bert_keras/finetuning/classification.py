@@ -188,7 +188,12 @@ class ClassificationTask(LabelledFileTask):
         if given:  # Each would be silently ignored: the task fixes columns and labels.
             raise FinetuneError(f"--task_name reads its columns and labels as Google's "
                                 f"processor for the task does; drop {' / '.join(given)}")
-        return glue.get_processor(opts.task_name, language=opts.xnli_language)
+        processor = glue.get_processor(opts.task_name, language=opts.xnli_language)
+        if processor.is_regression():
+            raise FinetuneError(f"--task_name={opts.task_name}: a regression task (a number "
+                                "per example, not a class); run bert_keras.run_regressor with "
+                                "the same flags")
+        return processor
 
     def read(self, path, split, opts):
         if opts.task_name:

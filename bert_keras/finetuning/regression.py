@@ -1,0 +1,208 @@
+"""Sentence (pair) regression as a fine-tuning task: STS-B's similarity, a rating.
+
+Reading is `data_prep.classification`'s (TSV/CSV/JSONL by column, or `--task_name=sts-b`
+from GLUE's layout, `data_prep.glue`), the label a number; this adapter adds the head
+(`BertRegressor`: transformers' BertForSequenceClassification with num_labels=1, trained
+with mean squared error as transformers trains it), the scores (Pearson and Spearman
+correlation, GLUE's STS-B metrics, and the mean squared error) and the predictions file (one
+{"where", "score"} per input row, with the GLUE `id` for a --task_name run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+from absl import logging
+
+from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
+                                          LabelledFileTask)
+from bert_keras.tasks import BertRegressor, with_skip_padding
+from data_prep import classification, files
+from data_prep.cli import option
+
+PREDICTIONS_FILE = "predictions.jsonl"
+_GLUE_SPLIT = {"train": "train", "eval": "dev", "predict": "test"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressorOptions:
+    task_name: str | None = option(
+        None, "sts-b: GLUE's STS-B read from --data_dir as transformers' StsbProcessor reads "
+        "it (train.tsv for --do_train, dev.tsv for --do_eval, test.tsv for --do_predict).")
+    data_dir: str | None = option(None, "The --task_name's data directory, or the directory "
+                                  "the *_file flags are relative to.")
+    train_file: str | None = option(None, "Training data (.tsv/.csv with a header row, or "
+                                    ".jsonl); the label a number.")
+    eval_file: str | None = option(None, "Evaluation data with labels.")
+    predict_file: str | None = option(None, "Data to predict (labels optional).")
+    text_a_column: str = option("text", "Column / JSON key of the (first) text.")
+    text_b_column: str | None = option(None, "Column / JSON key of the second text (pairs).")
+    label_column: str = option("label", "Column / JSON key of the number to predict.")
+    input_format: str | None = option(None, "File format; default: from the file extension.",
+                                      enum=["tsv", "csv", "jsonl"])
+    classifier_dropout: float = option(0.1, "Dropout on the pooled output (transformers' "
+                                       "name).")
+    skip_padding: bool = option(True, SKIP_PADDING_HELP)
+
+
+_FILE_ROUTE_FLAGS = ("text_a_column", "text_b_column", "label_column", "input_format")
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson's correlation of two equally long sequences (0 where either is constant, as
+    a correlation of nothing)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denominator = math.sqrt(float(x @ x) * float(y @ y))
+    return float(x @ y / denominator) if denominator > 0 else 0.0
+
+
+def average_ranks(x: Sequence[float]) -> np.ndarray:
+    """Ranks 1..N of `x`, tied values sharing the mean of their ranks (scipy's rankdata)."""
+    x = np.asarray(x, np.float64)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), np.float64)
+    sorted_x = x[order]
+    start = 0
+    for end in range(1, len(x) + 1):
+        if end == len(x) or sorted_x[end] != sorted_x[start]:
+            ranks[order[start:end]] = (start + 1 + end) / 2  # mean of ranks start+1..end
+            start = end
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's of the average ranks (scipy's spearmanr)."""
+    return pearson(average_ranks(x), average_ranks(y))
+
+
+def regression_scores(gold: Sequence[float], predicted: Sequence[float]) -> dict:
+    """{"pearson", "spearman", "corr" (their mean, transformers' STS-B "combined score"),
+    "mse", "num_examples"}."""
+    gold, predicted = np.asarray(gold, np.float64), np.asarray(predicted, np.float64)
+    if gold.shape != predicted.shape:
+        raise ValueError(f"gold {gold.shape} and predicted {predicted.shape} differ in shape")
+    if gold.size == 0:
+        raise ValueError("no examples to score")
+    p, s = pearson(gold, predicted), spearman(gold, predicted)
+    return {"pearson": p, "spearman": s, "corr": (p + s) / 2,
+            "mse": float(np.mean((gold - predicted) ** 2)), "num_examples": int(gold.size)}
+
+
+def _number(example) -> float:
+    try:
+        value = float(example.label)
+    except ValueError:
+        raise classification.DataError(f"{example.where}: label {example.label!r} is not a "
+                                        "number (a regression target)") from None
+    if not math.isfinite(value):
+        raise classification.DataError(f"{example.where}: label {example.label!r} is not a "
+                                       "finite number")
+    return value
+
+
+class RegressionTask(LabelledFileTask):
+    name = "regressor"
+    training_flags = ("classifier_dropout", "skip_padding")
+    model_class = BertRegressor
+    predictions_file = PREDICTIONS_FILE
+    uses_labels = False
+
+    def options_class(self):
+        return RegressorOptions
+
+    def input_flag(self, split):
+        return f"--{split}_file (or --task_name with --data_dir)"
+
+    def output_files(self, common, opts):
+        return ([files.TASK_MODEL_FILE, files.TRAIN_RESULTS_FILE] if common.do_train else []) \
+            + (["eval_results.json"] if common.do_eval else []) \
+            + ([PREDICTIONS_FILE, "predict_results.json"] if common.do_predict else [])
+
+    def input_file(self, split, opts):
+        if opts.task_name:
+            if not opts.data_dir:
+                raise FinetuneError("--task_name needs --data_dir (the task's directory of "
+                                    "the GLUE download)")
+            return self._processor(opts).path(opts.data_dir, _GLUE_SPLIT[split])
+        return super().input_file(split, opts)
+
+    @staticmethod
+    def _processor(opts):
+        from data_prep import glue
+
+        if any(getattr(opts, f"{s}_file") for s in _GLUE_SPLIT):
+            raise FinetuneError("--task_name reads its files from --data_dir; drop "
+                                "--train_file / --eval_file / --predict_file")
+        given = [f"--{f.name}" for f in dataclasses.fields(opts)
+                 if f.name in _FILE_ROUTE_FLAGS and getattr(opts, f.name) != f.default]
+        if given:
+            raise FinetuneError(f"--task_name reads its columns as transformers' processor "
+                                f"for the task does; drop {' / '.join(given)}")
+        processor = glue.get_processor(opts.task_name)
+        if not processor.is_regression():
+            raise FinetuneError(f"--task_name={opts.task_name}: a classification task; run "
+                                "bert_keras.run_classifier with the same flags")
+        return processor
+
+    def read(self, path, split, opts):
+        if opts.task_name:
+            loaded = self._processor(opts).load(opts.data_dir, _GLUE_SPLIT[split])
+            logging.info("%s", loaded.summary())
+            examples = [dataclasses.replace(e, id=i) for e, i in zip(loaded.examples, loaded.ids)]
+        else:
+            examples = classification.read_examples(
+                path, opts.text_a_column, opts.text_b_column, opts.label_column,
+                fmt=opts.input_format, require_label=split != "predict")
+        for example in examples:
+            if example.label is not None:
+                _number(example)  # refused here, before anything is loaded
+        return examples
+
+    def build(self, encoder, labels, opts, head_initializer):
+        return BertRegressor(encoder, dropout=opts.classifier_dropout,
+                             head_initializer=head_initializer, skip_padding=opts.skip_padding)
+
+    def to_train_further(self, model, opts):
+        return with_skip_padding(model, opts.skip_padding)
+
+    def convert(self, examples, tokenizer, labels, common, opts, split):
+        arrays, stats = classification.convert_examples(examples, tokenizer, None,
+                                                        common.max_seq_length)
+        del arrays["label_ids"]
+        arrays["scores"] = np.asarray([_number(e) if e.label is not None else np.nan
+                                       for e in examples], np.float32)
+        logging.info("%s: %s", split, stats.summary())
+        return Features(arrays, None, stats)
+
+    def targets(self, features):
+        return {"score": features.arrays["scores"]}
+
+    def train_summary(self, features, read_info):
+        # text_pair: what the regressor export's serve_examples parses by default.
+        return {"truncated": features.stats.truncated, "text_pair": features.stats.pairs > 0}
+
+    def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
+        metrics = regression_scores(features.arrays["scores"], outputs["score"])
+        metrics["truncated"] = features.stats.truncated
+        logging.info("eval: pearson %.4f  spearman %.4f  mse %.4f  (%d examples)",
+                     metrics["pearson"], metrics["spearman"], metrics["mse"],
+                     metrics["num_examples"])
+        return metrics
+
+    def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):
+        scores = np.asarray(outputs["score"], np.float32)
+        records = [{"where": e.where, **({"id": e.id} if e.id is not None else {}),
+                    "score": round(float(q), 6)} for e, q in zip(examples, scores)]
+        files.write_jsonl(os.path.join(common.output_dir, PREDICTIONS_FILE), records)
+        results = {"num_examples": len(records), "truncated": features.stats.truncated}
+        if examples and all(e.label is not None for e in examples):
+            # Labelled predict data: its scores, as --do_eval gives them for the eval data.
+            results.update(regression_scores(features.arrays["scores"], scores))
+            logging.info("predict: pearson %.4f  spearman %.4f  (%d labelled examples)",
+                         results["pearson"], results["spearman"], results["num_examples"])
+        return results

@@ -1,0 +1,239 @@
+"""run_regressor end to end on generated data, and its scores against scipy."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_keras import model_loading, run_classifier, run_regressor
+from bert_keras.finetuning.regression import average_ranks, pearson, regression_scores, spearman
+from bert_keras.tasks import BertRegressor
+from test_run_finetune import HAM_WORDS, SPAM_WORDS, common, encoder_file  # noqa: F401
+
+from data_prep.classification import DataError
+
+
+def test_scores_equal_scipys_with_ties():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 6, 50).astype(float)  # many ties, as STS-B's 0-5 scores
+    predicted = gold + rng.normal(0, 1.5, 50)
+    predicted[:10] = np.round(predicted[:10])  # ties among the predictions too
+    np.testing.assert_allclose(average_ranks(gold), stats.rankdata(gold))
+    np.testing.assert_allclose(pearson(gold, predicted), stats.pearsonr(gold, predicted)[0],
+                               rtol=1e-12)
+    np.testing.assert_allclose(spearman(gold, predicted),
+                               stats.spearmanr(gold, predicted).correlation, rtol=1e-12)
+    scores = regression_scores(gold, predicted)
+    assert scores["num_examples"] == 50
+    np.testing.assert_allclose(scores["mse"], np.mean((gold - predicted) ** 2))
+    np.testing.assert_allclose(scores["corr"], (scores["pearson"] + scores["spearman"]) / 2)
+    assert pearson([1, 1, 1], [1, 2, 3]) == 0.0  # a constant side correlates with nothing
+
+
+def write_rated(path, n, seed):
+    """Texts of spam and ham words rated 0-5 by their share of spam words: a number a small
+    encoder learns within a few epochs."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            count = int(rng.integers(4, 12))
+            spam = int(rng.integers(0, count + 1))
+            words = list(rng.choice(SPAM_WORDS, spam)) + list(rng.choice(HAM_WORDS, count - spam))
+            rng.shuffle(words)
+            f.write(json.dumps({"text": " ".join(words),
+                                "score": round(5 * spam / count, 3)}) + "\n")
+
+
+def test_regressor_learns_a_rating_and_its_files_say_what_the_model_says(tmp_path,
+                                                                          encoder_file):
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_rated(train, 160, 0)
+    write_rated(test, 40, 1)
+    out = tmp_path / "out"
+    results = run_regressor.run(train_file=str(train), eval_file=str(test),
+                                predict_file=str(test), label_column="score",
+                                **common(out, encoder_file, learning_rate=3e-3,
+                                         num_train_epochs=6.0))
+    # A statistical bound: the rating is a function of the words; chance is 0.
+    print(json.dumps(results["eval"]))  # pytest -s
+    assert results["eval"]["pearson"] > 0.85, results["eval"]  # 0.954 here
+    assert results["eval"]["spearman"] > 0.85, results["eval"]
+    assert sorted(os.listdir(out)) == sorted([
+        "bert_config.json", "eval_results.json", "logs", "model.keras", "predict_results.json",
+        "predictions.jsonl", "tokenizer_config.json", "train_results.json", "vocab.txt"])
+    ckpt = model_loading.load_checkpoint(str(out))
+    assert type(ckpt.model) is BertRegressor and ckpt.labels is None
+    # The predictions are the saved model's scores of the texts.
+    from data_prep import classification
+    from data_prep.tokenization import BertTokenizer
+
+    examples = classification.read_examples(str(test), label="score")
+    tokenizer = BertTokenizer(ckpt.vocab_file, do_lower_case=True)
+    arrays, _ = classification.convert_examples(examples, tokenizer, None, 16)
+    want = ckpt.model.predict({"input_word_ids": arrays["input_ids"],
+                               "input_mask": arrays["input_mask"],
+                               "input_type_ids": arrays["segment_ids"]}, verbose=0)["score"]
+    written = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    assert [w["where"] for w in written] == [e.where for e in examples]
+    np.testing.assert_allclose([w["score"] for w in written], want, atol=2e-6)
+    gold = [float(e.label) for e in examples]
+    np.testing.assert_allclose(results["eval"]["pearson"], pearson(gold, want), atol=1e-5)
+    # Evaluating the saved model alone gives the same scores.
+    again = run_regressor.run(eval_file=str(test), label_column="score",
+                              **common(tmp_path / "again", str(out), do_train=False,
+                                       do_predict=False))
+    np.testing.assert_allclose(again["eval"]["pearson"], results["eval"]["pearson"], atol=1e-6)
+
+
+STSB_HEADER = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+               "sentence2")
+
+
+def write_stsb(data_dir, n_train=24, n_dev=8, n_test=6):
+    rng = np.random.default_rng(3)
+
+    def rows(n, labelled):
+        out = []
+        for i in range(n):
+            a = " ".join(rng.choice(SPAM_WORDS + HAM_WORDS, 5))
+            b = " ".join(rng.choice(SPAM_WORDS + HAM_WORDS, 5))
+            score = f"\t{rng.uniform(0, 5):.3f}" if labelled else ""
+            out.append(f"{i}\tmain-news\tx\t2012\t{i:04d}\tnone\tnone\t{a}\t{b}{score}")
+        return out
+
+    os.makedirs(data_dir, exist_ok=True)
+    for name, n, labelled in (("train", n_train, True), ("dev", n_dev, True),
+                              ("test", n_test, False)):
+        with open(os.path.join(data_dir, f"{name}.tsv"), "w") as f:
+            f.write(STSB_HEADER + ("\tscore" if labelled else "") + "\n")
+            f.write("\n".join(rows(n, labelled)) + "\n")
+
+
+@pytest.fixture(scope="module")
+def stsb_run(tmp_path_factory, encoder_file):  # noqa: F811 (the imported fixture)
+    tmp = tmp_path_factory.mktemp("stsb")
+    data_dir = str(tmp / "STS-B")
+    write_stsb(data_dir)
+    out = tmp / "stsb"
+    results = run_regressor.run(task_name="STS-B", data_dir=data_dir,
+                                **common(out, encoder_file))
+    return data_dir, out, results
+
+
+def test_glue_sts_b_runs_with_googles_flags_and_run_classifier_points_here(stsb_run, tmp_path,
+                                                                            encoder_file):
+    data_dir, out, results = stsb_run
+    assert results["eval"]["num_examples"] == 8
+    predictions = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    assert [p["id"] for p in predictions] == [str(i) for i in range(6)]
+    assert json.load(open(out / "train_results.json"))["text_pair"] is True
+    with pytest.raises(ValueError, match=r"--task_name=sts-b: a regression task .* run "
+                                         r"bert_keras.run_regressor with the same flags"):
+        run_classifier.run(task_name="sts-b", data_dir=data_dir,
+                           **common(tmp_path / "x", encoder_file))
+    with pytest.raises(ValueError, match=r"--task_name=mrpc: a classification task; run "
+                                         r"bert_keras.run_classifier"):
+        run_regressor.run(task_name="mrpc", data_dir=data_dir,
+                          **common(tmp_path / "y", encoder_file))
+    assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "y")
+
+
+def test_a_label_that_is_not_a_number_is_refused_naming_its_line(tmp_path, encoder_file):
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": "free money", "score": 1.5}\n'
+                     '{"text": "hello friend", "score": "high"}\n')
+    with pytest.raises(DataError, match=r"train.jsonl:2: label 'high' is not a number"):
+        run_regressor.run(train_file=str(train), label_column="score",
+                          **common(tmp_path / "out", encoder_file, do_eval=False,
+                                   do_predict=False))
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_the_export_scores_pairs_as_the_tool_predicted_them(stsb_run, tmp_path):
+    """run_regressor's STS-B model exported (the pair default from train_results.json, as
+    export_regressor's command line takes it): the pair signature and TF Serving's Regress
+    signature give the scores predictions.jsonl holds for the test file's pairs."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    from data_prep import glue
+    from export.export_regressor import export_regressor
+    from export.saved_model_writer import signature_method_names
+    from export.task_export import load_task_dir
+
+    data_dir, out, _ = stsb_run
+    model, labels, tokenizer = load_task_dir(str(out), BertRegressor, "run_regressor", {},
+                                             needs_labels=False)
+    assert labels is None
+    path = export_regressor(model, tokenizer, str(tmp_path / "export"), 16, pair=True)
+    test = glue.get_processor("sts-b").load(data_dir, "test").examples
+    a = tf.constant([e.text_a for e in test])
+    b = tf.constant([e.text_b for e in test])
+    want = [json.loads(line)["score"] for line in open(out / "predictions.jsonl")]
+    loaded = tf.saved_model.load(path)
+    got = loaded.signatures["pair"](text_a=a, text_b=b)["score"].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[e.text_a.encode()])),
+        "text_b": tf.train.Feature(bytes_list=tf.train.BytesList(value=[e.text_b.encode()])),
+    })).SerializeToString() for e in test]
+    regress = loaded.signatures["serve_examples"](inputs=tf.constant(examples))
+    np.testing.assert_allclose(regress["outputs"].numpy(), want, atol=1e-5)
+    assert signature_method_names(path)["serve_examples"] == "tensorflow/serving/regress"
+
+
+@pytest.mark.integration  # Three tools, verify's probe and TF 2.12.1 in fresh processes: ~2 min.
+def test_a_transformers_sts_b_model_is_served_by_stock_tf_serving_with_its_scores(tmp_path):
+    """transformers' STS-B head (BertForSequenceClassification, num_labels=1) as its users
+    take it to TF Serving: convert_checkpoint, export_regressor, export.verify, then the
+    export in a TF 2.12.1 + tensorflow-text 2.12.1 process (stock TF Serving's), no project
+    code: the pair signature's scores equal transformers' logits on the same pairs."""
+    from conftest import tf212_python
+    from test_hf_tasks import V, VOCAB, hf_model, save_hf
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from cli_harness import run_tool
+
+    hf = hf_model("BertForSequenceClassification", seed=5, num_labels=1)
+    path = save_hf(hf, tmp_path / "hf")
+    pairs = [("free money now", "click here for free money"), ("hello friend", "meeting"),
+             ("John moved to Paris.", "Paris is a city in France.")]
+    tokenizer = transformers.BertTokenizer(vocab=VOCAB, do_lower_case=True)
+    assert len(tokenizer.vocab) == V
+    batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        want = hf(**batch).logits[:, 0].numpy()
+    for tool, args in (("convert_checkpoint", ["--from=hf", "--to=keras", f"--input={path}",
+                                               f"--output={tmp_path / 'keras'}"]),
+                       ("export_regressor", [f"--model_dir={tmp_path / 'keras'}",
+                                             f"--export_dir={tmp_path / 'export'}",
+                                             "--max_seq_length=32", "--pair"]),
+                       ("verify", [f"--export_dir={tmp_path / 'export'}"])):
+        result = run_tool(tool, args)
+        assert result.code == 0, result.stderr[-3000:]
+    assert "regressor: text -> score; serve_examples for Regress" in result.stdout
+    python = tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
+    script = (
+        "import json, sys\n"
+        "import tensorflow as tf, tensorflow_text\n"
+        "pairs = json.loads(sys.argv[2])\n"
+        "fn = tf.saved_model.load(sys.argv[1]).signatures['pair']\n"
+        "out = fn(text_a=tf.constant([a for a, _ in pairs]),\n"
+        "         text_b=tf.constant([b for _, b in pairs]))\n"
+        "print(json.dumps({'versions': [tf.__version__, tensorflow_text.__version__],\n"
+        "                  'score': out['score'].numpy().tolist()}))\n")
+    import subprocess
+
+    done = subprocess.run([python, "-c", script, str(tmp_path / "export" / "1"),
+                           json.dumps(pairs)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["versions"] == ["2.12.1", "2.12.1"]
+    np.testing.assert_allclose(got["score"], want, atol=1e-4)

@@ -6,9 +6,9 @@ No TF Serving binary can be installed here, so this test plays the server's JSON
   - predict, row format: {"instances": [...]}: one object per example whose named values
     are stacked per input (a bare value per example when the signature has one input);
   - predict, columnar: {"inputs": {name: batch}} (or the batch alone for one input);
-  - classify: {"examples": [{feature: value}]}: each object becomes a tf.train.Example
-    (strings -> bytes_list, ints -> int64_list, floats -> float_list), serialized into the
-    classify signature's `inputs`;
+  - classify and regress: {"examples": [{feature: value}]}: each object becomes a
+    tf.train.Example (strings -> bytes_list, ints -> int64_list, floats -> float_list),
+    serialized into the classify (regress) signature's `inputs`;
 JSON numbers take the dtype of the signature's input; `signature_name` defaults to
 serving_default. Every curl command in README.md and the docs/ pages must be runnable
 this way.
@@ -25,12 +25,12 @@ import pytest
 import tensorflow as tf
 
 from bert_keras import BertEncoder
-from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger
+from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagger
 from doc_pages import doc_texts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CURL = re.compile(r"curl -d '(?P<body>\{.*?\})' \\\n\s+"
-                  r"http://localhost:8501/v1/models/(?P<model>\w+):(?P<verb>predict|classify)")
+                  r"http://localhost:8501/v1/models/(?P<model>\w+):(?P<verb>predict|classify|regress)")
 
 
 def readme_requests():
@@ -50,7 +50,8 @@ def test_readme_has_the_request_bodies():
             ("spam", "classify", "serve_examples"), ("bert_preprocess", "predict",
             "serving_default"), ("bert_encoder", "predict", "serving_default"),
             ("clf", "predict", "serving_default"), ("ner", "predict", "serving_default"),
-            ("ner", "predict", "words"), ("squad", "predict", "serving_default")} <= kinds
+            ("ner", "predict", "words"), ("squad", "predict", "serving_default"),
+            ("stsb", "predict", "pair"), ("stsb", "regress", "serve_examples")} <= kinds
 
 
 def _feature(value):
@@ -64,7 +65,7 @@ def _feature(value):
 
 def as_tensors(body: dict, verb: str, specs: dict) -> dict:
     """The signature's input tensors for a REST body (TF Serving's JSON mapping)."""
-    if verb == "classify":
+    if verb in ("classify", "regress"):
         examples = [tf.train.Example(features=tf.train.Features(
             feature={k: _feature(v) for k, v in ex.items()})).SerializeToString()
             for ex in body["examples"]]
@@ -93,6 +94,7 @@ def served(tmp_path_factory):
     from export.export_classifier import export_classifier
     from export.export_encoder import export_encoder
     from export.export_preprocessor import export_preprocessor
+    from export.export_regressor import export_regressor
     from export.export_span_qa import export_span_qa
     from export.export_tagger import export_tagger
 
@@ -119,6 +121,8 @@ def served(tmp_path_factory):
                              str(tmp / "ner"), seq_length=16),
         "squad": lambda: export_span_qa(BertSpanQA(encoder), tokenizer, str(tmp / "squad"),
                                 seq_length=16),
+        "stsb": lambda: export_regressor(BertRegressor(encoder), tokenizer, str(tmp / "stsb"),
+                                         seq_length=16, pair=True),
     }
     return _LazyExports(builders)
 
@@ -150,7 +154,7 @@ def _request_cases():
 @pytest.mark.parametrize("index", _request_cases())
 def test_readme_request_runs_on_the_export(served, index):
     requests = readme_requests()
-    assert len(requests) == 11, "update the parametrization to the documentation's request count"
+    assert len(requests) == 13, "update the parametrization to the documentation's request count"
     model, verb, body = requests[index]
     signature = served[model].signatures[body.get("signature_name", "serving_default")]
     specs = signature.structured_input_signature[1]
@@ -165,6 +169,10 @@ def test_readme_request_runs_on_the_export(served, index):
     if model == "spam" and verb == "predict":
         np.testing.assert_allclose(outputs["probabilities"].sum(-1), 1.0, rtol=1e-5)
         assert set(outputs["label"].astype(str)) <= {"ham", "spam"}
+    if verb == "regress":  # TF Serving's Regress API reads `outputs`, float [batch]
+        assert list(outputs) == ["outputs"] and outputs["outputs"].shape == (batch,)
+    if model == "stsb" and verb == "predict":
+        assert list(outputs) == ["score"] and outputs["score"].shape == (batch,)
     if verb == "classify":
         assert outputs["classes"].astype(str).tolist() == [["ham", "spam"]] * batch
         np.testing.assert_allclose(outputs["scores"].sum(-1), 1.0, rtol=1e-5)

@@ -52,7 +52,7 @@ from bert_keras.config import BertConfig, ConfigError
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
 from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagger
-from data_prep import files
+from data_prep import files, tokenizer_config
 from data_prep.cli import ToolError, reading
 
 FORMATS = ("google", "hf", "keras")
@@ -811,7 +811,7 @@ def read_hf_labels(path: str) -> list[str] | None:
     return labels
 
 
-HF_TOKENIZER_FILE = "tokenizer.json"  # transformers 5.x saves this instead of vocab.txt
+HF_TOKENIZER_FILE = tokenizer_config.HF_TOKENIZER_FILE  # transformers 5.x saves it, not vocab.txt
 
 
 def read_hf_vocab(directory: str) -> list[str] | None:

@@ -167,16 +167,57 @@ def path_for_vocab(vocab_file: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(vocab_file)), files.TOKENIZER_CONFIG_FILE)
 
 
-def read_file(path: str) -> tuple[TokenizerConfig, dict]:
-    """Reads a tokenizer_config.json; returns (config, the raw JSON object)."""
+def _read_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:
-            values = json.load(f)
+            return json.load(f)
     except (OSError, UnicodeDecodeError) as e:
         raise TokenizerConfigError(f"{path}: cannot be read ({e})") from None
     except json.JSONDecodeError as e:
         raise TokenizerConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def read_file(path: str) -> tuple[TokenizerConfig, dict]:
+    """Reads a tokenizer_config.json; returns (config, the raw JSON object).
+
+    Where it gives no casing (transformers 5 writes none for a tokenizer built with the
+    `tokenizers` library: the casing is tokenizer.json's normalizer), the normalizer of a
+    tokenizer.json beside it gives it, as transformers' fast tokenizer reads it. Before,
+    such a cased tokenizer read as uncased.
+    """
+    values = _read_json(path)
+    if isinstance(values, Mapping) and not {"do_lower_case", "strip_accents"} & set(values):
+        beside = os.path.join(os.path.dirname(os.path.abspath(path)), HF_TOKENIZER_FILE)
+        if os.path.isfile(beside):
+            values = {**values, **normalizer_settings(beside)}
     return TokenizerConfig.from_json_dict(values, path), values
+
+
+HF_TOKENIZER_FILE = "tokenizer.json"  # transformers' fast tokenizer (5.x saves only this)
+
+
+def normalizer_settings(path: str) -> dict:
+    """The settings a transformers tokenizer.json's normalizer applies: BertNormalizer's
+    `lowercase` / `strip_accents` / `handle_chinese_chars`, or a Sequence holding
+    `Lowercase` and `StripAccents` (whose absence means that step is not done); {} for no
+    normalizer or one of another kind (the defaults then apply)."""
+    values = _read_json(path)
+    normalizer = values.get("normalizer") if isinstance(values, Mapping) else None
+    if not isinstance(normalizer, Mapping):
+        return {}
+    if normalizer.get("type") == "BertNormalizer":
+        found = {"do_lower_case": normalizer.get("lowercase", True),
+                 "strip_accents": normalizer.get("strip_accents"),
+                 "tokenize_chinese_chars": normalizer.get("handle_chinese_chars", True)}
+        return {k: v for k, v in found.items() if v is None or isinstance(v, bool)}
+    steps = normalizer.get("normalizers") if normalizer.get("type") == "Sequence" else [
+        normalizer]
+    if not isinstance(steps, list):
+        return {}
+    kinds = {step.get("type") for step in steps if isinstance(step, Mapping)}
+    if not kinds & {"Lowercase", "StripAccents"}:
+        return {}
+    return {"do_lower_case": "Lowercase" in kinds, "strip_accents": "StripAccents" in kinds}
 
 
 def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:

@@ -623,3 +623,58 @@ def test_a_classifier_from_a_checkpoint_without_a_pooler_starts_it_from_the_init
     kept = model_loading.load_checkpoint(str(tmp_path / "from_bert")).model.encoder.pooler_layer
     np.testing.assert_allclose(np.asarray(kept.kernel), bert.pooler.dense.weight.detach().numpy().T,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("normalizer", ["bert_cased", "sequence_uncased"])
+def test_a_tokenizers_casing_is_read_from_its_normalizer(tmp_path, normalizer):
+    """transformers 5 saves a tokenizer built with the `tokenizers` library as tokenizer.json
+    (its normalizer holds the casing) beside a tokenizer_config.json without casing keys. A
+    cased one read as uncased: every capitalised word split or [UNK]. The casing comes from
+    the normalizer, for the model directory and for a vocab.txt beside it, and our
+    tokenizer splits as transformers' does."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    from data_prep import tokenizer_config
+    from data_prep.tokenization import BertTokenizer
+
+    words = "Apple NASA Seoul Group Market people time world The Café résumé".split()
+    rng = np.random.default_rng(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(rng.choice(words, 8)) + "\n" for _ in range(300)))
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = (normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+                      if normalizer == "bert_cased" else normalizers.Sequence(
+                          [normalizers.NFD(), normalizers.Lowercase(),
+                           normalizers.StripAccents()]))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train([str(corpus)], trainers.WordPieceTrainer(
+        vocab_size=120, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]")
+    hf_dir = tmp_path / "hf"
+    fast.save_pretrained(hf_dir)
+    saved = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    assert "do_lower_case" not in saved  # what transformers writes for such a tokenizer
+    transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=37, max_position_embeddings=40)
+    ).save_pretrained(hf_dir)
+    text = "Apple NASA Seoul Café résumé"
+    want = transformers.AutoTokenizer.from_pretrained(hf_dir).tokenize(text)
+    cased = normalizer == "bert_cased"
+    ckpt = model_loading.load_checkpoint(str(hf_dir))
+    settings = ckpt.saved_tokenizer[0]
+    assert settings.effective()[:2] == ((False, False) if cased else (True, True))
+    ours = BertTokenizer.from_config(ckpt.vocab_file, settings)
+    assert ours.tokenize([text])[0] == want
+    # A vocab.txt beside them (written from tokenizer.json, as the tools advise) too.
+    tok.model.save(str(hf_dir))
+    found = tokenizer_config.read_for_vocab(str(hf_dir / "vocab.txt"))
+    assert found[0].effective()[:2] == settings.effective()[:2]
+    # Without tokenizer_config.json, tokenizer.json alone gives it.
+    os.remove(hf_dir / "tokenizer_config.json")
+    os.remove(hf_dir / "vocab.txt")
+    again = model_loading.load_checkpoint(str(hf_dir)).saved_tokenizer
+    assert again[1].endswith("tokenizer.json") and again[0].effective()[:2] == \
+        settings.effective()[:2]

@@ -573,6 +573,7 @@ def _copy_weights(source: list, target: list, path: str) -> None:
 # hosts. Their digests (`contents_read`) are recorded with the flags.
 _MOVABLE_FILES = ("init_checkpoint", "vocab_file", "bert_config_file", "input_file")
 _CONTENTS_KEY = "contents"  # in run_config.json, beside the flags (no flag has this name)
+_TOKENIZATION_KEY = "input_tokenization"  # a digest in "contents", beside the flags' own
 
 
 def contents_read(options: PretrainingOptions, config, input_files, initial_read) -> dict:
@@ -583,9 +584,14 @@ def contents_read(options: PretrainingOptions, config, input_files, initial_read
     import tensorflow as tf
 
     from bert_keras.distribute import digest, vocabulary_read
+    from data_prep import features
 
     contents = {"input_file": digest([(os.path.basename(path), tf.io.gfile.stat(path).length)
                                       for path in input_files])}
+    made_with = features.data_tokenizer_settings(input_files)  # checked by _read_inputs
+    if made_with is not None:
+        # What the data's ids mean: its tokenizer settings and vocabulary (the sidecars').
+        contents[_TOKENIZATION_KEY] = digest(made_with[0].to_json_dict(), made_with[2])
     if options.bert_config_file:
         contents["bert_config_file"] = digest(config.to_dict())
     if options.vocab_file:
@@ -635,6 +641,19 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool,
                      and current.get(k) and k in recorded_contents
                      and recorded_contents[k] == (contents or {}).get(k)]
         changed = [k for k in changed if k not in options.RUNS_ON and k not in relocated]
+        # The same paths must still hold what the run started on (data remade in place with
+        # other settings resumed silently: checkpoints and encoder/ then disagreed).
+        remade = [k for k in (*_MOVABLE_FILES, _TOKENIZATION_KEY)
+                  if k not in changed and k not in relocated and k in recorded_contents
+                  and k in (contents or {}) and recorded_contents[k] != contents[k]]
+        if remade:
+            what = ", ".join("--input_file's tokenizer settings or vocabulary (its sidecars)"
+                             if k == _TOKENIZATION_KEY else f"--{k} {current.get(k)}"
+                             for k in remade)
+            raise PretrainingError(
+                f"--output_dir {out} holds a run that read other contents than these: {what} "
+                "changed since it started (remade in place?); resume it on what it started "
+                "on, or choose a new output_dir")
         if changed:
             raise PretrainingError(f"--output_dir {out} holds a run with other flags "
                                    f"({describe(changed)}); rerun it with its own flags or "

@@ -1027,6 +1027,38 @@ def _sidecars_recording(data, directory, vocab_file, do_lower_case, prefix="trai
     return str(directory / f"{prefix}-*.tfrecord")
 
 
+def test_a_run_resumed_on_data_remade_in_place_is_refused(data, tmp_path):
+    """A killed run whose data was remade under the same names (other tokenizer settings,
+    or other shards) resumed silently: its first checkpoints and encoder/ then disagreed
+    on the tokenizer. The same paths must hold what the run started on."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    pattern = _sidecars_recording(data, directory, data["vocab"], True)
+    run = _options(data, tmp_path / "out", input_file=pattern, num_train_steps=4,
+                   num_warmup_steps=1, save_checkpoints_steps=2, vocab_file=None)
+    with pytest.raises(_SimulatedCrash):
+        train(run, extra_callbacks=[_CrashAfterFirstBackup()])
+    _sidecars_recording(data, directory, data["vocab"], False)  # remade: cased, same sizes
+    with pytest.raises(PretrainingError, match=r"holds a run that read other contents than "
+                                               r"these: --input_file's tokenizer settings or "
+                                               r"vocabulary \(its sidecars\) changed since it "
+                                               r"started \(remade in place\?\)"):
+        train(run)
+    # A shard remade with other records (here the held-out shard under its name).
+    _sidecars_recording(data, directory, data["vocab"], True)
+    _sidecars_recording(data, directory, data["vocab"], True, prefix="eval")
+    first = sorted(directory.glob("train-*.tfrecord"))[0]
+    os.replace(directory / "eval-0.tfrecord", first)
+    os.replace(directory / "eval-0.tfrecord.meta.json", str(first) + ".meta.json")
+    with pytest.raises(PretrainingError, match=r"--input_file .*train-\*.tfrecord changed "
+                                               r"since it started"):
+        train(run)
+    _sidecars_recording(data, directory, data["vocab"], True)  # as it started: resumes
+    counter = _CountBatches()
+    train(run, extra_callbacks=[counter])
+    assert counter.batches == 2  # updates 3 and 4
+
+
 def test_held_out_data_of_another_vocabulary_or_casing_is_refused(data, tmp_path):
     """Training shards of two tokenizers were refused, held-out shards were not checked:
     held-out data from a cased vocabulary beside uncased training data gave an MLM

@@ -373,3 +373,37 @@ def test_loop_refuses_a_backup_between_interval_ends(tmp_path, monkeypatch):
                                           r"train from step 0"):
         loop.train(model, x, y, 4, 1.0, 1e-3, 0.0, num_train_steps=10, backup_dir=backup_dir,
                    save_checkpoints_steps=3)
+
+
+@pytest.mark.integration  # Two runs in fresh processes, one per backend: about 40 s.
+def test_a_randomly_initialised_run_is_taken_up_on_the_other_backend(data, tmp_path):
+    """A run from random weights (--bert_config_file, no checkpoint), rerun with the same
+    command on the other Keras backend, was refused as "trained otherwise": its identity
+    held the CRC of the initial weights, which each backend draws with its own generator.
+    The config and --seed say what they are: the finished model is taken up (nothing is
+    rewritten), as for a run started from a checkpoint."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, backend_env
+
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(dict(
+        vocab_size=VOCAB_SIZE, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=24, max_position_embeddings=32, type_vocab_size=2,
+        hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        initializer_range=0.02)))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bert_keras.run_classifier", f"--vocab_file={VOCAB}",
+               f"--bert_config_file={config}", f"--train_file={data}", "--do_train",
+               f"--output_dir={out}", "--max_seq_length=16", "--train_batch_size=4",
+               "--num_train_steps=4", "--save_checkpoints_steps=2"]
+    stamps = None
+    for backend in ("tensorflow", "jax"):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600,
+                              env=backend_env(backend))
+        assert done.returncode == 0, f"{backend}: {done.stderr[-3000:]}"
+        if stamps is None:
+            stamps = {n: os.stat(out / n).st_mtime_ns for n in os.listdir(out)
+                      if os.path.isfile(out / n)}
+    assert {n: os.stat(out / n).st_mtime_ns for n in stamps} == stamps

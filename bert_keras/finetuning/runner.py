@@ -656,7 +656,8 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
                      data: Features, distribution) -> dict:
     """What a run trains, as a resumed run must share it: the training flags, the labels,
     digests of the training features and of the encoder's initial weights (the checkpoint's:
-    the head's seeded initialisation follows from the flags and the backend), and under
+    the head's seeded initialisation follows from the flags and the backend; without a
+    checkpoint, the config they were drawn for, with --seed among the flags), and under
     `RUNS_ON` what a resumed run may change (`distribution` the training's)."""
     from bert_keras.distribute import digest
 
@@ -666,10 +667,19 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
     flags.update({name: getattr(opts, name) for name in task.training_flags})
     arrays = [data.arrays[name] for name in sorted(data.arrays)]
     weights = model.encoder.weights
+    if common.init_checkpoint:
+        initial = f"{len(weights)} arrays, CRC {digest(*weights):08x}"
+    else:
+        # Drawn from --seed by the backend's generator (TensorFlow's and JAX's differ): the
+        # config and the seed say what they are, so a run moves between backends as one
+        # started from a checkpoint does (with RUNS_ON's warning). Before, their CRCs made
+        # it "a run that trained otherwise".
+        config = model.encoder.to_bert_config().to_dict()
+        initial = f"random, config CRC {digest(json.dumps(config, sort_keys=True)):08x}"
     return {"format": BACKUP_FORMAT, "task": task.name, "flags": flags, "labels": labels,
             "training data": f"{len(arrays[0]) if arrays else 0} features, CRC "
                              f"{digest(*arrays):08x}",
-            "initial weights": f"{len(weights)} arrays, CRC {digest(*weights):08x}",
+            "initial weights": initial,
             "processes": distribution.num_processes,
             RUNS_ON: {"KERAS_BACKEND": keras.backend.backend(),
                       "jit_compile": common.jit_compile,

@@ -929,3 +929,31 @@ def test_an_interrupted_save_leaves_no_model_beside_another_runs_settings(
     with pytest.raises(KeyboardInterrupt):
         run_classifier.run(**dict(args, max_seq_length=12, overwrite_output=True))
     assert not (out / "model.keras").exists()
+
+
+def test_overwrite_output_takes_the_replaced_models_results_away(tmp_path, encoder_file):
+    """--overwrite_output --do_train replaced model.keras and kept the old model's
+    eval_results.json, predictions and Google's eval_results.txt / test_results.tsv (which
+    record no model): read as the new model's, and refused by the next --do_eval."""
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_classification(train, 24, 0)
+    write_classification(test, 8, 1)
+    out = tmp_path / "out"
+    run_classifier.run(train_file=str(train), eval_file=str(test), predict_file=str(test),
+                       **common(out, encoder_file))
+    for google in ("eval_results.txt", "test_results.tsv"):  # as a --task_name run leaves
+        (out / google).write_text("old\n")
+    before = os.stat(out / "model.keras").st_mtime_ns
+    run_classifier.run(train_file=str(train), **common(out, encoder_file, do_eval=False,
+                                                        do_predict=False, learning_rate=1e-4,
+                                                        overwrite_output=True))
+    assert os.stat(out / "model.keras").st_mtime_ns != before
+    left = {"eval_results.json", "predict_results.json", "predictions.jsonl",
+            "eval_results.txt", "test_results.tsv"} & set(os.listdir(out))
+    assert not left, left
+    # The new model is evaluated without --overwrite_output: nothing of the old one is in
+    # the way.
+    results = run_classifier.run(eval_file=str(test), **common(out, encoder_file,
+                                                                do_train=False,
+                                                                do_predict=False))
+    assert results["eval"]["num_examples"] == 8

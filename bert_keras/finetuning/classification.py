@@ -165,6 +165,10 @@ class ClassificationTask(LabelledFileTask):
                   ([GOOGLE_TEST_FILE] if common.do_predict else [])) if opts.task_name else []
         return super().output_files(common, opts) + google
 
+    def result_files(self, common, opts):
+        # Google's files of a --task_name run, whatever this run's route.
+        return super().result_files(common, opts) + [GOOGLE_EVAL_FILE, GOOGLE_TEST_FILE]
+
     def input_file(self, split, opts):
         if opts.xnli_language != XNLI_LANGUAGE and (opts.task_name or "").lower() != "xnli":
             raise FinetuneError(f"--xnli_language={opts.xnli_language} is for "

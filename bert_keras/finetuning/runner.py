@@ -254,6 +254,12 @@ class Task:
         """Task flags the task's export takes as its defaults (train_results.json)."""
         return {}
 
+    def result_files(self, common: FinetuneOptions, opts) -> list[str]:
+        """Every file evaluation and prediction may write into --output_dir (removed when
+        --overwrite_output replaces the model they came from)."""
+        every = dataclasses.replace(common, do_train=False, do_eval=True, do_predict=True)
+        return self.output_files(every, opts)
+
     def evaluate(self, examples, features: Features, outputs: dict, labels, tokenizer,
                  common: FinetuneOptions, opts) -> dict:
         raise NotImplementedError
@@ -594,6 +600,12 @@ def run(task: Task, values: dict) -> dict:
         summary["tokenizer"] = settings.to_json_dict()
         summary[TRAINED_AS] = _what_was_trained(identity)
         if chief:
+            if common.overwrite_output:
+                # The replaced model's results (and Google's files, which record no model)
+                # would read as this one's: removed before it is saved.
+                for name in task.result_files(common, opts):
+                    if os.path.isfile(os.path.join(out, name)):
+                        os.remove(os.path.join(out, name))
             model_loading.save_task_dir(model, out, labels, vocab_file, settings,
                                         overwrite=common.overwrite_output,
                                         include_optimizer=common.save_optimizer_state,

@@ -171,6 +171,10 @@ class SquadTask(Task):
             (["eval_results.json"] if common.do_eval else []) + \
             (["predict_results.json"] if common.do_predict else [])
 
+    def result_files(self, common, opts):
+        # A SQuAD 2.0 run's null odds, whatever this run's --version_2_with_negative.
+        return super().result_files(common, opts) + ["null_odds.json"]
+
     def read(self, path, split, opts):
         examples, stats = squad.read_squad(path, split == "train", opts.version_2_with_negative)
         logging.info("%s: %s", split, stats.summary())

@@ -119,8 +119,11 @@ def check_input_files(files, max_seq_length: int, max_predictions_per_seq: int |
 
     Raises:
       ValueError: naming the file, for a sidecar that disagrees with S or P, a file without
-        sidecar whose first record does not parse at S and P, or mixed compression.
+        sidecar whose first record does not parse at S and P, or mixed compression; or two
+        shard sets of one create_pretraining_data output prefix
+        (`data_prep.features.check_shard_sets`).
     """
+    features.check_shard_sets(files)
     compressions = {}
     for path in files:
         meta = features.read_sidecar(path)

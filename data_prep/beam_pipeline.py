@@ -547,22 +547,15 @@ def _job_error(e: BaseException) -> str:
     return f"the Beam job failed: {type(e).__name__}: {last[-1] if last else ''}"[:2000]
 
 
+def _match(pattern: str) -> list[str]:
+    return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+
+
 def check_outputs(spec: job.JobSpec) -> list[str]:
-    """Refuses existing outputs (unless --overwrite) on any Beam file system; returns the
-    local directories it created (taken back if the job fails)."""
-    if len(set(spec.output_files)) != len(spec.output_files):
-        raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
-    finals = [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
-    directories = [p for p in finals if "://" not in p and os.path.isdir(p)]
-    if directories:
-        raise InputError(f"--output_file: {directories[0]} is a directory; name a file (or a "
-                         "prefix) in it")
-    if not spec.overwrite:
-        existing = [p for p in finals if _exists(p)]
-        if existing:
-            raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
-                             f"e.g. {existing[0]}; pass --overwrite to replace them")
-    return files.make_parent_dirs([out for out in spec.output_files if "://" not in out])
+    """Refuses existing outputs and other shard sets of the prefix (unless --overwrite) on
+    any Beam file system (`pretraining_job.check_outputs`); returns the local directories it
+    created (taken back if the job fails)."""
+    return job.check_outputs(spec, exists=_exists, glob=_match)
 
 
 def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
@@ -684,16 +677,21 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
     common["beam"] = dict(beam_meta, runner=runner, pool_size=spec.config.pool_size)
     if not spec.overwrite:
         check_outputs(spec)  # nothing appeared meanwhile
+    replaced = job.other_shard_sets(spec.output_files, _match) if spec.overwrite else []
     metas = [dict(common, shard={"index": j, "num_shards": len(temps), "instances": counts[j]})
              for j in range(len(temps))]
     if not any("://" in path for path in spec.output_files):
-        job.publish_shards(temps, spec.output_files, metas, spec.overwrite)
+        job.publish_shards(temps, spec.output_files, metas, spec.overwrite, replaced)
     else:  # another file system (gs://, s3://, ...): Beam's own calls, one shard at a time
         for temp, path, meta in zip(temps, spec.output_files, metas):
             _write_text(meta, features.sidecar_path(path))
             if _exists(path):
                 FileSystems.delete([path])
             FileSystems.rename([temp], [path])
+        _delete_quietly(replaced)  # once the new set is in place, as publish_shards does
+    if replaced:
+        log("--overwrite: removed the prefix's other shard set, %s",
+            job.describe_shard_sets(replaced))
     return {"totals": dataclasses.asdict(totals), "input_bytes": reader.input_bytes,
             "shard_counts": [counts[j] for j in range(len(temps))]}
 

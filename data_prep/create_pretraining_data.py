@@ -52,8 +52,9 @@ from data_prep import tokenizer_config
 # The job, the reader, tokenization and the checks are shared with beam_pipeline.py.
 from data_prep.pretraining_job import (  # noqa: F401 (re-exported: the tool's names)
     LONG_LINE_WARN_BYTES, MAX_LINE_BYTES, InputError, JobSpec, RawDocument, WorkerResult,
-    check_totals, limit_tf_threads, publish_shards, ragged_to_numpy, read_documents,
-    remove_files, sidecar_common, tokenize_documents)
+    check_totals, describe_shard_sets, limit_tf_threads, other_shard_sets, publish_shards,
+    ragged_to_numpy, read_documents, remove_files, sidecar_common, tokenize_documents)
+from data_prep.pretraining_job import check_outputs as job_check_outputs
 
 # Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
 # max_seq_length, ...). allow_override lets such modules be imported into one process (a
@@ -390,12 +391,9 @@ def _temp_files(spec: JobSpec) -> tuple[str, ...]:
     return spec.temp_files or tuple(files.temp_path(p) for p in spec.output_files)
 
 
-def _final_names(spec: JobSpec) -> list[str]:
-    return [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
-
-
 def check_outputs(spec: JobSpec) -> list[str]:
-    """Refuses to overwrite existing outputs (unless spec.overwrite) and creates directories.
+    """The shared output checks (`pretraining_job.check_outputs`: existing files, other shard
+    sets of the prefix, directories), and enough shards for the workers.
 
     Returns:
       The directories it created (`files.remove_created_dirs` takes them back on failure).
@@ -403,24 +401,11 @@ def check_outputs(spec: JobSpec) -> list[str]:
     Raises:
       InputError: naming the existing files, or a bad output list.
     """
-    if not spec.output_files:
-        raise InputError("--output_file names no file")
-    if len(set(spec.output_files)) != len(spec.output_files):
-        raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
-    if spec.num_workers > len(spec.output_files):
+    if spec.output_files and spec.num_workers > len(spec.output_files):
         raise InputError(
             f"--num_workers={spec.num_workers} needs at least as many output files; received "
             f"{len(spec.output_files)} (use --num_output_shards)")
-    directories = [p for p in _final_names(spec) if os.path.isdir(p)]
-    if directories:  # even with --overwrite: found after the whole job, naming a temp file
-        raise InputError(f"--output_file: {directories[0]} is a directory; name a file (or a "
-                         "prefix) in it")
-    if not spec.overwrite:
-        existing = [p for p in _final_names(spec) if os.path.exists(p)]
-        if existing:
-            raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
-                             f"e.g. {existing[0]}; pass --overwrite to replace them")
-    return files.make_parent_dirs(spec.output_files)
+    return job_check_outputs(spec)
 
 
 class _Progress:
@@ -534,11 +519,12 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
         common = sidecar_common(spec, totals, input_bytes, vocab_sha)
         if not spec.overwrite:
             check_outputs(spec)  # nothing appeared meanwhile
+        replaced = other_shard_sets(spec.output_files) if spec.overwrite else []
         publish_shards(temps, spec.output_files, [
             dict(common, shard={"index": j, "num_shards": len(spec.output_files),
                                 "instances": shard_counts.get(j, 0),
                                 "worker": j % spec.num_workers})
-            for j in range(len(spec.output_files))], spec.overwrite)
+            for j in range(len(spec.output_files))], spec.overwrite, replaced)
     except BaseException:
         remove_files(temps)
         files.remove_created_dirs(created)
@@ -559,6 +545,9 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
         len(results), mb / max(cpu, 1e-9))
     for path in spec.output_files:
         log("  %s", path)
+    if replaced:
+        log("--overwrite: removed the prefix's other shard set, %s",
+            describe_shard_sets(replaced))
     return {"totals": dataclasses.asdict(totals), "input_bytes": input_bytes,
             "shard_counts": [shard_counts.get(j, 0) for j in range(len(spec.output_files))],
             "seconds": seconds, "mb_per_second": mb / max(seconds, 1e-9),
@@ -586,11 +575,10 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
     if "," in output_file:
         raise InputError("--num_output_shards takes a single --output_file prefix; received a "
                          f"comma-separated list: {output_file!r}")
-    suffix = ".tfrecord.gz" if gzip_compress else ".tfrecord"
     # Google's README names its output tf_examples.tfrecord: its shards are
     # tf_examples-00000-of-00004.tfrecord, not tf_examples.tfrecord-00000-of-00004.tfrecord.
     prefix = re.sub(r"\.tfrecord(\.gz)?$", "", output_file)
-    return [f"{prefix}-{j:05d}-of-{num_output_shards:05d}{suffix}"
+    return [files.shard_path(prefix, j, num_output_shards, gzip_compress)
             for j in range(num_output_shards)]
 
 

@@ -672,6 +672,40 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
     return sorted(found)
 
 
+def check_shard_sets(paths: Sequence[str]) -> None:
+    """Refuses data holding two shard sets of one create_pretraining_data output prefix.
+
+    Shards `<prefix>-NNNNN-of-MMMMM.tfrecord[.gz]` of one prefix whose sidecars record other
+    `shard.num_shards` (without a sidecar: whose names give another count) or another
+    compression are the corpus written twice: a rerun with another --num_output_shards,
+    worker count or --gzip_compress left the old set beside the new one (the tool now
+    refuses that), and the documented glob `<prefix>-*.tfrecord` reads both.
+
+    Raises:
+      ValueError: naming both sets, one shard of each, and what to do.
+    """
+    seen: dict[str, dict[tuple[int, str], str]] = {}
+    for path in paths:
+        found = files.shard_set_of(path)
+        if not found:
+            continue
+        prefix, count, suffix = found
+        shard = (read_sidecar(path) or {}).get("shard")
+        if isinstance(shard, Mapping) and isinstance(shard.get("num_shards"), int):
+            count = shard["num_shards"]
+        sets = seen.setdefault(prefix if "://" in prefix else os.path.abspath(prefix), {})
+        sets.setdefault((count, suffix), path)
+        if len(sets) > 1:
+            (first, first_path), (second, second_path) = list(sets.items())[:2]
+            raise ValueError(
+                f"pretraining files hold two shard sets of the output prefix {prefix}, "
+                f"{files.describe_shard_set(prefix, *first)} (e.g. {first_path}) and "
+                f"{files.describe_shard_set(prefix, *second)} (e.g. {second_path}): the corpus "
+                "written twice (create_pretraining_data run again with another shard count or "
+                "compression); name one set in the file pattern, or delete the other (a rerun "
+                "of create_pretraining_data with --overwrite replaces the prefix's shards)")
+
+
 def data_vocab_size(paths: Sequence[str]) -> tuple[int, str] | None:
     """(tokens of the largest vocabulary the data was made with, the sidecar recording it),
     or None where no sidecar says. Sidecars from before `vocab_size` was recorded name

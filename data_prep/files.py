@@ -43,12 +43,45 @@ HF_CONFIG_FILE = "config.json"
 
 CACHE_ENV = "BERT_KERAS_CACHE"  # where fetched data and compiled tokenizer models are cached
 
+# Pretraining shards of one --output_file prefix: <prefix>-00003-of-00008.tfrecord[.gz].
+_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})"
+                       r"(?P<suffix>\.tfrecord(?:\.gz)?)$")
+
 TEMP_PREFIX = ".incomplete-"
 _TEMP_RE = re.compile(r"^\.incomplete-(?P<pid>\d+)\.(?P<name>.+)$")
 
 
 class OutputExistsError(FileExistsError):
     """An output exists and the caller did not ask to replace it; the message says how."""
+
+
+def shard_path(prefix: str, index: int, count: int, gzip_compress: bool = False) -> str:
+    """Shard `index` of `count` of an output prefix: `<prefix>-00003-of-00008.tfrecord[.gz]`."""
+    suffix = ".tfrecord.gz" if gzip_compress else ".tfrecord"
+    return f"{prefix}-{index:05d}-of-{count:05d}{suffix}"
+
+
+def shard_set_of(path: str) -> tuple[str, int, str] | None:
+    """(prefix, shard count, suffix) of a shard named by `shard_path`, with or without its
+    sidecar suffix; None for any other name."""
+    path = os.fspath(path)
+    if path.endswith(SIDECAR_SUFFIX):
+        path = path[:-len(SIDECAR_SUFFIX)]
+    m = _SHARD_RE.match(path)
+    return (m.group("prefix"), int(m.group("count")), m.group("suffix")) if m else None
+
+
+def shard_set_glob(prefix: str) -> str:
+    """A glob (Python's, fnmatch's, Beam's) for every shard set of `prefix` and sidecars;
+    filter its matches with `shard_set_of`."""
+    import glob
+
+    return glob.escape(prefix) + "-?????-of-?????.tfrecord*"
+
+
+def describe_shard_set(prefix: str, count: int, suffix: str) -> str:
+    """`<prefix>-*-of-00008.tfrecord`: a set in messages."""
+    return f"{prefix}-*-of-{count:05d}{suffix}"
 
 
 def cache_root() -> str:

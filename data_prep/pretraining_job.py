@@ -4,14 +4,17 @@ The local tool (data_prep/create_pretraining_data.py, N worker processes) and th
 pipeline (data_prep/beam_pipeline.py) run the same job: a `JobSpec` (from the tool's flags),
 Google's text format read by `read_documents` (one sentence a line, a blank line between
 documents; binary files and overlong lines refused), whole documents tokenized in batches
-(`tokenize_documents`), the corpus-level checks (`check_totals`) and the sidecar every shard
-gets (`sidecar_common`). Both import this module; neither imports the other's internals
-(the tool hands a Beam --runner to beam_pipeline, which needs nothing of the tool).
+(`tokenize_documents`), the corpus-level checks (`check_totals`), the sidecar every shard
+gets (`sidecar_common`), and the outputs: their checks (`check_outputs`, which refuses
+another shard set of the same prefix) and publishing (`publish_shards`). Both import this
+module; neither imports the other's internals (the tool hands a Beam --runner to
+beam_pipeline, which needs nothing of the tool).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob as _glob
 import gzip
 import io
 import json
@@ -21,7 +24,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from data_prep import features, schema
+from data_prep import features, files, schema
 from data_prep import pretraining_instances as pi
 from data_prep.cli import ToolError
 from data_prep.tokenizer_config import TokenizerConfig
@@ -303,8 +306,99 @@ def tokenize_documents(raw_documents: Iterable[RawDocument],
         yield from flush()
 
 
+# --- Outputs: the checks before and after the job, and publishing. ---
+
+
+def _same_path(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+def other_shard_sets(output_files: Sequence[str],
+                     glob: Callable[[str], Iterable[str]] = _glob.glob) -> list[str]:
+    """The existing files of other shard sets of the outputs' prefixes, sidecars included.
+
+    Shards named `<prefix>-NNNNN-of-MMMMM.tfrecord[.gz]` (--num_output_shards, or Beam's
+    automatic count) with another count or compression than this job's: a later glob of the
+    prefix (`<prefix>-*.tfrecord`, as documented) would read both sets, the corpus twice.
+
+    Args:
+      output_files: the job's final shard paths.
+      glob: pattern -> matching paths (Beam passes one for every Beam file system).
+    """
+    ours = {_same_path(p) for out in output_files for p in (out, features.sidecar_path(out))}
+    prefixes = {found[0] for found in map(files.shard_set_of, output_files) if found}
+    others = set()
+    for prefix in sorted(prefixes):
+        for path in glob(files.shard_set_glob(prefix)):
+            found = files.shard_set_of(path)
+            if (found and _same_path(found[0]) == _same_path(prefix)
+                    and _same_path(path) not in ours):
+                others.add(path)
+    return sorted(others)
+
+
+def describe_shard_sets(paths: Iterable[str], counts: bool = True) -> str:
+    """`x-*-of-00002.tfrecord (4 files, sidecars included)` for each set among `paths`,
+    joined by "and" (without the parenthesis when not `counts`)."""
+    sets: dict[tuple, int] = {}
+    for path in paths:
+        found = files.shard_set_of(path)
+        if found:
+            sets[found] = sets.get(found, 0) + 1
+    return " and ".join(
+        files.describe_shard_set(*s) + (f" ({n} file{'s' if n != 1 else ''}, sidecars "
+                                        "included)" if counts else "")
+        for s, n in sorted(sets.items()))
+
+
+def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = os.path.exists,
+                  glob: Callable[[str], Iterable[str]] = _glob.glob) -> list[str]:
+    """Refuses to overwrite existing outputs (unless spec.overwrite) and creates directories.
+
+    Besides this job's own names, other shard sets of its output prefix are refused (another
+    --num_output_shards, worker count or --gzip_compress before): `<prefix>-*.tfrecord`
+    would read both. With --overwrite, `publish_shards` removes them once the new set is in
+    place.
+
+    Args:
+      spec: the job (its output_files and overwrite are read).
+      exists, glob: file-system calls (Beam passes its own, for gs:// and the like).
+
+    Returns:
+      The local directories it created (`files.remove_created_dirs` takes them back on
+      failure).
+
+    Raises:
+      InputError: naming the existing files, or a bad output list.
+    """
+    if not spec.output_files:
+        raise InputError("--output_file names no file")
+    if len(set(spec.output_files)) != len(spec.output_files):
+        raise InputError(f"--output_file names a file twice: {list(spec.output_files)}")
+    finals = [p for out in spec.output_files for p in (out, features.sidecar_path(out))]
+    directories = [p for p in finals if "://" not in p and os.path.isdir(p)]
+    if directories:  # even with --overwrite: found after the whole job, naming a temp file
+        raise InputError(f"--output_file: {directories[0]} is a directory; name a file (or a "
+                         "prefix) in it")
+    if not spec.overwrite:
+        existing = [p for p in finals if exists(p)]
+        if existing:
+            raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
+                             f"e.g. {existing[0]}; pass --overwrite to replace them")
+        others = other_shard_sets(spec.output_files, glob)
+        if others:
+            prefix = files.shard_set_of(others[0])[0]
+            raise InputError(
+                f"--output_file: {prefix} already has another shard set, "
+                f"{describe_shard_sets(others)}, which a glob such as {prefix}-* would "
+                f"read beside this run's {describe_shard_sets(spec.output_files, False)} (the "
+                "corpus twice); pass --overwrite to replace the prefix's shards, or choose "
+                "another --output_file")
+    return files.make_parent_dirs([out for out in spec.output_files if "://" not in out])
+
+
 def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[dict],
-                   overwrite: bool) -> None:
+                   overwrite: bool, replaced: Iterable[str] = ()) -> None:
     """Renames a job's finished shards into place with their sidecars, as one set.
 
     The sidecars are written under temporary names first, so that publishing is renames
@@ -312,10 +406,10 @@ def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[
     publish never leaves an old set mixed with a new one); an interruption (Ctrl-C, an
     error) while renaming removes what was renamed: a complete set or nothing. Before, a
     Ctrl-C there left the first shards, and run_pretraining trained on 1 of 4 without a
-    word.
+    word. `replaced` (`other_shard_sets`, with --overwrite) is removed only once the whole
+    new set is in place: a failed run loses no data, and an interruption between leaves two
+    sets, which run_pretraining refuses.
     """
-    from data_prep import files
-
     sidecar_temps = []
     try:
         for final, meta in zip(finals, metas):
@@ -338,6 +432,7 @@ def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[
     except BaseException:
         remove_files(published + sidecar_temps)
         raise
+    remove_files(replaced)
 
 
 def remove_files(paths: Iterable[str]) -> None:

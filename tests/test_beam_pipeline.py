@@ -10,6 +10,7 @@ looks complete after a failed job, one clear line for bad settings.
 import glob
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -182,6 +183,34 @@ def test_without_num_output_shards_each_worker_gets_a_shard(beam_run, corpus, tm
     for mine, given in zip(shards, beam_run["shards"]):  # --num_output_shards=3, 1 worker
         assert open(mine, "rb").read() == open(given, "rb").read()
         assert features.read_sidecar(mine)["shard"] == features.read_sidecar(given)["shard"]
+
+
+def test_another_shard_count_beside_a_set_is_refused_or_replaces_it(beam_run, corpus,
+                                                                     tmp_path, capsys):
+    """A rerun without --num_output_shards (1 worker: 1 shard) beside a 3-shard set wrote
+    train-00000-of-00001 next to it, even without --overwrite: run_pretraining's glob
+    train-*.tfrecord then read the corpus twice. Refused before the job; --overwrite
+    replaces the prefix's shards once the new set is in place."""
+    path, vocab_path, _ = corpus
+    out = tmp_path / "out"
+    out.mkdir()
+    for shard in beam_run["shards"]:
+        for name in (shard, features.sidecar_path(shard)):
+            shutil.copy(name, out)
+    old = sorted(os.listdir(out))
+    flags = _flags(path, vocab_path, str(out / "train"))
+    del flags["num_output_shards"]
+    capsys.readouterr()
+    assert run_cli(runner="DirectRunner", **flags) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"error: --output_file: {out / 'train'} already has another shard set, "
+        f"{out / 'train'}-*-of-00003.tfrecord (6 files, sidecars included)"), err
+    assert "pass --overwrite to replace the prefix's shards" in err
+    assert sorted(os.listdir(out)) == old
+    assert run_cli(runner="DirectRunner", overwrite=True, **flags) == 0
+    assert sorted(os.listdir(out)) == ["train-00000-of-00001.tfrecord",
+                                       "train-00000-of-00001.tfrecord.meta.json"]
 
 
 def test_default_shard_count_follows_workers_and_size(corpus, monkeypatch):

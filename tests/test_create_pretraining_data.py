@@ -686,3 +686,53 @@ def test_an_interrupted_publish_leaves_a_complete_set_or_nothing(tmp_path, monke
     assert not out.exists() or os.listdir(out) == []
     assert run_cli(**args) == 0  # the rerun is not refused
     assert len(os.listdir(out)) == 8
+
+
+def test_a_rerun_with_another_shard_count_is_refused_or_replaces_the_set(tmp_path,
+                                                                         monkeypatch, capsys):
+    """A rerun with --num_output_shards=3 after 2 (or with --gzip_compress toggled) left both
+    sets side by side, with or without --overwrite, and run_pretraining's documented glob
+    train-*.tfrecord trained on the corpus twice without a word. Now refused in one line;
+    --overwrite replaces the prefix's shards, removing the old set only once the new one is
+    in place (an interrupted publish leaves the old set whole)."""
+    out = tmp_path / "out"
+    args = dict(input_file=CORPUS, vocab_file=VOCAB, output_file=str(out / "train"),
+                max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1,
+                num_examples_to_print=0)
+
+    def names(count, suffix=".tfrecord"):
+        return sorted(f"train-{j:05d}-of-{count:05d}{suffix}{sidecar}"
+                      for j in range(count) for sidecar in ("", ".meta.json"))
+
+    assert run_cli(num_output_shards=2, **args) == 0
+    old = {name: (out / name).read_bytes() for name in names(2)}
+    assert sorted(os.listdir(out)) == names(2)
+    capsys.readouterr()
+    for extra in ({"num_output_shards": 3}, {"num_output_shards": 2, "gzip_compress": True}):
+        assert run_cli(**extra, **args) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"error: --output_file: {out / 'train'} already has another shard "
+                              f"set, {out / 'train'}-*-of-00002.tfrecord (4 files, sidecars "
+                              "included), which a glob such as "), err
+        assert ("pass --overwrite to replace the prefix's shards, or choose another "
+                "--output_file") in err
+        assert sorted(os.listdir(out)) == names(2)
+
+    real, calls = os.replace, []
+
+    def interrupted(source, target):
+        calls.append(target)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(source, target)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    assert run_cli(num_output_shards=3, overwrite=True, **args) == 130
+    monkeypatch.setattr(os, "replace", real)
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == old
+
+    assert run_cli(num_output_shards=3, overwrite=True, **args) == 0
+    assert sorted(os.listdir(out)) == names(3)
+    assert run_cli(num_output_shards=3, gzip_compress=True, overwrite=True, **args) == 0
+    assert sorted(os.listdir(out)) == names(3, ".tfrecord.gz")

@@ -655,6 +655,43 @@ def test_damaged_shards_are_refused_or_skipped(data, tmp_path, caplog):
     assert (tmp_path / "out" / "encoder").is_dir()
 
 
+def test_two_shard_sets_of_one_output_prefix_are_refused(data, tmp_path):
+    """create_pretraining_data run again with another --num_output_shards left the old set
+    beside the new one, and the documented glob train-*.tfrecord trained on the corpus twice
+    without a word. Their sidecars record the shard counts: refused in one line, naming both
+    sets, before anything is written; one set named by the pattern is read as before."""
+    from data_prep import features
+
+    def shard(source, name, num_shards):
+        shutil.copy(data["dir"] / source, tmp_path / name)
+        meta = features.read_sidecar(str(data["dir"] / source))
+        meta["shard"] = dict(meta["shard"], num_shards=num_shards)
+        (tmp_path / (name + ".meta.json")).write_text(json.dumps(meta))
+
+    shard("train-0.tfrecord", "train-00000-of-00002.tfrecord", 2)
+    shard("train-1.tfrecord", "train-00001-of-00002.tfrecord", 2)
+    shard("train-0.tfrecord", "train-00000-of-00001.tfrecord", 1)
+    prefix = tmp_path / "train"
+    options = _options(data, tmp_path / "out", input_file=str(tmp_path / "train-*.tfrecord"),
+                       num_train_steps=1, num_warmup_steps=0, save_checkpoints_steps=1)
+    with pytest.raises(PretrainingError) as e:
+        train(options)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"pretraining files hold two shard sets of the output prefix {prefix}, "
+        f"{prefix}-*-of-00001.tfrecord (e.g. {prefix}-00000-of-00001.tfrecord) and "
+        f"{prefix}-*-of-00002.tfrecord (e.g. {prefix}-00000-of-00002.tfrecord): the corpus "
+        "written twice"), message
+    assert "--overwrite" in message
+    with pytest.raises(PretrainingError, match=r"^pretraining files hold two shard sets"):
+        train(dataclasses.replace(options, input_file=data["train"],
+                                  eval_input_file=str(tmp_path / "train-*.tfrecord")))
+    assert not (tmp_path / "out").exists()  # Refused before anything was written.
+    train(dataclasses.replace(options, input_file=str(tmp_path / "train-*-of-00002.tfrecord")))
+    assert (tmp_path / "out" / "encoder").is_dir()
+
+
 @pytest.mark.timeout(300)  # The regression is a hang: fail it in minutes (about 10 s).
 def test_data_without_a_record_is_refused_not_waited_on(data, tmp_path):
     """Shards holding no record (a sidecar saying 0, or none): the repeated pipeline never

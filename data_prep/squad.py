@@ -137,7 +137,9 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
         [{"text", "answer_start"}], "is_impossible"?}]}]}]}.
       is_training: locate the (first) answer as a word span; drop answers that cannot be
         found (counted in the stats).
-      version_2_with_negative: honour `is_impossible` (SQuAD v2.0).
+      version_2_with_negative: honour `is_impossible` (SQuAD v2.0). Without it, training
+        refuses a question marked `is_impossible` or without answers (a v2.0 file read as
+        v1.1 would otherwise lose every unanswerable question).
 
     Returns:
       (examples, stats).
@@ -145,7 +147,8 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
     Raises:
       DataError: the JSON does not have SQuAD's structure (the failing element is named as
         file: data[i].paragraphs[j].qas[k]), or, outside training, two questions share an
-        id (predictions and scores are keyed by it: one would silently replace the other).
+        id (predictions and scores are keyed by it: one would silently replace the other),
+        or, in training without version_2_with_negative, a question is unanswerable.
     """
     files.check_text_file(path)
     try:
@@ -173,7 +176,16 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                 answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
                 for a, answer in enumerate(answers):
                     _require(answer, "text", str, f"{where}.answers[{a}]")
-                is_impossible = bool(qa.get("is_impossible", False)) if version_2_with_negative else False
+                marked_impossible = bool(qa.get("is_impossible", False))
+                if is_training and not version_2_with_negative and (marked_impossible or not answers):
+                    # A SQuAD 2.0 file read as v1.1: dropping these (as unfound answers) would
+                    # silently train a v1.1 model. Google's script refuses them too.
+                    raise DataError(
+                        f"{where}: question {qas_id!r} "
+                        f"{'is marked is_impossible' if marked_impossible else 'has no answer'}, "
+                        "and training without --version_2_with_negative needs an answer to "
+                        "every question (a SQuAD 2.0 file? pass --version_2_with_negative)")
+                is_impossible = marked_impossible and version_2_with_negative
                 stats.questions += 1
                 stats.impossible += is_impossible
                 example = SquadExample(qas_id, question, doc_tokens,

@@ -368,6 +368,9 @@ CASES = [
     # writing predictions.json (which then blocked the rerun).
     ("run_squad-eval-question-without-answer", "run_squad",
      f"{SQ} --do_eval --predict_file={{TESTDATA}}/ft_squad_v2.json", "ft_squad_v2.json"),
+    # A SQuAD 2.0 file trained on as v1.1 lost its unanswerable questions silently.
+    ("run_squad-train-v2-file-without-flag", "run_squad", f"{SQFT} --output_dir={{W}}/out "
+     "--do_train --train_file={TESTDATA}/ft_squad_v2.json", "--version_2_with_negative"),
     # extract_features
     *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
                                            ("max_seq_length", 2), ("max_seq_length", 500)]),

@@ -40,6 +40,29 @@ def test_read_counts_answers_not_found():
     assert stats.answers_not_found == []
 
 
+def test_training_without_v2_flag_refuses_unanswerable_questions(tmp_path):
+    """A SQuAD 2.0 file trained on without --version_2_with_negative: its unanswerable
+    questions were counted as answers not found and dropped, training a v1.1 model with
+    exit status 0 (Google's script refuses them)."""
+    with pytest.raises(squad.DataError, match=r"ft_squad_v2.json: data\[0\].paragraphs\[1\]"
+                       r".qas\[3\]: question 'q6' is marked is_impossible.*pass "
+                       r"--version_2_with_negative"):
+        squad.read_squad(V2, is_training=True)
+    # No answers and no is_impossible field: refused the same way.
+    path = tmp_path / "unanswered.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Oslo is cold.", "qas": [
+        {"id": "a", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 0}]},
+        {"id": "b", "question": "Why?", "answers": []}]}]}]}))
+    with pytest.raises(squad.DataError, match=r"unanswered.json: data\[0\].paragraphs\[0\]"
+                       r".qas\[1\]: question 'b' has no answer.*--version_2_with_negative"):
+        squad.read_squad(str(path), is_training=True)
+    # With the flag, or outside training, the same files read.
+    examples, stats = squad.read_squad(V2, is_training=True, version_2_with_negative=True)
+    assert examples[-1].qas_id == "q6" and stats.impossible == 1
+    assert len(squad.read_squad(V2, is_training=False)[0]) == 6
+    assert len(squad.read_squad(str(path), is_training=False)[0]) == 2
+
+
 def test_doc_spans_and_max_context_hand_checked():
     # 12 sub-tokens, windows of 5 every 3: [0-4] [3-7] [6-10] [9-11].
     spans = squad.doc_spans(12, 5, 3)

@@ -770,10 +770,10 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
 
     backends.check_backend()  # TensorFlow or JAX, else one line naming them
     options.validate()
-    with _op_determinism(options.deterministic):
+    with _op_determinism(options.deterministic), contextlib.ExitStack() as held:
         if not options.do_train:
             return _evaluate(options)
-        return _train(options, extra_callbacks)
+        return _train(options, extra_callbacks, held)
 
 
 @contextlib.contextmanager
@@ -1045,7 +1045,7 @@ def _what_was_read(options: PretrainingOptions, config, data, initial_read) -> d
     return read
 
 
-def _train(options: PretrainingOptions, extra_callbacks) -> dict:
+def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitStack) -> dict:
     import keras
 
     from bert_keras import backends, multi_worker_fix
@@ -1087,6 +1087,8 @@ def _train(options: PretrainingOptions, extra_callbacks) -> dict:
         keras.mixed_precision.set_global_policy(options.mixed_precision)
         check_replicas(options, distribution.num_replicas_in_sync,
                        tf_distribute=distribution.strategy is not None)
+        if chief:  # one job at a time in --output_dir (held until the run ends: `held`)
+            held.enter_context(files.exclusively(options.output_dir, "--output_dir"))
         resuming = prepare_output_dir(options, chief,
                                       contents_read(options, config, input_files,
                                                     None if stand_in else initial_read))

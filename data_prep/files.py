@@ -84,6 +84,45 @@ def describe_shard_set(prefix: str, count: int, suffix: str) -> str:
     return f"{prefix}-*-of-{count:05d}{suffix}"
 
 
+class DirectoryInUseError(OutputExistsError):
+    """Another process holds a tool's output directory (`exclusively`)."""
+
+
+@contextlib.contextmanager
+def exclusively(directory: str, flag: str) -> Iterator[None]:
+    """Holds an exclusive lock on `directory` (flock on the directory itself; no file is
+    written in it) while the block runs; creates it if missing, and removes it again if the
+    block leaves it empty.
+
+    Raises:
+      DirectoryInUseError: another process holds it: one line naming `flag` and the
+        directory. A file system without locks (some network mounts) is not guarded.
+    """
+    import fcntl
+
+    created = not os.path.exists(directory)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a file in the way: the tool's own checks name it
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DirectoryInUseError(
+                f"{flag} {directory} is in use by another run of this tool (it holds the "
+                f"directory's lock); wait for it to end, or choose another {flag}") from None
+        except OSError:
+            pass  # no locks on this file system: unguarded, as before
+        yield
+    finally:
+        os.close(fd)
+        if created and os.path.isdir(directory) and not os.listdir(directory):
+            os.rmdir(directory)
+
+
 def cache_root() -> str:
     """The cache directory: $BERT_KERAS_CACHE, else ~/.cache/bert-keras."""
     override = os.environ.get(CACHE_ENV)

@@ -957,3 +957,23 @@ def test_overwrite_output_takes_the_replaced_models_results_away(tmp_path, encod
                                                                 do_train=False,
                                                                 do_predict=False))
     assert results["eval"]["num_examples"] == 8
+
+
+def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path, encoder_file):
+    """Two runs into one --output_dir at once both trained, shared one backup, and the
+    loser left it orphaned (refused by every later run as "not one this tool wrote"). The
+    directory is locked while a run uses it: another is refused in one line."""
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 16, 0)
+    out = tmp_path / "out"
+    with files.exclusively(str(out), "--output_dir"):  # a run holding it
+        with pytest.raises(files.DirectoryInUseError, match=r"^--output_dir .*out is in use "
+                                                            r"by another run of this tool"):
+            run_classifier.run(train_file=str(train), **common(out, encoder_file,
+                                                                do_eval=False,
+                                                                do_predict=False))
+        assert os.listdir(out) == []
+    assert not out.exists()  # the lock's directory, left empty, is not left behind
+    run_classifier.run(train_file=str(train), **common(out, encoder_file, do_eval=False,
+                                                        do_predict=False))
+    assert (out / "model.keras").is_file()

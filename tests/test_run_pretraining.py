@@ -1096,6 +1096,20 @@ def test_a_run_resumed_on_data_remade_in_place_is_refused(data, tmp_path):
     assert counter.batches == 2  # updates 3 and 4
 
 
+def test_a_second_job_into_an_output_dir_in_use_is_refused(data, tmp_path):
+    """Two jobs into one --output_dir at once would share its backup and run record; the
+    directory is locked while a run uses it."""
+    out = tmp_path / "out"
+    options = _options(data, out, num_train_steps=2, num_warmup_steps=0,
+                       save_checkpoints_steps=2)
+    with files.exclusively(str(out), "--output_dir"):
+        with pytest.raises(files.DirectoryInUseError, match=r"^--output_dir .*out is in use"):
+            train(options)
+        assert os.listdir(out) == []
+    train(options)
+    assert (out / "encoder").is_dir()
+
+
 def test_held_out_data_of_another_vocabulary_or_casing_is_refused(data, tmp_path):
     """Training shards of two tokenizers were refused, held-out shards were not checked:
     held-out data from a cased vocabulary beside uncased training data gave an MLM

@@ -17,6 +17,7 @@ defaults; --do_lower_case / --strip_accents / --tokenize_chinese_chars override 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -522,6 +523,16 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
         raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
                             f"the {distribution.num_replicas_in_sync} replicas")
+    # One run at a time in --output_dir: a second one started beside it trained for
+    # nothing, shared its backup and left it orphaned (refused by every later run).
+    with files.exclusively(common.output_dir, "--output_dir") if chief else \
+            contextlib.nullcontext():
+        return _run(task, common, opts, distribution)
+
+
+def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
+    """`run` once its flags are accepted and --output_dir is this run's."""
+    chief = distribution.is_chief
     # Each process reads its own host's files (the inputs, the checkpoint, the vocabulary)
     # and converts the examples outside the distribution: what one process fails there
     # alone (a file missing or damaged on its host, an --output_dir of its own holding

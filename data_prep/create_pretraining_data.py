@@ -632,8 +632,10 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
             do_whole_word_mask=_DO_WHOLE_WORD_MASK.value,
             pool_size=_RANDOM_DOC_POOL_SIZE.value,
             dynamic_masking=dynamic)
-    except ValueError as e:
-        raise InputError(f"bad flags: {e}") from None
+    except ValueError as e:  # "<field> must be ...": named by its flag
+        field, rest = str(e).split(" ", 1)
+        flag = {"pool_size": _RANDOM_DOC_POOL_SIZE.name}.get(field, field)
+        raise InputError(f"--{flag} {rest}") from None
     if _NUM_WORKERS.value < 1:
         raise InputError(f"--num_workers must be >= 1; received {_NUM_WORKERS.value}")
     if _SHUFFLE_BUFFER_SIZE.value < 1:

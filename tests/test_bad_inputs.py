@@ -468,7 +468,9 @@ CASES = [
     *_flag_cases("create_pretraining_data", CPD, [
         ("masked_lm_prob", 1.5), ("short_seq_prob", -0.1), ("dupe_factor", 0),
         ("max_seq_length", 0), ("num_workers", 0), ("max_predictions_per_seq", 0),
-        ("num_output_shards", 0)]),
+        ("num_output_shards", 0), ("masked_lm_prob", 0),
+        # Named "pool_size" (the field behind the flag) before.
+        ("random_doc_pool_size", 1)]),
     ("create_pretraining_data-missing", "create_pretraining_data",
      CPD.replace("text.txt", "missing.txt"), "missing.txt"),
     ("create_pretraining_data-binary", "create_pretraining_data",

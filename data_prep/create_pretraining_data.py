@@ -691,6 +691,17 @@ def _main_beam() -> int:
         raise InputError(f"--num_workers={_NUM_WORKERS.value} is for --runner=local; Beam "
                          "runners take their workers from --beam_pipeline_options (e.g. "
                          "direct_num_workers=2, or max_num_workers=N on Dataflow)")
+    # What the Beam job does otherwise (its shuffle is global; its workers print nothing):
+    # refused, not silently dropped.
+    local_only = [h.name for h, asked in (
+        (_SHUFFLE_BUFFER_SIZE, _SHUFFLE_BUFFER_SIZE.value != _SHUFFLE_BUFFER_SIZE.default),
+        (_NUM_EXAMPLES_TO_PRINT, flags.FLAGS[_NUM_EXAMPLES_TO_PRINT.name].present
+         and _NUM_EXAMPLES_TO_PRINT.value > 0),
+        (_PRINT_FULL_EXAMPLES, _PRINT_FULL_EXAMPLES.value)) if asked]
+    if local_only:
+        raise InputError(f"--{local_only[0]} is for --runner=local; a Beam job shuffles its "
+                         "instances globally and prints none (run the local tool on a sample "
+                         "to see them)")
     spec = spec_from_flags(expand_inputs=beam_pipeline.expand_input_files)
     if _NUM_OUTPUT_SHARDS.value is None and len(spec.output_files) == 1:
         # One --output_file without --num_output_shards: shards named after it, as many as

@@ -312,6 +312,10 @@ def _bad_case(tmp_path, name):
         return {"runner": "local", "beam_pipeline_options": MULTI}, "needs a Beam --runner"
     if name == "local_workers":
         return {"num_workers": 2}, "num_workers=2"
+    if name == "local_printing":  # accepted and dropped before
+        return {"num_examples_to_print": 3}, "--num_examples_to_print is for --runner=local"
+    if name == "local_shuffle":
+        return {"shuffle_buffer_size": 10}, "--shuffle_buffer_size is for --runner=local"
     if name == "vocab_without_mask":
         path = tmp_path / "vocab.txt"
         path.write_text("".join(t + "\n" for t in open(VOCAB).read().splitlines()
@@ -340,6 +344,7 @@ def _bad_case(tmp_path, name):
 
 @pytest.mark.parametrize("case", ["unknown_runner", "bad_option", "malformed_option",
                                   "options_without_runner", "local_workers",
+                                  "local_printing", "local_shuffle",
                                   "vocab_without_mask", "empty_corpus", "blank_corpus",
                                   "missing_input", "small_buckets", "cp949_after_64_kb"])
 def test_bad_settings_fail_with_one_line_and_no_output(tmp_path, capsys, case):

@@ -119,14 +119,23 @@ class _TaskModel(ListsEncoderWhole, keras.Model):
         return cls(**config)
 
 
-def _pooled(encoder, inputs, skip_padding):
-    """The pooled [CLS] vector, float [B, H]. Only [CLS] is read, so the last layer runs at
-    that one position (the same values as the full encoder's pooled_output, at about 1/S of
-    the last layer's cost)."""
+def _pooled_head(encoder, inputs, units, dropout, head_initializer, skip_padding):
+    """(dropout layer, Dense layer "classifier", float32 outputs [B, units]) of a head on the
+    pooled [CLS] vector. Only [CLS] is read, so the last layer runs at that one position
+    (the same values as the full encoder's pooled_output, at about 1/S of the last layer's
+    cost)."""
+    _check_dropout(dropout)
+    _check_head_initializer(head_initializer)
+    _check_skip_padding(skip_padding)
+    head_dropout = keras.layers.Dropout(dropout, dtype=encoder.layers_dtype_policy,
+                                        name="classifier_dropout")
+    head = Dense(units, kernel_initializer=_initializer(encoder, head_initializer),
+                 dtype=encoder.layers_dtype_policy, name="classifier")
     cls_position = ops.zeros_like(inputs[schema.INPUT_WORD_IDS][:, :1])  # [B, 1]
     cls_vector = encoder.last_layer_at(inputs, cls_position,
                                        skip_padding=skip_padding)[:, 0, :]  # [B, H]
-    return encoder.pooler_layer(cls_vector)
+    pooled = encoder.pooler_layer(cls_vector)  # [B, H]
+    return head_dropout, head, ops.cast(head(head_dropout(pooled)), "float32")
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -154,20 +163,9 @@ class BertClassifier(_TaskModel):
                  skip_padding=True, **kwargs):
         _check_encoder(encoder, self, kwargs)
         _check_num_classes(num_classes)
-        _check_dropout(dropout)
-        _check_head_initializer(head_initializer)
-        _check_skip_padding(skip_padding)
-        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.layers_dtype_policy, name="classifier_dropout")
-        head = Dense(
-            num_classes,
-            kernel_initializer=_initializer(encoder, head_initializer),
-            dtype=encoder.layers_dtype_policy,
-            name="classifier",
-        )
-
         inputs = dict(encoder.input)
-        logits = ops.cast(head(head_dropout(_pooled(encoder, inputs, skip_padding))),
-                          "float32")  # [B, C]
+        head_dropout, head, logits = _pooled_head(encoder, inputs, num_classes, dropout,
+                                                  head_initializer, skip_padding)  # [B, C]
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 
         self.encoder = encoder
@@ -204,17 +202,10 @@ class BertRegressor(_TaskModel):
     def __init__(self, encoder, dropout=0.1, head_initializer="normal", skip_padding=True,
                  **kwargs):
         _check_encoder(encoder, self, kwargs)
-        _check_dropout(dropout)
-        _check_head_initializer(head_initializer)
-        _check_skip_padding(skip_padding)
-        head_dropout = keras.layers.Dropout(dropout, dtype=encoder.layers_dtype_policy,
-                                            name="classifier_dropout")
-        head = Dense(1, kernel_initializer=_initializer(encoder, head_initializer),
-                     dtype=encoder.layers_dtype_policy, name="classifier")
         inputs = dict(encoder.input)
-        score = ops.cast(head(head_dropout(_pooled(encoder, inputs, skip_padding))),
-                         "float32")[:, 0]  # [B]
-        super().__init__(inputs=inputs, outputs={"score": score}, **kwargs)
+        head_dropout, head, score = _pooled_head(encoder, inputs, 1, dropout,
+                                                 head_initializer, skip_padding)
+        super().__init__(inputs=inputs, outputs={"score": score[:, 0]}, **kwargs)  # [B]
 
         self.encoder = encoder
         self.dropout = dropout

@@ -148,7 +148,61 @@ def google_test_text(probabilities: np.ndarray) -> str:
                    for row in np.asarray(probabilities, np.float32))
 
 
-class ClassificationTask(LabelledFileTask):
+class SentenceTask(LabelledFileTask):
+    """A task on a text or a pair of texts per example, read from --{train,eval,predict}_file
+    (TSV/CSV/JSONL columns) or from a GLUE --task_name's --data_dir: classification, and
+    regression (`bert_keras.finetuning.regression`)."""
+
+    regression = False  # whether the label is a number (its tool takes regression tasks)
+
+    def input_flag(self, split):
+        return f"--{split}_file (or --task_name with --data_dir)"
+
+    def input_file(self, split, opts):
+        if opts.task_name:
+            if not opts.data_dir:
+                raise FinetuneError("--task_name needs --data_dir (the task's directory of "
+                                    "the GLUE download)")
+            return self._processor(opts).path(opts.data_dir, _GLUE_SPLIT[split])
+        return super().input_file(split, opts)
+
+    def _processor(self, opts):
+        from data_prep import glue
+
+        if any(getattr(opts, f"{s}_file") for s in _GLUE_SPLIT):
+            raise FinetuneError("--task_name reads its files from --data_dir; drop "
+                                "--train_file / --eval_file / --predict_file")
+        given = [f"--{f.name}" for f in dataclasses.fields(opts)
+                 if f.name in _FILE_ROUTE_FLAGS and getattr(opts, f.name) != f.default]
+        if given:  # Each would be silently ignored: the task fixes columns and labels.
+            raise FinetuneError(f"--task_name reads its columns and labels as the task's "
+                                f"GLUE processor does; drop {' / '.join(given)}")
+        processor = glue.get_processor(
+            opts.task_name, language=getattr(opts, "xnli_language", XNLI_LANGUAGE))
+        if processor.is_regression() != self.regression:
+            tool, kind = (("run_regressor", "a regression task (a number per example, not a "
+                           "class)") if processor.is_regression()
+                          else ("run_classifier", "a classification task"))
+            raise FinetuneError(f"--task_name={opts.task_name}: {kind}; run "
+                                f"bert_keras.{tool} with the same flags")
+        return processor
+
+    def read(self, path, split, opts):
+        if opts.task_name:
+            loaded = self._processor(opts).load(opts.data_dir, _GLUE_SPLIT[split])
+            logging.info("%s", loaded.summary())
+            # Each example with the id the GLUE server expects, for the predictions file.
+            return [dataclasses.replace(e, id=i) for e, i in zip(loaded.examples, loaded.ids)]
+        return classification.read_examples(
+            path, opts.text_a_column, opts.text_b_column, opts.label_column,
+            fmt=opts.input_format, require_label=split != "predict")
+
+    def train_summary(self, features, read_info):
+        # text_pair: what the export's serve_examples parses by default.
+        return {"truncated": features.stats.truncated, "text_pair": features.stats.pairs > 0}
+
+
+class ClassificationTask(SentenceTask):
     name = "classifier"
     training_flags = ("classifier_dropout", "skip_padding")
     model_class = BertClassifier
@@ -156,9 +210,6 @@ class ClassificationTask(LabelledFileTask):
 
     def options_class(self):
         return ClassifierOptions
-
-    def input_flag(self, split):
-        return f"--{split}_file (or --task_name with --data_dir)"
 
     def output_files(self, common, opts):
         google = (([GOOGLE_EVAL_FILE] if common.do_eval else []) +
@@ -173,41 +224,7 @@ class ClassificationTask(LabelledFileTask):
         if opts.xnli_language != XNLI_LANGUAGE and (opts.task_name or "").lower() != "xnli":
             raise FinetuneError(f"--xnli_language={opts.xnli_language} is for "
                                 "--task_name=xnli; drop it (it would be ignored)")
-        if opts.task_name:
-            if not opts.data_dir:
-                raise FinetuneError("--task_name needs --data_dir (the task's directory of "
-                                    "the GLUE download)")
-            return self._processor(opts).path(opts.data_dir, _GLUE_SPLIT[split])
         return super().input_file(split, opts)
-
-    @staticmethod
-    def _processor(opts):
-        from data_prep import glue
-
-        if any(getattr(opts, f"{s}_file") for s in _GLUE_SPLIT):
-            raise FinetuneError("--task_name reads its files from --data_dir; drop "
-                                "--train_file / --eval_file / --predict_file")
-        given = [f"--{f.name}" for f in dataclasses.fields(opts)
-                 if f.name in _FILE_ROUTE_FLAGS and getattr(opts, f.name) != f.default]
-        if given:  # Each would be silently ignored: the task fixes columns and labels.
-            raise FinetuneError(f"--task_name reads its columns and labels as Google's "
-                                f"processor for the task does; drop {' / '.join(given)}")
-        processor = glue.get_processor(opts.task_name, language=opts.xnli_language)
-        if processor.is_regression():
-            raise FinetuneError(f"--task_name={opts.task_name}: a regression task (a number "
-                                "per example, not a class); run bert_keras.run_regressor with "
-                                "the same flags")
-        return processor
-
-    def read(self, path, split, opts):
-        if opts.task_name:
-            loaded = self._processor(opts).load(opts.data_dir, _GLUE_SPLIT[split])
-            logging.info("%s", loaded.summary())
-            # Each example with the id the GLUE server expects, for the predictions file.
-            return [dataclasses.replace(e, id=i) for e, i in zip(loaded.examples, loaded.ids)]
-        return classification.read_examples(
-            path, opts.text_a_column, opts.text_b_column, opts.label_column,
-            fmt=opts.input_format, require_label=split != "predict")
 
     def given_labels(self, opts):
         if opts.task_name:
@@ -225,10 +242,6 @@ class ClassificationTask(LabelledFileTask):
                                                         common.max_seq_length)
         logging.info("%s: %s", split, stats.summary())
         return Features(arrays, None, stats)
-
-    def train_summary(self, features, read_info):
-        # text_pair: what the classifier export's serve_examples parses by default.
-        return {"truncated": features.stats.truncated, "text_pair": features.stats.pairs > 0}
 
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
         predicted = outputs["logits"].argmax(-1)

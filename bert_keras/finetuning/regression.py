@@ -18,14 +18,13 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
-                                          LabelledFileTask)
+from bert_keras.finetuning.classification import SentenceTask
+from bert_keras.finetuning.runner import SKIP_PADDING_HELP, Features
 from bert_keras.tasks import BertRegressor, with_skip_padding
 from data_prep import classification, files
 from data_prep.cli import option
 
 PREDICTIONS_FILE = "predictions.jsonl"
-_GLUE_SPLIT = {"train": "train", "eval": "dev", "predict": "test"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +46,6 @@ class RegressorOptions:
     classifier_dropout: float = option(0.1, "Dropout on the pooled output (transformers' "
                                        "name).")
     skip_padding: bool = option(True, SKIP_PADDING_HELP)
-
-
-_FILE_ROUTE_FLAGS = ("text_a_column", "text_b_column", "label_column", "input_format")
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
@@ -105,59 +101,24 @@ def _number(example) -> float:
     return value
 
 
-class RegressionTask(LabelledFileTask):
+class RegressionTask(SentenceTask):
     name = "regressor"
     training_flags = ("classifier_dropout", "skip_padding")
     model_class = BertRegressor
     predictions_file = PREDICTIONS_FILE
     uses_labels = False
+    regression = True
 
     def options_class(self):
         return RegressorOptions
-
-    def input_flag(self, split):
-        return f"--{split}_file (or --task_name with --data_dir)"
 
     def output_files(self, common, opts):
         return ([files.TASK_MODEL_FILE, files.TRAIN_RESULTS_FILE] if common.do_train else []) \
             + (["eval_results.json"] if common.do_eval else []) \
             + ([PREDICTIONS_FILE, "predict_results.json"] if common.do_predict else [])
 
-    def input_file(self, split, opts):
-        if opts.task_name:
-            if not opts.data_dir:
-                raise FinetuneError("--task_name needs --data_dir (the task's directory of "
-                                    "the GLUE download)")
-            return self._processor(opts).path(opts.data_dir, _GLUE_SPLIT[split])
-        return super().input_file(split, opts)
-
-    @staticmethod
-    def _processor(opts):
-        from data_prep import glue
-
-        if any(getattr(opts, f"{s}_file") for s in _GLUE_SPLIT):
-            raise FinetuneError("--task_name reads its files from --data_dir; drop "
-                                "--train_file / --eval_file / --predict_file")
-        given = [f"--{f.name}" for f in dataclasses.fields(opts)
-                 if f.name in _FILE_ROUTE_FLAGS and getattr(opts, f.name) != f.default]
-        if given:
-            raise FinetuneError(f"--task_name reads its columns as transformers' processor "
-                                f"for the task does; drop {' / '.join(given)}")
-        processor = glue.get_processor(opts.task_name)
-        if not processor.is_regression():
-            raise FinetuneError(f"--task_name={opts.task_name}: a classification task; run "
-                                "bert_keras.run_classifier with the same flags")
-        return processor
-
     def read(self, path, split, opts):
-        if opts.task_name:
-            loaded = self._processor(opts).load(opts.data_dir, _GLUE_SPLIT[split])
-            logging.info("%s", loaded.summary())
-            examples = [dataclasses.replace(e, id=i) for e, i in zip(loaded.examples, loaded.ids)]
-        else:
-            examples = classification.read_examples(
-                path, opts.text_a_column, opts.text_b_column, opts.label_column,
-                fmt=opts.input_format, require_label=split != "predict")
+        examples = super().read(path, split, opts)
         for example in examples:
             if example.label is not None:
                 _number(example)  # refused here, before anything is loaded
@@ -181,10 +142,6 @@ class RegressionTask(LabelledFileTask):
 
     def targets(self, features):
         return {"score": features.arrays["scores"]}
-
-    def train_summary(self, features, read_info):
-        # text_pair: what the regressor export's serve_examples parses by default.
-        return {"truncated": features.stats.truncated, "text_pair": features.stats.pairs > 0}
 
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
         metrics = regression_scores(features.arrays["scores"], outputs["score"])

@@ -1,4 +1,5 @@
-"""What the task export CLIs (export_classifier, export_tagger, export_span_qa) share.
+"""What the task export CLIs (export_classifier, export_regressor, export_tagger, export_span_qa)
+share.
 
 Their flags (--model_dir, --export_dir, --version, --max_seq_length, --length_buckets,
 --serving_dtype), the loading of a fine-tuned model directory and the body of their `main`.
@@ -78,7 +79,7 @@ def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
     """(model, labels, tokenizer) of a fine-tuned model directory, for the task exports.
 
     Args:
-      model_dir: what `tool` (run_classifier, run_tagger, run_squad) writes, or
+      model_dir: what `tool` (run_classifier, run_regressor, run_tagger, run_squad) writes, or
         `convert_checkpoint --to=keras` makes from a transformers BertFor* directory.
       model_class: the task model class expected there.
       tokenizer_flags: the tool's tokenizer flag holders (explicit overrides).

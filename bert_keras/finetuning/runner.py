@@ -1,4 +1,5 @@
-"""The one train / evaluate / predict skeleton behind run_classifier, run_tagger and run_squad.
+"""The one train / evaluate / predict skeleton behind run_classifier, run_regressor, run_tagger
+and run_squad.
 
     check flags -> join the processes (JAX across hosts) -> read every input -> load
     model, vocabulary and tokenizer settings -> convert -> (across processes: compare

@@ -185,6 +185,13 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                         f"{'is marked is_impossible' if marked_impossible else 'has no answer'}, "
                         "and training without --version_2_with_negative needs an answer to "
                         "every question (a SQuAD 2.0 file? pass --version_2_with_negative)")
+                if is_training and version_2_with_negative and not (marked_impossible or
+                                                                    answers):
+                    # Dropped and counted before; Google's script refuses it too.
+                    raise DataError(
+                        f"{where}: question {qas_id!r} has no answer and is not marked "
+                        "is_impossible; a SQuAD 2.0 training question needs an answer, or "
+                        "\"is_impossible\": true")
                 is_impossible = marked_impossible and version_2_with_negative
                 stats.questions += 1
                 stats.impossible += is_impossible
@@ -195,10 +202,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                     if is_impossible:
                         example.start_word = example.end_word = -1
                         example.answer_text = ""
-                    else:
-                        if not answers:
-                            stats.answers_not_found.append((qas_id, "no answer given"))
-                            continue
+                    else:  # answered: refused above otherwise
                         stats.multiple_answers += len(answers) > 1
                         span = _locate_answer(answers[0], context, doc_tokens, char_to_word,
                                               f"{where}.answers[0]")

@@ -61,6 +61,11 @@ def test_training_without_v2_flag_refuses_unanswerable_questions(tmp_path):
     assert examples[-1].qas_id == "q6" and stats.impossible == 1
     assert len(squad.read_squad(V2, is_training=False)[0]) == 6
     assert len(squad.read_squad(str(path), is_training=False)[0]) == 2
+    # With the flag, a question neither answered nor marked is_impossible is malformed
+    # SQuAD 2.0 (dropped and counted before; Google's script refuses it).
+    with pytest.raises(squad.DataError, match=r"qas\[1\]: question 'b' has no answer and is "
+                                              r"not marked is_impossible"):
+        squad.read_squad(str(path), is_training=True, version_2_with_negative=True)
 
 
 def test_doc_spans_and_max_context_hand_checked():

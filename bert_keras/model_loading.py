@@ -189,13 +189,13 @@ def _vocab_and_settings(directory: str, hf: bool = False):
     vocab = _vocab_from_tokenizer_json(directory)  # transformers 5: tokenizer.json only
     settings_file = os.path.join(directory, files.TOKENIZER_CONFIG_FILE)
     source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None
+    saved = None
     if os.path.isfile(settings_file):  # its normalizer where this file gives no casing
         saved = tokenizer_config.read_file(settings_file)[0], settings_file
-    elif source and tokenizer_config.normalizer_settings(source):
-        saved = TokenizerConfig.from_json_dict(tokenizer_config.normalizer_settings(source),
-                                               source), source
-    else:
-        saved = None
+    elif source:
+        found = tokenizer_config.normalizer_settings(source)
+        if found:
+            saved = TokenizerConfig.from_json_dict(found, source), source
     return vocab, source, saved
 
 

@@ -924,7 +924,8 @@ def _initial_weights(options: PretrainingOptions, distribution):
         return None, False
     directory = os.path.join(options.output_dir, "checkpoints")
     kept = sorted(tf.io.gfile.glob(os.path.join(directory, "ckpt-*.weights.h5")))
-    if (tf.io.gfile.glob(path.rstrip("/") + "*") or not kept
+    # Gone: neither the path nor a TF1 checkpoint prefix's files (bert_model.ckpt.index).
+    if (tf.io.gfile.exists(path) or tf.io.gfile.glob(path.rstrip("/") + ".*") or not kept
             or not os.path.isfile(os.path.join(options.output_dir, files.RUN_CONFIG_FILE))
             or not holds_a_backup(process_backup_dir(options.output_dir, distribution))):
         return load_initial_weights(path, options.bert_config_file), False

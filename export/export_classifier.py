@@ -43,7 +43,7 @@ from data_prep import tf_logging
 tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
-from data_prep import files, tokenizer_config
+from data_prep import tokenizer_config
 from export import request_checks, saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
@@ -200,10 +200,7 @@ _FLAGS = task_export.define_flags(
     "A fine-tuned classifier: run_classifier's --output_dir (model.keras, labels.txt, "
     "vocab.txt, tokenizer_config.json).", 128,
     "Sequence length the classifier was fine-tuned with.")
-_PAIR = flags.DEFINE_boolean(
-    "pair", False, "The task classifies sentence pairs (serve_examples reads text and text_b). "
-    f"Default: whether --model_dir was fine-tuned on pairs ({files.TRAIN_RESULTS_FILE}), "
-    "else false.", allow_override=True)
+_PAIR = task_export.define_pair_flag("classifies")
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 

@@ -34,7 +34,7 @@ from data_prep import tf_logging
 tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
-from data_prep import files, tokenizer_config
+from data_prep import tokenizer_config
 from export import saved_model_writer, task_export
 from export.export_classifier import PooledHeadModule, write_pooled_head_export
 from export.export_preprocessor import PreprocessorModule
@@ -83,10 +83,7 @@ def export_regressor(regressor, tokenizer, export_dir: str, seq_length: int = 12
 _FLAGS = task_export.define_flags(
     "A fine-tuned regressor: run_regressor's --output_dir (model.keras, vocab.txt, "
     "tokenizer_config.json).", 128, "Sequence length the regressor was fine-tuned with.")
-_PAIR = flags.DEFINE_boolean(
-    "pair", False, "The task scores sentence pairs (serve_examples reads text and text_b). "
-    f"Default: whether --model_dir was fine-tuned on pairs ({files.TRAIN_RESULTS_FILE}), "
-    "else false.", allow_override=True)
+_PAIR = task_export.define_pair_flag("scores")
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 

@@ -56,6 +56,19 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     return holders
 
 
+def define_pair_flag(scores: str):
+    """Defines --pair of an export of a pooled-[CLS] head (`scores`: what the task does with
+    a pair, e.g. "classifies"); the flag belongs to the calling tool. Read it with
+    `given_or_recorded(holder, recorded, "text_pair", ...)`."""
+    from data_prep.cli import calling_module
+
+    return flags.DEFINE_boolean(
+        "pair", False, f"The task {scores} sentence pairs (serve_examples reads text and "
+        f"text_b). Default: whether --model_dir was fine-tuned on pairs "
+        f"({files.TRAIN_RESULTS_FILE}), else false.", allow_override=True,
+        module_name=calling_module())
+
+
 def given_or_recorded(holder, recorded: dict, key: str, what: str):
     """A flag's value where the command line gives it, else what the fine-tuning recorded
     under `key`, else the flag's default; logs which, and warns where the given value

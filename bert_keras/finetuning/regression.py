@@ -20,7 +20,7 @@ from absl import logging
 
 from bert_keras.finetuning.classification import SentenceTask
 from bert_keras.finetuning.runner import SKIP_PADDING_HELP, Features
-from bert_keras.tasks import BertRegressor, with_skip_padding
+from bert_keras.tasks import BertRegressor
 from data_prep import classification, files
 from data_prep.cli import option
 
@@ -112,11 +112,6 @@ class RegressionTask(SentenceTask):
     def options_class(self):
         return RegressorOptions
 
-    def output_files(self, common, opts):
-        return ([files.TASK_MODEL_FILE, files.TRAIN_RESULTS_FILE] if common.do_train else []) \
-            + (["eval_results.json"] if common.do_eval else []) \
-            + ([PREDICTIONS_FILE, "predict_results.json"] if common.do_predict else [])
-
     def read(self, path, split, opts):
         examples = super().read(path, split, opts)
         for example in examples:
@@ -127,9 +122,6 @@ class RegressionTask(SentenceTask):
     def build(self, encoder, labels, opts, head_initializer):
         return BertRegressor(encoder, dropout=opts.classifier_dropout,
                              head_initializer=head_initializer, skip_padding=opts.skip_padding)
-
-    def to_train_further(self, model, opts):
-        return with_skip_padding(model, opts.skip_padding)
 
     def convert(self, examples, tokenizer, labels, common, opts, split):
         arrays, stats = classification.convert_examples(examples, tokenizer, None,

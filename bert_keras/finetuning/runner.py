@@ -284,8 +284,8 @@ class LabelledFileTask(Task):
         return path
 
     def output_files(self, common, opts):
-        return ([files.TASK_MODEL_FILE, files.LABELS_FILE, files.TRAIN_RESULTS_FILE]
-                if common.do_train else []) + \
+        return ([files.TASK_MODEL_FILE, *([files.LABELS_FILE] if self.uses_labels else []),
+                 files.TRAIN_RESULTS_FILE] if common.do_train else []) + \
             (["eval_results.json"] if common.do_eval else []) + \
             ([self.predictions_file, "predict_results.json"] if common.do_predict else [])
 

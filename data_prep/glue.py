@@ -1,9 +1,11 @@
-"""GLUE and XNLI tasks as Google's run_classifier.py reads them: `--task_name` + `--data_dir`.
+"""GLUE and XNLI tasks as Google's run_classifier.py reads them, and the Korean KorNLI and
+KorSTS: `--task_name` + `--data_dir`.
 
 `get_processor(task_name)` returns a `GlueProcessor` whose `load(data_dir, split)` reads the
 file that Google's processor (or, for tasks Google's repo lacks, transformers' GLUE processor)
 reads for that split, from the layout of the official GLUE download (`glue_data/<TASK>/`) or,
-for XNLI, the XNLI-1.0 + XNLI-MT-1.0 layout of Google's README. Splits: "train" (do_train),
+for XNLI, the XNLI-1.0 + XNLI-MT-1.0 layout of Google's README; for KorNLI and KorSTS,
+Kakao Brain's KorNLUDatasets repository (github.com/kakaobrain/KorNLUDatasets). Splits: "train" (do_train),
 "dev" (do_eval), "test" (do_predict). Examples are `classification.Example(where, text_a,
 text_b, label)` with `where` = "file:line"; labels are strings, and `labels()` is the label
 list in Google's order (label id = position), so `classification.convert_examples` takes
@@ -41,12 +43,19 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
   sts-b, stsb   train  train.tsv                             yes    10     7      8      9     0
   (3)           dev    dev.tsv                               yes    10     7      8      9     0
                 test   test.tsv                              yes    9      7      8      -     0
+  kornli (4)    train  multinli.train.ko.tsv, then           yes    3      0      1      2     -
+                       snli_1.0_train.ko.tsv
+                dev    xnli.dev.ko.tsv                       yes    3      0      1      2     -
+                test   xnli.test.ko.tsv                      yes    3      0      1      2     -
+  korsts (4)    train  sts-train.tsv                         yes    7      5      6      4     -
+                dev    sts-dev.tsv                           yes    7      5      6      4     -
+                test   sts-test.tsv                          yes    7      5      6      4     -
 
   Label lists (id order):
     cola, sst-2, mrpc, qqp, wnli   ["0", "1"]
-    mnli, mnli-mm, xnli            ["contradiction", "entailment", "neutral"]
+    mnli, mnli-mm, xnli, kornli    ["contradiction", "entailment", "neutral"]
     qnli, rte                      ["entailment", "not_entailment"]
-    sts-b                          none: a regression task, the label a number (a 0-5
+    sts-b, korsts                  none: a regression task, the label a number (a 0-5
                                    similarity score); run_regressor trains it, run_classifier
                                    refuses it (`GlueProcessor.is_regression`)
 
@@ -65,9 +74,16 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
       xnli.dev.tsv and labelled (its labels are kept, so test accuracy can be computed).
   (3) STS-B: transformers' StsbProcessor's columns (Google's repository has no STS-B); a
       label that is not a number is refused, naming file:line.
+  (4) KorNLI, KorSTS (Ham et al. 2020): --data_dir is the repository's KorNLI/ (KorSTS/)
+      directory, or the repository itself holding it. KorNLI trains on its two translated
+      training sets together (MNLI's rows, then SNLI's), as the paper's 942,854 training
+      pairs are; a row labelled "-" (SNLI's mark for pairs without a gold label) is skipped
+      and reported in `GlueSplit.skipped`. Every split of both is labelled, the test sets
+      included, so do_predict scores them too. KorSTS's columns are genre, filename, year,
+      id, score, sentence1, sentence2.
 
 Ids (`GlueSplit.ids`, one per example): the id column above; where there is none, the
-example's 0-based position. For GLUE test files that is the "index" (QQP: "id") column that
+example's 0-based position in the split (over both of KorNLI's training files). For GLUE test files that is the "index" (QQP: "id") column that
 the GLUE server expects next to each prediction.
 
 Reading. Files are read as Google's DataProcessor._read_tsv does: csv.reader with delimiter
@@ -123,15 +139,19 @@ class _Layout:
     language: int | None = None  # XNLI dev/test: keep rows whose column equals the language
     skip_malformed: bool = False  # QQP: skip (and report) rows with the wrong field count
     label_aliases: tuple[tuple[str, str], ...] = ()  # read -> label-list spelling
+    more: tuple[str, ...] = ()  # further files of the split, same columns, read after `file`
+    skip_labels: tuple[str, ...] = ()  # rows with these labels are skipped and reported
 
 
 @dataclasses.dataclass(frozen=True)
 class GlueSplit:
     """One split read from `path`.
 
+    path: the split's (first) file; `paths` all of them (KorNLI's training set has two).
     examples: in file order (rows of other languages left out for XNLI dev/test).
     ids: one per example, as str (see the module docstring).
-    skipped: "file:line: found N fields, expected M" for each malformed row skipped (QQP).
+    skipped: "file:line: why" for each row skipped: malformed (QQP), or without a gold label
+      (KorNLI's "-").
     """
 
     task: str
@@ -140,12 +160,13 @@ class GlueSplit:
     examples: list[Example]
     ids: list[str]
     skipped: list[str]
+    paths: tuple[str, ...] = ()
 
     def summary(self) -> str:
-        text = f"{self.task} {self.split}: {len(self.examples)} examples from {self.path}"
+        text = (f"{self.task} {self.split}: {len(self.examples)} examples from "
+                f"{' + '.join(self.paths or (self.path,))}")
         if self.skipped:
-            text += (f"; {len(self.skipped)} malformed rows skipped "
-                     f"(first: {self.skipped[0]})")
+            text += f"; {_rows(len(self.skipped))} skipped (first: {self.skipped[0]})"
         return text
 
 
@@ -172,6 +193,11 @@ _MNLI_TRAIN = _Layout("train.tsv", 12, 8, 9, 11, id=0)
 # Where each XNLI split's file lies in its archive's own directory (XNLI-MT-1.0.zip holds
 # the machine-translated training sets, XNLI-1.0.zip dev and test).
 _XNLI_ARCHIVES = {"train": "XNLI-MT-1.0", "dev": "XNLI-1.0", "test": "XNLI-1.0"}
+# Where a task's files lie below the download's own root, per split: XNLI's two archives
+# unpacked side by side, the KorNLUDatasets repository's KorNLI/ and KorSTS/.
+_SUBDIRECTORY = {"xnli": _XNLI_ARCHIVES,
+                 "kornli": dict.fromkeys(SPLITS, "KorNLI"),
+                 "korsts": dict.fromkeys(SPLITS, "KorSTS")}
 _XNLI = {
     "train": _Layout("multinli/multinli.train.{language}.tsv", 3, 0, 1, 2,
                      label_aliases=(("contradictory", "contradiction"),)),
@@ -205,6 +231,15 @@ _TASKS: dict[str, tuple[tuple[str, ...], dict[str, _Layout]]] = {
     "wnli": (_BINARY, _same("train.tsv", "dev.tsv", "test.tsv", 4, 1, 2, 3, 0, 3, 1, 2)),
     "xnli": (_NLI, _XNLI),
     "sts-b": (None, _same("train.tsv", "dev.tsv", "test.tsv", 10, 7, 8, 9, 0, 9, 7, 8)),
+    # Kakao Brain's KorNLUDatasets: machine-translated SNLI + MNLI to train on, XNLI's dev and
+    # test sets translated by hand; all labelled.
+    "kornli": (_NLI, {
+        "train": _Layout("multinli.train.ko.tsv", 3, 0, 1, 2,
+                         more=("snli_1.0_train.ko.tsv",), skip_labels=("-",)),
+        "dev": _Layout("xnli.dev.ko.tsv", 3, 0, 1, 2),
+        "test": _Layout("xnli.test.ko.tsv", 3, 0, 1, 2),
+    }),
+    "korsts": (None, {split: _Layout(f"sts-{split}.tsv", 7, 5, 6, 4) for split in SPLITS}),
 }
 
 _ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
@@ -239,20 +274,31 @@ class GlueProcessor:
         return self._layouts["train"].text_b is not None
 
     def file(self, split: str) -> str:
-        """The file a split is read from, relative to data_dir (e.g. "dev_matched.tsv")."""
+        """The file a split is read from, relative to data_dir (e.g. "dev_matched.tsv"); the
+        first of them where there are several (`files`)."""
+        return self.files(split)[0]
+
+    def files(self, split: str) -> tuple[str, ...]:
+        """Every file a split is read from, in reading order, relative to data_dir."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}. Received: {split!r}")
-        return self._layouts[split].file.format(language=self.language)
+        layout = self._layouts[split]
+        return tuple(name.format(language=self.language) for name in (layout.file, *layout.more))
 
     def path(self, data_dir: str, split: str) -> str:
-        """os.path.join(data_dir, self.file(split)); for XNLI, where that file is missing and
-        the archive's own directory holds it (transformers' layout), that one."""
-        path = os.path.join(data_dir, self.file(split))
-        if self.name == "xnli" and not os.path.isfile(path):
-            unpacked = os.path.join(data_dir, _XNLI_ARCHIVES[split], self.file(split))
-            if os.path.isfile(unpacked):
+        """The split's (first) file: os.path.join(data_dir, self.file(split)); where that is
+        missing and the download's own subdirectory holds it (XNLI's archives unpacked side
+        by side, KorNLUDatasets' KorNLI/ and KorSTS/), that one."""
+        return self._paths(data_dir, split)[0]
+
+    def _paths(self, data_dir: str, split: str) -> list[str]:
+        paths = [os.path.join(data_dir, name) for name in self.files(split)]
+        below = _SUBDIRECTORY.get(self.name, {}).get(split)
+        if below and not os.path.isfile(paths[0]):
+            unpacked = [os.path.join(data_dir, below, name) for name in self.files(split)]
+            if os.path.isfile(unpacked[0]):
                 return unpacked
-        return path
+        return paths
 
     def load(self, data_dir: str, split: str) -> GlueSplit:
         """Reads a split ("train", "dev" or "test") from `data_dir`.
@@ -261,26 +307,33 @@ class GlueProcessor:
           DataError: missing directory or file; a row with the wrong field count (except the
             rows QQP skips), a label not in `labels()`, no examples; file:line named.
         """
-        path = self.path(data_dir, split)
         if not os.path.isdir(data_dir):
             raise DataError(f"{data_dir}: --data_dir is not a directory (task {self.name} "
-                            f"reads {self.file(split)} there for the {split} set)")
-        if not os.path.isfile(path):
-            shown = os.path.dirname(path)
-            if not os.path.isdir(shown):  # a subdirectory (XNLI's multinli/): list data_dir
-                shown = data_dir
-            names = os.listdir(data_dir)
+                            f"reads {' and '.join(self.files(split))} there for the {split} "
+                            "set)")
+        paths = self._paths(data_dir, split)
+        for name, path in zip(self.files(split), paths):
+            if not os.path.isfile(path):
+                raise DataError(self._missing(data_dir, split, name, path))
+        layout = self._layouts[split]
+        examples, ids, skipped = [], [], []
+        for path in paths:
+            self._read(path, split, layout, examples, ids, skipped)
+        return GlueSplit(self.name, split, paths[0], examples, ids, skipped, tuple(paths))
+
+    def _missing(self, data_dir: str, split: str, name: str, path: str) -> str:
+        shown = os.path.dirname(path)
+        if not os.path.isdir(shown):  # a subdirectory (XNLI's multinli/): list data_dir
+            shown = data_dir
+        below = _SUBDIRECTORY.get(self.name, {}).get(split)
+        also = f" or {os.path.join(data_dir, below, name)}" if below else ""
+        layout = ""
+        if self.name == "xnli" and any(n.startswith("XNLI-") for n in os.listdir(data_dir)):
             layout = (" (XNLI as Google's README lays it out: XNLI-1.0's xnli.dev.tsv and "
                       "xnli.test.tsv beside XNLI-MT-1.0's multinli/, in one directory; or "
-                      "the two archives unpacked there side by side)"
-                      if self.name == "xnli" and any(n.startswith("XNLI-") for n in names)
-                      else "")
-            also = (f" or {os.path.join(data_dir, _XNLI_ARCHIVES[split], self.file(split))}"
-                    if self.name == "xnli" else "")
-            raise DataError(f"{data_dir}: no {self.file(split)} there for the {self.name} "
-                            f"{split} set (expected {path}{also}; {shown} holds "
-                            f"{_listing(shown)}){layout}")
-        return self._read(path, split, self._layouts[split])
+                      "the two archives unpacked there side by side)")
+        return (f"{data_dir}: no {name} there for the {self.name} {split} set (expected "
+                f"{path}{also}; {shown} holds {_listing(shown)}){layout}")
 
     def train_examples(self, data_dir: str) -> list[Example]:
         """`load(data_dir, "train").examples`; skipped rows are logged (do_train)."""
@@ -300,9 +353,11 @@ class GlueProcessor:
             logging.warning("%s", loaded.summary())
         return loaded.examples
 
-    def _read(self, path: str, split: str, layout: _Layout) -> GlueSplit:
+    def _read(self, path: str, split: str, layout: _Layout, examples: list[Example],
+              ids: list[str], skipped: list[str]) -> None:
+        """Appends one file's examples, ids and skipped rows."""
         aliases = dict(layout.label_aliases)
-        examples, ids, skipped = [], [], []
+        first = len(examples)
         seen_languages: set[str] = set()
         header_pending = layout.header
         for line, row in _read_tsv(path):
@@ -326,6 +381,9 @@ class GlueProcessor:
             label = None
             if layout.label is not None:
                 label = aliases.get(row[layout.label], row[layout.label])
+                if label in layout.skip_labels:
+                    skipped.append(f"{where}: label {label!r}, no gold label")
+                    continue
                 if self._labels is None:
                     try:
                         float(label)
@@ -339,13 +397,16 @@ class GlueProcessor:
             text_b = row[layout.text_b] if layout.text_b is not None else None
             ids.append(row[layout.id] if layout.id is not None else str(len(examples)))
             examples.append(Example(where, row[layout.text_a], text_b, label))
-        if not examples:
+        if len(examples) == first:
             if layout.language is not None and seen_languages:
                 raise DataError(f"{path}: no rows for language {self.language!r} (column "
                                 f"{layout.language}; languages there: {sorted(seen_languages)})")
             raise DataError(f"{path}: no examples for the {self.name} {split} set"
-                            + (f" ({len(skipped)} malformed rows skipped)" if skipped else ""))
-        return GlueSplit(self.name, split, path, examples, ids, skipped)
+                            + (f" ({_rows(len(skipped))} skipped)" if skipped else ""))
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'' if count == 1 else 's'}"
 
 
 def _listing(directory: str, limit: int = 12) -> str:
@@ -398,8 +459,8 @@ def get_processor(task_name: str, language: str = DEFAULT_XNLI_LANGUAGE) -> Glue
     """The processor for `--task_name` (Google's `processors[task_name.lower()]()`).
 
     Args:
-      task_name: cola, mnli, mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2), sts-b (stsb), wnli,
-        xnli; any case.
+      task_name: cola, kornli, korsts, mnli, mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2),
+        sts-b (stsb), wnli, xnli; any case.
       language: XNLI's language (Google hard-codes "zh"); ignored by the other tasks.
 
     Raises:

@@ -27,13 +27,14 @@ def where(task, file, line):
 # --- registry -------------------------------------------------------------------------------
 
 def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
-    assert glue.TASKS == ("cola", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2",
-                          "sts-b", "wnli", "xnli")
+    assert glue.TASKS == ("cola", "kornli", "korsts", "mnli", "mnli-mm", "mrpc", "qnli", "qqp",
+                          "rte", "sst-2", "sts-b", "wnli", "xnli")
     for given, name in [("CoLA", "cola"), ("MNLI", "mnli"), ("mnli-MM", "mnli-mm"),
                         ("STS-B", "sts-b"), ("stsb", "sts-b"),
                         ("MRPC", "mrpc"), ("SST-2", "sst-2"), ("sst2", "sst-2"),
                         ("QQP", "qqp"), ("QNLI", "qnli"), ("RTE", "rte"), ("WNLI", "wnli"),
-                        ("XNLI", "xnli"), (" cola ", "cola")]:
+                        ("XNLI", "xnli"), (" cola ", "cola"), ("KorNLI", "kornli"),
+                        ("KorSTS", "korsts")]:
         assert glue.get_processor(given).name == name
 
 
@@ -45,14 +46,16 @@ def test_label_lists_in_googles_order():
         "mnli-mm": ["contradiction", "entailment", "neutral"],
         "xnli": ["contradiction", "entailment", "neutral"],
         "qnli": ["entailment", "not_entailment"], "rte": ["entailment", "not_entailment"],
-        "sts-b": None,
+        "sts-b": None, "korsts": None,
+        "kornli": ["contradiction", "entailment", "neutral"],
     }
     assert {name: glue.get_processor(name).labels() for name in glue.TASKS} == expected
 
 
 def test_pair_tasks():
     assert {n for n in glue.TASKS if glue.get_processor(n).is_pair()} == {
-        "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sts-b", "wnli", "xnli"}
+        "kornli", "korsts", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sts-b", "wnli",
+        "xnli"}
 
 
 @pytest.mark.parametrize("name", ["sts-b", "STS-B", "stsb"])
@@ -84,7 +87,8 @@ def test_sts_b_is_read_as_transformers_reads_it_with_numeric_labels(name, tmp_pa
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, mnli, mnli-mm"):
+    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, kornli, korsts, "
+                                             r"mnli, mnli-mm"):
         glue.get_processor("squad")
 
 
@@ -168,10 +172,10 @@ def test_qqp_skips_rows_with_missing_fields_and_reports_each(caplog):
         f"{where('QQP', 'train.tsv', 4)}: found 4 fields, expected 6",
         f"{where('QQP', 'train.tsv', 5)}: found 3 fields, expected 6",
     ]
-    assert "3 examples" in train.summary() and "2 malformed rows skipped" in train.summary()
+    assert "3 examples" in train.summary() and "2 rows skipped" in train.summary()
     with caplog.at_level(logging.WARNING):
         assert len(processor.train_examples(task_dir("QQP"))) == 3
-    assert "2 malformed rows skipped" in caplog.text and "train.tsv:4" in caplog.text
+    assert "2 rows skipped" in caplog.text and "train.tsv:4: found 4 fields" in caplog.text
 
     dev = processor.load(task_dir("QQP"), "dev")
     assert dev.examples[0].text_a == '"Free" trials: are they really free?'
@@ -376,7 +380,7 @@ def test_empty_files_blank_lines_and_bad_utf8(tmp_path):
     assert examples == [Example(f"{tmp_path / 'train.tsv'}:4", "fine .", None, "1")]
     # QQP with nothing but malformed rows
     write(str(tmp_path / "test.tsv"), "id\tquestion1\tquestion2\n0\tonly one\n")
-    with pytest.raises(DataError, match=r"no examples for the qqp test set \(1 malformed rows"):
+    with pytest.raises(DataError, match=r"no examples for the qqp test set \(1 row skipped"):
         glue.get_processor("qqp").test_examples(str(tmp_path))
     with open(tmp_path / "dev.tsv", "wb") as f:
         f.write(b"sentence\tlabel\nok .\t1\nbad \xff .\t0\n")
@@ -397,3 +401,108 @@ def test_examples_convert_with_the_task_label_list():
     features, _ = classification.convert_examples(
         processor.test_examples(task_dir("MNLI")), tokenizer, processor.labels(), 16)
     assert features["label_ids"].tolist() == [-1, -1]
+
+
+# --- KorNLI and KorSTS (tests/testdata/glue/KorNLUDatasets: hand-written rows in the layout
+# of github.com/kakaobrain/KorNLUDatasets, KorNLI/ and KorSTS/) -------------------------------
+
+KORNLU = os.path.join(GLUE, "KorNLUDatasets")
+
+
+def kornlu(task, file, line):
+    return f"{os.path.join(KORNLU, task, file)}:{line}"
+
+
+def test_kornli_trains_on_mnli_then_snli_and_skips_rows_without_a_gold_label(caplog):
+    """KorNLI's training set is its two translated files together (the paper's 942,854
+    pairs = MNLI's 392,702 + SNLI's 550,152); SNLI's "-" (no gold label) is skipped and
+    reported, not refused; quotes are ordinary characters."""
+    processor = glue.get_processor("KorNLI")
+    assert processor.files("train") == ("multinli.train.ko.tsv", "snli_1.0_train.ko.tsv")
+    train = processor.load(os.path.join(KORNLU, "KorNLI"), "train")
+    assert [(e.where, e.text_a, e.text_b, e.label) for e in train.examples] == [
+        (kornlu("KorNLI", "multinli.train.ko.tsv", 2), "저는, 그냥 알아내려고 거기 있었어요.",
+         "이해하려고 노력하고 있었어요.", "entailment"),
+        (kornlu("KorNLI", "multinli.train.ko.tsv", 3), '"여기서 기다려," 그가 말했다.',
+         "그는 아무 말도 하지 않았다.", "contradiction"),
+        (kornlu("KorNLI", "multinli.train.ko.tsv", 4), "회의는 오후 세 시에 시작한다.",
+         "회의는 길어질 것이다.", "neutral"),
+        (kornlu("KorNLI", "snli_1.0_train.ko.tsv", 2), "한 남자가 폭포 근처에 서 있다.",
+         "남자가 밖에 있다.", "entailment"),
+        (kornlu("KorNLI", "snli_1.0_train.ko.tsv", 4), "여자가 기타를 연주하고 있다.",
+         "여자가 악기를 연주한다.", "entailment")]
+    assert train.ids == ["0", "1", "2", "3", "4"]
+    assert train.skipped == [
+        f"{kornlu('KorNLI', 'snli_1.0_train.ko.tsv', 3)}: label '-', no gold label"]
+    assert train.path == os.path.join(KORNLU, "KorNLI", "multinli.train.ko.tsv")
+    assert (f"kornli train: 5 examples from {train.path} + "
+            f"{os.path.join(KORNLU, 'KorNLI', 'snli_1.0_train.ko.tsv')}; 1 row skipped")\
+        in train.summary()
+    with caplog.at_level(logging.WARNING):
+        assert len(processor.train_examples(os.path.join(KORNLU, "KorNLI"))) == 5
+    assert "1 row skipped" in caplog.text
+    dev = processor.load(os.path.join(KORNLU, "KorNLI"), "dev")
+    assert [(e.text_a, e.label) for e in dev.examples] == [
+        ("그는 엄마에게 전화했다.", "contradiction"), ('나는 "괜찮아"라고 말했다.', "entailment")]
+    test = processor.load(os.path.join(KORNLU, "KorNLI"), "test")
+    assert [e.label for e in test.examples] == ["neutral", "entailment"]  # labelled
+
+
+def test_korsts_reads_score_and_sentences_from_its_seven_columns():
+    processor = glue.get_processor("korsts")
+    assert processor.is_regression() and processor.is_pair() and processor.labels() is None
+    assert [processor.file(s) for s in glue.SPLITS] == ["sts-train.tsv", "sts-dev.tsv",
+                                                         "sts-test.tsv"]
+    train = processor.load(os.path.join(KORNLU, "KorSTS"), "train")
+    assert [(e.where, e.text_a, e.text_b, e.label) for e in train.examples] == [
+        (kornlu("KorSTS", "sts-train.tsv", 2), "한 남자가 폭포 근처에 물속에 서 있다.",
+         "한 남자가 물속으로 걸어 들어간다.", "3.400"),
+        (kornlu("KorSTS", "sts-train.tsv", 3), "고양이가 TV를 보고 있다.",
+         "남자가 휴가를 가고 있다.", "0.000"),
+        (kornlu("KorSTS", "sts-train.tsv", 4), '"평화" 회담이 재개되었다.',
+         '"평화" 회담이 다시 시작되었다.', "5.000")]
+    assert train.ids == ["0", "1", "2"]
+    test = processor.load(os.path.join(KORNLU, "KorSTS"), "test")
+    assert [e.label for e in test.examples] == ["4.600", "0.500"]  # labelled
+
+
+@pytest.mark.parametrize("task,below", [("kornli", "KorNLI"), ("korsts", "KorSTS")])
+def test_the_repository_root_is_read_as_its_task_directory(task, below):
+    processor = glue.get_processor(task)
+    for split in glue.SPLITS:
+        got = processor.load(KORNLU, split)
+        want = processor.load(os.path.join(KORNLU, below), split)
+        assert got.examples == want.examples and got.paths == want.paths
+        assert processor.path(KORNLU, split) == os.path.join(KORNLU, below,
+                                                            processor.file(split))
+
+
+def test_kornli_missing_second_training_file_and_bad_rows_are_named(tmp_path):
+    shutil.copy(os.path.join(KORNLU, "KorNLI", "multinli.train.ko.tsv"), tmp_path)
+    with pytest.raises(DataError) as info:
+        glue.get_processor("kornli").train_examples(str(tmp_path))
+    assert str(info.value) == (
+        f"{tmp_path}: no snli_1.0_train.ko.tsv there for the kornli train set (expected "
+        f"{tmp_path / 'snli_1.0_train.ko.tsv'} or "
+        f"{tmp_path / 'KorNLI' / 'snli_1.0_train.ko.tsv'}; {tmp_path} holds "
+        "multinli.train.ko.tsv)")
+    write(str(tmp_path / "snli_1.0_train.ko.tsv"), "sentence1\tsentence2\tgold_label\n"
+                                                   "가\t나\tentailment\n가\t나\t중립\n")
+    with pytest.raises(DataError, match=r"snli_1.0_train.ko.tsv:3: label '중립' \(column 2\) is "
+                                        r"not one of \['contradiction', 'entailment', "
+                                        r"'neutral'\]$"):
+        glue.get_processor("kornli").train_examples(str(tmp_path))
+    # "-" only in the training set: a dev row without a gold label is an error.
+    write(str(tmp_path / "xnli.dev.ko.tsv"), "sentence1\tsentence2\tgold_label\n가\t나\t-\n")
+    with pytest.raises(DataError, match=r"xnli.dev.ko.tsv:2: label '-' \(column 2\) is not one"):
+        glue.get_processor("kornli").dev_examples(str(tmp_path))
+    # A second file with nothing but unlabelled rows is named as empty.
+    write(str(tmp_path / "snli_1.0_train.ko.tsv"), "sentence1\tsentence2\tgold_label\n"
+                                                   "가\t나\t-\n")
+    with pytest.raises(DataError, match=r"snli_1.0_train.ko.tsv: no examples for the kornli "
+                                        r"train set \(1 row skipped\)$"):
+        glue.get_processor("kornli").train_examples(str(tmp_path))
+    write(str(tmp_path / "sts-dev.tsv"), "genre\tfilename\tyear\tid\tscore\tsentence1\n")
+    with pytest.raises(DataError, match=r"sts-dev.tsv:1: found 6 fields, expected 7 "
+                                        r"\(tab-separated; header of the korsts dev file"):
+        glue.get_processor("korsts").dev_examples(str(tmp_path))

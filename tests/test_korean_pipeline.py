@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 
 import tokenizer_refs as refs
-from bert_keras import extract_features, model_loading, run_classifier, run_squad, run_tagger
+from bert_keras import (extract_features, model_loading, run_classifier, run_regressor, run_squad,
+                        run_tagger)
+from conftest import TESTDATA
 from bert_keras.run_pretraining import PretrainingOptions, train
 from data_prep.tokenization import BertTokenizer
 
@@ -160,6 +162,38 @@ def _common(output_dir, init_checkpoint, **overrides):
                   eval_batch_size=8, learning_rate=1e-3, num_train_epochs=1.0, seed=3)
     values.update(overrides)
     return values
+
+
+def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, reference, spy):
+    """Kakao Brain's KorNLI and KorSTS by --task_name, from the KorNLUDatasets repository's
+    own layout (tests/testdata/glue/KorNLUDatasets), on the Korean model: every text is
+    tokenized as the reference tokenizes it, and both labelled test sets are scored."""
+    import csv
+
+    root = os.path.join(TESTDATA, "glue", "KorNLUDatasets")
+    tmp = pipeline["tmp"]
+    nli = run_classifier.run(task_name="KorNLI", data_dir=root,
+                             **_common(tmp / "kornli", pipeline["run"]))
+    assert nli["train"]["num_examples"] == 5  # MNLI's 3 rows + SNLI's 2 with a gold label
+    assert nli["eval"]["num_examples"] == 2 and nli["predict"]["num_examples"] == 2
+    assert "accuracy" in nli["predict"]  # XNLI's Korean test set is labelled
+    predicted = [json.loads(line) for line in open(tmp / "kornli" / "predictions.jsonl")]
+    assert [p["where"].rsplit(os.sep, 1)[-1] for p in predicted] == [
+        "xnli.test.ko.tsv:2", "xnli.test.ko.tsv:3"]
+    sts = run_regressor.run(task_name="korsts", data_dir=root,
+                            **_common(tmp / "korsts", pipeline["run"]))
+    assert sts["train"]["num_examples"] == 3 and sts["eval"]["num_examples"] == 2
+    assert set(sts["predict"]) >= {"pearson", "spearman", "mse"}
+    gold = [float(row["score"]) for row in csv.DictReader(
+        open(os.path.join(root, "KorSTS", "sts-test.tsv"), encoding="utf-8"), delimiter="\t",
+        quoting=csv.QUOTE_NONE)]
+    scores = [json.loads(line)["score"] for line in open(tmp / "korsts" / "predictions.jsonl")]
+    assert sts["predict"]["mse"] == pytest.approx(np.mean((np.subtract(scores, gold)) ** 2),
+                                                  rel=1e-4)
+    assert _assert_matches_reference(spy, reference) >= 2 * (7 + 6)  # each text at least once
+    for name in ("kornli", "korsts"):
+        saved = json.load(open(tmp / name / "tokenizer_config.json"))
+        assert saved["strip_accents"] is False, name
 
 
 # With the next test, which exports its classifier: both in the integration run.

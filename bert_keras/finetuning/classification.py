@@ -46,7 +46,9 @@ class ClassifierOptions:
     task_name: str | None = option(
         None, "A GLUE / XNLI task read from --data_dir as Google's run_classifier.py reads it: "
         "cola, sst-2, mrpc, qqp, mnli, mnli-mm, qnli, rte, wnli, xnli (train.tsv for "
-        "--do_train, the dev file for --do_eval, the test file for --do_predict).")
+        "--do_train, the dev file for --do_eval, the test file for --do_predict); kornli: "
+        "Kakao Brain's Korean NLI (KorNLUDatasets' KorNLI/: both translated training sets, "
+        "XNLI's Korean dev and test sets).")
     xnli_language: str = option(XNLI_LANGUAGE, "--task_name=xnli: the language of the train "
                                 "file and of the dev/test rows (Google's script hard-codes zh).")
     data_dir: str | None = option(None, "The --task_name's data directory, or the directory "

@@ -1,7 +1,7 @@
 """Sentence (pair) regression as a fine-tuning task: STS-B's similarity, a rating.
 
 Reading is `data_prep.classification`'s (TSV/CSV/JSONL by column, or `--task_name=sts-b`
-from GLUE's layout, `data_prep.glue`), the label a number; this adapter adds the head
+from GLUE's layout, `korsts` from KorNLUDatasets', `data_prep.glue`), the label a number; this adapter adds the head
 (`BertRegressor`: transformers' BertForSequenceClassification with num_labels=1, trained
 with mean squared error as transformers trains it), the scores (Pearson and Spearman
 correlation, GLUE's STS-B metrics, and the mean squared error) and the predictions file (one
@@ -31,7 +31,8 @@ PREDICTIONS_FILE = "predictions.jsonl"
 class RegressorOptions:
     task_name: str | None = option(
         None, "sts-b: GLUE's STS-B read from --data_dir as transformers' StsbProcessor reads "
-        "it (train.tsv for --do_train, dev.tsv for --do_eval, test.tsv for --do_predict).")
+        "it (train.tsv for --do_train, dev.tsv for --do_eval, test.tsv for --do_predict); "
+        "korsts: Kakao Brain's Korean STS (sts-train/dev/test.tsv of KorNLUDatasets' KorSTS/).")
     data_dir: str | None = option(None, "The --task_name's data directory, or the directory "
                                   "the *_file flags are relative to.")
     train_file: str | None = option(None, "Training data (.tsv/.csv with a header row, or "

@@ -65,22 +65,33 @@ class StepLogger(keras.callbacks.Callback):
     Keras reports the running mean since the first step of the epoch; the mean of the last
     interval is what shows whether training still improves. Steps count across epochs (a
     run backed up every N steps trains in epochs of N steps) from `initial_step` (the step
-    a resumed run starts at).
+    a resumed run starts at). `since_log()` is what a backup keeps so that a resumed run's
+    interval spanning the backup averages the same steps as the uninterrupted run's.
     """
 
-    def __init__(self, total_steps: int, every: int = 50, initial_step: int = 0):
+    def __init__(self, total_steps: int, every: int = 50, initial_step: int = 0,
+                 since_log: dict | None = None):
+        """since_log: a backup's `since_log()` at `initial_step` ({"step", "sum"}), or None."""
         super().__init__()
         self.total_steps, self.every = total_steps, max(1, every)
         self.initial_step = initial_step
         self.history: list[dict] = []
+        self._resumed = since_log or {"step": initial_step, "sum": 0.0}
 
     def on_train_begin(self, logs=None):
         self._start = time.time()
-        self._step = self._logged_step = self.initial_step
+        self._step = self.initial_step
+        self._logged_step = self._resumed["step"]
         # Sum of the batch losses since the last logged step in earlier epochs, and the
         # sums (running mean x batches) in this epoch at its last batch and at the last log.
-        self._carried = self._epoch_sum = self._epoch_logged = 0.0
+        self._carried = float(self._resumed["sum"])
+        self._epoch_sum = self._epoch_logged = 0.0
         self.first_step_end = self.train_end = None
+
+    def since_log(self) -> dict:
+        """{"step": the last logged step, "sum": the batch losses summed since}, at the end
+        of an epoch (a backup interval)."""
+        return {"step": self._logged_step, "sum": self._carried}
 
     def on_train_end(self, logs=None):
         self.train_end = time.time()
@@ -152,7 +163,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
       {"num_examples", "num_train_steps", "num_warmup_steps", "seconds",
        "examples_per_second" (of the steps this call trained), "steady_examples_per_second"
        (after the first step; absent for a one-step run), "loss_history" (a resumed run's
-       with the intervals logged before its backup), "resumed_from_step" (only when a
+       with the intervals logged before its backup, and the interval spanning it over all
+       of its steps), "resumed_from_step" (only when a
        backup was restored)}.
 
     Raises:
@@ -185,9 +197,12 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         interval = save_checkpoints_steps
         # The loss history so far goes into each backup: a resumed run's train_results.json
         # had only the intervals trained after the restored step.
+        # The logger runs before the backup at an interval's end, so its sum since the last
+        # log is the interval's whole.
         backup = ExactBackupAndRestore(backup_dir, delete_checkpoint=False, gather=gather,
                                        final_step=num_train_steps,
-                                       notes=lambda: {"loss_history": logger.history})
+                                       notes=lambda: {"loss_history": logger.history,
+                                                      "loss_since_log": logger.since_log()})
         # Restored now (fit would do it too, later) to know where the data resumes.
         backup.set_model(model)
         backup.on_train_begin()
@@ -206,10 +221,12 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
                      done, done)
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
                       drop_remainder=True).skip(done).take(num_train_steps - done)
-    logger = StepLogger(num_train_steps, log_every, initial_step=done)
-    if backup_callbacks and backup.restored_notes:
-        logger.history = [h for h in backup.restored_notes.get("loss_history", [])
-                          if h["step"] <= done]
+    notes = (backup.restored_notes if backup_callbacks else None) or {}
+    since_log = notes.get("loss_since_log")
+    if since_log is not None and not since_log["step"] <= done:
+        since_log = None  # not this run's (a backup written before the notes had it)
+    logger = StepLogger(num_train_steps, log_every, initial_step=done, since_log=since_log)
+    logger.history = [h for h in notes.get("loss_history", []) if h["step"] <= done]
     logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g%s", n,
                  batch_size, num_train_steps, num_warmup_steps, learning_rate,
                  f", a backup every {interval} steps in {backup_dir}" if backup_callbacks

@@ -6,7 +6,9 @@ Reading. A context is split on whitespace into words, remembering which word eve
 character belongs to, so an answer's `answer_start` (a character offset) maps to a word span.
 For training, an answer whose text cannot be found in that word span (bad offsets, unusual
 Unicode) is dropped; such answers are counted and their ids reported, never silently lost.
-SQuAD v2.0 questions with `is_impossible: true` are answered by [CLS] (position 0).
+SQuAD v2.0 questions with `is_impossible: true` are answered by [CLS] (position 0). A
+question's id is its "id", or "guid" where it has none (KLUE-MRC's files, which are SQuAD
+2.0's layout otherwise: its unanswerable questions' "plausible_answers" are not read).
 
 Features. The question is WordPiece-tokenized and cut to `max_query_length`; each context
 word is tokenized on its own (so every sub-token knows its word). A context longer than
@@ -166,7 +168,10 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
             doc_tokens, char_to_word = _split_context(context)
             for k, qa in enumerate(_require(paragraph, "qas", list, pwhere)):
                 where = f"{pwhere}.qas[{k}]"
-                qas_id = str(_require(qa, "id", (str, int), where))
+                # KLUE-MRC names the question id "guid".
+                id_key = "guid" if isinstance(qa, dict) and "id" not in qa and "guid" in qa \
+                    else "id"
+                qas_id = str(_require(qa, id_key, (str, int), where))
                 if not is_training and qas_id in first_seen:
                     raise DataError(f"{where}.id: question id {qas_id!r} is used twice (first "
                                     f"at {first_seen[qas_id]}); predictions are keyed by id, "

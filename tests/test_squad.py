@@ -317,3 +317,23 @@ def test_allennlp_squad_fixture_round_trip():
     assert preds["5733b1da4776f4190066106b"] == "Father Julius Nieuwl"
     assert preds == {e.qas_id: e.answer_text for e in train}
     assert result == {"exact_match": 100.0, "f1": 100.0, "total": 5, "missing": 0}
+
+
+def test_klue_mrc_questions_are_keyed_by_their_guid(tmp_path):
+    """KLUE-MRC's files are SQuAD 2.0's layout with the question id named "guid" (no "id"):
+    every question was refused ("expected an object with a 'id' field"). Hand-written
+    rows in its layout (tests/testdata/klue-mrc-v1.1_sample.json)."""
+    path = os.path.join(TESTDATA, "klue-mrc-v1.1_sample.json")
+    examples, stats = squad.read_squad(path, is_training=True, version_2_with_negative=True)
+    assert [e.qas_id for e in examples] == ["klue-mrc-v1_train_00001", "klue-mrc-v1_train_00002",
+                                            "klue-mrc-v1_train_00003"]
+    assert [e.is_impossible for e in examples] == [False, True, False]
+    assert examples[0].answer_text == "오전 4시" and examples[1].answer_text == ""
+    assert stats.impossible == 1 and not stats.answers_not_found
+    # "id" wins where a question has both.
+    data = json.load(open(path, encoding="utf-8"))
+    data["data"][0]["paragraphs"][0]["qas"][0]["id"] = "q1"
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    examples, _ = squad.read_squad(str(both), is_training=False, version_2_with_negative=True)
+    assert examples[0].qas_id == "q1"

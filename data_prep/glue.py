@@ -1,5 +1,5 @@
-"""GLUE and XNLI tasks as Google's run_classifier.py reads them, and the Korean KorNLI and
-KorSTS: `--task_name` + `--data_dir`.
+"""GLUE and XNLI tasks as Google's run_classifier.py reads them, and the Korean KorNLI,
+KorSTS and KLUE's NLI, STS and YNAT: `--task_name` + `--data_dir`.
 
 `get_processor(task_name)` returns a `GlueProcessor` whose `load(data_dir, split)` reads the
 file that Google's processor (or, for tasks Google's repo lacks, transformers' GLUE processor)
@@ -82,9 +82,27 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
       included, so do_predict scores them too. KorSTS's columns are genre, filename, year,
       id, score, sentence1, sentence2.
 
-Ids (`GlueSplit.ids`, one per example): the id column above; where there is none, the
-example's 0-based position in the split (over both of KorNLI's training files). For GLUE test files that is the "index" (QQP: "id") column that
-the GLUE server expects next to each prediction.
+KLUE (Park et al. 2021; github.com/KLUE-benchmark/KLUE, klue_benchmark/): JSON files, each
+a list of examples; fields by key. Its test sets are not public, so "test" (do_predict)
+reads the dev file too, labelled and scored.
+
+  task            files (under --data_dir)             text_a     text_b      label
+  klue-nli        klue-nli-v1.1_{train,dev}.json       premise    hypothesis  gold_label
+  klue-sts        klue-sts-v1.1_{train,dev}.json       sentence1  sentence2   labels.real-label
+  klue-ynat,      ynat-v1.1_{train,dev}.json           title      -           label
+  ynat, klue-tc
+
+    klue-nli   ["entailment", "neutral", "contradiction"] (KLUE's order)
+    klue-sts   none: a regression task on the annotators' mean 0-5 score (KLUE's baseline
+               trains on "real-label"; "label" is it rounded to one decimal)
+    klue-ynat  ["IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"]
+
+--data_dir is the task's directory (klue-nli-v1.1/, ...) or klue_benchmark/ holding it.
+
+Ids (`GlueSplit.ids`, one per example): the id column above (KLUE's "guid"); where there
+is none, the example's 0-based position in the split (over both of KorNLI's training
+files). For GLUE test files that is the "index" (QQP: "id") column that the GLUE server
+expects next to each prediction.
 
 Reading. Files are read as Google's DataProcessor._read_tsv does: csv.reader with delimiter
 "\\t" and quotechar=None, i.e. with quoting off, so one physical line is one row and a `"`
@@ -106,6 +124,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 
 from absl import logging
@@ -141,6 +160,18 @@ class _Layout:
     label_aliases: tuple[tuple[str, str], ...] = ()  # read -> label-list spelling
     more: tuple[str, ...] = ()  # further files of the split, same columns, read after `file`
     skip_labels: tuple[str, ...] = ()  # rows with these labels are skipped and reported
+
+
+@dataclasses.dataclass(frozen=True)
+class _JsonLayout:
+    """A split of a JSON task (KLUE): a list of objects, fields by key."""
+
+    file: str
+    text_a: str
+    text_b: str | None
+    label: tuple[str, ...]  # key path ("labels", "real-label")
+    id: str = "guid"
+    more: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,11 +224,24 @@ _MNLI_TRAIN = _Layout("train.tsv", 12, 8, 9, 11, id=0)
 # Where each XNLI split's file lies in its archive's own directory (XNLI-MT-1.0.zip holds
 # the machine-translated training sets, XNLI-1.0.zip dev and test).
 _XNLI_ARCHIVES = {"train": "XNLI-MT-1.0", "dev": "XNLI-1.0", "test": "XNLI-1.0"}
+_KLUE_DIRECTORY = {"klue-nli": "klue-nli-v1.1", "klue-sts": "klue-sts-v1.1",
+                   "klue-ynat": "ynat-v1.1"}
 # Where a task's files lie below the download's own root, per split: XNLI's two archives
-# unpacked side by side, the KorNLUDatasets repository's KorNLI/ and KorSTS/.
+# unpacked side by side, the KorNLUDatasets repository's KorNLI/ and KorSTS/, KLUE's
+# klue_benchmark/<task>-v1.1/.
 _SUBDIRECTORY = {"xnli": _XNLI_ARCHIVES,
                  "kornli": dict.fromkeys(SPLITS, "KorNLI"),
-                 "korsts": dict.fromkeys(SPLITS, "KorSTS")}
+                 "korsts": dict.fromkeys(SPLITS, "KorSTS"),
+                 **{name: dict.fromkeys(SPLITS, below)
+                    for name, below in _KLUE_DIRECTORY.items()}}
+
+
+def _klue(name: str, text_a: str, text_b: str | None, label: tuple[str, ...]
+          ) -> dict[str, _JsonLayout]:
+    """KLUE's train and dev files; "test" is the dev file (KLUE's test sets are not public)."""
+    train = _JsonLayout(f"{_KLUE_DIRECTORY[name]}_train.json", text_a, text_b, label)
+    dev = dataclasses.replace(train, file=f"{_KLUE_DIRECTORY[name]}_dev.json")
+    return {"train": train, "dev": dev, "test": dev}
 _XNLI = {
     "train": _Layout("multinli/multinli.train.{language}.tsv", 3, 0, 1, 2,
                      label_aliases=(("contradictory", "contradiction"),)),
@@ -240,9 +284,14 @@ _TASKS: dict[str, tuple[tuple[str, ...], dict[str, _Layout]]] = {
         "test": _Layout("xnli.test.ko.tsv", 3, 0, 1, 2),
     }),
     "korsts": (None, {split: _Layout(f"sts-{split}.tsv", 7, 5, 6, 4) for split in SPLITS}),
+    "klue-nli": (("entailment", "neutral", "contradiction"),
+                 _klue("klue-nli", "premise", "hypothesis", ("gold_label",))),
+    "klue-sts": (None, _klue("klue-sts", "sentence1", "sentence2", ("labels", "real-label"))),
+    "klue-ynat": (("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"),
+                  _klue("klue-ynat", "title", None, ("label",))),
 }
 
-_ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
+_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "ynat": "klue-ynat", "klue-tc": "klue-ynat"}
 
 TASKS = tuple(sorted(_TASKS))
 
@@ -318,7 +367,10 @@ class GlueProcessor:
         layout = self._layouts[split]
         examples, ids, skipped = [], [], []
         for path in paths:
-            self._read(path, split, layout, examples, ids, skipped)
+            if isinstance(layout, _JsonLayout):
+                self._read_json(path, split, layout, examples, ids)
+            else:
+                self._read(path, split, layout, examples, ids, skipped)
         return GlueSplit(self.name, split, paths[0], examples, ids, skipped, tuple(paths))
 
     def _missing(self, data_dir: str, split: str, name: str, path: str) -> str:
@@ -405,6 +457,49 @@ class GlueProcessor:
                             + (f" ({_rows(len(skipped))} skipped)" if skipped else ""))
 
 
+    def _read_json(self, path: str, split: str, layout: _JsonLayout,
+                   examples: list[Example], ids: list[str]) -> None:
+        """Appends one KLUE file's examples and ids (their "guid")."""
+        files.check_text_file(path)
+        try:
+            with files.open_text(path) as f:
+                rows = json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(rows, list):
+            raise DataError(f"{path}: expected a JSON list of examples (the {self.name} "
+                            f"{split} file), got a JSON {type(rows).__name__}")
+        keys = [key for key in (layout.id, layout.text_a, layout.text_b) if key]
+        for i, row in enumerate(rows):
+            where = f"{path}[{i}]"
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected an object, got {type(row).__name__}")
+            for key in keys:
+                if not isinstance(row.get(key), str):
+                    found = "no such field" if key not in row else type(row[key]).__name__
+                    raise DataError(f"{where}.{key}: expected a string ({found})")
+            label = row
+            for depth, key in enumerate(layout.label):
+                if not isinstance(label, dict) or key not in label:
+                    raise DataError(f"{where}.{'.'.join(layout.label[:depth + 1])}: "
+                                    "expected a field here (the label)")
+                label = label[key]
+            field = ".".join(layout.label)
+            if self._labels is None:
+                if isinstance(label, bool) or not isinstance(label, (int, float)):
+                    raise DataError(f"{where}.{field}: label {label!r} is not a number "
+                                    f"({self.name} is a regression task)")
+                label = repr(float(label))
+            elif label not in self._labels:
+                raise DataError(f"{where}.{field}: label {label!r} is not one of "
+                                f"{self._labels}")
+            ids.append(row[layout.id])
+            examples.append(Example(where, row[layout.text_a],
+                                    row[layout.text_b] if layout.text_b else None, label))
+        if not rows:
+            raise DataError(f"{path}: no examples for the {self.name} {split} set")
+
+
 def _rows(count: int) -> str:
     return f"{count} row{'' if count == 1 else 's'}"
 
@@ -450,8 +545,9 @@ def canonical_task_name(task_name: str) -> str:
     name = task_name.strip().lower()
     name = _ALIASES.get(name, name)
     if name not in _TASKS:
-        raise TaskError(f"--task_name: unknown task {task_name!r}; known tasks: {', '.join(TASKS)} "
-                        "(case-insensitive; sst2 = sst-2, stsb = sts-b)")
+        raise TaskError(f"--task_name: unknown task {task_name!r}; known tasks: "
+                        f"{', '.join(TASKS)} (case-insensitive; sst2 = sst-2, stsb = sts-b, "
+                        "ynat = klue-tc = klue-ynat)")
     return name
 
 
@@ -459,8 +555,8 @@ def get_processor(task_name: str, language: str = DEFAULT_XNLI_LANGUAGE) -> Glue
     """The processor for `--task_name` (Google's `processors[task_name.lower()]()`).
 
     Args:
-      task_name: cola, kornli, korsts, mnli, mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2),
-        sts-b (stsb), wnli, xnli; any case.
+      task_name: cola, klue-nli, klue-sts, klue-ynat (ynat, klue-tc), kornli, korsts, mnli,
+        mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2), sts-b (stsb), wnli, xnli; any case.
       language: XNLI's language (Google hard-codes "zh"); ignored by the other tasks.
 
     Raises:

@@ -1,6 +1,7 @@
 """GLUE / XNLI processors on hand-written fixtures in the official layouts (tests/testdata/glue)."""
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -27,8 +28,9 @@ def where(task, file, line):
 # --- registry -------------------------------------------------------------------------------
 
 def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
-    assert glue.TASKS == ("cola", "kornli", "korsts", "mnli", "mnli-mm", "mrpc", "qnli", "qqp",
-                          "rte", "sst-2", "sts-b", "wnli", "xnli")
+    assert glue.TASKS == ("cola", "klue-nli", "klue-sts", "klue-ynat", "kornli", "korsts", "mnli",
+                          "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2", "sts-b", "wnli",
+                          "xnli")
     for given, name in [("CoLA", "cola"), ("MNLI", "mnli"), ("mnli-MM", "mnli-mm"),
                         ("STS-B", "sts-b"), ("stsb", "sts-b"),
                         ("MRPC", "mrpc"), ("SST-2", "sst-2"), ("sst2", "sst-2"),
@@ -46,7 +48,9 @@ def test_label_lists_in_googles_order():
         "mnli-mm": ["contradiction", "entailment", "neutral"],
         "xnli": ["contradiction", "entailment", "neutral"],
         "qnli": ["entailment", "not_entailment"], "rte": ["entailment", "not_entailment"],
-        "sts-b": None, "korsts": None,
+        "sts-b": None, "korsts": None, "klue-sts": None,
+        "klue-nli": ["entailment", "neutral", "contradiction"],
+        "klue-ynat": ["IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"],
         "kornli": ["contradiction", "entailment", "neutral"],
     }
     assert {name: glue.get_processor(name).labels() for name in glue.TASKS} == expected
@@ -54,8 +58,8 @@ def test_label_lists_in_googles_order():
 
 def test_pair_tasks():
     assert {n for n in glue.TASKS if glue.get_processor(n).is_pair()} == {
-        "kornli", "korsts", "mnli", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sts-b", "wnli",
-        "xnli"}
+        "klue-nli", "klue-sts", "kornli", "korsts", "mnli", "mnli-mm", "mrpc", "qnli", "qqp",
+        "rte", "sts-b", "wnli", "xnli"}
 
 
 @pytest.mark.parametrize("name", ["sts-b", "STS-B", "stsb"])
@@ -87,8 +91,8 @@ def test_sts_b_is_read_as_transformers_reads_it_with_numeric_labels(name, tmp_pa
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, kornli, korsts, "
-                                             r"mnli, mnli-mm"):
+    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, klue-nli, klue-sts, "
+                                             r"klue-ynat, kornli"):
         glue.get_processor("squad")
 
 
@@ -506,3 +510,74 @@ def test_kornli_missing_second_training_file_and_bad_rows_are_named(tmp_path):
     with pytest.raises(DataError, match=r"sts-dev.tsv:1: found 6 fields, expected 7 "
                                         r"\(tab-separated; header of the korsts dev file"):
         glue.get_processor("korsts").dev_examples(str(tmp_path))
+
+
+# --- KLUE (tests/testdata/glue/klue_benchmark: hand-written examples in the layout of
+# github.com/KLUE-benchmark/KLUE's klue_benchmark/, v1.1 files) ------------------------------
+
+KLUE = os.path.join(GLUE, "klue_benchmark")
+
+
+@pytest.mark.parametrize("name,directory", [("klue-nli", "klue-nli-v1.1"),
+                                            ("klue-sts", "klue-sts-v1.1"),
+                                            ("klue-ynat", "ynat-v1.1")])
+def test_klue_reads_its_json_with_guids_and_predicts_on_the_dev_set(name, directory):
+    processor = glue.get_processor(name)
+    train = processor.load(KLUE, "train")  # klue_benchmark/ itself, or the task's directory
+    assert train.examples == processor.load(os.path.join(KLUE, directory), "train").examples
+    rows = json.load(open(os.path.join(KLUE, directory, f"{directory}_train.json"),
+                          encoding="utf-8"))
+    assert train.ids == [row["guid"] for row in rows]
+    assert train.examples[0].where == os.path.join(KLUE, directory,
+                                                   f"{directory}_train.json") + "[0]"
+    dev, test = processor.load(KLUE, "dev"), processor.load(KLUE, "test")
+    assert test.path == dev.path and test.examples == dev.examples  # no public test set
+    if name == "klue-nli":
+        assert [(e.text_a, e.text_b, e.label) for e in train.examples[1:3]] == [
+            ("그 식당은 매주 월요일에 문을 닫는다.", "그 식당은 월요일에도 영업한다.", "contradiction"),
+            ('"새 도서관"이 내년에 개관한다.', "도서관에는 책이 많을 것이다.", "neutral")]
+        assert processor.labels() == ["entailment", "neutral", "contradiction"]
+    elif name == "klue-sts":
+        # The annotators' mean, which KLUE's baseline trains on; "label" is it rounded.
+        assert [float(e.label) for e in train.examples] == [
+            row["labels"]["real-label"] for row in rows]
+        assert train.examples[0].label == "3.7142857142857144"
+        assert processor.is_regression() and processor.is_pair()
+    else:
+        assert [(e.text_a, e.text_b, e.label) for e in dev.examples] == [
+            ("기준금리 동결…대출 이자 부담 여전", None, "경제"),
+            ("새 스마트폰 배터리 수명 두 배로 늘어", None, "IT과학")]
+        assert glue.get_processor("YNAT").name == glue.get_processor("klue-tc").name == name
+        assert len(processor.labels()) == 7
+
+
+def test_klue_files_that_are_not_its_layout_are_named(tmp_path):
+    path = tmp_path / "klue-nli-v1.1_train.json"
+
+    def refused(text, pattern):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(DataError, match=pattern):
+            glue.get_processor("klue-nli").train_examples(str(tmp_path))
+
+    row = {"guid": "g0", "premise": "가", "hypothesis": "나", "gold_label": "neutral"}
+    refused("[{", r"klue-nli-v1.1_train.json:1: not valid JSON")
+    refused(json.dumps({"data": [row]}), r"_train.json: expected a JSON list of examples "
+                                         r"\(the klue-nli train file\), got a JSON dict$")
+    refused(json.dumps([row, {**row, "hypothesis": None}]),
+            r"_train.json\[1\].hypothesis: expected a string \(NoneType\)$")
+    refused(json.dumps([{k: v for k, v in row.items() if k != "premise"}]),
+            r"_train.json\[0\].premise: expected a string \(no such field\)$")
+    refused(json.dumps([{**row, "gold_label": "중립"}]),
+            r"_train.json\[0\].gold_label: label '중립' is not one of \['entailment', "
+            r"'neutral', 'contradiction'\]$")
+    refused("[]", r"_train.json: no examples for the klue-nli train set$")
+    sts = {"guid": "g0", "sentence1": "가", "sentence2": "나", "labels": {"label": 3.1}}
+    (tmp_path / "klue-sts-v1.1_train.json").write_text(json.dumps([sts]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"_train.json\[0\].labels.real-label: expected a field "
+                                        r"here \(the label\)$"):
+        glue.get_processor("klue-sts").train_examples(str(tmp_path))
+    sts["labels"]["real-label"] = "high"
+    (tmp_path / "klue-sts-v1.1_train.json").write_text(json.dumps([sts]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"labels.real-label: label 'high' is not a number "
+                                        r"\(klue-sts is a regression task\)$"):
+        glue.get_processor("klue-sts").train_examples(str(tmp_path))

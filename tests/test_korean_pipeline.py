@@ -196,6 +196,39 @@ def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, ref
         assert saved["strip_accents"] is False, name
 
 
+def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
+    """KLUE's NLI, STS and YNAT by --task_name from klue_benchmark/'s layout, and KLUE-MRC's
+    file through run_squad (its question ids are "guid"s), on the Korean model: tokenized
+    as the reference, predictions keyed by KLUE's guids, KLUE-STS scored with its F1."""
+    from bert_keras.finetuning.regression import KLUE_STS_THRESHOLD, f1_at
+
+    klue = os.path.join(TESTDATA, "glue", "klue_benchmark")
+    tmp = pipeline["tmp"]
+    for task, tool in (("klue-nli", run_classifier), ("ynat", run_classifier),
+                       ("klue-sts", run_regressor)):
+        results = tool.run(task_name=task, data_dir=klue, **_common(tmp / task, pipeline["run"]))
+        dev = json.load(open(os.path.join(klue, _KLUE_DIRS[task], f"{_KLUE_DIRS[task]}_dev.json"),
+                             encoding="utf-8"))
+        predicted = [json.loads(line) for line in open(tmp / task / "predictions.jsonl")]
+        assert [p["id"] for p in predicted] == [row["guid"] for row in dev], task
+        assert results["predict"]["num_examples"] == results["eval"]["num_examples"] == 2
+    gold = [row["labels"]["real-label"] for row in dev]
+    assert results["eval"]["f1"] == f1_at(gold, [p["score"] for p in predicted],
+                                          KLUE_STS_THRESHOLD)
+    mrc = os.path.join(TESTDATA, "klue-mrc-v1.1_sample.json")
+    results = run_squad.run(train_file=mrc, predict_file=mrc, version_2_with_negative=True,
+                            doc_stride=8, max_query_length=8,
+                            **_common(tmp / "klue-mrc", pipeline["run"]))
+    answers = json.load(open(tmp / "klue-mrc" / "predictions.json", encoding="utf-8"))
+    assert sorted(answers) == ["klue-mrc-v1_train_00001", "klue-mrc-v1_train_00002",
+                               "klue-mrc-v1_train_00003"]
+    assert results["train"]["num_examples"] >= 3
+    assert _assert_matches_reference(spy, reference) >= 2 * (4 + 5 + 3) + 2 * 3
+
+
+_KLUE_DIRS = {"klue-nli": "klue-nli-v1.1", "ynat": "ynat-v1.1", "klue-sts": "klue-sts-v1.1"}
+
+
 # With the next test, which exports its classifier: both in the integration run.
 @pytest.mark.integration
 def test_fine_tuning_tools_tokenize_like_the_reference(pipeline, reference, spy):

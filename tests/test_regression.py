@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bert_keras import model_loading, run_classifier, run_regressor
-from bert_keras.finetuning.regression import average_ranks, pearson, regression_scores, spearman
+from bert_keras.finetuning.regression import (KLUE_STS_THRESHOLD, average_ranks, f1_at, pearson,
+                                              regression_scores, spearman)
 from bert_keras.tasks import BertRegressor
 from test_run_finetune import HAM_WORDS, SPAM_WORDS, common, encoder_file  # noqa: F401
 
@@ -30,6 +31,18 @@ def test_scores_equal_scipys_with_ties():
     np.testing.assert_allclose(scores["mse"], np.mean((gold - predicted) ** 2))
     np.testing.assert_allclose(scores["corr"], (scores["pearson"] + scores["spearman"]) / 2)
     assert pearson([1, 1, 1], [1, 2, 3]) == 0.0  # a constant side correlates with nothing
+
+
+def test_klue_sts_f1_hand_computed():
+    """KLUE-STS's F1: "similar" is a score of 3.0 or more, gold (its binary-label) and
+    predicted alike. Gold similar at 0, 2, 4; predicted at 0, 1, 4 (3.0 itself counts):
+    TP 2, FP 1, FN 1, so precision = recall = F1 = 2/3."""
+    gold = [3.5, 1.0, 4.0, 2.9, 3.0]
+    predicted = [3.1, 3.2, 2.0, 1.0, 3.0]
+    assert KLUE_STS_THRESHOLD == 3.0
+    assert f1_at(gold, predicted, KLUE_STS_THRESHOLD) == pytest.approx(2 / 3, abs=1e-12)
+    assert f1_at(gold, [0.0] * 5, 3.0) == 0.0  # nothing predicted similar
+    assert f1_at(gold, gold, 3.0) == 1.0
 
 
 def write_rated(path, n, seed):

@@ -1,11 +1,13 @@
 """Sentence (pair) regression as a fine-tuning task: STS-B's similarity, a rating.
 
-Reading is `data_prep.classification`'s (TSV/CSV/JSONL by column, or `--task_name=sts-b`
-from GLUE's layout, `korsts` from KorNLUDatasets', `data_prep.glue`), the label a number; this adapter adds the head
-(`BertRegressor`: transformers' BertForSequenceClassification with num_labels=1, trained
-with mean squared error as transformers trains it), the scores (Pearson and Spearman
-correlation, GLUE's STS-B metrics, and the mean squared error) and the predictions file (one
-{"where", "score"} per input row, with the GLUE `id` for a --task_name run).
+Reading is `data_prep.classification`'s (TSV/CSV/JSONL by column), or `data_prep.glue`'s
+for a `--task_name` (sts-b in GLUE's layout, korsts in KorNLUDatasets', klue-sts in
+KLUE's), the label a number; this adapter adds the head (`BertRegressor`: transformers'
+BertForSequenceClassification with num_labels=1, trained with mean squared error as
+transformers trains it), the scores (Pearson and Spearman correlation, GLUE's STS-B
+metrics, and the mean squared error; for klue-sts also KLUE's F1 of "similar", a score of
+3.0 or more) and the predictions file (one {"where", "score"} per input row, with the
+task's `id` for a --task_name run).
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from bert_keras.finetuning.classification import SentenceTask
+from bert_keras.finetuning.classification import SentenceTask, accuracy_and_f1
 from bert_keras.finetuning.runner import SKIP_PADDING_HELP, Features
 from bert_keras.tasks import BertRegressor
-from data_prep import classification, files
+from data_prep import classification, files, glue
 from data_prep.cli import option
 
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -32,7 +34,9 @@ class RegressorOptions:
     task_name: str | None = option(
         None, "sts-b: GLUE's STS-B read from --data_dir as transformers' StsbProcessor reads "
         "it (train.tsv for --do_train, dev.tsv for --do_eval, test.tsv for --do_predict); "
-        "korsts: Kakao Brain's Korean STS (sts-train/dev/test.tsv of KorNLUDatasets' KorSTS/).")
+        "korsts: Kakao Brain's Korean STS (sts-train/dev/test.tsv of KorNLUDatasets' KorSTS/); "
+        "klue-sts: KLUE's STS (klue-sts-v1.1_train/dev.json; its dev set for --do_predict "
+        "too).")
     data_dir: str | None = option(None, "The --task_name's data directory, or the directory "
                                   "the *_file flags are relative to.")
     train_file: str | None = option(None, "Training data (.tsv/.csv with a header row, or "
@@ -75,6 +79,18 @@ def average_ranks(x: Sequence[float]) -> np.ndarray:
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rank correlation: Pearson's of the average ranks (scipy's spearmanr)."""
     return pearson(average_ranks(x), average_ranks(y))
+
+
+# KLUE-STS's binary label: a pair is "similar" when its mean score is at least 3.0.
+KLUE_STS_THRESHOLD = 3.0
+
+
+def f1_at(gold: Sequence[float], predicted: Sequence[float], threshold: float) -> float:
+    """F1 of the scores at or above `threshold` against the gold ones (KLUE-STS's F1, its
+    binary-label being real-label >= 3.0); 0 where nothing is, or is predicted, above."""
+    similar = [[int(v >= threshold) for v in values] for values in (gold, predicted)]
+    scores = accuracy_and_f1(similar[0], similar[1], ["dissimilar", "similar"])
+    return scores["per_class"]["similar"]["f1"]
 
 
 def regression_scores(gold: Sequence[float], predicted: Sequence[float]) -> dict:
@@ -136,8 +152,14 @@ class RegressionTask(SentenceTask):
     def targets(self, features):
         return {"score": features.arrays["scores"]}
 
+    def _scores(self, gold, predicted, opts) -> dict:
+        scores = regression_scores(gold, predicted)
+        if opts.task_name and glue.canonical_task_name(opts.task_name) == "klue-sts":
+            scores["f1"] = f1_at(gold, predicted, KLUE_STS_THRESHOLD)  # KLUE's second metric
+        return scores
+
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
-        metrics = regression_scores(features.arrays["scores"], outputs["score"])
+        metrics = self._scores(features.arrays["scores"], outputs["score"], opts)
         metrics["truncated"] = features.stats.truncated
         logging.info("eval: pearson %.4f  spearman %.4f  mse %.4f  (%d examples)",
                      metrics["pearson"], metrics["spearman"], metrics["mse"],
@@ -152,7 +174,7 @@ class RegressionTask(SentenceTask):
         results = {"num_examples": len(records), "truncated": features.stats.truncated}
         if examples and all(e.label is not None for e in examples):
             # Labelled predict data: its scores, as --do_eval gives them for the eval data.
-            results.update(regression_scores(features.arrays["scores"], scores))
+            results.update(self._scores(features.arrays["scores"], scores, opts))
             logging.info("predict: pearson %.4f  spearman %.4f  (%d labelled examples)",
                          results["pearson"], results["spearman"], results["num_examples"])
         return results

@@ -12,21 +12,36 @@ Sub-token alignment (Devlin et al. 2018, section 5.3): each word is WordPiece-to
 own; its tag goes on its FIRST sub-token and every other position ([CLS], [SEP], later
 sub-tokens, padding) gets label -1, which the loss and the metrics ignore. A word that the
 tokenizer turns into nothing (e.g. only control characters) is represented by one [UNK] so
-that every word keeps a position (counted in the stats). Sentences longer than
-max_seq_length - 2 sub-tokens are truncated; the words cut off have no position (-1 in
-`word_positions`) and are counted.
+that every word keeps a position (counted in the stats).
 
-Features (numpy, Google's names; `schema.model_inputs` renames them for the model):
+Long sentences (more than max_seq_length - 2 sub-tokens) are split into windows, as Google's
+run_squad.py splits a long document (`squad.doc_spans`): windows of max_seq_length - 2
+sub-tokens, "[CLS] window [SEP]", starting every `doc_stride` sub-tokens until one reaches
+the sentence's end, so a sentence of T sub-tokens gives 1 + ceil((T - (max_seq_length - 2)) /
+doc_stride) windows (one if it fits). Windows cut at sub-tokens, not at words; a word is
+tagged from its first sub-token, in the one window where that sub-token has the most context
+(Google's `_check_is_max_context`: the largest min(left context, right context) + 0.01 *
+window length, the first such window on a tie; `max_context_windows`). Only there does the
+word carry its tag: in every other window its position is -1, so training counts each word
+once, and evaluation and prediction read each word's tag from that window
+(`predictions_to_tags`). A sentence that fits is one window, as before windows existed.
+`doc_stride` 0 truncates instead: one window per sentence, the words whose first sub-token
+is cut off have no position ((-1, -1) in `word_positions`) and are counted as lost.
+
+Features (numpy, Google's names; `schema.model_inputs` renames them for the model), one row
+per window (the windows of a sentence in consecutive rows):
   input_ids, input_mask, segment_ids: int32 [N, S]
-  label_ids: int32 [N, S], tag index on first sub-tokens, -1 elsewhere
-plus `word_positions`: for each sentence, the position of each word's first sub-token
-(-1 if truncated away), to map predictions back to words.
+  label_ids: int32 [N, S], tag index on the first sub-token of each word in its max-context
+    window, -1 elsewhere
+plus `word_positions`: for each sentence, each word's (row, position): the window it is
+tagged from and where its first sub-token is in it ((-1, -1) if truncated away).
 
 Scoring lives with the task: `bert_keras.finetuning.tagging` (token accuracy, entity F1).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from typing import Sequence
 
@@ -36,6 +51,7 @@ from data_prep.classification import DataError
 from data_prep import files
 from data_prep.packing import pack, pad_features
 from data_prep.schema import IGNORE_LABEL, UNK
+from data_prep.squad import doc_spans
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,36 +150,85 @@ class TaggingStats:
 
     sentences: int = 0
     words: int = 0
-    truncated_sentences: int = 0
-    truncated_words: int = 0
+    windows: int = 0  # feature rows: one per sentence, more for a sentence split into windows
+    doc_stride: int = 0  # as converted; 0: long sentences truncated
+    split_sentences: int = 0  # sentences longer than max_seq_length - 2 sub-tokens, windowed
+    split_windows: int = 0  # the windows of those
+    truncated_sentences: int = 0  # doc_stride 0 only
+    truncated_words: int = 0  # doc_stride 0 only: words whose first sub-token was cut off
     empty_words: int = 0  # words the tokenizer mapped to no sub-token ([UNK] used)
 
     def summary(self) -> str:
-        return (f"{self.sentences} sentences, {self.words} words; {self.truncated_sentences} "
-                f"sentences truncated to max_seq_length ({self.truncated_words} words lost); "
-                f"{self.empty_words} words with no sub-token ([UNK] used)")
+        if self.doc_stride:
+            long = (f"{self.split_sentences} sentences longer than max_seq_length split into "
+                    f"{self.split_windows} windows (doc_stride {self.doc_stride}), no word lost")
+        else:
+            long = (f"{self.truncated_sentences} sentences truncated to max_seq_length "
+                    f"({self.truncated_words} words lost; doc_stride 0)")
+        return (f"{self.sentences} sentences, {self.words} words in {self.windows} windows; "
+                f"{long}; {self.empty_words} words with no sub-token ([UNK] used)")
+
+
+def default_doc_stride(max_seq_length: int) -> int:
+    """The windows' stride when none is given: half a window, (max_seq_length - 2) // 2
+    sub-tokens (at least 1), so every word but a long sentence's first and last quarter
+    window is tagged with at least a quarter window of context on each side."""
+    return max(1, (max_seq_length - 2) // 2)
+
+
+def max_context_windows(spans: Sequence[tuple[int, int]], positions: Sequence[int]) -> list[int]:
+    """For each sub-token position, the index of the window of `spans` ((start, length),
+    starts and ends ascending, as `squad.doc_spans` makes them) that gives it the most
+    context: Google's score, min(left, right) + 0.01 * window length, the first window on a
+    tie (`squad.is_max_context`); -1 for a position in no window."""
+    starts = [start for start, _ in spans]
+    ends = [start + length for start, length in spans]
+    out = []
+    for position in positions:
+        best, best_score = -1, None
+        # The windows holding `position`: from the first ending after it to the last
+        # starting at or before it.
+        for index in range(bisect.bisect_right(ends, position),
+                           bisect.bisect_right(starts, position)):
+            start, length = spans[index]
+            score = min(position - start, start + length - 1 - position) + 0.01 * length
+            if best_score is None or score > best_score:
+                best, best_score = index, score
+        out.append(best)
+    return out
 
 
 def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
-                      label_list: Sequence[str] | None, max_seq_length: int):
-    """Tokenizes words, puts each tag on the word's first sub-token, packs and pads.
+                      label_list: Sequence[str] | None, max_seq_length: int,
+                      doc_stride: int | None = None):
+    """Tokenizes words, windows long sentences, puts each tag on the word's first sub-token
+    in its max-context window, packs and pads.
 
     Args:
       sentences: from `read_conll` (or any source of TaggedSentence).
       tokenizer: see `data_prep.packing` (tokenize, convert_tokens_to_ids).
       label_list: tags in id order; None for unlabelled data (all label_ids are -1).
-      max_seq_length: S.
+      max_seq_length: S (at least 3).
+      doc_stride: sub-tokens from one window's start to the next (1 to S - 2) for sentences
+        longer than S - 2 sub-tokens; None: `default_doc_stride(S)`; 0: truncate them.
 
     Returns:
-      (features, word_positions, stats): features as in the module docstring;
-      word_positions a list of int lists (one per sentence, one entry per word);
-      stats a `TaggingStats`.
+      (features, word_positions, stats): features as in the module docstring, one row per
+      window; word_positions a list (one per sentence) of (row, position) pairs, one per
+      word ((-1, -1) for a word truncated away); stats a `TaggingStats`.
 
     Raises:
       DataError: a tag is not in `label_list` (file:line of the sentence named).
+      ValueError: max_seq_length or doc_stride out of range.
     """
+    room = max_seq_length - 2  # sub-tokens of a window, besides [CLS] and [SEP]
+    if doc_stride is None:
+        doc_stride = default_doc_stride(max_seq_length)
+    if room < 1 or not 0 <= doc_stride <= room:
+        raise ValueError(f"need max_seq_length >= 3 and 0 <= doc_stride <= max_seq_length - 2, "
+                         f"got {max_seq_length}, {doc_stride}")
     label_map = {t: i for i, t in enumerate(label_list)} if label_list is not None else None
-    stats = TaggingStats()
+    stats = TaggingStats(doc_stride=doc_stride)
     all_ids, all_segments, all_labels, all_positions = [], [], [], []
     # One batch call for every word of every sentence: each word is tokenized on its own.
     flat = tokenizer.tokenize([w for s in sentences for w in s.words])
@@ -188,22 +253,34 @@ def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
                                     f"{word!r}) is not in the label list {list(label_list)}")
                 tag_id = label_map[tag]
             token_labels += [tag_id] + [IGNORE_LABEL] * (len(pieces) - 1)
-        packed = pack(tokens, None, max_seq_length)
-        kept = packed.num_a
-        # Position 0 is [CLS]; sub-token k of the sentence sits at position k + 1.
-        positions = [i + 1 if i < kept else -1 for i in first_index]
-        labels = [IGNORE_LABEL] + token_labels[:kept] + [IGNORE_LABEL]
-        lost = sum(p < 0 for p in positions)
+        if doc_stride:
+            spans = doc_spans(len(tokens), room, doc_stride) or [(0, 0)]
+        else:
+            spans = [(0, min(len(tokens), room))]
+        homes = max_context_windows(spans, first_index)
+        home_of = dict(zip(first_index, homes))  # first sub-token -> the window it is read in
+        row = len(all_ids)
+        for index, (start, length) in enumerate(spans):
+            packed = pack(tokens[start:start + length], None, max_seq_length)
+            # Position 0 is [CLS]; sub-token start + k of the sentence sits at position k + 1.
+            labels = [token_labels[i] if home_of.get(i) == index else IGNORE_LABEL
+                      for i in range(start, start + length)]
+            all_ids.append(tokenizer.convert_tokens_to_ids(packed.tokens))
+            all_segments.append(packed.segment_ids)
+            all_labels.append([IGNORE_LABEL] + labels + [IGNORE_LABEL])
+        all_positions.append([(row + home, first - spans[home][0] + 1) if home >= 0
+                              else (-1, -1) for first, home in zip(first_index, homes)])
+        lost = sum(home < 0 for home in homes)
         stats.sentences += 1
         stats.words += len(sentence.words)
-        stats.truncated_sentences += packed.truncated
+        stats.windows += len(spans)
+        if len(spans) > 1:
+            stats.split_sentences += 1
+            stats.split_windows += len(spans)
+        stats.truncated_sentences += len(tokens) > spans[-1][0] + spans[-1][1]
         stats.truncated_words += lost
-        all_ids.append(tokenizer.convert_tokens_to_ids(packed.tokens))
-        all_segments.append(packed.segment_ids)
-        all_labels.append(labels)
-        all_positions.append(positions)
     features = pad_features(all_ids, all_segments, max_seq_length)
-    label_ids = np.full((len(sentences), max_seq_length), IGNORE_LABEL, np.int32)
+    label_ids = np.full((len(all_ids), max_seq_length), IGNORE_LABEL, np.int32)
     for i, labels in enumerate(all_labels):
         label_ids[i, : len(labels)] = labels
     features["label_ids"] = label_ids
@@ -223,28 +300,29 @@ def predictions_text(sentences: Sequence[TaggedSentence], tags: Sequence[Sequenc
 
 
 def missing_tag(label_list: Sequence[str]) -> str:
-    """The tag written for a word cut off by max_seq_length (it has no prediction): "O"
-    where the tag set has it (outside any entity), else "_" (CoNLL-U's "no value")."""
+    """The tag written for a word cut off by max_seq_length (doc_stride 0: it has no
+    prediction): "O" where the tag set has it (outside any entity), else "_" (CoNLL-U's
+    "no value")."""
     return "O" if "O" in label_list else "_"
 
 
-def predictions_to_tags(predicted_ids: np.ndarray, word_positions: Sequence[Sequence[int]],
+def predictions_to_tags(predicted_ids: np.ndarray,
+                        word_positions: Sequence[Sequence[tuple[int, int]]],
                         label_list: Sequence[str], missing: str | None = None) -> list[list[str]]:
-    """Maps per-token predictions back to one tag per word.
+    """Merges per-window predictions back into one tag per word: each word's tag is read in
+    the window `convert_sentences` chose for it (its max-context window).
 
     Args:
-      predicted_ids: int [N, S], argmax of the tagger's logits.
+      predicted_ids: int [N, S], argmax of the tagger's logits, one row per window.
       word_positions: from `convert_sentences`.
       label_list: tags in id order.
-      missing: tag given to words truncated away (they have no prediction); None:
-        `missing_tag(label_list)`.
+      missing: tag given to words truncated away (doc_stride 0: they have no prediction);
+        None: `missing_tag(label_list)`.
 
     Returns:
-      N lists of tags, one per word.
+      One list of tags per sentence, one tag per word.
     """
     if missing is None:
         missing = missing_tag(label_list)
-    out = []
-    for row, positions in zip(predicted_ids, word_positions):
-        out.append([label_list[int(row[p])] if p >= 0 else missing for p in positions])
-    return out
+    return [[label_list[int(predicted_ids[row, position])] if position >= 0 else missing
+             for row, position in places] for places in word_positions]

@@ -1,4 +1,5 @@
-"""Tagging converters: CoNLL reading, first-sub-token labels, truncation; entity F1."""
+"""Tagging converters: CoNLL reading, first-sub-token labels, windows of long sentences
+(max context) and truncation, merging windows back to words; entity F1."""
 
 import os
 
@@ -35,29 +36,149 @@ def test_label_goes_on_the_first_sub_token_only(tokenizer):
         "[CLS]", "john", "smith", "un", "##want", "##ed", "runn", "##ing", ".", "[SEP]", "[PAD]", "[PAD]"))
     np.testing.assert_array_equal(features["label_ids"][0], [-1, 0, 1, 2, -1, -1, 2, -1, 2, -1, -1, -1])
     np.testing.assert_array_equal(features["input_mask"][0], [1] * 10 + [0] * 2)
-    assert positions == [[1, 2, 3, 6, 8]]
-    assert stats.truncated_sentences == 0 and stats.words == 5
+    assert positions == [[(0, 1), (0, 2), (0, 3), (0, 6), (0, 8)]]
+    assert stats.truncated_sentences == 0 and stats.words == 5 and stats.windows == 1
 
 
-def test_truncation_drops_whole_tail_words_and_counts_them(tokenizer):
+def test_doc_stride_0_truncates_whole_tail_words_and_counts_them(tokenizer):
     s = TaggedSentence("x:1", ("John", "Smith", "unwanted", "running", "."),
                        ("B-PER", "I-PER", "O", "O", "O"))
-    features, positions, stats = tagging.convert_sentences([s], tokenizer, LABELS, 6)
+    features, positions, stats = tagging.convert_sentences([s], tokenizer, LABELS, 6, doc_stride=0)
     # Room for 4 sub-tokens: john smith un ##want; "unwanted" keeps its first piece.
-    np.testing.assert_array_equal(features["input_ids"][0],
-                                  ids_of("[CLS]", "john", "smith", "un", "##want", "[SEP]"))
-    np.testing.assert_array_equal(features["label_ids"][0], [-1, 0, 1, 2, -1, -1])
-    assert positions == [[1, 2, 3, -1, -1]]
-    assert (stats.truncated_sentences, stats.truncated_words) == (1, 2)
+    np.testing.assert_array_equal(features["input_ids"],
+                                  [ids_of("[CLS]", "john", "smith", "un", "##want", "[SEP]")])
+    np.testing.assert_array_equal(features["label_ids"], [[-1, 0, 1, 2, -1, -1]])
+    assert positions == [[(0, 1), (0, 2), (0, 3), (-1, -1), (-1, -1)]]
+    assert (stats.truncated_sentences, stats.truncated_words, stats.windows) == (1, 2, 1)
+    assert "1 sentences truncated to max_seq_length (2 words lost; doc_stride 0)" in stats.summary()
     predicted = np.array([[2, 0, 1, 2, 2, 2]])
     assert tagging.predictions_to_tags(predicted, positions, LABELS) == [["B-PER", "I-PER", "O", "O", "O"]]
+
+
+# A sentence of 14 sub-tokens, windowed at max_seq_length 8 (6 sub-tokens a window), stride 3:
+#   sub-tokens  john smith un ##want ##ed runn ##ing . john smith went to the store
+#   index       0    1     2  3      4    5    6     7 8    9     10   11 12  13
+# windows start at 0, 3, 6 and 9 (the last, 5 long, reaches the end): 1 + ceil((14 - 6) / 3).
+LONG = TaggedSentence("x:1", ("John", "Smith", "unwanted", "running", ".", "John", "Smith",
+                              "went", "to", "the", "store"),
+                      ("B-PER", "I-PER", "O", "O", "O", "B-PER", "I-PER", "O", "O", "O", "O"))
+# Each word's window and position there (hand-computed max context: min(left, right) +
+# 0.01 * window length). "running" (5): window 0 gives min(5, 0), window 1 min(2, 3): 1.
+# "." (7): windows 1 and 2 both give min(.., ..) = 1 and are 6 long: the first, 1. "went"
+# (10): window 2 gives min(4, 1) + 0.06, window 3 (5 long) min(1, 3) + 0.05: window 2.
+LONG_PLACES = [(0, 1), (0, 2), (0, 3), (1, 3), (1, 5), (2, 3), (2, 4), (2, 5), (3, 3), (3, 4),
+               (3, 5)]
+
+
+def test_a_long_sentence_is_split_into_windows_each_word_labelled_in_one(tokenizer):
+    features, positions, stats = tagging.convert_sentences([LONG], tokenizer, LABELS, 8,
+                                                           doc_stride=3)
+    np.testing.assert_array_equal(features["input_ids"], [
+        ids_of("[CLS]", "john", "smith", "un", "##want", "##ed", "runn", "[SEP]"),
+        ids_of("[CLS]", "##want", "##ed", "runn", "##ing", ".", "john", "[SEP]"),
+        ids_of("[CLS]", "##ing", ".", "john", "smith", "went", "to", "[SEP]"),
+        ids_of("[CLS]", "smith", "went", "to", "the", "store", "[SEP]", "[PAD]")])
+    np.testing.assert_array_equal(features["input_mask"][3], [1] * 7 + [0])
+    # Each word's tag (B-PER 0, I-PER 1, O 2) in its max-context window only; -1 elsewhere
+    # ("runn" is in window 0 too, "." and "john" in windows 1 and 2, ...).
+    np.testing.assert_array_equal(features["label_ids"], [
+        [-1, 0, 1, 2, -1, -1, -1, -1],
+        [-1, -1, -1, 2, -1, 2, -1, -1],
+        [-1, -1, -1, 0, 1, 2, -1, -1],
+        [-1, -1, -1, 2, 2, 2, -1, -1]])
+    assert positions == [LONG_PLACES]
+    labelled = [(row, pos) for row, pos in zip(*np.nonzero(features["label_ids"] >= 0))]
+    assert sorted(labelled) == LONG_PLACES  # every word once, where it is read back
+    assert [features["label_ids"][row, pos] for row, pos in LONG_PLACES] == [
+        LABELS.index(t) for t in LONG.tags]
+    assert (stats.windows, stats.split_sentences, stats.split_windows) == (4, 1, 4)
+    assert (stats.truncated_sentences, stats.truncated_words) == (0, 0)
+    assert stats.summary() == (
+        "1 sentences, 11 words in 4 windows; 1 sentences longer than max_seq_length split "
+        "into 4 windows (doc_stride 3), no word lost; 0 words with no sub-token ([UNK] used)")
+
+
+@pytest.mark.parametrize("max_seq_length, doc_stride", [(5, 1), (5, 3), (8, 2), (8, 6), (12, 5)])
+def test_window_count_is_googles_formula(tokenizer, max_seq_length, doc_stride):
+    """1 + ceil((T - room) / doc_stride) windows for T > room sub-tokens, else one; every
+    word of every sentence tagged from exactly one window."""
+    room = max_seq_length - 2
+    sentences = [TaggedSentence(f"x:{n}", ("the",) * n, ("O",) * n) for n in range(1, 30)]
+    features, positions, stats = tagging.convert_sentences(sentences, tokenizer, LABELS,
+                                                           max_seq_length, doc_stride)
+    counts = [1 + max(0, -(-(n - room) // doc_stride)) for n in range(1, 30)]
+    assert stats.windows == len(features["input_ids"]) == sum(counts)
+    assert stats.split_sentences == sum(c > 1 for c in counts)
+    assert int((features["label_ids"] >= 0).sum()) == stats.words == sum(range(1, 30))
+    rows = np.cumsum([0] + counts)
+    for n, places in enumerate(positions):
+        assert len(places) == n + 1 and len(set(places)) == n + 1
+        assert all(rows[n] <= row < rows[n + 1] for row, _ in places)
+        assert all(features["label_ids"][row, pos] == 2 for row, pos in places)
+
+
+def test_max_context_windows_is_googles_rule():
+    """The window each position is read from is the one `squad.is_max_context` (Google's
+    _check_is_max_context) picks, for windows of every length and stride."""
+    from data_prep.squad import doc_spans, is_max_context
+
+    for num_tokens in range(0, 40):
+        for room in (1, 2, 3, 6, 10):
+            for stride in range(1, room + 1):
+                spans = doc_spans(num_tokens, room, stride) or [(0, 0)]
+                got = tagging.max_context_windows(spans, range(num_tokens))
+                want = [next(i for i in range(len(spans)) if is_max_context(spans, i, p))
+                        for p in range(num_tokens)]
+                assert got == want, (num_tokens, room, stride)
+    assert tagging.max_context_windows([(0, 4)], [3, 4, 9]) == [0, -1, -1]  # past the window
+
+
+def test_window_predictions_merge_back_to_one_tag_per_word_from_its_window(tokenizer):
+    """Fake logits whose argmax names the window and position they come from: each word
+    gets exactly one tag, read in its max-context window, through the task's merging."""
+    from bert_keras.finetuning.runner import Features
+    from bert_keras.finetuning.tagging import TaggingTask
+
+    short = TaggedSentence("x:20", ("John", "went"), ("B-PER", "O"))
+    features, positions, stats = tagging.convert_sentences([short, LONG, short], tokenizer,
+                                                           LABELS, 8, doc_stride=3)
+    rows, width = features["input_ids"].shape
+    assert rows == 6
+    names = [f"w{row}p{pos}" for row in range(rows) for pos in range(width)]
+    logits = np.zeros((rows, width, len(names)), np.float32)
+    for row in range(rows):
+        for pos in range(width):
+            logits[row, pos, row * width + pos] = 1.0
+    tags = TaggingTask()._tags(Features(features, positions, stats), {"logits": logits}, names)
+    assert tags == [["w0p1", "w0p2"],
+                    [f"w{row + 1}p{pos}" for row, pos in LONG_PLACES],
+                    ["w5p1", "w5p2"]]
+
+
+def test_a_sentence_that_fits_is_one_window_whatever_the_stride(tokenizer):
+    """Windowing changes only sentences longer than max_seq_length - 2 sub-tokens."""
+    s = TaggedSentence("x:1", ("John", "Smith", "unwanted", "running", "."),
+                       ("B-PER", "I-PER", "O", "O", "O"))
+    converted = [tagging.convert_sentences([s, LONG], tokenizer, LABELS, 16, stride)
+                 for stride in (0, 1, 7, 14, None)]
+    for features, positions, stats in converted[1:]:
+        for name, array in converted[0][0].items():
+            np.testing.assert_array_equal(features[name], array)
+        assert positions == converted[0][1] and stats.windows == 2
+
+
+def test_doc_stride_out_of_range_is_refused(tokenizer):
+    for max_seq_length, doc_stride in ((8, 7), (8, -1), (2, 0)):
+        with pytest.raises(ValueError, match=r"need max_seq_length >= 3 and 0 <= doc_stride"):
+            tagging.convert_sentences([LONG], tokenizer, LABELS, max_seq_length, doc_stride)
+    assert tagging.default_doc_stride(128) == 63 and tagging.default_doc_stride(3) == 1
 
 
 def test_word_without_sub_tokens_becomes_unk(tokenizer):
     s = TaggedSentence("x:1", ("John", "\x01"), ("B-PER", "O"))
     features, positions, stats = tagging.convert_sentences([s], tokenizer, LABELS, 5)
     np.testing.assert_array_equal(features["input_ids"][0], ids_of("[CLS]", "john", "[UNK]", "[SEP]", "[PAD]"))
-    assert positions == [[1, 2]] and stats.empty_words == 1
+    assert positions == [[(0, 1), (0, 2)]] and stats.empty_words == 1
 
 
 def test_unknown_tag_names_its_line(tokenizer):
@@ -128,9 +249,9 @@ def test_read_conll_refuses_lines_with_other_columns(tmp_path, text, line):
 
 
 def test_words_cut_off_have_a_tag_outside_the_predictions():
-    """A word past max_seq_length has no prediction: "O" where the tag set has it, else "_"
-    (never a tag the model did not predict, for POS sets without "O")."""
-    predicted, positions = np.array([[0, 1, 0]]), [[1, -1]]
+    """A word past max_seq_length (doc_stride 0) has no prediction: "O" where the tag set
+    has it, else "_" (never a tag the model did not predict, for POS sets without "O")."""
+    predicted, positions = np.array([[0, 1, 0]]), [[(0, 1), (-1, -1)]]
     assert tagging.predictions_to_tags(predicted, positions, ["B-PER", "O"]) == [["O", "O"]]
     assert tagging.predictions_to_tags(predicted, positions, ["NN", "VB"]) == [["VB", "_"]]
 

@@ -215,7 +215,7 @@ NUMERIC_FLAG_RULES = {
     **{name: _AT_LEAST_1 for name in (
         "train_batch_size", "eval_batch_size", "batch_size", "max_seq_length", "seq_length",
         "num_train_steps", "save_checkpoints_steps", "steps_per_execution",
-        "gradient_accumulation_steps", "num_cpu_devices", "max_eval_steps", "doc_stride",
+        "gradient_accumulation_steps", "num_cpu_devices", "max_eval_steps",
         "max_query_length", "n_best_size", "max_answer_length", "dupe_factor", "num_workers",
         "num_output_shards", "shuffle_buffer_size", "vocab_size", "version",
         "min_document_sentences", "max_predictions_per_seq")},
@@ -223,6 +223,9 @@ NUMERIC_FLAG_RULES = {
                                         "num_examples_to_print", "random_doc_pool_size",
                                         "min_frequency", "max_alphabet")},
     "max_unique_words": _AT_LEAST_1,
+    # run_tagger's 0 truncates long sentences instead of windowing them; run_squad and
+    # export_span_qa, whose contexts are always windowed, refuse 0 in their own checks.
+    "doc_stride": _NON_NEGATIVE,
     **{name: _PROBABILITY for name in ("warmup_proportion", "masked_lm_prob", "short_seq_prob",
                                        "classifier_dropout", "tagger_dropout")},
     "null_score_diff_threshold": _FINITE,

@@ -364,6 +364,11 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
+    if _DOC_STRIDE.value is not None and _DOC_STRIDE.value < 1:
+        # Parsed as >= 0 (run_tagger's 0 truncates); refused before the model is loaded.
+        raise flags.IllegalFlagValueError(f"--doc_stride={_DOC_STRIDE.value}: expected an "
+                                          "integer >= 1")
+
     def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype,
                recorded):
         def setting(holder, key, what, default=None):

@@ -158,6 +158,8 @@ class SquadTask(Task):
         return opts.train_file if split == "train" else opts.predict_file
 
     def validate(self, common, opts):
+        if opts.doc_stride < 1:  # parsed as >= 0: run_tagger's 0 truncates
+            raise FinetuneError(f"--doc_stride must be >= 1; received {opts.doc_stride}")
         if common.max_seq_length <= opts.max_query_length + 3:
             raise FinetuneError(
                 f"--max_seq_length={common.max_seq_length} must exceed --max_query_length="

@@ -342,6 +342,13 @@ CASES = [
     ("run_tagger-output-is-file", "run_tagger",
      f"{FT} --output_dir={{F}}/existing.txt --do_train --train_file={{F}}/tags.txt",
      "existing.txt"),
+    # --doc_stride: 0 truncates, 1 to --max_seq_length - 2 windows; refused before any output.
+    ("run_tagger-doc_stride=-1", "run_tagger", f"{TAG} --doc_stride=-1",
+     "--doc_stride=-1: expected a value >= 0"),
+    ("run_tagger-doc_stride-past-a-window", "run_tagger", f"{TAG} --doc_stride=15",
+     "--doc_stride=15 must not exceed --max_seq_length=16 - 2"),
+    ("run_tagger-max_seq_length=2", "run_tagger", f"{TAG} --max_seq_length=2",
+     "--max_seq_length=2 leaves no room for a word"),
     # run_squad
     *_flag_cases("run_squad", SQ, [
         ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),

@@ -165,6 +165,40 @@ def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch
                and "will not end as an uninterrupted run would" in w for w in warnings), warnings
 
 
+def test_a_tagger_backup_of_another_doc_stride_is_refused(tmp_path, monkeypatch, encoder_file):
+    """run_tagger's --doc_stride is part of what a run trains: a backup made with another is
+    refused, named, even where no training sentence is long enough for the stride to change
+    the features (their CRC alike); the default (half a window: 7 at --max_seq_length=16) is
+    recorded as the value it stands for, so a rerun giving that value resumes."""
+    from bert_keras import run_tagger
+
+    train = tmp_path / "train.conll"
+    rng = np.random.default_rng(0)
+    with open(train, "w", encoding="utf-8") as f:
+        for _ in range(20):
+            words = ["John", "Smith"] + [str(w) for w in rng.choice(["went", "to", "the"],
+                                                                    size=rng.integers(1, 5))]
+            f.write("".join(f"{w} {t}\n" for w, t in zip(words, ["B-PER", "I-PER"] + ["O"] * 4))
+                    + "\n")
+    out = tmp_path / "out"
+    values = dict(vocab_file=VOCAB, init_checkpoint=encoder_file, output_dir=str(out),
+                  train_file=str(train), do_train=True, max_seq_length=16, train_batch_size=4,
+                  learning_rate=2e-2, num_train_steps=11, save_checkpoints_steps=4, seed=3)
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 5)
+        with pytest.raises(Interrupted):
+            run_tagger.run(**values)
+    backup = out / "backup" / "latest.weights.h5"
+    before = backup.read_bytes()
+    for stride in (3, 0):
+        with pytest.raises(runner.FinetuneError,
+                           match=rf"backup of an interrupted run that trained otherwise "
+                                 rf"\(--doc_stride: 7 -> {stride}\); rerun that run's command"):
+            run_tagger.run(**values, doc_stride=stride)
+    assert backup.read_bytes() == before
+    assert run_tagger.run(**values, doc_stride=7)["train"]["resumed_from_step"] == 4
+
+
 def test_a_run_stopped_after_saving_its_model_goes_on_with_prediction(
         tmp_path, monkeypatch, encoder_file, data):
     """Killed in prediction, after model.keras was saved (and the backups removed), the same

@@ -368,6 +368,76 @@ def test_run_tagger_train_eval_predict(tmp_path, encoder_file):
         validation["eval_entity_recall"] == steps and len(steps) == 1
 
 
+# POS-style tags (no "O"): a word past --max_seq_length without a prediction would read "_".
+POS = {"John": "NNP", "Smith": "NNP", "went": "VBD", "to": "TO", "the": "DT", "store": "NN",
+       "unwanted": "JJ", "running": "VBG", "man": "NN", ".": "."}
+
+
+def write_pos_conll(path, lengths, seed):
+    """Sentences of the given word counts ("unwanted" and "running" are 3 and 2
+    WordPieces); returns [(words, tags)]."""
+    rng = np.random.default_rng(seed)
+    sentences = [[str(w) for w in rng.choice(sorted(POS), size=n)] for n in lengths]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join("".join(f"{w} {POS[w]}\n" for w in words) + "\n" for words in sentences))
+    return [(words, [POS[w] for w in words]) for words in sentences]
+
+
+def test_run_tagger_tags_every_word_of_sentences_longer_than_max_seq_length(tmp_path,
+                                                                           encoder_file):
+    """By default a sentence longer than --max_seq_length - 2 WordPieces is tagged in
+    windows: predictions.conll has the input's lines, a predicted tag for every word (no "_"
+    fill for words past the length), and the evaluation scores every word once. Sentences
+    that fit are evaluated as with --doc_stride=0 (truncation), by the same model."""
+    train, test, short = (tmp_path / f"{n}.conll" for n in ("train", "test", "short"))
+    write_pos_conll(train, [3, 20, 5, 30, 8, 12, 25, 4] * 2, 0)
+    gold = write_pos_conll(test, [22, 4, 35, 9, 40, 6], 1)
+    write_pos_conll(short, [3, 6, 5, 7, 4, 6], 2)  # at most 7 words: at most 14 WordPieces
+    out = tmp_path / "out"
+    results = run_tagger.run(train_file=str(train), eval_file=str(test), predict_file=str(test),
+                             **common(out, encoder_file, max_seq_length=16))
+    from data_prep.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer(VOCAB)
+    pieces = [sum(map(len, tokenizer.tokenize(words))) for words, _ in gold]
+    assert max(pieces) > 3 * 14  # several windows each
+    windows = sum(1 + max(0, -(-(n - 14) // 7)) for n in pieces)  # default stride (16-2)//2
+    # The predictions file lines up with the input, line for line, with a tag per word.
+    given = open(test, encoding="utf-8").read().splitlines()
+    written = open(out / "predictions.conll", encoding="utf-8").read().splitlines()
+    assert len(written) == len(given)
+    assert [line.split()[0] for line in written if line] == [line.split()[0] for line in given
+                                                            if line]
+    assert all(line.split()[1] in set(POS.values()) for line in written if line)  # no "_"
+    predicted = [list(s.tags) for s in tagging.read_conll(str(out / "predictions.conll"))]
+    gold_tags = [tags for _, tags in gold]
+    words = sum(map(len, gold_tags))
+    metrics = json.load(open(out / "eval_results.json"))
+    assert metrics["num_words"] == words and metrics["truncated_words"] == 0
+    assert (metrics["num_windows"], metrics["doc_stride"]) == (windows, 7)
+    assert metrics["token_accuracy"] == pytest.approx(
+        sum(a == b for g, p in zip(gold_tags, predicted) for a, b in zip(g, p)) / words)
+    assert results["predict"]["num_windows"] == windows
+    assert results["train"]["num_windows"] == results["train"]["num_examples"] > 16
+    # The same model: --doc_stride=0 truncates the long sentences (their tails read "_")...
+    alone = dict(common(None, str(out), do_train=False, max_seq_length=None),
+                 eval_file=str(test), predict_file=str(test))
+    cut = run_tagger.run(**dict(alone, output_dir=str(tmp_path / "cut"), doc_stride=0))
+    assert cut["eval"]["truncated_words"] > 0 and cut["eval"]["num_windows"] == len(gold)
+    assert "_" in [line.split()[1] for line in open(tmp_path / "cut" / "predictions.conll")
+                   if line.strip()]
+    # ... and evaluates sentences that fit as the windowed default does.
+    alone.update(eval_file=str(short), predict_file=str(short))
+    by_stride = {stride: run_tagger.run(**dict(alone, output_dir=str(tmp_path / f"s{stride}"),
+                                               doc_stride=stride))
+                 for stride in (0, None)}
+    evals = [{k: v for k, v in r["eval"].items() if not k.startswith("eval_")
+              and k not in ("made_from", "doc_stride")} for r in by_stride.values()]
+    assert evals[0] == evals[1] and evals[0]["num_windows"] == 6
+    assert (open(tmp_path / "s0" / "predictions.conll").read() ==
+            open(tmp_path / "sNone" / "predictions.conll").read())
+
+
 def _h5_in_keras_file(path, tmp_path):
     import zipfile
 

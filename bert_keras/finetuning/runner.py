@@ -87,7 +87,8 @@ class FinetuneOptions(DistributionOptions):
     do_predict: bool = option(False, "Write predictions for --predict_file.")
     max_seq_length: int | None = option(
         None, "WordPieces per sequence, [CLS]/[SEP] included; longer input is truncated (and "
-        "counted). Default: Google's for training (128; run_squad 384); evaluating or "
+        "counted), but for run_tagger's sentences and run_squad's contexts, read in windows "
+        "--doc_stride apart. Default: Google's for training (128; run_squad 384); evaluating or "
         "predicting alone, the length the model was fine-tuned at "
         f"({files.TRAIN_RESULTS_FILE} beside it), else Google's.")
     train_batch_size: int = option(32, "Training batch size.")
@@ -216,6 +217,12 @@ class Task:
     def input_flag(self, split: str) -> str:
         """The flag naming a split's file (for messages)."""
         return f"--{split}_file"
+
+    def with_defaults(self, common: FinetuneOptions, opts):
+        """`opts` with the task's defaults that follow from the common flags filled in
+        (run_tagger's --doc_stride: half a window of --max_seq_length), so that what a run
+        records (its identity, its results' `made_from`) holds the values it used."""
+        return opts
 
     def validate(self, common: FinetuneOptions, opts) -> None:
         """Checks the task's flags against the common ones (before any input is read)."""
@@ -507,7 +514,8 @@ def run(task: Task, values: dict) -> dict:
     backends.check_backend()
     common_values, task_values = split_values(values, FinetuneOptions, task.options_class())
     common = _with_sequence_length(FinetuneOptions(**common_values), task.default_max_seq_length)
-    opts = _with_recorded_options(task, common, task.options_class()(**task_values))
+    opts = task.with_defaults(common, _with_recorded_options(
+        task, common, task.options_class()(**task_values)))
     common.validate()
     task.validate(common, opts)
     for split, wanted in (("train", common.do_train), ("eval", common.do_eval),

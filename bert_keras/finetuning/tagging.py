@@ -5,9 +5,15 @@ this adapter adds the head (`BertTagger`), the scores and the predictions file
 ("word predicted_tag" lines; the input's blank and -DOCSTART- lines kept, so it lines up
 with the input file line for line). Scores: token accuracy, and for IOB/IOE/IOBES tag sets
 ("B-PER" or "B_PER") entity precision/recall/F1 (seqeval's default, conlleval-compatible
-chunking, micro-averaged over entity spans). A word cut off by max_seq_length has no
-prediction: it is written and scored as `tagging.missing_tag` ("O", or "_" for a tag set
-without "O").
+chunking, micro-averaged over entity spans).
+
+A sentence longer than --max_seq_length - 2 WordPieces is tagged in windows --doc_stride
+WordPieces apart (run_squad's flag and rule: each word is trained on and tagged from the one
+window where its first WordPiece has the most context; `data_prep.tagging`), so every word
+of the input gets a prediction and is scored once. The default stride is half a window,
+`tagging.default_doc_stride`. --doc_stride=0 truncates such sentences instead (as before
+windows): a word cut off has no prediction and is written and scored as
+`tagging.missing_tag` ("O", or "_" for a tag set without "O").
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from typing import Sequence
 
 from absl import logging
 
-from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, LabelledFileTask,
-                                         labels_from_flags)
+from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
+                                         LabelledFileTask, labels_from_flags)
 from bert_keras.tasks import BertTagger
 from data_prep import files, tagging
 from data_prep.cli import option
@@ -37,6 +43,12 @@ class TaggerOptions:
     tag_column: int = option(-1, "Column of the tag (negative: from the end).")
     label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "
                                          "sorted tags of --train_file.")
+    doc_stride: int | None = option(
+        None, "A sentence longer than --max_seq_length - 2 WordPieces is read in windows "
+        "this many WordPieces apart (run_squad's flag), each word tagged from the window "
+        "that gives it the most context, so no word is lost. Default: half a window, "
+        "(--max_seq_length - 2) // 2. 0: truncate such sentences instead (the words cut "
+        "off are written and scored as \"O\", or \"_\").")
     tagger_dropout: float = option(0.1, "Dropout on the sequence output.")
     skip_padding: bool = option(True, SKIP_PADDING_HELP)
     allow_single_class: bool = option(False, "Accept a --train_file whose words all have one "
@@ -144,12 +156,33 @@ def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
 
 class TaggingTask(LabelledFileTask):
     name = "tagger"
-    training_flags = ("tagger_dropout", "skip_padding")
+    # --doc_stride too: it decides which windows a long sentence's words are trained in.
+    training_flags = ("tagger_dropout", "skip_padding", "doc_stride")
     model_class = BertTagger
     predictions_file = PREDICTIONS_FILE
 
     def options_class(self):
         return TaggerOptions
+
+    def with_defaults(self, common, opts):
+        if opts.doc_stride is None:
+            return dataclasses.replace(
+                opts, doc_stride=tagging.default_doc_stride(common.max_seq_length))
+        return opts
+
+    def validate(self, common, opts):
+        room = common.max_seq_length - 2
+        if room < 1:
+            raise FinetuneError(f"--max_seq_length={common.max_seq_length} leaves no room for "
+                                "a word ([CLS] and [SEP] take 2); expected >= 3")
+        if opts.doc_stride < 0:
+            raise FinetuneError(f"--doc_stride must be >= 0 (0: truncate long sentences); "
+                                f"received {opts.doc_stride}")
+        if opts.doc_stride > room:
+            raise FinetuneError(
+                f"--doc_stride={opts.doc_stride} must not exceed --max_seq_length="
+                f"{common.max_seq_length} - 2 ([CLS] and [SEP]), the WordPieces of a window, "
+                "or windows would skip words (0 truncates long sentences instead)")
 
     def read(self, path, split, opts):
         return tagging.read_conll(path, opts.token_column, opts.tag_column,
@@ -166,13 +199,21 @@ class TaggingTask(LabelledFileTask):
 
     def convert(self, sentences, tokenizer, labels, common, opts, split):
         arrays, positions, stats = tagging.convert_sentences(
-            sentences, tokenizer, labels if split != "predict" else None, common.max_seq_length)
+            sentences, tokenizer, labels if split != "predict" else None, common.max_seq_length,
+            opts.doc_stride)
         logging.info("%s: %s", split, stats.summary())
         return Features(arrays, positions, stats)
 
+    @staticmethod
+    def _counts(stats) -> dict:
+        """The conversion's counts, as the results files report them."""
+        return {"num_windows": stats.windows, "doc_stride": stats.doc_stride,
+                "split_sentences": stats.split_sentences,
+                "truncated_sentences": stats.truncated_sentences,
+                "truncated_words": stats.truncated_words}
+
     def train_summary(self, features, read_info):
-        return {"truncated_sentences": features.stats.truncated_sentences,
-                "truncated_words": features.stats.truncated_words}
+        return self._counts(features.stats)
 
     def _tags(self, features, outputs, labels):
         return tagging.predictions_to_tags(outputs["logits"].argmax(-1), features.extra, labels)
@@ -181,12 +222,11 @@ class TaggingTask(LabelledFileTask):
         predicted = self._tags(features, outputs, labels)
         gold = [list(s.tags) for s in sentences]
         stats = features.stats
+        # Every word counts once; words cut off by --doc_stride=0's truncation are scored
+        # as tagged "O" (or "_"): right where that is their gold tag, wrong elsewhere.
         metrics = {"token_accuracy": token_accuracy(gold, predicted),
                    "num_sentences": len(sentences), "num_words": stats.words,
-                   "truncated_sentences": stats.truncated_sentences,
-                   # Words cut off by max_seq_length are scored as tagged "O" (or "_"):
-                   # right where that is their gold tag, wrong elsewhere.
-                   "truncated_words": stats.truncated_words}
+                   **self._counts(stats)}
         if any(is_chunk_tag(t) for s in gold for t in s):
             metrics["entity"] = entity_f1(gold, predicted)
         logging.info("eval: token accuracy %.4f%s (%d words)", metrics["token_accuracy"],
@@ -199,8 +239,8 @@ class TaggingTask(LabelledFileTask):
         files.write_text(os.path.join(common.output_dir, PREDICTIONS_FILE),
                          tagging.predictions_text(sentences, predicted))
         if features.stats.truncated_words:
-            logging.warning("%d words past --max_seq_length have no prediction: written as "
-                            "%r in %s", features.stats.truncated_words,
+            logging.warning("%d words past --max_seq_length have no prediction (--doc_stride=0 "
+                            "truncates): written as %r in %s", features.stats.truncated_words,
                             tagging.missing_tag(labels), PREDICTIONS_FILE)
-        return {"num_sentences": len(sentences),
-                "truncated_words": features.stats.truncated_words}
+        return {"num_sentences": len(sentences), "num_words": features.stats.words,
+                **self._counts(features.stats)}

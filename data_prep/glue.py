@@ -1,5 +1,5 @@
 """GLUE and XNLI tasks as Google's run_classifier.py reads them, and the Korean KorNLI,
-KorSTS and KLUE's NLI, STS and YNAT: `--task_name` + `--data_dir`.
+KorSTS, NSMC and KLUE's NLI, STS and YNAT: `--task_name` + `--data_dir`.
 
 `get_processor(task_name)` returns a `GlueProcessor` whose `load(data_dir, split)` reads the
 file that Google's processor (or, for tasks Google's repo lacks, transformers' GLUE processor)
@@ -50,9 +50,13 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
   korsts (4)    train  sts-train.tsv                         yes    7      5      6      4     -
                 dev    sts-dev.tsv                           yes    7      5      6      4     -
                 test   sts-test.tsv                          yes    7      5      6      4     -
+  nsmc (5)      train  ratings_train.txt                     yes    3      1      -      2     0
+                dev    ratings_test.txt                      yes    3      1      -      2     0
+                test   ratings_test.txt                      yes    3      1      -      2     0
 
   Label lists (id order):
-    cola, sst-2, mrpc, qqp, wnli   ["0", "1"]
+    cola, sst-2, mrpc, qqp, wnli,  ["0", "1"]
+    nsmc
     mnli, mnli-mm, xnli, kornli    ["contradiction", "entailment", "neutral"]
     qnli, rte                      ["entailment", "not_entailment"]
     sts-b, korsts                  none: a regression task, the label a number (a 0-5
@@ -81,6 +85,10 @@ tab-separated fields every row (the header too) must have. Test files of GLUE ha
       and reported in `GlueSplit.skipped`. Every split of both is labelled, the test sets
       included, so do_predict scores them too. KorSTS's columns are genre, filename, year,
       id, score, sentence1, sentence2.
+  (5) NSMC (Naver sentiment movie corpus, github.com/e9t/nsmc): columns id, document,
+      label (0 negative, 1 positive). It has no dev set: its test set, the one Korean BERTs
+      report accuracy on, is read for do_eval and do_predict. A few of its reviews are
+      empty; they are kept (packed [CLS] [SEP]), as Google's reader keeps an empty text.
 
 KLUE (Park et al. 2021; github.com/KLUE-benchmark/KLUE, klue_benchmark/): JSON files, each
 a list of examples; fields by key. Its test sets are not public, so "test" (do_predict)
@@ -284,6 +292,11 @@ _TASKS: dict[str, tuple[tuple[str, ...], dict[str, _Layout]]] = {
         "test": _Layout("xnli.test.ko.tsv", 3, 0, 1, 2),
     }),
     "korsts": (None, {split: _Layout(f"sts-{split}.tsv", 7, 5, 6, 4) for split in SPLITS}),
+    # Naver's movie-review sentiment (github.com/e9t/nsmc): no dev set; its test set is the
+    # one Korean BERTs report, so it serves do_eval and do_predict alike.
+    "nsmc": (_BINARY, {"train": _Layout("ratings_train.txt", 3, 1, None, 2, id=0),
+                       "dev": _Layout("ratings_test.txt", 3, 1, None, 2, id=0),
+                       "test": _Layout("ratings_test.txt", 3, 1, None, 2, id=0)}),
     "klue-nli": (("entailment", "neutral", "contradiction"),
                  _klue("klue-nli", "premise", "hypothesis", ("gold_label",))),
     "klue-sts": (None, _klue("klue-sts", "sentence1", "sentence2", ("labels", "real-label"))),
@@ -556,7 +569,7 @@ def get_processor(task_name: str, language: str = DEFAULT_XNLI_LANGUAGE) -> Glue
 
     Args:
       task_name: cola, klue-nli, klue-sts, klue-ynat (ynat, klue-tc), kornli, korsts, mnli,
-        mnli-mm, mrpc, qnli, qqp, rte, sst-2 (sst2), sts-b (stsb), wnli, xnli; any case.
+        mnli-mm, mrpc, nsmc, qnli, qqp, rte, sst-2 (sst2), sts-b (stsb), wnli, xnli; any case.
       language: XNLI's language (Google hard-codes "zh"); ignored by the other tasks.
 
     Raises:

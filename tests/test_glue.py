@@ -29,8 +29,8 @@ def where(task, file, line):
 
 def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
     assert glue.TASKS == ("cola", "klue-nli", "klue-sts", "klue-ynat", "kornli", "korsts", "mnli",
-                          "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst-2", "sts-b", "wnli",
-                          "xnli")
+                          "mnli-mm", "mrpc", "nsmc", "qnli", "qqp", "rte", "sst-2", "sts-b",
+                          "wnli", "xnli")
     for given, name in [("CoLA", "cola"), ("MNLI", "mnli"), ("mnli-MM", "mnli-mm"),
                         ("STS-B", "sts-b"), ("stsb", "sts-b"),
                         ("MRPC", "mrpc"), ("SST-2", "sst-2"), ("sst2", "sst-2"),
@@ -43,7 +43,7 @@ def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
 def test_label_lists_in_googles_order():
     expected = {
         "cola": ["0", "1"], "sst-2": ["0", "1"], "mrpc": ["0", "1"], "qqp": ["0", "1"],
-        "wnli": ["0", "1"],
+        "wnli": ["0", "1"], "nsmc": ["0", "1"],
         "mnli": ["contradiction", "entailment", "neutral"],
         "mnli-mm": ["contradiction", "entailment", "neutral"],
         "xnli": ["contradiction", "entailment", "neutral"],
@@ -581,3 +581,23 @@ def test_klue_files_that_are_not_its_layout_are_named(tmp_path):
     with pytest.raises(DataError, match=r"labels.real-label: label 'high' is not a number "
                                         r"\(klue-sts is a regression task\)$"):
         glue.get_processor("klue-sts").train_examples(str(tmp_path))
+
+
+def test_nsmc_reads_reviews_with_quotes_and_empty_ones_and_evaluates_on_its_test_set():
+    """NSMC (hand-written rows in its layout, tests/testdata/glue/nsmc): quotes are
+    characters, an empty review is kept, the test file serves dev and test."""
+    processor = glue.get_processor("NSMC")
+    train = processor.load(task_dir("nsmc"), "train")
+    assert [(e.text_a, e.text_b, e.label) for e in train.examples] == [
+        ("시간 가는 줄 모르고 봤어요", None, "1"),
+        ('"최고" 라는 말은 이 영화에 어울리지 않는다', None, "0"),
+        ("", None, "0"),
+        ("배우들 연기가 정말 좋았다 ㅎㅎ", None, "1")]
+    assert train.ids == ["1001", "1002", "1003", "1004"]
+    dev, test = processor.load(task_dir("nsmc"), "dev"), processor.load(task_dir("nsmc"), "test")
+    assert dev.path == test.path == os.path.join(task_dir("nsmc"), "ratings_test.txt")
+    assert [e.label for e in test.examples] == ["0", "1"] and processor.labels() == ["0", "1"]
+    tokenizer = BertTokenizer(os.path.join(TESTDATA, "ft_vocab.txt"))
+    features, _ = classification.convert_examples(train.examples, tokenizer,
+                                                  processor.labels(), 8)
+    assert features["input_mask"][2].sum() == 2  # the empty review: [CLS] [SEP]

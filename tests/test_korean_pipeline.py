@@ -166,8 +166,9 @@ def _common(output_dir, init_checkpoint, **overrides):
 
 def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, reference, spy):
     """Kakao Brain's KorNLI and KorSTS by --task_name, from the KorNLUDatasets repository's
-    own layout (tests/testdata/glue/KorNLUDatasets), on the Korean model: every text is
-    tokenized as the reference tokenizes it, and both labelled test sets are scored."""
+    own layout (tests/testdata/glue/KorNLUDatasets), and NSMC, on the Korean model: every
+    text is tokenized as the reference tokenizes it, and both labelled test sets of
+    KorNLU are scored."""
     import csv
 
     root = os.path.join(TESTDATA, "glue", "KorNLUDatasets")
@@ -190,7 +191,10 @@ def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, ref
     scores = [json.loads(line)["score"] for line in open(tmp / "korsts" / "predictions.jsonl")]
     assert sts["predict"]["mse"] == pytest.approx(np.mean((np.subtract(scores, gold)) ** 2),
                                                   rel=1e-4)
-    assert _assert_matches_reference(spy, reference) >= 2 * (7 + 6)  # each text at least once
+    nsmc = run_classifier.run(task_name="nsmc", data_dir=os.path.join(TESTDATA, "glue", "nsmc"),
+                              **_common(tmp / "nsmc", pipeline["run"]))
+    assert nsmc["train"]["num_examples"] == 4 and nsmc["eval"]["num_examples"] == 2
+    assert _assert_matches_reference(spy, reference) >= 2 * (7 + 6) + 4 + 2
     for name in ("kornli", "korsts"):
         saved = json.load(open(tmp / name / "tokenizer_config.json"))
         assert saved["strip_accents"] is False, name

@@ -49,7 +49,9 @@ class ClassifierOptions:
         "--do_train, the dev file for --do_eval, the test file for --do_predict); kornli: "
         "Kakao Brain's Korean NLI (KorNLUDatasets' KorNLI/: both translated training sets, "
         "XNLI's Korean dev and test sets); klue-nli, klue-ynat (ynat): KLUE's NLI and topic "
-        "classification (<task>-v1.1_train/dev.json; the dev set for --do_predict too).")
+        "classification (<task>-v1.1_train/dev.json; the dev set for --do_predict too); nsmc: "
+        "Naver's movie-review sentiment (ratings_train.txt; ratings_test.txt for --do_eval "
+        "and --do_predict).")
     xnli_language: str = option(XNLI_LANGUAGE, "--task_name=xnli: the language of the train "
                                 "file and of the dev/test rows (Google's script hard-codes zh).")
     data_dir: str | None = option(None, "The --task_name's data directory, or the directory "

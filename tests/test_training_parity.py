@@ -3,9 +3,11 @@
 From identical initial weights (made by transformers, loaded with our loader), N updates of
 our pretrainer and task models, compiled as `run_pretraining` and `finetuning.loop.train`
 compile them (`create_optimizer` + `pretraining_losses_and_metrics` / `compile_args`), are
-compared step by step with transformers' `BertForPreTraining`, `BertForSequenceClassification`,
-`BertForTokenClassification` and `BertForQuestionAnswering` trained by the arithmetic
-`bert_keras/optimization.py` documents, written here in torch without our code: the true
+compared step by step with transformers' `BertForPreTraining`, `BertForSequenceClassification`
+(with classes, and for the regressor with num_labels=1 and problem_type "regression", its mean
+squared error being transformers' own loss), `BertForTokenClassification` and
+`BertForQuestionAnswering` trained by the arithmetic `bert_keras/optimization.py`
+documents, written here in torch without our code: the true
 gradient's global norm clipped to 1, weight decay before the Adam step (AdamW) or inside
 the trust ratio (published LAMB), none on LayerNorm and biases, epsilon per placement,
 warmup then linear decay.
@@ -60,7 +62,8 @@ from bert_keras import BertEncoder, BertPretrainer  # noqa: E402
 from bert_keras.checkpoints import load_hf_weights, model_weight_names  # noqa: E402
 from bert_keras.losses import pretraining_losses_and_metrics  # noqa: E402
 from bert_keras.optimization import TrueGlobalNormClipping, create_optimizer  # noqa: E402
-from bert_keras.tasks import BertClassifier, BertSpanQA, BertTagger, compile_args  # noqa: E402
+from bert_keras.tasks import (  # noqa: E402
+    BertClassifier, BertRegressor, BertSpanQA, BertTagger, compile_args)
 from conftest import backend_env, run_tests_on_backend  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,6 +110,8 @@ def _data(task, seed=0, steps=STEPS, batch=B):
         return x, y, sw
     if task == "classifier":
         return x, {"logits": rng.integers(0, CLASSES, size=n).astype(np.int32)}, None
+    if task == "regressor":  # A rating in [0, 5], as STS-B's similarity.
+        return x, {"score": rng.uniform(0, 5, size=n).astype(np.float32)}, None
     if task == "tagger":
         tags = rng.integers(0, TAGS, size=(n, S)).astype(np.int32)
         tags[rng.random((n, S)) < 0.3] = -1  # Sub-tokens after the first: ignored.
@@ -131,8 +136,10 @@ def _batches(data, batch=B):
 # The reference: transformers' models, losses and the update written out in torch.
 
 HF_CLASS = {"pretraining": "BertForPreTraining", "classifier": "BertForSequenceClassification",
+            "regressor": "BertForSequenceClassification",
             "tagger": "BertForTokenClassification", "span_qa": "BertForQuestionAnswering"}
-NUM_LABELS = {"pretraining": 2, "classifier": CLASSES, "tagger": TAGS, "span_qa": 2}
+NUM_LABELS = {"pretraining": 2, "classifier": CLASSES, "regressor": 1, "tagger": TAGS,
+              "span_qa": 2}
 
 
 def _hf_model(task, seed=0):
@@ -142,7 +149,8 @@ def _hf_model(task, seed=0):
         intermediate_size=INTERMEDIATE, max_position_embeddings=POSITIONS, type_vocab_size=2,
         hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         classifier_dropout=0.0, initializer_range=0.2, attn_implementation="eager",
-        id2label={i: str(i) for i in range(NUM_LABELS[task])})
+        id2label={i: str(i) for i in range(NUM_LABELS[task])},
+        problem_type="regression" if task == "regressor" else None)
     model = getattr(transformers, HF_CLASS[task])(config)
     # Larger-than-BERT init (0.2) makes the gradients, and so the clipping, matter more.
     model.bert.embeddings.word_embeddings.padding_idx = None  # Ours trains the [PAD] row.
@@ -155,6 +163,12 @@ def _cross_entropy(logits, labels):
 
 def _reference_loss(task, model, x, y, sw):
     t = lambda a: torch.from_numpy(np.asarray(a, np.int64))  # noqa: E731
+    if task == "regressor":  # transformers' own loss: MSELoss(logits.squeeze(), labels)
+        dtype = next(model.parameters()).dtype
+        assert model.config.problem_type == "regression" and model.num_labels == 1
+        return model(input_ids=t(x["input_word_ids"]), attention_mask=t(x["input_mask"]),
+                     token_type_ids=t(x["input_type_ids"]),
+                     labels=torch.from_numpy(y["score"]).to(dtype)).loss
     out = model(input_ids=t(x["input_word_ids"]), attention_mask=t(x["input_mask"]),
                 token_type_ids=t(x["input_type_ids"]))
     if task == "pretraining":
@@ -264,7 +278,7 @@ def _encoder_rows(encoder, task):
 
 
 def _head_rows(model, task):
-    if task == "classifier":
+    if task in ("classifier", "regressor"):
         head, name = model.classifier, "classifier"
     elif task == "tagger":
         head, name = model.tagger, "classifier"
@@ -285,11 +299,12 @@ def our_model(task, hf_model, tmp_path, dtype=None):  # dtype None: the global p
                  w.hf_transpose) for w in model_weight_names(model)]
         return model, rows
     encoder = _encoder(dtype)
-    if task == "classifier":
+    if task in ("classifier", "regressor"):
         hf_model.save_pretrained(hf_dir)
         # bert.* read; classifier.* left out on purpose (copied below, tensor by tensor).
         load_hf_weights(encoder, str(hf_dir), allow_unused=True)
-        model = BertClassifier(encoder, CLASSES, dropout=0.0)
+        model = (BertClassifier(encoder, CLASSES, dropout=0.0) if task == "classifier"
+                 else BertRegressor(encoder, dropout=0.0))
     elif task == "tagger":
         model = BertTagger(encoder, TAGS, dropout=0.0)
     else:
@@ -429,7 +444,8 @@ def test_runs_on_the_backend_asked_for():
 
 # Each case traces one Keras train step (seconds of CPU); the rest run with `make test-all`.
 CASES = [("pretraining", "adamw", "adam_paper"), ("pretraining", "lamb", "adam_paper"),
-         ("classifier", "adamw", "adam_paper"), ("span_qa", "adamw", "adam_paper"),
+         ("classifier", "adamw", "adam_paper"), ("regressor", "adamw", "adam_paper"),
+         ("span_qa", "adamw", "adam_paper"),
          # Keras' LAMB: in the default tier on JAX (whose run of this suite is itself in the
          # integration tier), slow on TensorFlow (where the default tier runs this module).
          pytest.param("classifier", "keras_lamb", "adam_paper",
@@ -448,7 +464,7 @@ def test_updates_match_the_reference_within_float32_noise(task, optimizer, place
 # slow tier, on JAX where this suite's JAX run is (its integration tier).
 @pytest.mark.parametrize("task", [
     pytest.param(task, marks=pytest.mark.slow if BACKEND == "tensorflow" else ())
-    for task in ("classifier", "tagger", "span_qa")])
+    for task in ("classifier", "regressor", "tagger", "span_qa")])
 def test_fine_tuning_losses_per_step_over_40_updates(task, tmp_path):
     """Every one of 40 per-step losses within the bound (the drift of a systematic error
     grows with the updates; with Keras' bias corrections on JAX the classifier's and the

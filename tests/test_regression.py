@@ -164,6 +164,35 @@ def test_a_label_that_is_not_a_number_is_refused_naming_its_line(tmp_path, encod
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_regressor_trained_from_a_classifiers_output_takes_none_of_its_labels(
+        tmp_path, encoder_file):
+    """--init_checkpoint=<run_classifier's output>: the regressor starts from its encoder and
+    has no labels. Before, the classifier's labels were taken as the run's: labels.txt and
+    label_list written beside the regressor, which then loaded with two labels and which
+    convert_checkpoint --to=hf refused ("a BertRegressor has no labels")."""
+    from bert_keras import convert_checkpoint
+    from test_run_finetune import write_classification
+
+    classified, rated = tmp_path / "cls.jsonl", tmp_path / "rated.jsonl"
+    write_classification(classified, 16, 0)
+    write_rated(rated, 16, 0)
+    classifier = tmp_path / "classifier"
+    run_classifier.run(train_file=str(classified),
+                       **common(classifier, encoder_file, do_eval=False, do_predict=False,
+                                num_train_epochs=1.0))
+    assert model_loading.load_checkpoint(str(classifier)).labels == ["ham", "spam"]
+    out = tmp_path / "regressor"
+    run_regressor.run(train_file=str(rated), eval_file=str(rated), label_column="score",
+                      **common(out, str(classifier), do_predict=False, num_train_epochs=1.0))
+    assert not (out / "labels.txt").exists()
+    assert "label_list" not in json.load(open(out / "train_results.json"))
+    ckpt = model_loading.load_checkpoint(str(out))
+    assert type(ckpt.model) is BertRegressor and ckpt.labels is None
+    convert_checkpoint.convert("keras", "hf", str(out), str(tmp_path / "hf"))
+    config = json.load(open(tmp_path / "hf" / "config.json"))
+    assert config["problem_type"] == "regression" and config["id2label"] == {"0": "LABEL_0"}
+
+
 def test_the_export_scores_pairs_as_the_tool_predicted_them(stsb_run, tmp_path):
     """run_regressor's STS-B model exported (the pair default from train_results.json, as
     export_regressor's command line takes it): the pair signature and TF Serving's Regress

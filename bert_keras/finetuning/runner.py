@@ -472,7 +472,12 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
     if common.mixed_precision != "float32":
         logging.info("Mixed precision: %s (float32 weights; --mixed_precision)",
                      common.mixed_precision)
-    if labels is None and ckpt is not None:
+    if not task.uses_labels:
+        # A head without labels (regression, span QA): a classifier's labels.txt, when its
+        # encoder is the starting point, are not this model's (written beside it, they made
+        # a regressor that convert_checkpoint refused).
+        labels = None
+    elif labels is None and ckpt is not None:
         labels = ckpt.labels
     elif (task.uses_labels and ckpt is not None and isinstance(ckpt.model, task.model_class)
           and ckpt.labels is not None and labels != ckpt.labels):

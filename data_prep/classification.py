@@ -71,6 +71,8 @@ def _field(record: dict, key: str | None, where: str, required: bool) -> str | N
     if key not in record or record[key] is None:
         if not required:
             return None
+        if key in record:  # It is there: "missing ... (fields present: [key])" misled.
+            raise DataError(f"{where}: field {key!r} is null")
         raise DataError(f"{where}: missing field {key!r} (fields present: {sorted(record)})")
     value = record[key]
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):

@@ -116,6 +116,7 @@ def test_label_not_in_label_list_names_file_and_line(tmp_path, tokenizer):
     ("bad.jsonl", '{"text": "a", "label": "ham"}\n{"text": "b", "label": \n', r"bad.jsonl:2: not valid JSON"),
     ("list.jsonl", '["a", "ham"]\n', r"list.jsonl:1: expected a JSON object"),
     ("missing.jsonl", '{"text": "a"}\n', r"missing.jsonl:1: missing field 'label'"),
+    ("null.jsonl", '{"text": "a", "label": null}\n', r"null.jsonl:1: field 'label' is null$"),
     ("empty.csv", 'text,label\n"",ham\n', r"empty.csv:2: field 'text' is empty"),
     ("nums.jsonl", '{"text": ["a"], "label": "x"}\n', r"nums.jsonl:1: field 'text' must be a string"),
     ("data.txt", "x\n", r"cannot tell the format"),

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -158,6 +159,26 @@ def test_a_label_that_is_not_a_number_is_refused_naming_its_line(tmp_path, encod
     train.write_text('{"text": "free money", "score": 1.5}\n'
                      '{"text": "hello friend", "score": "high"}\n')
     with pytest.raises(DataError, match=r"train.jsonl:2: label 'high' is not a number"):
+        run_regressor.run(train_file=str(train), label_column="score",
+                          **common(tmp_path / "out", encoder_file, do_eval=False,
+                                   do_predict=False))
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("label", ["1e39", "-3e19"])
+def test_a_label_float32s_squared_error_cannot_hold_is_refused_before_training(
+        tmp_path, encoder_file, label):
+    """1e39 is finite in Python but inf in the float32 targets; -3e19's square is inf in
+    float32. Before, both trained to an inf loss and NaN weights, then stopped with a
+    traceback writing train_results.json, leaving a partial --output_dir."""
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": "free money", "score": 1.5}\n'
+                     f'{{"text": "hello friend", "score": {label}}}\n'
+                     '{"text": "free free", "score": 1e17}\n')  # the largest taken
+    shown = re.escape(str(float(label)))  # the JSON number as read: 1e+39
+    with pytest.raises(DataError, match=rf"train.jsonl:2: label '{shown}' is too large for "
+                                        r"the float32 mean squared error \(at most 1e\+17 in "
+                                        r"magnitude\); rescale the labels"):
         run_regressor.run(train_file=str(train), label_column="score",
                           **common(tmp_path / "out", encoder_file, do_eval=False,
                                    do_predict=False))

@@ -27,6 +27,11 @@ from data_prep import classification, files, glue
 from data_prep.cli import option
 
 PREDICTIONS_FILE = "predictions.jsonl"
+# The largest label magnitude taken. Targets are float32 and so is the mean squared error:
+# a label beyond float32 (3.4e38) reads as inf, one above ~1e19 has a squared error that is,
+# and either made training's loss inf and its weights NaN, after the whole run. Squares up
+# to 1e34 keep a batch's sum (and the gradient's norm) finite for any batch size in use.
+MAX_ABS_LABEL = 1e17
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +120,10 @@ def _number(example) -> float:
     if not math.isfinite(value):
         raise classification.DataError(f"{example.where}: label {example.label!r} is not a "
                                        "finite number")
+    if abs(value) > MAX_ABS_LABEL:
+        raise classification.DataError(
+            f"{example.where}: label {example.label!r} is too large for the float32 mean "
+            f"squared error (at most {MAX_ABS_LABEL:g} in magnitude); rescale the labels")
     return value
 
 

@@ -29,6 +29,7 @@ restored step) and ops must be deterministic (`--deterministic`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
@@ -279,6 +280,45 @@ class StopAtStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if updates_done(self.model) >= self.num_train_steps:
             self.model.stop_training = True
+
+
+class TrainingDiverged(ValueError):
+    """The training loss stopped being a finite number."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Raises `TrainingDiverged` once the training loss is not finite, before anything of
+    that step is saved (put it first among the callbacks).
+
+    Keras' `TerminateOnNaN` only stops the epoch: the run would go on to back up, save,
+    evaluate and export a model of NaN weights (and fail writing the NaN loss to JSON).
+    Keras' running mean of the epoch's loss stays NaN or inf from the step the loss is on,
+    so checking every `check_every` steps (and at each epoch's end) finds it; each check
+    reads the loss to the host, so a trainer that keeps the device busy checks seldom.
+    """
+
+    def __init__(self, learning_rate: float | None = None, check_every: int = 1):
+        """check_every: batch-end calls between checks (a call per step, or per execution
+        of several steps)."""
+        super().__init__()
+        self._learning_rate, self._every, self._calls = learning_rate, max(1, check_every), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._calls += 1
+        if self._calls % self._every == 0:
+            self._check(logs, "at")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._check(logs, "by")
+
+    def _check(self, logs, at_or_by):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            rate = f" (now {self._learning_rate:g})" if self._learning_rate else ""
+            raise TrainingDiverged(
+                f"training diverged: the loss is {float(loss)} {at_or_by} step "
+                f"{updates_done(self.model)}; lower --learning_rate{rate}, or look for labels "
+                "or inputs out of range")
 
 
 def updates_done(model: keras.Model) -> int:

@@ -1050,7 +1050,8 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
     import keras
 
     from bert_keras import backends, multi_worker_fix
-    from bert_keras.backup import BackupError, process_backup_dir, remove_backups, updates_done
+    from bert_keras.backup import (BackupError, StopOnNonFiniteLoss, TrainingDiverged,
+                                   process_backup_dir, remove_backups, updates_done)
     from bert_keras.distribute import weights_read
     from bert_keras.inputs import pretraining_dataset
     from bert_keras.losses import pretraining_losses_and_metrics
@@ -1210,10 +1211,17 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
 
     initial_epoch = done_steps // options.save_checkpoints_steps
     # Under the distribution's scope: on JAX, fit and evaluate shard each batch as they run.
+    # First: a step whose loss is not finite stops the run before anything of it is saved.
+    guard = StopOnNonFiniteLoss(options.learning_rate, check_every=options.log_steps)
     with distribution.scope(), _records_that_do_not_parse():
-        logs = _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps,
-                                 initial_epoch, epochs, steps_per_epoch,
-                                 callbacks + list(extra_callbacks), chief)
+        try:
+            logs = _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps,
+                                     initial_epoch, epochs, steps_per_epoch,
+                                     [guard] + callbacks + list(extra_callbacks), chief)
+        except TrainingDiverged as e:
+            raise PretrainingError(
+                f"{e} (the checkpoints and backup written before it are kept; remove "
+                f"{backup_dir} to train again with other flags)") from None
     if chief:
         final = save_final_outputs(pretrainer, options, settings)
         logging.info("Encoder for fine-tuning and export: %s", final)

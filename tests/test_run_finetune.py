@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -1047,3 +1048,22 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path, encoder_fil
     run_classifier.run(train_file=str(train), **common(out, encoder_file, do_eval=False,
                                                         do_predict=False))
     assert (out / "model.keras").is_file()
+
+
+def test_a_diverging_run_stops_at_the_first_non_finite_loss_and_saves_nothing(
+        tmp_path, encoder_file):
+    """--learning_rate=1e8 makes the loss NaN at step 4 (seeded). Before, training ran on to
+    its last step on NaN weights and the run then died with a traceback writing the NaN loss
+    to train_results.json (Keras' TerminateOnNaN would have saved the NaN model instead)."""
+    train = tmp_path / "train.jsonl"
+    write_classification(str(train), 64, 1)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=(
+            r"^training diverged: the loss is nan at step 4; lower --learning_rate \(now "
+            r"1e\+08\), or look for labels or inputs out of range \(no model was saved; the "
+            rf"backup in {re.escape(str(out / 'backup'))} is from before it: remove it to "
+            r"train again with other flags\)$")):
+        run_classifier.run(train_file=str(train), **common(
+            out, encoder_file, learning_rate=1e8, do_eval=False, do_predict=False,
+            num_train_epochs=3.0, save_checkpoints_steps=2))
+    assert not (out / "model.keras").exists() and not (out / "train_results.json").exists()

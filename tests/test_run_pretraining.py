@@ -1225,3 +1225,19 @@ def test_phase_two_data_of_a_vocabulary_extending_the_checkpoints_is_taken(
         with pytest.raises(PretrainingError, match=message):
             train(_options(data, tmp_path / "b", **dict(phase2, input_file=other_glob)))
         assert not (tmp_path / "b").exists()
+
+
+def test_a_diverging_run_stops_at_a_non_finite_loss_and_saves_no_model(data, tmp_path):
+    """--learning_rate=1e8: the loss turns NaN within the first steps. Before, the run
+    trained every step on NaN weights, checkpointed and saved them as its encoder/."""
+    out = tmp_path / "out"
+    with pytest.raises(PretrainingError, match=(
+            r"^training diverged: the loss is (nan|inf) at step (\d+); lower --learning_rate "
+            r"\(now 1e\+08\), or look for labels or inputs out of range \(the checkpoints and "
+            rf"backup written before it are kept; remove {re.escape(str(out / 'backup'))} to "
+            r"train again with other flags\)$")) as info:
+        train(_options(data, out, learning_rate=1e8, num_train_steps=40, num_warmup_steps=0,
+                       save_checkpoints_steps=20, log_steps=2))
+    step = int(re.search(r"at step (\d+)", str(info.value)).group(1))
+    assert step < 20 and step % 2 == 0  # checked every --log_steps, before the first backup
+    assert not (out / "encoder").exists() and not (out / "checkpoints").exists()

@@ -17,7 +17,8 @@ import tensorflow as tf
 from absl import logging
 
 from bert_keras import backends
-from bert_keras.backup import BackupError, ExactBackupAndRestore, StopAtStep, updates_done
+from bert_keras.backup import (BackupError, ExactBackupAndRestore, StopAtStep,
+                               StopOnNonFiniteLoss, updates_done)
 from bert_keras.optimization import create_optimizer
 from bert_keras.tasks import compile_args
 
@@ -168,6 +169,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
        backup was restored)}.
 
     Raises:
+      backup.TrainingDiverged: the loss is NaN or infinite at a step (training stops
+        there; the backups made before it stay).
       backup.BackupError: a backup in `backup_dir` that cannot be read, or is not at an
         interval's end.
     """
@@ -238,7 +241,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         model.fit(ds, epochs=-(-num_train_steps // interval), initial_epoch=done // interval,
                   steps_per_epoch=interval, verbose=0,
                   shuffle=False,  # tf.data shuffles
-                  callbacks=[logger, *callbacks, *backup_callbacks])
+                  callbacks=[StopOnNonFiniteLoss(learning_rate), logger, *callbacks,
+                             *backup_callbacks])
     seconds = time.time() - start
     trained = num_train_steps - done
     summary = {"num_examples": n, "num_train_steps": num_train_steps,

@@ -616,6 +616,10 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
                         f"rerun the same command on every host {TO_RESUME}"))
             except BackupError as e:  # its message says what to remove to start over
                 raise FinetuneError(str(e)) from None
+            except backup.TrainingDiverged as e:
+                kept = (f"; the backup in {backup_dir} is from before it: remove it to train "
+                        "again with other flags" if backup.holds_a_backup(backup_dir) else "")
+                raise FinetuneError(f"{e} (no model was saved{kept})") from None
         summary.update(task.train_summary(data, read_info))
         # What the task exports take as their defaults (export/task_export.py).
         summary["max_seq_length"] = common.max_seq_length

@@ -37,6 +37,21 @@ class DataError(ValueError):
     """An input file does not have the expected content; the message names file and line."""
 
 
+def load_json(path: str):
+    """A user's JSON file (SQuAD's, KLUE's), read whole.
+
+    Raises:
+      files.TextFileError: not UTF-8 text (file, line and byte named).
+      DataError: not valid JSON (file:line and the parser's reason).
+    """
+    files.check_text_file(path)
+    try:
+        with files.open_text(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Example:
     """One classification example; `where` is "file:line" for messages, `id` the id column

@@ -132,13 +132,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 
 from absl import logging
 
 from data_prep import files
-from data_prep.classification import DataError, Example
+from data_prep.classification import DataError, Example, load_json
 
 SPLITS = ("train", "dev", "test")
 
@@ -473,12 +472,7 @@ class GlueProcessor:
     def _read_json(self, path: str, split: str, layout: _JsonLayout,
                    examples: list[Example], ids: list[str]) -> None:
         """Appends one KLUE file's examples and ids (their "guid")."""
-        files.check_text_file(path)
-        try:
-            with files.open_text(path) as f:
-                rows = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        rows = load_json(path)
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a JSON list of examples (the {self.name} "
                             f"{split} file), got a JSON {type(rows).__name__}")

@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import math
 import unicodedata
 from typing import Sequence
 
 import numpy as np
 
-from data_prep import files
-from data_prep.classification import DataError
+from data_prep.classification import DataError, load_json
 from data_prep.packing import pad_features
 from data_prep.schema import CLS, SEP
 from data_prep.tokenization import normalize_char
@@ -152,12 +150,7 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
         id (predictions and scores are keyed by it: one would silently replace the other),
         or, in training without version_2_with_negative, a question is unanswerable.
     """
-    files.check_text_file(path)
-    try:
-        with files.open_text(path) as f:
-            dataset = json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    dataset = load_json(path)
     stats = ReadStats()
     examples = []
     first_seen: dict[str, str] = {}  # question id -> the element it first appeared in

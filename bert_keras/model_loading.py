@@ -340,9 +340,20 @@ def _narrow(model: keras.Model, want: str, path: str) -> keras.Model:
     return model
 
 
-def _read_labels_if_any(directory: str) -> list[str] | None:
+def _labels_beside(model, directory: str) -> list[str] | None:
+    """The labels.txt beside a classifier's or tagger's model.keras, if any; one beside a
+    model without labels (a regressor that run_regressor trained from a classifier's output
+    before 2026-12-05 was saved with that classifier's) is ignored, with a warning."""
+    from bert_keras.tasks import BertClassifier, BertTagger
+
     path = os.path.join(directory, files.LABELS_FILE)
-    return read_labels(path) if os.path.isfile(path) else None
+    if not os.path.isfile(path):
+        return None
+    if not isinstance(model, (BertClassifier, BertTagger)):
+        logging.warning("%s: ignored; a %s has no labels (remove the file)", path,
+                        type(model).__name__)
+        return None
+    return read_labels(path)
 
 
 # transformers' other weight files, which no reader here takes: (name, what to do).
@@ -448,7 +459,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
             return result(model, "encoder_dir", config)
         if ours and os.path.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
             model = _from_keras_file(os.path.join(path, files.TASK_MODEL_FILE))
-            return result(model, "task_dir", labels=_read_labels_if_any(path))
+            return result(model, "task_dir", labels=_labels_beside(model, path))
         if fmt in (None, "hf") and checkpoints.is_hf_dir(path):
             # want="encoder" asks for less: a head in the file is then left out.
             model = checkpoints.read_hf_model(path, want)
@@ -461,7 +472,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
                 f"checkpoints/ckpt-*.weights.h5 files")
     if ours and path.endswith(".keras"):
         model = _from_keras_file(path)
-        return result(model, "keras", labels=_read_labels_if_any(directory))
+        return result(model, "keras", labels=_labels_beside(model, directory))
     if ours and path.endswith(".weights.h5"):
         config, _ = _config_from(path, bert_config_file, directory)
         return result(_load_weights_file(path, config, want), "weights_h5", config,

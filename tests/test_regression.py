@@ -212,6 +212,11 @@ def test_a_regressor_trained_from_a_classifiers_output_takes_none_of_its_labels(
     convert_checkpoint.convert("keras", "hf", str(out), str(tmp_path / "hf"))
     config = json.load(open(tmp_path / "hf" / "config.json"))
     assert config["problem_type"] == "regression" and config["id2label"] == {"0": "LABEL_0"}
+    # A regressor saved that way before the fix: its stray labels.txt is ignored, with a
+    # warning naming it (convert_checkpoint refused it, without naming the file).
+    (out / "labels.txt").write_text("ham\nspam\n")
+    assert model_loading.load_checkpoint(str(out)).labels is None
+    convert_checkpoint.convert("keras", "hf", str(out), str(tmp_path / "hf2"))
 
 
 def test_the_export_scores_pairs_as_the_tool_predicted_them(stsb_run, tmp_path):

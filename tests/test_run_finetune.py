@@ -1067,3 +1067,21 @@ def test_a_diverging_run_stops_at_the_first_non_finite_loss_and_saves_nothing(
             out, encoder_file, learning_rate=1e8, do_eval=False, do_predict=False,
             num_train_epochs=3.0, save_checkpoints_steps=2))
     assert not (out / "model.keras").exists() and not (out / "train_results.json").exists()
+
+
+def test_evaluating_a_checkpoint_that_is_not_fine_tuned_names_what_it_holds(
+        tmp_path, encoder_file):
+    """--do_eval alone with --init_checkpoint=<an encoder>: before, the error named only
+    the empty --output_dir ("no model.keras in --output_dir"), as if no checkpoint had
+    been given."""
+    data = tmp_path / "data.jsonl"
+    write_classification(str(data), 8, 0)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=(
+            rf"^nothing to evaluate: --init_checkpoint {re.escape(encoder_file)} holds a "
+            r"BertEncoder, not a fine-tuned BertClassifier, and --output_dir "
+            rf"{re.escape(str(out))} holds no model.keras \(add --do_train to fine-tune it "
+            r"first\)$")):
+        run_classifier.run(eval_file=str(data), **common(out, encoder_file, do_train=False,
+                                                         do_predict=False))
+    assert not out.exists()

@@ -421,6 +421,12 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         ckpt = model_loading.load_checkpoint(source, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
             return in_policy(ckpt.model), ckpt
+        if not os.path.isfile(os.path.join(common.output_dir, files.TASK_MODEL_FILE)):
+            raise FinetuneError(
+                f"nothing to evaluate: --init_checkpoint {init} holds a "
+                f"{type(ckpt.model).__name__}, not a fine-tuned {task.model_class.__name__}, "
+                f"and --output_dir {common.output_dir} holds no {files.TASK_MODEL_FILE} (add "
+                "--do_train to fine-tune it first)")
     source = _trained_model_file(common, task.name)
     ckpt = model_loading.load_checkpoint(source)
     if not isinstance(ckpt.model, task.model_class):

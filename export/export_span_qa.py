@@ -67,7 +67,7 @@ tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
 from data_prep import files, schema, squad, tokenization, tokenizer_config
-from export import length_buckets, request_checks, saved_model_writer, task_export
+from export import doc_windows, length_buckets, request_checks, saved_model_writer, task_export
 from export.text_preprocessing import keep_first
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
@@ -126,50 +126,11 @@ class SpanQAModule(tf.Module):
         return self._logits(request_checks.encoder_inputs(inputs, **self.limits))
 
     def _windows(self, pieces: tf.RaggedTensor, room: tf.Tensor):
-        """run_squad's doc-stride windows over each row's context (`squad.doc_spans`).
+        """run_squad's doc-stride windows over each row's context (`doc_windows.windows`;
+        room: int64 [B], S - 3 - the row's question)."""
+        return doc_windows.windows(pieces, room, self.doc_stride)
 
-        Args:
-          pieces: int32 [B, (T)], each context's WordPieces.
-          room: int64 [B], the most pieces a row's window holds (S - 3 - its question).
-
-        Returns:
-          (count, row, start, window): int64 [B] each row's windows, 1 + ceil(max(T - room,
-          0) / min(room, doc_stride)) (one empty window for an empty context); int64 [W]
-          each window's request row; int64 [W] the context piece it starts at; int32
-          [W, (pieces)] its pieces. Windows row by row.
-        """
-        lengths = pieces.row_lengths()  # [B]
-        step = tf.minimum(room, self.doc_stride)  # all windows but the last are `room` long
-        count = 1 + (tf.maximum(lengths - room, 0) + step - 1) // step  # [B]
-        row = tf.repeat(tf.range(pieces.nrows()), count)  # [W]
-        start = tf.ragged.range(count).flat_values * tf.gather(step, row)  # [W]
-        length = tf.minimum(tf.gather(lengths, row) - start, tf.gather(room, row))  # [W]
-        place = tf.ragged.range(length)  # [W, (pieces)]
-        first = tf.gather(pieces.row_starts(), row) + start  # [W] in pieces.flat_values
-        index = tf.gather(first, place.value_rowids()) + place.flat_values
-        return count, row, start, place.with_flat_values(tf.gather(pieces.flat_values, index))
-
-    @staticmethod
-    def _max_context(window: tf.RaggedTensor, piece: tf.Tensor, pieces) -> tf.Tensor:
-        """run_squad's token_is_max_context (`squad.is_max_context`): whether a window
-        gives a piece its most context, min(left, right) + 0.01 * the window's length, the
-        first such window on a tie.
-
-        Args:
-          window: [W, (pieces)], `_windows`' windows.
-          piece: int64 [P], each window piece's index in the batch's flat context pieces.
-          pieces: how many context pieces the batch has.
-
-        Returns:
-          bool [P], in window order.
-        """
-        which = window.value_rowids()  # [P]
-        size = tf.gather(window.row_lengths(), which)
-        place = tf.ragged.range(window.row_lengths()).flat_values  # [P]
-        score = 100 * tf.minimum(place, size - 1 - place) + size  # in hundredths: exact
-        best = tf.math.unsorted_segment_max(score, piece, pieces)
-        tied = tf.where(score == tf.gather(best, piece), which, tf.size(which, tf.int64))
-        return tf.gather(tf.math.unsorted_segment_min(tied, piece, pieces), piece) == which
+    _max_context = staticmethod(doc_windows.max_context)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
                                   tf.TensorSpec([None], tf.string, name="context")])

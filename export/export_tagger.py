@@ -3,7 +3,7 @@ r"""Exports a fine-tuned token tagger as an end-to-end SavedModel: words in, one
     python -m export.export_tagger --model_dir=runs/ner \
         --export_dir=/models/ner [--version=1] [--max_seq_length=128] \
         [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512] \
-        [--serving_dtype=bfloat16]
+        [--serving_dtype=bfloat16] [--doc_stride=63]
 
 --model_dir is what `python -m bert_keras.run_tagger --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers
@@ -11,10 +11,15 @@ BertForTokenClassification): model.keras, labels.txt, vocab.txt, tokenizer_confi
 
 A word is what the tagging data calls one (`data_prep.tagging`): a whitespace-separated
 token, WordPiece-tokenized on its own (a word that gives no piece counts as one [UNK]); its
-tag is read at its first sub-token, as in training. Words past max_seq_length - 2 sub-tokens
-are truncated away: they get the tag "" (tag_id -1). The encoder runs on the batch's real
-length rounded up to one of --length_buckets (`export.length_buckets`); the tags are those
-of the full --max_seq_length run.
+tag is read at its first sub-token, as in training. A request longer than max_seq_length - 2
+sub-tokens is read as run_tagger reads a long sentence: in windows of max_seq_length - 2
+sub-tokens --doc_stride apart (default: the fine-tuning's, train_results.json, else half a
+window), every window of the batch in one encoder call, each word tagged from the window
+where its first sub-token has the most context (`export.doc_windows`), so the tags are
+predictions.conll's. --doc_stride=0 truncates instead: the words past max_seq_length - 2
+sub-tokens get the tag "" (tag_id -1). The encoder runs on the batch's real length rounded
+up to one of --length_buckets (`export.length_buckets`); the tags are those of the full
+--max_seq_length run.
 
 Signatures (W = the most words of a row in the batch; shorter rows are padded with "",
 tag "" and tag_id -1, probabilities 0):
@@ -41,7 +46,9 @@ tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
 from data_prep import tokenizer_config
-from export import request_checks, saved_model_writer, task_export
+from data_prep import files
+from data_prep.tagging import default_doc_stride
+from export import doc_windows, request_checks, saved_model_writer, task_export
 from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
 
 
@@ -54,11 +61,17 @@ WHITESPACE = (r"[\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x
 class TaggerModule(tf.Module):
     """Root object: preprocessor + fine-tuned BertTagger + tag names."""
 
-    def __init__(self, preprocessor: PreprocessorModule, tagger, labels):
+    def __init__(self, preprocessor: PreprocessorModule, tagger, labels, doc_stride: int = 0):
         super().__init__()
         if len(labels) != tagger.num_classes:
             raise saved_model_writer.ExportError(
                 f"{len(labels)} labels for a tagger with {tagger.num_classes} tags")
+        room = preprocessor.seq_length - 2
+        if not 0 <= doc_stride <= room:
+            raise saved_model_writer.ExportError(
+                f"--doc_stride={doc_stride} must be 0 (truncate) to --max_seq_length - 2 "
+                f"({room}), as run_tagger's")
+        self.doc_stride = doc_stride
         self.preprocessor = preprocessor
         self.tagger = saved_model_writer.Untracked(tagger)
         self.labels = tf.constant(list(labels), tf.string)
@@ -74,15 +87,18 @@ class TaggerModule(tf.Module):
             tf.cast(empty, tf.int64))  # [N, (0 or 1)]
         pieces = tf.concat([pieces, unk], axis=1)  # [N, (P >= 1)]
         tokens = words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]
-        _, inputs = pre.encoder_inputs([tokens])  # [B, L] each, L <= S the bucket length
-        logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
-
         lengths = pieces.row_lengths()  # [N]
-        row = words.value_rowids()  # [N]
-        first = tf.cumsum(lengths, exclusive=True) - tf.gather(tokens.row_splits, row)  # [N]
-        kept = first < pre.seq_length - 2  # [N], the word's first piece survived truncation
-        position = tf.where(kept, first + 1, 0)  # [N], +1 for [CLS]; < L (a real position)
-        word_logits = tf.gather_nd(logits, tf.stack([row, position], axis=1))  # [N, C]
+        if self.doc_stride:
+            word_logits = self._windowed_logits(tokens, tf.cumsum(lengths, exclusive=True))
+            kept = tf.ones_like(lengths, tf.bool)
+        else:
+            _, inputs = pre.encoder_inputs([tokens])  # [B, L] each, L <= S the bucket length
+            logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
+            row = words.value_rowids()  # [N]
+            first = tf.cumsum(lengths, exclusive=True) - tf.gather(tokens.row_splits, row)
+            kept = first < pre.seq_length - 2  # [N], the word's first piece survived truncation
+            position = tf.where(kept, first + 1, 0)  # [N], +1 for [CLS]; < L (a real position)
+            word_logits = tf.gather_nd(logits, tf.stack([row, position], axis=1))  # [N, C]
         probabilities = tf.where(kept[:, None], tf.nn.softmax(word_logits, axis=-1), 0.0)
         tag_ids = tf.where(kept, tf.argmax(word_logits, axis=-1, output_type=tf.int32), -1)
         tags = tf.where(kept, tf.gather(self.labels, tf.maximum(tag_ids, 0)), "")
@@ -97,6 +113,28 @@ class TaggerModule(tf.Module):
             "probabilities": dense(probabilities, 0.0),  # [B, W, C]
             "num_words": tf.cast(words.row_lengths(), tf.int32),
         }
+
+    def _windowed_logits(self, tokens: tf.RaggedTensor, first: tf.Tensor):
+        """run_tagger's windows (`data_prep.tagging`): tokens [B, (T)] -> the logits [N, C]
+        of each word's first piece (`first`: int64 [N], its index in tokens.flat_values),
+        from the window where that piece has the most context."""
+        pre = self.preprocessor
+        _, row, start, window = doc_windows.windows(tokens, pre.seq_length - 2,
+                                                    self.doc_stride)
+        _, inputs = pre.encoder_inputs([window])  # [W, L] each, L <= S the bucket length
+        logits = self.tagger(inputs, training=False)["logits"]  # [W, L, C]
+        # Each window piece's index in tokens.flat_values (a window is a run of its row's).
+        place = tf.ragged.range(window.row_lengths())  # [W, (pieces)]
+        which = place.value_rowids()  # [P]
+        piece = (tf.gather(tf.gather(tokens.row_starts(), row) + start, which)
+                 + place.flat_values)  # [P]
+        size = tf.size(tokens.flat_values, out_type=tf.int64)
+        best = doc_windows.max_context(window, piece, size)  # [P], one True per piece
+        at = tf.stack([which, place.flat_values + 1], axis=1)  # +1 for [CLS]
+        piece_logits = tf.scatter_nd(
+            tf.boolean_mask(piece, best)[:, None], tf.boolean_mask(tf.gather_nd(logits, at), best),
+            tf.stack([size, tf.shape(logits, out_type=tf.int64)[2]]))  # [T_all, C]
+        return tf.gather(piece_logits, first)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
@@ -113,7 +151,7 @@ class TaggerModule(tf.Module):
 
 def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
                   version: int | None = None, buckets=None,
-                  serving_dtype: str = "float32") -> str:
+                  serving_dtype: str = "float32", doc_stride: int | None = None) -> str:
     """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -124,6 +162,9 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
         exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
+      doc_stride: run_tagger's --doc_stride, 1 to seq_length - 2: a request longer than one
+        window is tagged in windows this many sub-tokens apart; 0 truncates it; None: half a
+        window (`data_prep.tagging.default_doc_stride`), run_tagger's default.
     """
     from bert_keras import tasks
 
@@ -136,7 +177,9 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, pairs=False,
                                  length_flag="--max_seq_length")
-        module = TaggerModule(pre, tagger, labels)
+        if doc_stride is None:
+            doc_stride = default_doc_stride(seq_length)
+        module = TaggerModule(pre, tagger, labels, doc_stride)
         signatures = {
             "serving_default": module.serve.get_concrete_function(),
             "words": module.serve_words.get_concrete_function(),
@@ -147,6 +190,9 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
             ("serving_default", {"text": texts[:1]}),
             ("serving_default", {"text": texts}),
             ("words", {"words": words}),
+            # Longer than one window: the windowed path (or the truncation) runs too.
+            ("serving_default", {"text": np.array([" ".join(["hello"] * seq_length)] * 2,
+                                                  dtype=object)}),
         ]
         for (text,) in pre.warmup_texts(1):  # every bucket, on both signatures
             warmup += [("serving_default", {"text": np.array([text], dtype=object)}),
@@ -164,14 +210,21 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
 _FLAGS = task_export.define_flags(
     "A fine-tuned tagger: run_tagger's --output_dir (model.keras, labels.txt, vocab.txt, "
     "tokenizer_config.json).", 128, "Sequence length the tagger was fine-tuned with.")
+_DOC_STRIDE = flags.DEFINE_integer(
+    "doc_stride", None, "A request longer than --max_seq_length - 2 WordPieces is tagged in "
+    "windows this many WordPieces apart, as run_tagger tags a long sentence; 0 truncates it "
+    f"(the words past it get the tag \"\"). Default: --model_dir's ({files.TRAIN_RESULTS_FILE}), "
+    "else half a window.", allow_override=True)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
                serving_dtype, recorded):
+        doc_stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
+                                                   "Window stride")
         return export_tagger(model, tokenizer, labels, export_dir, seq_length, version=version,
-                             buckets=buckets, serving_dtype=serving_dtype)
+                             buckets=buckets, serving_dtype=serving_dtype, doc_stride=doc_stride)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
                            export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND,

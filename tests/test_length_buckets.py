@@ -230,6 +230,45 @@ def test_tagger_and_span_qa_equal_the_fixed_length_export(modules):
         assert (got["end_logits"].numpy()[~real] == length_buckets.PADDING_LOGIT).all()
 
 
+def test_tagger_export_windows_long_requests_as_run_tagger_does(modules):
+    """A request longer than S - 2 WordPieces is tagged as run_tagger tags the sentence
+    (`data_prep.tagging.convert_sentences` + `predictions_to_tags`): every word from its
+    max-context window, so a long Korean sentence is answered as predictions.conll is.
+    Before, the export truncated it: the words past the first window got "" / -1."""
+    from data_prep import tagging
+    from export.export_tagger import TaggerModule
+
+    tags = ["O", "B", "I", "X"]
+    tagger = BertTagger(modules["encoder"], 4)
+    texts = texts_of([45, 70, 3, 0, 31], offset=5)  # two and four windows at S = 32
+    sentences = [tagging.TaggedSentence(f"x:{i}", tuple(t.split()), None)
+                 for i, t in enumerate(texts)]
+    for stride in (7, 15, 30):
+        features, positions, stats = tagging.convert_sentences(
+            sentences, modules["tokenizer"], None, S, doc_stride=stride)
+        assert stats.split_sentences == 3 and stats.truncated_words == 0
+        logits = np.asarray(tagger(schema.model_inputs(features), training=False)["logits"])
+        want = tf.nn.softmax(logits, axis=-1).numpy()
+        module = TaggerModule(modules["bucketed"], tagger, tags, doc_stride=stride)
+        got = module.serve(tf.constant(texts))
+        assert (got["tag_ids"].numpy() >= 0).sum() == sum(len(t.split()) for t in texts)
+        expected = tagging.predictions_to_tags(logits.argmax(-1), positions, tags)
+        for row, places in enumerate(positions):
+            np.testing.assert_allclose(got["probabilities"].numpy()[row, :len(places)],
+                                       np.reshape([want[r, p] for r, p in places], (-1, 4)),
+                                       atol=1e-5)
+            assert [t.decode() for t in got["tags"].numpy()[row, :len(places)]] == \
+                expected[row], (stride, row)
+        words = module.serve_words(tf.constant(
+            [t.split() + [""] * (70 - len(t.split())) for t in texts]))
+        np.testing.assert_array_equal(words["tag_ids"], got["tag_ids"])
+    truncating = TaggerModule(modules["fixed"], tagger, tags)  # doc_stride=0: as before
+    assert (truncating.serve(tf.constant(texts[:1]))["tag_ids"].numpy()[0, S - 2:] == -1).all()
+    with pytest.raises(ExportError, match=r"^--doc_stride=31 must be 0 \(truncate\) to "
+                                          r"--max_seq_length - 2 \(30\)"):
+        TaggerModule(modules["fixed"], tagger, tags, doc_stride=31)
+
+
 def test_tagger_export_warms_both_signatures_in_every_bucket(modules, tmp_path):
     """The tagger's warmup requests reach every bucket through `serving_default` and
     `words` (docs/serving.md: every bucket of every text signature); a tagger fine-tuned at

@@ -199,6 +199,41 @@ def test_a_tagger_backup_of_another_doc_stride_is_refused(tmp_path, monkeypatch,
     assert run_tagger.run(**values, doc_stride=7)["train"]["resumed_from_step"] == 4
 
 
+def test_a_tagger_evaluated_alone_windows_at_its_fine_tuning_stride(tmp_path, encoder_file):
+    """--do_eval / --do_predict without --do_train and without --doc_stride read long
+    sentences at the stride the model was fine-tuned with (train_results.json), as
+    --max_seq_length is taken and export_tagger takes it: the rerun's predictions are the
+    run's own. Before, such a rerun windowed at half a window whatever the run used."""
+    from bert_keras import run_tagger
+
+    data = tmp_path / "long.conll"
+    rng = np.random.default_rng(1)
+    with open(data, "w", encoding="utf-8") as f:
+        for _ in range(6):  # 14 to 30 words of one WordPiece each: 1 to 5 windows at S=16
+            words = ["John", "Smith"] + [str(w) for w in rng.choice(
+                ["went", "to", "the", "city", "hello"], size=rng.integers(12, 28))]
+            f.write("".join(f"{w} {'B-PER' if w == 'John' else 'O'}\n" for w in words) + "\n")
+    trained = tmp_path / "trained"
+    values = dict(vocab_file=VOCAB, eval_file=str(data), predict_file=str(data),
+                  max_seq_length=16, learning_rate=2e-2, seed=3)
+    first = run_tagger.run(**values, init_checkpoint=encoder_file, output_dir=str(trained),
+                           train_file=str(data), do_train=True, do_eval=True, do_predict=True,
+                           train_batch_size=4, num_train_steps=6, doc_stride=3)
+    assert first["eval"]["doc_stride"] == 3 and first["eval"]["split_sentences"] >= 4
+    for rerun in (dict(output_dir=str(trained), overwrite_output=True),
+                  dict(init_checkpoint=str(trained), output_dir=str(tmp_path / "again"))):
+        again = run_tagger.run(**values, **rerun, do_eval=True, do_predict=True)
+        assert again["eval"]["doc_stride"] == again["predict"]["doc_stride"] == 3
+        assert again["eval"]["num_windows"] == first["eval"]["num_windows"]
+        assert again["eval"]["token_accuracy"] == first["eval"]["token_accuracy"]
+    assert (tmp_path / "again" / "predictions.conll").read_bytes() == \
+        (trained / "predictions.conll").read_bytes()
+    # A stride given on the command line still wins.
+    given = run_tagger.run(**values, init_checkpoint=str(trained), do_eval=True,
+                           output_dir=str(tmp_path / "given"), doc_stride=7)
+    assert given["eval"]["doc_stride"] == 7
+
+
 def test_a_run_stopped_after_saving_its_model_goes_on_with_prediction(
         tmp_path, monkeypatch, encoder_file, data):
     """Killed in prediction, after model.keras was saved (and the backups removed), the same

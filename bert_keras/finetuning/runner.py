@@ -331,7 +331,9 @@ def _recorded_or(common: FinetuneOptions, name: str, default):
     """What the evaluated model's fine-tuning recorded for the setting `name` (evaluating or
     predicting alone: the model in --init_checkpoint's directory where that holds a
     fine-tuned model, else in --output_dir), else `default`. A recorded value counts where
-    it is of the default's kind: a positive integer, a boolean, or a finite number."""
+    it is of the default's kind: a positive integer, a boolean, or a finite number; for a
+    default of None, a count that may be 0 (run_tagger's --doc_stride, 0 = truncate), the
+    task's `with_defaults` filling its own default where nothing is recorded."""
     if common.do_train:
         return default
     model_dir = common.output_dir
@@ -353,6 +355,8 @@ def _of_kind(value, default) -> bool:
         return isinstance(value, bool)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
+    if default is None:
+        return isinstance(value, int) and value >= 0
     if isinstance(default, int):
         return isinstance(value, int) and value > 0
     return math.isfinite(value)

@@ -158,6 +158,9 @@ class TaggingTask(LabelledFileTask):
     name = "tagger"
     # --doc_stride too: it decides which windows a long sentence's words are trained in.
     training_flags = ("tagger_dropout", "skip_padding", "doc_stride")
+    # Evaluating or predicting alone: the stride the model was fine-tuned with, as
+    # export_tagger takes it (else half a window, `with_defaults`).
+    recorded_options = {"doc_stride": None}
     model_class = BertTagger
     predictions_file = PREDICTIONS_FILE
 

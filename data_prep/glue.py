@@ -183,9 +183,10 @@ class _JsonLayout:
 
 @dataclasses.dataclass(frozen=True)
 class GlueSplit:
-    """One split read from `path`.
+    """One split read from `paths`.
 
-    path: the split's (first) file; `paths` all of them (KorNLI's training set has two).
+    paths: the split's files, in reading order (KorNLI's training set has two); `path` the
+      first.
     examples: in file order (rows of other languages left out for XNLI dev/test).
     ids: one per example, as str (see the module docstring).
     skipped: "file:line: why" for each row skipped: malformed (QQP), or without a gold label
@@ -194,15 +195,18 @@ class GlueSplit:
 
     task: str
     split: str
-    path: str
+    paths: tuple[str, ...]
     examples: list[Example]
     ids: list[str]
     skipped: list[str]
-    paths: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return self.paths[0]
 
     def summary(self) -> str:
         text = (f"{self.task} {self.split}: {len(self.examples)} examples from "
-                f"{' + '.join(self.paths or (self.path,))}")
+                f"{' + '.join(self.paths)}")
         if self.skipped:
             text += f"; {_rows(len(self.skipped))} skipped (first: {self.skipped[0]})"
         return text
@@ -383,7 +387,7 @@ class GlueProcessor:
                 self._read_json(path, split, layout, examples, ids)
             else:
                 self._read(path, split, layout, examples, ids, skipped)
-        return GlueSplit(self.name, split, paths[0], examples, ids, skipped, tuple(paths))
+        return GlueSplit(self.name, split, tuple(paths), examples, ids, skipped)
 
     def _missing(self, data_dir: str, split: str, name: str, path: str) -> str:
         shown = os.path.dirname(path)

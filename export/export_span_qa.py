@@ -125,13 +125,6 @@ class SpanQAModule(tf.Module):
     def serve_ids(self, inputs):
         return self._logits(request_checks.encoder_inputs(inputs, **self.limits))
 
-    def _windows(self, pieces: tf.RaggedTensor, room: tf.Tensor):
-        """run_squad's doc-stride windows over each row's context (`doc_windows.windows`;
-        room: int64 [B], S - 3 - the row's question)."""
-        return doc_windows.windows(pieces, room, self.doc_stride)
-
-    _max_context = staticmethod(doc_windows.max_context)
-
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
                                   tf.TensorSpec([None], tf.string, name="context")])
     def serve(self, question, context):
@@ -143,8 +136,8 @@ class SpanQAModule(tf.Module):
         asked = keep_first(asked, tf.fill([asked.nrows()], tf.constant(self.max_query_length,
                                                                          tf.int64)))
         pieces, starts, ends = pre.tokenizer.tokenize_with_offsets(context)  # [B, (T)] each
-        count, row, window_start, window = self._windows(
-            pieces, pre.seq_length - 3 - asked.row_lengths())
+        count, row, window_start, window = doc_windows.windows(
+            pieces, pre.seq_length - 3 - asked.row_lengths(), self.doc_stride)
         questions = tf.gather(asked, row)  # [W, (Q)]
         packed, inputs = pre.encoder_inputs([questions, window])  # [W, S], [W, L]
         out = self._logits(inputs)  # [W, L] each, L <= S the bucket length
@@ -156,7 +149,8 @@ class SpanQAModule(tf.Module):
         piece = (tf.gather(pieces.row_starts(), tf.gather(row, window.value_rowids()))
                  + tf.gather(window_start, window.value_rowids())
                  + tf.ragged.range(window.row_lengths()).flat_values)  # [P]
-        max_context = self._max_context(window, piece, tf.size(pieces.flat_values, tf.int64))
+        max_context = doc_windows.max_context(window, piece,
+                                              tf.size(pieces.flat_values, tf.int64))
 
         def in_context(flags):  # bool [W, (pieces)] -> at the pieces' positions, [W, L]
             before = tf.ragged.range(tf.cast(first, tf.int64)) < 0  # [CLS] question [SEP]

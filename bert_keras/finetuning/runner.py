@@ -489,10 +489,10 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
         labels = None
     elif labels is None and ckpt is not None:
         labels = ckpt.labels
-    elif (task.uses_labels and ckpt is not None and isinstance(ckpt.model, task.model_class)
+    elif (ckpt is not None and isinstance(ckpt.model, task.model_class)
           and ckpt.labels is not None and labels != ckpt.labels):
         labels = _the_models_labels(labels, ckpt, given=task.given_labels(opts) is not None)
-    elif (task.uses_labels and ckpt is not None and isinstance(ckpt.model, task.model_class)
+    elif (ckpt is not None and isinstance(ckpt.model, task.model_class)
           and ckpt.labels is None and task.given_labels(opts) is None):
         # A head without label names (Google's run_classifier keeps them in its processor):
         # its classes can only be taken in the order of the data's labels, sorted.

@@ -14,6 +14,10 @@ sub-tokens, padding) gets label -1, which the loss and the metrics ignore. A wor
 tokenizer turns into nothing (e.g. only control characters) is represented by one [UNK] so
 that every word keeps a position (counted in the stats).
 
+A sentence may come with its words' pieces already made (`TaggedSentence.pieces`):
+character-tagged data (`data_prep.klue_ner`) tokenizes each sentence whole and gives each
+piece as a word of its own; those are not tokenized again.
+
 Long sentences (more than max_seq_length - 2 sub-tokens) are split into windows, as Google's
 run_squad.py splits a long document (`squad.doc_spans`): windows of max_seq_length - 2
 sub-tokens, "[CLS] window [SEP]", starting every `doc_stride` sub-tokens until one reaches
@@ -59,13 +63,16 @@ class TaggedSentence:
     """Words and their tags (tags None for unlabelled input); `where` is "file:line" of its
     first word (word i is on the i-th line after it); `preceding`: the file's lines between
     the previous sentence and this one (blank and -DOCSTART- lines), as read; `following`,
-    of the last sentence only: the lines after it."""
+    of the last sentence only: the lines after it. `pieces`: each word's WordPieces where
+    the tokenizer has already run (character-tagged data, `data_prep.klue_ner`, whose units
+    are pieces of the whole text); None: each word is tokenized on its own."""
 
     where: str
     words: tuple
     tags: tuple | None
     preceding: tuple = ()
     following: tuple = ()
+    pieces: tuple | None = None
 
     def word_line(self, index: int) -> str:
         """"file:line" of word `index`."""
@@ -230,13 +237,17 @@ def convert_sentences(sentences: Sequence[TaggedSentence], tokenizer,
     label_map = {t: i for i, t in enumerate(label_list)} if label_list is not None else None
     stats = TaggingStats(doc_stride=doc_stride)
     all_ids, all_segments, all_labels, all_positions = [], [], [], []
-    # One batch call for every word of every sentence: each word is tokenized on its own.
-    flat = tokenizer.tokenize([w for s in sentences for w in s.words])
+    # One batch call for every word of every sentence whose pieces are not given: each word
+    # is tokenized on its own.
+    flat = tokenizer.tokenize([w for s in sentences if s.pieces is None for w in s.words])
     offset = 0
     for sentence in sentences:
         tokens, token_labels, first_index = [], [], []
-        word_pieces = flat[offset:offset + len(sentence.words)]
-        offset += len(sentence.words)
+        if sentence.pieces is not None:
+            word_pieces = sentence.pieces
+        else:
+            word_pieces = flat[offset:offset + len(sentence.words)]
+            offset += len(sentence.words)
         for w, word in enumerate(sentence.words):
             pieces = list(word_pieces[w])
             if not pieces:

@@ -529,6 +529,8 @@ class BertTokenizer(tf.Module):
         self._py = types.SimpleNamespace(
             vocab=vocab, token_to_id=token_to_id,
             encode=tf.function(self.__call__, input_signature=spec, autograph=False),
+            offsets=tf.function(self.tokenize_with_offsets, input_signature=spec,
+                                autograph=False),
             normalize=tf.function(self.normalize, input_signature=spec, autograph=False))
 
     @classmethod
@@ -712,6 +714,36 @@ class BertTokenizer(tf.Module):
           list[list[str]], one wordpiece list per text.
         """
         return [self.convert_ids_to_tokens(ids) for ids in self.encode(texts)]
+
+    def tokenize_with_char_offsets(self, texts: Iterable[str]) -> list[list[tuple[str, int, int]]]:
+        """Tokenizes texts to wordpieces and says which characters each came from.
+
+        Args:
+          texts: list of str.
+
+        Returns:
+          One list per text of (piece, start, end): text[start:end] are the characters the
+          piece was made of, `tokenize_with_offsets`' byte offsets as character indices (the
+          pieces of one character share it; an [UNK] spans its whole word).
+        """
+        texts = list(texts)
+        out: list[list[tuple[str, int, int]]] = []
+        vocab = self._py.vocab
+        for i in range(0, len(texts), _BATCH):
+            chunk = texts[i:i + _BATCH]
+            encoded = _as_list(chunk)
+            ids, starts, ends = self._py.offsets(tf.constant(encoded, dtype=tf.string))
+            splits = ids.row_splits.numpy().tolist()
+            ids, starts, ends = (t.flat_values.numpy().tolist() for t in (ids, starts, ends))
+            for text, raw, a, b in zip(chunk, encoded, splits[:-1], splits[1:]):
+                # char_of[k]: the character byte k of the UTF-8 text belongs to (k = len: the end).
+                lengths = [len(c.encode("utf-8", errors="surrogatepass")) for c in text]
+                char_of = np.append(np.repeat(np.arange(len(text)), lengths), len(text)).tolist()
+                if len(char_of) != len(raw) + 1:
+                    raise TypeError("tokenize_with_char_offsets takes str texts, not bytes")
+                out.append([(vocab[ids[k]], char_of[starts[k]], char_of[ends[k]])
+                            for k in range(a, b)])
+        return out
 
     def split_words(self, texts: Iterable[str | bytes]) -> list[list[str]]:
         """Normalizes texts and splits them into the words WordPiece sees (no vocab used).

@@ -221,6 +221,12 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
                serving_dtype, recorded):
+        if recorded.get("input_format") == "klue":
+            raise saved_model_writer.ExportError(
+                f"{export_dir}: not written: --model_dir was fine-tuned on character-tagged "
+                "data (run_tagger --task_name=klue-ner or --input_format=klue, "
+                f"{files.TRAIN_RESULTS_FILE}); export_tagger serves one tag per "
+                "whitespace-separated word, which would cut its entities at words")
         doc_stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
                                                    "Window stride")
         return export_tagger(model, tokenizer, labels, export_dir, seq_length, version=version,

@@ -95,6 +95,8 @@ def build_fixtures(d: str) -> str:
     _write(p("cls_bad.tsv"), "text\tlabel\nthe man\ta\textra\n")
     # Tagging (CoNLL).
     _write(p("tags.txt"), "the O\nman B-PER\n\njohn B-PER\nwent O\n")
+    # KLUE-NER's character format with a two-character "character" on line 3.
+    _write(p("klue_bad.tsv"), "## g1\t<가나:PS>\n가\tB-PS\n나다\tI-PS\n\n")
     _write(p("tags_bad.txt"), "the O\nman\n")
     # SQuAD.
     squad = json.load(open(os.path.join(TESTDATA, "ft_squad_v1.json")))
@@ -349,6 +351,17 @@ CASES = [
      "--doc_stride=15 must not exceed --max_seq_length=16 - 2"),
     ("run_tagger-max_seq_length=2", "run_tagger", f"{TAG} --max_seq_length=2",
      "--max_seq_length=2 leaves no room for a word"),
+    # KLUE-NER's character format (--task_name=klue-ner, --input_format=klue).
+    ("run_tagger-klue-bad-line", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--input_format=klue --train_file={F}/klue_bad.tsv", "klue_bad.tsv:3: expected one character"),
+    ("run_tagger-klue-conll-file", "run_tagger", f"{TAG} --input_format=klue",
+     "tags.txt:1: expected one character"),
+    ("run_tagger-task_name-unknown", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--task_name=klue-dp --data_dir={F}", "unknown tagging task 'klue-dp'"),
+    ("run_tagger-task_name-no-files", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
+     "--task_name=klue-ner --data_dir={F}", "no klue-ner-v1.1_train.tsv there"),
+    ("run_tagger-task_name-and-train_file", "run_tagger", f"{TAG} --task_name=klue-ner "
+     "--data_dir={F}", "drop --train_file"),
     # run_squad
     *_flag_cases("run_squad", SQ, [
         ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),

@@ -86,7 +86,15 @@ def spy(monkeypatch):
         calls.append((texts, pieces))
         return pieces
 
+    def with_offsets(self, texts):
+        texts = list(texts)
+        units = original_offsets(self, texts)
+        calls.append((texts, [[piece for piece, _, _ in pieces] for pieces in units]))
+        return units
+
+    original_offsets = BertTokenizer.tokenize_with_char_offsets
     monkeypatch.setattr(BertTokenizer, "tokenize", tokenize)
+    monkeypatch.setattr(BertTokenizer, "tokenize_with_char_offsets", with_offsets)
     return calls
 
 
@@ -201,9 +209,10 @@ def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, ref
 
 
 def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
-    """KLUE's NLI, STS and YNAT by --task_name from klue_benchmark/'s layout, and KLUE-MRC's
-    file through run_squad (its question ids are "guid"s), on the Korean model: tokenized
-    as the reference, predictions keyed by KLUE's guids, KLUE-STS scored with its F1."""
+    """KLUE's NLI, STS, YNAT and NER by --task_name from klue_benchmark/'s layout, and
+    KLUE-MRC's file through run_squad (its question ids are "guid"s), on the Korean model:
+    tokenized as the reference, predictions keyed by KLUE's guids, KLUE-STS scored with its
+    F1, KLUE-NER with its entity and character macro F1."""
     from bert_keras.finetuning.regression import KLUE_STS_THRESHOLD, f1_at
 
     klue = os.path.join(TESTDATA, "glue", "klue_benchmark")
@@ -219,6 +228,14 @@ def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     gold = [row["labels"]["real-label"] for row in dev]
     assert results["eval"]["f1"] == f1_at(gold, [p["score"] for p in predicted],
                                           KLUE_STS_THRESHOLD)
+    results = run_tagger.run(task_name="klue-ner", data_dir=klue,
+                             **_common(tmp / "klue-ner", pipeline["run"]))
+    ner_dev = [line.split("\t")[0].split()[1] for line in open(
+        os.path.join(klue, "klue-ner-v1.1", "klue-ner-v1.1_dev.tsv"), encoding="utf-8")
+        if line.startswith("## ")]
+    assert [line.split("\t")[0].split()[1] for line in open(
+        tmp / "klue-ner" / "predictions.tsv", encoding="utf-8") if line.startswith("## ")] == ner_dev
+    assert {"entity_macro_f1", "char_macro_f1"} <= set(results["eval"])
     mrc = os.path.join(TESTDATA, "klue-mrc-v1.1_sample.json")
     results = run_squad.run(train_file=mrc, predict_file=mrc, version_2_with_negative=True,
                             doc_stride=8, max_query_length=8,
@@ -227,7 +244,8 @@ def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     assert sorted(answers) == ["klue-mrc-v1_train_00001", "klue-mrc-v1_train_00002",
                                "klue-mrc-v1_train_00003"]
     assert results["train"]["num_examples"] >= 3
-    assert _assert_matches_reference(spy, reference) >= 2 * (4 + 5 + 3) + 2 * 3
+    # KLUE-NER's sentences (12 + 5) are tokenized whole.
+    assert _assert_matches_reference(spy, reference) >= 2 * (4 + 5 + 3) + 12 + 5 + 2 * 3
 
 
 _KLUE_DIRS = {"klue-nli": "klue-nli-v1.1", "ynat": "ynat-v1.1", "klue-sts": "klue-sts-v1.1"}

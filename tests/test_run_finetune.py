@@ -610,7 +610,8 @@ def _cli(module, *args):
 
 def test_absl_entry_points_reject_bad_flags(tmp_path):
     proc = _cli("bert_keras.run_tagger", "--do_train", f"--output_dir={tmp_path}")
-    assert proc.returncode != 0 and "--train_file is required with --do_train" in proc.stderr
+    assert proc.returncode != 0 and ("--train_file (or --task_name with --data_dir) is required "
+                                     "with --do_train") in proc.stderr
 
 
 @pytest.mark.slow

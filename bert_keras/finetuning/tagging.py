@@ -14,6 +14,12 @@ of the input gets a prediction and is scored once. The default stride is half a 
 `tagging.default_doc_stride`. --doc_stride=0 truncates such sentences instead (as before
 windows): a word cut off has no prediction and is written and scored as
 `tagging.missing_tag` ("O", or "_" for a tag set without "O").
+
+Character-tagged data (KLUE-NER: --task_name=klue-ner, or --input_format=klue with the
+*_file flags) is read by `data_prep.klue_ner`: each sentence is tokenized whole, its
+WordPieces are the units tagged (each with its first character's tag) and go through the
+same windows and head; predictions go back to one tag per character (predictions.tsv, in
+KLUE's format) and are scored by KLUE's entity and character macro F1.
 """
 
 from __future__ import annotations
@@ -27,15 +33,43 @@ from absl import logging
 from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
                                          LabelledFileTask, labels_from_flags)
 from bert_keras.tasks import BertTagger
-from data_prep import files, tagging
+from data_prep import files, klue_ner, tagging
 from data_prep.cli import option
 
 PREDICTIONS_FILE = "predictions.conll"
 
 
 @dataclasses.dataclass(frozen=True)
+class _CharStats:
+    """The stats of character-tagged data (`Features.stats`), with what maps the units'
+    predictions back to characters."""
+
+    tagging: tagging.TaggingStats
+    alignment: klue_ner.AlignmentStats
+    spans: list  # per sentence, the (start, end) characters of each unit
+
+
+KLUE_NER = "klue-ner"
+KLUE_PREDICTIONS_FILE = "predictions.tsv"  # KLUE-NER's format (`data_prep.klue_ner`)
+CONLL, KLUE = "conll", "klue"  # --input_format
+# Flags of the *_file route that --task_name=klue-ner fixes itself.
+_FILE_ROUTE_FLAGS = ("token_column", "tag_column", "label_list_file", "input_format")
+
+
+@dataclasses.dataclass(frozen=True)
 class TaggerOptions:
-    data_dir: str | None = option(None, "Directory the *_file flags are relative to.")
+    task_name: str | None = option(
+        None, "klue-ner: KLUE's named entity recognition, read from --data_dir as KLUE lays "
+        "it out (klue-ner-v1.1_train.tsv; its dev file serves --do_eval and --do_predict), "
+        "tagged per character with KLUE's tags and scored by KLUE's entity and character "
+        "macro F1.")
+    input_format: str = option(
+        CONLL, "conll: one \"word ... tag\" line per word; klue: KLUE-NER's \"character<TAB>"
+        "tag\" lines under \"## <guid>\" lines (each sentence tokenized whole, every "
+        "character tagged, predictions.tsv in the same format).", enum=(CONLL, KLUE))
+    data_dir: str | None = option(None, "Directory the *_file flags are relative to (with "
+                                  "--task_name, the task's directory or KLUE's "
+                                  "klue_benchmark/).")
     train_file: str | None = option(None, "Training data (CoNLL format: word ... tag per line).")
     eval_file: str | None = option(None, "Tagged evaluation data.")
     predict_file: str | None = option(None, "Data to tag (tag column optional).")
@@ -167,13 +201,67 @@ class TaggingTask(LabelledFileTask):
     def options_class(self):
         return TaggerOptions
 
+    @staticmethod
+    def _characters(opts) -> bool:
+        """Whether the data is character-tagged (KLUE-NER's format)."""
+        return bool(opts.task_name) or opts.input_format == KLUE
+
+    def input_flag(self, split):
+        return f"--{split}_file (or --task_name with --data_dir)"
+
+    def input_file(self, split, opts):
+        if not opts.task_name:
+            return super().input_file(split, opts)
+        if not opts.data_dir:
+            raise FinetuneError(f"--task_name={opts.task_name} needs --data_dir (KLUE's "
+                                f"{klue_ner.DIRECTORY}/ or klue_benchmark/ directory)")
+        name = klue_ner.FILES["train" if split == "train" else "dev"]
+        path = os.path.join(opts.data_dir, name)
+        below = os.path.join(opts.data_dir, klue_ner.DIRECTORY, name)
+        if not os.path.isfile(path) and os.path.isfile(below):
+            return below
+        if not os.path.isfile(path):
+            raise FinetuneError(f"--data_dir {opts.data_dir}: no {name} there for the "
+                                f"{KLUE_NER} {split} set (expected {path} or {below})")
+        return path
+
+    def output_files(self, common, opts):
+        names = super().output_files(common, opts)
+        if self._characters(opts):
+            names = [KLUE_PREDICTIONS_FILE if n == PREDICTIONS_FILE else n for n in names]
+        return names
+
+    def result_files(self, common, opts):
+        return super().result_files(common, opts) + [KLUE_PREDICTIONS_FILE, PREDICTIONS_FILE]
+
     def with_defaults(self, common, opts):
+        if opts.task_name:  # recorded as the format it reads
+            opts = dataclasses.replace(opts, input_format=KLUE)
         if opts.doc_stride is None:
             return dataclasses.replace(
                 opts, doc_stride=tagging.default_doc_stride(common.max_seq_length))
         return opts
 
     def validate(self, common, opts):
+        if opts.task_name:
+            if opts.task_name.strip().lower() != KLUE_NER:
+                raise FinetuneError(f"--task_name: unknown tagging task {opts.task_name!r}; "
+                                    f"known: {KLUE_NER} (or --train_file and the other "
+                                    "*_file flags)")
+            if any(getattr(opts, f"{s}_file") for s in ("train", "eval", "predict")):
+                raise FinetuneError("--task_name reads its files from --data_dir; drop "
+                                    "--train_file / --eval_file / --predict_file")
+            given = [f"--{f.name}" for f in dataclasses.fields(opts) if f.name in
+                     _FILE_ROUTE_FLAGS and getattr(opts, f.name) not in (f.default, KLUE)]
+            if given:  # Each would be silently ignored: the task fixes format and tags.
+                raise FinetuneError(f"--task_name={KLUE_NER} reads KLUE's format and tags; "
+                                    f"drop {' / '.join(given)}")
+        elif self._characters(opts):
+            moved = [f"--{name}" for name in ("token_column", "tag_column")
+                     if getattr(opts, name) != TaggerOptions.__dataclass_fields__[name].default]
+            if moved:
+                raise FinetuneError(f"--input_format={KLUE} has no columns to choose (a "
+                                    f"character, a tab, its tag); drop {' / '.join(moved)}")
         room = common.max_seq_length - 2
         if room < 1:
             raise FinetuneError(f"--max_seq_length={common.max_seq_length} leaves no room for "
@@ -188,40 +276,68 @@ class TaggingTask(LabelledFileTask):
                 "or windows would skip words (0 truncates long sentences instead)")
 
     def read(self, path, split, opts):
+        if self._characters(opts):
+            return klue_ner.read_klue_ner(path, has_tags=split != "predict")
         return tagging.read_conll(path, opts.token_column, opts.tag_column,
                                   has_tags=split != "predict")
 
     def given_labels(self, opts):
+        if opts.task_name:
+            return list(klue_ner.KLUE_NER_LABELS)
         return labels_from_flags(None, opts.label_list_file)
 
     def labels_from(self, sentences):
+        if sentences and isinstance(sentences[0], klue_ner.CharSentence):
+            return klue_ner.label_list_from(sentences)
         return tagging.label_list_from(sentences)
 
     def head_dropout(self, opts):
         return opts.tagger_dropout
 
     def convert(self, sentences, tokenizer, labels, common, opts, split):
+        labels = labels if split != "predict" else None
+        spans = alignment = None
+        if self._characters(opts):
+            sentences, spans, alignment = klue_ner.to_units(sentences, tokenizer, labels)
+            logging.info("%s: %s", split, alignment.summary())
         arrays, positions, stats = tagging.convert_sentences(
-            sentences, tokenizer, labels if split != "predict" else None, common.max_seq_length,
-            opts.doc_stride)
+            sentences, tokenizer, labels, common.max_seq_length, opts.doc_stride)
         logging.info("%s: %s", split, stats.summary())
+        if alignment is not None:
+            stats = _CharStats(stats, alignment, spans)
         return Features(arrays, positions, stats)
 
     @staticmethod
     def _counts(stats) -> dict:
         """The conversion's counts, as the results files report them."""
-        return {"num_windows": stats.windows, "doc_stride": stats.doc_stride,
+        counts = {}
+        if isinstance(stats, _CharStats):
+            counts = {"num_characters": stats.alignment.characters,
+                      "num_units": stats.alignment.units,
+                      "entities_cut_by_pieces": stats.alignment.cut_entities}
+            stats = stats.tagging
+        return {**counts, "num_windows": stats.windows, "doc_stride": stats.doc_stride,
                 "split_sentences": stats.split_sentences,
                 "truncated_sentences": stats.truncated_sentences,
                 "truncated_words": stats.truncated_words}
 
     def train_summary(self, features, read_info):
-        return self._counts(features.stats)
+        # input_format: what export_tagger serves (characters or words).
+        return {**self._counts(features.stats),
+                "input_format": KLUE if isinstance(features.stats, _CharStats) else CONLL}
 
     def _tags(self, features, outputs, labels):
         return tagging.predictions_to_tags(outputs["logits"].argmax(-1), features.extra, labels)
 
+    def _char_tags(self, sentences, features, outputs, labels):
+        """Character-tagged data: one predicted tag per character of each sentence."""
+        return [klue_ner.char_tags(s.text, spans, tags) for s, spans, tags in
+                zip(sentences, features.stats.spans, self._tags(features, outputs, labels),
+                    strict=True)]
+
     def evaluate(self, sentences, features, outputs, labels, tokenizer, common, opts):
+        if isinstance(features.stats, _CharStats):
+            return self._evaluate_characters(sentences, features, outputs, labels)
         predicted = self._tags(features, outputs, labels)
         gold = [list(s.tags) for s in sentences]
         stats = features.stats
@@ -237,7 +353,24 @@ class TaggingTask(LabelledFileTask):
                      stats.words)
         return metrics
 
+    def _evaluate_characters(self, sentences, features, outputs, labels):
+        predicted = self._char_tags(sentences, features, outputs, labels)
+        metrics = klue_ner.scores([s.text for s in sentences], [s.tags for s in sentences],
+                                  predicted, labels)
+        metrics.update({"num_sentences": len(sentences), **self._counts(features.stats)})
+        logging.info("eval: entity macro F1 %.4f, character macro F1 %.4f (KLUE's scores; "
+                     "entity micro F1 %.4f, %d non-space characters)", metrics["entity_macro_f1"],
+                     metrics["char_macro_f1"], metrics["entity"]["f1"],
+                     metrics["num_scored_characters"])
+        return metrics
+
     def write_predictions(self, sentences, features, outputs, labels, tokenizer, common, opts):
+        if isinstance(features.stats, _CharStats):
+            files.write_text(os.path.join(common.output_dir, KLUE_PREDICTIONS_FILE),
+                             klue_ner.predictions_text(
+                                 sentences, self._char_tags(sentences, features, outputs,
+                                                            labels)))
+            return {"num_sentences": len(sentences), **self._counts(features.stats)}
         predicted = self._tags(features, outputs, labels)
         files.write_text(os.path.join(common.output_dir, PREDICTIONS_FILE),
                          tagging.predictions_text(sentences, predicted))

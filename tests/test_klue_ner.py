@@ -1,0 +1,302 @@
+"""KLUE-NER: its character format read, sentences made WordPiece units, predictions put back
+on characters, KLUE's scores, and run_tagger end to end (`data_prep.klue_ner`).
+
+The fixture (tests/testdata/glue/klue_benchmark/klue-ner-v1.1/) is hand-written in the layout
+of KLUE v1.1's klue-ner-v1.1_{train,dev}.tsv: each sentence written with KLUE's inline tags
+("<서울시:OG>는 ..."), its header that line and its character lines the tags the markup
+gives (B- on an entity's first character, I- on the rest, O elsewhere); one sentence keeps
+angle brackets of its own ("영화 <세라핀> ... ><"), as NSMC's reviews do. The scores are
+checked against KLUE's baseline definitions run on seqeval (strict IOB2, macro) and
+scikit-learn (character macro F1, zero_division=True).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+from seqeval.metrics import f1_score as seqeval_f1
+from seqeval.scheme import IOB2
+from sklearn.metrics import f1_score as sklearn_f1
+
+from bert_keras import run_tagger
+from bert_keras.encoder import BertEncoder
+from bert_keras.finetuning.runner import FinetuneError
+from conftest import TESTDATA
+from data_prep import klue_ner
+from data_prep.classification import DataError
+from data_prep.tokenization import BertTokenizer
+
+KLUE = os.path.join(TESTDATA, "glue", "klue_benchmark")
+NER = os.path.join(KLUE, klue_ner.DIRECTORY)
+TRAIN = os.path.join(NER, klue_ner.FILES["train"])
+DEV = os.path.join(NER, klue_ner.FILES["dev"])
+INLINE = re.compile(r"<([^<>]*?):([A-Z]{2})>")
+LABELS = list(klue_ner.KLUE_NER_LABELS)
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _vocab(tmp_path, pieces):
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    return _write(tmp_path / "vocab.txt", "\n".join(specials + pieces) + "\n")
+
+
+# --- reading ----------------------------------------------------------------------------
+
+def test_reads_the_fixture_as_klue_lays_it_out():
+    train, dev = klue_ner.read_klue_ner(TRAIN), klue_ner.read_klue_ner(DEV)
+    assert (len(train), len(dev)) == (12, 5)
+    assert train[0].guid == "klue-ner-v1_train_00000_wikitree"
+    assert train[0].where == f"{TRAIN}:1" and train[0].char_line(3) == f"{TRAIN}:5"
+    headers = [line.split("\t", 1)[1] for line in open(TRAIN, encoding="utf-8").read()
+               .splitlines() if line.startswith("## ")]
+    for sentence, header in zip(train, headers, strict=True):
+        # The characters are the header's text without its markup ...
+        assert sentence.text == INLINE.sub(r"\1", header)
+        # ... and their tags its entities, the one with brackets of its own included.
+        assert [(sentence.text[a:b + 1], kind) for kind, a, b in
+                klue_ner.strict_entities(sentence.tags)] == INLINE.findall(header)
+    assert "<세라핀>" in train[5].text and not klue_ner.strict_entities(train[5].tags)
+    assert train[2].tags[train[2].text.index("2018년 3월") + 5] == "I-DT"  # the space
+    assert klue_ner.read_klue_ner(DEV, has_tags=False)[0].tags is None
+
+
+@pytest.mark.parametrize("lines, line, message", [
+    (["## g1\tab", "ab\tO", ""], 2, "expected one character, a tab and its tag"),
+    (["## g1\tab", "a O", ""], 2, "expected one character, a tab and its tag"),
+    (["## g1\tab", "a\t", ""], 2, "expected one character, a tab and its tag"),
+    (["a\tO", ""], 1, "a character line outside a sentence"),
+    (["## g1\ta", "a\tO", "", "b\tO"], 4, "a character line outside a sentence"),
+    (["## g1\tab", "", "## g2\ta", "a\tO"], 1, "sentence 'g1' has no character lines"),
+    (["## \tab", "a\tO"], 1, "got no guid"),
+])
+def test_a_malformed_line_is_refused_naming_file_and_line(tmp_path, lines, line, message):
+    path = _write(tmp_path / "bad.tsv", "\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}:{line}: ") + ".*" + re.escape(message)):
+        klue_ner.read_klue_ner(path)
+
+
+def test_a_header_ends_an_open_sentence_and_crlf_lines_read(tmp_path):
+    path = tmp_path / "crlf.tsv"
+    path.write_bytes("## g1\t<가:PS>\r\n가\tB-PS\r\n## g2\t나 \r\n나\tO\r\n \tO\r\n".encode())
+    g1, g2 = klue_ner.read_klue_ner(str(path))
+    assert (g1.guid, g1.text, g1.tags) == ("g1", "가", ("B-PS",))
+    assert (g2.text, g2.tags, g2.where) == ("나 ", ("O", "O"), f"{path}:3")
+
+
+# --- units ------------------------------------------------------------------------------
+
+def test_units_are_the_pieces_of_the_whole_text_tagged_by_their_first_character(tmp_path):
+    """Hand-computed: "특히 문막휴게소에서 특히서울" with the vocabulary below is
+    특히 | 문막 ##휴게소 ##에서 | 특히서 ##울; "서울" (LC) begins inside "특히서"."""
+    tokenizer = BertTokenizer(_vocab(tmp_path, ["특히", "문막", "##휴게소", "##에서", "특히서",
+                                                "##울", "i", "##\u0307"]), strip_accents=False)
+    text = "특히 문막휴게소에서 특히서울 İ"
+    tags = (["O", "O", "O", "B-LC"] + ["I-LC"] * 4 + ["O"] * 3 + ["O", "O", "B-LC", "I-LC"]
+            + ["O", "B-PS"])
+    sentence = klue_ner.CharSentence("f:1", "g", text, tuple(tags))
+    units, spans, stats = klue_ner.to_units([sentence], tokenizer, LABELS)
+    assert spans == [[(0, 2), (3, 5), (5, 8), (8, 10), (11, 14), (14, 15), (16, 17)]]
+    assert units[0].words == ("특히", "문막", "휴게소", "에서", "특히서", "울", "İ")
+    assert units[0].tags == ("O", "B-LC", "I-LC", "O", "O", "I-LC", "B-PS")
+    # "İ" lowercases to two pieces of one character: one unit, tagged on its first piece.
+    assert units[0].pieces == (("특히",), ("문막",), ("##휴게소",), ("##에서",), ("특히서",),
+                               ("##울",), ("i", "##\u0307"))
+    assert (stats.units, stats.characters, stats.cut_entities, stats.unpieced) == (7, 17, 1, 0)
+    # Back on characters from the units' tags: "서울" begins where its piece begins.
+    back = klue_ner.char_tags(text, spans[0], units[0].tags)
+    assert back[11:15] == ["O", "O", "O", "I-LC"] and back[3:10] == tags[3:10]
+
+
+def test_a_tag_outside_the_label_list_names_its_characters_line(tmp_path):
+    tokenizer = BertTokenizer(_vocab(tmp_path, ["가"]), strip_accents=False)
+    sentence = klue_ner.CharSentence("f.tsv:7", "g", "가가", ("O", "B-XX"))
+    with pytest.raises(DataError, match=r"f.tsv:9: tag 'B-XX' \(character 2 of sentence g\)"):
+        klue_ner.to_units([sentence], tokenizer, LABELS)
+
+
+@pytest.mark.parametrize("spans, unit_tags, expected", [
+    # A space inside "2018년 3월" (DT) continues it; one before a B- does not.
+    ([(0, 4), (4, 5), (6, 7), (7, 8), (9, 10)], ["B-DT", "I-DT", "I-DT", "I-DT", "B-DT"],
+     ["B-DT"] + ["I-DT"] * 7 + ["O", "B-DT"]),
+    # A unit's later characters: I- of its type, O for O; a space after O stays O.
+    ([(0, 3), (4, 6), (6, 8), (9, 10)], ["B-PS", "O", "I-PS", "O"],
+     ["B-PS", "I-PS", "I-PS", "O", "O", "O", "I-PS", "I-PS", "O", "O"]),
+])
+def test_char_tags_hand_computed(spans, unit_tags, expected):
+    assert klue_ner.char_tags("2018년 3월 9", spans, unit_tags) == expected
+
+
+# --- scores -----------------------------------------------------------------------------
+
+def test_strict_entities_hand_computed():
+    tags = ["B-PS", "I-PS", "I-LC", "I-LC", "B-LC", "B-LC", "I-LC", "O", "I-PS", "B-DT"]
+    assert klue_ner.strict_entities(tags) == [("PS", 0, 1), ("LC", 4, 4), ("LC", 5, 6),
+                                              ("DT", 9, 9)]
+
+
+def _klue_baseline(texts, gold, predicted):
+    """KLUE's baseline scoring: seqeval strict IOB2 macro F1 and scikit-learn's character
+    macro F1 over every label, on the non-space characters, sentences apart."""
+    flat_gold, flat_pred, ids_gold, ids_pred = [], [], [], []
+    for text, g, p in zip(texts, gold, predicted):
+        keep = [k for k, ch in enumerate(text) if not ch.isspace()]
+        flat_gold += ["O"] + [g[k] for k in keep] + ["O"]  # as [CLS] and [SEP] part them
+        flat_pred += ["O"] + [p[k] for k in keep] + ["O"]
+        ids_gold += [LABELS.index(g[k]) for k in keep]
+        ids_pred += [LABELS.index(p[k]) for k in keep]
+    entity = seqeval_f1([flat_gold], [flat_pred], average="macro", mode="strict", scheme=IOB2)
+    micro = seqeval_f1([flat_gold], [flat_pred], average="micro", mode="strict", scheme=IOB2)
+    char = sklearn_f1(ids_gold, ids_pred, labels=list(range(len(LABELS))), average="macro",
+                      zero_division=True)
+    return entity, micro, char
+
+
+def test_scores_are_klues_on_random_tags():
+    rng = random.Random(0)
+    for _ in range(100):
+        texts, gold, predicted = [], [], []
+        for _ in range(rng.randint(1, 5)):
+            n = rng.randint(2, 25)
+            texts.append("".join(rng.choice("가나 다A") for _ in range(n)) + "가")
+            gold.append([rng.choice(LABELS[:4] + ["O", "O", "I-DT"]) for _ in range(n)]
+                        + ["B-DT"])
+            predicted.append([rng.choice(LABELS[:4] + ["O", "O", "I-LC"]) for _ in range(n)]
+                             + ["B-LC"])
+        ours = klue_ner.scores(texts, gold, predicted, LABELS)
+        entity, micro, char = _klue_baseline(texts, gold, predicted)
+        assert ours["entity_macro_f1"] == pytest.approx(entity, abs=1e-12)
+        assert ours["entity"]["f1"] == pytest.approx(micro, abs=1e-12)
+        assert ours["char_macro_f1"] == pytest.approx(char, abs=1e-12)
+
+
+def test_predictions_text_reads_back_with_its_entities_inline(tmp_path):
+    sentences = klue_ner.read_klue_ner(DEV)
+    tags = [["O"] * len(s.text) for s in sentences]
+    tags[0][:3] = ["B-PS", "I-PS", "I-PS"]
+    written = klue_ner.predictions_text(sentences, tags)
+    assert written.splitlines()[0] == (f"## {sentences[0].guid}\t<이순신:PS> 장군 동상은 "
+                                       "광화문에 있다.")
+    again = klue_ner.read_klue_ner(_write(tmp_path / "p.tsv", written))
+    assert [(s.guid, s.text, list(s.tags)) for s in again] == \
+        [(s.guid, s.text, t) for s, t in zip(sentences, tags)]
+
+
+# --- run_tagger ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A vocabulary learned on the fixture's text (real WordPieces, "##" continuations, some
+    pieces running past an entity's end) and a small random encoder of its size."""
+    tmp = tmp_path_factory.mktemp("klue_ner")
+    text = tmp / "text.txt"
+    text.write_text("\n".join(s.text for path in (TRAIN, DEV)
+                              for s in klue_ner.read_klue_ner(path)) + "\n", encoding="utf-8")
+    vocab = tmp / "vocab" / "vocab.txt"
+    subprocess.run([sys.executable, "-m", "data_prep.build_vocab", f"--input={text}",
+                    f"--output={vocab}", "--vocab_size=400", "--layout=compact",
+                    "--min_frequency=1", "--strip_accents=false"], check=True,
+                   capture_output=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    size = sum(1 for _ in open(vocab, encoding="utf-8"))
+    encoder = tmp / "encoder.keras"
+    BertEncoder(vocab_size=size, num_layers=2, hidden_size=32, num_heads=2,
+                intermediate_size=64, max_sequence_length=64).save(str(encoder))
+    return {"vocab": str(vocab), "encoder": str(encoder)}
+
+
+def _common(model, output_dir, **overrides):
+    values = dict(vocab_file=model["vocab"], init_checkpoint=model["encoder"],
+                  bert_config_file=None, output_dir=str(output_dir), do_train=True,
+                  do_eval=True, do_predict=True, max_seq_length=32, train_batch_size=4,
+                  eval_batch_size=8, learning_rate=3e-3, num_train_epochs=40.0, seed=1,
+                  jit_compile=False)
+    values.update(overrides)
+    return values
+
+
+@pytest.fixture(scope="module")
+def klue_run(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("klue_run") / "ner"
+    return out, run_tagger.run(task_name="KLUE-NER", data_dir=KLUE, **_common(model, out))
+
+
+def test_run_tagger_trains_scores_and_predicts_klue_ner_by_task_name(klue_run):
+    out, results = klue_run
+    assert open(out / "labels.txt", encoding="utf-8").read().split() == LABELS
+    assert sorted(os.listdir(out)) == sorted([
+        "bert_config.json", "eval_results.json", "labels.txt", "logs", "model.keras",
+        "predict_results.json", "predictions.tsv", "tokenizer_config.json",
+        "train_results.json", "vocab.txt"])
+    assert results["train"]["input_format"] == "klue"
+    assert results["train"]["num_characters"] == sum(
+        len(s.text) for s in klue_ner.read_klue_ner(TRAIN))
+    # The predictions file is KLUE's format over the dev set's own sentences ...
+    dev = klue_ner.read_klue_ner(DEV)
+    predicted = klue_ner.read_klue_ner(str(out / "predictions.tsv"))
+    assert [(p.guid, p.text) for p in predicted] == [(s.guid, s.text) for s in dev]
+    # ... and the scores are KLUE's baseline's on it.
+    entity, micro, char = _klue_baseline([s.text for s in dev], [s.tags for s in dev],
+                                         [p.tags for p in predicted])
+    metrics = json.load(open(out / "eval_results.json"))
+    assert metrics["entity_macro_f1"] == pytest.approx(entity, abs=1e-12)
+    assert metrics["entity"]["f1"] == pytest.approx(micro, abs=1e-12)
+    assert metrics["char_macro_f1"] == pytest.approx(char, abs=1e-12)
+    assert metrics["num_scored_characters"] == sum(not ch.isspace() for s in dev for ch in s.text)
+    assert metrics["num_characters"] == sum(len(s.text) for s in dev)
+
+
+def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
+    """The *_file route with --input_format=klue: after training, the model tags its own
+    training sentences far above chance (a model tagging everything "O" scores a character
+    macro F1 of about 1/13), and an evaluation-only rerun reads the same scores."""
+    out = tmp_path / "own"
+    results = run_tagger.run(input_format="klue", train_file=TRAIN, eval_file=TRAIN,
+                             **_common(model, out, do_predict=False))
+    assert results["eval"]["char_macro_f1"] > 0.8
+    assert results["eval"]["entity_macro_f1"] > 0.4
+    assert results["eval"]["entities_cut_by_pieces"] >= 1  # "서울시는" as "서", "##울시는"
+    again = run_tagger.run(input_format="klue", eval_file=TRAIN, **_common(
+        model, tmp_path / "again", init_checkpoint=str(out), do_train=False, do_predict=False,
+        max_seq_length=None))
+    assert again["eval"]["char_macro_f1"] == pytest.approx(results["eval"]["char_macro_f1"])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(task_name="klue-ner", data_dir=KLUE, train_file=TRAIN),
+     "--task_name reads its files from --data_dir; drop --train_file"),
+    (dict(task_name="klue-ner", data_dir=KLUE, token_column=1),
+     "--task_name=klue-ner reads KLUE's format and tags; drop --token_column"),
+    (dict(task_name="klue-re", data_dir=KLUE), "unknown tagging task 'klue-re'"),
+    (dict(task_name="klue-ner"), "--task_name=klue-ner needs --data_dir"),
+    (dict(task_name="klue-ner", data_dir=TESTDATA), "no klue-ner-v1.1_train.tsv there"),
+    (dict(input_format="klue", train_file=TRAIN, tag_column=1),
+     "--input_format=klue has no columns to choose"),
+])
+def test_bad_klue_flags_are_refused_in_one_line(tmp_path, model, flags, message):
+    with pytest.raises(FinetuneError, match=re.escape(message)):
+        run_tagger.run(**_common(model, tmp_path / "out", do_eval=False, do_predict=False),
+                       **flags)
+    assert not os.path.exists(tmp_path / "out" / "model.keras")
+
+
+def test_export_tagger_refuses_a_character_tagged_model(klue_run, tmp_path):
+    """export_tagger tags whitespace-separated words: a KLUE-NER model's entities end inside
+    words ("서울시는"), so it refuses the model in one line and writes nothing."""
+    out, _ = klue_run
+    proc = subprocess.run([sys.executable, "-m", "export.export_tagger", f"--model_dir={out}",
+                           f"--export_dir={tmp_path / 'export'}"], capture_output=True,
+                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
+    assert proc.returncode != 0
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "fine-tuned on character-tagged data" in error[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "export")

@@ -16,7 +16,7 @@ seqeval-style entity precision/recall/F1), predictions.conll ("word predicted_ta
 predict_results.json (counts, seconds, examples/s).
 
 KLUE-NER (character tags): --task_name=klue-ner --data_dir=klue_benchmark reads KLUE's
-klue-ner-v1.1 files; --input_format=klue reads other files in that format through the
+klue-ner-v1.1 files; --tag_format=klue reads other files in that format through the
 *_file flags. Each sentence is tokenized whole and every WordPiece tagged with its first
 character's tag; predictions.tsv is in KLUE's format and eval_results.json has KLUE's
 entity and character macro F1 (`data_prep.klue_ner`).

@@ -27,6 +27,22 @@ tag "" and tag_id -1, probabilities 0):
                    -> words string [batch, W], tags string [batch, W], tag_ids int32
                    [batch, W], probabilities float32 [batch, W, C], num_words int32 [batch]
   words            words: string [batch, W'] (pad rows at the end with "") -> the same
+
+A tagger fine-tuned on character-tagged data (run_tagger --task_name=klue-ner or
+--tag_format=klue; train_results.json says tag_format "klue") is served as it was
+trained (`data_prep.klue_ner`): the text is tokenized whole and every WordPiece unit tagged
+(pieces of one character are one unit), in the same windows; the entities are read from
+the units' tags by seqeval's strict IOB2 rule and returned as the text's own characters,
+the characters between two units of one entity (a space) included, so they are the
+entities of run_tagger's predictions.tsv. One signature (U = the most units of a row, E =
+the most entities; offsets count Unicode characters of the text, end exclusive; padding
+"", -1 and 0):
+  serving_default  text: string [batch] -> units string [batch, U] (each unit's
+                   characters), unit_starts, unit_ends int32 [batch, U], tags string
+                   [batch, U], tag_ids int32 [batch, U], probabilities float32 [batch, U, C],
+                   num_units int32 [batch], entities string [batch, E], entity_types string
+                   [batch, E] ("PS", ...), entity_starts, entity_ends int32 [batch, E],
+                   num_entities int32 [batch]
 """
 
 from __future__ import annotations
@@ -45,7 +61,7 @@ from data_prep import tf_logging
 tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
 from absl import flags, logging
 
-from data_prep import tokenizer_config
+from data_prep import tokenizer_config, tokenization
 from data_prep import files
 from data_prep.tagging import default_doc_stride
 from export import doc_windows, request_checks, saved_model_writer, task_export
@@ -58,10 +74,17 @@ WHITESPACE = (r"[\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x
               r"\x{2029}\x{202f}\x{205f}\x{3000}]+")
 
 
+def _repeats(rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+    """bool [n]: whether element i has the row and the value of element i - 1."""
+    same = tf.concat([[False], (rows[1:] == rows[:-1]) & (values[1:] == values[:-1])], axis=0)
+    return same[:tf.size(rows)]  # [False] alone for n = 0 would be one too many
+
+
 class TaggerModule(tf.Module):
     """Root object: preprocessor + fine-tuned BertTagger + tag names."""
 
-    def __init__(self, preprocessor: PreprocessorModule, tagger, labels, doc_stride: int = 0):
+    def __init__(self, preprocessor: PreprocessorModule, tagger, labels, doc_stride: int = 0,
+                 characters: bool = False):
         super().__init__()
         if len(labels) != tagger.num_classes:
             raise saved_model_writer.ExportError(
@@ -72,9 +95,17 @@ class TaggerModule(tf.Module):
                 f"--doc_stride={doc_stride} must be 0 (truncate) to --max_seq_length - 2 "
                 f"({room}), as run_tagger's")
         self.doc_stride = doc_stride
+        self.characters = characters
         self.preprocessor = preprocessor
         self.tagger = saved_model_writer.Untracked(tagger)
         self.labels = tf.constant(list(labels), tf.string)
+        # Entities of character-tagged models, by seqeval's strict IOB2 rule: each tag's
+        # entity type (an index into `types`, -1 for "O" and other tags) and B/I prefix.
+        types = sorted({t[2:] for t in labels if t.startswith(("B-", "I-"))})
+        self.types = tf.constant(types or [""], tf.string)
+        self.kind = tf.constant([types.index(t[2:]) if t.startswith(("B-", "I-")) else -1
+                                 for t in labels], tf.int32)
+        self.begins = tf.constant([t.startswith("B-") for t in labels], tf.bool)
 
     def _tag(self, words: tf.RaggedTensor):
         """words: string RaggedTensor [B, (W)] -> the output dict."""
@@ -136,6 +167,93 @@ class TaggerModule(tf.Module):
             tf.stack([size, tf.shape(logits, out_type=tf.int64)[2]]))  # [T_all, C]
         return tf.gather(piece_logits, first)
 
+    def _tag_characters(self, text: tf.Tensor):
+        """A character-tagged model's request (`data_prep.klue_ner`): text [B] -> each
+        WordPiece unit's tag and characters, and the entities."""
+        pre = self.preprocessor
+        pieces, starts, ends = pre.tokenizer.tokenize_with_offsets(text)  # [B, (T)], bytes
+        rows = pieces.value_rowids()  # [T]
+        flat_starts = starts.flat_values
+        # A unit: a piece whose first character no earlier piece of its row began at (the
+        # pieces of one character, as "İ" lowercased, are one unit, read at its first).
+        shared = _repeats(rows, flat_starts)
+        first = tf.boolean_mask(tf.range(tf.size(rows, out_type=tf.int64)), ~shared)  # [N]
+        unit_rows = tf.gather(rows, first)  # [N]
+        if self.doc_stride:
+            unit_logits = self._windowed_logits(pieces, first)
+            kept = tf.ones_like(first, tf.bool)
+        else:
+            _, inputs = pre.encoder_inputs([pieces])  # [B, L] each
+            logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
+            position = first - tf.gather(pieces.row_starts(), unit_rows)
+            kept = position < pre.seq_length - 2  # its piece survived truncation
+            unit_logits = tf.gather_nd(logits, tf.stack(
+                [unit_rows, tf.where(kept, position + 1, 0)], axis=1))  # [N, C]
+        probabilities = tf.where(kept[:, None], tf.nn.softmax(unit_logits, axis=-1), 0.0)
+        tag_ids = tf.where(kept, tf.argmax(unit_logits, axis=-1, output_type=tf.int32), -1)
+        tags = tf.where(kept, tf.gather(self.labels, tf.maximum(tag_ids, 0)), "")
+        begin, end = tf.gather(flat_starts, first), tf.gather(ends.flat_values, first)  # bytes
+        # Entities, strict IOB2 over the units (the characters between two units of one
+        # entity, a space in "2018년 3월", belong to it): a B-X starts one, the I-X units
+        # after it continue it; an I-X with no B-X before it in its run of X units, none.
+        kind = tf.where(kept, tf.gather(self.kind, tf.maximum(tag_ids, 0)), -1)  # [N]
+        opens = kept & tf.gather(self.begins, tf.maximum(tag_ids, 0))  # [N]
+        same_run = _repeats(unit_rows, kind) & (kind >= 0)
+        run = tf.cumsum(tf.cast(~same_run, tf.int64)) - 1  # [N]
+        opened = tf.cumsum(tf.cast(opens, tf.int64))  # [N] entities begun up to here
+        before_run = tf.gather(tf.boolean_mask(opened - tf.cast(opens, tf.int64), ~same_run),
+                               run)  # [N] entities begun before the unit's run
+        inside = (kind >= 0) & (opened > before_run)
+        count = tf.reduce_sum(tf.cast(opens, tf.int64))
+        entity_rows = tf.boolean_mask(unit_rows, opens)  # [E]
+        entity_begin = tf.boolean_mask(begin, opens)
+        entity_end = tf.math.unsorted_segment_max(
+            tf.boolean_mask(end, inside), tf.boolean_mask(opened - 1, inside), count)
+        entity_text = tf.strings.unicode_transcode(
+            tf.strings.substr(tf.gather(text, entity_rows), entity_begin,
+                              entity_end - entity_begin), "UTF-8", "UTF-8", errors="replace")
+        # Offsets in characters of the text as a client decodes it (invalid UTF-8 replaced).
+        stops = tokenization.character_stops(text)
+
+        def chars(at, at_rows):
+            offset = at_rows * tokenization.ROW
+            return tf.cast(tf.searchsorted(stops, offset + at, out_type=tf.int64)
+                           - tf.searchsorted(stops, offset, out_type=tf.int64), tf.int32)
+
+        nrows = pieces.nrows()
+
+        def per_unit(values, default):
+            return tf.RaggedTensor.from_value_rowids(values, unit_rows, nrows).to_tensor(
+                default_value=default)
+
+        def per_entity(values, default):
+            return tf.RaggedTensor.from_value_rowids(values, entity_rows, nrows).to_tensor(
+                default_value=default)
+
+        return {
+            "units": per_unit(tf.strings.unicode_transcode(
+                tf.strings.substr(tf.gather(text, unit_rows), begin, end - begin), "UTF-8",
+                "UTF-8", errors="replace"), ""),
+            "unit_starts": per_unit(chars(begin, unit_rows), -1),
+            "unit_ends": per_unit(chars(end, unit_rows), -1),
+            "tags": per_unit(tags, ""),
+            "tag_ids": per_unit(tag_ids, -1),
+            "probabilities": per_unit(probabilities, 0.0),  # [B, U, C]
+            "num_units": tf.cast(tf.math.bincount(tf.cast(unit_rows, tf.int32),
+                                                  minlength=tf.cast(nrows, tf.int32)), tf.int32),
+            "entities": per_entity(entity_text, ""),
+            "entity_types": per_entity(tf.gather(self.types, tf.boolean_mask(kind, opens)), ""),
+            "entity_starts": per_entity(chars(entity_begin, entity_rows), -1),
+            "entity_ends": per_entity(chars(entity_end, entity_rows), -1),
+            "num_entities": tf.cast(tf.math.bincount(tf.cast(entity_rows, tf.int32),
+                                                     minlength=tf.cast(nrows, tf.int32)),
+                                    tf.int32),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve_characters(self, text):
+        return self._tag_characters(request_checks.texts(text))
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
         # Words as Python's str.split() makes them (the CoNLL reader's): tf.strings.split
@@ -151,7 +269,8 @@ class TaggerModule(tf.Module):
 
 def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
                   version: int | None = None, buckets=None,
-                  serving_dtype: str = "float32", doc_stride: int | None = None) -> str:
+                  serving_dtype: str = "float32", doc_stride: int | None = None,
+                  characters: bool = False) -> str:
     """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -165,6 +284,9 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
       doc_stride: run_tagger's --doc_stride, 1 to seq_length - 2: a request longer than one
         window is tagged in windows this many sub-tokens apart; 0 truncates it; None: half a
         window (`data_prep.tagging.default_doc_stride`), run_tagger's default.
+      characters: the tagger was fine-tuned on character-tagged data (run_tagger
+        --task_name=klue-ner or --tag_format=klue): the export tags the text's WordPieces
+        and returns its entities with character offsets (module docstring).
     """
     from bert_keras import tasks
 
@@ -179,24 +301,32 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
                                  length_flag="--max_seq_length")
         if doc_stride is None:
             doc_stride = default_doc_stride(seq_length)
-        module = TaggerModule(pre, tagger, labels, doc_stride)
-        signatures = {
-            "serving_default": module.serve.get_concrete_function(),
-            "words": module.serve_words.get_concrete_function(),
-        }
+        module = TaggerModule(pre, tagger, labels, doc_stride, characters)
         texts = np.array(WARMUP_TEXTS, dtype=object)
-        words = np.array([["Hello", "world", "!"], ["naïve", "", ""]], dtype=object)
-        warmup = [
-            ("serving_default", {"text": texts[:1]}),
-            ("serving_default", {"text": texts}),
-            ("words", {"words": words}),
-            # Longer than one window: the windowed path (or the truncation) runs too.
-            ("serving_default", {"text": np.array([" ".join(["hello"] * seq_length)] * 2,
-                                                  dtype=object)}),
-        ]
-        for (text,) in pre.warmup_texts(1):  # every bucket, on both signatures
-            warmup += [("serving_default", {"text": np.array([text], dtype=object)}),
-                       ("words", {"words": np.array([text.split() or [""]], dtype=object)})]
+        # Longer than one window: the windowed path (or the truncation) runs too.
+        long = np.array([" ".join(["hello"] * seq_length)] * 2, dtype=object)
+        if characters:
+            signatures = {"serving_default": module.serve_characters.get_concrete_function()}
+            warmup = [("serving_default", {"text": texts[:1]}),
+                      ("serving_default", {"text": texts}),
+                      ("serving_default", {"text": long})]
+            warmup += [("serving_default", {"text": np.array([text], dtype=object)})
+                       for (text,) in pre.warmup_texts(1)]  # every bucket
+        else:
+            signatures = {
+                "serving_default": module.serve.get_concrete_function(),
+                "words": module.serve_words.get_concrete_function(),
+            }
+            words = np.array([["Hello", "world", "!"], ["naïve", "", ""]], dtype=object)
+            warmup = [
+                ("serving_default", {"text": texts[:1]}),
+                ("serving_default", {"text": texts}),
+                ("words", {"words": words}),
+                ("serving_default", {"text": long}),
+            ]
+            for (text,) in pre.warmup_texts(1):  # every bucket, on both signatures
+                warmup += [("serving_default", {"text": np.array([text], dtype=object)}),
+                           ("words", {"words": np.array([text.split() or [""]], dtype=object)})]
         # Its outputs are as wide as a batch's longest row: TF Serving could not concatenate
         # the pieces of a request split across batches (`batching_parameters`).
         task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets,
@@ -221,16 +351,16 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
                serving_dtype, recorded):
-        if recorded.get("input_format") == "klue":
-            raise saved_model_writer.ExportError(
-                f"{export_dir}: not written: --model_dir was fine-tuned on character-tagged "
-                "data (run_tagger --task_name=klue-ner or --input_format=klue, "
-                f"{files.TRAIN_RESULTS_FILE}); export_tagger serves one tag per "
-                "whitespace-separated word, which would cut its entities at words")
         doc_stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
                                                    "Window stride")
+        characters = recorded.get("tag_format") == "klue"
+        if characters:
+            logging.info("Character-tagged model (%s: tag_format klue): the export tags "
+                         "the text's WordPieces and returns entities with character offsets",
+                         files.TRAIN_RESULTS_FILE)
         return export_tagger(model, tokenizer, labels, export_dir, seq_length, version=version,
-                             buckets=buckets, serving_dtype=serving_dtype, doc_stride=doc_stride)
+                             buckets=buckets, serving_dtype=serving_dtype, doc_stride=doc_stride,
+                             characters=characters)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
                            export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND,

@@ -351,10 +351,10 @@ CASES = [
      "--doc_stride=15 must not exceed --max_seq_length=16 - 2"),
     ("run_tagger-max_seq_length=2", "run_tagger", f"{TAG} --max_seq_length=2",
      "--max_seq_length=2 leaves no room for a word"),
-    # KLUE-NER's character format (--task_name=klue-ner, --input_format=klue).
+    # KLUE-NER's character format (--task_name=klue-ner, --tag_format=klue).
     ("run_tagger-klue-bad-line", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
-     "--input_format=klue --train_file={F}/klue_bad.tsv", "klue_bad.tsv:3: expected one character"),
-    ("run_tagger-klue-conll-file", "run_tagger", f"{TAG} --input_format=klue",
+     "--tag_format=klue --train_file={F}/klue_bad.tsv", "klue_bad.tsv:3: expected one character"),
+    ("run_tagger-klue-conll-file", "run_tagger", f"{TAG} --tag_format=klue",
      "tags.txt:1: expected one character"),
     ("run_tagger-task_name-unknown", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
      "--task_name=klue-dp --data_dir={F}", "unknown tagging task 'klue-dp'"),

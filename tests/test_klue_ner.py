@@ -236,7 +236,7 @@ def test_run_tagger_trains_scores_and_predicts_klue_ner_by_task_name(klue_run):
         "bert_config.json", "eval_results.json", "labels.txt", "logs", "model.keras",
         "predict_results.json", "predictions.tsv", "tokenizer_config.json",
         "train_results.json", "vocab.txt"])
-    assert results["train"]["input_format"] == "klue"
+    assert results["train"]["tag_format"] == "klue"
     assert results["train"]["num_characters"] == sum(
         len(s.text) for s in klue_ner.read_klue_ner(TRAIN))
     # The predictions file is KLUE's format over the dev set's own sentences ...
@@ -255,16 +255,16 @@ def test_run_tagger_trains_scores_and_predicts_klue_ner_by_task_name(klue_run):
 
 
 def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
-    """The *_file route with --input_format=klue: after training, the model tags its own
+    """The *_file route with --tag_format=klue: after training, the model tags its own
     training sentences far above chance (a model tagging everything "O" scores a character
     macro F1 of about 1/13), and an evaluation-only rerun reads the same scores."""
     out = tmp_path / "own"
-    results = run_tagger.run(input_format="klue", train_file=TRAIN, eval_file=TRAIN,
+    results = run_tagger.run(tag_format="klue", train_file=TRAIN, eval_file=TRAIN,
                              **_common(model, out, do_predict=False))
     assert results["eval"]["char_macro_f1"] > 0.8
     assert results["eval"]["entity_macro_f1"] > 0.4
     assert results["eval"]["entities_cut_by_pieces"] >= 1  # "서울시는" as "서", "##울시는"
-    again = run_tagger.run(input_format="klue", eval_file=TRAIN, **_common(
+    again = run_tagger.run(tag_format="klue", eval_file=TRAIN, **_common(
         model, tmp_path / "again", init_checkpoint=str(out), do_train=False, do_predict=False,
         max_seq_length=None))
     assert again["eval"]["char_macro_f1"] == pytest.approx(results["eval"]["char_macro_f1"])
@@ -278,8 +278,8 @@ def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
     (dict(task_name="klue-re", data_dir=KLUE), "unknown tagging task 'klue-re'"),
     (dict(task_name="klue-ner"), "--task_name=klue-ner needs --data_dir"),
     (dict(task_name="klue-ner", data_dir=TESTDATA), "no klue-ner-v1.1_train.tsv there"),
-    (dict(input_format="klue", train_file=TRAIN, tag_column=1),
-     "--input_format=klue has no columns to choose"),
+    (dict(tag_format="klue", train_file=TRAIN, tag_column=1),
+     "--tag_format=klue has no columns to choose"),
 ])
 def test_bad_klue_flags_are_refused_in_one_line(tmp_path, model, flags, message):
     with pytest.raises(FinetuneError, match=re.escape(message)):
@@ -288,15 +288,88 @@ def test_bad_klue_flags_are_refused_in_one_line(tmp_path, model, flags, message)
     assert not os.path.exists(tmp_path / "out" / "model.keras")
 
 
-def test_export_tagger_refuses_a_character_tagged_model(klue_run, tmp_path):
-    """export_tagger tags whitespace-separated words: a KLUE-NER model's entities end inside
-    words ("서울시는"), so it refuses the model in one line and writes nothing."""
+def _entities(sentence, tags):
+    return [(sentence.text[a:b + 1], kind, a, b + 1) for kind, a, b in
+            klue_ner.strict_entities(tags)]
+
+
+def _served(outputs, row):
+    n = int(outputs["num_entities"][row])
+    return [(outputs["entities"][row, j].numpy().decode(),
+             outputs["entity_types"][row, j].numpy().decode(),
+             int(outputs["entity_starts"][row, j]), int(outputs["entity_ends"][row, j]))
+            for j in range(n)]
+
+
+@pytest.mark.parametrize("seq_length, stride", [(32, 15), (12, 3), (12, 0)])
+def test_the_tagger_export_answers_as_run_tagger_predicts(klue_run, model, tmp_path,
+                                                          seq_length, stride):
+    """A character-tagged model's export (`TaggerModule(characters=True)`): on the dev
+    sentences, its units are `to_units`' (the same characters), each unit's tag is the one
+    run_tagger wrote on the unit's first character, and its entities are those of
+    predictions.tsv, in windows (S = 12: every sentence split) and truncated (stride 0)."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from bert_keras.tasks import BertTagger
+    from export import task_export
+    from export.export_preprocessor import PreprocessorModule
+    from export.export_tagger import TaggerModule
+
+    out, _ = klue_run
+    predicted = tmp_path / "predicted"
+    run_tagger.run(tag_format="klue", predict_file=DEV, **_common(
+        model, predicted, init_checkpoint=str(out), do_train=False, do_eval=False,
+        max_seq_length=seq_length, doc_stride=stride))
+    written = klue_ner.read_klue_ner(str(predicted / "predictions.tsv"))
+    tagger, labels, tokenizer = task_export.load_task_dir(str(out), BertTagger, "run_tagger", {})
+    dev = klue_ner.read_klue_ner(DEV)
+    _, spans, _ = klue_ner.to_units(dev, tokenizer, None)
+    with tempfile.TemporaryDirectory() as assets:
+        pre = PreprocessorModule(tokenizer, seq_length, assets, None, pairs=False,
+                                 length_flag="--max_seq_length")
+        module = TaggerModule(pre, tagger, labels, doc_stride=stride, characters=True)
+        got = module.serve_characters(tf.constant([s.text for s in dev]))
+    for row, (sentence, predicted_sentence) in enumerate(zip(dev, written)):
+        n = int(got["num_units"][row])
+        assert n == len(spans[row])
+        assert list(zip(got["unit_starts"][row, :n].numpy(), got["unit_ends"][row, :n].numpy())) \
+            == spans[row]
+        tags = [t.decode() or "O" for t in got["tags"][row, :n].numpy()]  # "": truncated
+        assert tags == [predicted_sentence.tags[a] for a, _ in spans[row]], row
+        assert _served(got, row) == _entities(sentence, predicted_sentence.tags), row
+    if stride == 0:
+        assert any(t == b"" for t in got["tags"].numpy().ravel())
+
+
+@pytest.mark.integration  # the export CLI, verify and the TF 2.12 process: ~1.5 min
+def test_export_tagger_serves_a_klue_model_by_itself(klue_run, tmp_path):
+    """export_tagger takes the character route from the run's train_results.json: one
+    signature, text in, entities out as predictions.tsv has them; it verifies, and stock
+    TF Serving's TensorFlow 2.12.1 + tensorflow-text 2.12.1 give the same units and
+    entities."""
+    import tensorflow as tf
+
+    from export.verify import verify
+    from test_length_buckets import in_tf212
+
     out, _ = klue_run
     proc = subprocess.run([sys.executable, "-m", "export.export_tagger", f"--model_dir={out}",
                            f"--export_dir={tmp_path / 'export'}"], capture_output=True,
                           text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
-    assert proc.returncode != 0
-    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "fine-tuned on character-tagged data" in error[0], proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not os.path.exists(tmp_path / "export")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = tf.saved_model.load(str(tmp_path / "export" / "1"))
+    assert list(loaded.signatures) == ["serving_default"]
+    dev = klue_ner.read_klue_ner(DEV)
+    written = klue_ner.read_klue_ner(str(out / "predictions.tsv"))
+    got = loaded.signatures["serving_default"](text=tf.constant([s.text for s in dev]))
+    expected = [_entities(s, p.tags) for s, p in zip(dev, written)]
+    assert [_served(got, row) for row in range(len(dev))] == expected
+    assert sum(map(len, expected)) >= 5  # the comparison has entities to compare
+    path = str(tmp_path / "export" / "1")
+    assert verify(path).ok
+    texts = [s.text for s in dev]
+    for output in ("tag_ids", "entity_starts", "entity_ends"):
+        stock = in_tf212(tmp_path, path, texts, output)
+        assert stock["all"] == got[output].numpy().tolist(), output

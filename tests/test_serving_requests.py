@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from bert_keras import BertEncoder
 from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagger
+from data_prep.klue_ner import KLUE_NER_LABELS
 from doc_pages import doc_texts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +51,8 @@ def test_readme_has_the_request_bodies():
             ("spam", "classify", "serve_examples"), ("bert_preprocess", "predict",
             "serving_default"), ("bert_encoder", "predict", "serving_default"),
             ("clf", "predict", "serving_default"), ("ner", "predict", "serving_default"),
-            ("ner", "predict", "words"), ("squad", "predict", "serving_default"),
+            ("ner", "predict", "words"), ("klue_ner", "predict", "serving_default"),
+            ("squad", "predict", "serving_default"),
             ("stsb", "predict", "pair"), ("stsb", "regress", "serve_examples")} <= kinds
 
 
@@ -119,6 +121,9 @@ def served(tmp_path_factory):
                                  str(tmp / "clf"), seq_length=16),
         "ner": lambda: export_tagger(BertTagger(encoder, 3), tokenizer, ["O", "B-PER", "I-PER"],
                              str(tmp / "ner"), seq_length=16),
+        "klue_ner": lambda: export_tagger(BertTagger(encoder, len(KLUE_NER_LABELS)), tokenizer,
+                                  KLUE_NER_LABELS, str(tmp / "klue_ner"), seq_length=16,
+                                  characters=True),
         "squad": lambda: export_span_qa(BertSpanQA(encoder), tokenizer, str(tmp / "squad"),
                                 seq_length=16),
         "stsb": lambda: export_regressor(BertRegressor(encoder), tokenizer, str(tmp / "stsb"),
@@ -146,7 +151,8 @@ def _request_cases():
     export takes about a minute here too)."""
     cases = []
     for index, (model, verb, _) in enumerate(readme_requests()):
-        marks = [pytest.mark.slow if model in ("ner", "squad") else pytest.mark.integration]
+        marks = [pytest.mark.slow if model in ("ner", "klue_ner", "squad")
+                 else pytest.mark.integration]
         cases.append(pytest.param(index, marks=marks, id=f"{index}-{model}-{verb}"))
     return cases
 
@@ -154,7 +160,7 @@ def _request_cases():
 @pytest.mark.parametrize("index", _request_cases())
 def test_readme_request_runs_on_the_export(served, index):
     requests = readme_requests()
-    assert len(requests) == 13, "update the parametrization to the documentation's request count"
+    assert len(requests) == 14, "update the parametrization to the documentation's request count"
     model, verb, body = requests[index]
     signature = served[model].signatures[body.get("signature_name", "serving_default")]
     specs = signature.structured_input_signature[1]
@@ -183,6 +189,10 @@ def test_readme_request_runs_on_the_export(served, index):
         words = [len((i.get("words") or i["text"].split())) for i in body["instances"]]
         assert outputs["tags"].shape == (batch, max(words))
         assert set(outputs["tags"].astype(str).ravel()) <= {"O", "B-PER", "I-PER"}
+    if model == "klue_ner":  # a tag per WordPiece unit, entities with character offsets
+        assert outputs["tags"].shape == outputs["unit_starts"].shape
+        assert set(outputs["tags"].astype(str).ravel()) <= set(KLUE_NER_LABELS) | {""}
+        assert outputs["entities"].shape == outputs["entity_starts"].shape
     if model == "squad":
         assert outputs["start_logits"].shape == outputs["end_logits"].shape == (batch, 16)
         assert (outputs["answer_end"] >= outputs["answer_start"]).all()

@@ -15,7 +15,7 @@ of the input gets a prediction and is scored once. The default stride is half a 
 windows): a word cut off has no prediction and is written and scored as
 `tagging.missing_tag` ("O", or "_" for a tag set without "O").
 
-Character-tagged data (KLUE-NER: --task_name=klue-ner, or --input_format=klue with the
+Character-tagged data (KLUE-NER: --task_name=klue-ner, or --tag_format=klue with the
 *_file flags) is read by `data_prep.klue_ner`: each sentence is tokenized whole, its
 WordPieces are the units tagged (each with its first character's tag) and go through the
 same windows and head; predictions go back to one tag per character (predictions.tsv, in
@@ -51,9 +51,9 @@ class _CharStats:
 
 KLUE_NER = "klue-ner"
 KLUE_PREDICTIONS_FILE = "predictions.tsv"  # KLUE-NER's format (`data_prep.klue_ner`)
-CONLL, KLUE = "conll", "klue"  # --input_format
+CONLL, KLUE = "conll", "klue"  # --tag_format
 # Flags of the *_file route that --task_name=klue-ner fixes itself.
-_FILE_ROUTE_FLAGS = ("token_column", "tag_column", "label_list_file", "input_format")
+_FILE_ROUTE_FLAGS = ("token_column", "tag_column", "label_list_file", "tag_format")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,10 +63,11 @@ class TaggerOptions:
         "it out (klue-ner-v1.1_train.tsv; its dev file serves --do_eval and --do_predict), "
         "tagged per character with KLUE's tags and scored by KLUE's entity and character "
         "macro F1.")
-    input_format: str = option(
-        CONLL, "conll: one \"word ... tag\" line per word; klue: KLUE-NER's \"character<TAB>"
-        "tag\" lines under \"## <guid>\" lines (each sentence tokenized whole, every "
-        "character tagged, predictions.tsv in the same format).", enum=(CONLL, KLUE))
+    tag_format: str = option(
+        CONLL, "The *_file flags' format. conll: one \"word ... tag\" line per word; klue: "
+        "KLUE-NER's \"character<TAB>tag\" lines under \"## <guid>\" lines (each sentence "
+        "tokenized whole, every character tagged, predictions.tsv in the same format).",
+        enum=(CONLL, KLUE))
     data_dir: str | None = option(None, "Directory the *_file flags are relative to (with "
                                   "--task_name, the task's directory or KLUE's "
                                   "klue_benchmark/).")
@@ -204,7 +205,7 @@ class TaggingTask(LabelledFileTask):
     @staticmethod
     def _characters(opts) -> bool:
         """Whether the data is character-tagged (KLUE-NER's format)."""
-        return bool(opts.task_name) or opts.input_format == KLUE
+        return bool(opts.task_name) or opts.tag_format == KLUE
 
     def input_flag(self, split):
         return f"--{split}_file (or --task_name with --data_dir)"
@@ -236,7 +237,7 @@ class TaggingTask(LabelledFileTask):
 
     def with_defaults(self, common, opts):
         if opts.task_name:  # recorded as the format it reads
-            opts = dataclasses.replace(opts, input_format=KLUE)
+            opts = dataclasses.replace(opts, tag_format=KLUE)
         if opts.doc_stride is None:
             return dataclasses.replace(
                 opts, doc_stride=tagging.default_doc_stride(common.max_seq_length))
@@ -260,7 +261,7 @@ class TaggingTask(LabelledFileTask):
             moved = [f"--{name}" for name in ("token_column", "tag_column")
                      if getattr(opts, name) != TaggerOptions.__dataclass_fields__[name].default]
             if moved:
-                raise FinetuneError(f"--input_format={KLUE} has no columns to choose (a "
+                raise FinetuneError(f"--tag_format={KLUE} has no columns to choose (a "
                                     f"character, a tab, its tag); drop {' / '.join(moved)}")
         room = common.max_seq_length - 2
         if room < 1:
@@ -322,9 +323,9 @@ class TaggingTask(LabelledFileTask):
                 "truncated_words": stats.truncated_words}
 
     def train_summary(self, features, read_info):
-        # input_format: what export_tagger serves (characters or words).
+        # tag_format: what export_tagger serves (characters or words).
         return {**self._counts(features.stats),
-                "input_format": KLUE if isinstance(features.stats, _CharStats) else CONLL}
+                "tag_format": KLUE if isinstance(features.stats, _CharStats) else CONLL}
 
     def _tags(self, features, outputs, labels):
         return tagging.predictions_to_tags(outputs["logits"].argmax(-1), features.extra, labels)

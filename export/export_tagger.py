@@ -3,7 +3,7 @@ r"""Exports a fine-tuned token tagger as an end-to-end SavedModel: words in, one
     python -m export.export_tagger --model_dir=runs/ner \
         --export_dir=/models/ner [--version=1] [--max_seq_length=128] \
         [--length_buckets=16,24,32,48,64,96,128,160,192,224,256,320,384,448,512] \
-        [--serving_dtype=bfloat16] [--doc_stride=63]
+        [--serving_dtype=bfloat16] [--doc_stride=63] [--tag_format=klue]
 
 --model_dir is what `python -m bert_keras.run_tagger --do_train` wrote (or
 `convert_checkpoint --from=hf --to=keras` made from a transformers
@@ -29,8 +29,8 @@ tag "" and tag_id -1, probabilities 0):
   words            words: string [batch, W'] (pad rows at the end with "") -> the same
 
 A tagger fine-tuned on character-tagged data (run_tagger --task_name=klue-ner or
---tag_format=klue; train_results.json says tag_format "klue") is served as it was
-trained (`data_prep.klue_ner`): the text is tokenized whole and every WordPiece unit tagged
+--tag_format=klue; train_results.json says tag_format "klue"; --tag_format=klue for a
+model converted from transformers) is served as it was trained (`data_prep.klue_ner`): the text is tokenized whole and every WordPiece unit tagged
 (pieces of one character are one unit), in the same windows; the entities are read from
 the units' tags by seqeval's strict IOB2 rule and returned as the text's own characters,
 the characters between two units of one entity (a space) included, so they are the
@@ -345,6 +345,12 @@ _DOC_STRIDE = flags.DEFINE_integer(
     "windows this many WordPieces apart, as run_tagger tags a long sentence; 0 truncates it "
     f"(the words past it get the tag \"\"). Default: --model_dir's ({files.TRAIN_RESULTS_FILE}), "
     "else half a window.", allow_override=True)
+_TAG_FORMAT = flags.DEFINE_enum(
+    "tag_format", None, ["conll", "klue"], "How the tagger was fine-tuned: conll, a tag per "
+    "whitespace-separated word (text or words in, a tag per word out); klue, KLUE-NER's "
+    "character tags (text in, WordPiece units' tags and entities with character offsets "
+    f"out). Default: --model_dir's ({files.TRAIN_RESULTS_FILE}), else conll (a model "
+    "converted from transformers records none).", allow_override=True)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 
@@ -353,11 +359,11 @@ def main(argv):
                serving_dtype, recorded):
         doc_stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
                                                    "Window stride")
-        characters = recorded.get("tag_format") == "klue"
+        characters = task_export.given_or_recorded(_TAG_FORMAT, recorded, "tag_format",
+                                                   "Tag format") == "klue"
         if characters:
-            logging.info("Character-tagged model (%s: tag_format klue): the export tags "
-                         "the text's WordPieces and returns entities with character offsets",
-                         files.TRAIN_RESULTS_FILE)
+            logging.info("Character-tagged model: the export tags the text's WordPieces and "
+                         "returns entities with character offsets")
         return export_tagger(model, tokenizer, labels, export_dir, seq_length, version=version,
                              buckets=buckets, serving_dtype=serving_dtype, doc_stride=doc_stride,
                              characters=characters)

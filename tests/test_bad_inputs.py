@@ -548,7 +548,8 @@ CASES = [
      "run_regressor's output directory)"),
     # export_tagger (transformers' task heads, issue 31): the same checks as export_classifier
     *_flag_cases("export_tagger", ECLS, [("max_seq_length", 0), ("version", -1),
-                                         ("length_buckets", "1.5"), ("doc_stride", -1)]),
+                                         ("length_buckets", "1.5"), ("doc_stride", -1),
+                                         ("tag_format", "chars")]),
     ("export_tagger-missing-model", "export_tagger", ECLS.replace("{F}/classifier", "{F}/nope"),
      "--model_dir {F}/nope: no such directory (expected run_tagger's output directory"),
     ("export_tagger-given-a-classifier", "export_tagger", ECLS, "--model_dir"),

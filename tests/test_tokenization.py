@@ -311,8 +311,11 @@ def test_offsets_are_transformers_offset_mapping(mixed_lines, uncased_vocab, low
     lines = mixed_lines + refs.read_lines(refs.KOREAN_FILE)
     ids, starts, ends = ours.tokenize_with_offsets(tf.constant(lines))
     assert ids.to_list() == ours.encode(lines)
+    # The Python API in characters (what KLUE-NER's units are made of).
+    by_chars = ours.tokenize_with_char_offsets(lines)
     extended = 0
-    for line, got, a, b in zip(lines, ids.to_list(), starts.to_list(), ends.to_list()):
+    for line, got, a, b, pieces in zip(lines, ids.to_list(), starts.to_list(), ends.to_list(),
+                                       by_chars):
         want = ref(line, add_special_tokens=False, return_offsets_mapping=True)
         assert got == want["input_ids"], line
         expected = []
@@ -321,6 +324,8 @@ def test_offsets_are_transformers_offset_mapping(mixed_lines, uncased_vocab, low
                 end, extended = end + 1, extended + 1
             expected.append((start, end))
         assert _char_offsets(line, a, b) == expected, line
+        assert pieces == [(piece, start, end) for piece, (start, end) in
+                          zip(ours.convert_ids_to_tokens(got), expected)], line
     assert extended > 0 or not ours.strip_accents  # the rule was exercised
 
 

@@ -146,14 +146,6 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
     return sentences
 
 
-def label_list_from(sentences: Sequence[CharSentence]) -> list[str]:
-    """The sorted set of tags in `sentences` (the label list of a --train_file route)."""
-    labels = sorted({t for s in sentences if s.tags for t in s.tags})
-    if not labels:
-        raise DataError("no tagged sentences: cannot derive a label list")
-    return labels
-
-
 @dataclasses.dataclass
 class AlignmentStats:
     """Counts reported by `to_units`."""

@@ -144,7 +144,8 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
 
 
 def label_list_from(sentences: Sequence[TaggedSentence]) -> list[str]:
-    """The sorted set of tags in `sentences` (the default label list for training)."""
+    """The sorted set of tags in `sentences` (the default label list for training; of
+    `klue_ner.CharSentence`s too: the characters' tags)."""
     labels = sorted({t for s in sentences if s.tags for t in s.tags})
     if not labels:
         raise DataError("no tagged sentences: cannot derive a label list")

@@ -288,9 +288,7 @@ class TaggingTask(LabelledFileTask):
         return labels_from_flags(None, opts.label_list_file)
 
     def labels_from(self, sentences):
-        if sentences and isinstance(sentences[0], klue_ner.CharSentence):
-            return klue_ner.label_list_from(sentences)
-        return tagging.label_list_from(sentences)
+        return tagging.label_list_from(sentences)  # words' or characters' tags alike
 
     def head_dropout(self, opts):
         return opts.tagger_dropout

@@ -163,10 +163,6 @@ class AlignmentStats:
                 f"{self.unpieced} non-space characters in no WordPiece")
 
 
-def _is_begin(tag: str) -> bool:
-    return tag.startswith("B-")
-
-
 def _type(tag: str) -> str | None:
     """"PS" for "B-PS" or "I-PS"; None for "O" or a tag without a B-/I- prefix."""
     return tag[2:] if tag.startswith(("B-", "I-")) else None
@@ -271,10 +267,10 @@ def strict_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     current = None  # [type, first, last]
     for i, tag in enumerate(tags):
         kind = _type(tag)
-        if current is not None and not (tag == f"I-{current[0]}"):
+        if current is not None and tag != f"I-{current[0]}":
             entities.append(tuple(current))
             current = None
-        if kind is not None and _is_begin(tag):
+        if kind is not None and tag.startswith("B-"):
             current = [kind, i, i]
         elif current is not None:
             current[2] = i

@@ -257,14 +257,16 @@ def test_run_tagger_trains_scores_and_predicts_klue_ner_by_task_name(klue_run):
 def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
     """The *_file route with --tag_format=klue: after training, the model tags its own
     training sentences far above chance (a model tagging everything "O" scores a character
-    macro F1 of about 1/13), and an evaluation-only rerun reads the same scores."""
+    macro F1 of about 1/13), and an evaluation-only rerun without --tag_format reads the file
+    as the model was fine-tuned and gets the same scores."""
     out = tmp_path / "own"
     results = run_tagger.run(tag_format="klue", train_file=TRAIN, eval_file=TRAIN,
                              **_common(model, out, do_predict=False))
     assert results["eval"]["char_macro_f1"] > 0.8
     assert results["eval"]["entity_macro_f1"] > 0.4
     assert results["eval"]["entities_cut_by_pieces"] >= 1  # "서울시는" as "서", "##울시는"
-    again = run_tagger.run(tag_format="klue", eval_file=TRAIN, **_common(
+    # Evaluating alone, the model's format is taken from its train_results.json.
+    again = run_tagger.run(eval_file=TRAIN, **_common(
         model, tmp_path / "again", init_checkpoint=str(out), do_train=False, do_predict=False,
         max_seq_length=None))
     assert again["eval"]["char_macro_f1"] == pytest.approx(results["eval"]["char_macro_f1"])
@@ -275,6 +277,8 @@ def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
      "--task_name reads its files from --data_dir; drop --train_file"),
     (dict(task_name="klue-ner", data_dir=KLUE, token_column=1),
      "--task_name=klue-ner reads KLUE's format and tags; drop --token_column"),
+    (dict(task_name="klue-ner", data_dir=KLUE, tag_format="conll"),
+     "--task_name=klue-ner reads KLUE's format and tags; drop --tag_format"),
     (dict(task_name="klue-re", data_dir=KLUE), "unknown tagging task 'klue-re'"),
     (dict(task_name="klue-ner"), "--task_name=klue-ner needs --data_dir"),
     (dict(task_name="klue-ner", data_dir=TESTDATA), "no klue-ner-v1.1_train.tsv there"),

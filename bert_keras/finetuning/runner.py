@@ -334,20 +334,41 @@ def _recorded_or(common: FinetuneOptions, name: str, default):
     it is of the default's kind: a positive integer, a boolean, or a finite number; for a
     default of None, a count that may be 0 (run_tagger's --doc_stride, 0 = truncate), the
     task's `with_defaults` filling its own default where nothing is recorded."""
+    model_dir, recorded = _recorded(common, name)
+    if _of_kind(recorded, default):
+        _log_recorded(name, recorded, model_dir)
+        return float(recorded) if isinstance(default, float) else recorded
+    return default
+
+
+def recorded_choice(common: FinetuneOptions, name: str, choices) -> str | None:
+    """What the evaluated model's fine-tuning recorded for the setting `name` where it is
+    one of `choices` (evaluating or predicting alone, as `_recorded_or` reads it), else
+    None: run_tagger's --tag_format, a model fine-tuned on KLUE-NER's character tags."""
+    model_dir, recorded = _recorded(common, name)
+    if isinstance(recorded, str) and recorded in choices:
+        _log_recorded(name, recorded, model_dir)
+        return recorded
+    return None
+
+
+def _recorded(common: FinetuneOptions, name: str):
+    """(the evaluated model's directory, what its train_results.json records under
+    `name`), (None, None) for a training run."""
     if common.do_train:
-        return default
+        return None, None
     model_dir = common.output_dir
     init = common.init_checkpoint
     if init:
         init_dir = init if os.path.isdir(init) else os.path.dirname(init)
         if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
             model_dir = init_dir
-    recorded = files.fine_tuned_with(model_dir or "").get(name)
-    if _of_kind(recorded, default):
-        logging.info("--%s: %s, as %s was fine-tuned (%s; the flag overrides)", name, recorded,
-                     model_dir, files.TRAIN_RESULTS_FILE)
-        return float(recorded) if isinstance(default, float) else recorded
-    return default
+    return model_dir, files.fine_tuned_with(model_dir or "").get(name)
+
+
+def _log_recorded(name, value, model_dir):
+    logging.info("--%s: %s, as %s was fine-tuned (%s; the flag overrides)", name, value,
+                 model_dir, files.TRAIN_RESULTS_FILE)
 
 
 def _of_kind(value, default) -> bool:

@@ -31,7 +31,7 @@ from typing import Sequence
 from absl import logging
 
 from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
-                                         LabelledFileTask, labels_from_flags)
+                                         LabelledFileTask, labels_from_flags, recorded_choice)
 from bert_keras.tasks import BertTagger
 from data_prep import files, klue_ner, tagging
 from data_prep.cli import option
@@ -63,8 +63,9 @@ class TaggerOptions:
         "it out (klue-ner-v1.1_train.tsv; its dev file serves --do_eval and --do_predict), "
         "tagged per character with KLUE's tags and scored by KLUE's entity and character "
         "macro F1.")
-    tag_format: str = option(
-        CONLL, "The *_file flags' format. conll: one \"word ... tag\" line per word; klue: "
+    tag_format: str | None = option(
+        None, "The *_file flags' format (default: conll; evaluating or predicting alone, the "
+        "format the model was fine-tuned on). conll: one \"word ... tag\" line per word; klue: "
         "KLUE-NER's \"character<TAB>tag\" lines under \"## <guid>\" lines (each sentence "
         "tokenized whole, every character tagged, predictions.tsv in the same format).",
         enum=(CONLL, KLUE))
@@ -236,8 +237,9 @@ class TaggingTask(LabelledFileTask):
         return super().result_files(common, opts) + [KLUE_PREDICTIONS_FILE, PREDICTIONS_FILE]
 
     def with_defaults(self, common, opts):
-        if opts.task_name:  # recorded as the format it reads
-            opts = dataclasses.replace(opts, tag_format=KLUE)
+        if opts.tag_format is None:  # recorded as the format read
+            opts = dataclasses.replace(opts, tag_format=KLUE if opts.task_name else (
+                recorded_choice(common, "tag_format", (CONLL, KLUE)) or CONLL))
         if opts.doc_stride is None:
             return dataclasses.replace(
                 opts, doc_stride=tagging.default_doc_stride(common.max_seq_length))

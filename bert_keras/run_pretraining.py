@@ -149,7 +149,8 @@ class PretrainingOptions(DistributionOptions):
                                       "num_train_steps.")
     keep_checkpoint_max: int = opt(3, "Periodic checkpoints kept in output_dir/checkpoints.")
     steps_per_execution: int = opt(1, "Micro-batches run per compiled call (tf.function "
-                                   "or jax.jit; fewer host round trips).")
+                                   "or jax.jit; fewer host round trips); must divide the "
+                                   "checkpoint intervals and --max_eval_steps.")
     gradient_accumulation_steps: int = opt(1, "Micro-batches averaged into one update.")
     mixed_precision: str = mixed_precision_option("Keras dtype policy.")
     jit_compile: bool = opt(False, "Compile the train step with XLA.")
@@ -246,6 +247,14 @@ class PretrainingOptions(DistributionOptions):
                     f"(--save_checkpoints_steps={self.save_checkpoints_steps}, last interval "
                     f"of --num_train_steps={self.num_train_steps}, times "
                     f"--gradient_accumulation_steps={accumulation})")
+        if (self.do_train and self.eval_input_file
+                and self.max_eval_steps % self.steps_per_execution):
+            # Keras evaluates in whole calls: steps=3 at 2 a call reads 4 batches.
+            raise PretrainingError(
+                f"--steps_per_execution={self.steps_per_execution} must divide "
+                f"--max_eval_steps={self.max_eval_steps}: Keras evaluates whole calls of "
+                f"{self.steps_per_execution} batches, so the evaluations would read "
+                f"{-(-self.max_eval_steps // self.steps_per_execution) * self.steps_per_execution}")
         if (self.max_predictions_per_seq or 0) > self.max_seq_length:
             raise PretrainingError(
                 f"--max_predictions_per_seq={self.max_predictions_per_seq} exceeds "

@@ -548,6 +548,15 @@ def test_flag_errors_are_clear(data, tmp_path):
                                                r"micro-batches .*--num_train_steps=10"):
         train(_options(data, tmp_path / "a", num_train_steps=10, num_warmup_steps=1,
                        save_checkpoints_steps=4, steps_per_execution=4))
+    # Keras runs whole calls of steps_per_execution batches: evaluate(steps=3) with 2 a call
+    # read 4 held-out batches, so a training run's evaluations (and its eval_results.json)
+    # were not what --max_eval_steps asked for, nor what an evaluation-only run of the same
+    # model gives.
+    with pytest.raises(PretrainingError, match=r"--steps_per_execution=2 must divide "
+                                               r"--max_eval_steps=3"):
+        train(_options(data, tmp_path / "a", eval_input_file=data["eval"], max_eval_steps=3,
+                       steps_per_execution=2))
+    assert not os.path.exists(tmp_path / "a")
     with pytest.raises(PretrainingError, match="give only one of --bert_config_file and "
                                                "--preset"):
         train(_options(data, tmp_path / "b", preset="tiny"))

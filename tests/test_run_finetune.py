@@ -821,6 +821,33 @@ def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path,
             do_predict=False))
 
 
+def test_evaluating_a_pair_model_alone_needs_its_second_text(tmp_path, encoder_file):
+    """A classifier fine-tuned on pairs (--text_b_column), evaluated or predicting alone
+    without --text_b_column: refused, naming the flag. Before, the files' second texts were
+    left out without a word, so predictions.jsonl and the scores were a single-text model's
+    (unlike the training run's, and unlike the export, which reads text_pair from
+    train_results.json)."""
+    from bert_keras.finetuning.runner import FinetuneError
+
+    pairs = tmp_path / "pairs.jsonl"
+    rng = np.random.default_rng(0)
+    pairs.write_text("".join(json.dumps({
+        "text": " ".join(rng.choice(SPAM_WORDS if label == "spam" else HAM_WORDS, 4)),
+        "text_b": " ".join(rng.choice(HAM_WORDS, 3)), "label": label}) + "\n"
+        for label in ["spam", "ham"] * 6))
+    out = tmp_path / "clf"
+    run_classifier.run(train_file=str(pairs), text_b_column="text_b", **common(
+        out, encoder_file, do_eval=False, do_predict=False))
+    alone = dict(common(tmp_path / "elsewhere", str(out), do_train=False, do_eval=False),
+                 predict_file=str(pairs))
+    with pytest.raises(FinetuneError, match=r"^--text_b_column: .*clf was fine-tuned on "
+                                            r"sentence pairs"):
+        run_classifier.run(**alone)
+    assert not (tmp_path / "elsewhere").exists()
+    given = run_classifier.run(**dict(alone, text_b_column="text_b"))["predict"]
+    assert given["num_examples"] == 12
+
+
 def test_sentence_pairs_for_a_model_with_one_segment_embedding_are_refused(tmp_path):
     """A model with type_vocab_size 1 given sentence pairs: the second text's segment id 1
     read a zero row of the segment table, without an error, on both backends."""

@@ -21,7 +21,8 @@ import numpy as np
 from absl import logging
 
 from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
-                                          LabelledFileTask, labels_from_flags, trained_steps)
+                                          LabelledFileTask, evaluated_model_dir,
+                                          labels_from_flags, trained_steps)
 from bert_keras.tasks import BertClassifier
 from data_prep import classification, files
 from data_prep.cli import option
@@ -162,6 +163,19 @@ class SentenceTask(LabelledFileTask):
 
     def input_flag(self, split):
         return f"--{split}_file (or --task_name with --data_dir)"
+
+    def validate(self, common, opts):
+        super().validate(common, opts)
+        # Evaluating or predicting alone, a model fine-tuned on pairs reads the second texts
+        # too: without them it would score other inputs than it was trained on.
+        if common.do_train or opts.task_name or opts.text_b_column is not None:
+            return
+        model_dir = evaluated_model_dir(common)
+        if model_dir and files.fine_tuned_with(model_dir).get("text_pair") is True:
+            raise FinetuneError(
+                f"--text_b_column: {model_dir} was fine-tuned on sentence pairs "
+                f"({files.TRAIN_RESULTS_FILE}: text_pair); name the column of the second "
+                "text, as its training did")
 
     def input_file(self, split, opts):
         if opts.task_name:

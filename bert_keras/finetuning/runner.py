@@ -357,18 +357,24 @@ def _recorded(common: FinetuneOptions, name: str):
     `name`), (None, None) for a training run."""
     if common.do_train:
         return None, None
-    model_dir = common.output_dir
-    init = common.init_checkpoint
-    if init:
-        init_dir = init if os.path.isdir(init) else os.path.dirname(init)
-        if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
-            model_dir = init_dir
+    model_dir = evaluated_model_dir(common)
     return model_dir, files.fine_tuned_with(model_dir or "").get(name)
 
 
 def _log_recorded(name, value, model_dir):
     logging.info("--%s: %s, as %s was fine-tuned (%s; the flag overrides)", name, value,
                  model_dir, files.TRAIN_RESULTS_FILE)
+
+
+def evaluated_model_dir(common: FinetuneOptions) -> str:
+    """The directory of the fine-tuned model a run that only evaluates or predicts uses:
+    --init_checkpoint's where that holds a fine-tuned model, else --output_dir."""
+    init = common.init_checkpoint
+    if init:
+        init_dir = init if os.path.isdir(init) else os.path.dirname(init)
+        if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
+            return init_dir
+    return common.output_dir
 
 
 def _of_kind(value, default) -> bool:

@@ -30,7 +30,10 @@ heads when present. --model=encoder asks for the encoder alone (heads are left o
 way to convert a Google run_classifier or run_squad checkpoint); --model=pretrainer
 requires pretraining heads. A head is never dropped otherwise: a tensor the model would not
 use is an error. --to=google writes the prefix given (out/bert_model.ckpt), or
-<dir>/bert_model.ckpt for a directory (out/). Existing output is never overwritten.
+<dir>/bert_model.ckpt for a directory (out/), with bert_config.json beside it and, as
+Google's releases have it, vocab.txt where the input has a vocabulary (with its
+tokenizer_config.json: the casing, Google's layout has no place for it). Existing output is
+never overwritten.
 
 Fine-tuned task models (classifier, tagger, span QA) move between transformers and the
 layout run_classifier / run_tagger / run_squad write, so the exports work on it unchanged:
@@ -45,6 +48,7 @@ takes such a directory, and --to=hf writes transformers' BertFor* layout with id
 vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 """
 
+import filecmp
 import os
 
 from absl import app, flags, logging
@@ -202,10 +206,39 @@ def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
     return output_path
 
 
+def _save_google(model, output_path: str, vocab_file, settings) -> str:
+    """A Google checkpoint as Google's releases lay it out: bert_model.ckpt.* and
+    bert_config.json, and vocab.txt beside them where the input has a vocabulary, with its
+    tokenizer_config.json (Google's layout has none; the casing otherwise lives only in the
+    directory's name, and a Korean model's strip_accents=false would be lost). A vocab.txt
+    or tokenizer_config.json already there is kept where it is the same, else refused before
+    anything is written."""
+    prefix = checkpoints.google_output_prefix(output_path)
+    if vocab_file:
+        vocab = os.path.join(os.path.dirname(prefix), files.VOCAB_FILE)
+        config = tokenizer_config.path_for_vocab(vocab)
+        settings = settings or tokenizer_config.TokenizerConfig()
+        if os.path.exists(vocab) and not filecmp.cmp(vocab, vocab_file, shallow=False):
+            raise FileExistsError(f"refusing to overwrite existing output: {vocab} (another "
+                                  "vocabulary); write the checkpoint into another directory")
+        if os.path.exists(config) and (tokenizer_config.read_for_vocab(vocab) or
+                                       (None,))[0] != settings:
+            raise FileExistsError(f"refusing to overwrite existing output: {config} (other "
+                                  "tokenizer settings); write the checkpoint into another "
+                                  "directory")
+    written = checkpoints.save_model(model, "google", output_path)
+    if vocab_file:
+        if not os.path.exists(vocab):
+            files.copy_file(vocab_file, vocab, overwrite=False)
+        if not os.path.exists(config):
+            tokenizer_config.write_for_vocab(vocab, settings, overwrite=False)
+    return written
+
+
 def _warn_without_vocabulary(input_path, output_path, vocab_file, left_out=None) -> None:
-    """Before writing a transformers directory or our directory layout (a Google checkpoint
-    holds no vocabulary, nor a .keras file) from an input with none (or whose vocabulary
-    is left out: `left_out` says why)."""
+    """Before writing a transformers directory or our directory layout (a .keras file holds
+    no vocabulary) from an input with none (or whose vocabulary is left out: `left_out`
+    says why)."""
     if vocab_file is None and not output_path.endswith(".keras") and left_out:
         logging.warning("%s: %s will hold the weights without a vocabulary", left_out,
                         output_path)
@@ -223,8 +256,9 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
             _warn_without_vocabulary(input_path, output_path, vocab_file, left_out)
         if to_format == "keras":
             return _save_keras_layout(loaded, output_path, vocab_file, settings), loaded
-        tokenizer = (dict(vocab_file=vocab_file, settings=settings)
-                     if to_format == "hf" and vocab_file else {})
+        if to_format == "google":
+            return _save_google(loaded, output_path, vocab_file, settings), loaded
+        tokenizer = dict(vocab_file=vocab_file, settings=settings) if vocab_file else {}
         return checkpoints.save_model(loaded, to_format, output_path, **tokenizer), loaded
     if to_format == "google":
         raise ValueError(f"--to=google holds encoders and pretrainers; a "

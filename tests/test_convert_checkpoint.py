@@ -373,3 +373,40 @@ def test_a_runs_checkpoint_file_converts_with_the_runs_vocabulary(tmp_path, capl
     convert("keras", "keras", checkpoint, str(tmp_path / "ours"))
     loaded = model_loading.load_checkpoint(str(tmp_path / "ours"))
     assert loaded.saved_tokenizer[0] == cased and loaded.vocab_file is not None
+
+
+def test_to_google_writes_the_vocabulary_and_its_casing_beside_the_checkpoint(tmp_path,
+                                                                              keras_file):
+    """--to=google lays a model out as Google's releases do, vocab.txt beside
+    bert_model.ckpt, with tokenizer_config.json: a Korean model (strip_accents=false) read
+    back from the Google checkpoint alone keeps its tokenization. Before, the vocabulary
+    was left out silently and the way back said "No vocab.txt found". An existing
+    vocab.txt of another vocabulary is refused before anything is written."""
+    from data_prep import tokenizer_config
+
+    path, model = keras_file
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "서울", "##은"]
+    vocab += [f"w{i}" for i in range(TINY["vocab_size"] - len(vocab))]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    korean = tokenizer_config.TokenizerConfig(strip_accents=False)
+    source = tmp_path / "source"
+    model_loading.save_encoder_dir(model.encoder, str(source), str(tmp_path / "vocab.txt"),
+                                   korean)
+    convert("keras", "google", str(source), str(tmp_path / "google" / "bert_model.ckpt"))
+    beside = tmp_path / "google" / "vocab.txt"
+    assert beside.read_text(encoding="utf-8") == (tmp_path / "vocab.txt").read_text(
+        encoding="utf-8")
+    assert tokenizer_config.read_for_vocab(str(beside))[0] == korean
+    # Back from the Google checkpoint alone: the same vocabulary and casing.
+    convert("google", "keras", str(tmp_path / "google" / "bert_model.ckpt"),
+            str(tmp_path / "back"))
+    loaded = load_checkpoint(str(tmp_path / "back"))
+    assert loaded.vocab_file and open(loaded.vocab_file, encoding="utf-8").read() == \
+        beside.read_text(encoding="utf-8")
+    assert tokenizer_config.read_for_vocab(loaded.vocab_file)[0] == korean
+    # Another vocabulary where the checkpoint would go: refused, nothing written.
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "vocab.txt").write_text("[PAD]\nother\n", encoding="utf-8")
+    with pytest.raises(FileExistsError, match=r"taken/vocab.txt \(another vocabulary\)"):
+        convert("keras", "google", str(source), str(tmp_path / "taken" / "bert_model.ckpt"))
+    assert sorted(os.listdir(tmp_path / "taken")) == ["vocab.txt"]

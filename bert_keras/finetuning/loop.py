@@ -260,12 +260,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
 def _log_resumption(backup: ExactBackupAndRestore, done: int, num_train_steps: int) -> None:
     logging.info("Resuming from %s at step %d of %d", backup.restored_from, done,
                  num_train_steps)
-    if backup.written_on:
-        logging.warning("%s was written on Keras' %s backend and this run is on %s: it "
-                        "continues from the backup's weights, optimizer and data position, "
-                        "but draws other dropout masks than an uninterrupted run",
-                        backup.restored_from, backup.written_on, keras.backend.backend())
-    elif not backup.exact:
+    # A backup of another backend is said by the runner, with any other setting changed
+    # since (`runner._backup_dir`), once.
+    if not backup.exact and not backup.written_on:
         logging.warning("%s holds no dropout random state: training continues from its "
                         "weights and data position, not bit-identically",
                         backup.restored_from)

@@ -868,8 +868,8 @@ def _the_finished_model(task: Task, common: FinetuneOptions, opts, model, labels
             f"{os.path.join(out, files.TASK_MODEL_FILE)} exists, trained otherwise "
             f"({'; '.join(changed)}); refusing to overwrite (choose another --output_dir or "
             "pass --overwrite_output)")
-    logging.info("%s was trained by an earlier run of this command, stopped after saving "
-                 "it: not trained again, going on with %s", out,
+    logging.info("%s was trained by an earlier run of this command: not trained again, "
+                 "going on with %s", out,
                  " and ".join(s for s, on in (("evaluation", common.do_eval),
                                               ("prediction", common.do_predict)) if on)
                  or "nothing else (every result is there)")

@@ -645,7 +645,10 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
                                       _GZIP_COMPRESS.value)
     holders = [v for k, v in globals().items()
                if k.startswith("_") and isinstance(v, flags.FlagHolder)]
-    holders += list(_TOKENIZER_FLAGS.values())
+    # The tokenizer flags where given: their defaults are not what ran when the settings
+    # came from the vocabulary's tokenizer_config.json (the sidecar's top-level keys say
+    # what ran).
+    holders += [h for h in _TOKENIZER_FLAGS.values() if h.present]
     flag_values = dict((h.name, h.value) for h in holders)
     flag_values["dupe_factor"] = dupe_factor
     flag_values = tuple(sorted(flag_values.items()))

@@ -231,8 +231,31 @@ def test_gzip_output_whole_word_masking_and_korean_setting(tmp_path):
     assert features.compression_type(shard) == "GZIP"
     meta = features.read_sidecar(shard)
     assert meta["strip_accents"] is False and meta["do_lower_case"] is True
+    # The sidecar's flags are the command line's: the tokenizer flags given, none other.
+    assert meta["flags"]["strip_accents"] == "false" and "do_lower_case" not in meta["flags"]
     data = google_reader(shard, 40, 6, compression="GZIP")
     assert len(data["input_ids"]) > 0
+
+
+def test_settings_from_the_vocabularys_tokenizer_config_are_not_recorded_as_flags(tmp_path):
+    """With the casing read from tokenizer_config.json beside the vocabulary (no tokenizer
+    flag), the sidecar's flags said do_lower_case true and strip_accents unset (the flags'
+    defaults) while the data was made with strip_accents false: the top-level keys say
+    what ran, and the flags section holds no tokenizer flag that was not given."""
+    from data_prep import tokenizer_config
+
+    vocab = tmp_path / "vocab" / "vocab.txt"
+    vocab.parent.mkdir()
+    vocab.write_text(open(VOCAB, encoding="utf-8").read(), encoding="utf-8")
+    tokenizer_config.write_for_vocab(str(vocab), tokenizer_config.TokenizerConfig(
+        do_lower_case=False, strip_accents=False))
+    out = str(tmp_path / "x.tfrecord")
+    assert run_cli(input_file=CORPUS, vocab_file=str(vocab), output_file=out,
+                   max_seq_length=40, max_predictions_per_seq=6, dupe_factor=1,
+                   num_examples_to_print=0) == 0
+    meta = features.read_sidecar(out)
+    assert meta["do_lower_case"] is False and meta["strip_accents"] is False
+    assert not {"do_lower_case", "strip_accents", "tokenize_chinese_chars"} & set(meta["flags"])
 
 
 @pytest.mark.parametrize("output_file,gzip_compress,first", [

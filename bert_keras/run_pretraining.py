@@ -1302,6 +1302,7 @@ def _evaluate(options: PretrainingOptions) -> dict:
             options, input_file=options.eval_input_file or options.input_file,
             eval_input_file=None, next_sentence_prediction=nsp,
             init_checkpoint=model_path)
+        options = _masking_as_trained(options, model_path)
         options = _with_vocabulary(options, initial)
         config, options, data = _read_inputs(options, initial)
         eval_files, _, masking, _, predictions, _, _ = data
@@ -1340,6 +1341,43 @@ def _evaluate(options: PretrainingOptions) -> dict:
         logging.info("Evaluation: %s -> %s", "  ".join(
             f"{k} {v:.4f}" for k, v in sorted(results.items())), target)
     return results
+
+
+def _masking_as_trained(options: PretrainingOptions, model_path: str) -> PretrainingOptions:
+    """Evaluating a run's model alone on data without masks: --masked_lm_prob and
+    --max_predictions_per_seq as the run trained (its run_config.json) where the flags
+    leave them open, so the evaluation reads what the run's own final evaluation read;
+    a run trained with --do_whole_word_mask, evaluated without it, is warned about (a
+    boolean flag not given cannot be told from false). Before, such an evaluation masked at
+    0.15 whatever the run trained at, and its numbers silently differed."""
+    from bert_keras.inputs import input_masking
+    from data_prep import features
+
+    record = os.path.join(model_path, files.RUN_CONFIG_FILE)
+    if not os.path.isfile(record):
+        return options
+    try:
+        with open(record, encoding="utf-8") as f:
+            trained = json.load(f)
+        dynamic = input_masking(_expand_flag("input_file", options.input_file)) == \
+            features.DYNAMIC_MASKING
+    except (OSError, ValueError, PretrainingError):
+        return options  # _read_inputs says what is wrong with the data
+    prob = trained.get("masked_lm_prob") if isinstance(trained, dict) else None
+    if not dynamic or isinstance(prob, bool) or not isinstance(prob, (int, float)):
+        return options  # statically masked data, or a run trained on it
+    fill = {"masked_lm_prob": prob, "max_predictions_per_seq": trained.get(
+        "max_predictions_per_seq")}
+    fill = {k: v for k, v in fill.items() if getattr(options, k) is None and
+            isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if fill:
+        logging.info("Masking as %s was trained (%s): %s (the flags override)", model_path,
+                     files.RUN_CONFIG_FILE, ", ".join(f"--{k}={v}" for k, v in fill.items()))
+    if trained.get("do_whole_word_mask") is True and not options.do_whole_word_mask:
+        logging.warning("%s was trained with --do_whole_word_mask; this evaluation masks "
+                        "single WordPieces: pass --do_whole_word_mask to evaluate as it "
+                        "trained", model_path)
+    return dataclasses.replace(options, **fill)
 
 
 @contextlib.contextmanager

@@ -120,7 +120,9 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
     with files.open_text(path) as f:
         for number, line in enumerate(f, 1):
             line = line.rstrip("\n")
-            if not line.strip(" \t"):  # blank ends a sentence (a " \tO" line has a tag)
+            # A blank line ends a sentence (also "\t" alone, as some copies have it); a
+            # line starting " \t" is a space's and needs its tag.
+            if not line.strip(" \t") and not line.startswith(" \t"):
                 flush(number)
                 continue
             if line.startswith(HEADER):

@@ -74,6 +74,7 @@ def test_reads_the_fixture_as_klue_lays_it_out():
     (["## g1\tab", "ab\tO", ""], 2, "expected one character, a tab and its tag"),
     (["## g1\tab", "a O", ""], 2, "expected one character, a tab and its tag"),
     (["## g1\tab", "a\t", ""], 2, "expected one character, a tab and its tag"),
+    (["## g1\ta b", "a\tO", " \t", "b\tO", ""], 3, "expected one character, a tab and its tag"),
     (["a\tO", ""], 1, "a character line outside a sentence"),
     (["## g1\ta", "a\tO", "", "b\tO"], 4, "a character line outside a sentence"),
     (["## g1\tab", "", "## g2\ta", "a\tO"], 1, "sentence 'g1' has no character lines"),
@@ -91,6 +92,9 @@ def test_a_header_ends_an_open_sentence_and_crlf_lines_read(tmp_path):
     g1, g2 = klue_ner.read_klue_ner(str(path))
     assert (g1.guid, g1.text, g1.tags) == ("g1", "가", ("B-PS",))
     assert (g2.text, g2.tags, g2.where) == ("나 ", ("O", "O"), f"{path}:3")
+    # A separator line holding a tab alone is blank too.
+    path = _write(tmp_path / "tab.tsv", "## g1\t가\n가\tB-PS\n\t\n## g2\t나\n나\tO\n")
+    assert [s.text for s in klue_ner.read_klue_ner(path)] == ["가", "나"]
 
 
 # --- units ------------------------------------------------------------------------------

@@ -72,9 +72,11 @@ class TaggerOptions:
     data_dir: str | None = option(None, "Directory the *_file flags are relative to (with "
                                   "--task_name, the task's directory or KLUE's "
                                   "klue_benchmark/).")
-    train_file: str | None = option(None, "Training data (CoNLL format: word ... tag per line).")
+    train_file: str | None = option(None, "Training data (CoNLL format: word ... tag per "
+                                    "line; or --tag_format's).")
     eval_file: str | None = option(None, "Tagged evaluation data.")
-    predict_file: str | None = option(None, "Data to tag (tag column optional).")
+    predict_file: str | None = option(None, "Data to tag (CoNLL: tag column optional; "
+                                      "--tag_format=klue: tags required, not read).")
     token_column: int = option(0, "Column of the word.")
     tag_column: int = option(-1, "Column of the tag (negative: from the end).")
     label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "

@@ -152,7 +152,6 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
 class AlignmentStats:
     """Counts reported by `to_units`."""
 
-    sentences: int = 0
     characters: int = 0
     units: int = 0  # pieces, those sharing a first character counted once
     cut_entities: int = 0  # gold entities beginning or ending inside a piece
@@ -231,7 +230,6 @@ def to_units(sentences: Sequence[CharSentence], tokenizer,
             tuple(tags[a] for a, _ in spans) if tags is not None else None,
             pieces=tuple(tuple(g) for g in groups)))
         all_spans.append(spans)
-        stats.sentences += 1
         stats.characters += len(sentence.text)
         stats.units += len(spans)
     return units, all_spans, stats

@@ -27,7 +27,7 @@ from sklearn.metrics import f1_score as sklearn_f1
 from bert_keras import run_tagger
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning.runner import FinetuneError
-from conftest import TESTDATA
+from conftest import TESTDATA, run_module_on_backend
 from data_prep import klue_ner
 from data_prep.classification import DataError
 from data_prep.tokenization import BertTokenizer
@@ -274,6 +274,13 @@ def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
         model, tmp_path / "again", init_checkpoint=str(out), do_train=False, do_predict=False,
         max_seq_length=None))
     assert again["eval"]["char_macro_f1"] == pytest.approx(results["eval"]["char_macro_f1"])
+
+
+@pytest.mark.integration  # one fresh process on Keras' JAX backend: about 1.5 min
+def test_the_klue_ner_runs_on_jax():
+    """The character route trains, scores (as KLUE's baseline) and reruns on JAX too."""
+    run_module_on_backend("jax", __file__, 2, "-k",
+                          "trains_scores_and_predicts or learns_a_klue_format")
 
 
 @pytest.mark.parametrize("flags, message", [

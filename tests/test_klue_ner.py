@@ -316,7 +316,9 @@ def _served(outputs, row):
             for j in range(n)]
 
 
-@pytest.mark.parametrize("seq_length, stride", [(32, 15), (12, 3), (12, 0)])
+@pytest.mark.parametrize("seq_length, stride", [
+    # The run's own settings (one window a sentence) also run through the CLI export below.
+    pytest.param(32, 15, marks=pytest.mark.integration), (12, 3), (12, 0)])
 def test_the_tagger_export_answers_as_run_tagger_predicts(klue_run, model, tmp_path,
                                                           seq_length, stride):
     """A character-tagged model's export (`TaggerModule(characters=True)`): on the dev

@@ -83,8 +83,7 @@ def _repeats(rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
 class TaggerModule(tf.Module):
     """Root object: preprocessor + fine-tuned BertTagger + tag names."""
 
-    def __init__(self, preprocessor: PreprocessorModule, tagger, labels, doc_stride: int = 0,
-                 characters: bool = False):
+    def __init__(self, preprocessor: PreprocessorModule, tagger, labels, doc_stride: int = 0):
         super().__init__()
         if len(labels) != tagger.num_classes:
             raise saved_model_writer.ExportError(
@@ -95,7 +94,6 @@ class TaggerModule(tf.Module):
                 f"--doc_stride={doc_stride} must be 0 (truncate) to --max_seq_length - 2 "
                 f"({room}), as run_tagger's")
         self.doc_stride = doc_stride
-        self.characters = characters
         self.preprocessor = preprocessor
         self.tagger = saved_model_writer.Untracked(tagger)
         self.labels = tf.constant(list(labels), tf.string)
@@ -118,21 +116,8 @@ class TaggerModule(tf.Module):
             tf.cast(empty, tf.int64))  # [N, (0 or 1)]
         pieces = tf.concat([pieces, unk], axis=1)  # [N, (P >= 1)]
         tokens = words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]
-        lengths = pieces.row_lengths()  # [N]
-        if self.doc_stride:
-            word_logits = self._windowed_logits(tokens, tf.cumsum(lengths, exclusive=True))
-            kept = tf.ones_like(lengths, tf.bool)
-        else:
-            _, inputs = pre.encoder_inputs([tokens])  # [B, L] each, L <= S the bucket length
-            logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
-            row = words.value_rowids()  # [N]
-            first = tf.cumsum(lengths, exclusive=True) - tf.gather(tokens.row_splits, row)
-            kept = first < pre.seq_length - 2  # [N], the word's first piece survived truncation
-            position = tf.where(kept, first + 1, 0)  # [N], +1 for [CLS]; < L (a real position)
-            word_logits = tf.gather_nd(logits, tf.stack([row, position], axis=1))  # [N, C]
-        probabilities = tf.where(kept[:, None], tf.nn.softmax(word_logits, axis=-1), 0.0)
-        tag_ids = tf.where(kept, tf.argmax(word_logits, axis=-1, output_type=tf.int32), -1)
-        tags = tf.where(kept, tf.gather(self.labels, tf.maximum(tag_ids, 0)), "")
+        _, tag_ids, tags, probabilities = self._tags_at(
+            tokens, tf.cumsum(pieces.row_lengths(), exclusive=True))  # each word's first piece
 
         def dense(values, default):
             return words.with_flat_values(values).to_tensor(default_value=default)
@@ -144,6 +129,29 @@ class TaggerModule(tf.Module):
             "probabilities": dense(probabilities, 0.0),  # [B, W, C]
             "num_words": tf.cast(words.row_lengths(), tf.int32),
         }
+
+    def _tags_at(self, tokens: tf.RaggedTensor, first: tf.Tensor):
+        """The tags read at some pieces of `tokens` [B, (T)] (`first`: int64 [N], their
+        indices in tokens.flat_values; a word's or unit's first piece): (kept bool [N],
+        tag_ids int32 [N], tags string [N], probabilities float32 [N, C]). In windows where
+        --doc_stride is set (`_windowed_logits`); else the rows are truncated, and a piece
+        past max_seq_length - 2 is not kept: tag "", tag_id -1, probabilities 0."""
+        pre = self.preprocessor
+        if self.doc_stride:
+            logits = self._windowed_logits(tokens, first)
+            kept = tf.ones_like(first, tf.bool)
+        else:
+            _, inputs = pre.encoder_inputs([tokens])  # [B, L] each, L <= S the bucket length
+            row_logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
+            row = tf.gather(tokens.value_rowids(), first)  # [N]
+            position = first - tf.gather(tokens.row_starts(), row)  # [N] within its row
+            kept = position < pre.seq_length - 2  # the piece survived truncation
+            logits = tf.gather_nd(row_logits, tf.stack(
+                [row, tf.where(kept, position + 1, 0)], axis=1))  # [N, C]; +1 for [CLS]
+        probabilities = tf.where(kept[:, None], tf.nn.softmax(logits, axis=-1), 0.0)
+        tag_ids = tf.where(kept, tf.argmax(logits, axis=-1, output_type=tf.int32), -1)
+        tags = tf.where(kept, tf.gather(self.labels, tf.maximum(tag_ids, 0)), "")
+        return kept, tag_ids, tags, probabilities
 
     def _windowed_logits(self, tokens: tf.RaggedTensor, first: tf.Tensor):
         """run_tagger's windows (`data_prep.tagging`): tokens [B, (T)] -> the logits [N, C]
@@ -179,19 +187,7 @@ class TaggerModule(tf.Module):
         shared = _repeats(rows, flat_starts)
         first = tf.boolean_mask(tf.range(tf.size(rows, out_type=tf.int64)), ~shared)  # [N]
         unit_rows = tf.gather(rows, first)  # [N]
-        if self.doc_stride:
-            unit_logits = self._windowed_logits(pieces, first)
-            kept = tf.ones_like(first, tf.bool)
-        else:
-            _, inputs = pre.encoder_inputs([pieces])  # [B, L] each
-            logits = self.tagger(inputs, training=False)["logits"]  # [B, L, C]
-            position = first - tf.gather(pieces.row_starts(), unit_rows)
-            kept = position < pre.seq_length - 2  # its piece survived truncation
-            unit_logits = tf.gather_nd(logits, tf.stack(
-                [unit_rows, tf.where(kept, position + 1, 0)], axis=1))  # [N, C]
-        probabilities = tf.where(kept[:, None], tf.nn.softmax(unit_logits, axis=-1), 0.0)
-        tag_ids = tf.where(kept, tf.argmax(unit_logits, axis=-1, output_type=tf.int32), -1)
-        tags = tf.where(kept, tf.gather(self.labels, tf.maximum(tag_ids, 0)), "")
+        kept, tag_ids, tags, probabilities = self._tags_at(pieces, first)
         begin, end = tf.gather(flat_starts, first), tf.gather(ends.flat_values, first)  # bytes
         # Entities, strict IOB2 over the units (the characters between two units of one
         # entity, a space in "2018년 3월", belong to it): a B-X starts one, the I-X units
@@ -209,9 +205,11 @@ class TaggerModule(tf.Module):
         entity_begin = tf.boolean_mask(begin, opens)
         entity_end = tf.math.unsorted_segment_max(
             tf.boolean_mask(end, inside), tf.boolean_mask(opened - 1, inside), count)
-        entity_text = tf.strings.unicode_transcode(
-            tf.strings.substr(tf.gather(text, entity_rows), entity_begin,
-                              entity_end - entity_begin), "UTF-8", "UTF-8", errors="replace")
+
+        def source(at, until, at_rows):  # the text's own characters, invalid UTF-8 replaced
+            return tf.strings.unicode_transcode(tf.strings.substr(
+                tf.gather(text, at_rows), at, until - at), "UTF-8", "UTF-8", errors="replace")
+
         # Offsets in characters of the text as a client decodes it (invalid UTF-8 replaced).
         stops = tokenization.character_stops(text)
 
@@ -222,32 +220,33 @@ class TaggerModule(tf.Module):
 
         nrows = pieces.nrows()
 
-        def per_unit(values, default):
-            return tf.RaggedTensor.from_value_rowids(values, unit_rows, nrows).to_tensor(
+        def per_row(values, value_rows, default):  # [B, the most of a row], padded
+            return tf.RaggedTensor.from_value_rowids(values, value_rows, nrows).to_tensor(
                 default_value=default)
+
+        def per_unit(values, default):
+            return per_row(values, unit_rows, default)
 
         def per_entity(values, default):
-            return tf.RaggedTensor.from_value_rowids(values, entity_rows, nrows).to_tensor(
-                default_value=default)
+            return per_row(values, entity_rows, default)
+
+        def row_counts(value_rows):  # int32 [B]
+            return tf.math.bincount(tf.cast(value_rows, tf.int32),
+                                    minlength=tf.cast(nrows, tf.int32), dtype=tf.int32)
 
         return {
-            "units": per_unit(tf.strings.unicode_transcode(
-                tf.strings.substr(tf.gather(text, unit_rows), begin, end - begin), "UTF-8",
-                "UTF-8", errors="replace"), ""),
+            "units": per_unit(source(begin, end, unit_rows), ""),
             "unit_starts": per_unit(chars(begin, unit_rows), -1),
             "unit_ends": per_unit(chars(end, unit_rows), -1),
             "tags": per_unit(tags, ""),
             "tag_ids": per_unit(tag_ids, -1),
             "probabilities": per_unit(probabilities, 0.0),  # [B, U, C]
-            "num_units": tf.cast(tf.math.bincount(tf.cast(unit_rows, tf.int32),
-                                                  minlength=tf.cast(nrows, tf.int32)), tf.int32),
-            "entities": per_entity(entity_text, ""),
+            "num_units": row_counts(unit_rows),
+            "entities": per_entity(source(entity_begin, entity_end, entity_rows), ""),
             "entity_types": per_entity(tf.gather(self.types, tf.boolean_mask(kind, opens)), ""),
             "entity_starts": per_entity(chars(entity_begin, entity_rows), -1),
             "entity_ends": per_entity(chars(entity_end, entity_rows), -1),
-            "num_entities": tf.cast(tf.math.bincount(tf.cast(entity_rows, tf.int32),
-                                                     minlength=tf.cast(nrows, tf.int32)),
-                                    tf.int32),
+            "num_entities": row_counts(entity_rows),
         }
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
@@ -301,7 +300,7 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
                                  length_flag="--max_seq_length")
         if doc_stride is None:
             doc_stride = default_doc_stride(seq_length)
-        module = TaggerModule(pre, tagger, labels, doc_stride, characters)
+        module = TaggerModule(pre, tagger, labels, doc_stride)
         texts = np.array(WARMUP_TEXTS, dtype=object)
         # Longer than one window: the windowed path (or the truncation) runs too.
         long = np.array([" ".join(["hello"] * seq_length)] * 2, dtype=object)

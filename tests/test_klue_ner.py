@@ -321,7 +321,7 @@ def _served(outputs, row):
     pytest.param(32, 15, marks=pytest.mark.integration), (12, 3), (12, 0)])
 def test_the_tagger_export_answers_as_run_tagger_predicts(klue_run, model, tmp_path,
                                                           seq_length, stride):
-    """A character-tagged model's export (`TaggerModule(characters=True)`): on the dev
+    """A character-tagged model's export (`TaggerModule.serve_characters`): on the dev
     sentences, its units are `to_units`' (the same characters), each unit's tag is the one
     run_tagger wrote on the unit's first character, and its entities are those of
     predictions.tsv, in windows (S = 12: every sentence split) and truncated (stride 0)."""
@@ -346,7 +346,7 @@ def test_the_tagger_export_answers_as_run_tagger_predicts(klue_run, model, tmp_p
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, None, pairs=False,
                                  length_flag="--max_seq_length")
-        module = TaggerModule(pre, tagger, labels, doc_stride=stride, characters=True)
+        module = TaggerModule(pre, tagger, labels, doc_stride=stride)
         got = module.serve_characters(tf.constant([s.text for s in dev]))
     for row, (sentence, predicted_sentence) in enumerate(zip(dev, written)):
         n = int(got["num_units"][row])

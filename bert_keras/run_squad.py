@@ -11,6 +11,9 @@ questions cut to --max_query_length, --n_best_size candidates, answers of at mos
 --null_score_diff_threshold. --do_predict writes predictions.json and nbest_predictions.json
 (and null_odds.json for v2.0); when the predict file has answers, --do_eval also scores them
 with the official EM/F1 into eval_results.json; predict_results.json has counts and timing.
+Korean benchmarks: --task_name=korquad (KorQuAD 1.0, F1 over characters) or klue-mrc
+(SQuAD 2.0's layout, KLUE's EM and ROUGE-W) reads the files from --data_dir;
+--eval_metric scores other files so.
 The task is bert_keras/finetuning/squad.py; the loop bert_keras/finetuning/runner.py.
 """
 

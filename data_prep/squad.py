@@ -67,6 +67,8 @@ class SquadExample:
       the example is read for prediction only).
     answer_text: the training answer text ("" if impossible).
     is_impossible: SQuAD v2.0's flag.
+    question_type: KLUE-MRC's "question_type" (1 paraphrase, 2 multi-sentence reasoning,
+      3 unanswerable), for its scores by type; None where the file has none.
     """
 
     qas_id: str
@@ -77,6 +79,7 @@ class SquadExample:
     end_word: int | None = None
     answer_text: str | None = None
     is_impossible: bool = False
+    question_type: int | None = None
 
 
 @dataclasses.dataclass
@@ -193,9 +196,12 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                 is_impossible = marked_impossible and version_2_with_negative
                 stats.questions += 1
                 stats.impossible += is_impossible
+                kind = qa.get("question_type")
                 example = SquadExample(qas_id, question, doc_tokens,
                                        [] if is_impossible else [a["text"] for a in answers],
-                                       is_impossible=is_impossible)
+                                       is_impossible=is_impossible,
+                                       question_type=kind if isinstance(kind, int) and
+                                       not isinstance(kind, bool) else None)
                 if is_training:
                     if is_impossible:
                         example.start_word = example.end_word = -1

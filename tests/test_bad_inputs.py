@@ -391,6 +391,16 @@ CASES = [
     # A SQuAD 2.0 file trained on as v1.1 lost its unanswerable questions silently.
     ("run_squad-train-v2-file-without-flag", "run_squad", f"{SQFT} --output_dir={{W}}/out "
      "--do_train --train_file={TESTDATA}/ft_squad_v2.json", "--version_2_with_negative"),
+    # KorQuAD and KLUE-MRC by --task_name.
+    ("run_squad-task_name-unknown", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--task_name=korquad2 --data_dir={F}", "unknown span-QA task 'korquad2'"),
+    ("run_squad-task_name-no-files", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--task_name=klue-mrc --data_dir={F}", "no klue-mrc-v1.1_train.json there"),
+    ("run_squad-task_name-v1", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
+     "--task_name=klue-mrc --data_dir={F} --noversion_2_with_negative",
+     "--task_name=klue-mrc sets --version_2_with_negative=true; drop"),
+    ("run_squad-eval_metric-unknown", "run_squad", f"{SQ} --eval_metric=rouge",
+     "--eval_metric"),
     # extract_features
     *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
                                            ("max_seq_length", 2), ("max_seq_length", 500)]),

@@ -210,9 +210,10 @@ def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, ref
 
 def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     """KLUE's NLI, STS, YNAT and NER by --task_name from klue_benchmark/'s layout, and
-    KLUE-MRC's file through run_squad (its question ids are "guid"s), on the Korean model:
+    KLUE-MRC through run_squad (its question ids are "guid"s), on the Korean model:
     tokenized as the reference, predictions keyed by KLUE's guids, KLUE-STS scored with its
-    F1, KLUE-NER with its entity and character macro F1."""
+    F1, KLUE-NER with its entity and character macro F1, KLUE-MRC with its EM and
+    ROUGE-W."""
     from bert_keras.finetuning.regression import KLUE_STS_THRESHOLD, f1_at
 
     klue = os.path.join(TESTDATA, "glue", "klue_benchmark")
@@ -236,14 +237,18 @@ def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     assert [line.split("\t")[0].split()[1] for line in open(
         tmp / "klue-ner" / "predictions.tsv", encoding="utf-8") if line.startswith("## ")] == ner_dev
     assert {"entity_macro_f1", "char_macro_f1"} <= set(results["eval"])
-    mrc = os.path.join(TESTDATA, "klue-mrc-v1.1_sample.json")
-    results = run_squad.run(train_file=mrc, predict_file=mrc, version_2_with_negative=True,
-                            doc_stride=8, max_query_length=8,
-                            **_common(tmp / "klue-mrc", pipeline["run"]))
+    results = run_squad.run(task_name="klue-mrc", data_dir=klue, doc_stride=8,
+                            max_query_length=8, **_common(tmp / "klue-mrc", pipeline["run"]))
+    mrc_dev = json.load(open(os.path.join(klue, "klue-mrc-v1.1", "klue-mrc-v1.1_dev.json"),
+                             encoding="utf-8"))
+    guids = [qa["guid"] for article in mrc_dev["data"] for paragraph in article["paragraphs"]
+             for qa in paragraph["qas"]]
     answers = json.load(open(tmp / "klue-mrc" / "predictions.json", encoding="utf-8"))
-    assert sorted(answers) == ["klue-mrc-v1_train_00001", "klue-mrc-v1_train_00002",
-                               "klue-mrc-v1_train_00003"]
+    assert sorted(answers) == guids and os.path.isfile(tmp / "klue-mrc" / "null_odds.json")
     assert results["train"]["num_examples"] >= 3
+    # Scored by KLUE's metric (EM and ROUGE-W, by question type), not SQuAD's.
+    assert "f1" not in results["eval"] and results["eval"]["total"] == 5
+    assert [results["eval"][f"type{t}_total"] for t in (1, 2, 3)] == [2, 2, 1]
     # KLUE-NER's sentences (12 + 5) are tokenized whole.
     assert _assert_matches_reference(spy, reference) >= 2 * (4 + 5 + 3) + 12 + 5 + 2 * 3
 

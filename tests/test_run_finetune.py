@@ -14,7 +14,7 @@ from bert_keras.finetuning import squad as sq
 from bert_keras.finetuning.runner import FinetuneError
 from bert_keras.finetuning.tagging import get_entities
 from conftest import TESTDATA, event_scalars, make_inputs
-from data_prep import files, tagging
+from data_prep import files, squad, tagging
 from data_prep.classification import DataError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -573,6 +573,66 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     assert [a.decode() for a in got["answer"].numpy()] == [want[i] for i, _, _ in asked]
     np.testing.assert_allclose(got["null_odds"], [every_odds[i] for i, _, _ in asked], atol=1e-4)
     assert max(got["windows"].numpy()) == 3
+
+
+def _scores(results):
+    return {k: v for k, v in results.items() if k not in (
+        "eval_seconds", "eval_examples_per_second", "made_from")}
+
+
+def test_run_squad_korquad_and_klue_mrc_by_task_name(tmp_path, encoder_file):
+    """--task_name reads KorQuAD's or KLUE-MRC's files from --data_dir (their own names and
+    layout) and scores the dev file with the benchmark's metric; an evaluation alone scores
+    as the model's run did; what the task fixes cannot be given otherwise."""
+    korquad = os.path.join(TESTDATA, "korquad")
+    out = tmp_path / "korquad"
+    settings = dict(doc_stride=8, max_query_length=8)
+    results = run_squad.run(task_name="KorQuAD", data_dir=korquad, **settings,
+                            **common(out, encoder_file, max_seq_length=32, train_batch_size=4))
+    dev = os.path.join(korquad, "KorQuAD_v1.0_dev.json")
+    predictions = json.load(open(out / "predictions.json", encoding="utf-8"))
+    assert sorted(predictions) == ["6548850-0-0", "6548850-0-1", "6566495-1-0"]
+    assert results["train"]["num_examples"] >= 4 and not os.path.exists(out / "null_odds.json")
+    assert _scores(results["eval"]) == sq.evaluate(sq.gold_answers(dev), predictions,
+                                                   metric="korquad")
+    recorded = json.load(open(out / "train_results.json"))
+    assert (recorded["eval_metric"], recorded["version_2_with_negative"]) == ("korquad", False)
+    # Evaluating the model alone on the file by path: KorQuAD's metric, as recorded; SQuAD's
+    # when asked for.
+    alone = dict(do_train=False, do_predict=False, max_seq_length=None)  # as recorded
+    again = run_squad.run(predict_file=dev, **common(tmp_path / "again", str(out), **alone))
+    assert _scores(again["eval"]) == _scores(results["eval"])
+    words = run_squad.run(predict_file=dev, eval_metric="squad",
+                          **common(tmp_path / "words", str(out), **alone))
+    assert _scores(words["eval"]) == sq.evaluate(sq.gold_answers(dev), predictions)
+
+    klue = os.path.join(TESTDATA, "glue", "klue_benchmark")  # klue-mrc-v1.1/ below it
+    out = tmp_path / "klue"
+    results = run_squad.run(task_name="klue-mrc", data_dir=klue, **settings,
+                            **common(out, encoder_file, max_seq_length=32, train_batch_size=4))
+    dev = os.path.join(klue, "klue-mrc-v1.1", "klue-mrc-v1.1_dev.json")
+    predictions = json.load(open(out / "predictions.json", encoding="utf-8"))
+    examples, _ = squad.read_squad(dev, False, True)
+    assert _scores(results["eval"]) == sq.evaluate(
+        sq.gold_answers(dev, True), predictions, True, "klue-mrc",
+        {e.qas_id: e.question_type for e in examples})
+    assert os.path.exists(out / "null_odds.json")  # SQuAD 2.0: questions may have no answer
+    assert {"rouge_w", "type3_total", "NoAns_rouge_w"} <= set(results["eval"])
+    # What the task fixes, given otherwise; files by flag beside it; a task not known; a
+    # directory without the files.
+    for values, message in (
+            (dict(task_name="klue-mrc", version_2_with_negative=False),
+             "--task_name=klue-mrc sets --version_2_with_negative=true; drop"),
+            (dict(task_name="korquad", eval_metric="squad"),
+             "--task_name=korquad sets --eval_metric=korquad; drop --eval_metric"),
+            (dict(task_name="korquad", train_file=dev), "drop --train_file / --predict_file"),
+            (dict(task_name="korquad2"), "unknown span-QA task 'korquad2'; known: korquad, "),
+            (dict(task_name="klue-mrc", data_dir=korquad), "no klue-mrc-v1.1_train.json there")):
+        values = {"data_dir": klue, **values}
+        with pytest.raises(FinetuneError, match=re.escape(message)):
+            run_squad.run(**values, **settings,
+                          **common(tmp_path / "refused", encoder_file, max_seq_length=32))
+        assert not os.path.exists(tmp_path / "refused")
 
 
 def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):

@@ -249,6 +249,107 @@ def test_evaluate_v2_has_and_no_answer():
     assert result["NoAns_exact"] == 0.0 and result["NoAns_f1"] == 0.0
 
 
+# ---- KorQuAD 1.0's and KLUE-MRC's scores, hand-computed.
+
+
+@pytest.mark.parametrize("text, normalized", [
+    ("《토지》", "토지"),  # its quotes and brackets become spaces
+    ("‘한강’의 길이", "한강 의 길이"),
+    ("(약) 494킬로미터.", "약 494킬로미터"),
+    ("The  Tower", "the tower"),  # no article removal
+    ("1,947미터", "1947미터"),
+])
+def test_normalize_korquad(text, normalized):
+    assert sq.normalize_korquad(text) == normalized
+
+
+def test_korquad_f1_is_over_characters():
+    # A right answer with its particle: SQuAD's word F1 gives nothing, KorQuAD's 2 * (3/4 *
+    # 1) / (3/4 + 1) = 6/7.
+    assert sq.f1("서울시는", "서울시") == 0.0
+    assert sq.korquad_f1("서울시는", "서울시") == pytest.approx(6 / 7)
+    # Spaces do not count: pred {오, 전, 4, 시} vs gold {4, 시}: P 2/4, R 1 -> 2/3.
+    assert sq.korquad_f1("오전 4시", "4시") == pytest.approx(2 / 3)
+    # With multiplicity: pred {가, 가, 나} vs gold {가, 나, 나, 다}: common 2, P 2/3, R 2/4.
+    assert sq.korquad_f1("가가나", "가나나다") == pytest.approx(2 * (2 / 3) * 0.5 / (2 / 3 + 0.5))
+    assert sq.korquad_f1("", "") == 0.0  # KorQuAD 1.0's script: nothing in common
+    assert sq.korquad_f1("《》", "", version_2=True) == 1.0  # both normalise to ""
+
+
+@pytest.mark.parametrize("text, normalized", [
+    ("《토지》", "《토지》"),  # KLUE's pattern never matches a lone bracket
+    ("'토지'", "토지"),  # ASCII punctuation goes
+    ("The  Tower!", "the tower"),
+    ("\"()‘’", ""),  # the one run its pattern replaces... then the ASCII ones
+])
+def test_normalize_klue_mrc(text, normalized):
+    assert sq.normalize_klue_mrc(text) == normalized
+
+
+def _longest_common_run(a, b):
+    """The longest common substring's length, by brute force (a reference for difflib's)."""
+    return max((k for i in range(len(a)) for j in range(len(b))
+                for k in range(1, min(len(a) - i, len(b) - j) + 1) if a[i:i + k] == b[j:j + k]),
+               default=0)
+
+
+def test_rouge_w_hand_computed_and_against_brute_force():
+    # Longest common run "4시": P 2/5 (the space counts), R 1 -> 4/7.
+    assert sq.rouge_w("오전 4시", "4시") == pytest.approx(4 / 7)
+    assert sq.rouge_w("", "") == 1.0 and sq.rouge_w("4시", "") == 0.0
+    assert sq.rouge_w("", "4시") == 0.0 and sq.rouge_w("가나", "다라") == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a, b = ("".join(rng.choice(list("가나다 4"), size=rng.integers(1, 15)))
+                for _ in range(2))
+        run = _longest_common_run(a, b)
+        expected = 2 * (run / len(a)) * (run / len(b)) / (run / len(a) + run / len(b)) \
+            if run else 0.0
+        assert sq.rouge_w(a, b) == pytest.approx(expected), (a, b)
+
+
+def test_evaluate_korquad_hand_computed():
+    gold = {"a": ["한라산"], "b": ["1,947미터"], "c": ["1446년", "1446년에"]}
+    preds = {"a": "《한라산》", "b": "높이 1,947미터로", "c": "1446년에"}
+    result = sq.evaluate(gold, preds, metric=sq.KORQUAD)
+    # a: EM 1 (brackets become spaces), F1 1. b: pred {높, 이, 1, 9, 4, 7, 미, 터, 로} vs
+    # gold {1, 9, 4, 7, 미, 터}: P 6/9, R 1 -> 0.8. c: EM 1 against the second answer.
+    assert result == {"exact_match": pytest.approx(200 / 3), "f1": pytest.approx(280 / 3),
+                      "total": 3, "missing": 0}
+    # SQuAD's script on the same: a keeps its brackets ("《한라산》"), b's words share
+    # nothing; c alone scores.
+    assert sq.evaluate(gold, preds)["f1"] == pytest.approx(100 / 3)
+
+
+def test_evaluate_klue_mrc_hand_computed_with_types():
+    gold = {"q1": ["《토지》"], "q2": ["하동군"], "q3": [], "q4": ["해운대 일대"]}
+    preds = {"q1": "토지", "q2": "경상남도 하동군", "q3": "", "q4": "해운대"}
+    types = {"q1": 1, "q2": 2, "q3": 3, "q4": 1}
+    result = sq.evaluate(gold, preds, version_2_with_negative=True, metric=sq.KLUE_MRC,
+                         question_types=types)
+    # q1: EM 0 ("토지" vs "《토지》"), ROUGE-W: run 2, P 1, R 2/4 -> 2/3. q2: EM 0, run 3,
+    # P 3/8, R 1 -> 6/11. q3: "" vs "": 1, 1. q4: EM 0, run 3, P 1, R 3/6 -> 2/3.
+    rouge = [2 / 3, 6 / 11, 1.0, 2 / 3]
+    assert result["exact_match"] == pytest.approx(25.0) and "f1" not in result
+    assert result["rouge_w"] == pytest.approx(100 * sum(rouge) / 4)
+    assert (result["type1_total"], result["type2_total"], result["type3_total"]) == (2, 1, 1)
+    assert result["type1_rouge_w"] == pytest.approx(100 * (2 / 3 + 2 / 3) / 2)
+    assert result["type3_exact_match"] == 100.0
+    assert result["NoAns_total"] == 1 and result["HasAns_rouge_w"] == pytest.approx(
+        100 * (2 / 3 + 6 / 11 + 2 / 3) / 3)
+    # Without the flag, KLUE's metric still scores an unanswerable question against "".
+    assert sq.evaluate(gold, preds, metric=sq.KLUE_MRC)["exact_match"] == pytest.approx(25.0)
+
+
+def test_klue_mrc_question_types_are_read(tmp_path):
+    path = os.path.join(TESTDATA, "glue", "klue_benchmark", "klue-mrc-v1.1",
+                        "klue-mrc-v1.1_dev.json")
+    examples, _ = squad.read_squad(path, is_training=False, version_2_with_negative=True)
+    assert [e.question_type for e in examples] == [1, 2, 3, 1, 2]
+    examples, _ = squad.read_squad(V2, is_training=False, version_2_with_negative=True)
+    assert {e.question_type for e in examples} == {None}
+
+
 def test_no_span_candidate_has_numeric_null_odds(tokenizer):
     """A question whose windows give no valid span (every candidate outside the context):
     "" with the null score as its odds, a number as Google's and transformers' (the v2.0
@@ -322,8 +423,9 @@ def test_allennlp_squad_fixture_round_trip():
 def test_klue_mrc_questions_are_keyed_by_their_guid(tmp_path):
     """KLUE-MRC's files are SQuAD 2.0's layout with the question id named "guid" (no "id"):
     every question was refused ("expected an object with a 'id' field"). Hand-written
-    rows in its layout (tests/testdata/klue-mrc-v1.1_sample.json)."""
-    path = os.path.join(TESTDATA, "klue-mrc-v1.1_sample.json")
+    rows in its layout (tests/testdata/glue/klue_benchmark/klue-mrc-v1.1/)."""
+    path = os.path.join(TESTDATA, "glue", "klue_benchmark", "klue-mrc-v1.1",
+                       "klue-mrc-v1.1_train.json")
     examples, stats = squad.read_squad(path, is_training=True, version_2_with_negative=True)
     assert [e.qas_id for e in examples] == ["klue-mrc-v1_train_00001", "klue-mrc-v1_train_00002",
                                             "klue-mrc-v1_train_00003"]

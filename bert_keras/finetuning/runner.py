@@ -218,6 +218,11 @@ class Task:
         """The flag naming a split's file (for messages)."""
         return f"--{split}_file"
 
+    def task_settings(self, opts) -> dict:
+        """{option: value} a --task_name fixes (run_squad's klue-mrc: SQuAD 2.0 and its
+        metric); a flag given otherwise is refused (`run`)."""
+        return {}
+
     def with_defaults(self, common: FinetuneOptions, opts):
         """`opts` with the task's defaults that follow from the common flags filled in
         (run_tagger's --doc_stride: half a window of --max_seq_length), so that what a run
@@ -389,6 +394,19 @@ def _of_kind(value, default) -> bool:
     return math.isfinite(value)
 
 
+def _with_task_settings(task, opts):
+    """`opts` with what its --task_name fixes (`Task.task_settings`), before anything is
+    taken from a recorded run; a flag given with another value is refused."""
+    fixed = task.task_settings(opts)
+    for name, value in fixed.items():
+        given = getattr(opts, name)
+        if given is not None and given != value:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise FinetuneError(f"--task_name={opts.task_name} sets --{name}={shown}; drop "
+                                f"--{name}")
+    return dataclasses.replace(opts, **fixed) if fixed else opts
+
+
 def _with_recorded_options(task, common: FinetuneOptions, opts):
     """`opts` with the task's `recorded_options` that were not given (None) filled in as
     --max_seq_length is: as the evaluated model was fine-tuned, else the option's default."""
@@ -557,7 +575,7 @@ def run(task: Task, values: dict) -> dict:
     common_values, task_values = split_values(values, FinetuneOptions, task.options_class())
     common = _with_sequence_length(FinetuneOptions(**common_values), task.default_max_seq_length)
     opts = task.with_defaults(common, _with_recorded_options(
-        task, common, task.options_class()(**task_values)))
+        task, common, _with_task_settings(task, task.options_class()(**task_values))))
     common.validate()
     task.validate(common, opts)
     for split, wanted in (("train", common.do_train), ("eval", common.do_eval),

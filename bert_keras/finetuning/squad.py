@@ -3,33 +3,71 @@
 Reading, windowing and mapping logits back to text are `data_prep.squad`'s (Google's
 run_squad.py); this adapter adds the head (`BertSpanQA`), the files Google's tool writes
 (predictions.json, nbest_predictions.json, null_odds.json for v2.0) and the official
-evaluation (`evaluate`: the v1.1 script, or the v2.0 script with
-`version_2_with_negative`): answers normalised by lower-casing, removing punctuation and the
-articles a/an/the, and collapsing whitespace; exact match and token F1 take the maximum over
-the gold answers; results in percent. --do_eval scores the predictions of --predict_file.
+evaluation of the benchmark the data comes from (`evaluate`, --eval_metric); --do_eval
+scores the predictions of --predict_file. Every score is the maximum over a question's gold
+answers, averaged over the questions, in percent:
+
+  squad     SQuAD's v1.1 script, or its v2.0 script with --version_2_with_negative: answers
+            lower-cased, without punctuation and the articles a/an/the, whitespace
+            collapsed; exact match and F1 over the words ("f1").
+  korquad   KorQuAD 1.0's script (korquad.github.io): quotes and brackets
+            ('"《》<>〈〉()‘’) become spaces, then lower case, no punctuation, whitespace
+            collapsed; exact match, and F1 over the characters ("f1"): Korean words carry
+            their particles ("서울시는"), so a word F1 gives nothing for a right answer
+            with another particle.
+  klue-mrc  KLUE-MRC's (KLUE-baseline's klue_mrc_em and klue_mrc_rouge_w): lower case, no
+            punctuation, whitespace collapsed; exact match, and ROUGE-W ("rouge_w"): the F1
+            of the longest common run of characters. An unanswerable question's gold is "".
+            Also by KLUE's question type ("type1_exact_match", ...: 1 paraphrase,
+            2 multi-sentence reasoning, 3 unanswerable), as KLUE's baseline logs them.
+
+--task_name=korquad / klue-mrc reads the benchmark's files from --data_dir and scores them
+with its metric (klue-mrc as SQuAD 2.0: its questions may have no answer).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import difflib
 import os
 import re
 import string
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from absl import logging
 
-from bert_keras.finetuning.runner import Features, FinetuneError, Task
+from bert_keras.finetuning.runner import Features, FinetuneError, Task, recorded_choice
 from bert_keras.tasks import BertSpanQA
 from data_prep import files, squad
 from data_prep.cli import option
 
 
+SQUAD, KORQUAD, KLUE_MRC = "squad", "korquad", "klue-mrc"  # --eval_metric
+METRICS = (SQUAD, KORQUAD, KLUE_MRC)
+# --task_name: (its files, under --data_dir or the named directory there; SQuAD 2.0?).
+TASKS = {KORQUAD: (("KorQuAD_v1.0_train.json", "KorQuAD_v1.0_dev.json"), "", False),
+         KLUE_MRC: (("klue-mrc-v1.1_train.json", "klue-mrc-v1.1_dev.json"), "klue-mrc-v1.1",
+                    True)}
+
+
 @dataclasses.dataclass(frozen=True)
 class SquadOptions:
+    task_name: str | None = option(
+        None, "korquad: KorQuAD 1.0 (KorQuAD_v1.0_{train,dev}.json); klue-mrc: KLUE-MRC "
+        "(klue-mrc-v1.1_{train,dev}.json, SQuAD 2.0's layout). Read from --data_dir, the "
+        "dev file answered by --do_predict and scored by --do_eval with the benchmark's "
+        "metric.")
+    data_dir: str | None = option(None, "Directory --train_file and --predict_file are "
+                                  "relative to (with --task_name, the task's directory, or "
+                                  "KLUE's klue_benchmark/).")
     train_file: str | None = option(None, "SQuAD JSON for training.")
     predict_file: str | None = option(None, "SQuAD JSON to answer (and score with --do_eval).")
+    eval_metric: str | None = option(
+        None, "--do_eval's scores: squad (SQuAD's script: exact match, F1 over words), "
+        "korquad (KorQuAD 1.0's: F1 over characters), klue-mrc (KLUE's: exact match, "
+        "ROUGE-W). Default: --task_name's; evaluating alone, what the model was fine-tuned "
+        "with; else squad.", enum=METRICS)
     doc_stride: int | None = option(
         None, "Start of one context window to the next, in WordPieces. Default: 128, or "
         "predicting or evaluating alone, what the model was fine-tuned with.")
@@ -67,17 +105,95 @@ def f1(prediction: str, gold: str, version_2: bool = False) -> float:
     With `version_2` (the v2.0 script) an empty answer scores 1 against an empty answer and 0
     against anything else; the v1.1 script scores 0 whenever nothing overlaps.
     """
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    if version_2 and (not pred_tokens or not gold_tokens):
-        return float(pred_tokens == gold_tokens)
-    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    return _bag_f1(normalize_answer(prediction).split(), normalize_answer(gold).split(),
+                   version_2)
+
+
+def _bag_f1(pred_items: Sequence[str], gold_items: Sequence[str], version_2: bool) -> float:
+    if version_2 and (not pred_items or not gold_items):
+        return float(list(pred_items) == list(gold_items))
+    common = collections.Counter(pred_items) & collections.Counter(gold_items)
     same = sum(common.values())
     if same == 0:
         return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
+    precision = same / len(pred_items)
+    recall = same / len(gold_items)
     return 2 * precision * recall / (precision + recall)
+
+
+_KORQUAD_SPACED = re.compile("['\"《》<>〈〉()‘’]")
+
+
+def normalize_korquad(s: str) -> str:
+    """KorQuAD 1.0's normalisation: its quotes and brackets become spaces, then lower case,
+    no punctuation (ASCII's), whitespace collapsed. Articles stay (Korean has none)."""
+    s = _KORQUAD_SPACED.sub(" ", s).lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    return " ".join(s.split())
+
+
+def korquad_f1(prediction: str, gold: str, version_2: bool = False) -> float:
+    """KorQuAD 1.0's F1: over the characters of the normalised strings, spaces left out,
+    with multiplicity. With `version_2` an empty answer scores as SQuAD 2.0's script scores
+    it (1 against an empty answer, else 0; KorQuAD 1.0 has no unanswerable questions)."""
+    return _bag_f1(list(normalize_korquad(prediction).replace(" ", "")),
+                   list(normalize_korquad(gold).replace(" ", "")), version_2)
+
+
+# KLUE-baseline's pattern, kept as written there: a character class followed by the literal
+# "()‘’", so it replaces only such 5-character runs, and "《토지》" keeps its brackets (KLUE's
+# published scores were computed with it).
+_KLUE_REPLACED = re.compile(r"[\'\"《》<>〈〉]\(\)\‘\’")
+
+
+def normalize_klue_mrc(s: str) -> str:
+    """KLUE-MRC's normalisation: lower case, no punctuation (ASCII's), whitespace collapsed."""
+    s = _KLUE_REPLACED.sub(" ", s.lower())
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    return " ".join(s.split())
+
+
+def rouge_w(prediction: str, gold: str) -> float:
+    """KLUE-MRC's ROUGE-W of two normalised strings: the F1 of the longest common run of
+    consecutive characters (difflib's, as KLUE's); an empty gold scores 1 against an empty
+    prediction, else 0."""
+    if not gold:
+        return float(prediction == gold)
+    longest = difflib.SequenceMatcher(None, prediction, gold).find_longest_match(
+        0, len(prediction), 0, len(gold)).size
+    if not longest:
+        return 0.0
+    precision, recall = longest / len(prediction), longest / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Script:
+    """One benchmark's scoring: exact match and a partial score, each of (prediction,
+    gold answers) -> the best over the gold answers."""
+
+    partial_name: str
+    exact: Callable[[str, Sequence[str]], float]
+    partial: Callable[[str, Sequence[str]], float]
+
+
+def _script(metric: str, version_2: bool) -> _Script:
+    if metric == SQUAD:
+        return _Script("f1", lambda p, golds: max(exact_match(p, g) for g in golds),
+                       lambda p, golds: max(f1(p, g, version_2) for g in golds))
+    if metric == KORQUAD:
+        return _Script(
+            "f1", lambda p, golds: max(float(normalize_korquad(p) == normalize_korquad(g))
+                                       for g in golds),
+            lambda p, golds: max(korquad_f1(p, g, version_2) for g in golds))
+    if metric == KLUE_MRC:
+        # KLUE's compute_em_and_rouge_w_score_for_klue_mrc, on normalised strings.
+        def both(p, golds, score):
+            p = normalize_klue_mrc(p)
+            return max(score(p, normalize_klue_mrc(g)) for g in golds)
+        return _Script("rouge_w", lambda p, golds: both(p, golds, lambda a, b: float(a == b)),
+                       lambda p, golds: both(p, golds, rouge_w))
+    raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
 
 
 def gold_answers(path: str, version_2_with_negative: bool = False) -> dict[str, list[str]]:
@@ -88,8 +204,10 @@ def gold_answers(path: str, version_2_with_negative: bool = False) -> dict[str, 
 
 
 def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
-             version_2_with_negative: bool = False) -> dict:
-    """Exact match and F1 in percent, each the max over a question's gold answers.
+             version_2_with_negative: bool = False, metric: str = SQUAD,
+             question_types: Mapping[str, int] | None = None) -> dict:
+    """Exact match and the metric's partial score in percent, each the max over a
+    question's gold answers.
 
     Args:
       gold: {qas_id: [gold texts]} (from `gold_answers`; [] = unanswerable, v2.0 only).
@@ -97,45 +215,63 @@ def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
         counted in "missing".
       version_2_with_negative: use the v2.0 script's F1 for empty answers and add the
         HasAns_/NoAns_ breakdown.
+      metric: squad, korquad or klue-mrc (the module's docstring).
+      question_types: {qas_id: KLUE's question type}, for klue-mrc's breakdown by type.
 
     Returns:
-      {"exact_match", "f1", "total", "missing"} (+ "HasAns_exact", "HasAns_f1",
-      "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total" for v2.0).
+      {"exact_match", "f1" (klue-mrc: "rouge_w"), "total", "missing"} (+ "HasAns_exact",
+      "HasAns_f1", "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total" for v2.0; +
+      "type<t>_exact_match", "type<t>_rouge_w", "type<t>_total" for klue-mrc with types).
     """
     if not gold:
         raise FinetuneError("no gold answers to score against")
-    em_scores, f1_scores, missing = {}, {}, 0
+    script = _script(metric, version_2_with_negative)
+    em_scores, partial_scores, missing = {}, {}, 0
     for qas_id, answers in gold.items():
-        if version_2_with_negative:
+        if metric == KLUE_MRC:
+            answers = list(answers) or [""]  # KLUE's: "" is an unanswerable one's gold
+        elif version_2_with_negative:
             # The v2.0 script drops answers that normalise to "" and scores an unanswerable
             # question against the empty string.
-            answers = [a for a in answers if normalize_answer(a)] or [""]
+            normalize = normalize_korquad if metric == KORQUAD else normalize_answer
+            answers = [a for a in answers if normalize(a)] or [""]
         elif not answers:
             raise FinetuneError(f"question {qas_id!r} has no gold answer (a v2.0 file? pass "
                                 "--version_2_with_negative)")
         if qas_id not in predictions:
             missing += 1
-            em_scores[qas_id] = f1_scores[qas_id] = 0.0
+            em_scores[qas_id] = partial_scores[qas_id] = 0.0
             continue
         prediction = predictions[qas_id]
-        em_scores[qas_id] = max(exact_match(prediction, a) for a in answers)
-        f1_scores[qas_id] = max(f1(prediction, a, version_2_with_negative) for a in answers)
+        em_scores[qas_id] = script.exact(prediction, answers)
+        partial_scores[qas_id] = script.partial(prediction, answers)
 
-    def block(ids, prefix=""):
+    def block(ids, prefix="", exact="exact"):
         n = len(ids)
-        return {f"{prefix}exact": 100.0 * sum(em_scores[q] for q in ids) / n if n else 0.0,
-                f"{prefix}f1": 100.0 * sum(f1_scores[q] for q in ids) / n if n else 0.0,
+        return {f"{prefix}{exact}": 100.0 * sum(em_scores[q] for q in ids) / n if n else 0.0,
+                f"{prefix}{script.partial_name}":
+                    100.0 * sum(partial_scores[q] for q in ids) / n if n else 0.0,
                 f"{prefix}total": n}
 
-    everything = block(list(gold))
-    result = {"exact_match": everything["exact"], "f1": everything["f1"],
-              "total": everything["total"], "missing": missing}
+    result = {**block(list(gold), exact="exact_match"), "missing": missing}
     if version_2_with_negative:
         has = [q for q, a in gold.items() if a]  # the v2.0 script: bool(qa["answers"])
         no = [q for q, a in gold.items() if not a]
         result.update(block(has, "HasAns_"))
         result.update(block(no, "NoAns_"))
+    if metric == KLUE_MRC and question_types:
+        for kind in sorted(set(question_types.values())):
+            ids = [q for q in gold if question_types.get(q) == kind]
+            result.update(block(ids, f"type{kind}_", exact="exact_match"))
     return result
+
+
+def _task(opts) -> str:
+    name = opts.task_name.strip().lower()
+    if name not in TASKS:
+        raise FinetuneError(f"--task_name: unknown span-QA task {opts.task_name!r}; known: "
+                            f"{', '.join(TASKS)} (or --train_file and --predict_file)")
+    return name
 
 
 class SquadTask(Task):
@@ -152,12 +288,46 @@ class SquadTask(Task):
         return SquadOptions
 
     def input_flag(self, split):
-        return "--train_file" if split == "train" else "--predict_file"
+        return ("--train_file" if split == "train" else "--predict_file") + \
+            " (or --task_name with --data_dir)"
+
+    def task_settings(self, opts):
+        if not opts.task_name:
+            return {}
+        name = _task(opts)
+        return {"version_2_with_negative": TASKS[name][2], "eval_metric": name}
 
     def input_file(self, split, opts):
-        return opts.train_file if split == "train" else opts.predict_file
+        if not opts.task_name:
+            path = opts.train_file if split == "train" else opts.predict_file
+            if path and opts.data_dir and not os.path.isabs(path):
+                return os.path.join(opts.data_dir, path)
+            return path
+        if not opts.data_dir:
+            raise FinetuneError(f"--task_name={opts.task_name} needs --data_dir (the directory "
+                                "holding its files)")
+        names, directory, _ = TASKS[_task(opts)]
+        name = names[split != "train"]
+        path = os.path.join(opts.data_dir, name)
+        below = os.path.join(opts.data_dir, directory, name)
+        if directory and not os.path.isfile(path) and os.path.isfile(below):
+            return below
+        if not os.path.isfile(path):
+            raise FinetuneError(f"--data_dir {opts.data_dir}: no {name} there for the "
+                                f"{_task(opts)} {'train' if split == 'train' else 'dev'} set "
+                                f"(expected {path}{f' or {below}' if directory else ''})")
+        return path
+
+    def with_defaults(self, common, opts):
+        if opts.eval_metric is None:  # recorded as the metric the run scored with
+            opts = dataclasses.replace(opts, eval_metric=recorded_choice(
+                common, "eval_metric", METRICS) or SQUAD)
+        return opts
 
     def validate(self, common, opts):
+        if opts.task_name and (opts.train_file or opts.predict_file):
+            raise FinetuneError("--task_name reads its files from --data_dir; drop "
+                                "--train_file / --predict_file")
         if opts.doc_stride < 1:  # parsed as >= 0: run_tagger's 0 truncates
             raise FinetuneError(f"--doc_stride must be >= 1; received {opts.doc_stride}")
         if common.max_seq_length <= opts.max_query_length + 3:
@@ -211,10 +381,12 @@ class SquadTask(Task):
                 "questions_truncated": features.stats.questions_truncated}
 
     def export_settings(self, opts):
+        # eval_metric: what an evaluation of this model alone scores with.
         return {"max_query_length": opts.max_query_length, "doc_stride": opts.doc_stride,
                 "max_answer_length": opts.max_answer_length,
                 "null_score_diff_threshold": opts.null_score_diff_threshold,
-                "version_2_with_negative": opts.version_2_with_negative}
+                "version_2_with_negative": opts.version_2_with_negative,
+                "eval_metric": opts.eval_metric}
 
     def _answer(self, examples, features, outputs, tokenizer, common, opts):
         predictions, nbest, null_odds = squad.postprocess(
@@ -231,9 +403,13 @@ class SquadTask(Task):
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):
         predictions = self._answer(examples, features, outputs, tokenizer, common, opts)
         gold = {e.qas_id: list(e.answers) for e in examples}
-        metrics = evaluate(gold, predictions, opts.version_2_with_negative)
-        logging.info("eval: EM %.2f  F1 %.2f  (%d questions)", metrics["exact_match"],
-                     metrics["f1"], metrics["total"])
+        types = {e.qas_id: e.question_type for e in examples if e.question_type is not None}
+        metrics = evaluate(gold, predictions, opts.version_2_with_negative, opts.eval_metric,
+                           types)
+        partial = "rouge_w" if opts.eval_metric == KLUE_MRC else "f1"
+        logging.info("eval (%s): EM %.2f  %s %.2f  (%d questions)", opts.eval_metric,
+                     metrics["exact_match"], {"f1": "F1", "rouge_w": "ROUGE-W"}[partial],
+                     metrics[partial], metrics["total"])
         return metrics
 
     def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):

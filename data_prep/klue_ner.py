@@ -38,8 +38,9 @@ no piece (a space; a control character the tokenizer drops) continues the entity
 when the character before is in an entity of type X and the next unit's tag is "I-X" (a
 space inside "<2018년 3월:DT>"), else is "O".
 
-Scores (`scores`), over the non-space characters of each sentence, as KLUE's baseline scores
-them (its klue_ner_entity_macro_f1 and klue_ner_char_macro_f1): entity-level F1 by seqeval's
+Scores (`scores`), over each sentence's characters other than " " (KLUE's baseline skips
+exactly those lines; a no-break or ideographic space is a character it scores), as KLUE's
+baseline scores them (its klue_ner_entity_macro_f1 and klue_ner_char_macro_f1): entity-level F1 by seqeval's
 strict IOB2 rule (an entity is a B-X and the I-X after it; an I-X without its B-X is no
 entity), macro-averaged over the entity types found in the gold or predicted tags, and
 micro-averaged beside it; character-level macro F1 over every tag of the label list, "O"
@@ -288,7 +289,8 @@ def _f1(correct: int, gold: int, predicted: int) -> tuple[float, float, float]:
 
 def scores(texts: Sequence[str], gold: Sequence[Sequence[str]],
            predicted: Sequence[Sequence[str]], label_list: Sequence[str]) -> dict:
-    """KLUE-NER's scores over the non-space characters of each sentence (module docstring).
+    """KLUE-NER's scores over the characters other than " " of each sentence (module
+    docstring).
 
     Returns:
       {"entity_macro_f1", "char_macro_f1", "char_accuracy", "num_scored_characters",
@@ -303,7 +305,7 @@ def scores(texts: Sequence[str], gold: Sequence[Sequence[str]],
         if not len(text) == len(g) == len(p):
             raise ValueError(f"sentence {i}: {len(text)} characters, {len(g)} gold tags and "
                              f"{len(p)} predicted")
-        keep = [k for k, ch in enumerate(text) if not ch.isspace()]
+        keep = [k for k, ch in enumerate(text) if ch != " "]  # KLUE's `if token == " "`
         g = [g[k] for k in keep]
         p = [p[k] for k in keep]
         gold_set |= {(i, *e) for e in strict_entities(g)}

@@ -150,10 +150,11 @@ def test_strict_entities_hand_computed():
 
 def _klue_baseline(texts, gold, predicted):
     """KLUE's baseline scoring: seqeval strict IOB2 macro F1 and scikit-learn's character
-    macro F1 over every label, on the non-space characters, sentences apart."""
+    macro F1 over every label, on the characters other than " " (its reader skips the
+    lines whose character is " "), sentences apart."""
     flat_gold, flat_pred, ids_gold, ids_pred = [], [], [], []
     for text, g, p in zip(texts, gold, predicted):
-        keep = [k for k, ch in enumerate(text) if not ch.isspace()]
+        keep = [k for k, ch in enumerate(text) if ch != " "]
         flat_gold += ["O"] + [g[k] for k in keep] + ["O"]  # as [CLS] and [SEP] part them
         flat_pred += ["O"] + [p[k] for k in keep] + ["O"]
         ids_gold += [LABELS.index(g[k]) for k in keep]
@@ -171,7 +172,7 @@ def test_scores_are_klues_on_random_tags():
         texts, gold, predicted = [], [], []
         for _ in range(rng.randint(1, 5)):
             n = rng.randint(2, 25)
-            texts.append("".join(rng.choice("가나 다A") for _ in range(n)) + "가")
+            texts.append("".join(rng.choice("가나 다A\u3000\xa0") for _ in range(n)) + "가")
             gold.append([rng.choice(LABELS[:4] + ["O", "O", "I-DT"]) for _ in range(n)]
                         + ["B-DT"])
             predicted.append([rng.choice(LABELS[:4] + ["O", "O", "I-LC"]) for _ in range(n)]
@@ -254,7 +255,7 @@ def test_run_tagger_trains_scores_and_predicts_klue_ner_by_task_name(klue_run):
     assert metrics["entity_macro_f1"] == pytest.approx(entity, abs=1e-12)
     assert metrics["entity"]["f1"] == pytest.approx(micro, abs=1e-12)
     assert metrics["char_macro_f1"] == pytest.approx(char, abs=1e-12)
-    assert metrics["num_scored_characters"] == sum(not ch.isspace() for s in dev for ch in s.text)
+    assert metrics["num_scored_characters"] == sum(ch != " " for s in dev for ch in s.text)
     assert metrics["num_characters"] == sum(len(s.text) for s in dev)
 
 

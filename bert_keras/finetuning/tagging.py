@@ -362,7 +362,7 @@ class TaggingTask(LabelledFileTask):
                                   predicted, labels)
         metrics.update({"num_sentences": len(sentences), **self._counts(features.stats)})
         logging.info("eval: entity macro F1 %.4f, character macro F1 %.4f (KLUE's scores; "
-                     "entity micro F1 %.4f, %d non-space characters)", metrics["entity_macro_f1"],
+                     "entity micro F1 %.4f, %d characters scored)", metrics["entity_macro_f1"],
                      metrics["char_macro_f1"], metrics["entity"]["f1"],
                      metrics["num_scored_characters"])
         return metrics

@@ -176,6 +176,15 @@ def _inside(tag: str) -> str:
     return f"I-{kind}" if kind is not None else tag
 
 
+def missing_inside_tags(label_list: Sequence[str]) -> list[str]:
+    """The "I-X" tags a label list lacks for its "B-X" ones: `char_tags` gives them to a
+    unit's later characters and to the spaces inside an entity, so a list without them
+    would write tags the model cannot have (a training file whose type X only ever spans
+    one character derives such a list)."""
+    known = set(label_list)
+    return sorted({f"I-{_type(t)}" for t in label_list if t.startswith("B-")} - known)
+
+
 def to_units(sentences: Sequence[CharSentence], tokenizer,
              label_list: Sequence[str] | None):
     """Tokenizes each sentence's text and makes its WordPiece units (module docstring).

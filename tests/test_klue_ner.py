@@ -277,6 +277,23 @@ def test_run_tagger_learns_a_klue_format_training_file(tmp_path, model):
     assert again["eval"]["char_macro_f1"] == pytest.approx(results["eval"]["char_macro_f1"])
 
 
+def test_a_type_only_one_character_long_gets_its_inside_tag(tmp_path, model):
+    """A training file whose entities of a type are each one character derives a label list
+    with B-X but no I-X; a prediction spanning two characters (a unit of two, a space
+    inside it) then wrote an I-X outside the label list into predictions.tsv. The list now
+    gets the I-X (the head has an output for it, as for any tag)."""
+    train = tmp_path / "train.tsv"
+    _write(train, "## t1\t<김:PS> 씨와 <박:PS>\n김\tB-PS\n \tO\n씨\tO\n와\tO\n \tO\n박\tB-PS\n\n"
+                  "## t2\t<서울:LC>에서\n서\tB-LC\n울\tI-LC\n에\tO\n서\tO\n\n")
+    out = tmp_path / "out"
+    run_tagger.run(tag_format="klue", train_file=str(train), eval_file=str(train),
+                   predict_file=str(train), **_common(model, out))
+    labels = [line.strip() for line in open(out / "labels.txt", encoding="utf-8")]
+    assert labels == ["B-LC", "B-PS", "I-LC", "I-PS", "O"]
+    assert klue_ner.missing_inside_tags(["B-X", "I-Y", "O", "B-Y", "B-Z"]) == ["I-X", "I-Z"]
+    assert klue_ner.missing_inside_tags(LABELS) == []
+
+
 @pytest.mark.integration  # one fresh process on Keras' JAX backend: about 1.5 min
 def test_the_klue_ner_runs_on_jax():
     """The character route trains, scores (as KLUE's baseline) and reruns on JAX too."""
@@ -296,8 +313,12 @@ def test_the_klue_ner_runs_on_jax():
     (dict(task_name="klue-ner", data_dir=TESTDATA), "no klue-ner-v1.1_train.tsv there"),
     (dict(tag_format="klue", train_file=TRAIN, tag_column=1),
      "--tag_format=klue has no columns to choose"),
+    (dict(tag_format="klue", train_file=TRAIN, label_list_file="{tmp}/labels.txt"),
+     "labels.txt: no I-DT, I-PS; character tags continue an entity of type X with I-X"),
 ])
 def test_bad_klue_flags_are_refused_in_one_line(tmp_path, model, flags, message):
+    _write(tmp_path / "labels.txt", "B-DT\nB-LC\nB-PS\nI-LC\nO\n")
+    flags = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in flags.items()}
     with pytest.raises(FinetuneError, match=re.escape(message)):
         run_tagger.run(**_common(model, tmp_path / "out", do_eval=False, do_predict=False),
                        **flags)

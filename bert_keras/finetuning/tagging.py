@@ -289,10 +289,25 @@ class TaggingTask(LabelledFileTask):
     def given_labels(self, opts):
         if opts.task_name:
             return list(klue_ner.KLUE_NER_LABELS)
-        return labels_from_flags(None, opts.label_list_file)
+        labels = labels_from_flags(None, opts.label_list_file)
+        missing = klue_ner.missing_inside_tags(labels) if labels and self._characters(opts) \
+            else []
+        if missing:
+            raise FinetuneError(
+                f"--label_list_file {opts.label_list_file}: no {', '.join(missing)}; character "
+                "tags continue an entity of type X with I-X (a WordPiece's later characters, "
+                "a space inside the entity), so every B-X needs its I-X")
+        return labels
 
     def labels_from(self, sentences):
-        return tagging.label_list_from(sentences)  # words' or characters' tags alike
+        labels = tagging.label_list_from(sentences)  # words' or characters' tags alike
+        if sentences and isinstance(sentences[0], klue_ner.CharSentence):
+            missing = klue_ner.missing_inside_tags(labels)
+            if missing:  # the types whose entities are one character in the training file
+                logging.info("Label list: %s added (character tags continue an entity with "
+                             "I-X; the training file has none)", ", ".join(missing))
+                labels = sorted(labels + missing)
+        return labels
 
     def head_dropout(self, opts):
         return opts.tagger_dropout

@@ -663,6 +663,41 @@ def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):
     assert not os.path.exists(tmp_path / "out")  # nothing written for a refused run
 
 
+def test_fine_tuning_is_the_same_from_every_form_of_a_checkpoint(tmp_path):
+    """One pretrained model as a pretrainer (.keras; loading builds its MLM and NSP heads
+    too), an encoder file, Hugging Face's and Google's layouts: the new head and every
+    dropout layer draw from --seed alone, so the fine-tuned weights are the same. Before,
+    they drew from Keras' generators after as many draws as the form's loading made, and
+    each form fine-tuned to other weights."""
+    from bert_keras import BertPretrainer
+
+    keras_utils = __import__("keras").utils
+    keras_utils.set_random_seed(11)
+    pretrainer = BertPretrainer(BertEncoder(**SMALL))
+    pretrainer_file = str(tmp_path / "pretrainer.keras")
+    pretrainer.save(pretrainer_file)
+    encoder_file = str(tmp_path / "encoder.keras")
+    pretrainer.encoder.save(encoder_file)
+    hf = checkpoints.save_hf_weights(pretrainer.encoder, str(tmp_path / "hf"))
+    (tmp_path / "google").mkdir()
+    google = checkpoints.save_google_checkpoint(pretrainer.encoder,
+                                                str(tmp_path / "google" / "bert_model.ckpt"))
+    train = tmp_path / "train.jsonl"
+    write_classification(train, 24, 0)
+    weights = {}
+    for name, path in (("pretrainer", pretrainer_file), ("encoder", encoder_file),
+                       ("hf", hf), ("google", google)):
+        out = tmp_path / name
+        run_classifier.run(train_file=str(train), num_train_steps=3, **common(
+            out, path, do_eval=False, do_predict=False))
+        weights[name] = [np.asarray(w) for w in
+                         model_loading.load_checkpoint(str(out)).model.weights]
+    for name in ("encoder", "hf", "google"):
+        assert len(weights[name]) == len(weights["pretrainer"])
+        for a, b in zip(weights[name], weights["pretrainer"]):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6, err_msg=name)
+
+
 def _cli(module, *args):
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
                           text=True, timeout=900)

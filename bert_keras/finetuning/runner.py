@@ -453,17 +453,23 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
                                     "initialised encoder")
             logging.info("Random initialisation from %s", common.bert_config_file)
             encoder = BertEncoder.from_bert_config(BertConfig.from_json_file(common.bert_config_file))
-            return task.build(in_policy(encoder), labels, opts, common.head_initializer), None
+            model = task.build(in_policy(encoder), labels, opts, common.head_initializer)
+            return _with_dropout_seeded(model, common.seed), None
         ckpt = model_loading.load_checkpoint(init, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
             logging.info("Training further the fine-tuned %s of %s", task.model_class.__name__, init)
-            return in_policy(task.to_train_further(ckpt.model, opts)), ckpt
+            model = in_policy(task.to_train_further(ckpt.model, opts))
+            return _with_dropout_seeded(model, common.seed), ckpt
         if not isinstance(ckpt.model, BertEncoder):
             logging.info("%s holds a %s: using its encoder", init, type(ckpt.model).__name__)
+        # Loading drew from Keras' generators as many times as the checkpoint's form builds
+        # layers (a pretraining run builds its heads too), so the new head is drawn from
+        # --seed afresh: the same weights from a run, its encoder/ or a converted copy.
+        keras.utils.set_random_seed(common.seed)
         model = task.build(in_policy(ckpt.encoder), labels or ckpt.labels, opts,
                            common.head_initializer)
         _initialise_a_missing_pooler(model, init)
-        return model, ckpt
+        return _with_dropout_seeded(model, common.seed), ckpt
     # Evaluation / prediction only: a fine-tuned model of this task.
     source = init
     if source:
@@ -482,6 +488,22 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         raise FinetuneError(f"{source} holds a {type(ckpt.model).__name__}, expected a "
                             f"{task.model_class.__name__}")
     return in_policy(ckpt.model), ckpt
+
+
+def _with_dropout_seeded(model, seed: int):
+    """`model` with every dropout layer's generator (`keras.random.SeedGenerator`) started
+    from `seed` and its place in the model: each drew its start when its layer was built,
+    from Keras' global generator, so the same model loaded from another checkpoint form
+    (or trained further) dropped other units. A resumed run then restores the states its
+    backup holds."""
+    import random
+
+    draws = random.Random(seed)
+    for variable in model.variables:
+        if variable.path.endswith("seed_generator_state"):
+            variable.assign(keras.ops.convert_to_tensor(
+                [draws.randint(1, int(1e9)), 0], dtype=variable.dtype))
+    return model
 
 
 def _initialise_a_missing_pooler(model, init: str) -> None:

@@ -1,5 +1,5 @@
 """GLUE and XNLI tasks as Google's run_classifier.py reads them, and the Korean KorNLI,
-KorSTS, NSMC and KLUE's NLI, STS and YNAT: `--task_name` + `--data_dir`.
+KorSTS, NSMC and KLUE's NLI, STS, YNAT and RE: `--task_name` + `--data_dir`.
 
 `get_processor(task_name)` returns a `GlueProcessor` whose `load(data_dir, split)` reads the
 file that Google's processor (or, for tasks Google's repo lacks, transformers' GLUE processor)
@@ -99,13 +99,25 @@ reads the dev file too, labelled and scored.
   klue-sts        klue-sts-v1.1_{train,dev}.json       sentence1  sentence2   labels.real-label
   klue-ynat,      ynat-v1.1_{train,dev}.json           title      -           label
   ynat, klue-tc
+  klue-re         klue-re-v1.1_{train,dev}.json        sentence,  -           label
+                                                       marked (6)
 
     klue-nli   ["entailment", "neutral", "contradiction"] (KLUE's order)
     klue-sts   none: a regression task on the annotators' mean 0-5 score (KLUE's baseline
                trains on "real-label"; "label" is it rounded to one decimal)
     klue-ynat  ["IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"]
+    klue-re    KLUE_RE_LABELS: "no_relation" and KLUE's 29 relations, in the order of its
+               relation_list.json
 
 --data_dir is the task's directory (klue-nli-v1.1/, ...) or klue_benchmark/ holding it.
+
+  (6) KLUE-RE: each example is a sentence with a subject and an object entity, each
+      {"word", "start_idx", "end_idx" (characters, inclusive), "type"}; the relation of the
+      subject to the object is the label. The text classified is the sentence with both
+      entities marked (`mark_relation_entities`) by typed punctuation markers (Zhou and
+      Chen 2021, "An Improved Baseline for Sentence-level Relation Extraction"):
+      "@*PER*이순신@ ... #^LOC^아산#", characters the vocabulary already has, where KLUE's
+      baseline adds four new tokens (<subj> ... </obj>) to the vocabulary.
 
 Ids (`GlueSplit.ids`, one per example): the id column above (KLUE's "guid"); where there
 is none, the example's 0-based position in the split (over both of KorNLI's training
@@ -179,6 +191,7 @@ class _JsonLayout:
     label: tuple[str, ...]  # key path ("labels", "real-label")
     id: str = "guid"
     more: tuple[str, ...] = ()
+    entities: bool = False  # KLUE-RE: text_a is the sentence with its entities marked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +225,42 @@ class GlueSplit:
         return text
 
 
+# KLUE-RE's relations, in the order of its relation_list.json (label id = position).
+NO_RELATION = "no_relation"
+KLUE_RE_LABELS = (
+    NO_RELATION, "org:dissolved", "org:founded", "org:place_of_headquarters",
+    "org:alternate_names", "org:member_of", "org:members",
+    "org:political/religious_affiliation", "org:product", "org:founded_by",
+    "org:top_members/employees", "org:number_of_employees/members", "per:date_of_birth",
+    "per:date_of_death", "per:place_of_birth", "per:place_of_death", "per:place_of_residence",
+    "per:origin", "per:employee_of", "per:schools_attended", "per:alternate_names",
+    "per:parents", "per:children", "per:siblings", "per:spouse", "per:other_family",
+    "per:colleagues", "per:product", "per:religion", "per:title")
+# KLUE-RE's entity markers (module docstring, note 6): (start, end) around each entity, the
+# start holding its type between the inner characters.
+SUBJECT_MARKERS, OBJECT_MARKERS = ("@", "*"), ("#", "^")
+
+
+def mark_relation_entities(sentence: str, subject: tuple[int, int, str],
+                           object_: tuple[int, int, str]) -> str:
+    """The sentence with its two entities marked: "@*TYPE*" before the subject's first
+    character and "@" after its last, "#^TYPE^" and "#" around the object (characters,
+    `end` inclusive, as KLUE's start_idx and end_idx). Markers go in by position, so
+    entities that overlap or nest are marked too (a start before an end at one place)."""
+    # (position, ends before starts there, the outer entity's start first and its end
+    # last, text)
+    inserts = []
+    for (start, end, kind), (outer, inner) in ((subject, SUBJECT_MARKERS),
+                                               (object_, OBJECT_MARKERS)):
+        inserts.append((start, 1, -end, f"{outer}{inner}{kind}{inner}"))
+        inserts.append((end + 1, 0, -start, outer))
+    out, last = [], 0
+    for position, _, _, text in sorted(inserts):
+        out += [sentence[last:position], text]
+        last = position
+    return "".join(out + [sentence[last:]])
+
+
 _BINARY = ("0", "1")
 _NLI = ("contradiction", "entailment", "neutral")
 _ENTAILMENT = ("entailment", "not_entailment")
@@ -236,7 +285,7 @@ _MNLI_TRAIN = _Layout("train.tsv", 12, 8, 9, 11, id=0)
 # the machine-translated training sets, XNLI-1.0.zip dev and test).
 _XNLI_ARCHIVES = {"train": "XNLI-MT-1.0", "dev": "XNLI-1.0", "test": "XNLI-1.0"}
 _KLUE_DIRECTORY = {"klue-nli": "klue-nli-v1.1", "klue-sts": "klue-sts-v1.1",
-                   "klue-ynat": "ynat-v1.1"}
+                   "klue-ynat": "ynat-v1.1", "klue-re": "klue-re-v1.1"}
 # Where a task's files lie below the download's own root, per split: XNLI's two archives
 # unpacked side by side, the KorNLUDatasets repository's KorNLI/ and KorSTS/, KLUE's
 # klue_benchmark/<task>-v1.1/.
@@ -247,10 +296,11 @@ _SUBDIRECTORY = {"xnli": _XNLI_ARCHIVES,
                     for name, below in _KLUE_DIRECTORY.items()}}
 
 
-def _klue(name: str, text_a: str, text_b: str | None, label: tuple[str, ...]
-          ) -> dict[str, _JsonLayout]:
+def _klue(name: str, text_a: str, text_b: str | None, label: tuple[str, ...],
+          entities: bool = False) -> dict[str, _JsonLayout]:
     """KLUE's train and dev files; "test" is the dev file (KLUE's test sets are not public)."""
-    train = _JsonLayout(f"{_KLUE_DIRECTORY[name]}_train.json", text_a, text_b, label)
+    train = _JsonLayout(f"{_KLUE_DIRECTORY[name]}_train.json", text_a, text_b, label,
+                        entities=entities)
     dev = dataclasses.replace(train, file=f"{_KLUE_DIRECTORY[name]}_dev.json")
     return {"train": train, "dev": dev, "test": dev}
 _XNLI = {
@@ -305,6 +355,7 @@ _TASKS: dict[str, tuple[tuple[str, ...], dict[str, _Layout]]] = {
     "klue-sts": (None, _klue("klue-sts", "sentence1", "sentence2", ("labels", "real-label"))),
     "klue-ynat": (("IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"),
                   _klue("klue-ynat", "title", None, ("label",))),
+    "klue-re": (KLUE_RE_LABELS, _klue("klue-re", "sentence", None, ("label",), entities=True)),
 }
 
 _ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "ynat": "klue-ynat", "klue-tc": "klue-ynat"}
@@ -504,11 +555,34 @@ class GlueProcessor:
             elif label not in self._labels:
                 raise DataError(f"{where}.{field}: label {label!r} is not one of "
                                 f"{self._labels}")
+            text_a = row[layout.text_a]
+            if layout.entities:
+                text_a = mark_relation_entities(text_a, _entity(row, "subject_entity", where),
+                                                _entity(row, "object_entity", where))
             ids.append(row[layout.id])
-            examples.append(Example(where, row[layout.text_a],
+            examples.append(Example(where, text_a,
                                     row[layout.text_b] if layout.text_b else None, label))
         if not rows:
             raise DataError(f"{path}: no examples for the {self.name} {split} set")
+
+
+def _entity(row: dict, key: str, where: str) -> tuple[int, int, str]:
+    """(start, end, type) of KLUE-RE's `key` entity, checked against its sentence."""
+    entity = row.get(key)
+    if not isinstance(entity, dict):
+        raise DataError(f"{where}.{key}: expected an object with start_idx, end_idx and type")
+    start, end, kind = (entity.get(k) for k in ("start_idx", "end_idx", "type"))
+    sentence = row["sentence"]
+    for name, value in (("start_idx", start), ("end_idx", end)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DataError(f"{where}.{key}.{name}: expected an integer, got {value!r}")
+    if not 0 <= start <= end < len(sentence):
+        raise DataError(f"{where}.{key}: characters {start}-{end} are not in the "
+                        f"{len(sentence)}-character sentence (end_idx is inclusive)")
+    if not isinstance(kind, str) or not kind.strip():
+        raise DataError(f"{where}.{key}.type: expected the entity type (PER, ORG, ...), got "
+                        f"{kind!r}")
+    return start, end, kind.strip()
 
 
 def _rows(count: int) -> str:

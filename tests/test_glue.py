@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from conftest import TESTDATA
@@ -28,9 +29,9 @@ def where(task, file, line):
 # --- registry -------------------------------------------------------------------------------
 
 def test_task_names_are_case_insensitive_with_google_and_glue_spellings():
-    assert glue.TASKS == ("cola", "klue-nli", "klue-sts", "klue-ynat", "kornli", "korsts", "mnli",
-                          "mnli-mm", "mrpc", "nsmc", "qnli", "qqp", "rte", "sst-2", "sts-b",
-                          "wnli", "xnli")
+    assert glue.TASKS == ("cola", "klue-nli", "klue-re", "klue-sts", "klue-ynat", "kornli",
+                          "korsts", "mnli", "mnli-mm", "mrpc", "nsmc", "qnli", "qqp", "rte",
+                          "sst-2", "sts-b", "wnli", "xnli")
     for given, name in [("CoLA", "cola"), ("MNLI", "mnli"), ("mnli-MM", "mnli-mm"),
                         ("STS-B", "sts-b"), ("stsb", "sts-b"),
                         ("MRPC", "mrpc"), ("SST-2", "sst-2"), ("sst2", "sst-2"),
@@ -52,6 +53,7 @@ def test_label_lists_in_googles_order():
         "klue-nli": ["entailment", "neutral", "contradiction"],
         "klue-ynat": ["IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"],
         "kornli": ["contradiction", "entailment", "neutral"],
+        "klue-re": list(glue.KLUE_RE_LABELS),
     }
     assert {name: glue.get_processor(name).labels() for name in glue.TASKS} == expected
 
@@ -91,8 +93,8 @@ def test_sts_b_is_read_as_transformers_reads_it_with_numeric_labels(name, tmp_pa
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, klue-nli, klue-sts, "
-                                             r"klue-ynat, kornli"):
+    with pytest.raises(glue.TaskError, match=r"unknown task 'squad'.*cola, klue-nli, klue-re, "
+                                             r"klue-sts, klue-ynat, kornli"):
         glue.get_processor("squad")
 
 
@@ -581,6 +583,88 @@ def test_klue_files_that_are_not_its_layout_are_named(tmp_path):
     with pytest.raises(DataError, match=r"labels.real-label: label 'high' is not a number "
                                         r"\(klue-sts is a regression task\)$"):
         glue.get_processor("klue-sts").train_examples(str(tmp_path))
+
+
+def test_klue_re_marks_its_entities_and_keeps_its_relations():
+    """KLUE-RE (hand-written rows in its layout, klue_benchmark/klue-re-v1.1/): the text is
+    the sentence with the subject and the object marked by typed punctuation, in either
+    order; the labels are KLUE's 30, no_relation first."""
+    processor = glue.get_processor("KLUE-RE")
+    assert not processor.is_pair() and len(processor.labels()) == 30
+    assert processor.labels()[0] == "no_relation" and processor.labels()[-1] == "per:title"
+    dev = processor.load(KLUE, "dev")
+    assert dev.ids[0] == "klue-re-v1_dev_00000" and dev.path.endswith("klue-re-v1.1_dev.json")
+    assert [(e.text_a, e.label) for e in dev.examples[:2]] == [
+        ("@*PER*유관순@은 #^DAT^1902년# 천안에서 태어났다.", "per:date_of_birth"),
+        ("@*PER*유관순@은 1902년 #^LOC^천안#에서 태어났다.", "per:place_of_birth")]
+    # The object first; nested entities (the outer one opens first and closes last).
+    assert dev.examples[3].text_a == "손흥민과 @*PER*이강인@은 #^ORG^대표팀# 동료이다."
+    sentence = "서울시청 앞"
+    assert glue.mark_relation_entities(sentence, (0, 3, "ORG"), (0, 1, "LOC")) == \
+        "@*ORG*#^LOC^서울#시청@ 앞"
+    assert glue.mark_relation_entities(sentence, (0, 1, "LOC"), (0, 3, "ORG")) == \
+        "#^ORG^@*LOC*서울@시청# 앞"
+    assert glue.mark_relation_entities(sentence, (5, 5, "LOC"), (0, 3, "ORG")) == \
+        "#^ORG^서울시청# @*LOC*앞@"
+
+
+def test_klue_re_entities_that_do_not_fit_are_named(tmp_path):
+    path = tmp_path / "klue-re-v1.1_train.json"
+    row = {"guid": "g0", "sentence": "이순신은 아산 출신이다.",
+           "subject_entity": {"word": "이순신", "start_idx": 0, "end_idx": 2, "type": "PER"},
+           "object_entity": {"word": "아산", "start_idx": 5, "end_idx": 6, "type": "LOC"},
+           "label": "per:origin"}
+
+    def refused(changes, pattern):
+        bad = json.loads(json.dumps(row))
+        for key, value in changes.items():
+            if value is None:
+                del bad[key[0]][key[1]]
+            else:
+                bad[key[0]][key[1]] = value
+        path.write_text(json.dumps([row, bad], ensure_ascii=False), encoding="utf-8")
+        with pytest.raises(DataError, match=pattern):
+            glue.get_processor("klue-re").train_examples(str(tmp_path))
+
+    refused({("object_entity", "end_idx"): 13}, r"_train.json\[1\].object_entity: characters "
+            r"5-13 are not in the 13-character sentence \(end_idx is inclusive\)$")
+    refused({("subject_entity", "start_idx"): "0"}, r"\[1\].subject_entity.start_idx: expected "
+            r"an integer, got '0'$")
+    refused({("subject_entity", "type"): None}, r"\[1\].subject_entity.type: expected the "
+            r"entity type")
+    path.write_text(json.dumps([{**row, "label": "per:hometown"}]), encoding="utf-8")
+    with pytest.raises(DataError, match=r"\[0\].label: label 'per:hometown' is not one of "):
+        glue.get_processor("klue-re").train_examples(str(tmp_path))
+
+
+def test_klue_re_scores_are_scikit_learns():
+    """KLUE's baseline scores KLUE-RE with scikit-learn: f1_score(average="micro", labels=
+    every relation but no_relation) and, per class, auc(precision_recall_curve), averaged.
+    Random labels and logits (rounded, so scores tie), a class absent now and then."""
+    import warnings
+
+    from sklearn.metrics import auc, f1_score, precision_recall_curve
+
+    from bert_keras.finetuning.classification import (average_precision_area,
+                                                      relation_micro_f1, softmax)
+
+    rng = np.random.default_rng(0)
+    for trial in range(100):
+        n, classes = int(rng.integers(2, 40)), int(rng.integers(2, 7))
+        gold = rng.integers(0, classes, size=n)
+        if trial % 4 == 0:
+            gold[gold == classes - 1] = 0
+        probabilities = softmax(np.round(rng.normal(size=(n, classes)), 1))
+        with warnings.catch_warnings():  # an absent class: "No positive class found"
+            warnings.simplefilter("ignore")
+            areas = [auc(*precision_recall_curve(gold == c, probabilities[:, c])[1::-1])
+                     for c in range(classes)]
+        assert average_precision_area(gold, probabilities) == pytest.approx(np.mean(areas),
+                                                                            abs=1e-12)
+        predicted = probabilities.argmax(-1)
+        assert relation_micro_f1(gold, predicted, 0) == pytest.approx(f1_score(
+            gold, predicted, average="micro", labels=list(range(1, classes)),
+            zero_division=0), abs=1e-12)
 
 
 def test_nsmc_reads_reviews_with_quotes_and_empty_ones_and_evaluates_on_its_test_set():

@@ -219,13 +219,26 @@ def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     klue = os.path.join(TESTDATA, "glue", "klue_benchmark")
     tmp = pipeline["tmp"]
     for task, tool in (("klue-nli", run_classifier), ("ynat", run_classifier),
-                       ("klue-sts", run_regressor)):
+                       ("klue-re", run_classifier), ("klue-sts", run_regressor)):
         results = tool.run(task_name=task, data_dir=klue, **_common(tmp / task, pipeline["run"]))
         dev = json.load(open(os.path.join(klue, _KLUE_DIRS[task], f"{_KLUE_DIRS[task]}_dev.json"),
                              encoding="utf-8"))
         predicted = [json.loads(line) for line in open(tmp / task / "predictions.jsonl")]
         assert [p["id"] for p in predicted] == [row["guid"] for row in dev], task
-        assert results["predict"]["num_examples"] == results["eval"]["num_examples"] == 2
+        assert results["predict"]["num_examples"] == results["eval"]["num_examples"] == len(dev)
+        if task == "klue-re":  # KLUE's two scores, from the predictions' probabilities
+            from bert_keras.finetuning.classification import (average_precision_area,
+                                                              relation_micro_f1)
+            from data_prep.glue import KLUE_RE_LABELS
+
+            gold = [KLUE_RE_LABELS.index(row["label"]) for row in dev]
+            probabilities = np.array([[p["probabilities"][label] for label in KLUE_RE_LABELS]
+                                      for p in predicted])
+            labels = [KLUE_RE_LABELS.index(p["label"]) for p in predicted]
+            assert results["eval"]["relation_micro_f1"] == relation_micro_f1(gold, labels, 0)
+            # The file's probabilities have 6 digits: rounding ties some of the 4 scores.
+            assert results["eval"]["auprc"] == pytest.approx(
+                average_precision_area(gold, probabilities), abs=0.02)
     gold = [row["labels"]["real-label"] for row in dev]
     assert results["eval"]["f1"] == f1_at(gold, [p["score"] for p in predicted],
                                           KLUE_STS_THRESHOLD)
@@ -250,10 +263,11 @@ def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     assert "f1" not in results["eval"] and results["eval"]["total"] == 5
     assert [results["eval"][f"type{t}_total"] for t in (1, 2, 3)] == [2, 2, 1]
     # KLUE-NER's sentences (12 + 5) are tokenized whole.
-    assert _assert_matches_reference(spy, reference) >= 2 * (4 + 5 + 3) + 12 + 5 + 2 * 3
+    assert _assert_matches_reference(spy, reference) >= 2 * (4 + 5 + 3 + 8) + 12 + 5 + 2 * 3
 
 
-_KLUE_DIRS = {"klue-nli": "klue-nli-v1.1", "ynat": "ynat-v1.1", "klue-sts": "klue-sts-v1.1"}
+_KLUE_DIRS = {"klue-nli": "klue-nli-v1.1", "ynat": "ynat-v1.1", "klue-sts": "klue-sts-v1.1",
+              "klue-re": "klue-re-v1.1"}
 
 
 # With the next test, which exports its classifier: both in the integration run.

@@ -49,8 +49,9 @@ class ClassifierOptions:
         "cola, sst-2, mrpc, qqp, mnli, mnli-mm, qnli, rte, wnli, xnli (train.tsv for "
         "--do_train, the dev file for --do_eval, the test file for --do_predict); kornli: "
         "Kakao Brain's Korean NLI (KorNLUDatasets' KorNLI/: both translated training sets, "
-        "XNLI's Korean dev and test sets); klue-nli, klue-ynat (ynat): KLUE's NLI and topic "
-        "classification (<task>-v1.1_train/dev.json; the dev set for --do_predict too); nsmc: "
+        "XNLI's Korean dev and test sets); klue-nli, klue-ynat (ynat), klue-re: KLUE's NLI, "
+        "topic classification and relation extraction (<task>-v1.1_train/dev.json; the dev "
+        "set for --do_predict too; klue-re's entities marked in the text); nsmc: "
         "Naver's movie-review sentiment (ratings_train.txt; ratings_test.txt for --do_eval "
         "and --do_predict).")
     xnli_language: str = option(XNLI_LANGUAGE, "--task_name=xnli: the language of the train "
@@ -126,6 +127,45 @@ def matthews_correlation(gold: np.ndarray, pred: np.ndarray, num_classes: int) -
     s, c = float(gold.size), float(np.sum(gold == pred))
     denominator = (s * s - p @ p) * (s * s - t @ t)
     return float((c * s - p @ t) / np.sqrt(denominator)) if denominator > 0 else 0.0
+
+
+def relation_micro_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
+                      none_id: int) -> float:
+    """KLUE-RE's micro F1: true positives, false positives and false negatives summed over
+    every class but `none_id` ("no_relation"), as scikit-learn's f1_score(average="micro",
+    labels=the others) counts them: a relation predicted as no_relation is a false negative,
+    no_relation predicted as a relation a false positive."""
+    gold, pred = np.asarray(label_ids), np.asarray(predicted_ids)
+    tp = int(np.sum((gold == pred) & (gold != none_id)))
+    predicted = int(np.sum(pred != none_id))
+    actual = int(np.sum(gold != none_id))
+    return 2 * tp / (predicted + actual) if predicted + actual else 0.0
+
+
+def average_precision_area(label_ids: Sequence[int], probabilities: np.ndarray) -> float:
+    """KLUE-RE's AUPRC: for each class, the area under its precision-recall curve (the
+    trapezoids between the points of every distinct score, scikit-learn's
+    precision_recall_curve and auc), averaged over the classes. A class absent from the
+    gold labels has recall 1 at every threshold, as scikit-learn sets it (area: half the
+    precision at the lowest threshold, plus 0.5)."""
+    gold = np.asarray(label_ids)
+    probabilities = np.asarray(probabilities, np.float64)
+    areas = []
+    for c in range(probabilities.shape[1]):
+        target = (gold == c).astype(np.float64)
+        order = np.argsort(probabilities[:, c], kind="mergesort")[::-1]
+        scores, target = probabilities[order, c], target[order]
+        # The last index of each run of equal scores: one point per distinct threshold.
+        last = np.r_[np.where(np.diff(scores))[0], scores.size - 1]
+        tps = np.cumsum(target)[last]
+        fps = 1 + last - tps
+        precision = tps / (tps + fps)
+        recall = tps / tps[-1] if tps[-1] else np.ones_like(tps)
+        # From the highest threshold down, with the (recall 0, precision 1) end point.
+        recall = np.r_[0.0, recall]
+        precision = np.r_[1.0, precision]
+        areas.append(float(np.sum(np.diff(recall) * (precision[1:] + precision[:-1]) / 2)))
+    return float(np.mean(areas))
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -270,6 +310,8 @@ class ClassificationTask(SentenceTask):
         logging.info("eval: accuracy %.4f  macro F1 %.4f  loss %.4f  (%d examples)",
                      metrics["accuracy"], metrics["macro_f1"], metrics["loss"],
                      metrics["num_examples"])
+        metrics.update(self._task_scores(features.arrays["label_ids"], outputs["logits"],
+                                         labels, opts))
         if opts.task_name:
             # Google's estimator.evaluate keys. Its "loss" averages per batch; here both
             # losses are the mean over the examples (the same with full batches).
@@ -283,6 +325,20 @@ class ClassificationTask(SentenceTask):
                              google_eval_text(google))
         return metrics
 
+    def _task_scores(self, label_ids, logits, labels, opts) -> dict:
+        """A task's own scores beside accuracy: KLUE-RE's micro F1 without no_relation and
+        its AUPRC (fractions; KLUE's tables show them x100)."""
+        from data_prep import glue
+
+        if not opts.task_name or self._processor(opts).name != "klue-re":
+            return {}
+        scores = {"relation_micro_f1": relation_micro_f1(
+                      label_ids, np.asarray(logits).argmax(-1), labels.index(glue.NO_RELATION)),
+                  "auprc": average_precision_area(label_ids, softmax(np.asarray(logits)))}
+        logging.info("KLUE-RE: micro F1 (without no_relation) %.4f  AUPRC %.4f",
+                     scores["relation_micro_f1"], scores["auprc"])
+        return scores
+
     def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):
         probs = softmax(outputs["logits"])
         records = [{"where": e.where, **({"id": e.id} if e.id is not None else {}),
@@ -294,8 +350,9 @@ class ClassificationTask(SentenceTask):
         if examples and all(e.label in labels for e in examples):
             # Labelled predict data (XNLI's test set, a user's labelled file): its scores,
             # as --do_eval gives them for the eval data.
-            scores = accuracy_and_f1([labels.index(e.label) for e in examples],
-                                     probs.argmax(-1), labels)
+            gold = [labels.index(e.label) for e in examples]
+            scores = accuracy_and_f1(gold, probs.argmax(-1), labels)
+            scores.update(self._task_scores(gold, outputs["logits"], labels, opts))
             logging.info("predict: accuracy %.4f  macro F1 %.4f  (%d labelled examples)",
                          scores["accuracy"], scores["macro_f1"], scores["num_examples"])
             results.update(scores)

@@ -237,8 +237,11 @@ def _locate_answer(answer, context, doc_tokens, char_to_word, where):
     if start_word < 0:  # starts in whitespace before the first word
         start_word = 0
     # Only keep answers whose text is recoverable from the words (Google's rule): a wrong
-    # offset or unusual Unicode would otherwise teach the model a wrong span.
-    actual = " ".join(doc_tokens[start_word:end_word + 1])
+    # offset or unusual Unicode would otherwise teach the model a wrong span. Both sides with
+    # every whitespace run as one space: the words keep the spaces the context is not split
+    # at (U+00A0, U+3000, U+2009, ... inside a word; common in KorQuAD), which the answer's
+    # str.split() removes, so such an answer was dropped as not found.
+    actual = " ".join(" ".join(doc_tokens[start_word:end_word + 1]).split())
     cleaned = " ".join(text.split())
     if actual.find(cleaned) == -1:
         return f"{cleaned!r} not in {actual!r}"

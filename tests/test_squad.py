@@ -439,3 +439,44 @@ def test_klue_mrc_questions_are_keyed_by_their_guid(tmp_path):
     both.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     examples, _ = squad.read_squad(str(both), is_training=False, version_2_with_negative=True)
     assert examples[0].qas_id == "q1"
+
+
+def test_answers_across_unsplit_spaces_are_found_and_labelled(tmp_path):
+    """KorQuAD-style contexts hold spaces that run_squad does not split words at (U+00A0,
+    U+3000, U+2009, U+2028, U+0085, and U+00A0 as a word of its own between two spaces); the
+    tokenizer does. An answer across one was dropped as "not found" (the answer's
+    str.split() removed that space, the word kept it). Each is now found, labelled with exactly its own WordPieces, and the label maps back to the
+    answer as it is in the context (hand-checked)."""
+    contexts = ["서울은 대한민국의\xa0수도이다.", "부산은\u3000\u3000항구 도시이다.",
+                "도시\u2009이름도\xa0나옵니다.", "조용히\u2028공부하는\x85학생들이",
+                "세종대왕은 \xa0 1443년에 창제했다."]
+    answers = ["대한민국의\xa0수도", "부산은\u3000\u3000항구", "이름도\xa0나옵니다",
+               "조용히\u2028공부하는", "세종대왕은 \xa0 1443년에"]
+    chars = sorted({c for text in contexts for c in text if not c.isspace()})
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars,
+                                *("##" + c for c in chars)]) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(str(vocab), do_lower_case=True, strip_accents=False)
+    path = tmp_path / "korquad.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [
+        {"context": c, "qas": [{"id": f"q{i}", "question": "무엇?",
+                                "answers": [{"text": a, "answer_start": c.index(a)}]}]}
+        for i, (c, a) in enumerate(zip(contexts, answers))]}]}, ensure_ascii=False),
+        encoding="utf-8")
+    examples, stats = squad.read_squad(str(path), is_training=True)
+    assert stats.answers_not_found == []
+    assert [(e.start_word, e.end_word) for e in examples] == [(1, 1), (0, 0), (0, 0), (0, 0),
+                                                                (0, 2)]
+    arrays, features, _ = squad.convert_examples(examples, tokenizer, 48, 16, 8, True)
+    pieces = tokenizer.tokenize(answers)
+    for feature, want in zip(features, pieces):
+        assert feature.tokens[feature.start_position:feature.end_position + 1] == want
+    # The labels, as logits, give back each answer (run_squad joins words with one space).
+    seq = arrays["input_ids"].shape[1]
+    start, end = _logits(features, {i: (f.start_position, f.end_position)
+                                    for i, f in enumerate(features)}, seq)
+    preds, _, _ = squad.postprocess(examples, features, start, end,
+                                    tokenizer_config=tokenizer.config)
+    assert preds == {"q0": "대한민국의\xa0수도", "q1": "부산은\u3000\u3000항구",
+                     "q2": "이름도\xa0나옵니다", "q3": "조용히\u2028공부하는",
+                     "q4": "세종대왕은 \xa0 1443년에"}

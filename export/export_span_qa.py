@@ -27,7 +27,8 @@ Signatures (S = max_seq_length):
                    the best span over all windows: highest start + end logit, both in the
                    context, starting where the window gives the most context (run_squad's
                    token_is_max_context), end >= start, at most max_answer_length tokens;
-                   -1 when the context is empty, and for a SQuAD 2.0 model where
+                   -1 when the context has no WordPiece (empty, whitespace, or only
+                   characters the tokenizer drops: "\u200b"), and for a SQuAD 2.0 model where
                    null_odds > --null_score_diff_threshold),
                    null_odds float32 [batch] (the smallest [CLS] score over the windows minus
                    the best span's, run_squad's null_odds.json),

@@ -69,10 +69,12 @@ def test_regressor_learns_a_rating_and_its_files_say_what_the_model_says(tmp_pat
     results = run_regressor.run(train_file=str(train), eval_file=str(test),
                                 predict_file=str(test), label_column="score",
                                 **common(out, encoder_file, learning_rate=3e-3,
-                                         num_train_epochs=6.0))
-    # A statistical bound: the rating is a function of the words; chance is 0.
+                                         num_train_epochs=12.0))
+    # A statistical bound: the rating is a function of the words; chance is 0. At 12 epochs
+    # (240 steps) Pearson was 0.925-0.981 over seeds 1-5 and 7 of this run's recipe; at 6 it
+    # ranged 0.45-0.98 with the random draws.
     print(json.dumps(results["eval"]))  # pytest -s
-    assert results["eval"]["pearson"] > 0.85, results["eval"]  # 0.954 here
+    assert results["eval"]["pearson"] > 0.85, results["eval"]
     assert results["eval"]["spearman"] > 0.85, results["eval"]
     assert sorted(os.listdir(out)) == sorted([
         "bert_config.json", "eval_results.json", "logs", "model.keras", "predict_results.json",

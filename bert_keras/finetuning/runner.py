@@ -498,7 +498,7 @@ def _with_dropout_seeded(model, seed: int):
     backup holds."""
     import random
 
-    draws = random.Random(seed)
+    draws = random.Random(f"dropout {seed}")  # not the head initialiser's draws
     for variable in model.variables:
         if variable.path.endswith("seed_generator_state"):
             variable.assign(keras.ops.convert_to_tensor(

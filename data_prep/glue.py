@@ -248,14 +248,14 @@ def mark_relation_entities(sentence: str, subject: tuple[int, int, str],
     `end` inclusive, as KLUE's start_idx and end_idx). Markers go in by position, so
     entities that overlap or nest are marked too (a start before an end at one place)."""
     # (position, ends before starts there, the outer entity's start first and its end
-    # last, text)
+    # last, for one span the subject's start first and its end last, text)
     inserts = []
-    for (start, end, kind), (outer, inner) in ((subject, SUBJECT_MARKERS),
-                                               (object_, OBJECT_MARKERS)):
-        inserts.append((start, 1, -end, f"{outer}{inner}{kind}{inner}"))
-        inserts.append((end + 1, 0, -start, outer))
+    for order, ((start, end, kind), (outer, inner)) in enumerate(
+            ((subject, SUBJECT_MARKERS), (object_, OBJECT_MARKERS))):
+        inserts.append((start, 1, -end, order, f"{outer}{inner}{kind}{inner}"))
+        inserts.append((end + 1, 0, -start, -order, outer))
     out, last = [], 0
-    for position, _, _, text in sorted(inserts):
+    for position, _, _, _, text in sorted(inserts):
         out += [sentence[last:position], text]
         last = position
     return "".join(out + [sentence[last:]])

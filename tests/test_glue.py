@@ -606,6 +606,10 @@ def test_klue_re_marks_its_entities_and_keeps_its_relations():
         "#^ORG^@*LOC*서울@시청# 앞"
     assert glue.mark_relation_entities(sentence, (5, 5, "LOC"), (0, 3, "ORG")) == \
         "#^ORG^서울시청# @*LOC*앞@"
+    # One span for both: nested too (the subject outside). Before, the object's markers
+    # came first at both ends ("#^ORG^@*ORG*서울시청#@"), crossing.
+    assert glue.mark_relation_entities(sentence, (0, 3, "ORG"), (0, 3, "ORG")) == \
+        "@*ORG*#^ORG^서울시청#@ 앞"
 
 
 def test_klue_re_entities_that_do_not_fit_are_named(tmp_path):

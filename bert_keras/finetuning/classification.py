@@ -146,8 +146,8 @@ def average_precision_area(label_ids: Sequence[int], probabilities: np.ndarray) 
     """KLUE-RE's AUPRC: for each class, the area under its precision-recall curve (the
     trapezoids between the points of every distinct score, scikit-learn's
     precision_recall_curve and auc), averaged over the classes. A class absent from the
-    gold labels has recall 1 at every threshold, as scikit-learn sets it (area: half the
-    precision at the lowest threshold, plus 0.5)."""
+    gold labels has recall 1 at every threshold, as scikit-learn sets it, and precision 0:
+    its area is the last trapezoid's, from (1, 0) to (0, 1), 0.5."""
     gold = np.asarray(label_ids)
     probabilities = np.asarray(probabilities, np.float64)
     areas = []

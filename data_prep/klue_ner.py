@@ -156,13 +156,16 @@ class AlignmentStats:
     characters: int = 0
     units: int = 0  # pieces, those sharing a first character counted once
     cut_entities: int = 0  # gold entities beginning or ending inside a piece
-    unpieced: int = 0  # non-space characters in no piece (dropped by the tokenizer)
+    # Scored characters (all but " ") in no piece: dropped by the tokenizer (a no-break
+    # space, a control character), their tags inferred (`char_tags`).
+    unpieced: int = 0
 
     def summary(self) -> str:
         return (f"{self.characters} characters in {self.units} WordPiece units; "
                 f"{self.cut_entities} entities begin or end inside a WordPiece (tagged by "
                 f"the piece's first character, their predicted boundary is the piece's); "
-                f"{self.unpieced} non-space characters in no WordPiece")
+                f"{self.unpieced} scored characters (not \" \") in no WordPiece, their "
+                "tags inferred from the pieces around them")
 
 
 def _type(tag: str) -> str | None:
@@ -230,7 +233,7 @@ def to_units(sentences: Sequence[CharSentence], tokenizer,
         covered = [False] * len(sentence.text)
         for start, end in spans:
             covered[start:end] = [True] * (end - start)
-        stats.unpieced += sum(not c and not ch.isspace()
+        stats.unpieced += sum(not c and ch != " "
                               for c, ch in zip(covered, sentence.text))
         if tags is not None:
             stats.cut_entities += sum(first not in starts or last + 1 not in ends

@@ -116,6 +116,9 @@ def test_units_are_the_pieces_of_the_whole_text_tagged_by_their_first_character(
     assert units[0].pieces == (("특히",), ("문막",), ("##휴게소",), ("##에서",), ("특히서",),
                                ("##울",), ("i", "##\u0307"))
     assert (stats.units, stats.characters, stats.cut_entities, stats.unpieced) == (7, 17, 1, 0)
+    # A no-break space is a scored character the tokenizer drops: counted as in no piece.
+    spaced = klue_ner.CharSentence("f:2", "h", "특히\xa0문막", ("O",) * 5)
+    assert klue_ner.to_units([spaced], tokenizer, LABELS)[2].unpieced == 1
     # Back on characters from the units' tags: "서울" begins where its piece begins.
     back = klue_ner.char_tags(text, spans[0], units[0].tags)
     assert back[11:15] == ["O", "O", "O", "I-LC"] and back[3:10] == tags[3:10]

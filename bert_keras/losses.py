@@ -136,21 +136,7 @@ class MaskedLMLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         """Per-prediction cross-entropy, float32 [B, P]."""
-        if not kernels.applies("cross_entropy"):
-            return _cross_entropy(y_true, y_pred)
-        import tensorflow as tf
-
-        logits = tf.cast(y_pred, tf.float32)
-        vocab_size = tf.shape(logits)[-1]
-        labels = tf.reshape(tf.cast(y_true, tf.int32), tf.shape(logits)[:-1])
-        # Labels outside [0, V) would otherwise fail deep inside a gather or scatter.
-        message = "masked_lm_ids (the MLM labels) must be in [0, vocabulary size)"
-        tf.debugging.assert_non_negative(labels, message=message)
-        tf.debugging.assert_less(labels, vocab_size, message=message)
-        cross_entropy = _tf_softmax_cross_entropy()(
-            tf.reshape(logits, [-1, vocab_size]), tf.reshape(labels, [-1])
-        )
-        return tf.reshape(cross_entropy, tf.shape(labels))
+        return masked_lm_cross_entropy(y_true, y_pred)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
@@ -167,6 +153,32 @@ class MaskedLMLoss(keras.losses.Loss):
 
     def get_config(self):
         return {"name": self.name, "dtype": self.dtype}
+
+
+def masked_lm_cross_entropy(y_true, y_pred):
+    """Cross-entropy of each masked-LM prediction: float32 [B, P].
+
+    Args:
+      y_true: int Tensor [B, P], the original token ids (`masked_lm_ids`).
+      y_pred: float Tensor [B, P, V] of logits (`mlm_logits`).
+
+    TensorFlow's softmax kernel where `bert_keras.kernels` applies it, else `_cross_entropy`.
+    """
+    if not kernels.applies("cross_entropy"):
+        return _cross_entropy(y_true, y_pred)
+    import tensorflow as tf
+
+    logits = tf.cast(y_pred, tf.float32)
+    vocab_size = tf.shape(logits)[-1]
+    labels = tf.reshape(tf.cast(y_true, tf.int32), tf.shape(logits)[:-1])
+    # Labels outside [0, V) would otherwise fail deep inside a gather or scatter.
+    message = "masked_lm_ids (the MLM labels) must be in [0, vocabulary size)"
+    tf.debugging.assert_non_negative(labels, message=message)
+    tf.debugging.assert_less(labels, vocab_size, message=message)
+    cross_entropy = _tf_softmax_cross_entropy()(
+        tf.reshape(logits, [-1, vocab_size]), tf.reshape(labels, [-1])
+    )
+    return tf.reshape(cross_entropy, tf.shape(labels))
 
 
 def _cross_entropy(y_true, y_pred):
@@ -217,23 +229,53 @@ class MaskedLMAccuracy(keras.metrics.MeanMetricWrapper):
         return {"name": self.name, "dtype": self.dtype}
 
 
+@keras.saving.register_keras_serializable(package="bert_keras")
+class MaskedLMLossMean(keras.metrics.MeanMetricWrapper):
+    """Google's evaluation `masked_lm_loss`: the weighted mean of the per-prediction
+    cross-entropy over every prediction seen, all batches and replicas together.
+
+    Google's run_pretraining evaluates `tf.metrics.mean(masked_lm_example_loss,
+    weights=masked_lm_weights)`: sum(w * CE) / sum(w) over the whole evaluation (0 where
+    no weight was seen). Keras' loss tracker instead averages each batch's `MaskedLMLoss`,
+    which differs where batches hold different numbers of real predictions. Keras' `Mean`
+    keeps the two sums (per row, mean(w * CE) and mean(w) over the P slots, so their
+    ratio is the flat one) and adds them across replicas.
+
+    Call with y_true int [B, P] (`masked_lm_ids`), y_pred float [B, P, V], and the
+    `masked_lm_weights` as sample weights (as `weighted_metrics`). Each update computes
+    the cross-entropy again, so `pretraining_losses_and_metrics` adds it for evaluation
+    only.
+    """
+
+    def __init__(self, name="masked_lm_loss", dtype=None):
+        super().__init__(fn=masked_lm_cross_entropy, name=name, dtype=dtype)
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype}
+
+
 def nsp_loss():
     """NSP loss: mean cross-entropy over the pairs (labels int [B] or [B, 1], logits [B, 2])."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, name="nsp_loss")
 
 
-def pretraining_losses_and_metrics(mlm_only=False):
+def pretraining_losses_and_metrics(mlm_only=False, evaluation=False):
     """Keyword arguments for `BertPretrainer.compile`: losses and metrics of BERT pretraining.
 
     Use as `model.compile(optimizer=..., **pretraining_losses_and_metrics())` with a dataset
     from `bert_keras.inputs.pretraining_dataset`. Keras then logs `loss` (the total),
     `mlm_logits_loss`, `nsp_logits_loss`, `mlm_logits_accuracy` (accuracy over the real
     masked predictions: weighted by masked_lm_weights) and `nsp_logits_accuracy`; fit's
-    validation adds the same names with a `val_` prefix.
+    validation adds the same names with a `val_` prefix. Keras' `mlm_logits_loss` is the
+    mean over batches of each batch's masked-LM loss; see `evaluation` for Google's.
 
     Args:
       mlm_only: Python bool; if True, only the masked-LM loss and accuracy (RoBERTa-style
         pretraining without NSP, and like-for-like benchmarks against MLM-only models).
+      evaluation: Python bool; if True, also `MaskedLMLossMean` (logged as
+        `mlm_logits_masked_lm_loss`; `evaluation_results` names it `mlm_logits_loss`), for a
+        model that only evaluates: Keras updates compiled metrics in every training step
+        too, and this one computes a second [B, P, V] cross-entropy.
 
     Returns:
       dict with `loss` and `weighted_metrics`, keyed by the pretrainer's output names.
@@ -242,7 +284,37 @@ def pretraining_losses_and_metrics(mlm_only=False):
     # weighted_metrics receive the sample weights: the MLM accuracy then counts only real
     # predictions (w = 1), exactly like Google's tf.metrics.accuracy(weights=...).
     metrics = {"mlm_logits": [MaskedLMAccuracy(name="accuracy")]}
+    if evaluation:
+        metrics["mlm_logits"].append(MaskedLMLossMean())
     if not mlm_only:
         loss["nsp_logits"] = nsp_loss()
         metrics["nsp_logits"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
     return {"loss": loss, "weighted_metrics": metrics}
+
+
+# The key of MaskedLMLossMean in the logs of a model compiled with evaluation=True.
+_EXACT_MLM_LOSS = "mlm_logits_masked_lm_loss"
+
+
+def evaluation_results(logs):
+    """The logs of `evaluate` on a model compiled with `pretraining_losses_and_metrics(...,
+    evaluation=True)`, with `mlm_logits_loss` Google's masked_lm_loss (`MaskedLMLossMean`)
+    in place of Keras' mean of the batches' losses; the other keys as Keras logs them.
+
+    Args:
+      logs: dict of metric name to scalar, from `evaluate(..., return_dict=True)`.
+
+    Returns:
+      A new dict of metric name to Python float.
+
+    Raises:
+      ValueError: `logs` has no `mlm_logits_masked_lm_loss` (the model was compiled
+        without evaluation=True).
+    """
+    if _EXACT_MLM_LOSS not in logs:
+        raise ValueError(f"evaluation_results needs the logs of a model compiled with "
+                         f"pretraining_losses_and_metrics(evaluation=True); received the "
+                         f"keys {sorted(logs)}")
+    results = {k: float(v) for k, v in logs.items() if k != _EXACT_MLM_LOSS}
+    results["mlm_logits_loss"] = float(logs[_EXACT_MLM_LOSS])
+    return results

@@ -1264,9 +1264,7 @@ def _evaluate(options: PretrainingOptions) -> dict:
     returns the metrics. Nothing else is written."""
     import keras
 
-    from bert_keras import backends
     from bert_keras.distribute import weights_read
-    from bert_keras.losses import pretraining_losses_and_metrics
     from bert_keras.pretrainer import BertPretrainer
 
     distribution = options.distribution()
@@ -1317,9 +1315,7 @@ def _evaluate(options: PretrainingOptions) -> dict:
         # The loaded model's heads (an NSP head not evaluated with
         # --next_sentence_prediction=false, as a training run keeps it).
         pretrainer = BertPretrainer.from_bert_config(config, next_sentence=next_sentence)
-        pretrainer.compile(jit_compile=options.jit_compile,
-                           **pretraining_losses_and_metrics(mlm_only=not nsp))
-        backends.compile_steps_on_jax(pretrainer)
+        _compile_for_evaluation(pretrainer, options, nsp, steps_per_execution=1)
         logging.info("Model: %s", apply_initial_weights(initial, pretrainer, model_path))
     initial = None
     try:
@@ -1328,11 +1324,9 @@ def _evaluate(options: PretrainingOptions) -> dict:
     except ValueError as e:
         raise PretrainingError(str(e)) from None
     with distribution.scope(), _records_that_do_not_parse():
-        results = pretrainer.evaluate(
-            eval_data, steps=options.max_eval_steps, return_dict=True,
-            verbose=options.verbose if options.verbose != "auto" else (
-                1 if sys.stdout.isatty() else 2))
-    results = {k: float(v) for k, v in results.items()}
+        results = _evaluation_results(pretrainer, eval_data, options.max_eval_steps,
+                                      verbose=options.verbose if options.verbose != "auto"
+                                      else (1 if sys.stdout.isatty() else 2))
     if chief:
         record = {**results, "init_checkpoint": model_path, "input_file": options.input_file,
                   "eval_steps": options.max_eval_steps,
@@ -1341,6 +1335,30 @@ def _evaluate(options: PretrainingOptions) -> dict:
         logging.info("Evaluation: %s -> %s", "  ".join(
             f"{k} {v:.4f}" for k, v in sorted(results.items())), target)
     return results
+
+
+def _compile_for_evaluation(model, options: PretrainingOptions, nsp: bool,
+                            steps_per_execution: int) -> None:
+    """Compiles `model` (a pretrainer's graph) to evaluate only: its losses and metrics plus
+    Google's masked_lm_loss (`losses.MaskedLMLossMean`), which a training compile leaves
+    out (Keras would compute it in every training step too)."""
+    from bert_keras import backends, multi_worker_fix
+    from bert_keras.losses import pretraining_losses_and_metrics
+
+    model.compile(steps_per_execution=steps_per_execution, jit_compile=options.jit_compile,
+                  **pretraining_losses_and_metrics(mlm_only=not nsp, evaluation=True))
+    multi_worker_fix.apply(model)
+    backends.compile_steps_on_jax(model)
+
+
+def _evaluation_results(model, eval_data, steps: int, verbose=0) -> dict:
+    """`model.evaluate` of a `_compile_for_evaluation` model, as eval_results.json holds it:
+    Python floats, `mlm_logits_loss` Google's masked_lm_loss (the weighted mean over every
+    prediction evaluated), the other keys as Keras logs them."""
+    from bert_keras.losses import evaluation_results
+
+    return evaluation_results(model.evaluate(eval_data, steps=steps, return_dict=True,
+                                             verbose=verbose))
 
 
 def _masking_as_trained(options: PretrainingOptions, model_path: str) -> PretrainingOptions:
@@ -1425,14 +1443,22 @@ def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, in
     if updates_done(pretrainer) != options.num_train_steps:
         raise RuntimeError(f"training ended at step {updates_done(pretrainer)}, "
                            f"expected {options.num_train_steps}")
-    if chief and eval_data is not None:
-        results = pretrainer.evaluate(eval_data, steps=options.max_eval_steps,
-                                      return_dict=True, verbose=0)
+    if eval_data is None:
+        return logs
+    # The final evaluation runs the trained graph compiled apart (the same layers and
+    # weights), so the training compile keeps its metrics and Google's masked_lm_loss costs
+    # no training step anything. The intervals' evaluations (fit's validation) report
+    # Keras' mean of the batches' losses as val_mlm_logits_loss.
+    import keras
+
+    evaluator = keras.Model(pretrainer.input, pretrainer.output, name="evaluation")
+    _compile_for_evaluation(evaluator, options, options.next_sentence_prediction,
+                            steps_per_execution=options.steps_per_execution)
+    results = _evaluation_results(evaluator, eval_data, options.max_eval_steps)  # Collectives.
+    if chief:
         results["global_step"] = options.num_train_steps
-        files.write_json(os.path.join(options.output_dir, "eval_results.json"), results)
+        files.write_json(os.path.join(options.output_dir, EVAL_RESULTS_FILE), results)
         logs.update({f"final_val_{k}": v for k, v in results.items()})
-    elif eval_data is not None:
-        pretrainer.evaluate(eval_data, steps=options.max_eval_steps, verbose=0)  # Collectives.
     return logs
 
 

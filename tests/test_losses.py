@@ -7,8 +7,8 @@ import tensorflow as tf
 from conftest import TINY, make_inputs
 
 from bert_keras import BertEncoder, BertPretrainer
-from bert_keras.losses import (MaskedLMAccuracy, MaskedLMLoss, nsp_loss,
-                               pretraining_losses_and_metrics)
+from bert_keras.losses import (MaskedLMAccuracy, MaskedLMLoss, MaskedLMLossMean,
+                               evaluation_results, nsp_loss, pretraining_losses_and_metrics)
 
 # Sizes that all differ: batch 3, predictions 5, vocabulary 7.
 B, P, V = 3, 5, 7
@@ -138,6 +138,61 @@ def test_masked_lm_accuracy_matches_keras_and_numpy():
     np.testing.assert_allclose(float(ours.result()), float(keras_metric.result()), rtol=1e-6)
     restored = keras.metrics.deserialize(keras.metrics.serialize(ours))
     assert isinstance(restored, MaskedLMAccuracy) and restored.name == "accuracy"
+
+
+def test_masked_lm_loss_mean_is_googles_weighted_mean_over_every_prediction():
+    """Over batches with 1, 5 and 3 real predictions a row: sum(w * CE) / sum(w) over all
+    of them (Google's tf.metrics.mean(values, weights)), not the mean of the batches'
+    MaskedLMLoss (what Keras' loss tracker reports)."""
+    rng = np.random.default_rng(11)
+    metric = MaskedLMLossMean()
+    batch_losses, sums, counts = [], 0.0, 0.0
+    for count in (1, 5, 3):
+        logits = (rng.normal(size=(B, P, V)) * 4).astype(np.float32)
+        labels = rng.integers(0, V, size=(B, P)).astype(np.int32)
+        weights = np.repeat((np.arange(P) < count)[None], B, axis=0).astype(np.float32)
+        metric.update_state(labels, logits, sample_weight=weights)
+        cross_entropy = -np.take_along_axis(_log_softmax(logits.astype(np.float64)),
+                                            labels[..., None], axis=-1)[..., 0]
+        sums, counts = sums + (weights * cross_entropy).sum(), counts + weights.sum()
+        batch_losses.append(float(MaskedLMLoss()(labels, logits, sample_weight=weights)))
+    expected = sums / counts
+    assert abs(np.mean(batch_losses) - expected) > 0.05 * expected  # the two differ here
+    np.testing.assert_allclose(float(metric.result()), expected, rtol=1e-6)
+    metric.reset_state()
+    metric.update_state(labels, logits, sample_weight=np.zeros((B, P), np.float32))
+    assert float(metric.result()) == 0.0  # no real prediction: 0, as Google's, not NaN
+    restored = keras.metrics.deserialize(keras.metrics.serialize(metric))
+    assert isinstance(restored, MaskedLMLossMean) and restored.name == "masked_lm_loss"
+
+
+def test_only_an_evaluation_compile_adds_the_weighted_mean():
+    """Keras updates compiled metrics in training steps too: the training compile must not
+    hold MaskedLMLossMean (a second [B, P, V] cross-entropy a step)."""
+    for mlm_only in (False, True):
+        training = pretraining_losses_and_metrics(mlm_only=mlm_only)
+        evaluation = pretraining_losses_and_metrics(mlm_only=mlm_only, evaluation=True)
+        assert not any(isinstance(m, MaskedLMLossMean)
+                       for m in training["weighted_metrics"]["mlm_logits"])
+        assert [type(m) for m in evaluation["weighted_metrics"]["mlm_logits"]] == \
+            [MaskedLMAccuracy, MaskedLMLossMean]
+    model = BertPretrainer(BertEncoder(**TINY))
+    model.compile(**pretraining_losses_and_metrics(evaluation=True))
+    x = make_inputs(batch=B, seq=11)
+    rng = np.random.default_rng(4)
+    x["masked_lm_positions"] = rng.integers(0, 11, size=(B, P)).astype(np.int32)
+    y = {"mlm_logits": rng.integers(0, TINY["vocab_size"], size=(B, P)).astype(np.int32),
+         "nsp_logits": np.array([1, 0, 1], np.int32)}
+    _, _, weights = _fixed_case()
+    w = {"mlm_logits": weights, "nsp_logits": np.ones(B, np.float32)}
+    logs = model.test_on_batch(x, y, w, return_dict=True)
+    results = evaluation_results(logs)
+    assert results["mlm_logits_loss"] == pytest.approx(logs["mlm_logits_masked_lm_loss"])
+    assert set(results) == {"loss", "mlm_logits_loss", "mlm_logits_accuracy", "nsp_logits_loss",
+                            "nsp_logits_accuracy"}
+    with pytest.raises(ValueError, match=r"compiled with pretraining_losses_and_metrics\("
+                                         r"evaluation=True\); received the keys \['loss'"):
+        evaluation_results({"loss": 1.0, "mlm_logits_loss": 2.0})
 
 
 @pytest.mark.parametrize("scale", [0.01, 3.0, 60.0, 400.0])

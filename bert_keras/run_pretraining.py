@@ -1454,10 +1454,14 @@ def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, in
     evaluator = keras.Model(pretrainer.input, pretrainer.output, name="evaluation")
     _compile_for_evaluation(evaluator, options, options.next_sentence_prediction,
                             steps_per_execution=options.steps_per_execution)
-    results = _evaluation_results(evaluator, eval_data, options.max_eval_steps)  # Collectives.
+    # Every process evaluates: the evaluation's collectives need them all.
+    results = _evaluation_results(evaluator, eval_data, options.max_eval_steps)
     if chief:
+        target = os.path.join(options.output_dir, EVAL_RESULTS_FILE)
+        logging.info("Final evaluation: %s -> %s", "  ".join(
+            f"{k} {v:.4f}" for k, v in sorted(results.items())), target)
         results["global_step"] = options.num_train_steps
-        files.write_json(os.path.join(options.output_dir, EVAL_RESULTS_FILE), results)
+        files.write_json(target, results)
         logs.update({f"final_val_{k}": v for k, v in results.items()})
     return logs
 

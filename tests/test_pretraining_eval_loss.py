@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import backend_env
+from multiprocess import describe, free_ports, jax_process_flags, run_job
 from pretraining_data import make_instances, write_dataset, write_records
 
 from bert_keras import BertEncoder, BertPretrainer
@@ -170,12 +171,38 @@ def test_mirrored_on_two_cpus_reports_googles_masked_lm_loss(data, tmp_path):
     run = tmp_path / "run"
     result = _cli(_flags(data, run), "tensorflow", *mirrored)
     assert "with 2 replica(s)" in result.stderr
+    assert "Final evaluation: " in result.stderr  # the eval log beside eval_results.json
     google, _ = _google_and_batch_means(data, run)
     _check(json.load(open(run / "eval_results.json")), google, "mirrored final evaluation")
     evaluated = tmp_path / "evaluated"
     _cli(_evaluation_only(data, run, evaluated, next_sentence_prediction=False), "tensorflow",
          "--do_eval", *mirrored)
     _check(json.load(open(evaluated / "eval_results.json")), google, "mirrored evaluation")
+
+
+@pytest.mark.integration  # 2 processes of one job: about 40 s on 2 cores
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_two_processes_report_googles_masked_lm_loss(backend, data, tmp_path):
+    """multi_worker_mirrored across 2 processes (TensorFlow's workers, JAX's processes):
+    each reads half the held-out records, and the final evaluation's two sums add up over
+    both (on TensorFlow the evaluation model gets bert_keras.multi_worker_fix too)."""
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "bert_keras.run_pretraining",
+               *[f"--{k}={v}" for k, v in _flags(data, run).items()],
+               "--distribution_strategy=multi_worker_mirrored"]
+    if backend == "tensorflow":
+        workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        envs = [backend_env(backend, TF_CONFIG=json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+            for index in range(2)]
+        commands = [command, command]
+    else:
+        envs = [backend_env(backend)] * 2
+        commands = [command + flags for flags in jax_process_flags(2)]
+    codes, outputs = run_job(commands, envs, REPO, timeout=420)
+    assert codes == [0, 0], describe(codes, outputs)
+    google, _ = _google_and_batch_means(data, run)
+    _check(json.load(open(run / "eval_results.json")), google, f"2 {backend} processes")
 
 
 @pytest.mark.integration  # 2 fresh processes on JAX, about 60 s on 2 cores

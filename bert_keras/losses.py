@@ -6,6 +6,9 @@ Shapes: B = batch, P = max_predictions_per_seq, V = vocabulary size.
     NSP loss       = mean CE                          over the B pairs
     total          = masked-LM loss + NSP loss
 
+An evaluation reports Google's masked_lm_loss instead, sum(w * CE) / sum(w) over every
+prediction it saw (`MaskedLMLossMean`, compiled only into a model that evaluates).
+
 Keras' stock reductions cannot express the masked-LM loss: "sum_over_batch_size" divides by
 B*P (so padded predictions would dilute it) and "mean_with_sample_weight" divides by sum(w)
 without Google's +1e-5. `MaskedLMLoss` therefore reduces by itself.

@@ -600,7 +600,8 @@ def test_run_squad_korquad_and_klue_mrc_by_task_name(tmp_path, encoder_file):
     # Evaluating the model alone on the file by path: KorQuAD's metric, as recorded; SQuAD's
     # when asked for.
     alone = dict(do_train=False, do_predict=False, max_seq_length=None)  # as recorded
-    again = run_squad.run(predict_file=dev, **common(tmp_path / "again", str(out), **alone))
+    again = run_squad.run(predict_file="KorQuAD_v1.0_dev.json", data_dir=korquad,  # relative
+                          **common(tmp_path / "again", str(out), **alone))
     assert _scores(again["eval"]) == _scores(results["eval"])
     words = run_squad.run(predict_file=dev, eval_metric="squad",
                           **common(tmp_path / "words", str(out), **alone))
@@ -627,7 +628,8 @@ def test_run_squad_korquad_and_klue_mrc_by_task_name(tmp_path, encoder_file):
              "--task_name=korquad sets --eval_metric=korquad; drop --eval_metric"),
             (dict(task_name="korquad", train_file=dev), "drop --train_file / --predict_file"),
             (dict(task_name="korquad2"), "unknown span-QA task 'korquad2'; known: korquad, "),
-            (dict(task_name="klue-mrc", data_dir=korquad), "no klue-mrc-v1.1_train.json there")):
+            (dict(task_name="klue-mrc", data_dir=korquad), "no klue-mrc-v1.1_train.json there"),
+            (dict(task_name="korquad", data_dir=None), "--task_name=korquad needs --data_dir")):
         values = {"data_dir": klue, **values}
         with pytest.raises(FinetuneError, match=re.escape(message)):
             run_squad.run(**values, **settings,

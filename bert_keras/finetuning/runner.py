@@ -23,6 +23,7 @@ import dataclasses
 import json
 import math
 import os
+import random
 import shutil
 from typing import Any, Sequence
 
@@ -283,6 +284,33 @@ class Task:
         raise NotImplementedError
 
 
+def under_data_dir(path: str | None, data_dir: str | None) -> str | None:
+    """An input file flag's path, relative to --data_dir where one is given."""
+    if path and data_dir and not os.path.isabs(path):
+        return os.path.join(data_dir, path)
+    return path
+
+
+def benchmark_file(data_dir: str | None, name: str, below: str, task: str, split: str) -> str:
+    """The file `name` of a --task_name's `split` set: in --data_dir, else in its download's
+    own directory `below` there (KLUE's klue-ner-v1.1/ in klue_benchmark/; "" for none).
+
+    Raises:
+      FinetuneError: no --data_dir, or neither place holds the file.
+    """
+    if not data_dir:
+        raise FinetuneError(f"--task_name={task} needs --data_dir (the directory holding its "
+                            f"files{f', or the one holding {below}/' if below else ''})")
+    path = os.path.join(data_dir, name)
+    deeper = os.path.join(data_dir, below, name) if below else None
+    if deeper and not os.path.isfile(path) and os.path.isfile(deeper):
+        return deeper
+    if not os.path.isfile(path):
+        raise FinetuneError(f"--data_dir {data_dir}: no {name} there for the {task} {split} "
+                            f"set (expected {path}{f' or {deeper}' if deeper else ''})")
+    return path
+
+
 class LabelledFileTask(Task):
     """A task with one label per example or token, read from --{train,eval,predict}_file
     (relative to --data_dir), whose predictions go to one file (classification, tagging)."""
@@ -290,10 +318,7 @@ class LabelledFileTask(Task):
     predictions_file = "predictions"
 
     def input_file(self, split, opts):
-        path = getattr(opts, f"{split}_file")
-        if path and opts.data_dir and not os.path.isabs(path):
-            return os.path.join(opts.data_dir, path)
-        return path
+        return under_data_dir(getattr(opts, f"{split}_file"), opts.data_dir)
 
     def output_files(self, common, opts):
         return ([files.TASK_MODEL_FILE, *([files.LABELS_FILE] if self.uses_labels else []),
@@ -496,8 +521,6 @@ def _with_dropout_seeded(model, seed: int):
     from Keras' global generator, so the same model loaded from another checkpoint form
     (or trained further) dropped other units. A resumed run then restores the states its
     backup holds."""
-    import random
-
     draws = random.Random(f"dropout {seed}")  # not the head initialiser's draws
     for variable in model.variables:
         if variable.path.endswith("seed_generator_state"):

@@ -37,7 +37,8 @@ from typing import Callable, Mapping, Sequence
 
 from absl import logging
 
-from bert_keras.finetuning.runner import Features, FinetuneError, Task, recorded_choice
+from bert_keras.finetuning.runner import (Features, FinetuneError, Task, benchmark_file,
+                                          recorded_choice, under_data_dir)
 from bert_keras.tasks import BertSpanQA
 from data_prep import files, squad
 from data_prep.cli import option
@@ -299,24 +300,11 @@ class SquadTask(Task):
 
     def input_file(self, split, opts):
         if not opts.task_name:
-            path = opts.train_file if split == "train" else opts.predict_file
-            if path and opts.data_dir and not os.path.isabs(path):
-                return os.path.join(opts.data_dir, path)
-            return path
-        if not opts.data_dir:
-            raise FinetuneError(f"--task_name={opts.task_name} needs --data_dir (the directory "
-                                "holding its files)")
+            return under_data_dir(opts.train_file if split == "train" else opts.predict_file,
+                                  opts.data_dir)
         names, directory, _ = TASKS[_task(opts)]
-        name = names[split != "train"]
-        path = os.path.join(opts.data_dir, name)
-        below = os.path.join(opts.data_dir, directory, name)
-        if directory and not os.path.isfile(path) and os.path.isfile(below):
-            return below
-        if not os.path.isfile(path):
-            raise FinetuneError(f"--data_dir {opts.data_dir}: no {name} there for the "
-                                f"{_task(opts)} {'train' if split == 'train' else 'dev'} set "
-                                f"(expected {path}{f' or {below}' if directory else ''})")
-        return path
+        return benchmark_file(opts.data_dir, names[split != "train"], directory, _task(opts),
+                              "train" if split == "train" else "dev")
 
     def with_defaults(self, common, opts):
         if opts.eval_metric is None:  # recorded as the metric the run scored with
@@ -406,10 +394,9 @@ class SquadTask(Task):
         types = {e.qas_id: e.question_type for e in examples if e.question_type is not None}
         metrics = evaluate(gold, predictions, opts.version_2_with_negative, opts.eval_metric,
                            types)
-        partial = "rouge_w" if opts.eval_metric == KLUE_MRC else "f1"
+        partial = _script(opts.eval_metric, opts.version_2_with_negative).partial_name
         logging.info("eval (%s): EM %.2f  %s %.2f  (%d questions)", opts.eval_metric,
-                     metrics["exact_match"], {"f1": "F1", "rouge_w": "ROUGE-W"}[partial],
-                     metrics[partial], metrics["total"])
+                     metrics["exact_match"], partial, metrics[partial], metrics["total"])
         return metrics
 
     def write_predictions(self, examples, features, outputs, labels, tokenizer, common, opts):

@@ -31,7 +31,8 @@ from typing import Sequence
 from absl import logging
 
 from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
-                                         LabelledFileTask, labels_from_flags, recorded_choice)
+                                         LabelledFileTask, benchmark_file, labels_from_flags,
+                                         recorded_choice)
 from bert_keras.tasks import BertTagger
 from data_prep import files, klue_ner, tagging
 from data_prep.cli import option
@@ -216,18 +217,8 @@ class TaggingTask(LabelledFileTask):
     def input_file(self, split, opts):
         if not opts.task_name:
             return super().input_file(split, opts)
-        if not opts.data_dir:
-            raise FinetuneError(f"--task_name={opts.task_name} needs --data_dir (KLUE's "
-                                f"{klue_ner.DIRECTORY}/ or klue_benchmark/ directory)")
         name = klue_ner.FILES["train" if split == "train" else "dev"]
-        path = os.path.join(opts.data_dir, name)
-        below = os.path.join(opts.data_dir, klue_ner.DIRECTORY, name)
-        if not os.path.isfile(path) and os.path.isfile(below):
-            return below
-        if not os.path.isfile(path):
-            raise FinetuneError(f"--data_dir {opts.data_dir}: no {name} there for the "
-                                f"{KLUE_NER} {split} set (expected {path} or {below})")
-        return path
+        return benchmark_file(opts.data_dir, name, klue_ner.DIRECTORY, KLUE_NER, split)
 
     def output_files(self, common, opts):
         names = super().output_files(common, opts)

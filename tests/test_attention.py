@@ -98,6 +98,45 @@ def test_fused_attention_under_mixed_bfloat16(backend):
     assert np.abs(fused - explicit).max() < 3e-2 * scale
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_under_mixed_float16(backend):
+    """mixed_float16 (`--mixed_precision=mixed_float16`) at inference: on JAX's CPU backend
+    keras.ops.dot_product_attention does not compile in float16 ("The precision
+    'F16_F16_F32' is not supported by dot_general on CPU"), so a fine-tuning run trained
+    there and then stopped with a stack trace in its evaluation; the layer computes it
+    with the explicit softmax instead, the same function."""
+    if run_on_backend(backend, __file__,
+                      f"test_attention_under_mixed_float16[{backend}]"):
+        return
+    import keras
+
+    x, mask, rows = _inputs(seed=2)
+    layer = SelfAttention(N, dropout=0.1, dtype="mixed_float16")
+    layer.build((None, None, H))
+    if keras.backend.backend() == "jax":
+        # Compiled, as the tools run every step on JAX: eagerly, op by op, it compiled.
+        import jax
+
+        @jax.jit
+        def compiled(values, x, mask, query):
+            with keras.StatelessScope(state_mapping=list(zip(layer.variables, values))):
+                return layer(x, attention_mask=mask, query=query)
+
+        def serve(x, attention_mask, query):
+            return compiled([v.value for v in layer.variables], x, attention_mask, query)
+    else:
+        serve = layer
+    queries = np.take_along_axis(x, rows[:, :, None], axis=1)
+    for query in (None, queries):
+        want = _reference(layer, x, mask, x if query is None else queries)
+        served = np.asarray(serve(x, attention_mask=mask, query=query), "float32")
+        explicit = _explicit(layer, x, mask, query)
+        scale = np.abs(want).max()
+        # float16 operands (11-bit mantissa) in the projections and both matrix products.
+        assert np.abs(served - want).max() < 1e-2 * scale
+        assert np.abs(explicit - want).max() < 1e-2 * scale
+
+
 def _any_masks():
     """Right padding, left padding, holes, and a sequence with no real token."""
     mask = np.ones((5, S), "int32")

@@ -26,6 +26,16 @@ _MASK_ADDEND = -1e30
 _KERNEL_KEY_BIAS = -10000.0
 
 
+def _float16_on_jax_cpu(q) -> bool:
+    """Whether `q` is float16 on JAX's CPU backend, where `keras.ops.dot_product_attention`
+    does not compile ("The precision 'F16_F16_F32' is not supported by dot_general on CPU":
+    XLA's CPU backend has no float16 product with float32 accumulation). The explicit
+    softmax computes the same function there (its products accumulate in float16, as the
+    training step's do), so mixed_float16 evaluates and predicts as it trains."""
+    return (kernels.platform() == "cpu"
+            and keras.backend.standardize_dtype(q.dtype) == "float16")
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention (Vaswani et al. 2017), as in BERT's `attention/self` scope.
@@ -45,9 +55,10 @@ class SelfAttention(keras.layers.Layer):
         draws the dropout decisions in registers and regenerates them in the backward
         pass, so the [B, N, Q, S] probabilities never reach memory.
       - Elsewhere, where no probability is dropped (inference, exports, `dropout=0`):
-        `keras.ops.dot_product_attention` (XLA's fusion, or TensorFlow's ops).
-      - Elsewhere, in training with attention dropout: the softmax written out, dropout on
-        the probabilities (Google's computation).
+        `keras.ops.dot_product_attention` (XLA's fusion, or TensorFlow's ops), but for
+        float16 on JAX's CPU backend, where it does not compile (`_float16_on_jax_cpu`).
+      - Elsewhere, in training with attention dropout, and float16 on JAX's CPU backend:
+        the softmax written out, dropout on the probabilities (Google's computation).
 
     Args:
       num_heads: N.
@@ -181,7 +192,7 @@ class SelfAttention(keras.layers.Layer):
                 mesh, batch_axis = kernels.batch_mesh()
                 return flash_attention.attention(q, k, v, key_bias, seed, dropout_rate=rate,
                                                  scale=scale, mesh=mesh, batch_axis=batch_axis)
-        if rate == 0:
+        if rate == 0 and not _float16_on_jax_cpu(q):
             # Nothing to drop: XLA's fused attention. [B, S] -> [B, 1, 1, S]: the same key
             # mask for every head and query. On a GPU (head sizes over 256, or the fused
             # kernels switched off) Keras would try cuDNN with that mask, which cuDNN

@@ -148,7 +148,7 @@ import os
 
 from absl import logging
 
-from data_prep import files
+from data_prep import files, schema
 from data_prep.classification import DataError, Example, load_json
 
 SPLITS = ("train", "dev", "test")
@@ -259,6 +259,17 @@ def mark_relation_entities(sentence: str, subject: tuple[int, int, str],
         out += [sentence[last:position], text]
         last = position
     return "".join(out + [sentence[last:]])
+
+
+def relation_markers_not_in_vocabulary(tokenizer) -> list[str]:
+    """The characters of KLUE-RE's entity markers that `tokenizer` (a
+    `tokenization.BertTokenizer`) makes [UNK]. Google's vocabularies hold every ASCII
+    punctuation character; one learned by data_prep.build_vocab holds only its corpus's
+    characters, and a Korean corpus may have no "*", "#" or "^": the markers then lose the
+    distinction they are there for (every character missing is the same [UNK])."""
+    characters = sorted(set("".join(SUBJECT_MARKERS + OBJECT_MARKERS)))
+    return [c for c, pieces in zip(characters, tokenizer.tokenize(characters))
+            if schema.UNK in pieces]
 
 
 _BINARY = ("0", "1")

@@ -612,6 +612,51 @@ def test_klue_re_marks_its_entities_and_keeps_its_relations():
         "@*ORG*#^ORG^서울시청#@ 앞"
 
 
+def test_klue_re_markers_a_vocabulary_lacks_are_warned_about(tmp_path, caplog):
+    """A vocabulary learned from a Korean corpus (data_prep.build_vocab keeps only the
+    corpus's characters) may have no "*", "#" or "^": KLUE-RE's markers then become [UNK]
+    in every example. run_classifier says so, naming them, per split; before, they were
+    only counted among the split's [UNK] tokens."""
+    from bert_keras.finetuning.classification import ClassificationTask, ClassifierOptions
+    from bert_keras.finetuning.runner import FinetuneOptions
+
+    korean = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "@", ".", "은", "##에", "##서",
+              "유", "##관", "##순", "1902", "##년", "천", "##안", "태", "##어", "##났", "##다",
+              "p", "##er", "d", "##at", "l", "##oc"]
+    dev = glue.get_processor("klue-re").load(KLUE, "dev").examples
+    vocabularies = {"korean": korean, "punctuation": korean + ["*", "#", "^"]}
+    task = ClassificationTask()
+    opts = ClassifierOptions(task_name="klue-re", data_dir=KLUE)
+    common = FinetuneOptions(output_dir=str(tmp_path / "out"), max_seq_length=32)
+    found = {}
+    for name, tokens in vocabularies.items():
+        (tmp_path / name).mkdir()
+        vocab = tmp_path / name / "vocab.txt"
+        vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+        tokenizer = BertTokenizer(str(vocab), do_lower_case=True, strip_accents=False)
+        # The reference: the marked sentence's pieces, one [UNK] per missing character.
+        pieces = tokenizer.tokenize([dev[0].text_a])[0]
+        found[name] = glue.relation_markers_not_in_vocabulary(tokenizer)
+        assert pieces.count("[UNK]") == sum(dev[0].text_a.count(c) for c in found[name])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            task.convert(dev, tokenizer, list(glue.KLUE_RE_LABELS), common, opts, "eval")
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        if found[name]:
+            assert len(warned) == 1 and warned[0].startswith(
+                "eval: the vocabulary has no token for '#', '*', '^' of KLUE-RE's entity "
+                "markers"), warned
+        else:
+            assert not warned, warned
+    assert found == {"korean": ["#", "*", "^"], "punctuation": []}
+    # Another task's texts are not checked.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        task.convert(dev, tokenizer, list(glue.KLUE_RE_LABELS), common,
+                     ClassifierOptions(), "eval")
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
 def test_klue_re_entities_that_do_not_fit_are_named(tmp_path):
     path = tmp_path / "klue-re-v1.1_train.json"
     row = {"guid": "g0", "sentence": "이순신은 아산 출신이다.",

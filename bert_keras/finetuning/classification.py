@@ -168,6 +168,22 @@ def average_precision_area(label_ids: Sequence[int], probabilities: np.ndarray) 
     return float(np.mean(areas))
 
 
+def _warn_of_unknown_markers(tokenizer, split: str) -> None:
+    """KLUE-RE: says when the vocabulary lacks characters of the entity markers (before,
+    the markers silently became [UNK], counted only among the split's [UNK] tokens)."""
+    from data_prep import glue
+
+    missing = glue.relation_markers_not_in_vocabulary(tokenizer)
+    if missing:
+        logging.warning(
+            "%s: the vocabulary has no token for %s of KLUE-RE's entity markers "
+            "(@*TYPE*...@, #^TYPE^...#): each becomes [UNK] in every example, and markers "
+            "that differ by them look alike to the model. Use a vocabulary that has them "
+            "(Google's have every ASCII punctuation character; data_prep.build_vocab keeps "
+            "the characters of its corpus: learn it from text that holds them)", split,
+            ", ".join(repr(c) for c in missing))
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(-1, keepdims=True)
     e = np.exp(z)
@@ -300,6 +316,8 @@ class ClassificationTask(SentenceTask):
         arrays, stats = classification.convert_examples(examples, tokenizer, labels,
                                                         common.max_seq_length)
         logging.info("%s: %s", split, stats.summary())
+        if opts.task_name and self._processor(opts).name == "klue-re":
+            _warn_of_unknown_markers(tokenizer, split)
         return Features(arrays, None, stats)
 
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):

@@ -339,6 +339,13 @@ def test_evaluate_klue_mrc_hand_computed_with_types():
         100 * (2 / 3 + 6 / 11 + 2 / 3) / 3)
     # Without the flag, KLUE's metric still scores an unanswerable question against "".
     assert sq.evaluate(gold, preds, metric=sq.KLUE_MRC)["exact_match"] == pytest.approx(25.0)
+    # A question without a type is type 1, as KLUE's reader defaults it: q1 and q4 here.
+    untyped = sq.evaluate(gold, preds, metric=sq.KLUE_MRC, question_types={"q2": 2, "q3": 3})
+    assert {k: untyped[k] for k in untyped if k.startswith("type")} == \
+        {k: result[k] for k in result if k.startswith("type")}
+    alone = sq.evaluate(gold, preds, metric=sq.KLUE_MRC)
+    assert (alone["type1_total"], alone["type1_rouge_w"]) == (4, alone["rouge_w"])
+    assert not any(k.startswith("type2") for k in alone)
 
 
 def test_klue_mrc_question_types_are_read(tmp_path):

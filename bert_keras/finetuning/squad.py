@@ -217,12 +217,13 @@ def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
       version_2_with_negative: use the v2.0 script's F1 for empty answers and add the
         HasAns_/NoAns_ breakdown.
       metric: squad, korquad or klue-mrc (the module's docstring).
-      question_types: {qas_id: KLUE's question type}, for klue-mrc's breakdown by type.
+      question_types: {qas_id: KLUE's question type}, for klue-mrc's breakdown by type (a
+        question without one is type 1, as in KLUE's reader).
 
     Returns:
       {"exact_match", "f1" (klue-mrc: "rouge_w"), "total", "missing"} (+ "HasAns_exact",
       "HasAns_f1", "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total" for v2.0; +
-      "type<t>_exact_match", "type<t>_rouge_w", "type<t>_total" for klue-mrc with types).
+      "type<t>_exact_match", "type<t>_rouge_w", "type<t>_total" for klue-mrc).
     """
     if not gold:
         raise FinetuneError("no gold answers to score against")
@@ -260,10 +261,13 @@ def evaluate(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
         no = [q for q, a in gold.items() if not a]
         result.update(block(has, "HasAns_"))
         result.update(block(no, "NoAns_"))
-    if metric == KLUE_MRC and question_types:
-        for kind in sorted(set(question_types.values())):
-            ids = [q for q in gold if question_types.get(q) == kind]
-            result.update(block(ids, f"type{kind}_", exact="exact_match"))
+    if metric == KLUE_MRC:
+        # A question without a type is type 1, as KLUE's reader has it
+        # (`qa.get("question_type", 1)`, klue_baseline/data/klue_mrc.py).
+        kinds = {q: (question_types or {}).get(q, 1) for q in gold}
+        for kind in sorted(set(kinds.values())):
+            result.update(block([q for q in gold if kinds[q] == kind], f"type{kind}_",
+                                exact="exact_match"))
     return result
 
 

@@ -1223,10 +1223,14 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
     # First: a step whose loss is not finite stops the run before anything of it is saved.
     guard = StopOnNonFiniteLoss(options.learning_rate, check_every=options.log_steps)
     with distribution.scope(), _records_that_do_not_parse():
+        # Second: the interval's evaluation is in its logs before they are saved or shown.
+        evaluation = (_held_out_evaluation(pretrainer, options, eval_data)
+                      if eval_data is not None else None)
         try:
-            logs = _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps,
+            logs = _fit_and_evaluate(pretrainer, options, train_data, evaluation, done_steps,
                                      initial_epoch, epochs, steps_per_epoch,
-                                     [guard] + callbacks + list(extra_callbacks), chief)
+                                     [guard] + ([evaluation] if evaluation else [])
+                                     + callbacks + list(extra_callbacks), chief)
         except TrainingDiverged as e:
             raise PretrainingError(
                 f"{e} (the checkpoints and backup written before it are kept; remove "
@@ -1420,9 +1424,49 @@ def _records_that_do_not_parse():
             "create_pretraining_data)") from None
 
 
-def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, initial_epoch,
+def _held_out_evaluation(pretrainer, options: PretrainingOptions, eval_data):
+    """A callback evaluating `pretrainer` on `eval_data` after every checkpoint interval into
+    the interval's `val_` logs (history.csv, TensorBoard, the progress bar), exactly as the
+    final evaluation and an evaluation-only run do: Google's masked_lm_loss, the first
+    --max_eval_steps batches of the held-out data every time.
+
+    fit's own validation would report Keras' mean of the batches' masked-LM losses, and walk
+    on through the (repeated) held-out data, a different stretch of it at every interval
+    (resumed runs restarting it). The evaluation runs the trained graph compiled apart (the
+    same layers and weights), so the training compile keeps its metrics and Google's loss
+    costs no training step anything. Build it under the distribution's scope."""
+    import keras
+
+    from bert_keras.backup import updates_done
+
+    evaluator = keras.Model(pretrainer.input, pretrainer.output, name="evaluation")
+    _compile_for_evaluation(evaluator, options, options.next_sentence_prediction,
+                            steps_per_execution=options.steps_per_execution)
+
+    class HeldOutEvaluation(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.results, self.step = None, None  # of the latest evaluation
+
+        def evaluate(self) -> dict:
+            # Every process evaluates: the evaluation's collectives need them all.
+            self.results = _evaluation_results(evaluator, eval_data, options.max_eval_steps)
+            self.step = updates_done(pretrainer)
+            return self.results
+
+        def on_epoch_end(self, epoch, logs=None):
+            results = self.evaluate()
+            if logs is not None:  # Keras' History and our loggers come after this callback
+                logs.update({f"val_{k}": v for k, v in results.items()})
+
+    return HeldOutEvaluation()
+
+
+def _fit_and_evaluate(pretrainer, options, train_data, evaluation, done_steps, initial_epoch,
                       epochs, steps_per_epoch, callbacks, chief) -> dict:
-    """Trains the remaining steps and evaluates the final model; returns the last logs."""
+    """Trains the remaining steps (evaluated after each interval by `evaluation`, a
+    `_held_out_evaluation` callback in `callbacks`, or None) and evaluates the final model;
+    returns the last logs."""
     from bert_keras.backup import updates_done
 
     logs = {}
@@ -1433,8 +1477,6 @@ def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, in
             initial_epoch=initial_epoch,
             steps_per_epoch=steps_per_epoch,
             shuffle=False,  # The pipeline shuffles (deterministically, for resumption).
-            validation_data=eval_data,
-            validation_steps=options.max_eval_steps if eval_data is not None else None,
             callbacks=callbacks,
             verbose=options.verbose if options.verbose != "auto" else (
                 1 if sys.stdout.isatty() else 2),
@@ -1443,19 +1485,12 @@ def _fit_and_evaluate(pretrainer, options, train_data, eval_data, done_steps, in
     if updates_done(pretrainer) != options.num_train_steps:
         raise RuntimeError(f"training ended at step {updates_done(pretrainer)}, "
                            f"expected {options.num_train_steps}")
-    if eval_data is None:
+    if evaluation is None:
         return logs
-    # The final evaluation runs the trained graph compiled apart (the same layers and
-    # weights), so the training compile keeps its metrics and Google's masked_lm_loss costs
-    # no training step anything. The intervals' evaluations (fit's validation) report
-    # Keras' mean of the batches' losses as val_mlm_logits_loss.
-    import keras
-
-    evaluator = keras.Model(pretrainer.input, pretrainer.output, name="evaluation")
-    _compile_for_evaluation(evaluator, options, options.next_sentence_prediction,
-                            steps_per_execution=options.steps_per_execution)
-    # Every process evaluates: the evaluation's collectives need them all.
-    results = _evaluation_results(evaluator, eval_data, options.max_eval_steps)
+    # The last interval's evaluation is of the final model; a run resumed after its last
+    # interval (killed before its final outputs) evaluates now.
+    results = dict(evaluation.results if evaluation.step == options.num_train_steps
+                   else evaluation.evaluate())
     if chief:
         target = os.path.join(options.output_dir, EVAL_RESULTS_FILE)
         logging.info("Final evaluation: %s -> %s", "  ".join(

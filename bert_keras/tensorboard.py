@@ -8,9 +8,11 @@ epoch scalars and the evaluation points are written only when the epoch's last b
 step also restarts at 0 when `fit` resumes (BackupAndRestore, `initial_epoch`).
 
 `TensorBoard` here lets Keras write the epoch scalars (train/ and validation/, learning
-rate included) and the evaluation points (`evaluation_*_vs_iterations`), always, and
-writes the batch scalars itself, every `log_steps` batches, at the global step:
-`epoch * steps_per_epoch + batch`, which a resumed run continues.
+rate included), always, and writes the batch scalars itself, every `log_steps` batches, at
+the global step: `epoch * steps_per_epoch + batch`, which a resumed run continues. It also
+writes the evaluation points (`evaluation_*_vs_iterations`) itself, from the epoch's `val_`
+logs: Keras writes them when fit's own validation ends (`on_test_end`), which an evaluation
+run beside fit (run_pretraining's, of a model compiled apart) never calls.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class TensorBoard(keras.callbacks.TensorBoard):
       train/       batch_<metric> and batch_learning_rate at every log_steps-th batch
                    (x axis: batches since the start of training, resumptions included);
                    epoch_<metric>, epoch_learning_rate at every epoch (x axis: epoch)
-      validation/  epoch_<metric> at every epoch with validation data (x axis: epoch);
-                   evaluation_<metric>_vs_iterations at every evaluation (x axis:
+      validation/  epoch_<metric> at every epoch whose logs hold val_<metric> (x axis:
+                   epoch); evaluation_<metric>_vs_iterations at the same epochs (x axis:
                    optimizer updates)
     """
 
@@ -53,6 +55,18 @@ class TensorBoard(keras.callbacks.TensorBoard):
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)
         self._epoch = epoch
+
+    def on_test_end(self, logs=None):
+        self._pop_writer()  # Keras' pushed in on_test_begin; the points come at the epoch's end
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        evaluated = {k[len("val_"):]: v for k, v in (logs or {}).items() if k.startswith("val_")}
+        if evaluated and getattr(self.model, "optimizer", None) is not None:
+            step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            with self._val_writer.as_default(step=step):
+                for name, value in evaluated.items():
+                    tf.summary.scalar(f"evaluation_{name}_vs_iterations", value)
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)  # graph, profiling; its scalars go nowhere

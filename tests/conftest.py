@@ -131,16 +131,24 @@ def _seed():
     yield
 
 
-def event_scalars(log_dir):
-    """{tag: sorted steps} of the scalars in every event file under `log_dir`."""
+def event_values(log_dir):
+    """{tag: [(step, value)] sorted by step} of the scalars in every event file under
+    `log_dir`."""
     import tensorflow as tf
 
-    steps = {}
+    points = {}
     for name in sorted(os.listdir(log_dir)):
         for event in tf.compat.v1.train.summary_iterator(os.path.join(log_dir, name)):
             for value in event.summary.value:
-                steps.setdefault(value.tag, []).append(event.step)
-    return {tag: sorted(s) for tag, s in steps.items()}
+                scalar = (float(tf.make_ndarray(value.tensor)) if value.HasField("tensor")
+                          else value.simple_value)
+                points.setdefault(value.tag, []).append((event.step, scalar))
+    return {tag: sorted(p, key=lambda point: point[0]) for tag, p in points.items()}
+
+
+def event_scalars(log_dir):
+    """{tag: sorted steps} of the scalars in every event file under `log_dir`."""
+    return {tag: [step for step, _ in p] for tag, p in event_values(log_dir).items()}
 
 
 def run_on_backend(backend, test_file, test_id):

@@ -9,6 +9,7 @@ others P. A model initialised at a large `initializer_range` gives cross-entropi
 over several nats, so the two means differ by far more than float32 rounding.
 """
 
+import csv
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import backend_env
+from conftest import backend_env, event_values
 from multiprocess import describe, free_ports, jax_process_flags, run_job
 from pretraining_data import make_instances, write_dataset, write_records
 
@@ -96,18 +97,21 @@ def _evaluation_only(data, model_dir, output_dir, **overrides):
                   bert_config_file=None, vocab_file=None, **overrides)
 
 
-def _google_and_batch_means(data, model_dir):
-    """(Google's masked_lm_loss, Keras' mean of the batches' losses) of the skewed set, in
-    NumPy (float64) from the MLM logits of `model_dir`'s pretrainer.weights.h5."""
+def _google_and_batch_means(data, model_dir, weights_file="pretrainer.weights.h5",
+                            batches=EVAL_ROWS // EVAL_BATCH):
+    """(Google's masked_lm_loss, Keras' mean of the batches' losses) of the first `batches`
+    batches of the skewed set, in NumPy (float64) from the MLM logits of the pretrainer
+    weights `model_dir`/`weights_file`."""
     pretrainer = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
-    pretrainer.load_weights(os.path.join(model_dir, "pretrainer.weights.h5"))
-    instances = data["instances"]
+    pretrainer.load_weights(os.path.join(model_dir, weights_file))
+    rows = batches * EVAL_BATCH
+    instances = {k: v[:rows] for k, v in data["instances"].items()}
     inputs = {"input_word_ids": instances[features.INPUT_IDS],
               "input_mask": instances[features.INPUT_MASK],
               "input_type_ids": instances[features.SEGMENT_IDS],
               "masked_lm_positions": instances[features.MASKED_LM_POSITIONS]}
     inputs = {k: v.astype(np.int32) for k, v in inputs.items()}
-    logits = pretrainer.predict(inputs, batch_size=EVAL_ROWS, verbose=0)["mlm_logits"]
+    logits = pretrainer.predict(inputs, batch_size=rows, verbose=0)["mlm_logits"]
     logits = logits.astype(np.float64)  # [N, P, V]
     shifted = logits - logits.max(axis=-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
@@ -115,12 +119,32 @@ def _google_and_batch_means(data, model_dir):
     cross_entropy = -np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]  # [N, P]
     weights = instances[features.MASKED_LM_WEIGHTS].astype(np.float64)
     google = (weights * cross_entropy).sum() / weights.sum()
-    batches = [slice(i, i + EVAL_BATCH) for i in range(0, EVAL_ROWS, EVAL_BATCH)]
     batch_mean = np.mean([(weights[b] * cross_entropy[b]).sum() / (weights[b].sum() + 1e-5)
-                          for b in batches])
+                          for b in (slice(i, i + EVAL_BATCH) for i in range(0, rows, EVAL_BATCH))])
     # The data must tell the two apart, or this file could not fail on Keras' mean.
     assert abs(batch_mean - google) > 100 * RTOL * google, (google, batch_mean)
     return google, batch_mean
+
+
+def _check_intervals(data, run, steps, batches=EVAL_ROWS // EVAL_BATCH):
+    """Every interval's evaluation (history.csv's val_ columns, TensorBoard's evaluation
+    points) is Google's masked_lm_loss of that interval's checkpoint on the first `batches`
+    held-out batches, and the last one is eval_results.json's."""
+    with open(run / "history.csv") as f:
+        history = list(csv.DictReader(f))
+    assert [int(row["epoch"]) for row in history] == list(range(len(steps)))
+    for row, step in zip(history, steps):
+        google, _ = _google_and_batch_means(data, run, f"checkpoints/ckpt-{step:08d}.weights.h5",
+                                            batches)
+        np.testing.assert_allclose(float(row["val_mlm_logits_loss"]), google, rtol=RTOL,
+                                   err_msg=f"interval evaluation at step {step}")
+    written = json.load(open(run / "eval_results.json"))
+    assert float(history[-1]["val_mlm_logits_loss"]) == written["mlm_logits_loss"]
+    assert float(history[-1]["val_nsp_logits_accuracy"]) == written["nsp_logits_accuracy"]
+    points = event_values(run / "logs" / "validation")["evaluation_mlm_logits_loss_vs_iterations"]
+    assert [step for step, _ in points] == list(steps)
+    np.testing.assert_allclose([value for _, value in points],
+                               [float(row["val_mlm_logits_loss"]) for row in history], rtol=1e-6)
 
 
 def _check(results, google, what):
@@ -153,6 +177,16 @@ def test_final_and_evaluation_only_results_are_googles_masked_lm_loss(data, tmp_
     assert sorted(written) == ["global_step", "loss", "mlm_logits_accuracy", "mlm_logits_loss"]
 
 
+def test_every_interval_evaluation_is_googles_masked_lm_loss(data, tmp_path):
+    """Each checkpoint interval's evaluation (history.csv, TensorBoard) is the final
+    evaluation's: Google's masked_lm_loss of the first --max_eval_steps held-out batches.
+    Before, fit's validation logged Keras' mean of the batches' losses, and it walked on
+    through the repeated held-out data: 3 batches of 4 rows, then rows 12-15 and 0-7."""
+    run = tmp_path / "run"
+    _train(_flags(data, run, num_train_steps=4, max_eval_steps=3))
+    _check_intervals(data, run, steps=[2, 4], batches=3)
+
+
 def _cli(flags, backend, *extra):
     command = [sys.executable, "-m", "bert_keras.run_pretraining",
                *[f"--{k}={v}" for k, v in flags.items() if v is not None], *extra]
@@ -169,27 +203,25 @@ def test_mirrored_on_two_cpus_reports_googles_masked_lm_loss(data, tmp_path):
     an evaluation-only run (MLM only)."""
     mirrored = ("--distribution_strategy=mirrored", "--num_cpu_devices=2")
     run = tmp_path / "run"
-    result = _cli(_flags(data, run), "tensorflow", *mirrored)
+    result = _cli(_flags(data, run, num_train_steps=4), "tensorflow", *mirrored)
     assert "with 2 replica(s)" in result.stderr
     assert "Final evaluation: " in result.stderr  # the eval log beside eval_results.json
     google, _ = _google_and_batch_means(data, run)
     _check(json.load(open(run / "eval_results.json")), google, "mirrored final evaluation")
+    _check_intervals(data, run, steps=[2, 4])
     evaluated = tmp_path / "evaluated"
     _cli(_evaluation_only(data, run, evaluated, next_sentence_prediction=False), "tensorflow",
          "--do_eval", *mirrored)
     _check(json.load(open(evaluated / "eval_results.json")), google, "mirrored evaluation")
 
 
-@pytest.mark.integration  # 2 processes of one job: about 40 s on 2 cores
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_two_processes_report_googles_masked_lm_loss(backend, data, tmp_path):
-    """multi_worker_mirrored across 2 processes (TensorFlow's workers, JAX's processes):
-    each reads half the held-out records, and the final evaluation's two sums add up over
-    both (on TensorFlow the evaluation model gets bert_keras.multi_worker_fix too)."""
-    run = tmp_path / "run"
+def _two_process_job(backend, flags, *extra):
+    """run_pretraining with `flags` (and the arguments `extra`) as a multi_worker_mirrored job of 2 processes on
+    loopback (TensorFlow's workers, JAX's processes); fails with their output unless both
+    end well."""
     command = [sys.executable, "-m", "bert_keras.run_pretraining",
-               *[f"--{k}={v}" for k, v in _flags(data, run).items()],
-               "--distribution_strategy=multi_worker_mirrored"]
+               *[f"--{k}={v}" for k, v in flags.items() if v is not None],
+               "--distribution_strategy=multi_worker_mirrored", *extra]
     if backend == "tensorflow":
         workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
         envs = [backend_env(backend, TF_CONFIG=json.dumps(
@@ -201,8 +233,25 @@ def test_two_processes_report_googles_masked_lm_loss(backend, data, tmp_path):
         commands = [command + flags for flags in jax_process_flags(2)]
     codes, outputs = run_job(commands, envs, REPO, timeout=420)
     assert codes == [0, 0], describe(codes, outputs)
+
+
+@pytest.mark.integration  # 2 jobs of 2 processes: about 80 s on 2 cores
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_two_processes_report_googles_masked_lm_loss(backend, data, tmp_path):
+    """multi_worker_mirrored across 2 processes (TensorFlow's workers, JAX's processes):
+    each reads half the held-out records, and the evaluations' two sums add up over both
+    (on TensorFlow the evaluation model gets bert_keras.multi_worker_fix too): every
+    interval's, the final one, and an evaluation-only job's (MLM only)."""
+    run = tmp_path / "run"
+    _two_process_job(backend, _flags(data, run, num_train_steps=4))
     google, _ = _google_and_batch_means(data, run)
     _check(json.load(open(run / "eval_results.json")), google, f"2 {backend} processes")
+    _check_intervals(data, run, steps=[2, 4])
+    evaluated = tmp_path / "evaluated"
+    _two_process_job(backend, _evaluation_only(data, run, evaluated,
+                                               next_sentence_prediction=False), "--do_eval")
+    _check(json.load(open(evaluated / "eval_results.json")), google,
+           f"2 {backend} processes evaluating")
 
 
 @pytest.mark.integration  # 2 fresh processes on JAX, about 60 s on 2 cores
@@ -210,10 +259,11 @@ def test_jax_reports_googles_masked_lm_loss(data, tmp_path):
     """KERAS_BACKEND=jax: a run on 2 CPU devices (keras.distribution's DataParallel) with 2
     batches a call, then an evaluation-only run of it (MLM only) on one."""
     run = tmp_path / "run"
-    _cli(_flags(data, run, steps_per_execution=2), "jax", "--distribution_strategy=mirrored",
-         "--num_cpu_devices=2")
+    _cli(_flags(data, run, steps_per_execution=2, num_train_steps=4), "jax",
+         "--distribution_strategy=mirrored", "--num_cpu_devices=2")
     google, _ = _google_and_batch_means(data, run)
     _check(json.load(open(run / "eval_results.json")), google, "JAX final evaluation")
+    _check_intervals(data, run, steps=[2, 4])
     evaluated = tmp_path / "evaluated"
     _cli(_evaluation_only(data, run, evaluated, next_sentence_prediction=False), "jax",
          "--do_eval")

@@ -18,6 +18,7 @@ from conftest import event_scalars
 from pretraining_data import write_dataset
 
 from bert_keras import BertEncoder, BertPretrainer
+from bert_keras import run_pretraining
 from bert_keras.config import BertConfig
 from data_prep import files
 from bert_keras.run_pretraining import (PretrainingError, PretrainingOptions,
@@ -257,7 +258,9 @@ def _assert_bit_identical(output_dir, reference_dir):
 def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
     """Killed in the middle of the second interval: the rerun restores weights, optimizer,
     dropout random state and data position, and ends exactly where the uninterrupted run
-    ended (before the dropout state was backed up: max |dw| 6.8e-3 after 60 steps)."""
+    ended (before the dropout state was backed up: max |dw| 6.8e-3 after 60 steps). Its
+    history.csv, evaluations included, is the uninterrupted run's (before, the intervals'
+    evaluations walked on through the held-out data and a resumed run restarted it)."""
     options = dataclasses.replace(dropout_run, output_dir=str(tmp_path / "out"))
     with pytest.raises(_SimulatedCrash):
         train(options, extra_callbacks=[_CrashInInterval(epoch=1, batch=4)])
@@ -265,6 +268,10 @@ def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
     train(options, extra_callbacks=[counter])
     assert counter.batches == 15  # Updates 11..25.
     _assert_bit_identical(options.output_dir, dropout_run.output_dir)
+    with open(os.path.join(options.output_dir, "history.csv")) as f:
+        resumed = f.read()
+    with open(os.path.join(dropout_run.output_dir, "history.csv")) as f:
+        assert resumed == f.read()
 
 
 def test_train_step_compiles_with_xla(data, tmp_path):
@@ -898,17 +905,12 @@ def test_kill_9_and_rerun_resumes_to_the_same_weights(data, tmp_path):
     _assert_bit_identical(out, tmp_path / "clean")
 
 
-class _CrashDuringEvaluation(keras.callbacks.Callback):
-    def __init__(self, epoch):
-        super().__init__()
-        self.crash_epoch, self.epoch = epoch, None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_test_batch_end(self, batch, logs=None):
-        if self.epoch == self.crash_epoch:
-            raise _SimulatedCrash(f"crash while evaluating epoch {self.epoch}")
+def _crash_evaluating(model, eval_data, steps, verbose=0):
+    """In place of run_pretraining._evaluation_results: the interval's held-out evaluation
+    dies after its first batch (after the interval's steps, before its checkpoint and
+    backup)."""
+    model.evaluate(eval_data, steps=1, verbose=0)
+    raise _SimulatedCrash("crash while evaluating")
 
 
 class _CrashWritingBackup(keras.callbacks.Callback):
@@ -936,7 +938,8 @@ class _CrashWritingBackup(keras.callbacks.Callback):
 
 @pytest.mark.integration  # Six interrupted runs: 20-30 s each on 2 cores.
 @pytest.mark.parametrize("num_files", [1, 2])
-def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path, num_files):
+def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path, num_files,
+                                                    monkeypatch):
     """One run killed five times: during a step, during an evaluation, while writing the
     backup, in the shorter last interval and then with its latest backup torn on disk.
     Each rerun resumes where the surviving backup says; the end is bit-identical."""
@@ -953,10 +956,13 @@ def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path
         with h5py.File(path) as f:
             return int(f["bert_keras_resume"].attrs["step"])
 
-    for crash in (_CrashInInterval(epoch=1, batch=4), _CrashDuringEvaluation(epoch=1),
+    # "evaluation": the run resumed from step 10 dies evaluating its first interval.
+    for crash in (_CrashInInterval(epoch=1, batch=4), "evaluation",
                   _CrashWritingBackup(epoch=1), _CrashInInterval(epoch=2, batch=2)):
-        with pytest.raises(_SimulatedCrash):
-            train(options, extra_callbacks=[crash])
+        with pytest.raises(_SimulatedCrash), monkeypatch.context() as patch:
+            if crash == "evaluation":
+                patch.setattr(run_pretraining, "_evaluation_results", _crash_evaluating)
+            train(options, extra_callbacks=[] if crash == "evaluation" else [crash])
         latest = backup / "latest.weights.h5"
         surviving = latest if latest.exists() else backup / "previous.weights.h5"
         expected = 20 if isinstance(crash, _CrashInInterval) and crash.at[0] == 2 else 10

@@ -13,9 +13,18 @@ the global step: `epoch * steps_per_epoch + batch`, which a resumed run continue
 writes the evaluation points (`evaluation_*_vs_iterations`) itself, from the epoch's `val_`
 logs: Keras writes them when fit's own validation ends (`on_test_end`), which an evaluation
 run beside fit (run_pretraining's, of a model compiled apart) never calls.
+
+A run killed between two backups has written the batch scalars of steps its resumption
+trains again. Every `fit` therefore starts its train/ events with a `SessionLog.START` at
+its first step, as Estimator's CheckpointSaverHook did for Google's run_pretraining:
+TensorBoard (`--purge_orphaned_data`, on by default) takes a START after the first as a
+restart and drops the points of earlier files at that step or later, so the curve shows
+each step once, from the run that went on.
 """
 
 from __future__ import annotations
+
+import time
 
 import keras
 import tensorflow as tf
@@ -54,7 +63,23 @@ class TensorBoard(keras.callbacks.TensorBoard):
 
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)
+        if self._last_step is None:  # this fit's first epoch: where its steps start
+            steps_per_epoch = (self.params or {}).get("steps") or 0
+            self._start_session(epoch * steps_per_epoch + 1)
         self._epoch = epoch
+
+    def _start_session(self, step: int) -> None:
+        """Writes SessionLog.START at `step` first in the train/ events of this fit."""
+        from tensorflow.core.util import event_pb2
+
+        event = event_pb2.Event(wall_time=time.time(), step=step,
+                                session_log=event_pb2.SessionLog(
+                                    status=event_pb2.SessionLog.START))
+        # ImportEvent writes a whole Event into the writer's own file (tf.summary has no
+        # public call for a SessionLog); a second file would sort apart from it.
+        tf.raw_ops.ImportEvent(writer=self._train_writer._resource,
+                               event=event.SerializeToString())
+        self._train_writer.flush()
 
     def on_test_end(self, logs=None):
         self._pop_writer()  # Keras' pushed in on_test_begin; the points come at the epoch's end

@@ -151,6 +151,21 @@ def event_scalars(log_dir):
     return {tag: [step for step, _ in p] for tag, p in event_values(log_dir).items()}
 
 
+def tensorboard_points(log_dir):
+    """{tag: [(step, value)]} as TensorBoard shows the scalars of `log_dir`: loaded by its
+    own accumulator, which drops a killed run's points that a resumed run wrote again
+    (`--purge_orphaned_data`, on by default)."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    accumulator = plugin_event_accumulator.EventAccumulator(str(log_dir), size_guidance={
+        plugin_event_accumulator.TENSORS: 0})  # 0: keep every point
+    accumulator.Reload()
+    return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto)))
+                  for e in accumulator.Tensors(tag)]
+            for tag in accumulator.Tags()["tensors"]}
+
+
 def run_on_backend(backend, test_file, test_id):
     """Runs a test on a Keras backend: here if this process has it, else in a subprocess.
 

@@ -14,7 +14,7 @@ import h5py
 import keras
 import numpy as np
 import pytest
-from conftest import event_scalars
+from conftest import event_scalars, tensorboard_points
 from pretraining_data import write_dataset
 
 from bert_keras import BertEncoder, BertPretrainer
@@ -218,7 +218,8 @@ def _dropout_options(data, output_dir, **overrides):
 @pytest.fixture(scope="module")
 def dropout_run(data, tmp_path_factory):
     options = _dropout_options(data, tmp_path_factory.mktemp("dropout") / "out",
-                               eval_input_file=data["eval"], eval_batch_size=4, max_eval_steps=2)
+                               eval_input_file=data["eval"], eval_batch_size=4, max_eval_steps=2,
+                               log_steps=3)
     train(options)
     return options
 
@@ -260,7 +261,8 @@ def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
     dropout random state and data position, and ends exactly where the uninterrupted run
     ended (before the dropout state was backed up: max |dw| 6.8e-3 after 60 steps). Its
     history.csv, evaluations included, is the uninterrupted run's (before, the intervals'
-    evaluations walked on through the held-out data and a resumed run restarted it)."""
+    evaluations walked on through the held-out data and a resumed run restarted it), and
+    TensorBoard shows each step once."""
     options = dataclasses.replace(dropout_run, output_dir=str(tmp_path / "out"))
     with pytest.raises(_SimulatedCrash):
         train(options, extra_callbacks=[_CrashInInterval(epoch=1, batch=4)])
@@ -272,6 +274,13 @@ def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
         resumed = f.read()
     with open(os.path.join(dropout_run.output_dir, "history.csv")) as f:
         assert resumed == f.read()
+    train_logs = os.path.join(options.output_dir, "logs", "train")
+    # The files hold the killed run's points of steps 12 and 15 and the resumed run's.
+    assert event_scalars(train_logs)["batch_loss"] == [3, 6, 9, 12, 12, 15, 15, 18, 21, 24]
+    shown = tensorboard_points(train_logs)["batch_loss"]
+    assert shown == tensorboard_points(
+        os.path.join(dropout_run.output_dir, "logs", "train"))["batch_loss"]
+    assert [step for step, _ in shown] == [3, 6, 9, 12, 15, 18, 21, 24]
 
 
 def test_train_step_compiles_with_xla(data, tmp_path):

@@ -153,10 +153,21 @@ def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch
     with pytest.raises(runner.FinetuneError, match=r"otherwise \(--max_seq_length: 16 -> 20; "
                                                    r"training data: 40 features"):
         run_classifier.run(**flags(out, encoder_file, data, max_seq_length=20))
+    # Named: the tokenizer's settings as they apply (--strip_accents follows the casing), not
+    # only the features' CRC they change.
+    with pytest.raises(runner.FinetuneError, match=r"otherwise \(--do_lower_case: True -> "
+                                                   r"False; --strip_accents: True -> False"):
+        run_classifier.run(**flags(out, encoder_file, data, do_lower_case=False))
     # --overwrite_output replaces results, never a backup: refused the same way.
     with pytest.raises(runner.FinetuneError, match=r"--seed: 3 -> 4"):
         run_classifier.run(**flags(out, encoder_file, data, seed=4, overwrite_output=True))
     assert backup.read_bytes() == before
+    # A backup recorded by a version that did not record the tokenizer's flags resumes.
+    record = out / "backup" / runner.BACKUP_RUN_FILE
+    older = json.loads(record.read_text())
+    for name in ("do_lower_case", "strip_accents", "tokenize_chinese_chars"):
+        del older["flags"][name]
+    record.write_text(json.dumps(older))
     # The data moved to another path is the same data, and --num_train_epochs does nothing
     # beside --num_train_steps: resumed. XLA draws other dropout masks: resumed, with a
     # warning that the run will not end as an uninterrupted one.

@@ -516,6 +516,13 @@ def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     assert (recorded["max_seq_length"], recorded["max_query_length"], recorded["doc_stride"],
             recorded["max_answer_length"], recorded["version_2_with_negative"],
             recorded["null_score_diff_threshold"]) == (20, 8, 4, 6, True, 0.0)
+    # The same command with another stride: its model is refused, naming the flag (not only
+    # the training features' CRC it changes).
+    with pytest.raises(FinetuneError, match=r"trained otherwise \(--doc_stride: 4 -> 3; "
+                                            r"training data: 10 features, CRC \w+ -> 11"):
+        run_squad.run(train_file=v2, predict_file=v2, doc_stride=3, max_query_length=8,
+                      n_best_size=5, max_answer_length=6, version_2_with_negative=True,
+                      **common(out, encoder_file, max_seq_length=20, train_batch_size=4))
     # The same training (the threshold only sorts answers) with a threshold that turns some
     # answers of the first run into "" or back: the widest gap between two null_odds whose
     # side of it differs from their side of 0.

@@ -679,11 +679,12 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
     results: dict[str, dict] = {}
     if common.do_train and finished is not None:
         model = _the_finished_model(task, common, opts, model, labels, features["train"],
-                                    distribution, finished)
+                                    distribution, settings, finished)
         results["train"] = files.fine_tuned_with(out)
     elif common.do_train:
         data = features["train"]
-        identity = _training_identity(task, common, opts, model, labels, data, distribution)
+        identity = _training_identity(task, common, opts, model, labels, data, distribution,
+                                      settings)
         with distribution.stop_together():  # one process's refusal stops them all
             backup_dir, resuming = _backup_dir(common, distribution, identity)
         logs_dir = os.path.join(out, LOGS_DIR)
@@ -752,7 +753,8 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
     splits = [split for split in ("eval", "predict") if split in features and chief]
     weights = _weights_described(model) if splits else None
     made_from = {split: _what_was_evaluated(task, common, opts, weights, labels,
-                                            features[split], split) for split in splits}
+                                            features[split], split, settings)
+                 for split in splits}
     if finished is not None:
         results.update(_results_taken_up(task, common, opts, made_from))
     outputs_of: dict[int, tuple] = {}  # id(features) -> (outputs, timing)
@@ -793,9 +795,17 @@ RUNS_ON = "runs on"
 _NOT_FLAGS = ("KERAS_BACKEND", "replicas")  # RUNS_ON's settings that are no flag
 
 
+def _tokenizer_flags(settings) -> dict:
+    """The tokenizer's settings as it applies them, under their flag names: in a record's
+    "flags", so a changed --do_lower_case is named where the features' CRC changes with it."""
+    lower, strip, chinese = settings.effective()
+    return {"do_lower_case": lower, "strip_accents": strip, "tokenize_chinese_chars": chinese}
+
+
 def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
-                     data: Features, distribution) -> dict:
-    """What a run trains, as a resumed run must share it: the training flags, the labels,
+                     data: Features, distribution, settings) -> dict:
+    """What a run trains, as a resumed run must share it: the training flags (the
+    tokenizer's settings among them, `settings`), the labels,
     digests of the training features and of the encoder's initial weights (the checkpoint's:
     the head's seeded initialisation follows from the flags and the backend; without a
     checkpoint, the config they were drawn for, with --seed among the flags), and under
@@ -806,6 +816,7 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
     if common.num_train_steps is not None:  # it replaces the epochs
         flags["num_train_epochs"] = None
     flags.update({name: getattr(opts, name) for name in task.training_flags})
+    flags.update(_tokenizer_flags(settings))
     arrays = [data.arrays[name] for name in sorted(data.arrays)]
     weights = model.encoder.weights
     if common.init_checkpoint:
@@ -829,10 +840,10 @@ def _backup_identity(task: Task, common: FinetuneOptions, opts, model, labels,
 
 
 def _training_identity(task: Task, common: FinetuneOptions, opts, model, labels,
-                       data: Features, distribution) -> dict:
+                       data: Features, distribution, settings) -> dict:
     """`_backup_identity` as its JSON record reads back (what the records compare)."""
     return json.loads(json.dumps(_backup_identity(task, common, opts, model, labels, data,
-                                                  distribution)))
+                                                  distribution, settings)))
 
 
 # What a resumed run, or one taking a finished model up, may change: where it runs (with a
@@ -916,7 +927,7 @@ def _recorded_training(common: FinetuneOptions, distribution) -> dict | None:
 
 
 def _the_finished_model(task: Task, common: FinetuneOptions, opts, model, labels,
-                        data: Features, distribution, recorded: dict):
+                        data: Features, distribution, settings, recorded: dict):
     """The model.keras in --output_dir, trained by an earlier run of this command (stopped
     after saving it, in evaluation or prediction), for this run's evaluation and prediction.
 
@@ -925,7 +936,7 @@ def _the_finished_model(task: Task, common: FinetuneOptions, opts, model, labels
     """
     out = common.output_dir
     changed = _differences(recorded, _what_was_trained(
-        _training_identity(task, common, opts, model, labels, data, distribution)))
+        _training_identity(task, common, opts, model, labels, data, distribution, settings)))
     if changed:
         raise FinetuneError(
             f"{os.path.join(out, files.TASK_MODEL_FILE)} exists, trained otherwise "
@@ -955,16 +966,17 @@ def _weights_described(model) -> str:
 
 
 def _what_was_evaluated(task: Task, common: FinetuneOptions, opts, weights: str, labels,
-                        data: Features, split: str) -> dict:
+                        data: Features, split: str, settings) -> dict:
     """What a split's results are computed from, as their JSON record reads back: the
     model's weights (`_weights_described`), a digest of the split's features, the labels,
-    and the flags (the task's, less the input files, which count by the features) that
-    change the results."""
+    and the flags (the task's, less the input files, which count by the features; the
+    tokenizer's `settings`) that change the results."""
     from bert_keras.distribute import digest
 
     flags = {name: getattr(common, name) for name in _RESULT_FLAGS}
     flags.update({f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
                   if not f.name.endswith("_file") and f.name != "data_dir"})
+    flags.update(_tokenizer_flags(settings))
     arrays = [data.arrays[name] for name in sorted(data.arrays)]
     return json.loads(json.dumps({
         "model": weights,
@@ -1020,16 +1032,19 @@ def _results_taken_up(task: Task, common: FinetuneOptions, opts, made_from: dict
 
 def _differences(previous: dict, current: dict) -> list[str]:
     """What differs between two `_backup_identity` (or `_what_was_evaluated`) records, in
-    words."""
+    words. What `previous` does not hold (recorded by a version that did not record it, as
+    the tokenizer's flags) is not compared: the digests of the features and weights still
+    tell runs apart."""
     changed = []
     for key in sorted(set(previous) | set(current)):
         old, new = previous.get(key), current.get(key)
-        if old == new:
+        if old == new or key not in previous:
             continue
         if isinstance(old, dict) and isinstance(new, dict):  # flags, or RUNS_ON's settings
             changed += [f"{name if name in _NOT_FLAGS else '--' + name}: "
                         f"{old.get(name)!r} -> {new.get(name)!r}"
-                        for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+                        for name in sorted(set(old) | set(new))
+                        if name in old and old.get(name) != new.get(name)]
         elif key in ("training data", "initial weights", "model") or key.endswith(" data"):
             changed.append(f"{key}: {old} -> {new}")
         else:

@@ -284,6 +284,9 @@ class SquadTask(Task):
     model_class = BertSpanQA
     uses_labels = False
     default_max_seq_length = 384  # Google's run_squad.py
+    # They decide the training windows and their labels (named when a rerun differs; the
+    # features' CRC changes with them too).
+    training_flags = ("doc_stride", "max_query_length", "version_2_with_negative")
     # What predicting or evaluating alone takes from the model's fine-tuning (as
     # export_span_qa does), and Google's defaults.
     recorded_options = {"max_query_length": 64, "doc_stride": 128, "max_answer_length": 30,

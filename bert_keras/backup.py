@@ -282,6 +282,23 @@ class StopAtStep(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class IntervalProgbarLogger(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar over intervals of `interval` updates (each an epoch of
+    `interval * accumulation` batches) whose last one `StopAtStep` cuts short: its bar's
+    total is the batches it runs (Keras' shows the epoch's `steps`, "1000/1000" where 4
+    steps ran, and divides the time by them). Pass it to fit in place of Keras' own."""
+
+    def __init__(self, num_train_steps: int, interval: int, accumulation: int = 1):
+        super().__init__()
+        self.num_train_steps, self.interval = num_train_steps, interval
+        self.accumulation = accumulation
+
+    def on_epoch_begin(self, epoch, logs=None):
+        remaining = self.num_train_steps - epoch * self.interval
+        self.target = max(1, min(self.interval, remaining)) * self.accumulation
+        super().on_epoch_begin(epoch, logs)
+
+
 class TrainingDiverged(ValueError):
     """The training loss stopped being a finite number."""
 

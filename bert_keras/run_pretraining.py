@@ -716,7 +716,8 @@ def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str
 def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
     import keras
 
-    from bert_keras.backup import ExactBackupAndRestore, StopAtStep, updates_done
+    from bert_keras.backup import (ExactBackupAndRestore, IntervalProgbarLogger, StopAtStep,
+                                   updates_done)
 
     class PeriodicCheckpoint(keras.callbacks.Callback):
         """Saves checkpoints/ckpt-<step>.weights.h5 every epoch (= save_checkpoints_steps),
@@ -739,7 +740,9 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
     # gather: several processes (JAX's, TensorFlow workers) agree on the epoch to resume from.
     backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False,
                                    gather=gather)
-    callbacks = [StopAtStep(num_train_steps)]
+    callbacks = [StopAtStep(num_train_steps),
+                 IntervalProgbarLogger(num_train_steps, options.save_checkpoints_steps,
+                                       options.gradient_accumulation_steps)]
     if chief:
         # Before the backup: a kill between the two repeats the interval, which rewrites the
         # same checkpoint, instead of skipping it.

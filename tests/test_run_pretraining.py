@@ -148,6 +148,20 @@ def test_tensorboard_keeps_every_interval(data, tmp_path):
     assert validation["evaluation_loss_vs_iterations"] == [12, 24, 36, 48, 60], validation
 
 
+@pytest.mark.parametrize("verbose", [1, 2])
+def test_the_progress_bar_counts_the_steps_each_interval_runs(data, tmp_path, capsys, verbose):
+    """7 steps in intervals of 3, 2 micro-batches a step: the last interval runs 1 step.
+    Keras' bar showed the epoch's 6 batches as its total and divided the time by them."""
+    train(_options(data, tmp_path / "out", num_train_steps=7, num_warmup_steps=1,
+                   save_checkpoints_steps=3, gradient_accumulation_steps=2,
+                   verbose=verbose))
+    printed = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # Keras' colours
+    assert re.findall(r"Epoch (\d+)/3", printed) == ["1", "2", "3"], printed[-2000:]
+    last = printed[printed.index("Epoch 3/3"):]
+    assert re.findall(r"(\d+)/(\d+) ", last)[-1] == ("2", "2"), last
+    assert not re.search(r"\d+/6 ", last), last
+
+
 def test_never_overwrites(finished_run, data, tmp_path):
     options, _ = finished_run
     with pytest.raises(PretrainingError, match="finished run"):

@@ -543,6 +543,7 @@ class GlueProcessor:
             raise DataError(f"{path}: expected a JSON list of examples (the {self.name} "
                             f"{split} file), got a JSON {type(rows).__name__}")
         keys = [key for key in (layout.id, layout.text_a, layout.text_b) if key]
+        unlike = []  # KLUE-RE: entities whose "word" is not their characters
         for i, row in enumerate(rows):
             where = f"{path}[{i}]"
             if not isinstance(row, dict):
@@ -568,13 +569,32 @@ class GlueProcessor:
                                 f"{self._labels}")
             text_a = row[layout.text_a]
             if layout.entities:
-                text_a = mark_relation_entities(text_a, _entity(row, "subject_entity", where),
-                                                _entity(row, "object_entity", where))
+                subject, obj = (_entity(row, key, where)
+                                for key in ("subject_entity", "object_entity"))
+                text_a = mark_relation_entities(text_a, subject, obj)
+                unlike.extend(_word_unlike_its_span(row, key, where)
+                              for key in ("subject_entity", "object_entity"))
             ids.append(row[layout.id])
             examples.append(Example(where, text_a,
                                     row[layout.text_b] if layout.text_b else None, label))
         if not rows:
             raise DataError(f"{path}: no examples for the {self.name} {split} set")
+        unlike = [u for u in unlike if u]
+        if unlike:
+            logging.warning("%s: %d entities' \"word\" differs from the sentence's characters "
+                            "start_idx..end_idx (first: %s); they are marked by the indices, "
+                            "as KLUE's baseline marks them", path, len(unlike), unlike[0])
+
+
+def _word_unlike_its_span(row: dict, key: str, where: str) -> str | None:
+    """Where KLUE-RE's `key` entity has a "word" other than its characters in the sentence
+    (checked by `_entity`), "where.key: 'word' vs 'characters'"; else None."""
+    entity = row[key]
+    word = entity.get("word")
+    span = row["sentence"][entity["start_idx"]:entity["end_idx"] + 1]
+    if isinstance(word, str) and word != span:
+        return f"{where}.{key}: {word!r} vs {span!r}"
+    return None
 
 
 def _entity(row: dict, key: str, where: str) -> tuple[int, int, str]:

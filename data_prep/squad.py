@@ -167,6 +167,9 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                 # KLUE-MRC names the question id "guid".
                 id_key = "guid" if isinstance(qa, dict) and "id" not in qa and "guid" in qa \
                     else "id"
+                if isinstance(qa, dict) and id_key not in qa:
+                    raise DataError(f"{where}: expected an object with an 'id' field (or "
+                                    "KLUE-MRC's 'guid')")
                 qas_id = str(_require(qa, id_key, (str, int), where))
                 if not is_training and qas_id in first_seen:
                     raise DataError(f"{where}.id: question id {qas_id!r} is used twice (first "

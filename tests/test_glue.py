@@ -686,6 +686,30 @@ def test_klue_re_entities_that_do_not_fit_are_named(tmp_path):
         glue.get_processor("klue-re").train_examples(str(tmp_path))
 
 
+def test_klue_re_words_unlike_their_characters_are_warned_about(tmp_path, caplog):
+    """An entity whose "word" is not the sentence's characters start_idx..end_idx (an
+    off-by-one file) is marked by the indices, as KLUE's baseline marks it, and counted in
+    one warning per file naming the first; a file whose words agree warns nothing."""
+    row = {"guid": "g0", "sentence": "이순신은 아산 출신이다.",
+           "subject_entity": {"word": "이순신", "start_idx": 0, "end_idx": 2, "type": "PER"},
+           "object_entity": {"word": "아산", "start_idx": 5, "end_idx": 6, "type": "LOC"},
+           "label": "per:origin"}
+    shifted = json.loads(json.dumps(row))
+    shifted["object_entity"].update(start_idx=4, end_idx=5)  # " 아"
+    path = tmp_path / "klue-re-v1.1_train.json"
+    for rows, warned in (([row, row], []), ([row, shifted, shifted], ["2 entities"])):
+        path.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            examples = glue.get_processor("klue-re").train_examples(str(tmp_path))
+        messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert [m for m in messages if "differs from the sentence" in m] == [
+            m for m in messages if any(w in m for w in warned)] and len(messages) == len(warned)
+        if warned:
+            assert "[1].object_entity: '아산' vs ' 아'" in messages[0]
+            assert examples[1].text_a == "@*PER*이순신@은#^LOC^ 아#산 출신이다."
+
+
 def test_klue_re_scores_are_scikit_learns():
     """KLUE's baseline scores KLUE-RE with scikit-learn: f1_score(average="micro", labels=
     every relation but no_relation) and, per class, auc(precision_recall_curve), averaged.

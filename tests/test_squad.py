@@ -390,7 +390,7 @@ def test_question_ids_used_twice_are_refused_outside_training(tmp_path):
 def test_malformed_squad_names_the_element(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [{"question": "q"}]}]}]}))
-    with pytest.raises(squad.DataError, match=r"data\[0\].paragraphs\[0\].qas\[0\]: expected an object with a 'id'"):
+    with pytest.raises(squad.DataError, match=r"data\[0\].paragraphs\[0\].qas\[0\]: expected an object with an 'id'"):
         squad.read_squad(str(path), is_training=False)
     path.write_text(json.dumps({"data": {"paragraphs": []}}))
     with pytest.raises(squad.DataError, match=r"bad.json: data: expected list, got dict"):
@@ -446,6 +446,14 @@ def test_klue_mrc_questions_are_keyed_by_their_guid(tmp_path):
     both.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     examples, _ = squad.read_squad(str(both), is_training=False, version_2_with_negative=True)
     assert examples[0].qas_id == "q1"
+    # Neither: the error names both.
+    del data["data"][0]["paragraphs"][0]["qas"][0]["id"]
+    del data["data"][0]["paragraphs"][0]["qas"][0]["guid"]
+    both.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(squad.DataError, match=r"both.json: data\[0\].paragraphs\[0\].qas\[0\]: "
+                                        r"expected an object with an 'id' field \(or KLUE-MRC's "
+                                        r"'guid'\)$"):
+        squad.read_squad(str(both), is_training=False, version_2_with_negative=True)
 
 
 def test_answers_across_unsplit_spaces_are_found_and_labelled(tmp_path):

@@ -8,6 +8,8 @@ with padding, and for a subset of query rows. Each test runs on TensorFlow and J
 (conftest.run_on_backend).
 """
 
+import re
+
 import numpy as np
 import pytest
 from conftest import run_on_backend
@@ -190,3 +192,34 @@ def test_every_path_computes_one_function_for_any_mask(backend):
         np.testing.assert_allclose(explicit[4], np.broadcast_to(values.mean(0), (S, H)),
                                    atol=tolerance * scale)
         assert np.abs(fused - explicit).max() < tolerance * scale
+
+
+@pytest.mark.parametrize("shape", [(B, S, S), (B, 1, S), (B, 1, 1, S), (S,), (B, S + 1),
+                                   (B + 1, S)])
+def test_a_mask_of_another_shape_is_a_one_line_error_naming_the_expected_one(shape):
+    """Every path masks keys with one [B, S] mask. A [B, S, S] mask (Google's
+    create_attention_mask_from_input_mask), a [B, 1, 1, S] bias-shaped one or a mask of
+    another batch or length failed deep inside (TensorFlow: "Expected input 0 to have rank
+    4 but got: 5 [Op:Einsum]"; JAX: "too many values to unpack (expected 4)"), and in the
+    padding-free path would have picked rows by a mask of the wrong size."""
+    from bert_keras.layers import TransformerEncoderBlock
+
+    x, _, _ = _inputs()
+    mask = np.ones(shape, "int32")
+    layer = SelfAttention(N, dropout=0.1)
+    block = TransformerEncoderBlock(N, 37, dropout=0.1, attention_dropout=0.1)
+    want = (r"attention_mask must be \[B, S\] = \(3, 7\), 1 for real tokens and 0 for "
+            rf"padding .*; got shape {re.escape(str(shape))}")
+    for training in (False, True):
+        with pytest.raises(ValueError, match="SelfAttention: " + want):
+            layer(x, attention_mask=mask, training=training)
+        with pytest.raises(ValueError, match="TransformerEncoderBlock: " + want):
+            block(x, attention_mask=mask, training=training, skip_padding=True)
+    if len(shape) == 3 and shape[1] == S:
+        with pytest.raises(ValueError, match="is that input_mask broadcast: pass the "
+                                             "input_mask"):
+            layer(x, attention_mask=mask)
+    # The [B, S] mask, as int, float or bool, is taken.
+    for right in (np.ones((B, S), "int32"), np.ones((B, S), "float32"), np.ones((B, S), bool)):
+        assert tuple(layer(x, attention_mask=right).shape) == (B, S, H)
+        assert tuple(block(x, attention_mask=right).shape) == (B, S, H)

@@ -36,6 +36,27 @@ def _float16_on_jax_cpu(q) -> bool:
             and keras.backend.standardize_dtype(q.dtype) == "float16")
 
 
+def check_attention_mask(attention_mask, x_shape, layer):
+    """Raises a one-line ValueError unless `attention_mask` is a [B, S] key mask whose
+    static sizes match `x_shape` ([B, S, H]; None: check the rank only). Every path masks
+    keys only (the GPU kernels take a [B, S] key bias or key lengths), so a [B, Q, S] or
+    [B, 1, 1, S] mask would otherwise fail deep inside with a message about einsums or
+    transposes, or, in the padding-free path, pick wrong rows."""
+    if attention_mask is None or getattr(attention_mask.shape, "rank", 0) is None:
+        return  # None, or a TensorFlow tensor of unknown rank (checked when it runs)
+    shape = tuple(attention_mask.shape)
+    expected = "[B, S]" if x_shape is None else f"[B, S] = {tuple(x_shape[:2])}"
+    if len(shape) != 2 or (x_shape is not None and any(
+            a is not None and b is not None and a != b for a, b in zip(shape, x_shape[:2]))):
+        hint = (" (a [B, S, S] mask built from an input_mask, as Google's "
+                "create_attention_mask_from_input_mask does, is that input_mask broadcast: "
+                "pass the input_mask)" if len(shape) == 3 else "")
+        raise ValueError(
+            f"{layer}: attention_mask must be {expected}, 1 for real tokens and 0 for "
+            f"padding (BERT's input_mask; the same key mask for every query and head); got "
+            f"shape {shape}{hint}")
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention (Vaswani et al. 2017), as in BERT's `attention/self` scope.
@@ -113,8 +134,10 @@ class SelfAttention(keras.layers.Layer):
         Args:
           x: float Tensor of shape [B, S, H], the sequence attended to (keys and values);
             with `rows`, float Tensor [T, H] of the real tokens only.
-          attention_mask: int or float Tensor of shape [B, S], 1 for real tokens and 0 for
-            padding (the `input_mask` of BERT), or None for no masking.
+          attention_mask: int, float or bool Tensor of shape [B, S], 1 for real tokens and 0
+            for padding (the `input_mask` of BERT), or None for no masking. Any pattern
+            (right or left padding, holes, a row with no real token); another shape is a
+            one-line ValueError (`check_attention_mask`).
           training: Python bool, whether dropout is active.
           query: optional float Tensor [B, Q, H], the vectors that attend (their queries);
             None means `x` itself (Q = S). A subset of `x`'s rows gives exactly those rows
@@ -131,6 +154,8 @@ class SelfAttention(keras.layers.Layer):
           float Tensor of shape [B, Q, H], the heads' context vectors concatenated (before
           the output projection, which lives in the transformer block); [T, H] with `rows`.
         """
+        check_attention_mask(attention_mask, None if rows is not None else tuple(x.shape),
+                             "SelfAttention")
         if rows is not None:
             return self._call_on_rows(x, attention_mask, training, rows, slots)
         if query is None:

@@ -5,7 +5,7 @@ from keras import ops
 
 from bert_keras.layers import padding_free
 from bert_keras.layers.activations import clone_initializer, get_activation
-from bert_keras.layers.attention import SelfAttention
+from bert_keras.layers.attention import SelfAttention, check_attention_mask
 from bert_keras.layers.dense import Dense
 from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.layer_norm import LayerNorm
@@ -123,6 +123,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
           float Tensor of shape [B, S, H], or [B, Q, H] with `output_positions`: row j is
           row `output_positions[:, j]` of the full output.
         """
+        check_attention_mask(attention_mask, tuple(x.shape), "TransformerEncoderBlock")
         if (skip_padding and output_positions is None
                 and padding_free.padding_free_applies(training, attention_mask)):
             rows = padding_free.real_rows(attention_mask)  # [T]

@@ -166,7 +166,7 @@ def reference(q, k, v, key_bias, keep=None, dropout_rate=0.0, scale=None):
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = jnp.einsum("bqnd,bknd->bnqk", q.astype(jnp.float32), k.astype(jnp.float32))
-    scores = scores * scale + key_bias.astype(jnp.float32)[:, None, None, :]
+    scores = scores * scale + _shifted(key_bias)[:, None, None, :]
     probs = jax.nn.softmax(scores, axis=-1)
     if keep is not None:
         kept = 1.0 - dropout_threshold(dropout_rate) / (1 << _DECISION_BITS)
@@ -541,13 +541,23 @@ def on_batch_rows(function, mesh, batch_axis, split, whole=()):
                          out_specs=PartitionSpec(batch_axis), check_vma=False)(*split, *whole)
 
 
+def _shifted(key_bias):
+    """`key_bias` in float32 less each row's largest bias: the same softmax, and a row with
+    every key masked gets biases 0, not -10000. There the scores s - 10000 would round to
+    float32's ulp at 10^4 (2^-10): the log-sum-exp the backward pass recomputes
+    probabilities from was 2.6e-4 off, and so were that row's gradients (the forward pass,
+    rounded alike, matched a float32 reference)."""
+    key_bias = key_bias.astype(jnp.float32)
+    return key_bias - jnp.max(key_bias, axis=1, keepdims=True)
+
+
 def _padded_attention(q, k, v, key_bias, seed, batch_offset, *, scale, threshold, config,
                       interpret):
     """`attention` on one device's rows, the first of them row `batch_offset` of the batch
     (its dropout decisions are the whole batch's)."""
     query_length, head_size = q.shape[1], q.shape[3]
     key_length = k.shape[1]
-    key_bias = key_bias.astype(jnp.float32)
+    key_bias = _shifted(key_bias)
     # Queries padded (the pretrainer's last layer attends from [CLS] and the P masked
     # positions only): padded rows are computed and dropped.
     extra_queries = _padded_length(query_length) - query_length

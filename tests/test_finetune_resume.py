@@ -15,6 +15,7 @@ from bert_keras.backup import RESUME_GROUP
 from bert_keras.finetuning import loop, runner
 from conftest import TESTDATA, event_scalars, run_on_backend, tensorboard_points
 from data_prep import files
+from data_prep.tokenizer_config import TokenizerConfig
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
 VOCAB_SIZE = sum(1 for _ in open(VOCAB, encoding="utf-8"))
@@ -391,7 +392,7 @@ def test_fewer_processes_resume_from_process_0s_backup_more_are_refused(
         common = options(runner.FinetuneOptions)
         runner._backup_dir(common, job, runner._training_identity(
             task, common, options(task.options_class()), model, ["ham", "spam"],
-            runner.Features(arrays={"x": np.zeros((3, 2), np.int32)}), job))
+            runner.Features(arrays={"x": np.zeros((3, 2), np.int32)}), job, TokenizerConfig()))
 
 
 @pytest.mark.parametrize("tool", ["run_classifier", "run_pretraining"])

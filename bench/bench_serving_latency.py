@@ -1,8 +1,8 @@
 r"""Serving latency and throughput: our SavedModels against keras-hub's export and transformers.
 
-Two modes; every model has the same BERT size (--preset), the bert-base-uncased vocabulary
-(30,522 entries, from the local cache of `public_data.fetch`), 2 classes and seeded random
-weights; nothing is downloaded from a model hub.
+Five modes; every model has the same BERT size (--preset), the bert-base-uncased vocabulary
+(30,522 entries, from the local cache of `public_data.fetch`), 2 classes (9 tags in the
+tagger mode) and seeded random weights; nothing is downloaded from a model hub.
 
 --mode=full (issue 8, item 7): batch 1, one text that fills --seq_length wordpieces; the
 ids rows get exactly the ids it tokenizes to, so every model runs the full sequence.
@@ -35,6 +35,20 @@ text from the offsets (transformers 5 has no extractive QA pipeline):
 
     .venv/bin/python bench/bench_serving_latency.py --mode=qa --preset=base \
       --seq_length=384 --requests=200 --rounds=10 --json=serving_qa.json
+
+--mode=tagger: token tagging at batch 1 on real sentences and questions (`real_requests`'
+sentence and question sources, as a NER or POS client sends them; those longer than one
+window at --seq_length are left out, as the two sides would tag different words): our
+tagger export with export_tagger's defaults (text in, split on whitespace, a tag per word
+out; 9 tags, CoNLL-2003's) against transformers' fast tokenizer on the words
+(is_split_into_words, truncation at --seq_length, no padding), BertForTokenClassification
+loaded from our tagger's weights converted by `checkpoints.save_hf_weights`, and each word's
+tag from its first piece in numpy. Before timing, every row must tag every request with as
+many tags as it has words, and the float32 rows must give transformers' tags and
+probabilities (within 1e-3):
+
+    .venv/bin/python bench/bench_serving_latency.py --mode=tagger --preset=base \
+      --seq_length=128 --requests=300 --rounds=12 --json=serving_tagger.json
 
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's
@@ -70,6 +84,16 @@ tokenizer is part of it):
                               `BertForSequenceClassification` in eval mode under
                               torch.inference_mode(), eager, sdpa attention. (real mode)
   transformers eager (ids in) the model alone on the request's ids. (full mode)
+  ours tagger text-in         `signatures["serving_default"](text=[1] string)` of the
+                              export/export_tagger.py SavedModel with its defaults (length
+                              buckets, windows at half a window's stride): words split and
+                              WordPiece-tokenized in the graph, the encoder at the bucket
+                              length, each word's first piece's logits, softmax, tags per
+                              word. ", fixed length" and ", bfloat16" as above. (tagger mode)
+  transformers end-to-end     (tagger mode) `text.split()`, `BertTokenizerFast(words,
+  (tagger)                    is_split_into_words=True)`, BertForTokenClassification as the
+                              classifier above, then numpy: the logits of each word's first
+                              piece (`word_ids`), softmax, argmax, tag names.
 
 All rows run in this process with the same thread count (--threads: TensorFlow intra-op
 threads and torch.set_num_threads). All models are built, exported and loaded first, and
@@ -105,6 +129,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 LABELS = ["ham", "spam"]
+# The tagger mode's tags: CoNLL-2003 NER's 9 (IOB2).
+TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 SEED = 0
 # Packed lengths (wordpieces with [CLS] and [SEP]) of the per-length figures: name, low,
 # high (inclusive); the last group holds the requests cut to --seq_length.
@@ -145,6 +171,8 @@ def filling_text(tokenizer, seq_length: int) -> str:
 
 
 SOURCES = ("sentence", "question", "email")
+# What a NER or POS client sends: sentences.
+TAGGER_SOURCES = ("sentence", "question")
 
 
 def _address_sentences() -> list[list[str]]:
@@ -604,6 +632,87 @@ def transformers_span_qa(config, vocab_file, seq_length, doc_stride, max_query_l
 
     return Row(prepare=lambda pair: pair, call=call,
                logits=lambda out: np.array([out["score"]]))
+
+
+def tagger_pieces(tokenizer, texts: list[str]) -> list[int]:
+    """WordPieces of each text as the tagger export reads it: each whitespace-separated word
+    tokenized on its own (str.split()), a word that gives no piece one [UNK]."""
+    words = [text.split() for text in texts]
+    counts = iter(max(1, len(ids)) for ids in tokenizer.encode([w for ws in words for w in ws]))
+    return [sum(next(counts) for _ in ws) for ws in words]
+
+
+def ours_tagger(config, vocab_file, seq_length, work_dir, buckets=None, name="ours_tagger",
+                dtype="float32"):
+    """Our tagger export with export_tagger's defaults (text in, split on whitespace; run_
+    tagger's windows at half a window's stride; a tag per word out), `dtype` its
+    --serving_dtype. Returns (Row, the Keras BertTagger it was exported from)."""
+    import keras
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
+
+    from bert_keras import BertEncoder
+    from bert_keras.tasks import BertTagger
+    from data_prep.tokenization import BertTokenizer
+    from export.export_tagger import export_tagger
+
+    keras.utils.set_random_seed(SEED)
+    tagger = BertTagger(BertEncoder.from_bert_config(config), num_classes=len(TAGS))
+    path = export_tagger(tagger, BertTokenizer(vocab_file), TAGS, os.path.join(work_dir, name),
+                         seq_length=seq_length, buckets=buckets, serving_dtype=dtype)
+    loaded = tf.saved_model.load(path)
+    serve = loaded.signatures["serving_default"]
+    return Row(prepare=lambda text: tf.constant([text]), call=lambda x: _to_numpy(serve(text=x)),
+               logits=lambda out: out["probabilities"], keep=loaded), tagger
+
+
+def transformers_tagger(config, vocab_file, seq_length, weights_dir=None):
+    """transformers end to end: the text split on whitespace (as our export splits it), the
+    fast tokenizer on the words (is_split_into_words, truncation at seq_length, no padding),
+    BertForTokenClassification eager (sdpa), then in numpy each word's logits at its first
+    piece (word_ids), softmax, argmax and tag names: what our export returns.
+
+    Args:
+      weights_dir: a save_pretrained directory to load (`checkpoints.save_hf_weights` of our
+        tagger: the same weights on both sides); None: seeded random weights.
+    """
+    import torch
+    import transformers
+
+    if weights_dir:
+        model = transformers.BertForTokenClassification.from_pretrained(
+            weights_dir, attn_implementation="sdpa")
+    else:
+        torch.manual_seed(SEED)
+        model = transformers.BertForTokenClassification(transformers.BertConfig(
+            vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+            num_hidden_layers=config.num_hidden_layers,
+            num_attention_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size, hidden_act="gelu",
+            max_position_embeddings=config.max_position_embeddings, num_labels=len(TAGS),
+            attn_implementation="sdpa"))
+    model.eval()
+    if model.config._attn_implementation != "sdpa" or model.num_labels != len(TAGS):
+        raise AssertionError(f"transformers' tagger: {model.config._attn_implementation} "
+                             f"attention, {model.num_labels} labels")
+    tokenizer = transformers_tokenizer(vocab_file)
+    names = np.array(TAGS, dtype=object)
+
+    def call(text):
+        words = text.split()
+        encoded = tokenizer([words], is_split_into_words=True, truncation=True,
+                            max_length=seq_length, return_tensors="pt")
+        with torch.inference_mode():
+            logits = model(**encoded).logits[0].numpy()  # [T, C]
+        word = np.array([-1 if w is None else w for w in encoded.word_ids(0)])  # [T]
+        first = np.flatnonzero((word >= 0) & (word != np.concatenate([[-1], word[:-1]])))
+        picked = logits[first]  # [W, C], each word's first piece
+        exp = np.exp(picked - picked.max(axis=-1, keepdims=True))
+        tag_ids = picked.argmax(axis=-1)
+        return {"words": words, "tags": names[tag_ids], "tag_ids": tag_ids,
+                "probabilities": (exp / exp.sum(axis=-1, keepdims=True))[None]}  # [1, W, C]
+
+    return Row(prepare=lambda text: text, call=call, logits=lambda out: out["probabilities"])
 
 
 # --------------------------------------------------------------------------------------
@@ -1134,6 +1243,138 @@ def run_qa(args, config, vocab_file, tokenizer):
                              for name in rows}}
 
 
+def run_tagger(args, config, vocab_file, tokenizer):
+    """Tagging at batch 1: real sentences and questions, a tag per word."""
+    from bert_keras import checkpoints
+    from export import length_buckets
+
+    buckets = length_buckets.resolve(None, args.seq_length)
+    drawn = real_requests(args.requests, args.seed, args.sources.split(","))
+    for r, pieces in zip(drawn, tagger_pieces(tokenizer, [r["text"] for r in drawn])):
+        r["words"] = len(r["text"].split())
+        r["length"] = pieces + 2  # [CLS] words [SEP]
+    # One window each: a longer request is windowed by ours and truncated by transformers,
+    # so the two would not tag the same words.
+    requests = [r for r in drawn if r["length"] <= args.seq_length]
+    if len(requests) < args.rounds:
+        raise SystemExit(f"{len(requests)} of {len(drawn)} requests fit --seq_length="
+                         f"{args.seq_length}: fewer than --rounds={args.rounds}")
+    distribution = length_distribution(requests, buckets)
+    built = {}
+
+    def ours(d):
+        row, built["tagger"] = ours_tagger(config, vocab_file, args.seq_length, d)
+        return row
+
+    def theirs(d):
+        tagger = built.pop("tagger", None)
+        if tagger is None:  # --only left ours out: seeded random weights of their own
+            return transformers_tagger(config, vocab_file, args.seq_length)
+        # Ours converted into transformers' layout: the same weights on both sides.
+        weights = checkpoints.save_hf_weights(tagger, os.path.join(d, "transformers_tagger"),
+                                              labels=TAGS)
+        built["weights_equal"] = True
+        return transformers_tagger(config, vocab_file, args.seq_length, weights)
+
+    reference = "transformers end-to-end (text in)"
+    specs = [  # transformers after ours: it loads our tagger's weights
+        ("ours tagger text-in", False, ours),
+        ("ours tagger text-in, fixed length", False,
+         lambda d: ours_tagger(config, vocab_file, args.seq_length, d, buckets=(),
+                               name="ours_tagger_fixed")[0]),
+        ("ours tagger text-in, bfloat16 (--serving_dtype)", False,
+         lambda d: ours_tagger(config, vocab_file, args.seq_length, d, name="ours_tagger_bf16",
+                               dtype="bfloat16")[0]),
+        (reference, True, theirs),
+    ]
+    specs = select(specs, args)
+    print(f"# {args.preset}: L={config.num_hidden_layers} H={config.hidden_size} "
+          f"V={config.vocab_size}, {len(TAGS)} tags; seq {args.seq_length}, buckets "
+          f"{','.join(map(str, buckets))}; threads={args.threads}; {len(requests)} real "
+          f"requests ({len(drawn) - len(requests)} of {len(drawn)} drawn left out: longer "
+          f"than one window); batch 1 over {args.rounds} interleaved rounds", flush=True)
+    print("# packed lengths (wordpieces of the words with [CLS] and [SEP]): "
+          + json.dumps(distribution))
+    with work_directory(args) as work_dir:
+        rows = build_rows(specs, work_dir)
+        built.pop("tagger", None)
+        texts = [r["text"] for r in requests]
+        inputs = {name: [row.prepare(t) for t in texts] for name, row in rows.items()}
+        for name, row in rows.items():  # after the last load: see the module docstring
+            time_requests(row, inputs[name], list(range(min(args.warmup, len(texts)))))
+        checks = tagger_checks(rows, inputs, requests, reference,
+                               built.get("weights_equal", False))
+        start = time.perf_counter()
+        single = interleaved_single_client(rows, inputs, len(texts), args.rounds)
+        print(f"# batch 1: {time.perf_counter() - start:.0f} s", flush=True)
+    stats = {}
+    for name in rows:
+        stats[name] = summary(single[name]["latencies"])
+        stats[name]["requests_per_s"] = 1.0 / np.mean(single[name]["latencies"])
+        for group, low, high in LENGTH_GROUPS:
+            low, high = min(low, args.seq_length), (args.seq_length if group == "full"
+                                                    else min(high, args.seq_length - 1))
+            picked = [t for t, r in zip(single[name]["latencies"], requests)
+                      if low <= r["length"] <= high]
+            stats[name][f"p50_ms {group}"] = (float(np.percentile(picked, 50) * 1e3)
+                                              if picked else float("nan"))
+    keys = ["p50_ms", "p99_ms", "requests_per_s"] + [f"p50_ms {g}" for g, _, _ in LENGTH_GROUPS]
+    peers = [name for name, peer, _ in specs if peer]
+    best = print_table("tagger, batch 1, one client (p50_ms <=24 ... full: requests of that "
+                       "many packed wordpieces)", stats, peers, keys,
+                       {k: "{:.1f}" for k in keys})
+    return {"requests": requests, "left_out": len(drawn) - len(requests),
+            "length_distribution": distribution, "buckets": list(buckets), "checks": checks,
+            "fastest_peer": best, "single": stats,
+            "latencies_ms": {name: [t * 1e3 for t in single[name]["latencies"]]
+                             for name in rows}}
+
+
+def tagger_checks(rows: dict, inputs: dict, requests: list[dict], reference: str,
+                  weights_equal: bool, atol: float = 1e-3) -> dict:
+    """Before timing: every row tags every request with as many tags as it has words; where
+    the weights are equal (ours converted to transformers'), the float32 rows' tags are
+    `reference`'s, their probabilities within `atol`, and the bfloat16 row's agreement is
+    reported.
+
+    Raises:
+      AssertionError: a row tagged a request with another number of tags than its words, or
+        a float32 row's probabilities differ from the reference's by more than `atol` or its
+        tags where the reference's two best are more than 2 * atol apart.
+    """
+    outs = {name: [row.call(x) for x in inputs[name]] for name, row in rows.items()}
+    for name, got in outs.items():
+        for r, out in zip(requests, got):
+            tags = [t.decode() if isinstance(t, bytes) else t for t in np.ravel(out["tags"])]
+            tags = tags[:int(np.ravel(out["num_words"])[0])] if "num_words" in out else tags
+            if len(tags) != r["words"] or "" in tags:
+                raise AssertionError(f"{name} gave {len(tags)} tags ({tags.count('')} empty) "
+                                     f"to a request of {r['words']} words: {r['text']!r}")
+    result = {"tags_per_word": True, "weights_equal": weights_equal}
+    if not weights_equal or reference not in outs:
+        return result
+    for name in outs:
+        if name == reference:
+            continue
+        words = diff = agree = 0
+        for r, out, ref in zip(requests, outs[name], outs[reference]):
+            ours_p = np.asarray(out["probabilities"], np.float64)[0, :r["words"]]  # [W, C]
+            ref_p = np.asarray(ref["probabilities"], np.float64)[0]
+            diff = max(diff, float(np.abs(ours_p - ref_p).max()))
+            same = ours_p.argmax(-1) == ref_p.argmax(-1)
+            agree += int(same.sum())
+            words += r["words"]
+            top2 = np.sort(ref_p, axis=-1)[:, -2:]
+            clear = top2[:, 1] - top2[:, 0] > 2 * atol
+            if "bfloat16" not in name and (diff > atol or not same[clear].all()):
+                raise AssertionError(f"{name} and {reference} disagree on {r['text']!r}: "
+                                     f"max |probability difference| {diff:.1e}")
+        result[name] = {"words": words, "tags_equal": agree, "max_probability_difference": diff}
+        print(f"# {name}: tags equal to {reference}'s on {agree}/{words} words, max "
+              f"|probability difference| {diff:.1e}")
+    return result
+
+
 def select(specs, args):
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     picked = [row for row in specs if not only or any(o in row[0] for o in only)]
@@ -1144,7 +1385,8 @@ def select(specs, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("full", "real", "batches", "qa"), default="full")
+    parser.add_argument("--mode", choices=("full", "real", "batches", "qa", "tagger"),
+                        default="full")
     parser.add_argument("--preset", default="base", help="BertConfig preset: tiny ... large")
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--requests", type=int, default=200,
@@ -1166,8 +1408,10 @@ def main():
     parser.add_argument("--batch_sizes", default="1,4,8", help="batches: batch sizes")
     parser.add_argument("--doc_stride", type=int, default=128, help="qa: run_squad's")
     parser.add_argument("--max_query_length", type=int, default=64, help="qa: run_squad's")
-    parser.add_argument("--sources", default=",".join(SOURCES),
-                        help=f"real: comma-separated request sources ({', '.join(SOURCES)})")
+    parser.add_argument("--sources", default="",
+                        help=f"real, tagger: comma-separated request sources "
+                             f"({', '.join(SOURCES)}; default: real all, tagger "
+                             f"{','.join(TAGGER_SOURCES)})")
     parser.add_argument("--batching", default="",
                         help="real: field=value,... replacing exported batching parameters "
                              "in the batching row; several rows separated by ';' (experiments)")
@@ -1198,10 +1442,13 @@ def main():
                      f"{config.max_position_embeddings} positions")
     vocab_file = fetch.bert_base_uncased_vocab()
     tokenizer = BertTokenizer(vocab_file)
+    args.sources = args.sources or ",".join(TAGGER_SOURCES if args.mode == "tagger"
+                                            else SOURCES)
     unknown = set(args.sources.split(",")) - set(SOURCES)
     if unknown:
         parser.error(f"--sources: expected some of {','.join(SOURCES)}. Received: {args.sources}")
-    run = {"full": run_full, "real": run_real, "batches": run_batches, "qa": run_qa}[args.mode]
+    run = {"full": run_full, "real": run_real, "batches": run_batches, "qa": run_qa,
+           "tagger": run_tagger}[args.mode]
     results = run(args, config, vocab_file, tokenizer)
     failed = [name for name, s in results.get("soak", {}).items() if not s["ok"]]
     if args.json:

@@ -1,7 +1,8 @@
 """Nothing lost under load (issue 47, item 4), at tiny size for a few seconds: the checks of
 bench/bench_serving_latency.py's soak on a text-in classifier, with and without TF Serving's
 batching parameters (TensorFlow's BatchFunction op), and the checks catching a lost request,
-a wrong output and a growing resident set.
+a wrong output and a growing resident set; the bench's transformers peers, and its tagger
+mode end to end at the tiny preset (integration).
 """
 
 import os
@@ -141,3 +142,53 @@ def test_the_transformers_rows_read_the_vocabulary_and_run_run_squads_windows(tm
             assert out["answer"] in pair["context"]
             seen.add(windows)
     assert len(seen) >= 5
+
+
+@pytest.mark.integration
+def test_the_tagger_mode_tags_every_word_alike_and_times_every_row(tmp_path):
+    """`--mode=tagger` at the tiny preset on a few real requests (a fresh process, about a
+    minute on 2 cores: three exports): every row in the JSON with sane figures, and the
+    checks it runs before timing passed (a tag per word on every row; ours in float32 gives
+    transformers' tags on the same weights)."""
+    import json
+    import subprocess
+
+    from public_data import fetch
+
+    try:  # what the mode reads: the vocabulary and the real requests' sources
+        fetch.bert_base_uncased_vocab(), fetch.sotu_files()
+        from public_data import datasets
+        datasets.fetch_allennlp_fixtures()
+    except fetch.FetchError as e:
+        pytest.skip(f"public data unavailable: {e}")
+    out = tmp_path / "tagger.json"
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "bench_serving_latency.py"),
+         "--mode=tagger", "--preset=tiny", "--seq_length=48", "--requests=20", "--rounds=2",
+         "--warmup=2", "--threads=1", f"--json={out}"],
+        cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
+        text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    rows = ["ours tagger text-in", "ours tagger text-in, fixed length",
+            "ours tagger text-in, bfloat16 (--serving_dtype)",
+            "transformers end-to-end (text in)"]
+    assert list(result["single"]) == rows
+    requests = result["requests"]
+    assert len(requests) + result["left_out"] == 20 and len(requests) >= 10
+    assert {r["source"] for r in requests} == {"sentence", "question"}
+    assert all(0 < r["words"] and r["length"] <= 48 for r in requests)
+    for name in rows:
+        s = result["single"][name]
+        assert s["requests"] == len(requests) == len(result["latencies_ms"][name])
+        assert 0 < s["min_ms"] <= s["p50_ms"] <= s["p99_ms"] < 10_000
+        assert s["requests_per_s"] == pytest.approx(1e3 / s["mean_ms"])
+    assert result["fastest_peer"]["p50_ms"] == rows[-1]
+    checks = result["checks"]
+    assert checks["tags_per_word"] and checks["weights_equal"]
+    words = sum(r["words"] for r in requests)
+    for name in rows[:2]:  # float32: transformers' tags on the same weights
+        assert checks[name]["words"] == checks[name]["tags_equal"] == words
+        assert checks[name]["max_probability_difference"] < 1e-3
+    assert checks[rows[2]]["words"] == words  # bfloat16: reported, within its rounding
+    assert checks[rows[2]]["max_probability_difference"] < 0.1

@@ -746,6 +746,24 @@ def rotated(names: list[str], r: int) -> list[str]:
     return names[r % len(names):] + names[:r % len(names)]
 
 
+def single_client_stats(single: dict, requests: list[dict], seq_length: int) -> dict:
+    """Per row of `interleaved_single_client`'s result: `summary` of its latencies,
+    requests_per_s, and the p50 of each LENGTH_GROUPS group of `requests` (by packed length;
+    "full": cut to seq_length), NaN where a group is empty."""
+    stats = {}
+    for name, timed in single.items():
+        latencies = timed["latencies"]
+        stats[name] = summary(latencies)
+        stats[name]["requests_per_s"] = 1.0 / np.mean(latencies)
+        for group, low, high in LENGTH_GROUPS:
+            low, high = min(low, seq_length), (seq_length if group == "full"
+                                               else min(high, seq_length - 1))
+            picked = [t for t, r in zip(latencies, requests) if low <= r["length"] <= high]
+            stats[name][f"p50_ms {group}"] = (float(np.percentile(picked, 50) * 1e3)
+                                              if picked else float("nan"))
+    return stats
+
+
 def interleaved_single_client(rows: dict, inputs: dict, count: int, rounds: int) -> dict:
     """Batch-1 latencies: every row serves requests 0..count-1 (the same texts in the same
     order), split over `rounds` rounds that visit every row; the first row of a round
@@ -1107,17 +1125,7 @@ def run_real(args, config, vocab_file, tokenizer):
         start = time.perf_counter()
         single = interleaved_single_client(rows, inputs, len(texts), args.rounds)
         print(f"# batch 1: {time.perf_counter() - start:.0f} s", flush=True)
-        stats = {}
-        for name in rows:
-            stats[name] = summary(single[name]["latencies"])
-            stats[name]["requests_per_s"] = 1.0 / np.mean(single[name]["latencies"])
-            for group, low, high in LENGTH_GROUPS:
-                low, high = min(low, args.seq_length), (args.seq_length if group == "full"
-                                                        else min(high, args.seq_length - 1))
-                picked = [t for t, r in zip(single[name]["latencies"], requests)
-                          if low <= r["length"] <= high]
-                stats[name][f"p50_ms {group}"] = (
-                    float(np.percentile(picked, 50) * 1e3) if picked else float("nan"))
+        stats = single_client_stats(single, requests, args.seq_length)
         groups = [f"p50_ms {group}" for group, _, _ in LENGTH_GROUPS]
         fmt = {k: "{:.1f}" for k in ["p50_ms", "p99_ms", "requests_per_s"] + groups}
         best_single = print_table("batch 1, one client (p50_ms <=24 ... full: requests of "
@@ -1307,17 +1315,7 @@ def run_tagger(args, config, vocab_file, tokenizer):
         start = time.perf_counter()
         single = interleaved_single_client(rows, inputs, len(texts), args.rounds)
         print(f"# batch 1: {time.perf_counter() - start:.0f} s", flush=True)
-    stats = {}
-    for name in rows:
-        stats[name] = summary(single[name]["latencies"])
-        stats[name]["requests_per_s"] = 1.0 / np.mean(single[name]["latencies"])
-        for group, low, high in LENGTH_GROUPS:
-            low, high = min(low, args.seq_length), (args.seq_length if group == "full"
-                                                    else min(high, args.seq_length - 1))
-            picked = [t for t, r in zip(single[name]["latencies"], requests)
-                      if low <= r["length"] <= high]
-            stats[name][f"p50_ms {group}"] = (float(np.percentile(picked, 50) * 1e3)
-                                              if picked else float("nan"))
+    stats = single_client_stats(single, requests, args.seq_length)
     keys = ["p50_ms", "p99_ms", "requests_per_s"] + [f"p50_ms {g}" for g, _, _ in LENGTH_GROUPS]
     peers = [name for name, peer, _ in specs if peer]
     best = print_table("tagger, batch 1, one client (p50_ms <=24 ... full: requests of that "

@@ -29,6 +29,8 @@ import time
 import keras
 import tensorflow as tf
 
+from bert_keras.backup import updates_done
+
 
 class TensorBoard(keras.callbacks.TensorBoard):
     """`keras.callbacks.TensorBoard` writing train scalars every `log_steps` batches.
@@ -88,7 +90,7 @@ class TensorBoard(keras.callbacks.TensorBoard):
         super().on_epoch_end(epoch, logs)
         evaluated = {k[len("val_"):]: v for k, v in (logs or {}).items() if k.startswith("val_")}
         if evaluated and getattr(self.model, "optimizer", None) is not None:
-            step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            step = updates_done(self.model)
             with self._val_writer.as_default(step=step):
                 for name, value in evaluated.items():
                     tf.summary.scalar(f"evaluation_{name}_vs_iterations", value)

@@ -20,7 +20,12 @@ Pipeline (memory bounded: the corpus is streamed, only a word-count table is kep
      characters it saw inside words: a Korean syllable seen only word-initially made every
      word holding it further in [UNK] whole; BUILD_NOTES 4.2 measures the difference).
      Characters the tokenizer always splits off as words of their own (punctuation,
-     Chinese characters) get no "##" piece, which could never be used. Every "##x" piece
+     Chinese characters) get no "##" piece, which could never be used. Every printable
+     ASCII character (letters lowercased with --do_lower_case, digits, punctuation) is kept
+     too, seen in the corpus or not (--ascii_alphabet, default on), as in Google's
+     vocabularies: a Korean corpus without "<" or "q" still gives a vocabulary in which
+     later text's markup, code, English words and KLUE-RE's entity markers are not [UNK].
+     Every "##x" piece
      is declared up front so that the trainer's tie-breaking (by internal ids, otherwise
      numbered in hash-map order) is the same in every run.
      BUILD_NOTES.md compares it with tensorflow-text's and keras-hub's learners.
@@ -71,6 +76,11 @@ _MIN_FREQUENCY = flags.DEFINE_integer(
 _MAX_ALPHABET = flags.DEFINE_integer(
     "max_alphabet", 0, "Keep only the most frequent characters (0 = all); words with other "
     "characters are left out of training.")
+_ASCII_ALPHABET = flags.DEFINE_boolean(
+    "ascii_alphabet", True, "Keep every printable ASCII character (letters, lowercased with "
+    "--do_lower_case; digits; punctuation) in the vocabulary whether or not the corpus has "
+    "it, as Google's vocabularies do, so English words, numbers and markup in later text are "
+    "never [UNK]; --noascii_alphabet keeps only the corpus's characters.")
 _MAX_UNIQUE_WORDS = flags.DEFINE_integer(
     "max_unique_words", 5_000_000, "Bound on the word-count table; rarer words are pruned.")
 _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing --output file.")
@@ -217,7 +227,7 @@ def continuation_characters(word_counts: collections.Counter) -> list[str]:
 
 
 def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequency: int = 2,
-                    max_alphabet: int = 0) -> list[str]:
+                    max_alphabet: int = 0, alphabet: Iterable[str] = ()) -> list[str]:
     """Learns exactly `num_tokens` WordPiece tokens with Hugging Face's WordPieceTrainer.
 
     Args:
@@ -226,6 +236,9 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
       min_frequency: minimum pair count for a merge.
       max_alphabet: keep only the this many most frequent characters (0 = all); words with
         other characters are left out of training (the tokenizer makes them [UNK]).
+      alphabet: characters kept whether or not the corpus has them (and whatever
+        max_alphabet says): each as a word-initial token and, unless the tokenizer always
+        splits it off (punctuation), as a "##" piece (the trainer's `initial_alphabet`).
 
     Returns:
       list[str] of `num_tokens` tokens: the characters (by code point), then the "##"
@@ -243,25 +256,31 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
     if max_alphabet:
         char_counts = _character_counts(word_counts)
         ranked = sorted(char_counts, key=lambda c: (-char_counts[c], c))
-        allowed = set(ranked[:max_alphabet])
+        allowed = set(ranked[:max_alphabet]) | set(alphabet)
         word_counts = collections.Counter(
             {w: c for w, c in word_counts.items() if all(ch in allowed for ch in w)})
-    initial = sorted({w[0] for w in word_counts})
-    continuing = continuation_characters(word_counts)
+    alphabet = sorted(set(alphabet))
+    initial = sorted({w[0] for w in word_counts} | set(alphabet))
+    continuing = sorted(set(continuation_characters(word_counts))
+                        | {ch for ch in alphabet if not tokenization.is_punctuation(ch)})
     # Determinism: the trainer numbers the "##x" pieces in hash-map order and breaks ties
     # between equally frequent pairs by those numbers. Declaring every "##x" up front (as
     # "special" tokens, numbered in this order) makes all numbers, hence all merges, fixed.
     declared = [prefix + ch for ch in continuing]
     if len(initial) + len(declared) > num_tokens:
+        seen = {ch for w in word_counts for ch in w}
+        added = len(set(initial) - seen) + len(set(continuing) - seen)
         raise BuildVocabError(
             f"the corpus has {len(initial)} characters and {len(declared)} continuation "
             f"characters, more than the {num_tokens} tokens that fit: raise --vocab_size or "
-            f"set --max_alphabet")
+            f"set --max_alphabet"
+            + (f" ({added} of them are printable ASCII the corpus lacks: "
+               f"--noascii_alphabet leaves those out)" if added else ""))
     tokenizer = Tokenizer(models.WordPiece(unk_token=schema.UNK))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     trainer = trainers.WordPieceTrainer(
         vocab_size=num_tokens, min_frequency=min_frequency, show_progress=False,
-        special_tokens=declared, continuing_subword_prefix=prefix)
+        special_tokens=declared, continuing_subword_prefix=prefix, initial_alphabet=alphabet)
 
     def feed() -> Iterator[str]:
         # The trainer counts whitespace-separated words itself; give it each word `count`
@@ -310,6 +329,13 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
     return tokens
 
 
+def ascii_alphabet(do_lower_case: bool) -> list[str]:
+    """The printable ASCII characters as the tokenizer sees them (lowercased with
+    `do_lower_case`): what --ascii_alphabet keeps in every vocabulary."""
+    chars = (chr(c) for c in range(0x21, 0x7F))
+    return sorted({ch.lower() if do_lower_case else ch for ch in chars})
+
+
 def reserved_tokens(layout: str, num_unused: int | None = None) -> list[str]:
     """The special and [unusedN] tokens of a layout, in id order.
 
@@ -336,11 +362,12 @@ def reserved_tokens(layout: str, num_unused: int | None = None) -> list[str]:
 def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
                 num_unused: int | None = None, do_lower_case: bool = True,
                 strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
-                min_frequency: int = 2, max_alphabet: int = 0,
+                min_frequency: int = 2, max_alphabet: int = 0, keep_ascii: bool = True,
                 max_unique_words: int = 5_000_000, log_every_s: float = 10.0) -> list[str]:
     """Learns a vocabulary of exactly `vocab_size` tokens from text files.
 
-    Args: see the flags of the same names (strip_accents None = follow do_lower_case).
+    Args: see the flags of the same names (strip_accents None = follow do_lower_case;
+      keep_ascii: --ascii_alphabet).
 
     Returns:
       list[str] of `vocab_size` tokens in id order.
@@ -373,7 +400,8 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
                  len(counts), sum(counts.values()), time.monotonic() - start)
     try:
         learned = train_wordpiece(counts, vocab_size - len(reserved), min_frequency,
-                                  max_alphabet)
+                                  max_alphabet,
+                                  ascii_alphabet(do_lower_case) if keep_ascii else ())
     except CorpusTooSmallError as e:
         needed = corpus_bytes_needed(total_bytes, e.available, e.requested)
         raise CorpusTooSmallError(
@@ -460,7 +488,7 @@ def main(argv: Sequence[str]) -> None:
             do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
             tokenize_chinese_chars=config.tokenize_chinese_chars,
             min_frequency=_MIN_FREQUENCY.value, max_alphabet=_MAX_ALPHABET.value,
-            max_unique_words=_MAX_UNIQUE_WORDS.value)
+            keep_ascii=_ASCII_ALPHABET.value, max_unique_words=_MAX_UNIQUE_WORDS.value)
         write_vocab(tokens, _OUTPUT.value, overwrite=_OVERWRITE.value, config=config)
     except (BuildVocabError, tokenizer_config.TokenizerConfigError) as e:
         raise app.UsageError(str(e)) from None

@@ -228,9 +228,73 @@ def test_every_character_of_a_word_is_also_a_continuation_piece(tmp_path):
 
 
 def test_max_alphabet_limits_characters(tmp_path):
-    v = bv.build_vocab([MIXED], 700, layout="compact", max_alphabet=60)
+    v = bv.build_vocab([MIXED], 700, layout="compact", max_alphabet=60, keep_ascii=False)
     singles = [t for t in v[5:] if len(t) == 1]
     assert 0 < len(singles) <= 60
+    # The printable ASCII characters are kept beyond the 60 (lowercased: 95 - 26 = 69).
+    kept = bv.build_vocab([MIXED], 700, layout="compact", max_alphabet=60)
+    assert set(bv.ascii_alphabet(True)) <= {t for t in kept[5:] if len(t) == 1}
+    assert 69 <= len([t for t in kept[5:] if len(t) == 1]) <= 60 + 69
+
+
+# Text a Korean corpus's vocabulary meets later: KLUE-RE's entity markers, markup, code,
+# English words and numbers.
+LATER_TEXT = "<e1>ab</e1> @ ^ # * ~ {x|y} `q` \\z [qzv]? xylophone 2026-12-05 $3.50 & 100%"
+
+
+def _korean_without_ascii_letters(tmp_path):
+    """The Korean fixture's lines without ASCII letters, digits or markup characters."""
+    korean = tmp_path / "ko.txt"
+    korean.write_text("".join(line + "\n" for line in refs.read_lines(refs.KOREAN_FILE)
+                              if not any(ord(c) < 128 and c.isalnum() or c in "<^~{|}`$&"
+                                         for c in line)),
+                      encoding="utf-8")
+    return korean
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_every_printable_ascii_character_is_kept_whatever_the_corpus(tmp_path, lower):
+    """A vocabulary learned from Korean text alone: before, every ASCII character the corpus
+    lacked ("<", "^", "q", ...) made each word holding it [UNK] in later text. Now every
+    printable ASCII character is a word-initial token (lowercased with do_lower_case), letters
+    and digits also "##" pieces; punctuation, always split off, is not. --noascii_alphabet
+    keeps only the corpus's characters (the former behaviour)."""
+    korean = _korean_without_ascii_letters(tmp_path)
+    settings = dict(layout="compact", do_lower_case=lower, strip_accents=False,
+                    min_frequency=1)
+    v = bv.build_vocab([str(korean)], 500, **settings)
+    assert len(v) == 500 and len(set(v)) == 500
+    printable = [chr(c) for c in range(0x21, 0x7F)]
+    expected = {c.lower() if lower else c for c in printable}
+    assert expected <= set(v)
+    assert ("A" in v) is (not lower)
+    continuing = {t[2:] for t in v if t.startswith("##") and len(t) == 3}
+    assert {c for c in expected if c.isalnum()} <= continuing
+    assert not {c for c in expected if not c.isalnum()} & continuing
+
+    def unknowns(vocab):
+        path = tmp_path / "vocab.txt"
+        bv.write_vocab(vocab, str(path), overwrite=True)
+        tok = BertTokenizer(str(path), do_lower_case=lower, strip_accents=False)
+        return tok.tokenize([LATER_TEXT])[0].count("[UNK]")
+
+    assert unknowns(v) == 0
+    assert unknowns(bv.build_vocab([str(korean)], 500, keep_ascii=False, **settings)) > 5
+
+
+def test_the_ascii_alphabet_flag(tmp_path):
+    """--noascii_alphabet reaches the learner: the vocabulary lacks what the corpus lacks."""
+    corpus = _korean_without_ascii_letters(tmp_path)
+    got = {}
+    for flag in ("--ascii_alphabet", "--noascii_alphabet"):
+        with flagsaver.flagsaver():
+            out = tmp_path / flag.strip("-") / "vocab.txt"
+            flags.FLAGS(["build_vocab", f"--input={corpus}", f"--output={out}",
+                         "--vocab_size=500", "--layout=compact", "--min_frequency=1", flag])
+            bv.main(["build_vocab"])
+        got[flag] = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert "z" in got["--ascii_alphabet"] and "<" in got["--ascii_alphabet"]
+    assert "z" not in got["--noascii_alphabet"] and "<" not in got["--noascii_alphabet"]
 
 
 @pytest.mark.parametrize("made", [True, False])

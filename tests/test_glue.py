@@ -613,8 +613,8 @@ def test_klue_re_marks_its_entities_and_keeps_its_relations():
 
 
 def test_klue_re_markers_a_vocabulary_lacks_are_warned_about(tmp_path, caplog):
-    """A vocabulary learned from a Korean corpus (data_prep.build_vocab keeps only the
-    corpus's characters) may have no "*", "#" or "^": KLUE-RE's markers then become [UNK]
+    """A vocabulary learned from a Korean corpus with only its characters (another tool's,
+    or build_vocab --noascii_alphabet) may have no "*", "#" or "^": KLUE-RE's markers become [UNK]
     in every example. run_classifier says so, naming them, per split; before, they were
     only counted among the split's [UNK] tokens."""
     from bert_keras.finetuning.classification import ClassificationTask, ClassifierOptions

@@ -273,13 +273,13 @@ def test_a_gz_corpus_passes_through_every_stage(tmp_path):
     assert text == "The whale swam.\nThe sea was calm.\nA ship sailed.\nIts crew slept.\n\n"
     plain = tmp_path / "corpus.txt"
     plain.write_text(text)
-    assert build_vocab.build_vocab([str(out)], 60, layout="compact", min_frequency=1) == \
-        build_vocab.build_vocab([str(plain)], 60, layout="compact", min_frequency=1)
+    assert build_vocab.build_vocab([str(out)], 130, layout="compact", min_frequency=1) == \
+        build_vocab.build_vocab([str(plain)], 130, layout="compact", min_frequency=1)
     cut = tmp_path / "cut.txt.gz"
     cut.write_bytes(out.read_bytes()[:-12])
     with pytest.raises(build_vocab.BuildVocabError, match=r"^--input .*cut.txt.gz:\d+: cannot be "
                                                           r"read .*damaged or truncated$"):
-        build_vocab.build_vocab([str(cut)], 60, layout="compact", min_frequency=1)
+        build_vocab.build_vocab([str(cut)], 130, layout="compact", min_frequency=1)
 
 
 @pytest.mark.parametrize("case", ["cp949_late_jsonl", "cp949_text_gz", "utf16"])

@@ -1092,6 +1092,9 @@ def run_real(args, config, vocab_file, tokenizer):
         ("ours text-in, fixed length", False,
          lambda d: ours_text_in(config, vocab_file, args.seq_length, d, buckets=(),
                                 name="ours_fixed")[0]),
+        *bucket_set_rows(args, "ours text-in",
+                         lambda d, b, n: ours_text_in(config, vocab_file, args.seq_length, d,
+                                                      buckets=b, name=n)[0]),
         ("ours text-in, bfloat16 (--serving_dtype)", False,
          lambda d: ours_text_in(config, vocab_file, args.seq_length, d,
                                 check_text=requests[0]["text"], name="ours_bfloat16",
@@ -1115,6 +1118,7 @@ def run_real(args, config, vocab_file, tokenizer):
           flush=True)
     print("# packed lengths (wordpieces with [CLS] and [SEP], capped at --seq_length): "
           + json.dumps(distribution))
+    print_bucket_sets(args, args.seq_length)
     peers = [name for name, peer, _ in specs if peer]
     with work_directory(args) as work_dir:
         rows = build_rows(specs, work_dir)
@@ -1196,6 +1200,10 @@ def run_qa(args, config, vocab_file, tokenizer):
         ("ours span-QA text-in, fixed length", False,
          lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
                                 args.max_query_length, buckets=(), name="ours_fixed")),
+        *bucket_set_rows(args, "ours span-QA text-in",
+                         lambda d, b, n: ours_span_qa(config, vocab_file, args.seq_length, d,
+                                                      args.doc_stride, args.max_query_length,
+                                                      buckets=b, name=n)),
         ("ours span-QA text-in, bfloat16 (--serving_dtype)", False,
          lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
                                 args.max_query_length, name="ours_bfloat16", dtype="bfloat16")),
@@ -1215,6 +1223,7 @@ def run_qa(args, config, vocab_file, tokenizer):
           f"{np.percentile(lengths, 10):.0f}/{np.percentile(lengths, 50):.0f}/"
           f"{np.percentile(lengths, 90):.0f}; windows: "
           + ", ".join(f"{w}: {int((windows == w).sum())}" for w in sorted(set(windows))))
+    print_bucket_sets(args, args.seq_length)
     groups = (("one window, <=128", lambda r: r["windows"] == 1 and r["length"] <= 128),
               ("one window, >128", lambda r: r["windows"] == 1 and r["length"] > 128),
               ("2+ windows", lambda r: r["windows"] > 1))
@@ -1290,6 +1299,9 @@ def run_tagger(args, config, vocab_file, tokenizer):
         ("ours tagger text-in, fixed length", False,
          lambda d: ours_tagger(config, vocab_file, args.seq_length, d, buckets=(),
                                name="ours_tagger_fixed")[0]),
+        *bucket_set_rows(args, "ours tagger text-in",
+                         lambda d, b, n: ours_tagger(config, vocab_file, args.seq_length, d,
+                                                     buckets=b, name=n)[0]),
         ("ours tagger text-in, bfloat16 (--serving_dtype)", False,
          lambda d: ours_tagger(config, vocab_file, args.seq_length, d, name="ours_tagger_bf16",
                                dtype="bfloat16")[0]),
@@ -1303,6 +1315,7 @@ def run_tagger(args, config, vocab_file, tokenizer):
           f"than one window); batch 1 over {args.rounds} interleaved rounds", flush=True)
     print("# packed lengths (wordpieces of the words with [CLS] and [SEP]): "
           + json.dumps(distribution))
+    print_bucket_sets(args, args.seq_length)
     with work_directory(args) as work_dir:
         rows = build_rows(specs, work_dir)
         built.pop("tagger", None)
@@ -1373,6 +1386,40 @@ def tagger_checks(rows: dict, inputs: dict, requests: list[dict], reference: str
     return result
 
 
+def bucket_sets(flag: str) -> list[tuple[int, ...]]:
+    """--bucket_sets: ';'-separated lists of comma-separated lengths (each as --length_buckets).
+
+    Raises:
+      ValueError: an entry that is not a positive integer, or an empty set.
+    """
+    sets = []
+    for text in (t for t in flag.split(";") if t.strip()):
+        try:
+            lengths = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            lengths = ()
+        if not lengths or min(lengths) < 1:
+            raise ValueError(f"--bucket_sets: expected ';'-separated lists of positive "
+                             f"integers (e.g. 16,32,64;16,24,32,48,64). Received: {text!r}")
+        sets.append(lengths)
+    return sets
+
+
+def bucket_set_rows(args, name: str, build) -> list:
+    """One spec per --bucket_sets entry: (`name`, bucket set K), built by `build(d, buckets,
+    export name)`."""
+    return [(f"{name}, bucket set {k}", False,
+             lambda d, b=b, k=k: build(d, b, f"ours_bucket_set_{k}"))
+            for k, b in enumerate(args.bucket_sets, 1)]
+
+
+def print_bucket_sets(args, seq_length: int) -> None:
+    from export import length_buckets
+
+    for k, b in enumerate(args.bucket_sets, 1):
+        print(f"# bucket set {k}: {','.join(map(str, length_buckets.resolve(b, seq_length)))}")
+
+
 def select(specs, args):
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     picked = [row for row in specs if not only or any(o in row[0] for o in only)]
@@ -1413,12 +1460,20 @@ def main():
     parser.add_argument("--batching", default="",
                         help="real: field=value,... replacing exported batching parameters "
                              "in the batching row; several rows separated by ';' (experiments)")
+    parser.add_argument("--bucket_sets", default="",
+                        help="real, qa, tagger: other --length_buckets values for ours, "
+                             "separated by ';', each one more row ('ours ..., bucket set K'), "
+                             "for A/B of bucket sets in one run")
     parser.add_argument("--only", default="", help="comma-separated substrings of row names")
     parser.add_argument("--json", default="", help="also write the results here")
     parser.add_argument("--work_dir", default="",
                         help="keep the exports in a new directory under this one "
                              "(default: a temporary directory, removed at exit)")
     args = parser.parse_args()
+    try:
+        args.bucket_sets = bucket_sets(args.bucket_sets)
+    except ValueError as e:
+        parser.error(str(e))
     if args.requests < args.rounds or args.rounds < 1:
         parser.error(f"need --requests >= --rounds >= 1. Received: --requests={args.requests} "
                      f"--rounds={args.rounds}")

@@ -147,7 +147,7 @@ def test_the_transformers_rows_read_the_vocabulary_and_run_run_squads_windows(tm
 @pytest.mark.integration
 def test_the_tagger_mode_tags_every_word_alike_and_times_every_row(tmp_path):
     """`--mode=tagger` at the tiny preset on a few real requests (a fresh process, about a
-    minute on 2 cores: three exports): every row in the JSON with sane figures, and the
+    minute on 2 cores: four exports, one for a --bucket_sets row): every row in the JSON with sane figures, and the
     checks it runs before timing passed (a tag per word on every row; ours in float32 gives
     transformers' tags on the same weights)."""
     import json
@@ -165,12 +165,13 @@ def test_the_tagger_mode_tags_every_word_alike_and_times_every_row(tmp_path):
     done = subprocess.run(
         [sys.executable, os.path.join(REPO, "bench", "bench_serving_latency.py"),
          "--mode=tagger", "--preset=tiny", "--seq_length=48", "--requests=20", "--rounds=2",
-         "--warmup=2", "--threads=1", f"--json={out}"],
+         "--warmup=2", "--threads=1", "--bucket_sets=16,40", f"--json={out}"],
         cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
         text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
     rows = ["ours tagger text-in", "ours tagger text-in, fixed length",
+            "ours tagger text-in, bucket set 1",  # --bucket_sets: 16, 40 and 48
             "ours tagger text-in, bfloat16 (--serving_dtype)",
             "transformers end-to-end (text in)"]
     assert list(result["single"]) == rows
@@ -187,8 +188,8 @@ def test_the_tagger_mode_tags_every_word_alike_and_times_every_row(tmp_path):
     checks = result["checks"]
     assert checks["tags_per_word"] and checks["weights_equal"]
     words = sum(r["words"] for r in requests)
-    for name in rows[:2]:  # float32: transformers' tags on the same weights
+    for name in rows[:3]:  # float32: transformers' tags on the same weights
         assert checks[name]["words"] == checks[name]["tags_equal"] == words
         assert checks[name]["max_probability_difference"] < 1e-3
-    assert checks[rows[2]]["words"] == words  # bfloat16: reported, within its rounding
-    assert checks[rows[2]]["max_probability_difference"] < 0.1
+    assert checks[rows[3]]["words"] == words  # bfloat16: reported, within its rounding
+    assert checks[rows[3]]["max_probability_difference"] < 0.1

@@ -50,6 +50,9 @@ probabilities (within 1e-3):
     .venv/bin/python bench/bench_serving_latency.py --mode=tagger --preset=base \
       --seq_length=128 --requests=300 --rounds=12 --json=serving_tagger.json
 
+--bucket_sets="16,24,...;..." (real, qa and tagger modes) adds a row of ours per other
+--length_buckets value ("ours ..., bucket set K"), to compare bucket sets in one run.
+
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's
 tokenizer is part of it):

@@ -40,12 +40,15 @@ left() { echo $((DEADLINE - $(date +%s) + START)); }
 # limit", and under 30 s it launches nothing.
 share() { local s=$(( $(left) * $1 / 100 )); echo $(( s < 1 ? 1 : s )); }
 
-if ! python3 -c "import keras" 2>/dev/null; then
+# The backend first: Keras' default (tensorflow) fails to import where TensorFlow is absent,
+# and the wheels would be installed over a Keras that is there.
+export KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+if ! python3 -c "import keras, keras_hub" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memory.total \
   --format=csv
 python3 -c "import jax, keras, torch, transformers; print('jax', jax.__version__, \

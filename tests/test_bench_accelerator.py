@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO, without_tensorflow_env
+
 sys.path.insert(0, os.path.join(REPO, "bench"))
+SESSION = os.path.join(REPO, "bench", "accelerator_session.sh")
 
 import bench_accelerator  # noqa: E402
 
@@ -87,7 +89,9 @@ def test_tiny_run_reports_every_side(tmp_path):
     command = [sys.executable, os.path.join(REPO, "bench", "bench_accelerator.py"),
                "--sizes=tiny", "--sides=ours,keras_hub,torch,ours@attention_dropout=0",
                "--steps=2", "--rounds=2", "--warmup_steps=1", f"--out={out}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    # As on the GPU machine, which has no TensorFlow.
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                          env=without_tensorflow_env("jax", tmp_path))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     rows = {r["side"]: r for r in results["results"]}
@@ -154,3 +158,34 @@ def test_the_step_time_leaves_out_a_calls_fixed_cost():
     assert per_call == pytest.approx([0.014] * 3)  # (40 + 100) ms / 10 steps
     step, _ = bench_accelerator.time_rounds(run, 5, 2, differential=False)
     assert step == pytest.approx([0.014] * 2)
+
+
+# The session script's attention part at tiny size, where Keras is installed and TensorFlow
+# cannot be imported (as on the GPU machine): about 45 s on 2 cores. Its check for Keras
+# once ran before KERAS_BACKEND=jax was set, so Keras' default TensorFlow backend failed
+# to import and the script tried to install the Python 3.12 wheels of .whl/ here.
+@pytest.mark.integration
+def test_session_script_runs_where_keras_is_installed_and_tensorflow_is_not(tmp_path):
+    # The script runs `python3`: this interpreter (a link would lose its virtualenv).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = without_tensorflow_env("jax", tmp_path, SIZE="tiny", LARGE="tiny",
+                                 OUT=str(tmp_path / "out"))
+    env["PATH"] = os.pathsep.join([str(bin_dir), env["PATH"]])
+    env.pop("KERAS_BACKEND")  # the script sets it, as the GPU machine's shell does not
+    done = subprocess.run(["bash", SESSION, "attention", "240"], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "# part attention done" in done.stdout
+    assert "pip" not in done.stderr
+    rows = json.loads((tmp_path / "out" / "attention_tiny.json").read_text())["rows"]
+    paths = {(r["path"], r["rate"]) for r in rows}
+    # On a CPU: the explicit softmax, XLA's fused attention and the interpreted Pallas
+    # kernel with its tile variants at both rates (cuDNN needs a GPU).
+    assert {("explicit", 0.0), ("xla_fused", 0.0), ("flash", 0.0), ("flash", 0.1)} <= paths
+    for r in rows:
+        assert "error" not in r, r
+        # bfloat16 operands against the float32 reference: METHOD's 1e-3 to 1e-2.
+        assert r["max_relative_error"] is None or r["max_relative_error"] < 1e-2, r

@@ -28,6 +28,15 @@
 set -uo pipefail
 PART=${1:-1}
 DEADLINE=${2:-420}
+case "$PART" in 1|2|attention) ;; *)
+  echo "error: bench/accelerator_session.sh: unknown PART '$PART'; expected 1, 2 or attention" >&2
+  exit 2 ;;
+esac
+if ! [[ "$DEADLINE" =~ ^[0-9]+$ ]] || (( 10#$DEADLINE < 1 )); then
+  echo "error: bench/accelerator_session.sh: DEADLINE_S must be a positive number of seconds, got '$DEADLINE'" >&2
+  exit 2
+fi
+DEADLINE=$((10#$DEADLINE))
 OUT=${OUT:-/tmp/accelerator}
 S=${SIZE:-base}
 L=${LARGE:-large}

@@ -160,6 +160,22 @@ def test_the_step_time_leaves_out_a_calls_fixed_cost():
     assert step == pytest.approx([0.014] * 2)
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["3", "60"], "unknown PART '3'; expected 1, 2 or attention"),
+    (["1", "8m"], "DEADLINE_S must be a positive number of seconds, got '8m'"),
+    (["2", "0"], "DEADLINE_S must be a positive number of seconds, got '0'"),
+])
+def test_session_script_refuses_a_bad_part_or_deadline_in_one_line(tmp_path, argv, expected):
+    # Before, an unknown part ran nothing and still printed "# part 3 done": a device call
+    # spent on no measurement.
+    done = subprocess.run(["bash", SESSION, *argv], capture_output=True, text=True,
+                          cwd=REPO, env=dict(os.environ, OUT=str(tmp_path / "out")),
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: bench/accelerator_session.sh: {expected}"
+    assert not (tmp_path / "out").exists()
+
+
 # The session script's attention part at tiny size, where Keras is installed and TensorFlow
 # cannot be imported (as on the GPU machine): about 45 s on 2 cores. Its check for Keras
 # once ran before KERAS_BACKEND=jax was set, so Keras' default TensorFlow backend failed

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # The accelerator measurements of BUILD_NOTES.md section 8.10, as one command on a GPU
 # machine that has JAX, torch and transformers but neither TensorFlow nor Keras: Keras
-# 3.15.1, keras-hub 0.32.0, namex and optree travel as Python 3.12 wheels in .whl/ (fetch
-# them with `pip download --no-deps --only-binary=:all: --python-version 3.12 ...`).
+# 3.15.1, keras-hub 0.32.0, namex and optree travel as Python 3.12 wheels in .whl/
+# (gitignored; the device call carries it), fetched with
+#
+#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     -d .whl keras==3.15.1 keras-hub==0.32.0 namex==0.1.0 optree==0.20.0
 #
 #   bash bench/accelerator_session.sh PART DEADLINE_S    (results under $OUT, a log on stdout)
 #
-# SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU).
+# SIZE=tiny LARGE=tiny runs the same steps at the tiny size (a dry run on a CPU: with
+# python3 the project's virtualenv, and TensorFlow hidden as the GPU machine lacks it, e.g.
+# by the sitecustomize.py of tests/conftest.py's without_tensorflow_env).
 #
 # PART 1: what the targets need in one call, most important first. Pretraining at base
 #         (issue 46): ours, torch under torch.compile, ours with the three unmeasured

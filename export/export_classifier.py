@@ -213,7 +213,8 @@ def main(argv):
                                  serving_dtype=serving_dtype)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertClassifier", "run_classifier",
-                           export, "export_classifier", environment_backend=_ENVIRONMENT_BACKEND)
+                           export, "export_classifier", environment_backend=_ENVIRONMENT_BACKEND,
+                           recorded_flags=(_PAIR,))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def main(argv):
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertRegressor", "run_regressor",
                            export, "export_regressor", needs_labels=False,
-                           environment_backend=_ENVIRONMENT_BACKEND)
+                           environment_backend=_ENVIRONMENT_BACKEND, recorded_flags=(_PAIR,))
 
 
 if __name__ == "__main__":

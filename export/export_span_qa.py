@@ -344,7 +344,9 @@ def main(argv):
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertSpanQA", "run_squad", export,
                            "export_span_qa", needs_labels=False,
-                           environment_backend=_ENVIRONMENT_BACKEND)
+                           environment_backend=_ENVIRONMENT_BACKEND,
+                           recorded_flags=(_MAX_ANSWER_LENGTH, _MAX_QUERY_LENGTH, _DOC_STRIDE,
+                                           _VERSION_2, _NULL_THRESHOLD))
 
 
 if __name__ == "__main__":

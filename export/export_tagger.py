@@ -369,7 +369,7 @@ def main(argv):
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
                            export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND,
-                           split_requests=False)
+                           split_requests=False, recorded_flags=(_DOC_STRIDE, _TAG_FORMAT))
 
 
 if __name__ == "__main__":

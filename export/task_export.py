@@ -86,6 +86,25 @@ def given_or_recorded(holder, recorded: dict, key: str, what: str):
     return value
 
 
+def warn_unrecorded_defaults(model_dir: str, recorded: dict, holders) -> None:
+    """Where --model_dir records no fine-tuning at all (no train_results.json: a model
+    converted from transformers, whose config.json has no place for them), warns in one
+    line naming the defaults taken for the settings the fine-tuning records (`holders`)
+    that the command line does not give: a pair model exported without --pair serves
+    single texts, and TF Serving's Classify / Regress APIs then drop text_b unread."""
+    if recorded:
+        return
+    taken = [f"--{h.name}" + ("" if h.value is None else
+                              f"={str(h.value).lower() if isinstance(h.value, bool) else h.value}")
+             for h in holders if not h.present]
+    if taken:
+        logging.warning(
+            "--model_dir %s records no fine-tuning settings (no %s: a model converted from "
+            "transformers, or a run from before they were recorded): the export takes %s, the "
+            "default%s; give the values the model was fine-tuned with", model_dir,
+            files.TRAIN_RESULTS_FILE, ", ".join(taken), "" if len(taken) == 1 else "s")
+
+
 def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
                   needs_labels: bool = True, export_dir: str | None = None,
                   version: int | None = None):
@@ -173,7 +192,8 @@ def task_dir_errors() -> tuple:
 
 def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: str,
         export: Callable, prog: str, needs_labels: bool = True,
-        environment_backend: str | None = None, split_requests: bool = True) -> int:
+        environment_backend: str | None = None, split_requests: bool = True,
+        recorded_flags: tuple = ()) -> int:
     """The `main` of a task export: loads --model_dir, exports it, prints the version path.
 
     Args:
@@ -190,6 +210,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
       environment_backend: what KERAS_BACKEND said (`keras_backend.use_tensorflow()`),
         for the line saying which backend the export used.
       split_requests: as `write_text_in_export` takes it.
+      recorded_flags: the tool's own flag holders that default to what the fine-tuning
+        recorded (`given_or_recorded`), besides --max_seq_length.
 
     Returns:
       The exit status: 0, or 1 after one error line on stderr.
@@ -213,6 +235,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         model, labels, tokenizer = load_task_dir(
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
             needs_labels=needs_labels, export_dir=export_dir, version=version)
+        warn_unrecorded_defaults(task_flags["model_dir"].value, recorded,
+                                 (task_flags["max_seq_length"], *recorded_flags))
         dtype = task_flags["serving_dtype"].value
         if dtype != "float32":
             logging.info("Serving dtype: %s (weights and matmuls; --serving_dtype)", dtype)

@@ -307,3 +307,39 @@ def test_a_transformers_sts_b_model_is_served_by_stock_tf_serving_with_its_score
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["versions"] == ["2.12.1", "2.12.1"]
     np.testing.assert_allclose(got["score"], want, atol=1e-4)
+
+
+def test_an_export_of_a_model_that_records_nothing_names_the_defaults_it_takes(
+        stsb_run, tmp_path, caplog):
+    """The STS-B regressor (fine-tuned on pairs, at --max_seq_length=16) through transformers'
+    format and back records neither setting (config.json has no place for them), and
+    export_regressor without --pair serves single texts: TF Serving's Regress API then drops
+    each example's text_b without a word (the export's serve_examples scored text alone, a
+    score 3.5e-3 from the pair's on the probe's model). Before, the export said nothing of the
+    defaults it took; now one warning names each one not given, and none a flag given."""
+    from bert_keras import convert_checkpoint
+    from cli_harness import run_tool
+
+    _, out, _ = stsb_run
+    convert_checkpoint.convert("keras", "hf", str(out), str(tmp_path / "hf"))
+    convert_checkpoint.convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "back"))
+    assert not (tmp_path / "back" / "train_results.json").exists()
+    with caplog.at_level("WARNING"):
+        result = run_tool("export_regressor", [f"--model_dir={tmp_path / 'back'}",
+                                               f"--export_dir={tmp_path / 'export'}",
+                                               "--max_seq_length=16"])
+    assert result.code == 0, result.stderr[-2000:]
+    warnings = [r.getMessage() for r in caplog.records if "records no fine-tuning" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].endswith(
+        f"--model_dir {tmp_path / 'back'} records no fine-tuning settings (no "
+        "train_results.json: a model converted from transformers, or a run from before they "
+        "were recorded): the export takes --pair=false, the default; give the values the model "
+        "was fine-tuned with"), warnings[0]
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # everything given: nothing to warn about
+        result = run_tool("export_regressor", [f"--model_dir={tmp_path / 'back'}",
+                                               f"--export_dir={tmp_path / 'export'}",
+                                               "--max_seq_length=16", "--pair"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert not [r for r in caplog.records if "records no fine-tuning" in r.getMessage()]

@@ -343,3 +343,34 @@ def test_an_export_of_a_model_that_records_nothing_names_the_defaults_it_takes(
                                                "--max_seq_length=16", "--pair"])
     assert result.code == 0, result.stderr[-2000:]
     assert not [r for r in caplog.records if "records no fine-tuning" in r.getMessage()]
+
+
+def test_predicting_with_a_model_that_records_nothing_warns_that_texts_are_single(
+        stsb_run, tmp_path, caplog):
+    """The same converted STS-B regressor predicted alone from a file of pairs without
+    --text_b_column: a model that records its pairs is refused (the test above it), one that
+    records nothing scored the first texts alone without a word. Now a warning names the
+    flag; with --text_b_column, none."""
+    from bert_keras import convert_checkpoint
+
+    data_dir, out, _ = stsb_run
+    convert_checkpoint.convert("keras", "hf", str(out), str(tmp_path / "hf"))
+    convert_checkpoint.convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "back"))
+    rated = tmp_path / "rated.jsonl"
+    rated.write_text('{"text": "free money", "text_b": "hello friend", "score": 1.5}\n'
+                     '{"text": "click here", "text_b": "meeting", "score": 0.5}\n')
+    values = dict(predict_file=str(rated), label_column="score", max_seq_length=16,
+                  do_train=False, do_eval=False, do_predict=True)
+    with caplog.at_level("WARNING"):
+        run_regressor.run(init_checkpoint=str(tmp_path / "back"),
+                          output_dir=str(tmp_path / "single"), **values)
+    warnings = [r.getMessage() for r in caplog.records if "records no fine-tuning" in r.getMessage()]
+    assert warnings == [
+        f"{tmp_path / 'back'} records no fine-tuning settings (no train_results.json: a model "
+        "converted from transformers, or a run from before they were recorded): its inputs are "
+        "read as single texts; give --text_b_column if it was fine-tuned on sentence pairs"]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        run_regressor.run(init_checkpoint=str(tmp_path / "back"), text_b_column="text_b",
+                          output_dir=str(tmp_path / "pairs"), **values)
+    assert not [r for r in caplog.records if "records no fine-tuning" in r.getMessage()]

@@ -227,11 +227,19 @@ class SentenceTask(LabelledFileTask):
         if common.do_train or opts.task_name or opts.text_b_column is not None:
             return
         model_dir = evaluated_model_dir(common)
-        if model_dir and files.fine_tuned_with(model_dir).get("text_pair") is True:
+        recorded = files.fine_tuned_with(model_dir) if model_dir else {}
+        if recorded.get("text_pair") is True:
             raise FinetuneError(
                 f"--text_b_column: {model_dir} was fine-tuned on sentence pairs "
                 f"({files.TRAIN_RESULTS_FILE}: text_pair); name the column of the second "
                 "text, as its training did")
+        if (model_dir and not recorded  # a converted model: its pairs are not known
+                and os.path.isfile(os.path.join(model_dir, files.TASK_MODEL_FILE))):
+            logging.warning(
+                "%s records no fine-tuning settings (no %s: a model converted from "
+                "transformers, or a run from before they were recorded): its inputs are read "
+                "as single texts; give --text_b_column if it was fine-tuned on sentence pairs",
+                model_dir, files.TRAIN_RESULTS_FILE)
 
     def input_file(self, split, opts):
         if opts.task_name:

@@ -211,7 +211,7 @@ def model(tmp_path_factory):
                               for s in klue_ner.read_klue_ner(path)) + "\n", encoding="utf-8")
     vocab = tmp / "vocab" / "vocab.txt"
     subprocess.run([sys.executable, "-m", "data_prep.build_vocab", f"--input={text}",
-                    f"--output={vocab}", "--vocab_size=400", "--layout=compact",
+                    f"--output={vocab}", "--vocab_size=520", "--layout=compact",
                     "--min_frequency=1", "--strip_accents=false"], check=True,
                    capture_output=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     size = sum(1 for _ in open(vocab, encoding="utf-8"))

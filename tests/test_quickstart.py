@@ -292,7 +292,7 @@ def test_a_korean_corpus_keeps_its_syllables(tmp_path):
     docs.mkdir()
     for i in range(4):  # Four documents of about ten sentences each, one line per document.
         (docs / f"doc{i}.txt").write_text(" ".join(lines[10 * i:10 * i + 10]), encoding="utf-8")
-    sizes = dataclasses.replace(quickstart.SMALL, vocab_size=1300)
+    sizes = dataclasses.replace(quickstart.SMALL, vocab_size=1400)
     pipeline = quickstart.Pipeline(str(tmp_path / "work"), sizes, str(docs), language="ko")
     pipeline.corpus()
     pipeline.vocab()

@@ -679,3 +679,29 @@ def test_a_tokenizers_casing_is_read_from_its_normalizer(tmp_path, normalizer):
     again = model_loading.load_checkpoint(str(hf_dir)).saved_tokenizer
     assert again[1].endswith("tokenizer.json") and again[0].effective()[:2] == \
         settings.effective()[:2]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name,tool,defaults", [
+    ("BertForTokenClassification", "export_tagger", ["--doc_stride", "--tag_format"]),
+    ("BertForQuestionAnswering", "export_span_qa",
+     ["--max_answer_length", "--max_query_length", "--doc_stride",
+      "--version_2_with_negative=false", "--null_score_diff_threshold"]),
+])
+def test_exports_of_converted_task_models_name_the_defaults_they_take(
+        hf_dirs, tmp_path, caplog, name, tool, defaults):
+    """transformers' config.json records none of run_tagger's or run_squad's windowing flags,
+    so a converted model's export takes its defaults: the export names each one in a single
+    warning (tests/test_regression.py checks the regressor's --pair the same way)."""
+    from cli_harness import run_tool
+
+    _converted(hf_dirs, name, tmp_path)  # writes tmp_path / "keras"
+    model_dir = tmp_path / "keras"
+    with caplog.at_level("WARNING"):
+        result = run_tool(tool, [f"--model_dir={model_dir}", f"--export_dir={tmp_path / 'out'}",
+                                 f"--max_seq_length={SEQ}"])
+    assert result.code == 0, result.stderr[-2000:]
+    warnings = [r.getMessage() for r in caplog.records if "records no fine-tuning" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    taken = warnings[0].split("the export takes ")[1].split(", the default")[0]
+    assert taken.split(", ") == defaults, warnings[0]

@@ -892,12 +892,14 @@ def test_task_exports_default_to_what_the_fine_tuning_recorded(tmp_path, caplog)
         assert task_export.given_or_recorded(pair, recorded, "text_pair", "P") is False
 
 
-def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path, encoder_file):
+def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path, encoder_file,
+                                                                      caplog):
     """--do_eval / --do_predict without --do_train and without --max_seq_length: the length
     train_results.json records for the model evaluated (in --output_dir, or in
     --init_checkpoint's directory), not 128. Before, 128 exceeded this model's 48-position
     table and the run failed; a model with a larger table would have been scored on other
-    inputs than it was trained on."""
+    inputs than it was trained on. Another length given is used, with a warning naming both
+    (as the exports warn), where before it ran without a word."""
     train = tmp_path / "train.jsonl"
     write_classification(train, 24, 0)  # up to 20 words: some cut at 12
     out = tmp_path / "clf"
@@ -907,11 +909,20 @@ def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path,
                     eval_file=str(train))
     recorded = run_classifier.run(**evaluate)["eval"]
     assert recorded["truncated"] > 0
-    given = run_classifier.run(**dict(evaluate, max_seq_length=12, overwrite_output=True))["eval"]
+    with caplog.at_level("WARNING"):
+        given = run_classifier.run(**dict(evaluate, max_seq_length=12,
+                                          overwrite_output=True))["eval"]
+    assert "fine-tuned with max_seq_length" not in caplog.text  # the same length: no warning
     assert (recorded["truncated"], recorded["accuracy"], recorded["loss"]) == (
         given["truncated"], given["accuracy"], given["loss"])
-    longer = run_classifier.run(**dict(evaluate, max_seq_length=48, overwrite_output=True))["eval"]
+    with caplog.at_level("WARNING"):
+        longer = run_classifier.run(**dict(evaluate, max_seq_length=48,
+                                           overwrite_output=True))["eval"]
     assert longer["truncated"] == 0
+    warned = [r.getMessage() for r in caplog.records if "fine-tuned with max_seq_length" in
+              r.getMessage()]
+    assert warned == [f"--max_seq_length=48, but {out} was fine-tuned with max_seq_length=12 "
+                      "(train_results.json)"], warned
     # The model in --init_checkpoint's directory, evaluated into another --output_dir.
     elsewhere = run_classifier.run(**dict(evaluate, init_checkpoint=str(out),
                                           output_dir=str(tmp_path / "elsewhere")))["eval"]

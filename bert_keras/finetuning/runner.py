@@ -350,8 +350,14 @@ def _with_sequence_length(common: FinetuneOptions, default: int) -> FinetuneOpti
     directory where that holds a fine-tuned model, else in --output_dir), else `default`.
     Before, such a run cut its texts at 128 whatever the model was trained at: a model
     fine-tuned at 512 lost the rest of every long text, and one fine-tuned at 32 failed on
-    its position table."""
+    its position table. Given, it is used as given; where it differs from the recorded
+    length a warning says so, as the exports' `given_or_recorded` does."""
     if common.max_seq_length is not None:
+        model_dir, recorded = _recorded(common, "max_seq_length")
+        if _of_kind(recorded, default) and recorded != common.max_seq_length:
+            logging.warning("--max_seq_length=%d, but %s was fine-tuned with max_seq_length=%d "
+                            "(%s)", common.max_seq_length, model_dir, recorded,
+                            files.TRAIN_RESULTS_FILE)
         return common
     return dataclasses.replace(common, max_seq_length=_recorded_or(
         common, "max_seq_length", default))

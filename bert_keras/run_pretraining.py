@@ -558,6 +558,13 @@ def apply_initial_weights(initial, pretrainer, path: str) -> str:
         return (f"{path} (encoder and masked-LM head; the pooler and the next-sentence head "
                 "start from their initialisation)")
     _copy_weights(initial.encoder.weights, pretrainer.encoder.weights, path)
+    # Google's phase 2 loads cls/* with the encoder; a run's encoder/ (what fine-tuning
+    # reads) lacks them, while the run directory above it has them.
+    run_dir = os.path.dirname(os.path.normpath(path))
+    with_heads = os.path.isfile(os.path.join(run_dir, files.PRETRAINER_WEIGHTS_FILE))
+    logging.warning("--init_checkpoint %s holds the encoder only: the masked-LM and "
+                    "next-sentence heads start from their initialisation%s", path,
+                    f"; --init_checkpoint={run_dir} loads them too" if with_heads else "")
     return f"{path} (encoder only)"
 
 

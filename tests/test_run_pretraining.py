@@ -343,6 +343,30 @@ def test_phase_two_initializes_from_a_phase_one_run(finished_run, data):
         load_initial_weights(str(data["dir"]))
 
 
+def test_phase_two_from_a_runs_encoder_dir_warns_that_the_heads_start_afresh(
+        finished_run, caplog):
+    """A phase 2 given phase 1's encoder/ (what fine-tuning reads) instead of its run
+    directory trains its masked-LM and next-sentence heads from their initialisation, unlike
+    Google's phase 2 (its init_checkpoint holds cls/*): the masked-LM head's transform and
+    bias are phase 1's in the run directory only. Before, one info line said "(encoder only)".
+    """
+    options, _ = finished_run
+    encoder_dir = os.path.join(options.output_dir, "encoder")
+    trained = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+    trained.load_weights(os.path.join(options.output_dir, "pretrainer.weights.h5"))
+    fresh = BertPretrainer(BertEncoder.from_bert_config(BertConfig(**CONFIG)))
+    with caplog.at_level("WARNING"):
+        apply_initial_weights(load_initial_weights(encoder_dir), fresh, encoder_dir)
+    assert (f"--init_checkpoint {encoder_dir} holds the encoder only: the masked-LM and "
+            f"next-sentence heads start from their initialisation; "
+            f"--init_checkpoint={options.output_dir} loads them too") in caplog.text
+    # The heads are indeed not phase 1's (the warning is true), the encoder is.
+    assert not np.array_equal(fresh.masked_lm.get_weights()[0],
+                              trained.masked_lm.get_weights()[0])
+    for a, b in zip(fresh.encoder.get_weights(), trained.encoder.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_evaluation_only_run_gives_the_training_runs_final_metrics(finished_run, data,
                                                                    tmp_path):
     """Google's --do_train=false --do_eval evaluates a trained model: here the finished run's

@@ -422,9 +422,10 @@ def _check_vocab_fits(options, config, initial=None) -> None:
                 f"--vocab_file {options.vocab_file} has {size} tokens but "
                 f"{options.bert_config_file} says vocab_size={config.vocab_size}")
     if options.max_seq_length > config.max_position_embeddings:
-        raise PretrainingError(
-            f"--max_seq_length={options.max_seq_length} exceeds the model's "
-            f"max_position_embeddings={config.max_position_embeddings}")
+        raise PretrainingError(  # a phase 2 at 512 from a phase 1 made with a shorter table
+            f"--max_seq_length={options.max_seq_length} exceeds max_position_embeddings="
+            f"{config.max_position_embeddings} of the model from {config_source(options)}: "
+            f"its position table has no rows past {config.max_position_embeddings}")
 
 
 def _sound_files(flag: str, paths: list[str], skip_damaged: bool) -> list[str]:

@@ -367,6 +367,25 @@ def test_phase_two_from_a_runs_encoder_dir_warns_that_the_heads_start_afresh(
         np.testing.assert_array_equal(a, b)
 
 
+def test_phase_two_longer_than_the_checkpoints_position_table_is_refused_naming_it(
+        finished_run, data, tmp_path):
+    """Phase-2 data of length 48 from a phase 1 whose table has 40 positions (CONFIG): refused
+    before anything is written, in one line naming the flag and the checkpoint the model
+    comes from. Before, it said "the model's" without saying which."""
+    options, _ = finished_run
+    longer = write_dataset(tmp_path, num_files=1, per_file=4, max_seq_length=48,
+                           max_predictions_per_seq=P, vocab_size=VOCAB, prefix="long")
+    out = tmp_path / "phase2"
+    with pytest.raises(PretrainingError) as refused:
+        train(_options(data, out, input_file=longer, max_seq_length=48, bert_config_file=None,
+                       init_checkpoint=options.output_dir))
+    message = str(refused.value)
+    assert message == (f"--max_seq_length=48 exceeds max_position_embeddings=40 of the model "
+                       f"from --init_checkpoint {options.output_dir}: its position table has "
+                       f"no rows past 40")
+    assert not out.exists() or not os.listdir(out)
+
+
 def test_evaluation_only_run_gives_the_training_runs_final_metrics(finished_run, data,
                                                                    tmp_path):
     """Google's --do_train=false --do_eval evaluates a trained model: here the finished run's

@@ -410,10 +410,10 @@ def check_sidecar(meta: Mapping[str, Any] | None, max_seq_length: int,
         lengths.append(("max_predictions_per_seq", max_predictions_per_seq))
     for key, wanted in lengths:
         if key not in meta:
-            problems.append(f"its sidecar has no {key} (trainer uses {key}={wanted})")
+            problems.append(f"its sidecar has no {key} (the trainer uses --{key}={wanted})")
         elif int(meta[key]) != int(wanted):
             problems.append(f"it was written with {key}={meta[key]} but the trainer uses "
-                            f"{key}={wanted}")
+                            f"--{key}={wanted}")
     if problems:
         raise ValueError(
             f"pretraining data {source} does not match the trainer: " + "; ".join(problems) +

@@ -131,8 +131,11 @@ def test_sidecar_round_trip_and_check(tmp_path):
     with pytest.raises(ValueError) as err:
         features.check_sidecar(meta, 512, 20, shard)
     message = str(err.value)
-    assert shard in message and "max_seq_length=128" in message and "max_seq_length=512" in message
-    with pytest.raises(ValueError, match="max_predictions_per_seq"):
+    assert message == (f"pretraining data {shard} does not match the trainer: it was written "
+                       "with max_seq_length=128 but the trainer uses --max_seq_length=512. "
+                       "Regenerate the data with matching flags or change the trainer's flags.")
+    with pytest.raises(ValueError, match=r"its sidecar has no max_predictions_per_seq \(the "
+                                         r"trainer uses --max_predictions_per_seq=20\)"):
         features.check_sidecar({"max_seq_length": 128}, 128, 20, shard)
     with open(path, "w") as f:
         f.write("{not json")

@@ -16,6 +16,10 @@ from conftest import TINY, make_inputs
 from data_prep import schema
 from test_export import write_vocab
 
+# Integration tier: the module's fixture writes every export kind (about 2 minutes of the
+# default suite's 18 on 2026-12-05, its largest single cost; BUILD_NOTES 8.5).
+pytestmark = pytest.mark.integration
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB_SIZE = 40
 

@@ -1477,6 +1477,9 @@ def main():
         args.bucket_sets = bucket_sets(args.bucket_sets)
     except ValueError as e:
         parser.error(str(e))
+    if args.bucket_sets and args.mode not in ("real", "qa", "tagger"):
+        parser.error(f"--bucket_sets: only --mode=real, qa or tagger export with buckets. "
+                     f"Received: --mode={args.mode}")
     if args.requests < args.rounds or args.rounds < 1:
         parser.error(f"need --requests >= --rounds >= 1. Received: --requests={args.requests} "
                      f"--rounds={args.rounds}")

@@ -253,13 +253,13 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
     if not word_counts:
         raise BuildVocabError("the corpus has no words")
     prefix = schema.SUFFIX_INDICATOR
+    alphabet = sorted(set(alphabet))
     if max_alphabet:
         char_counts = _character_counts(word_counts)
         ranked = sorted(char_counts, key=lambda c: (-char_counts[c], c))
         allowed = set(ranked[:max_alphabet]) | set(alphabet)
         word_counts = collections.Counter(
             {w: c for w, c in word_counts.items() if all(ch in allowed for ch in w)})
-    alphabet = sorted(set(alphabet))
     initial = sorted({w[0] for w in word_counts} | set(alphabet))
     continuing = sorted(set(continuation_characters(word_counts))
                         | {ch for ch in alphabet if not tokenization.is_punctuation(ch)})

@@ -142,6 +142,12 @@ def fine_tuned_with(model_dir: str) -> dict:
     return results if isinstance(results, dict) else {}
 
 
+def records_no_fine_tuning(model_dir: str) -> str:
+    """The words of every warning about a `model_dir` where `fine_tuned_with` finds nothing."""
+    return (f"{model_dir} records no fine-tuning settings (no {TRAIN_RESULTS_FILE}: a model "
+            "converted from transformers, or a run from before they were recorded)")
+
+
 def sha256_file(path: str) -> str:
     """The hex sha256 of a file, read in 1 MiB chunks."""
     import hashlib

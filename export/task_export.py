@@ -98,11 +98,9 @@ def warn_unrecorded_defaults(model_dir: str, recorded: dict, holders) -> None:
                               f"={str(h.value).lower() if isinstance(h.value, bool) else h.value}")
              for h in holders if not h.present]
     if taken:
-        logging.warning(
-            "--model_dir %s records no fine-tuning settings (no %s: a model converted from "
-            "transformers, or a run from before they were recorded): the export takes %s, the "
-            "default%s; give the values the model was fine-tuned with", model_dir,
-            files.TRAIN_RESULTS_FILE, ", ".join(taken), "" if len(taken) == 1 else "s")
+        logging.warning("--model_dir %s: the export takes %s, the default%s; give the values "
+                        "the model was fine-tuned with", files.records_no_fine_tuning(model_dir),
+                        ", ".join(taken), "" if len(taken) == 1 else "s")
 
 
 def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,

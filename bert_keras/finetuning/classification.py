@@ -235,11 +235,9 @@ class SentenceTask(LabelledFileTask):
                 "text, as its training did")
         if (model_dir and not recorded  # a converted model: its pairs are not known
                 and os.path.isfile(os.path.join(model_dir, files.TASK_MODEL_FILE))):
-            logging.warning(
-                "%s records no fine-tuning settings (no %s: a model converted from "
-                "transformers, or a run from before they were recorded): its inputs are read "
-                "as single texts; give --text_b_column if it was fine-tuned on sentence pairs",
-                model_dir, files.TRAIN_RESULTS_FILE)
+            logging.warning("%s: its inputs are read as single texts; give --text_b_column "
+                            "if it was fine-tuned on sentence pairs",
+                            files.records_no_fine_tuning(model_dir))
 
     def input_file(self, split, opts):
         if opts.task_name:

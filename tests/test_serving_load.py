@@ -193,3 +193,27 @@ def test_the_tagger_mode_tags_every_word_alike_and_times_every_row(tmp_path):
         assert checks[name]["max_probability_difference"] < 1e-3
     assert checks[rows[3]]["words"] == words  # bfloat16: reported, within its rounding
     assert checks[rows[3]]["max_probability_difference"] < 0.1
+
+
+def test_bucket_sets_are_parsed_and_refused_where_no_bucket_is_exported():
+    """--bucket_sets: ';'-separated --length_buckets values, one row each; a bad entry, or a
+    mode whose exports have no buckets (full, batches), gets one `error:` line and exit 2
+    before any model is built."""
+    import subprocess
+
+    assert bench.bucket_sets("16,32;8, 24 ;") == [(16, 32), (8, 24)]
+    assert bench.bucket_sets("") == []
+    for bad in ("16,x", "0,16", ";,;"):  # ",": an entry without a length
+        with pytest.raises(ValueError, match=r"^--bucket_sets: expected ';'-separated lists"):
+            bench.bucket_sets(bad)
+    for args, expected in ((["--mode=full", "--bucket_sets=16,32"],
+                            "--bucket_sets: only --mode=real, qa or tagger export with buckets. "
+                            "Received: --mode=full"),
+                           (["--mode=real", "--bucket_sets=16,x"],
+                            "--bucket_sets: expected ';'-separated lists of positive integers "
+                            "(e.g. 16,32,64;16,24,32,48,64). Received: '16,x'")):
+        done = subprocess.run([sys.executable, os.path.join(REPO, "bench",
+                                                            "bench_serving_latency.py"), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines()[-1].endswith("error: " + expected), done.stderr

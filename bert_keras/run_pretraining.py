@@ -926,6 +926,46 @@ def _read_inputs(options: PretrainingOptions, initial=None):
                              settings, settings_source)
 
 
+def _run_config_of(path: str) -> dict | None:
+    """The run_config.json of the pretraining run a checkpoint path belongs to (the run's
+    directory, its encoder/, or one of its checkpoints/ckpt-*.weights.h5), else None."""
+    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    for candidate in (directory, os.path.dirname(os.path.abspath(directory))):
+        record = os.path.join(candidate, files.RUN_CONFIG_FILE)
+        if os.path.isfile(record):
+            try:
+                with open(record, encoding="utf-8") as f:
+                    recorded = json.load(f)
+            except (OSError, ValueError):
+                return None
+            return recorded if isinstance(recorded, dict) else None
+    return None
+
+
+def _warn_if_masked_otherwise(options: PretrainingOptions, prob_given: bool) -> None:
+    """A phase 2 on data without masks from a phase 1 that masked otherwise (its
+    run_config.json): the masking flags are this run's, as every training flag is, so a
+    phase 1 at --masked_lm_prob=0.3 or with --do_whole_word_mask continued at 0.15 of
+    single WordPieces without a word. Warns, naming the flags that continue its recipe."""
+    trained = _run_config_of(options.init_checkpoint)
+    if not trained:
+        return
+    prob = trained.get("masked_lm_prob")
+    differ = []
+    if (not prob_given and isinstance(prob, (int, float)) and not isinstance(prob, bool)
+            and prob != options.masked_lm_prob):
+        differ.append((f"--masked_lm_prob={prob}",
+                       f"--masked_lm_prob={options.masked_lm_prob} (the default)"))
+    if trained.get("do_whole_word_mask") is True and not options.do_whole_word_mask:
+        differ.append(("--do_whole_word_mask", "single WordPieces"))
+    if differ:
+        logging.warning("--init_checkpoint %s was trained with %s (its %s); this run masks "
+                        "with %s: pass %s to continue its recipe", options.init_checkpoint,
+                        " and ".join(a for a, _ in differ), files.RUN_CONFIG_FILE,
+                        " and ".join(b for _, b in differ),
+                        " ".join(a for a, _ in differ))
+
+
 def _initial_weights(options: PretrainingOptions, distribution):
     """(--init_checkpoint loaded, or None; whether it is a stand-in).
 
@@ -1092,9 +1132,12 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
     with distribution.stop_together():
         initial, stand_in = _initial_weights(options, distribution)
         options = _with_vocabulary(options, initial)
+        prob_given = options.masked_lm_prob is not None
         config, options, data = _read_inputs(options, initial)
         (input_files, eval_files, masking, eval_masking, eval_predictions, settings,
          settings_source) = data
+    if masking is not None and initial is not None and not stand_in:
+        _warn_if_masked_otherwise(options, prob_given)
     # Digested once (BERT-large's 1.3 GB take seconds), for the record and the processes.
     initial_read = weights_read(initial.model.weights) if initial is not None else None
     distribution.check_same_inputs(lambda: _what_was_read(options, config, data, initial_read))
@@ -1386,17 +1429,15 @@ def _masking_as_trained(options: PretrainingOptions, model_path: str) -> Pretrai
     from bert_keras.inputs import input_masking
     from data_prep import features
 
-    record = os.path.join(model_path, files.RUN_CONFIG_FILE)
-    if not os.path.isfile(record):
+    trained = _run_config_of(model_path)
+    if trained is None:
         return options
     try:
-        with open(record, encoding="utf-8") as f:
-            trained = json.load(f)
         dynamic = input_masking(_expand_flag("input_file", options.input_file)) == \
             features.DYNAMIC_MASKING
     except (OSError, ValueError, PretrainingError):
         return options  # _read_inputs says what is wrong with the data
-    prob = trained.get("masked_lm_prob") if isinstance(trained, dict) else None
+    prob = trained.get("masked_lm_prob")
     if not dynamic or isinstance(prob, bool) or not isinstance(prob, (int, float)):
         return options  # statically masked data, or a run trained on it
     fill = {"masked_lm_prob": prob, "max_predictions_per_seq": trained.get(

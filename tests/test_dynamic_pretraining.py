@@ -18,7 +18,8 @@ from absl import flags
 from absl.testing import flagsaver
 from pretraining_data import write_dataset
 
-from bert_keras.run_pretraining import PretrainingError, PretrainingOptions, prepare_output_dir, train
+from bert_keras.run_pretraining import (PretrainingError, PretrainingOptions,
+                                        _warn_if_masked_otherwise, prepare_output_dir, train)
 from data_prep import create_pretraining_data as cpd
 from data_prep import features, files, schema
 
@@ -119,6 +120,47 @@ def test_mlm_only_whole_words_higher_rate_end_to_end(data, tmp_path):
     assert set(alone) == set(expected) - {"global_step"}  # MLM only: "loss", "accuracy"
     for name in alone:
         np.testing.assert_allclose(alone[name], expected[name], rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.integration  # two short runs: about 15 s on 2 cores
+def test_a_phase_two_masking_otherwise_than_phase_one_is_warned_about(data, tmp_path, caplog):
+    """Phase 1 at 0.3 of whole words, phase 2 on data without masks from its run directory
+    without the masking flags: the flags are phase 2's own (0.15 of single WordPieces, as
+    absl's defaults say), and a warning names the two that continue phase 1's recipe.
+    Before, phase 2 silently masked otherwise. Its encoder/ and checkpoints name the same
+    run; flags given are not warned about (whole words left out still are)."""
+    phase_one = tmp_path / "phase1"
+    short = dict(next_sentence_prediction=False, num_train_steps=2, save_checkpoints_steps=2)
+    train(_options(data, phase_one, masked_lm_prob=0.3, do_whole_word_mask=True, **short))
+    with caplog.at_level("WARNING"):
+        train(_options(data, tmp_path / "phase2", init_checkpoint=str(phase_one),
+                       bert_config_file=None, **short))
+    expected = (" was trained with --masked_lm_prob=0.3 and --do_whole_word_mask (its "
+                f"{files.RUN_CONFIG_FILE}); this run masks with --masked_lm_prob=0.15 (the "
+                "default) and single WordPieces: pass --masked_lm_prob=0.3 "
+                "--do_whole_word_mask to continue its recipe")
+    assert f"--init_checkpoint {phase_one}{expected}" in caplog.text
+    recorded = json.load(open(tmp_path / "phase2" / files.RUN_CONFIG_FILE))
+    assert recorded["masked_lm_prob"] == 0.15 and not recorded["do_whole_word_mask"]
+
+    def warned(source, prob_given=False, **resolved):
+        """What phase 2 from `source` says, given its resolved masking flags."""
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            _warn_if_masked_otherwise(_options(data, tmp_path / "unused",
+                                               init_checkpoint=str(source), **resolved),
+                                      prob_given)
+        return caplog.text
+
+    ckpt = sorted((phase_one / "checkpoints").glob("ckpt-*.weights.h5"))[-1]
+    for source in (phase_one / "encoder", ckpt):
+        assert f"--init_checkpoint {source}{expected}" in warned(source, masked_lm_prob=0.15)
+    assert warned(phase_one, True, masked_lm_prob=0.3, do_whole_word_mask=True) == ""
+    assert warned(phase_one, False, masked_lm_prob=0.3, do_whole_word_mask=True) == ""
+    rate_given = warned(phase_one, True, masked_lm_prob=0.2)
+    assert ("this run masks with single WordPieces: pass --do_whole_word_mask to continue "
+            "its recipe") in rate_given and "0.2" not in rate_given
+    assert warned(tmp_path / "phase2", masked_lm_prob=0.15) == ""  # masked as it was
 
 
 class _Crash(Exception):

@@ -69,6 +69,7 @@ refused otherwise (`check_beside`), as an existing version is.
 from __future__ import annotations
 
 import os
+import re
 from typing import Sequence
 
 from export.saved_model_writer import ExportError
@@ -79,6 +80,9 @@ BATCH_TIMEOUT_MICROS = 2000
 NUM_BATCH_THREADS = 2
 QUEUED_ROWS = 256  # the queue's bound in rows, and the largest request split into batches
 LARGEST_BATCH = 32
+# The first line of both files names the export's length buckets (the last one its
+# max_seq_length): `to_text` writes it, `recorded_buckets` reads it back (export.verify).
+_HEADER = "# TF Serving batching parameters for length buckets "
 
 
 def for_buckets(buckets: Sequence[int], split_requests: bool = True) -> dict:
@@ -113,8 +117,7 @@ def text_for(buckets: Sequence[int], split_requests: bool = True) -> str:
 
 def to_text(params: dict, buckets: Sequence[int]) -> str:
     """`params` as a text-format BatchingParameters (wrapper fields as `{ value: N }`)."""
-    lines = [f"# TF Serving batching parameters for length buckets "
-             f"{','.join(map(str, buckets))} (written by the bert-keras export; "
+    lines = [f"{_HEADER}{','.join(map(str, buckets))} (written by the bert-keras export; "
              "docs/serving.md)"]
     for name, value in params.items():
         if name == "pad_variable_length_inputs":  # a plain bool; the others are wrappers
@@ -125,6 +128,17 @@ def to_text(params: dict, buckets: Sequence[int]) -> str:
             shown = ("true" if value else "false") if isinstance(value, bool) else value
             lines.append(f"{name} {{ value: {shown} }}")
     return "\n".join(lines) + "\n"
+
+
+def recorded_buckets(text: str) -> tuple[int, ...] | None:
+    """The length buckets a file written by `to_text` names in its first line (ascending,
+    the last one the export's max_seq_length); None when its first line is not that."""
+    found = re.match(re.escape(_HEADER) + r"([0-9]+(?:,[0-9]+)*) ", text)
+    if found is None:
+        return None
+    buckets = tuple(int(b) for b in found.group(1).split(","))
+    ascending = list(buckets) == sorted(set(buckets)) and buckets[0] > 0
+    return buckets if ascending else None
 
 
 def check_beside(export_dir: str, text: str) -> bool:

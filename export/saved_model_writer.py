@@ -231,14 +231,27 @@ def _set_method_names(path: str, method_names: dict[str, str]) -> None:
         f.write(saved_model.SerializeToString())
 
 
-def signature_method_names(path: str) -> dict[str, str]:
-    """Signature name -> method name of the SavedModel at `path`."""
+def _meta_graph(path: str):
+    """The (only) MetaGraphDef of the SavedModel at `path`."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved_model = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         saved_model.ParseFromString(f.read())
-    return {k: v.method_name for k, v in saved_model.meta_graphs[0].signature_def.items()}
+    return saved_model.meta_graphs[0]
+
+
+def signature_method_names(path: str) -> dict[str, str]:
+    """Signature name -> method name of the SavedModel at `path`."""
+    return {k: v.method_name for k, v in _meta_graph(path).signature_def.items()}
+
+
+def variable_shapes(path: str) -> dict[str, list[int]]:
+    """Variable name (e.g. "embeddings/position_embeddings") -> shape, of every variable
+    the SavedModel at `path` saves (its object graph records both)."""
+    return {node.variable.name: [d.size for d in node.variable.shape.dim]
+            for node in _meta_graph(path).object_graph_def.nodes
+            if node.WhichOneof("kind") == "variable"}
 
 
 def saved_model_size(path: str) -> int:

@@ -2,10 +2,12 @@
 
 Run by `export.verify` as a child process:
     python -m export.serving_probe EXPORT_DIR REPORT_JSON [--text] [--inputs IN.npz OUT.npz]
+        [--warmup_outputs WARMUP.npz]
 
 It imports tensorflow (and tensorflow_text with --text, as TF Serving links it in),
 loads the export, records every signature's input and output specs, replays the warmup
-requests through their signatures, and optionally runs `serving_default` on the arrays of
+requests through their signatures (with --warmup_outputs, saving request i's numeric
+outputs to WARMUP.npz as "i/name"), and optionally runs `serving_default` on the arrays of
 IN.npz, saving the outputs to OUT.npz. It then loads the export a second time with the
 TF1 session loader, which is the path TF Serving's C++ SavedModelBundle and
 `saved_model_cli run` take: the requests run again by SignatureDef tensor names and
@@ -41,7 +43,8 @@ def _spec(spec):
     return {"dtype": spec.dtype.name, "shape": spec.shape.as_list()}
 
 
-def probe(export_dir, text=False, inputs_file=None, outputs_file=None):
+def probe(export_dir, text=False, inputs_file=None, outputs_file=None,
+          warmup_outputs_file=None):
     if text:
         import tensorflow_text  # noqa: F401  (registers the TFText ops the graph uses)
     from export.saved_model_writer import WARMUP_FILE, read_warmup_requests
@@ -76,6 +79,9 @@ def probe(export_dir, text=False, inputs_file=None, outputs_file=None):
             **{k: tf.constant(v) for k, v in request.items()}).items()}
         for name, request in requests
     ]
+    if warmup_outputs_file:  # strings left out: np.load would need pickles for them
+        np.savez(warmup_outputs_file, **{f"{i}/{k}": v for i, outputs in enumerate(eager_outputs)
+                                         for k, v in outputs.items() if v.dtype != object})
     if inputs_file:
         arrays = dict(np.load(inputs_file, allow_pickle=False))
         # With masked_lm_positions, the encoder export's mlm signature runs on them too.
@@ -147,11 +153,14 @@ def session_replay(export_dir, requests, expected):
 def main(argv):
     export_dir, report_file = argv[1], argv[2]
     text = "--text" in argv
-    inputs_file = outputs_file = None
+    inputs_file = outputs_file = warmup_outputs_file = None
     if "--inputs" in argv:
         i = argv.index("--inputs")
         inputs_file, outputs_file = argv[i + 1], argv[i + 2]
-    report = probe(export_dir, text=text, inputs_file=inputs_file, outputs_file=outputs_file)
+    if "--warmup_outputs" in argv:
+        warmup_outputs_file = argv[argv.index("--warmup_outputs") + 1]
+    report = probe(export_dir, text=text, inputs_file=inputs_file, outputs_file=outputs_file,
+                   warmup_outputs_file=warmup_outputs_file)
     with open(report_file, "w") as f:
         json.dump(report, f, indent=1)
 

@@ -71,6 +71,51 @@ from export.saved_model_writer import WARMUP_FILE, served_version
 ENCODER_INPUTS = schema.MODEL_INPUT_NAMES
 ENCODER_OUTPUTS = ("pooled_output", "sequence_output", "encoder_outputs", "default")
 
+# The signatures of the tagger and span-QA exports (export_tagger, export_span_qa): name ->
+# (inputs, outputs), each input or output name -> (dtype, shape). In a shape None is a
+# dimension of any size (the batch, the words, ...) and a letter a fixed size the export
+# chose, the same wherever the letter appears: C the tagger's tags, S span QA's
+# max_seq_length.
+_TEXT = {"text": ("string", (None,))}
+_TAGGER_OUTPUTS = {
+    "words": ("string", (None, None)), "tags": ("string", (None, None)),
+    "tag_ids": ("int32", (None, None)), "probabilities": ("float32", (None, None, "C")),
+    "num_words": ("int32", (None,)),
+}
+TAGGER_SIGNATURES = {"serving_default": (_TEXT, _TAGGER_OUTPUTS),
+                     "words": ({"words": ("string", (None, None))}, _TAGGER_OUTPUTS)}
+# A tagger fine-tuned on character-tagged data (export_tagger --tag_format=klue).
+CHARACTER_TAGGER_SIGNATURES = {"serving_default": (_TEXT, {
+    "units": ("string", (None, None)), "unit_starts": ("int32", (None, None)),
+    "unit_ends": ("int32", (None, None)), "tags": ("string", (None, None)),
+    "tag_ids": ("int32", (None, None)), "probabilities": ("float32", (None, None, "C")),
+    "num_units": ("int32", (None,)), "entities": ("string", (None, None)),
+    "entity_types": ("string", (None, None)), "entity_starts": ("int32", (None, None)),
+    "entity_ends": ("int32", (None, None)), "num_entities": ("int32", (None,)),
+})}
+SPAN_QA_SIGNATURES = {
+    "serving_default": ({"question": ("string", (None,)), "context": ("string", (None,))}, {
+        "start_logits": ("float32", (None, "S")), "end_logits": ("float32", (None, "S")),
+        "input_word_ids": ("int32", (None, "S")), "input_type_ids": ("int32", (None, "S")),
+        **{name: ("int32", (None,)) for name in (
+            "window_start", "windows", "answer_start", "answer_end", "answer_char_start",
+            "answer_char_end")},
+        "null_odds": ("float32", (None,)), "answer": ("string", (None,)),
+    }),
+    "ids": ({name: ("int32", (None, None)) for name in ENCODER_INPUTS},
+            {"start_logits": ("float32", (None, None)), "end_logits": ("float32", (None, None))}),
+}
+
+# The signatures of a text-in export that run the encoder at a length bucket
+# (export.length_buckets), by kind; the exporters write a warmup request for every bucket
+# on each of them (those the export has: pair only where the model reads pairs).
+BUCKETED_SIGNATURES = {
+    "classifier": ("serving_default", "pair", "serve_examples"),
+    "regressor": ("serving_default", "pair", "serve_examples"),
+    "tagger": ("serving_default", "words"),
+    "span_qa": ("serving_default",),
+}
+
 # Session and parity checks: max |got - expected| <= RTOL * max |expected| per output
 # (module docstring for the figures behind it).
 RTOL = 1e-4
@@ -112,12 +157,17 @@ class Report:
 
 
 def _run_probe(export_dir, text, inputs=None, timeout=600):
-    """Runs export.serving_probe in a fresh interpreter; returns (report, outputs|None)."""
+    """Runs export.serving_probe in a fresh interpreter; returns (report, outputs|None).
+
+    With `text` (the graph holds text ops) the report's "warmup_outputs" lists each warmup
+    request's numeric outputs, {name: array}, in the file's order (`_check_bucket_lengths`
+    reads span QA's)."""
     with tempfile.TemporaryDirectory() as tmp:
         report_file = os.path.join(tmp, "report.json")
         cmd = [sys.executable, "-m", "export.serving_probe", export_dir, report_file]
+        warmup_file = os.path.join(tmp, "warmup_outputs.npz")
         if text:
-            cmd.append("--text")
+            cmd += ["--text", "--warmup_outputs", warmup_file]
         outputs_file = os.path.join(tmp, "outputs.npz")
         if inputs is not None:
             inputs_file = os.path.join(tmp, "inputs.npz")
@@ -136,6 +186,11 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
         with open(report_file) as f:
             report = json.load(f)
         outputs = dict(np.load(outputs_file)) if inputs is not None else None
+        if text:
+            report["warmup_outputs"] = [{} for _ in report["warmup"]]
+            for key, value in np.load(warmup_file).items():  # "i/name"
+                i, name = key.split("/", 1)
+                report["warmup_outputs"][int(i)][name] = value
     return report, outputs
 
 
@@ -152,25 +207,192 @@ def _check_variables_index(export_dir: str) -> None:
             tf.train.load_checkpoint(prefix)
 
 
-def _check_lengths(report: Report, export_dir: str, warmup: list[dict]) -> None:
-    """The longest input the export accepts (its position table, assets/bert_config.json)
-    against its warmup requests: a warmup longer than the table would fail in TF Serving,
-    and a warmup shorter than the serving length leaves the longest requests unwarmed."""
+def _position_table(export_dir: str) -> tuple[int, str] | None:
+    """The longest input the export's encoder takes, and where the export records it:
+    max_position_embeddings of assets/bert_config.json (the encoder export's), else the rows
+    of the position-embedding variable the SavedModel saves (the text-in exports hold no
+    config); None where neither is there.
+
+    Raises:
+      ValueError: the config's value is not an integer.
+    """
+    from export.saved_model_writer import variable_shapes
+
     config_path = os.path.join(export_dir, "assets", "bert_config.json")
+    if os.path.exists(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            positions = json.load(f).get("max_position_embeddings")
+        if isinstance(positions, bool) or not isinstance(positions, int):
+            raise ValueError(f"{config_path}: no integer max_position_embeddings")
+        return positions, "max_position_embeddings"
+    from bert_keras.checkpoints import EMBEDDING_WEIGHTS
+
+    name = next(w.ours for w in EMBEDDING_WEIGHTS if w.ours.endswith("/position_embeddings"))
+    rows = [shape[0] for variable, shape in variable_shapes(export_dir).items()
+            if (variable == name or variable.endswith("/" + name)) and len(shape) == 2]
+    return (min(rows), f"rows of {name}") if rows else None
+
+
+def _check_lengths(report: Report, export_dir: str, warmup: list[dict]) -> None:
+    """The longest input the export accepts (its position table, `_position_table`) against
+    its warmup requests of ids: a warmup longer than the table would fail in TF Serving,
+    and a warmup shorter than the serving length leaves the longest requests unwarmed.
+    No line where no warmup request holds ids or the export records no table."""
     lengths = [shape[1] for w in warmup for group in ("inputs", "outputs")
                for name, shape in w[group].items() if name == "input_word_ids" and len(shape) > 1]
-    if not os.path.exists(config_path) or not lengths:
+    if not lengths:
         return
-    with open(config_path, encoding="utf-8") as f:
-        positions = json.load(f).get("max_position_embeddings")
-    if not isinstance(positions, int):
-        report.add("lengths", False, f"{config_path}: no integer max_position_embeddings")
+    try:
+        table = _position_table(export_dir)
+    except ValueError as e:
+        report.add("lengths", False, str(e))
         return
+    if table is None:
+        return
+    positions, source = table
     longest = max(lengths)
     report.add("lengths", longest <= positions,
-               f"longest accepted input {positions} WordPieces (max_position_embeddings); "
+               f"longest accepted input {positions} WordPieces ({source}); "
                f"warmup requests of up to {longest}"
                + ("" if longest <= positions else ": longer than the position table"))
+
+
+def _export_tokenizer(export_dir: str):
+    """The tokenizer a text-in export packs with: its assets/vocab.txt, with the settings of
+    the assets/tokenizer_config.json beside it (what the export tools write there)."""
+    from data_prep import files, tokenizer_config
+    from data_prep.tokenization import BertTokenizer
+
+    vocab = os.path.join(export_dir, "assets", files.VOCAB_FILE)
+    return BertTokenizer.from_config(vocab, tokenizer_config.resolve(vocab)[0])
+
+
+def _packed_lengths(kind: str, characters: bool, name: str, inputs: dict, outputs: dict,
+                    tokenizer, seq_length: int) -> list[int] | None:
+    """The length each row of one warmup request of signature `name` is packed to before
+    the encoder ([CLS], the texts' WordPieces, a [SEP] after each; at most `seq_length`),
+    as the exporter packs it; None for a signature that runs the length it is sent (span
+    QA's ids).
+
+    Span QA's is read from the request's outputs (numpy arrays): a row of several windows
+    filled its first window (`seq_length`), one of one window ran its real positions, those
+    whose start logit is not the padding fill; its question is cut to a
+    --max_query_length that the export does not record. The others are counted with
+    `tokenizer`: a classifier's texts, the tagger's words each on its own (a word of no
+    WordPiece is one [UNK]), a character tagger's whole text; windows and truncation keep
+    a row to `seq_length`.
+    """
+    from export.length_buckets import PADDING_LOGIT
+
+    def pieces(texts):  # bytes -> WordPieces each
+        return [len(ids) for ids in tokenizer.encode(list(texts))] if len(texts) else []
+
+    if kind == "span_qa":
+        if name != "serving_default" or not {"windows", "start_logits"} <= set(outputs):
+            return None
+        if outputs["windows"].size and outputs["windows"].max() > 1:
+            return [seq_length]
+        return [int(n) for n in (outputs["start_logits"] != PADDING_LOGIT).sum(axis=1)]
+    if kind == "tagger":
+        if characters:
+            return [min(n, seq_length - 2) + 2 for n in pieces(inputs["text"])]
+        if name == "words":  # rows padded at the end with "", as the signature strips them
+            rows = [list(row) for row in inputs["words"]]
+            for row in rows:
+                while row and row[-1] == b"":
+                    row.pop()
+        else:  # Python's str.split(), as the text signature splits (export_tagger)
+            rows = [[w.encode("utf-8", "surrogateescape")
+                     for w in t.decode("utf-8", "surrogateescape").split()]
+                    for t in inputs["text"]]
+        return [min(sum(max(n, 1) for n in pieces(row)), seq_length - 2) + 2 for row in rows]
+    if name == "serve_examples":
+        import tensorflow as tf
+
+        rows = []
+        for serialized in inputs["inputs"]:
+            feature = tf.train.Example.FromString(serialized).features.feature
+            rows.append([feature[k].bytes_list.value[0] for k in ("text", "text_b")
+                         if k in feature])
+    elif name == "pair":
+        rows = list(zip(inputs["text_a"], inputs["text_b"]))
+    else:
+        rows = [[t] for t in inputs["text"]]
+    return [min(1 + len(row) + sum(pieces(row)), seq_length) for row in rows]
+
+
+def _check_bucket_lengths(report: Report, export_dir: str, kind: str, signatures: dict,
+                          sizes: dict, probe: dict) -> None:
+    """A text-in export's lengths, one "lengths" line: its serving length (the last of the
+    length buckets its batching_params.pbtxt names, `batching_parameters.recorded_buckets`)
+    and its ids warmup requests fit the position table (`_position_table`), span QA's
+    outputs are that wide, and the warmup requests of every bucketed signature
+    (BUCKETED_SIGNATURES) run the encoder at every bucket: TF Serving serves the first
+    request of an unwarmed length unwarmed."""
+    from export import batching_parameters
+    from export.saved_model_writer import read_warmup_requests
+
+    params = os.path.join(export_dir, batching_parameters.PER_MODEL_FILE)
+    buckets = None
+    if os.path.exists(params):
+        with open(params, encoding="utf-8", errors="replace") as f:
+            buckets = batching_parameters.recorded_buckets(f.read())
+    if buckets is None:
+        report.add("lengths", False, f"{params}: "
+                   + ("its first line does not name" if os.path.exists(params) else
+                      "missing; it records")
+                   + " the export's length buckets (export/batching_parameters.py), so its "
+                   "serving length and the warmup's coverage cannot be checked")
+        return
+    seq_length = buckets[-1]
+    problems = []
+    if sizes.get("S", seq_length) != seq_length:
+        problems.append(f"serving_default's outputs are {sizes['S']} positions wide, "
+                        f"{batching_parameters.PER_MODEL_FILE} names max_seq_length {seq_length}")
+    ids = [shape[1] for w in probe["warmup"] for name, shape in w["inputs"].items()
+           if name == "input_word_ids" and len(shape) > 1]
+    longest = max([seq_length, *ids])
+    try:
+        positions, source = _position_table(export_dir) or (None, None)
+    except ValueError as e:
+        problems.append(str(e))
+        positions = source = None
+    if positions is None and not problems:
+        problems.append("no assets/bert_config.json and no position-embedding variable: the "
+                        "export records no position table to check its serving length against")
+    elif positions is not None and longest > positions:
+        problems.append(f"the longest input, {longest} WordPieces (serving length {seq_length}"
+                        + (f"; ids warmup requests of up to {max(ids)}" if ids else "")
+                        + f"), is longer than the position table ({positions}, {source})")
+    characters = _reads_characters(signatures)
+    bucketed = [n for n in BUCKETED_SIGNATURES[kind] if n in signatures]
+    runs = {}
+    try:
+        tokenizer = None if kind == "span_qa" else _export_tokenizer(export_dir)
+        requests = read_warmup_requests(os.path.join(export_dir, WARMUP_FILE))
+        # Where the graph holds no text ops the probe saved no outputs (a text-in export
+        # always holds them; span QA's rows are then not counted).
+        outputs_of = probe.get("warmup_outputs") or [{} for _ in requests]
+        for (name, inputs), outputs in zip(requests, outputs_of):
+            rows = _packed_lengths(kind, characters, name, inputs, outputs, tokenizer,
+                                   seq_length)
+            if rows:
+                runs.setdefault(name, set()).add(
+                    min((b for b in buckets if b >= max(rows)), default=seq_length))
+    except (OSError, ValueError) as e:  # the tokenizer's files (VocabError is a ValueError)
+        problems.append(f"the warmup's lengths could not be counted: {e}")
+        bucketed = []
+    for name in bucketed:
+        missing = [str(b) for b in buckets if b not in runs.get(name, ())]
+        if missing:
+            problems.append(f"no {name} warmup request runs at length bucket"
+                            f"{'s' if len(missing) > 1 else ''} {','.join(missing)} of "
+                            f"{','.join(map(str, buckets))}: TF Serving serves the first "
+                            "request of that length unwarmed")
+    report.add("lengths", not problems, "; ".join(problems) or
+               f"serving length {seq_length} <= {positions} positions ({source}); the warmup "
+               f"runs every length bucket ({','.join(map(str, buckets))}) on "
+               f"{', '.join(bucketed)}")
 
 
 def _check_encoder_signature(report: Report, signature) -> bool:
@@ -248,6 +470,133 @@ def _check_regressor_signature(report: Report, signatures, export_dir) -> bool:
                         "'tensorflow/serving/regress'")
     return report.add("signatures", not problems, "; ".join(problems) or
                       "regressor: text -> score; serve_examples for Regress")
+
+
+def _shape_text(shape, sizes=None) -> str:
+    return "[" + ", ".join("?" if d is None else str((sizes or {}).get(d, d)) for d in shape) + "]"
+
+
+def _shape_matches(want, got, sizes: dict) -> bool:
+    """Whether `got` (the probe's shape: ints and None) is `want` (a table's: None, an
+    int, or a letter, bound in `sizes` to the first positive size it meets)."""
+    if len(want) != len(got):
+        return False
+    for w, g in zip(want, got):
+        if w is None or isinstance(w, int):
+            if g != w:
+                return False
+        elif not isinstance(g, int) or g < 1 or sizes.setdefault(w, g) != g:
+            return False
+    return True
+
+
+def _signature_problems(signatures: dict, expected: dict) -> tuple[list[str], dict]:
+    """Where the probe's `signatures` differ from `expected` (a table as TAGGER_SIGNATURES):
+    missing or unexpected signatures, inputs and outputs, other dtypes or shapes. Returns
+    (problems, the sizes the table's letters stand for)."""
+    problems, sizes = [], {}
+    problems += [f"unexpected signature {n}" for n in sorted(set(signatures) - set(expected))]
+    for name, wanted in expected.items():
+        if name not in signatures:
+            problems.append(f"no {name} signature")
+            continue
+        for group, want in zip(("input", "output"), wanted):
+            got = signatures[name][group + "s"]
+            missing = [k for k in want if k not in got]
+            extra = sorted(set(got) - set(want))
+            if missing:
+                problems.append(f"{name} has no {group} {', '.join(missing)}")
+            if extra:
+                problems.append(f"{name} has unexpected {group}s {', '.join(extra)}")
+            for key in (k for k in want if k in got):
+                dtype, shape = want[key]
+                spec = got[key]
+                if not _shape_matches(shape, spec["shape"], sizes) or spec["dtype"] != dtype:
+                    problems.append(f"{name} {group} {key} is {spec['dtype']} "
+                                    f"{_shape_text(spec['shape'])}, expected {dtype} "
+                                    f"{_shape_text(shape, sizes)}")
+    return problems, sizes
+
+
+def _reads_characters(signatures: dict) -> bool:
+    """Whether a tagger export is a character tagger's (CHARACTER_TAGGER_SIGNATURES): no
+    words signature, and serving_default has an output only that kind has."""
+    only = (set(CHARACTER_TAGGER_SIGNATURES["serving_default"][1])
+            - set(TAGGER_SIGNATURES["serving_default"][1]))
+    outputs = signatures.get("serving_default", {}).get("outputs", {})
+    return "words" not in signatures and bool(only & set(outputs))
+
+
+def _check_tagger_signature(report: Report, signatures) -> dict:
+    characters = _reads_characters(signatures)
+    problems, sizes = _signature_problems(
+        signatures, CHARACTER_TAGGER_SIGNATURES if characters else TAGGER_SIGNATURES)
+    what = ("character tagger: text -> units, tags and entities with character offsets"
+            if characters else "tagger: text, and words -> words, tags, tag_ids, "
+            "probabilities, num_words")
+    report.add("signatures", not problems,
+               "; ".join(problems) or f"{what} ({sizes['C']} tags)")
+    return sizes
+
+
+def _check_span_qa_signature(report: Report, signatures) -> dict:
+    problems, sizes = _signature_problems(signatures, SPAN_QA_SIGNATURES)
+    report.add("signatures", not problems, "; ".join(problems) or (
+        f"span QA: question, context -> start/end logits [batch, {sizes['S']}], the answer "
+        "and its spans; ids -> start/end logits"))
+    return sizes
+
+
+def _export_kinds(signatures: dict) -> list[str]:
+    """The export kinds whose marks `signatures` (the probe's listing) carry: a signature,
+    or an input or output of serving_default, that only that kind's exporter writes. One
+    for every export the tools write, damaged or not (a tagger missing its words signature
+    still has tags); none for a SavedModel made otherwise, several for one that mixes them."""
+    default = signatures.get("serving_default", {"inputs": {}, "outputs": {}})
+    ins, outs = set(default["inputs"]), set(default["outputs"])
+    tagger_outputs = (set(TAGGER_SIGNATURES["serving_default"][1])
+                      | set(CHARACTER_TAGGER_SIGNATURES["serving_default"][1])) - {"probabilities"}
+    qa_inputs = set(SPAN_QA_SIGNATURES["serving_default"][0])
+    qa_outputs = set(SPAN_QA_SIGNATURES["serving_default"][1]) - set(ENCODER_INPUTS)
+    marks = {
+        "encoder": "encoder" in signatures,
+        "preprocessor": "special_tokens" in signatures,
+        "classifier": "serve_examples" in signatures and "score" not in outs,
+        "regressor": "serve_examples" in signatures and "score" in outs,
+        "tagger": "words" in signatures or bool(outs & tagger_outputs),
+        "span_qa": "ids" in signatures or bool(ins & qa_inputs or outs & qa_outputs),
+    }
+    return [kind for kind, marked in marks.items() if marked]
+
+
+def _check_signatures(report: Report, signatures: dict, export_dir: str) -> tuple[str | None, dict]:
+    """The "signatures" line, by the kind of export the signatures show (`_export_kinds`).
+    Returns (that kind or None, the sizes its table fixes: the tagger's C, span QA's S)."""
+    if "serving_default" not in signatures:
+        report.add("signatures", False, f"no serving_default signature (found {sorted(signatures)})")
+        return None, {}
+    kinds = _export_kinds(signatures)
+    if len(kinds) > 1:
+        report.add("signatures", False, f"signatures {sorted(signatures)} mix those of "
+                   f"several export kinds ({', '.join(kinds)})")
+        return None, {}
+    kind = kinds[0] if kinds else None
+    sizes = {}
+    if kind == "encoder":
+        _check_encoder_signature(report, signatures["serving_default"])
+    elif kind == "preprocessor":
+        _check_preprocessor_signature(report, signatures)
+    elif kind == "regressor":
+        _check_regressor_signature(report, signatures, export_dir)
+    elif kind == "classifier":
+        _check_classifier_signature(report, signatures, export_dir)
+    elif kind == "tagger":
+        sizes = _check_tagger_signature(report, signatures)
+    elif kind == "span_qa":
+        sizes = _check_span_qa_signature(report, signatures)
+    else:
+        report.add("signatures", True, f"signatures {sorted(signatures)}")
+    return kind, sizes
 
 
 def _check_parity_applies(export_dir) -> list[str]:
@@ -344,18 +693,7 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
                + (f"; it imported project code {leaked}" if leaked else ""))
 
     signatures = probe["signatures"]
-    if "serving_default" not in signatures:
-        report.add("signatures", False, f"no serving_default signature (found {sorted(signatures)})")
-    elif "encoder" in signatures:
-        _check_encoder_signature(report, signatures["serving_default"])
-    elif "special_tokens" in signatures:
-        _check_preprocessor_signature(report, signatures)
-    elif "serve_examples" in signatures and "score" in signatures["serving_default"]["outputs"]:
-        _check_regressor_signature(report, signatures, export_dir)
-    elif "serve_examples" in signatures:
-        _check_classifier_signature(report, signatures, export_dir)
-    else:
-        report.add("signatures", True, f"signatures {sorted(signatures)}")
+    kind, sizes = _check_signatures(report, signatures, export_dir)
 
     if not os.path.exists(os.path.join(export_dir, WARMUP_FILE)):
         report.add("warmup", False, f"no {WARMUP_FILE}")
@@ -364,7 +702,10 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
         ok = bool(probe["warmup"]) and not bad
         report.add("warmup", ok, f"{len(probe['warmup'])} requests replayed"
                    + (f", {len(bad)} with non-finite outputs" if bad else ""))
-        _check_lengths(report, export_dir, probe["warmup"])
+        if kind in BUCKETED_SIGNATURES:
+            _check_bucket_lengths(report, export_dir, kind, signatures, sizes, probe)
+        else:
+            _check_lengths(report, export_dir, probe["warmup"])
 
     session = probe["session"]
     if session["error"]:

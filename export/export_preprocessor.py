@@ -191,10 +191,10 @@ class PreprocessorModule(tf.Module):
         packed = self._pack(segments)
         return packed, length_buckets.trim(packed, self.buckets)
 
-    def warmup_texts(self, segments: int) -> list:
+    def warmup_texts(self, segments: int, first_at_most: int | None = None) -> list:
         """One request's texts per bucket (`length_buckets.warmup_texts`)."""
         return length_buckets.warmup_texts(self.tokenizer, self.buckets, segments,
-                                           WARMUP_TEXTS[2])
+                                           WARMUP_TEXTS[2], first_at_most)
 
     @tf.function(input_signature=[_TEXT])
     def serve(self, text):

@@ -284,9 +284,12 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
             ("serving_default", {"question": texts[::-1].copy(), "context": texts}),
             ("ids", {k: v.numpy() for k, v in packed.items()}),
         ]
+        # Every bucket: the question within --max_query_length, or the export would cut it
+        # and run the request at a shorter bucket (at --max_seq_length=512 the default
+        # buckets' 448 went unwarmed).
         warmup += [("serving_default", {"question": np.array([question], dtype=object),
                                         "context": np.array([context], dtype=object)})
-                   for question, context in pre.warmup_texts(2)]
+                   for question, context in pre.warmup_texts(2, module.max_query_length)]
         task_export.write_text_in_export(module, path, signatures, warmup, pre.buckets)
     logging.info("Wrote span-QA export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path

@@ -151,7 +151,8 @@ def one_piece_words(tokenizer, text: str) -> list[str]:
     return [w for w, ids in zip(words, tokenizer.encode(words)) if len(ids) == 1]
 
 
-def warmup_texts(tokenizer, buckets: Sequence[int], segments: int, source: str) -> list:
+def warmup_texts(tokenizer, buckets: Sequence[int], segments: int, source: str,
+                 first_at_most: int | None = None) -> list:
     """Per bucket, texts that pack to exactly that length: warmup requests for every bucket.
 
     Built from the words of `source` that are one WordPiece each (an out-of-vocabulary
@@ -164,6 +165,9 @@ def warmup_texts(tokenizer, buckets: Sequence[int], segments: int, source: str) 
       buckets: ascending lengths (`resolve`).
       segments: 1 (text) or 2 (pairs, question and context).
       source: text to take the words from.
+      first_at_most: with 2 segments, the most WordPieces of the first (span QA's
+        --max_query_length: a longer question is cut, and its request would run at a
+        shorter bucket); the second takes the rest. None: half each.
 
     Returns:
       One list of `segments` strings per bucket.
@@ -185,6 +189,6 @@ def warmup_texts(tokenizer, buckets: Sequence[int], segments: int, source: str) 
     out = []
     for length in buckets:
         content = max(length - segments - 1, 0)
-        first = content if segments == 1 else content // 2
+        first = content if segments == 1 else min(content // 2, first_at_most or content)
         out.append([text(first)] + ([text(content - first, first)] if segments == 2 else []))
     return out

@@ -625,7 +625,12 @@ def test_classifier_verifies(classifier_export):
     report = verify(path)
     assert report.ok, str(report)
     assert "serve_examples for Classify" in report.lines[2][2]
-    assert [c for c, _, _ in report.lines] == ["ops", "load", "signatures", "warmup", "session"]
+    assert [c for c, _, _ in report.lines] == ["ops", "load", "signatures", "warmup", "lengths",
+                                               "session"]
+    # --max_seq_length=16 under the default buckets: one bucket, 16; TINY's table is 40.
+    assert report.lines[4][2] == (
+        "serving length 16 <= 40 positions (rows of embeddings/position_embeddings); the "
+        "warmup runs every length bucket (16) on serving_default, pair, serve_examples")
 
 
 @pytest.mark.integration  # saved_model_cli run in a fresh process: about 15 s on 2 cores.

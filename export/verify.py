@@ -10,11 +10,24 @@ Checks, each reported on one line; exit status 1 if any fails:
   ops        every op is core TensorFlow or in stock TF Serving's tensorflow-text 2.12.1
   load       a fresh Python process importing only tensorflow (+ tensorflow_text when the
              graph holds text ops) loads the SavedModel; no project code is imported
-  signatures names, dtypes and shapes of the known export kinds (encoder, ...)
+  signatures the signatures of the export's kind, told by marks only its exporter writes (a
+             signature or an input or output name; an export with the marks of several
+             kinds fails): the encoder's, preprocessor's, classifier's and regressor's
+             names, dtypes and ranks and serve_examples' method; the tagger's (words in
+             or characters in, export_tagger) and span QA's every signature, input and
+             output by name, dtype and shape (TAGGER_SIGNATURES, SPAN_QA_SIGNATURES)
   warmup     assets.extra/tf_serving_warmup_requests parses as PredictionLog records and
              every request runs, with finite outputs
-  lengths    the longest input the export accepts (max_position_embeddings of
-             assets/bert_config.json) is at least its longest warmup request
+  lengths    ids in (encoder): the longest warmup request fits the position table
+             (max_position_embeddings of assets/bert_config.json). Text in (classifier,
+             regressor, tagger, span QA): the length buckets the first line of
+             batching_params.pbtxt names, the last the serving length (--max_seq_length);
+             that length and any ids warmup request fit the position table (the rows of
+             the saved embeddings/position_embeddings variable), span QA's outputs are
+             that wide, and each bucketed signature has a warmup request that runs the
+             encoder at every bucket (counted with the export's assets/vocab.txt and
+             tokenizer_config.json; span QA's from the request's outputs, as its
+             question is cut to a --max_query_length the export does not record)
   session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
              take this path) restores the variables, and the same requests give the
              same outputs by SignatureDef tensor names (within tolerance)

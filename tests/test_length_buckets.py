@@ -172,6 +172,21 @@ def test_warmup_texts_of_a_vocabulary_without_the_warmup_words(tmp_path):
             assert len(packed.tokens) == bucket, (segments, bucket, request)
 
 
+def test_warmup_questions_keep_within_the_query_length(tmp_path):
+    """Span QA's warmup: the question at most --max_query_length WordPieces (the export cuts
+    a longer one, and the request ran a bucket short), the context the rest of the bucket."""
+    from data_prep.tokenization import BertTokenizer
+    from export.export_preprocessor import WARMUP_TEXTS
+
+    tokenizer = BertTokenizer(write_vocab(tmp_path / "vocab.txt"))
+    texts = length_buckets.warmup_texts(tokenizer, (8, 16, 24), 2, WARMUP_TEXTS[2],
+                                        first_at_most=3)
+    # [CLS] q [SEP] c [SEP]: 8 = 3 + 2 + 3 (half of 5, rounded down, is within 3), then
+    # 16 = 3 + 3 + 10 and 24 = 3 + 3 + 18.
+    assert [[len(ids) for ids in tokenizer.encode(request)] for request in texts] == [
+        [2, 3], [3, 10], [3, 18]]
+
+
 def test_classifier_equals_the_fixed_length_export_and_keras(modules):
     from export.export_classifier import ClassifierModule
 

@@ -197,19 +197,27 @@ def test_packed_lengths_counted_by_hand(tmp_path):
 
 
 def test_lengths_need_the_recorded_buckets(tmp_path):
-    """A text-in export whose batching_params.pbtxt is gone or rewritten cannot show its
-    buckets: the lengths line fails, naming the file."""
+    """A text-in export whose batching_params.pbtxt is rewritten cannot show its buckets:
+    the lengths line fails, naming the file. One without the file (TF Serving does not need
+    it: an export from before length buckets, or made by hand) is not failed for it; the
+    line says what was not checked."""
     params = tmp_path / batching_parameters.PER_MODEL_FILE
-    for contents, said in ((None, "missing; it records"),
-                           ("max_batch_size { value: 8 }\n", "its first line does not name")):
-        if contents is not None:
-            params.write_text(contents)
+
+    def lines():
         report = Report(str(tmp_path))
         _check_bucket_lengths(report, str(tmp_path), "tagger", TAGGER, {"C": 3},
                               {"warmup": [], "warmup_outputs": []})
-        assert report.lines == [("lengths", False, (
-            f"{params}: {said} the export's length buckets (export/batching_parameters.py), "
-            "so its serving length and the warmup's coverage cannot be checked"))]
+        return report.lines
+
+    assert lines() == [("lengths", True, (
+        f"not checked: no {params} (the export tools write it with the length buckets; "
+        "export/batching_parameters.py), so the serving length and the warmup's coverage "
+        "are unknown"))]
+    params.write_text("max_batch_size { value: 8 }\n")
+    assert lines() == [("lengths", False, (
+        f"{params}: its first line does not name the export's length buckets "
+        "(export/batching_parameters.py), so its serving length and the warmup's coverage "
+        "cannot be checked"))]
 
 
 # --- Real exports (integration tier: exports and verify's fresh processes). ---
@@ -418,8 +426,8 @@ def test_verify_fails_on_damaged_signatures(tmp_path):
          "words": tagger.serve_words.get_concrete_function()},
         warmup=[("serving_default", {"text": np.array([b"a b"], dtype=object)}),
                 ("words", {"words": words})])
-    missing_buckets = (re.escape(os.path.join(path, batching_parameters.PER_MODEL_FILE))
-                       + ": missing; it records the export's length buckets .*")
+    missing_buckets = ("not checked: no " + re.escape(os.path.join(
+        path, batching_parameters.PER_MODEL_FILE)) + " .*")
     core = r"\d+ op types, all servable"
     _assert_report(verify(path), [
         ("ops", True, core),
@@ -428,7 +436,7 @@ def test_verify_fails_on_damaged_signatures(tmp_path):
             "serving_default has no output tags; serving_default has unexpected outputs tag; "
             "words has no output tags; words has unexpected outputs tag")),
         ("warmup", True, "2 requests replayed"),
-        ("lengths", False, missing_buckets),
+        ("lengths", True, missing_buckets),
         ("session", True, _session(2)),
     ])
 
@@ -441,8 +449,8 @@ def test_verify_fails_on_damaged_signatures(tmp_path):
         {"serving_default": qa.serve.get_concrete_function(),
          "ids": qa.serve_ids.get_concrete_function()},
         warmup=[("serving_default", {"question": texts, "context": texts}), ("ids", ids)])
-    missing_buckets = (re.escape(os.path.join(path, batching_parameters.PER_MODEL_FILE))
-                       + ": missing; it records the export's length buckets .*")
+    missing_buckets = ("not checked: no " + re.escape(os.path.join(
+        path, batching_parameters.PER_MODEL_FILE)) + " .*")
     _assert_report(verify(path), [
         ("ops", True, core),
         ("load", True, re.escape("loaded in a fresh process importing only ['tensorflow']")),
@@ -450,6 +458,6 @@ def test_verify_fails_on_damaged_signatures(tmp_path):
             "serving_default has no output answer; serving_default output start_logits is "
             "float32 [?, ?], expected float32 [?, S]")),
         ("warmup", True, "2 requests replayed"),
-        ("lengths", False, missing_buckets),
+        ("lengths", True, missing_buckets),
         ("session", True, _session(2)),
     ])

@@ -117,6 +117,57 @@ def test_refuses_to_overwrite_and_next_version(exported):
         saved_model_writer.version_dir(str(tmp / "models"), 0)
 
 
+@pytest.mark.parametrize("level", ["2", "0"])
+def test_saving_hides_tensorflows_info_records_unless_asked(tmp_path, monkeypatch, level):
+    """An export tool (absl's app.run: INFO) printed TensorFlow's notes for its developers
+    while saving (`Function `serve` contains input name(s) ... will be renamed`, `Writing
+    fingerprint`, `Assets written to`, a dozen lines); they are hidden unless
+    TF_CPP_MIN_LOG_LEVEL=0 asks for every TensorFlow notice. The caller's own INFO and
+    TensorFlow's warnings still pass."""
+    import logging
+
+    from absl import logging as absl_logging
+
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", level)
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.DEBUG)
+    loggers = [tf.get_logger(), logging.getLogger("absl")]
+    levels = [logger.level for logger in loggers]
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+    try:
+        module = tf.Module()
+        module.scale = tf.Variable(3.0)
+        serve = tf.function(lambda x: {"y": module.scale * x},
+                            input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        saved_model_writer.write_saved_model(module, str(tmp_path / "1"),
+                                             {"serving_default": serve.get_concrete_function()})
+        absl_logging.info("the tool's own line")
+        tf.get_logger().warning("a TensorFlow warning")
+    finally:
+        absl_logging.set_verbosity(verbosity)
+        for logger, old in zip(loggers, levels):
+            logger.removeHandler(handler)
+            logger.setLevel(old)
+    tensorflow_info = [r.getMessage() for r in records if r.levelno < logging.WARNING
+                       and f"{os.sep}tensorflow{os.sep}" in r.pathname]
+    if level == "0":
+        assert any("fingerprint" in m for m in tensorflow_info), tensorflow_info
+    else:
+        assert tensorflow_info == []
+    messages = [r.getMessage() for r in records]
+    assert "the tool's own line" in messages and "a TensorFlow warning" in messages
+    assert os.path.exists(tmp_path / "1" / "saved_model.pb")
+
+
 def test_wrong_vocab_size_is_refused(exported, tmp_path):
     _, encoder, _, _ = exported
     from bert_keras.model_loading import VocabMismatchError

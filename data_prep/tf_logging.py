@@ -39,12 +39,15 @@ them off, and a process that imported TensorFlow first keeps TensorFlow's choice
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import logging
 import os
 import platform
 import re
 import sys
 import tempfile
-from typing import Collection
+from typing import Collection, Iterator
 
 LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 DEFAULT_LEVEL = "2"  # hide TensorFlow's C++ info and warnings; errors stay
@@ -109,6 +112,39 @@ def log_level() -> int:
         return int(os.environ.get(LEVEL_ENV, DEFAULT_LEVEL))
     except ValueError:
         return int(DEFAULT_LEVEL)
+
+
+@contextlib.contextmanager
+def python_info_hidden() -> Iterator[None]:
+    """Hides the INFO records TensorFlow's own Python code logs inside the block.
+
+    tf.saved_model.save logs notes for TensorFlow's developers at INFO, which the tools
+    show (absl's app.run logs at INFO): `Function `serve` contains input name(s) ... with
+    unsupported characters which will be renamed ...` per signature, `Sharding callback
+    duration`, `Writing fingerprint`, and `Assets written to` twice; an export printed a
+    dozen such lines around its own two. Some come through TensorFlow's logger, most
+    through absl's, which the tools log with too, so a filter on both drops the INFO
+    records of TensorFlow's source files only: warnings and errors always pass, and
+    TF_CPP_MIN_LOG_LEVEL=0 (every TensorFlow notice, as at import) keeps them all.
+    """
+    if log_level() <= 0:
+        yield
+        return
+    spec = importlib.util.find_spec("tensorflow")
+    tensorflow_dir = os.path.abspath(spec.submodule_search_locations[0]) + os.sep
+
+    def shown(record: logging.LogRecord) -> bool:
+        return (record.levelno >= logging.WARNING
+                or not os.path.abspath(record.pathname).startswith(tensorflow_dir))
+
+    loggers = [logging.getLogger("tensorflow"), logging.getLogger("absl")]
+    for logger in loggers:
+        logger.addFilter(shown)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(shown)
 
 
 def _spend_onednn_dtype_notice(tf) -> None:

@@ -10,15 +10,14 @@ so the first real request does not pay for graph optimisation).
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import logging
 import os
 import shutil
 from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from data_prep import tf_logging
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
@@ -199,7 +198,9 @@ def write_saved_model(
     files.remove_stale_temps(path, any_name=True)  # exports of killed runs, any version
     # The variables the serving functions read, tracked directly (see `Untracked`).
     module.serving_variables = captured_variables(signatures.values())
-    with files.atomic_output(path, directory=True) as tmp, _saving_notices_hidden():
+    # tf.saved_model.save's notes for TensorFlow's developers (a dozen INFO lines per
+    # export: renamed input names, sharding callbacks, fingerprints, assets) stay hidden.
+    with files.atomic_output(path, directory=True) as tmp, tf_logging.python_info_hidden():
         tf.saved_model.save(module, tmp, signatures=dict(signatures))
         if method_names:
             _set_method_names(tmp, dict(method_names))
@@ -215,42 +216,6 @@ def write_saved_model(
                 for signature_name, inputs in warmup:
                     writer.write(warmup_record(signature_name, inputs))
     return path
-
-
-@contextlib.contextmanager
-def _saving_notices_hidden():
-    """Hides TensorFlow's own INFO records while a SavedModel is written.
-
-    tf.saved_model.save logs notes for TensorFlow's developers at INFO, which the export
-    tools show (absl's app.run logs at INFO): `Function `serve` contains input name(s) ...
-    with unsupported characters which will be renamed ...` per signature, `Sharding
-    callback duration`, `Writing fingerprint`, and `Assets written to` twice. An export run
-    as docs/serving.md shows printed a dozen such lines around its own two. Some come
-    through TensorFlow's logger, most through absl's, which the tools log with too, so a
-    filter on both drops the INFO records of TensorFlow's source files only; warnings and
-    errors always pass, and TF_CPP_MIN_LOG_LEVEL=0, the setting that brings back every
-    TensorFlow notice (data_prep.tf_logging), keeps them all.
-    """
-    from data_prep import tf_logging
-
-    if tf_logging.log_level() <= 0:
-        yield
-        return
-    tensorflow_dir = os.path.abspath(
-        importlib.util.find_spec("tensorflow").submodule_search_locations[0]) + os.sep
-
-    def shown(record):
-        return (record.levelno >= logging.WARNING
-                or not os.path.abspath(record.pathname).startswith(tensorflow_dir))
-
-    loggers = [tf.get_logger(), logging.getLogger("absl")]
-    for logger in loggers:
-        logger.addFilter(shown)
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(shown)
 
 
 def _set_method_names(path: str, method_names: dict[str, str]) -> None:

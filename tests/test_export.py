@@ -778,6 +778,7 @@ def test_export_encoder_cli_end_to_end(exported, tmp_path):
     assert again.returncode != 0 and "refusing to overwrite" in again.stderr
 
 
+@pytest.mark.integration  # two exports: ~45 s on 2 cores (the default suite's time)
 def test_a_model_with_one_segment_embedding_gets_no_pair_signature(tmp_path):
     """A second text is segment 1, which a one-row segment table reads as a zero row,
     silently: `--pair` and span QA are refused for such a model, and its classifier export

@@ -686,6 +686,7 @@ def test_pretraining_under_data_parallel_equals_one_device(monkeypatch):
     assert difference < 1e-6, difference
 
 
+@pytest.mark.integration  # this module in a fresh JAX process: ~70 s on 2 cores (the default suite's time)
 def test_keras_layers_hold_on_jax():
     """The Keras-layer tests above on Keras' JAX backend, in one fresh process with two host
     devices (the tests under a mesh need them; the others use the first)."""

@@ -516,6 +516,7 @@ def test_residual_layer_norm_under_a_batch_mesh_runs_on_each_devices_rows(monkey
     assert grid(None) == [str(256 * 128)]
 
 
+@pytest.mark.integration  # this module in a fresh JAX process: ~45 s on 2 cores (the default suite's time)
 def test_this_module_holds_on_jax():
     """The five tests above on Keras' JAX backend, in one fresh process."""
     run_module_on_backend("jax", __file__, 7, "-k", "not holds_on_jax", env=TWO_HOST_DEVICES)

@@ -208,6 +208,7 @@ def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, ref
         assert saved["strip_accents"] is False, name
 
 
+@pytest.mark.integration  # three tasks fine-tuned: ~30 s on 2 cores (the default suite's time)
 def test_klue_tasks_fine_tune_the_korean_model(pipeline, reference, spy):
     """KLUE's NLI, STS, YNAT and NER by --task_name from klue_benchmark/'s layout, and
     KLUE-MRC through run_squad (its question ids are "guid"s), on the Korean model:

@@ -284,6 +284,7 @@ def test_tagger_export_windows_long_requests_as_run_tagger_does(modules):
         TaggerModule(modules["fixed"], tagger, tags, doc_stride=31)
 
 
+@pytest.mark.integration  # an export replaying every warmup request: ~40 s on 2 cores (the default suite's time)
 def test_tagger_export_warms_both_signatures_in_every_bucket(modules, tmp_path):
     """The tagger's warmup requests reach every bucket through `serving_default` and
     `words` (docs/serving.md: every bucket of every text signature); a tagger fine-tuned at

@@ -490,6 +490,7 @@ def test_num_train_steps_and_optimizer_state(tmp_path, encoder_file):
     assert again["eval"]["token_accuracy"] == runs[False]["eval"]["token_accuracy"]
 
 
+@pytest.mark.integration  # train, predict and evaluate: ~45 s on 2 cores (the default suite's time)
 def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     v2 = os.path.join(TESTDATA, "ft_squad_v2.json")
     out = tmp_path / "out"

@@ -582,6 +582,7 @@ def test_a_killed_phase_two_resumes_from_phase_one_and_data_moved_elsewhere(
         np.testing.assert_array_equal(whole[name], resumed[name], err_msg=name)
 
 
+@pytest.mark.integration  # three runs and a kill: ~35 s on 2 cores (the default suite's time)
 def test_a_killed_phase_two_resumes_after_phase_one_was_deleted(finished_run, data, tmp_path):
     """Phase 1 deleted while phase 2 ran (its backup supersedes phase 1's weights): the rerun
     stopped at "--init_checkpoint ...: not found". It resumes with the run's own config,

@@ -17,8 +17,6 @@ from typing import Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from data_prep import tf_logging
-
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
 
@@ -190,8 +188,8 @@ def write_saved_model(
       `path`.
     """
     # Imported here: serving_probe reads warmup records with this module in a process that
-    # must not import the project's other packages.
-    from data_prep import files
+    # must not import the project's other packages (verify's "load" check fails otherwise).
+    from data_prep import files, tf_logging
 
     if os.path.exists(path):
         raise ExportError(f"{path} exists: refusing to overwrite an export")

@@ -43,7 +43,6 @@ import numpy as np
 from data_prep.classification import DataError, load_json
 from data_prep.packing import pad_features
 from data_prep.schema import CLS, SEP
-from data_prep.tokenization import normalize_char
 from data_prep.tokenizer_config import TokenizerConfig
 
 
@@ -446,6 +445,11 @@ def _normalize_chars(text: str, config: TokenizerConfig) -> tuple[str, list[int]
     back exactly as it was tokenized, Korean settings included. One input character may
     become several (or none); each output character remembers its source.
     """
+    # Imported here: data_prep.tokenization imports TensorFlow, and data_prep.tagging (which
+    # imports this module) is read by processes that must not load it (the transformers
+    # side of bench/bench_finetune_vs_transformers.py, whose memory would include it).
+    from data_prep.tokenization import normalize_char
+
     out, source = [], []
     for i, c in enumerate(text):
         for ch in normalize_char(c, config):

@@ -2,6 +2,8 @@
 (max context) and truncation, merging windows back to words; entity F1."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,6 +27,20 @@ def tokenizer():
 def ids_of(*tokens):
     vocab = [line.rstrip("\n") for line in open(VOCAB, encoding="utf-8")]
     return [vocab.index(t) for t in tokens]
+
+
+def test_reading_conll_does_not_import_tensorflow():
+    """data_prep.tagging (read_conll) loads without TensorFlow: the transformers side of
+    bench/bench_finetune_vs_transformers.py reads its POS files with it, and its memory
+    figures included TensorFlow's (338 MB of mapped pages) when data_prep.squad imported
+    the tokenizer module at the top."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; from data_prep.tagging import read_conll; "
+            "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
 
 
 def test_label_goes_on_the_first_sub_token_only(tokenizer):

@@ -103,6 +103,7 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
 RUNNERS = ("DirectRunner", "PrismRunner", "DataflowRunner", "FlinkRunner", "SparkRunner",
            "PortableRunner")
 _SUMMARY_SUFFIX = ".summary.json"
+_HARNESS_LOG_LEVEL = "default_sdk_harness_log_level"
 
 
 # --- Checks made before the pipeline starts. ---
@@ -149,6 +150,12 @@ def pipeline_options(runner: str, text: str):
     args = parse_pipeline_options(text)
     if any(a.split("=", 1)[0] == "--runner" for a in args):
         raise InputError("--beam_pipeline_options: give the runner with --runner, not here")
+    # DirectRunner's multi_processing workers are child processes logging to this terminal
+    # at INFO (channels, harness start and exit: about 45 lines for 2 workers); their
+    # warnings stay. default_sdk_harness_log_level given, or BERT_KERAS_DEBUG, keeps Beam's.
+    if (runner == "DirectRunner" and not os.environ.get(DEBUG_ENV) and not any(
+            a.split("=", 1)[0] == "--" + _HARNESS_LOG_LEVEL for a in args)):
+        args = args + [f"--{_HARNESS_LOG_LEVEL}=WARNING"]
     options = PipelineOptions(args + [f"--runner={runner}"])
     # Beam parses the options with argparse, which prints its whole usage and exits on a
     # bad value (direct_num_workers=abc): its last line, the error, is what is said.

@@ -91,6 +91,11 @@ from data_prep import pretraining_job as job
 from data_prep import schema
 from data_prep.pretraining_job import InputError
 
+# Beam's INFO notes for its developers (BigQuery clients missing, type hints converted to
+# Any) stay out of the tool's log, as `run` leaves the level after a job; BERT_KERAS_DEBUG
+# shows them.
+if not os.environ.get(DEBUG_ENV) and not _pylogging.getLogger("apache_beam").level:
+    _pylogging.getLogger("apache_beam").setLevel(_pylogging.WARNING)
 try:  # Beam is needed only with a Beam --runner; the local tool works without it.
     import apache_beam as beam
     from apache_beam.io.filesystem import CompressionTypes

@@ -11,6 +11,8 @@ import glob
 import math
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,7 +22,7 @@ beam = pytest.importorskip(
     "path of create_pretraining_data needs it, the local path does not)")
 
 from test_create_pretraining_data import (  # noqa: E402  pylint: disable=wrong-import-position
-    CORPUS, VOCAB, check_records, cp949_after_utf8, google_reader, merge_shards, run_cli,
+    CORPUS, ROOT, VOCAB, check_records, cp949_after_utf8, google_reader, merge_shards, run_cli,
     write_generated_corpus)
 
 from bert_keras.inputs import pretraining_dataset  # noqa: E402
@@ -170,6 +172,30 @@ def test_two_workers_and_a_rerun_give_the_same_bytes(beam_run, corpus, tmp_path,
     assert run_cli(runner="DirectRunner", random_seed=7, **_flags(path, vocab_path, out)) == 0
     assert open(out + "-00000-of-00003.tfrecord", "rb").read() != open(
         beam_run["shards"][0], "rb").read()
+
+
+@pytest.mark.integration  # A fresh process with 2 worker processes: about 15 s on 2 cores.
+def test_two_worker_command_logs_only_the_tools_lines(corpus, tmp_path):
+    """docs/beam.md's DirectRunner command, as a user runs it: Beam's INFO notes (BigQuery
+    clients, type hints converted to Any) and its workers' harness log (about 45 lines for 2
+    workers) are not shown; the tool's own lines are."""
+    path, vocab_path, _ = corpus
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "BERT_KERAS_DEBUG")}
+    env["PYTHONPATH"] = ROOT
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_prep.create_pretraining_data", "--runner=DirectRunner",
+         f"--beam_pipeline_options={MULTI}", f"--input_file={path}", f"--vocab_file={vocab_path}",
+         f"--output_file={tmp_path / 'train'}", "--num_output_shards=2", f"--max_seq_length={S}",
+         f"--max_predictions_per_seq={P}", "--dupe_factor=1"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    # Each worker's first line comes before it reads its log level: it stays.
+    beam_info = [line for line in lines if ("INFO:" in line and "handler created" not in line)
+                 or "native_type_compatibility" in line or "bigquery.py" in line]
+    assert not beam_info, beam_info[:5]
+    assert any("wrote " in line and "instances" in line for line in lines), proc.stderr[-2000:]
+    assert len(lines) < 25, proc.stderr
 
 
 def test_without_num_output_shards_each_worker_gets_a_shard(beam_run, corpus, tmp_path):

@@ -359,8 +359,13 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
     import os
     import sys
 
+    from data_prep import tf_logging
+
     try:
-        result = fn()
+        # TensorFlow's own Python INFO notes (tf.distribute's reductions and devices, the
+        # SavedModel writer's) stay out of the tool's log; TF_CPP_MIN_LOG_LEVEL=0 shows them.
+        with tf_logging.python_info_hidden():
+            result = fn()
     except tuple(expected) + _common_expected() as e:
         if os.environ.get(DEBUG_ENV):
             raise

@@ -125,12 +125,15 @@ def python_info_hidden() -> Iterator[None]:
     dozen such lines around its own two. Some come through TensorFlow's logger, most
     through absl's, which the tools log with too, so a filter on both drops the INFO
     records of TensorFlow's source files only: warnings and errors always pass, and
-    TF_CPP_MIN_LOG_LEVEL=0 (every TensorFlow notice, as at import) keeps them all.
+    TF_CPP_MIN_LOG_LEVEL=0 (every TensorFlow notice, as at import) keeps them all. Every
+    tool runs inside it (`data_prep.cli.report_errors`): tf.distribute logs such notes too,
+    each twice (TensorFlow's handler and absl's), 22 lines for a 2-replica
+    MirroredStrategy run of run_pretraining.
     """
-    if log_level() <= 0:
+    spec = importlib.util.find_spec("tensorflow")
+    if log_level() <= 0 or spec is None:  # every notice asked for, or no TensorFlow at all
         yield
         return
-    spec = importlib.util.find_spec("tensorflow")
     tensorflow_dir = os.path.abspath(spec.submodule_search_locations[0]) + os.sep
 
     def shown(record: logging.LogRecord) -> bool:

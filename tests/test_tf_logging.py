@@ -106,3 +106,51 @@ def test_a_users_script_prints_nothing_and_can_still_configure_devices():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["(2,", "1)", "2"], proc.stdout
     assert proc.stderr == "", proc.stderr
+
+
+def test_a_tools_run_hides_tensorflows_python_info_notes_only(monkeypatch):
+    """Inside the tools' error boundary, INFO records logged from TensorFlow's own files
+    (tf.distribute's `Reduce to ... then broadcast to ...`, 22 lines for a 2-replica
+    run_pretraining) are dropped; TensorFlow's warnings, the tool's own INFO lines, and
+    everything with TF_CPP_MIN_LOG_LEVEL=0 pass; the filter goes when the tool returns."""
+    import importlib.util
+    import logging
+
+    from data_prep import cli
+
+    tf_file = os.path.join(importlib.util.find_spec("tensorflow").submodule_search_locations[0],
+                           "python", "distribute", "cross_device_ops.py")
+    seen = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    def log_three():
+        for name in ("tensorflow", "absl"):
+            logger = logging.getLogger(name)
+            for level, path, msg in ((logging.INFO, tf_file, f"{name}: reduce"),
+                                     (logging.WARNING, tf_file, f"{name}: tf warning"),
+                                     (logging.INFO, "/x/bert_keras/run_pretraining.py",
+                                      f"{name}: ours")):
+                logger.handle(logger.makeRecord(name, level, path, 1, msg, (), None))
+
+    handler = Collect(level=logging.DEBUG)
+    loggers = [logging.getLogger("tensorflow"), logging.getLogger("absl")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+        assert cli.report_errors(log_three) == 0
+        assert seen == ["tensorflow: tf warning", "tensorflow: ours", "absl: tf warning",
+                        "absl: ours"]
+        seen.clear()
+        log_three()  # outside a tool's run: nothing is filtered
+        assert len(seen) == 6
+        seen.clear()
+        monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+        assert cli.report_errors(log_three) == 0
+        assert len(seen) == 6
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)

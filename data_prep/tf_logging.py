@@ -116,7 +116,7 @@ def log_level() -> int:
 
 @contextlib.contextmanager
 def python_info_hidden() -> Iterator[None]:
-    """Hides the INFO records TensorFlow's own Python code logs inside the block.
+    """Hides the INFO records TensorFlow's (and JAX's) own Python code logs inside the block.
 
     tf.saved_model.save logs notes for TensorFlow's developers at INFO, which the tools
     show (absl's app.run logs at INFO): `Function `serve` contains input name(s) ... with
@@ -143,11 +143,19 @@ def python_info_hidden() -> Iterator[None]:
     loggers = [logging.getLogger("tensorflow"), logging.getLogger("absl")]
     for logger in loggers:
         logger.addFilter(shown)
+    # JAX logs its notes through loggers of its own (`Unable to initialize backend 'tpu':
+    # INTERNAL: Failed to open libtpu.so` in every JAX run on a machine without a TPU, its
+    # distributed service's addresses): a level on their parent keeps its INFO out too.
+    jax_logger = logging.getLogger("jax")
+    jax_level = jax_logger.level
+    if jax_level == logging.NOTSET:
+        jax_logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
         for logger in loggers:
             logger.removeFilter(shown)
+        jax_logger.setLevel(jax_level)
 
 
 def _spend_onednn_dtype_notice(tf) -> None:

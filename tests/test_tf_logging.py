@@ -111,7 +111,7 @@ def test_a_users_script_prints_nothing_and_can_still_configure_devices():
 def test_a_tools_run_hides_tensorflows_python_info_notes_only(monkeypatch):
     """Inside the tools' error boundary, INFO records logged from TensorFlow's own files
     (tf.distribute's `Reduce to ... then broadcast to ...`, 22 lines for a 2-replica
-    run_pretraining) are dropped; TensorFlow's warnings, the tool's own INFO lines, and
+    run_pretraining) and JAX's loggers are dropped; TensorFlow's warnings, the tool's own INFO lines, and
     everything with TF_CPP_MIN_LOG_LEVEL=0 pass; the filter goes when the tool returns."""
     import importlib.util
     import logging
@@ -144,6 +144,16 @@ def test_a_tools_run_hides_tensorflows_python_info_notes_only(monkeypatch):
         assert cli.report_errors(log_three) == 0
         assert seen == ["tensorflow: tf warning", "tensorflow: ours", "absl: tf warning",
                         "absl: ours"]
+        # JAX's notes (xla_bridge's `Unable to initialize backend 'tpu'`) at INFO: hidden.
+        jax_bridge = logging.getLogger("jax._src.xla_bridge")
+        jax_bridge.addHandler(handler)
+        try:
+            seen.clear()
+            cli.report_errors(lambda: (jax_bridge.info("no tpu"), jax_bridge.warning("jax warning")))
+            assert seen == ["jax warning"]
+            assert logging.getLogger("jax").level == logging.NOTSET  # restored
+        finally:
+            jax_bridge.removeHandler(handler)
         seen.clear()
         log_three()  # outside a tool's run: nothing is filtered
         assert len(seen) == 6

@@ -90,6 +90,13 @@ def tool_defaults(module) -> dict:
         classes += [runner.FinetuneOptions, module.TASK.options_class()]
     if hasattr(module, "PretrainingOptions"):
         classes.append(module.PretrainingOptions)
+    # Any other tool's own options (extract_features' ExtractOptions): a flag it shares
+    # with a tool imported later in this process (--max_seq_length, whose fine-tuning
+    # default is None) otherwise runs with that tool's default.
+    classes += [obj for obj in vars(module).values()
+                if isinstance(obj, type) and dataclasses.is_dataclass(obj)
+                and obj.__module__ == module.__name__ and obj not in classes
+                and cli.flag_fields(obj)]
     defaults = {}
     for cls in classes:
         for f in cli.flag_fields(cls):

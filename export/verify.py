@@ -460,11 +460,14 @@ def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
         spec = outs.get(key)
         if spec is None or spec["dtype"] != dtype or len(spec["shape"]) != rank:
             problems.append(f"serving_default output {key} should be {dtype} rank {rank}, got {spec}")
-    examples = signatures["serve_examples"]
-    if list(examples["inputs"]) != ["inputs"] or set(examples["outputs"]) != {"classes", "scores"}:
+    examples = signatures.get("serve_examples")
+    if examples is None:
+        problems.append("no serve_examples signature (TF Serving's Classify API reads it)")
+    elif (list(examples["inputs"]) != ["inputs"]
+          or set(examples["outputs"]) != {"classes", "scores"}):
         problems.append("serve_examples should map `inputs` to `classes` and `scores`")
     method = signature_method_names(export_dir).get("serve_examples")
-    if method != "tensorflow/serving/classify":
+    if examples is not None and method != "tensorflow/serving/classify":
         problems.append(f"serve_examples method is {method!r}, TF Serving's Classify API needs "
                         "'tensorflow/serving/classify'")
     return report.add("signatures", not problems, "; ".join(problems) or
@@ -478,14 +481,16 @@ def _check_regressor_signature(report: Report, signatures, export_dir) -> bool:
     spec = signatures["serving_default"]["outputs"].get("score")
     if spec is None or spec["dtype"] != "float32" or len(spec["shape"]) != 1:
         problems.append(f"serving_default output score should be float32 rank 1, got {spec}")
-    examples = signatures["serve_examples"]
-    outputs = examples["outputs"].get("outputs")
-    if (list(examples["inputs"]) != ["inputs"] or list(examples["outputs"]) != ["outputs"]
+    examples = signatures.get("serve_examples")
+    outputs = examples and examples["outputs"].get("outputs")
+    if examples is None:
+        problems.append("no serve_examples signature (TF Serving's Regress API reads it)")
+    elif (list(examples["inputs"]) != ["inputs"] or list(examples["outputs"]) != ["outputs"]
             or outputs["dtype"] != "float32" or len(outputs["shape"]) != 1):
         problems.append("serve_examples should map `inputs` to float32 [batch] `outputs`, as "
                         "TF Serving's Regress API reads them")
     method = signature_method_names(export_dir).get("serve_examples")
-    if method != "tensorflow/serving/regress":
+    if examples is not None and method != "tensorflow/serving/regress":
         problems.append(f"serve_examples method is {method!r}, TF Serving's Regress API needs "
                         "'tensorflow/serving/regress'")
     return report.add("signatures", not problems, "; ".join(problems) or
@@ -581,8 +586,10 @@ def _export_kinds(signatures: dict) -> list[str]:
     marks = {
         "encoder": "encoder" in signatures,
         "preprocessor": "special_tokens" in signatures,
-        "classifier": "serve_examples" in signatures and "score" not in outs,
-        "regressor": "serve_examples" in signatures and "score" in outs,
+        # serving_default's outputs mark them too: one that lost serve_examples is checked.
+        "classifier": ("serve_examples" in signatures and "score" not in outs
+                       or bool(outs & {"label", "label_id"})),
+        "regressor": "score" in outs,
         "tagger": "words" in signatures or bool(outs & tagger_outputs),
         "span_qa": "ids" in signatures or bool(ins & qa_inputs or outs & qa_outputs),
     }

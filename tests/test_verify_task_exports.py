@@ -13,8 +13,8 @@ import tensorflow as tf
 from conftest import TINY
 from export import batching_parameters, saved_model_writer
 from export.saved_model_writer import WARMUP_FILE, read_warmup_requests, warmup_record
-from export.verify import (Report, _check_bucket_lengths, _export_kinds, _packed_lengths,
-                           _signature_problems, verify)
+from export.verify import (Report, _check_bucket_lengths, _check_signatures, _export_kinds,
+                           _packed_lengths, _signature_problems, verify)
 from test_export import write_vocab
 
 CONFIG = dict(TINY, vocab_size=41, num_layers=2, max_sequence_length=23)
@@ -115,9 +115,31 @@ def test_the_kind_of_every_export_and_of_mixed_ones():
                                            "outputs": {"label": _spec("string", None)}}
     assert [_export_kinds(x) for x in (no_words, renamed, qa_inputs, no_probabilities)] == [
         ["tagger"], ["tagger"], ["span_qa"], ["classifier"]]
+    # A classifier or regressor that lost serve_examples is known by serving_default's outputs.
+    assert [_export_kinds({k: v for k, v in x.items() if k != "serve_examples"})
+            for x in (classifier, regressor)] == [["classifier"], ["regressor"]]
     # One made otherwise: no kind; one that mixes two: both, which verify refuses to guess.
     assert _export_kinds(_names(serving_default=(["x"], ["y"]))) == []
     assert _export_kinds({**TAGGER, "ids": SPAN_QA["ids"]}) == ["tagger", "span_qa"]
+
+
+@pytest.mark.parametrize("kind,outputs,api", [
+    ("classifier", ["probabilities", "label", "label_id", "logits"], "Classify"),
+    ("regressor", ["score"], "Regress")])
+def test_a_classifier_or_regressor_without_serve_examples_fails_naming_it(kind, outputs, api,
+                                                                          monkeypatch):
+    """Before, such an export had no kind: its signatures line passed, listing names."""
+    from export import saved_model_writer as writer
+
+    monkeypatch.setattr(writer, "signature_method_names", lambda path: {})
+    listing = _names(serving_default=(["text"], outputs))
+    for name, spec in listing["serving_default"]["outputs"].items():
+        spec.update(_spec(*{"label": ("string", None), "label_id": ("int32", None),
+                            "score": ("float32", None)}.get(name, ("float32", None, 2))))
+    report = Report("export/1")
+    assert _check_signatures(report, listing, "export/1") == (kind, {})
+    assert report.lines == [("signatures", False, f"no serve_examples signature (TF Serving's "
+                                                  f"{api} API reads it)")]
 
 
 def test_signature_problems_name_each_difference():

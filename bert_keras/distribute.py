@@ -439,6 +439,21 @@ def vocabulary_read(path: str, *also) -> tuple[int, str]:
     return digest(text.decode("utf-8", "replace"), *also), f"{len(text.splitlines())} tokens"
 
 
+def _traced_gather(strategy):
+    """A tf.function gathering an int32 [1, n] row from every replica of `strategy` into
+    [replicas, n], in replica order, traced once for rows of any length. `strategy.gather`
+    called eagerly builds a new tf.function each call: from the fifth call of a run's checks
+    on, every worker logged TensorFlow's retracing warning (twice: TensorFlow's logger and
+    absl's)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([1, None], tf.int32)])
+    def gather_rows(row):
+        per_replica = strategy.experimental_distribute_values_from_function(lambda _: row)
+        return strategy.gather(per_replica, axis=0)
+
+    return gather_rows
+
+
 class Distribution:
     """Where a run's model lives and how its batches are split, on either backend.
 
@@ -453,6 +468,7 @@ class Distribution:
         self.name = name
         self.strategy = strategy
         self.keras_distribution = keras_distribution
+        self._gather_rows = None  # TensorFlow: the traced gather (`gather_from_processes`)
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -493,10 +509,9 @@ class Distribution:
         import numpy as np
 
         if self.strategy is not None:
-            value = tf.constant([row], tf.int32)
-            per_replica = self.strategy.experimental_distribute_values_from_function(
-                lambda _: value)
-            return self.strategy.gather(per_replica, axis=0).numpy().tolist()
+            if self._gather_rows is None:
+                self._gather_rows = _traced_gather(self.strategy)
+            return self._gather_rows(tf.constant([row], tf.int32)).numpy().tolist()
         from jax.experimental import multihost_utils
 
         rows = multihost_utils.process_allgather(np.asarray(row, np.int32))

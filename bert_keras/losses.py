@@ -318,6 +318,28 @@ def evaluation_results(logs):
         raise ValueError(f"evaluation_results needs the logs of a model compiled with "
                          f"pretraining_losses_and_metrics(evaluation=True); received the "
                          f"keys {sorted(logs)}")
-    results = {k: float(v) for k, v in logs.items() if k != _EXACT_MLM_LOSS}
-    results["mlm_logits_loss"] = float(logs[_EXACT_MLM_LOSS])
-    return results
+    return {k: float(v) for k, v in _with_googles_loss(logs).items()}
+
+
+def _with_googles_loss(logs):
+    """`logs` with `mlm_logits_loss` replaced by Google's masked_lm_loss where the logs hold
+    it (a model compiled with evaluation=True), unchanged otherwise."""
+    if not logs or _EXACT_MLM_LOSS not in logs:
+        return logs
+    renamed = {k: v for k, v in logs.items() if k != _EXACT_MLM_LOSS}
+    renamed["mlm_logits_loss"] = logs[_EXACT_MLM_LOSS]
+    return renamed
+
+
+class EvaluationProgbarLogger(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar for `evaluate` of a model compiled with
+    `pretraining_losses_and_metrics(evaluation=True)`, showing the names of
+    `evaluation_results`: one `mlm_logits_loss`, Google's masked_lm_loss, where Keras' own
+    bar shows its mean of the batches' losses beside `mlm_logits_masked_lm_loss`. Pass it
+    in evaluate's `callbacks` (Keras then adds no bar of its own)."""
+
+    def on_test_batch_end(self, batch, logs=None):
+        super().on_test_batch_end(batch, _with_googles_loss(logs))
+
+    def on_test_end(self, logs=None):
+        super().on_test_end(_with_googles_loss(logs))

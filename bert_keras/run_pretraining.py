@@ -1413,10 +1413,11 @@ def _evaluation_results(model, eval_data, steps: int, verbose=0) -> dict:
     """`model.evaluate` of a `_compile_for_evaluation` model, as eval_results.json holds it:
     Python floats, `mlm_logits_loss` Google's masked_lm_loss (the weighted mean over every
     prediction evaluated), the other keys as Keras logs them."""
-    from bert_keras.losses import evaluation_results
+    from bert_keras.losses import EvaluationProgbarLogger, evaluation_results
 
     return evaluation_results(model.evaluate(eval_data, steps=steps, return_dict=True,
-                                             verbose=verbose))
+                                             verbose=verbose,
+                                             callbacks=[EvaluationProgbarLogger()]))
 
 
 def _masking_as_trained(options: PretrainingOptions, model_path: str) -> PretrainingOptions:

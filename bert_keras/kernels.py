@@ -6,7 +6,7 @@ kernel runs in the computation being traced, and otherwise takes the backend-neu
 path (or Keras' own code). A kernel runs when the backend is one it is written for and,
 under XLA (every JAX computation; TensorFlow inside `jit_compile` or a TPU step), only
 if it was measured to win there too (bench/ab_library_parts.py --jit_compile
---kernels_under_xla; BUILD_NOTES.md, "Hand-written kernels under XLA"):
+--kernels_under_xla; BUILD_NOTES.md 8.9, "Kernels under XLA, measured"):
 
     | name               | what                                     | backends | XLA |
     | adam_fused         | AdamW's step as ResourceApplyAdam        | tf       | no  |

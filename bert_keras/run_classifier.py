@@ -13,7 +13,7 @@ predict_results.json (counts, seconds, examples/s).
 The task is bert_keras/finetuning/classification.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import app, flags
+from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.classification import ClassificationTask, ClassifierOptions

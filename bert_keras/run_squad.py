@@ -17,7 +17,7 @@ Korean benchmarks: --task_name=korquad (KorQuAD 1.0, F1 over characters) or klue
 The task is bert_keras/finetuning/squad.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import app, flags
+from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.squad import SquadOptions, SquadTask

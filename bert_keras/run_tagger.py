@@ -23,7 +23,7 @@ entity and character macro F1 (`data_prep.klue_ner`).
 The task is bert_keras/finetuning/tagging.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import app, flags
+from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.tagging import TaggerOptions, TaggingTask

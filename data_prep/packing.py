@@ -21,7 +21,7 @@ slow per call). Words are tokenized as texts of their own where alignment matter
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence, TypeVar
+from typing import NamedTuple, Sequence, TypeVar
 
 import numpy as np
 

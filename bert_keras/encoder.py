@@ -389,3 +389,34 @@ class ListsEncoderWhole:
                 listed.append(encoder)
                 placed = True
         return listed
+
+
+class TrainsPoolerOnlyWhenRead:
+    """Mixin for models on a `BertEncoder` (stored as `self.encoder`) whose outputs may not
+    depend on its pooler: a tagger, a span-QA model, a pretrainer without the NSP head.
+
+    Such a model neither computes the pooler nor trains it: its weights stay in the model
+    (files keep their layout) but not among the trainable weights, so the optimizer holds
+    no state for them, Keras does not warn about missing gradients, and on JAX (whose
+    trainer differentiates `trainable_variables`) weight decay does not shrink a kernel no
+    loss reaches. A subclass sets `reads_pooler` (a class attribute or a property).
+    """
+
+    reads_pooler = True
+
+    @property
+    def trainable_weights(self):
+        weights = super().trainable_weights
+        # Before `encoder` is set (inside Functional.__init__) there is nothing to leave out.
+        if "encoder" not in self.__dict__ or self.reads_pooler:
+            return weights
+        pooler = {id(v) for v in self.encoder.pooler_layer.weights}
+        return [w for w in weights if id(w) not in pooler]
+
+    @property
+    def trainable_variables(self):
+        # Keras builds the optimizer from this list when it loads a compiled model (and in
+        # `_symbolic_build`), and JAX's trainer takes gradients of it; it must match the one
+        # training used, or the saved slots of a model kept with its optimizer state are
+        # skipped on load.
+        return self.trainable_weights

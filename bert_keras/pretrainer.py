@@ -2,14 +2,15 @@
 
 import keras
 
-from bert_keras.encoder import BertEncoder, ListsEncoderWhole, check_functional_kwargs
+from bert_keras.encoder import (BertEncoder, ListsEncoderWhole, TrainsPoolerOnlyWhenRead,
+                                check_functional_kwargs)
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dense import Dense
 from bert_keras.layers.masked_lm_head import MaskedLMHead
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class BertPretrainer(ListsEncoderWhole, keras.Model):
+class BertPretrainer(TrainsPoolerOnlyWhenRead, ListsEncoderWhole, keras.Model):
     """BERT pretraining model (Devlin et al. 2018, section 3.1).
 
     Inputs, a dict of int32 Tensors:
@@ -84,14 +85,6 @@ class BertPretrainer(ListsEncoderWhole, keras.Model):
     def reads_pooler(self) -> bool:
         """Whether an output depends on the pooler (only through the NSP head)."""
         return self.next_sentence
-
-    @property
-    def trainable_weights(self):
-        weights = super().trainable_weights
-        if self.next_sentence or "encoder" not in self.__dict__:
-            return weights
-        pooler = {id(v) for v in self.encoder.pooler_layer.weights}
-        return [w for w in weights if id(w) not in pooler]
 
     @classmethod
     def from_bert_config(cls, config, **kwargs):

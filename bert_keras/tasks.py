@@ -26,7 +26,8 @@ every position, padding included, as in Google's run_squad.py.
 import keras
 from keras import ops
 
-from bert_keras.encoder import BertEncoder, ListsEncoderWhole, check_functional_kwargs
+from bert_keras.encoder import (BertEncoder, ListsEncoderWhole, TrainsPoolerOnlyWhenRead,
+                                check_functional_kwargs)
 from bert_keras.layers.activations import clone_initializer
 from bert_keras.layers.dense import Dense
 # The label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP],
@@ -77,33 +78,14 @@ def _initializer(encoder, head_initializer):
     return clone_initializer(cls(stddev=encoder.initializer_range))
 
 
-class _TaskModel(ListsEncoderWhole, keras.Model):
+class _TaskModel(TrainsPoolerOnlyWhenRead, ListsEncoderWhole, keras.Model):
     """Shared config plumbing: every task stores `encoder` and serializes it. (The graphs
     call the encoder's layers one by one: `ListsEncoderWhole` keeps the weight files in the
     whole-encoder layout.)
 
-    A head that never reads the pooled output (tagging, span QA) neither computes the
-    pooler nor trains it: its weights stay in the model (files keep their layout) but not
-    among the trainable weights, so the optimizer holds no state for them and Keras does
-    not warn about missing gradients.
+    A head that never reads the pooled output (tagging, span QA) sets `reads_pooler =
+    False`: `TrainsPoolerOnlyWhenRead` leaves the pooler out of its trainable weights.
     """
-
-    reads_pooler = True
-
-    @property
-    def trainable_weights(self):
-        weights = super().trainable_weights
-        if self.reads_pooler or "encoder" not in self.__dict__:
-            return weights
-        pooler = {id(v) for v in self.encoder.pooler_layer.weights}
-        return [w for w in weights if id(w) not in pooler]
-
-    @property
-    def trainable_variables(self):
-        # Keras builds the optimizer from this list when it loads a compiled model (and in
-        # `_symbolic_build`); it must match the one training used, or the saved slots of a
-        # model kept with its optimizer state are skipped on load.
-        return self.trainable_weights
 
     def _base_config(self):
         return {

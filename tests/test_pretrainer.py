@@ -147,3 +147,29 @@ def test_weight_file_layout_is_unchanged(tmp_path):
     heads = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
     assert len(heads) == 3 and heads[0] is model.encoder
     assert {id(h) for h in heads[1:]} == {id(model.masked_lm), id(model.nsp_dense)}
+
+
+def test_mlm_only_pretrainer_neither_trains_nor_decays_the_pooler():
+    """Without the NSP head no loss reaches the pooler. Its weights must be out of both
+    trainable lists: JAX's trainer differentiates `trainable_variables`, so a pooler listed
+    there got optimizer slots and AdamW's weight decay shrank its kernel (by 1e-4 in three
+    steps at these settings), where TensorFlow's trainer, reading `trainable_weights`, left
+    it as it was. Run with KERAS_BACKEND=jax too."""
+    from bert_keras.losses import pretraining_losses_and_metrics
+    from bert_keras.optimization import create_optimizer
+
+    model = BertPretrainer(BertEncoder(**TINY), next_sentence=False)
+    pooler = {id(v) for v in model.encoder.pooler_layer.weights}
+    assert pooler and pooler <= {id(v) for v in model.weights}
+    assert [id(v) for v in model.trainable_variables] == [id(v) for v in model.trainable_weights]
+    assert not pooler & {id(v) for v in model.trainable_variables}
+    model.compile(optimizer=create_optimizer(1e-2, 10, weight_decay=0.1),
+                  **pretraining_losses_and_metrics(mlm_only=True))
+    x = pretraining_inputs(batch=3, seq=9, predictions=2)
+    y = {"mlm_logits": np.random.default_rng(5).integers(5, 99, (3, 2)).astype("int32")}
+    before = [keras.ops.convert_to_numpy(w) for w in model.encoder.pooler_layer.weights]
+    model.fit(x, y, sample_weight={"mlm_logits": np.ones((3, 2), "float32")}, epochs=3,
+              verbose=0)
+    for old, new in zip(before, model.encoder.pooler_layer.weights):
+        np.testing.assert_array_equal(old, keras.ops.convert_to_numpy(new))
+    assert not any("pooler" in v.path for v in model.optimizer.variables)

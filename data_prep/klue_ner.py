@@ -55,7 +55,7 @@ from typing import Sequence
 
 from data_prep import files
 from data_prep.classification import DataError
-from data_prep.tagging import TaggedSentence
+from data_prep.tagging import TaggedSentence, entity_scores
 
 # KLUE-NER's tags in the order of KLUE's release on the Hugging Face hub (klue/ner): types
 # in alphabetical order, B before I, "O" last. DT date, LC location, OG organization,
@@ -292,13 +292,6 @@ def strict_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     return entities
 
 
-def _f1(correct: int, gold: int, predicted: int) -> tuple[float, float, float]:
-    precision = correct / predicted if predicted else 0.0
-    recall = correct / gold if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return precision, recall, f1
-
-
 def scores(texts: Sequence[str], gold: Sequence[Sequence[str]],
            predicted: Sequence[Sequence[str]], label_list: Sequence[str]) -> dict:
     """KLUE-NER's scores over the characters other than " " of each sentence (module
@@ -329,14 +322,8 @@ def scores(texts: Sequence[str], gold: Sequence[Sequence[str]],
             counts.setdefault(b, [0, 0, 0])[2] += 1
             if a == b:
                 counts[a][0] += 1
-    per_type = {}
-    for kind in sorted({e[1] for e in gold_set | pred_set}):
-        g = {e for e in gold_set if e[1] == kind}
-        p = {e for e in pred_set if e[1] == kind}
-        precision, recall, f1 = _f1(len(g & p), len(g), len(p))
-        per_type[kind] = {"precision": precision, "recall": recall, "f1": f1,
-                          "support": len(g)}
-    precision, recall, f1 = _f1(len(gold_set & pred_set), len(gold_set), len(pred_set))
+    entity = entity_scores(gold_set, pred_set)
+    per_type = entity["per_type"]
     per_tag = {}
     for tag in label_list:
         tp, n_gold, n_pred = counts[tag]
@@ -347,9 +334,7 @@ def scores(texts: Sequence[str], gold: Sequence[Sequence[str]],
         "char_macro_f1": sum(per_tag.values()) / len(per_tag),
         "char_accuracy": right / total if total else 0.0,
         "num_scored_characters": total,
-        "entity": {"precision": precision, "recall": recall, "f1": f1,
-                   "num_gold": len(gold_set), "num_predicted": len(pred_set),
-                   "num_correct": len(gold_set & pred_set), "per_type": per_type},
+        "entity": entity,
         "per_tag_char_f1": per_tag,
     }
 

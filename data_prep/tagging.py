@@ -40,7 +40,8 @@ per window (the windows of a sentence in consecutive rows):
 plus `word_positions`: for each sentence, each word's (row, position): the window it is
 tagged from and where its first sub-token is in it ((-1, -1) if truncated away).
 
-Scoring lives with the task: `bert_keras.finetuning.tagging` (token accuracy, entity F1).
+Scoring lives with the task: `bert_keras.finetuning.tagging` (token accuracy, entity F1)
+and `klue_ner` (KLUE's scores); both score their entities with `entity_scores`.
 """
 
 from __future__ import annotations
@@ -150,6 +151,38 @@ def label_list_from(sentences: Sequence[TaggedSentence]) -> list[str]:
     if not labels:
         raise DataError("no tagged sentences: cannot derive a label list")
     return labels
+
+
+def entity_scores(gold: set, predicted: set) -> dict:
+    """Micro-averaged precision, recall and F1 of predicted entities against gold ones, and
+    the same per entity type.
+
+    Args:
+      gold, predicted: sets of (sentence index, type, first, last) tuples; a predicted
+        entity is correct only where all four match a gold one.
+
+    Returns:
+      {"precision", "recall", "f1", "num_gold", "num_predicted", "num_correct",
+       "per_type": {type: {"precision", "recall", "f1", "support"}}}, types sorted; a
+      precision or recall without entities to count, and an F1 of two zeros, are 0.
+    """
+
+    def prf(g, p):
+        correct = len(g & p)
+        precision = correct / len(p) if p else 0.0
+        recall = correct / len(g) if g else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return precision, recall, f1, correct
+
+    precision, recall, f1, correct = prf(gold, predicted)
+    per_type = {}
+    for type_ in sorted({e[1] for e in gold | predicted}):
+        g = {e for e in gold if e[1] == type_}
+        p = {e for e in predicted if e[1] == type_}
+        tp, tr, tf, _ = prf(g, p)
+        per_type[type_] = {"precision": tp, "recall": tr, "f1": tf, "support": len(g)}
+    return {"precision": precision, "recall": recall, "f1": f1, "num_gold": len(gold),
+            "num_predicted": len(predicted), "num_correct": correct, "per_type": per_type}
 
 
 @dataclasses.dataclass

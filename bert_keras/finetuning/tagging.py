@@ -175,22 +175,7 @@ def entity_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
         gold_set |= {(i, *c) for c in get_entities(g)}
         pred_set |= {(i, *c) for c in get_entities(p)}
 
-    def prf(g, p):
-        correct = len(g & p)
-        precision = correct / len(p) if p else 0.0
-        recall = correct / len(g) if g else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return precision, recall, f1, correct
-
-    precision, recall, f1, correct = prf(gold_set, pred_set)
-    per_type = {}
-    for type_ in sorted({c[1] for c in gold_set | pred_set}):
-        g = {c for c in gold_set if c[1] == type_}
-        p = {c for c in pred_set if c[1] == type_}
-        tp, tr, tf, _ = prf(g, p)
-        per_type[type_] = {"precision": tp, "recall": tr, "f1": tf, "support": len(g)}
-    return {"precision": precision, "recall": recall, "f1": f1, "num_gold": len(gold_set),
-            "num_predicted": len(pred_set), "num_correct": correct, "per_type": per_type}
+    return tagging.entity_scores(gold_set, pred_set)
 
 
 class TaggingTask(LabelledFileTask):

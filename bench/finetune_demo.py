@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shlex
 import subprocess
@@ -37,17 +36,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from data_prep.files import write_text  # noqa: E402
 from public_data import datasets, fetch  # noqa: E402
 from public_data import prepare as prepare_data  # noqa: E402
 
 INITS = ("minilm", "ours", "random", "random_mini")
 TASKS = ("spam", "pos")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------
@@ -63,7 +57,7 @@ def prepare_spam(out: Path, seed: int, test_fraction: float) -> dict:
     n_test = round(len(rows) * test_fraction)
     test, train = rows[:n_test], rows[n_test:]
     for name, part in (("train", train), ("test", test)):
-        _write_atomic(out / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in part))
+        write_text(out / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in part))
     count = lambda part, label: sum(r["label"] == label for r in part)  # noqa: E731
     return {"emails": len(datasets.spam_assassin_emails()), "deduplicated": len(rows),
             "train": {"ham": count(train, "ham"), "spam": count(train, "spam")},
@@ -94,7 +88,7 @@ def prepare(args) -> None:
     config = work / "minilm_bert_config.json"
     if not config.exists():
         read_hf_config(str(minilm)).to_json_file(str(config))
-    _write_atomic(summary_path, json.dumps(summary, indent=1) + "\n")
+    write_text(summary_path, json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
 
@@ -234,8 +228,8 @@ def table(args) -> None:
             rows.append(f"| {task} ({n} test {'emails' if task == 'spam' else 'words'}) | {init} | {metric} | "
                         f"{value} | {tr['num_train_steps']} | {tr['seconds'] / 60:.1f} min |")
     text = "\n".join(rows) + "\n"
-    _write_atomic(work / "results.md", text)
-    _write_atomic(work / "results.json", json.dumps(results, indent=1) + "\n")
+    write_text(work / "results.md", text)
+    write_text(work / "results.json", json.dumps(results, indent=1) + "\n")
     print(text)
 
 

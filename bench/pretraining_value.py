@@ -52,6 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from data_prep.files import write_text  # noqa: E402
 from public_data import fetch  # noqa: E402
 from public_data import prepare as prepare_data  # noqa: E402
 
@@ -94,12 +95,6 @@ def sizes(args) -> dict:
                 vocab=args.vocab_size, sotu_docs=None, brown_docs=None, dupe_factor=5,
                 train=args.train_size, test=args.test_size, seeds=args.seeds,
                 budget_minutes=args.budget_minutes, epochs_scale=1.0, evaluations=10)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _run(cmd: list[str], log: Path, work: Path) -> None:
@@ -147,8 +142,8 @@ def _raw_corpus(work: Path, s: dict) -> None:
     for split, docs in parts.items():
         (raw / split).mkdir(parents=True, exist_ok=True)
         for name, text in docs:
-            _write_atomic(raw / split / name, text)
-    _write_atomic(raw / "DONE", json.dumps({k: len(v) for k, v in parts.items()}) + "\n")
+            write_text(raw / split / name, text)
+    write_text(raw / "DONE", json.dumps({k: len(v) for k, v in parts.items()}) + "\n")
 
 
 def prepare(args) -> None:
@@ -282,7 +277,7 @@ def calibrate(args) -> dict:
     result = {"seconds_per_step": seconds, "pilot_steps": pilot_steps,
               "budget_minutes": s["budget_minutes"], "steps": steps,
               "command": "python " + " ".join(shlex.quote(a) for a in sys.argv)}
-    _write_atomic(path, json.dumps(result, indent=1) + "\n")
+    write_text(path, json.dumps(result, indent=1) + "\n")
     print(f"calibration: {seconds * 1000:.0f} ms a step -> {steps} steps for "
           f"{s['budget_minutes']} minutes", flush=True)
     return result
@@ -406,8 +401,8 @@ def table(args) -> None:
             cells.append("-")
         lines.append(f"| {init} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    _write_atomic(work / "results.md", text)
-    _write_atomic(work / "results.json", json.dumps(
+    write_text(work / "results.md", text)
+    write_text(work / "results.json", json.dumps(
         {"calibration": calibration, "curves": curves, "finetune": results}, indent=1) + "\n")
     print(text)
     try:

@@ -614,13 +614,13 @@ def spec_from_flags(expand_inputs: Callable[[str], list[str]] = features.expand_
     dynamic = _DYNAMIC_MASKING.value
     if dynamic:
         given = [h.name for h in (_MASKED_LM_PROB, _MAX_PREDICTIONS, _DO_WHOLE_WORD_MASK)
-                 if flags.FLAGS[h.name].present]
+                 if h.present]
         if given:
             raise InputError(
                 f"--{given[0]} does not apply with --dynamic_masking: masks are chosen at "
                 f"training time (run_pretraining --{given[0]})")
     dupe_factor = _DUPE_FACTOR.value
-    if dynamic and not flags.FLAGS[_DUPE_FACTOR.name].present:
+    if dynamic and not _DUPE_FACTOR.present:
         dupe_factor = 1  # Every pass of the trainer masks anew: copies add nothing.
     try:
         config = pi.InstanceConfig(
@@ -698,7 +698,7 @@ def _main_beam() -> int:
     # refused, not silently dropped.
     local_only = [h.name for h, asked in (
         (_SHUFFLE_BUFFER_SIZE, _SHUFFLE_BUFFER_SIZE.value != _SHUFFLE_BUFFER_SIZE.default),
-        (_NUM_EXAMPLES_TO_PRINT, flags.FLAGS[_NUM_EXAMPLES_TO_PRINT.name].present
+        (_NUM_EXAMPLES_TO_PRINT, _NUM_EXAMPLES_TO_PRINT.present
          and _NUM_EXAMPLES_TO_PRINT.value > 0),
         (_PRINT_FULL_EXAMPLES, _PRINT_FULL_EXAMPLES.value)) if asked]
     if local_only:

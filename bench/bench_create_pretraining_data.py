@@ -90,8 +90,8 @@ def fetch_wiki_dump() -> Path:
     return fetch.cached_fetch("gensim-4.4.0-enwiki-excerpt", build) / "enwiki-excerpt.xml.bz2"
 
 
-def prepare(work: Path) -> dict[str, Path]:
-    """Google-format corpora: sotu, wiki, big (see module docstring)."""
+def prepare(work: Path, big_corpus_mb: int) -> dict[str, Path]:
+    """Google-format corpora: sotu, wiki, big (`big_corpus_mb` MB; see module docstring)."""
     corpora = {"sotu": work / "sotu.txt", "wiki": work / "wiki.txt"}
     # The SOTU cache directory also holds FETCHED.json: take the addresses only.
     sources = {"sotu": f"{fetch.fetch_sotu()}/*.txt", "wiki": fetch_wiki_dump()}
@@ -100,7 +100,7 @@ def prepare(work: Path) -> dict[str, Path]:
             subprocess.run([sys.executable, "-m", "data_prep.prepare_corpus",
                             f"--input={sources[name]}", f"--output_file={path}"],
                            check=True, cwd=ROOT)
-    big = work / f"big-{_BIG_CORPUS_MB.value}mb.txt"
+    big = work / f"big-{big_corpus_mb}mb.txt"
     if not big.exists():
         docs = []
         for name in ("sotu", "wiki"):
@@ -110,7 +110,7 @@ def prepare(work: Path) -> dict[str, Path]:
         tmp = big.with_suffix(".incomplete")
         size = 0
         with open(tmp, "w", encoding="utf-8") as f:
-            while size < _BIG_CORPUS_MB.value * 1e6:
+            while size < big_corpus_mb * 1e6:
                 rng.shuffle(docs)
                 for d in docs:
                     block = d.strip("\n") + "\n\n"
@@ -239,7 +239,7 @@ def main(argv):
     work = Path(_WORK_DIR.value)
     out_dir = work / f"run-{datetime.now():%Y%m%d-%H%M%S}"
     out_dir.mkdir(parents=True)
-    corpora = prepare(work)
+    corpora = prepare(work, _BIG_CORPUS_MB.value)
     mb = {k: p.stat().st_size / 1e6 for k, p in corpora.items()}
     results = []
 

@@ -198,6 +198,16 @@ def first_text_error(raw_lines: Iterable[bytes], path: str) -> "TextFileError | 
     return None
 
 
+def not_text_message(data: bytes, path: str) -> str:
+    """`first_text_error`'s message for the first line of `data` (the start of a file,
+    already read) that is not UTF-8 text: `path`:line, byte offset and how to convert the
+    file (or UTF-16, a NUL byte); `path` is written as given (a caller may quote it)."""
+    import io
+
+    error = first_text_error(io.BytesIO(data), path)
+    return str(error) if error is not None else f"{path}: not UTF-8 text"
+
+
 def check_text_line(raw: bytes, path: str, number: int, offset: int) -> str:
     """Decodes line `number` of `path` (starting at byte `offset`) as UTF-8, or raises
     TextFileError naming the file, line and byte offset (a NUL byte: a binary file; UTF-16

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import glob as _glob
 import gzip
-import io
 import json
 import os
 import zlib
@@ -117,16 +116,7 @@ def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> No
     bad = text.count("\ufffd") - head.decode("utf-8", errors="ignore").count("\ufffd")
     if nul >= 0 or head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
             bad > 8 and bad > 0.01 * len(text)):
-        raise InputError(f"input file {_first_bad_line(head, path)}")
-
-
-def _first_bad_line(head: bytes, path: str) -> str:
-    """What `files.check_text_line` says of the first line of `head` that is not UTF-8
-    text: file:line, byte offset, and how to convert the file (or UTF-16, a NUL byte)."""
-    from data_prep import files
-
-    error = files.first_text_error(io.BytesIO(head), path)
-    return str(error) if error is not None else f"{path}: not UTF-8 text"
+        raise InputError(f"input file {files.not_text_message(head, path)}")
 
 
 def note_bad_utf8(warnings, path: str, line: int) -> None:

@@ -123,7 +123,9 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
         if "\x00" in text or data.startswith((b"\xff\xfe", b"\xfe\xff")):
             raise UnicodeError
     except UnicodeError:  # the line, the byte and how to convert it, as every reader says
-        raise VocabError(f"vocabulary file {_not_text(data, path)}") from None
+        from data_prep import files
+
+        raise VocabError(f"vocabulary file {files.not_text_message(data, repr(path))}") from None
     if text.startswith("\ufeff"):
         first = text[1:].split("\n", 1)[0]
         raise VocabError(
@@ -176,17 +178,6 @@ def _lines(indices: list[int]) -> str:
     shown = ", ".join(str(i + 1) for i in indices[:5])
     more = f" and {len(indices) - 5} more" if len(indices) > 5 else ""
     return f"line {shown}" if len(indices) == 1 else f"lines {shown}{more}"
-
-
-def _not_text(data: bytes, path: str) -> str:
-    """`files.check_text_line`'s message for the first line of `data` that is not UTF-8
-    text (a NUL byte, UTF-16, an undecodable byte)."""
-    import io
-
-    from data_prep import files
-
-    error = files.first_text_error(io.BytesIO(data), repr(path))
-    return str(error) if error is not None else f"{path!r}: not UTF-8 text"
 
 
 def special_token_ids(vocab: list[str]) -> dict[str, int]:

@@ -22,7 +22,7 @@ segment_ids, next_sentence_labels; --dupe_factor then defaults to 1) and the tra
 them anew on every pass, at its own --masked_lm_prob (RoBERTa's dynamic masking); the
 sidecars record `"masking": "dynamic"`.
 
-Shards are written as `.<name>.incomplete` and renamed when the whole run has succeeded;
+Shards are written as `.incomplete-<pid>.<name>` and renamed when the whole run has succeeded;
 existing outputs are never replaced unless --overwrite is given.
 """
 

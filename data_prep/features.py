@@ -641,7 +641,7 @@ def _is_data_file(path: str) -> bool:
 def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
     """Expands comma-separated lists and globs into a sorted list of data files.
 
-    Sidecars (`*.meta.json`) and unfinished temporary files (`.<name>.incomplete`) are
+    Sidecars (`*.meta.json`) and unfinished temporary files (`.incomplete-<pid>.<name>`) are
     skipped. Local paths use Python's glob; other file systems (gs://...) use tf.io.gfile.
 
     Args:

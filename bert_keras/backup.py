@@ -31,7 +31,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
+import warnings
 
 import h5py
 import keras
@@ -80,6 +82,12 @@ def backup_epoch(path: str) -> int:
         if group is None or "epoch" not in group.attrs:
             raise KeyError("written without an epoch (by Keras' own BackupAndRestore)")
         return int(group.attrs["epoch"])
+
+
+# Keras' warning (optimizers/base_optimizer.py, load_own_variables) for an optimizer state
+# of another variable count, which it skips.
+_SKIPPED_OPTIMIZER = re.compile(r"Skipping variable loading for optimizer .*, because it has "
+                                r"(\d+) variables whereas the saved optimizer has (\d+) variables")
 
 
 class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -212,7 +220,19 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
             meta = dict(group.attrs) if group is not None else None
             random_state = (np.asarray(group["random_state"][()]) if group is not None
                             else None)
-        self.model.load_weights(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.model.load_weights(path)
+        for warning in caught:
+            # Keras skips an optimizer state of another variable count with a warning: the
+            # run would go on from the backup's weights with fresh moments and step 0.
+            counts = _SKIPPED_OPTIMIZER.match(str(warning.message))
+            if counts:
+                raise ValueError(f"its optimizer state has {counts[2]} variables, this "
+                                 f"model's optimizer {counts[1]}: it was written for other "
+                                 "trainable weights")
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
         variables = random_state_variables(self.model)
         epoch = None
         if meta is None:

@@ -149,6 +149,23 @@ def test_unreadable_backups_are_one_clear_error(tmp_path):
     assert f"remove {tmp_path} to start the run over" in message
 
 
+def test_a_backup_of_other_trainable_weights_is_refused_not_resumed_from_step_0(tmp_path):
+    """Keras skips an optimizer state of another variable count with a warning: the run
+    went on from the backup's weights with fresh moments and its step counter at 0 (a
+    backup from before a change of what trains, e.g. the MLM-only pretrainer's pooler)."""
+    _crash(tmp_path, _CrashAtBatch(epoch=2, batch=3))
+    model = _model()
+    model.layers[0].trainable = False  # 2 fewer trainable variables: 4 fewer Adam slots
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    with pytest.raises(BackupError) as e:
+        _fit(model, tmp_path)
+    message = str(e.value)
+    assert "\n" not in message
+    # Adam: iterations and learning rate, and 2 slots per trainable variable (6, then 4).
+    assert message.count("its optimizer state has 14 variables, this model's optimizer 10: "
+                         "it was written for other trainable weights") == 2  # both backups
+
+
 def test_a_backup_from_keras_own_callback_resumes_but_not_exactly(tmp_path):
     model = _model()
     model.fit(X, Y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,

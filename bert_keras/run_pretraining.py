@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import os
 import sys
@@ -982,10 +983,12 @@ def _initial_weights(options: PretrainingOptions, distribution):
     path = options.init_checkpoint
     if not path:
         return None, False
-    directory = os.path.join(options.output_dir, "checkpoints")
+    # Escaped: a "[1]" in a directory's name is no character class.
+    directory = glob.escape(os.path.join(options.output_dir, "checkpoints"))
     kept = sorted(tf.io.gfile.glob(os.path.join(directory, "ckpt-*.weights.h5")))
     # Gone: neither the path nor a TF1 checkpoint prefix's files (bert_model.ckpt.index).
-    if (tf.io.gfile.exists(path) or tf.io.gfile.glob(path.rstrip("/") + ".*") or not kept
+    if (tf.io.gfile.exists(path) or tf.io.gfile.glob(glob.escape(path.rstrip("/")) + ".*")
+            or not kept
             or not os.path.isfile(os.path.join(options.output_dir, files.RUN_CONFIG_FILE))
             or not holds_a_backup(process_backup_dir(options.output_dir, distribution))):
         return load_initial_weights(path, options.bert_config_file), False

@@ -205,8 +205,7 @@ def default_num_shards(options, input_files: Sequence[str], dupe_factor: int) ->
     the runner (`runner_workers`), or one per ~DEFAULT_SHARD_BYTES of records, whichever is
     more, so that readers downstream can split the data and no shard grows without bound
     (WriteShard sorts one shard in memory)."""
-    input_bytes = sum(m.size_in_bytes for r in FileSystems.match(list(input_files))
-                      for m in r.metadata_list)
+    input_bytes = _input_bytes(input_files)
     by_size = -(-input_bytes * max(dupe_factor, 1) // DEFAULT_SHARD_BYTES)
     return max(runner_workers(options), int(by_size), 1)
 
@@ -223,21 +222,20 @@ def expand_input_files(patterns: str) -> list[str]:
       ValueError: a pattern matches no data file, or every matched file is empty.
     """
     _require_beam("a Beam runner")
-    parts = [p.strip() for p in str(patterns or "").split(",") if p.strip()]
+    parts = files.split_patterns(patterns or "")
     if not parts:
         raise ValueError("no input file pattern given (expected a comma-separated list of "
                          "files or globs)")
     found: dict[str, int] = {}
     for pattern in parts:
         try:
-            matches = FileSystems.match([pattern])[0].metadata_list
+            matches = _match_sizes(pattern)
         except Exception as e:  # BeamIOError, an unknown scheme, ...  pylint: disable=broad-except
             raise ValueError(f"cannot list {pattern!r}: {e}") from None
-        matches = [m for m in matches if _is_data_name(m.path)]
+        matches = {path: size for path, size in matches.items() if _is_data_name(path)}
         if not matches:
             raise ValueError(f"input pattern {pattern!r} matches no data file")
-        for m in matches:
-            found[m.path] = m.size_in_bytes
+        found.update(matches)
     if not any(found.values()):
         raise ValueError(f"the {len(found)} input file(s) are empty, e.g. {min(found)}; the "
                          "corpus needs at least 2 documents")
@@ -539,11 +537,25 @@ def _exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
+def _delete(path: str) -> None:
+    """Deletes one file on any Beam file system. Beam's delete matches its paths as globs
+    (local and GCS alike): a local file is removed by name, another escaped, so that
+    "run [1]/x" is that file (before, nothing matched and a finished job left its temporary
+    summary behind)."""
+    import glob
+
+    if "://" not in path:
+        os.remove(path)
+        return
+    with _escaped_globs_quiet():
+        FileSystems.delete([glob.escape(path)])
+
+
 def _delete_quietly(paths: Iterable[str]) -> None:
     for path in paths:
         try:
             if FileSystems.exists(path):
-                FileSystems.delete([path])
+                _delete(path)
         except Exception:  # pylint: disable=broad-except
             pass
 
@@ -559,8 +571,50 @@ def _job_error(e: BaseException) -> str:
     return f"the Beam job failed: {type(e).__name__}: {last[-1] if last else ''}"[:2000]
 
 
+@contextlib.contextmanager
+def _escaped_globs_quiet():
+    """Around Beam's match and delete of escaped globs. Beam turns a glob into a regular
+    expression, where the escaped "[[]" of a literal "[" (glob.escape) draws re's
+    FutureWarning "Possible nested set": the match is right, the warning noise."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Possible nested set", FutureWarning)
+        yield
+
+
+def _match_sizes(pattern: str) -> dict[str, int]:
+    """{path: size in bytes} of the files a user's path or glob names (`files.glob_as_written`:
+    "run [1]/a.txt" is that file). Local ones through Python's glob, as the local tool finds
+    them: Beam's local match walks from the directory before the first glob character without
+    following links, so it found nothing in "run [[]1]/data -> /shared/corpus/"; others
+    through Beam's match, on any Beam file system."""
+    import glob
+
+    if "://" not in pattern:
+        return {path: os.path.getsize(path) for path in glob.glob(files.glob_as_written(pattern))
+                if os.path.isfile(path)}
+    with _escaped_globs_quiet():
+        matched = FileSystems.match([files.glob_as_written(pattern, _exists)])[0]
+    return {m.path: m.size_in_bytes for m in matched.metadata_list}
+
+
+def _input_bytes(paths: Sequence[str]) -> int:
+    """The total size of the files `paths`, each matched as written (Beam's match read "[1]"
+    in a path as a character class, and counted 0 bytes for "run [1]/a.txt")."""
+    return sum(sum(_match_sizes(path).values()) for path in paths)
+
+
 def _match(pattern: str) -> list[str]:
-    return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+    """The matches of a glob made by the code (escaped where it names a path, as
+    `files.shard_set_glob`) on any Beam file system; local ones through Python's glob (see
+    `_match_sizes`)."""
+    import glob
+
+    if "://" not in pattern:
+        return glob.glob(pattern)
+    with _escaped_globs_quiet():
+        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
 
 
 def check_outputs(spec: job.JobSpec) -> list[str]:
@@ -607,8 +661,7 @@ def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
     start = time.monotonic()
     try:
         pipeline = beam.Pipeline(options=options)
-        input_bytes = sum(m.size_in_bytes for r in FileSystems.match(list(spec.input_files))
-                          for m in r.metadata_list)
+        input_bytes = _input_bytes(spec.input_files)
         buckets = num_buckets(input_bytes, bucket_mb)
         build_pipeline(pipeline, spec, vocab, special, temps, summary_path, buckets)
         beam_log = _pylogging.getLogger("apache_beam")
@@ -698,7 +751,7 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
         for temp, path, meta in zip(temps, spec.output_files, metas):
             _write_text(meta, features.sidecar_path(path))
             if _exists(path):
-                FileSystems.delete([path])
+                _delete(path)
             FileSystems.rename([temp], [path])
         _delete_quietly(replaced)  # once the new set is in place, as publish_shards does
     if replaced:

@@ -115,14 +115,15 @@ def megabytes(n: int) -> str:
 
 
 def resolve_inputs(patterns: Sequence[str]) -> list[str]:
-    """Expands files/globs into a sorted, de-duplicated file list.
+    """Expands files/globs into a sorted, de-duplicated file list (a path that exists as
+    written is read as written: `files.glob_as_written`).
 
     Raises:
       BuildVocabError: a pattern matches nothing or names a directory.
     """
     paths: list[str] = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    for pattern in files.split_patterns(patterns):
+        matches = sorted(glob.glob(files.glob_as_written(pattern)))
         if not matches or not all(os.path.exists(m) for m in matches):
             raise BuildVocabError(f"--input {pattern!r} matches no file")
         for m in matches:

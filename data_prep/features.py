@@ -643,6 +643,7 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
 
     Sidecars (`*.meta.json`) and unfinished temporary files (`.incomplete-<pid>.<name>`) are
     skipped. Local paths use Python's glob; other file systems (gs://...) use tf.io.gfile.
+    A path that exists as written is read as written (`files.glob_as_written`: "run [1]/").
 
     Args:
       patterns: "a,b*,c" or a list of such strings.
@@ -653,18 +654,17 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
     Raises:
       ValueError: naming the first pattern that matches no data file (or if none is given).
     """
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    parts = [p.strip() for item in patterns for p in str(item).split(",") if p.strip()]
+    parts = files.split_patterns(patterns)
     if not parts:
         raise ValueError("no input file pattern given (expected a comma-separated list of "
                          "files or globs)")
     found: set[str] = set()
     for pattern in parts:
         if "://" in pattern:
-            matches = tf.io.gfile.glob(pattern)
+            matches = tf.io.gfile.glob(files.glob_as_written(pattern, tf.io.gfile.exists))
         else:
-            matches = [m for m in _glob.glob(pattern) if os.path.isfile(m)]
+            matches = [m for m in _glob.glob(files.glob_as_written(pattern))
+                       if os.path.isfile(m)]
         matches = [m for m in matches if _is_data_file(m)]
         if not matches:
             raise ValueError(f"input pattern {pattern!r} matches no data file")

@@ -20,7 +20,7 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 # --- Names of the files a stage leaves for the next one. ---
 
@@ -77,6 +77,48 @@ def shard_set_glob(prefix: str) -> str:
     import glob
 
     return glob.escape(prefix) + "-?????-of-?????.tfrecord*"
+
+
+def split_patterns(patterns: str | Iterable[str]) -> list[str]:
+    """The items of a comma-separated file list (or of a list of such strings), stripped,
+    empty ones dropped: "a.txt, b*.txt" -> ["a.txt", "b*.txt"]."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    return [p.strip() for item in patterns for p in str(item).split(",") if p.strip()]
+
+
+def glob_as_written(pattern: str, exists: Callable[[str], bool] = os.path.lexists) -> str:
+    """The glob that reads a path or pattern a user typed as written: its longest leading
+    part that exists as a path is escaped, the rest still globs.
+
+    Users' directories hold glob characters ("run [1]/", "data[2024]/"); Python's glob,
+    tf.io.gfile.glob and Beam read `[1]` as a character class, so "run [1]/a.txt" matched
+    nothing although it exists, and "run [1]/*.txt" read "run 1/". A file that exists is
+    itself; in "run [1]/*.txt", with "run [1]" a directory, only "*.txt" globs; a pattern
+    no leading part of which exists ("shard-[0-4].txt") globs as before. Works for every
+    file system whose glob takes `[[]` for a literal "[" (Python's, fnmatch's, TensorFlow's,
+    Beam's).
+
+    Args:
+      pattern: a path or glob ("/" separated; local, or gs://... with `exists` to match).
+      exists: whether a path exists on its file system (tf.io.gfile.exists, Beam's
+        FileSystems.exists, ...).
+
+    Returns:
+      A glob pattern; `pattern` itself when it holds no glob character.
+    """
+    import glob
+
+    if not glob.has_magic(pattern):
+        return pattern
+    parts = pattern.split("/")
+    for end in range(len(parts), 0, -1):
+        head = "/".join(parts[:end])
+        if not glob.has_magic(head):
+            break  # no shorter head holds a glob character to take literally
+        if exists(head):
+            return "/".join([glob.escape(head)] + parts[end:])
+    return pattern
 
 
 def describe_shard_set(prefix: str, count: int, suffix: str) -> str:

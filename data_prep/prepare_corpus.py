@@ -404,17 +404,16 @@ def _child_text(elem, name: str) -> str:
 def expand_inputs(patterns: str | Sequence[str]) -> list[str]:
     """Files, directories (recursive) or globs, comma-separated or as a list -> file list.
 
-    Each pattern's matches are sorted; patterns keep their order.
+    Each pattern's matches are sorted; patterns keep their order. A path that exists as
+    written is read as written (`files.glob_as_written`: "run [1]/").
 
     Raises:
       CorpusError: naming a pattern that matches no file.
     """
-    if isinstance(patterns, str):
-        patterns = [patterns]
     out: list[str] = []
-    for pattern in [p.strip() for item in patterns for p in item.split(",") if p.strip()]:
+    for pattern in files.split_patterns(patterns):
         matches = []
-        for match in sorted(glob.glob(pattern)):
+        for match in sorted(glob.glob(files.glob_as_written(pattern))):
             if os.path.isdir(match):
                 for root, dirs, names in os.walk(match):
                     dirs.sort()

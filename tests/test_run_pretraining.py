@@ -587,14 +587,17 @@ def test_a_killed_phase_two_resumes_after_phase_one_was_deleted(finished_run, da
     """Phase 1 deleted while phase 2 ran (its backup supersedes phase 1's weights): the rerun
     stopped at "--init_checkpoint ...: not found". It resumes with the run's own config,
     vocabulary and settings, and ends as the uninterrupted run. Without a backup to resume
-    from, phase 1 is still required."""
+    from, phase 1 is still required. The run's directory holds a glob character class
+    ("out [1]"): the run's own checkpoints were looked up by a glob of that path, which
+    found none there, so the rerun stopped at the missing phase 1 all the same."""
     phase_one, _ = finished_run
     common = dict(num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2,
                   deterministic=True, bert_config_file=None, vocab_file=None)
     train(_options(data, tmp_path / "whole", init_checkpoint=phase_one.output_dir, **common))
     copy = tmp_path / "phase1"
     shutil.copytree(phase_one.output_dir, copy)
-    killed = _options(data, tmp_path / "out", init_checkpoint=str(copy), **common)
+    out = tmp_path / "out [1]"
+    killed = _options(data, out, init_checkpoint=str(copy), **common)
     with pytest.raises(_SimulatedCrash):
         train(killed, extra_callbacks=[_CrashAfterFirstBackup()])
     shutil.rmtree(copy)
@@ -602,12 +605,12 @@ def test_a_killed_phase_two_resumes_after_phase_one_was_deleted(finished_run, da
     train(killed, extra_callbacks=[counter])
     assert counter.batches == 2  # updates 3 and 4
     whole = _weights(str(tmp_path / "whole" / "pretrainer.weights.h5"))
-    resumed = _weights(str(tmp_path / "out" / "pretrainer.weights.h5"))
+    resumed = _weights(str(out / "pretrainer.weights.h5"))
     assert whole.keys() == resumed.keys()
     for name in whole:
         np.testing.assert_array_equal(whole[name], resumed[name], err_msg=name)
     for name in ("vocab.txt", "tokenizer_config.json", "bert_config.json"):
-        assert (tmp_path / "out" / "encoder" / name).read_text() == \
+        assert (out / "encoder" / name).read_text() == \
             (tmp_path / "whole" / "encoder" / name).read_text()
     # Stopped before its first backup: nothing stands in for the initial weights.
     stopped = _options(data, tmp_path / "stopped", init_checkpoint=str(copy), **common)

@@ -1,0 +1,96 @@
+"""Paths users really have: spaces, Hangul, glob characters ("run [1]"), braces, "%", "~"
+in a flag and symbolic links, through the shared path handling (data_prep/files.py,
+data_prep/cli.py) and the readers that used to miss such paths.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cli_harness import run_tool
+from conftest import REPO, TINY
+
+from data_prep import cli, files
+
+# A directory as users name them: spaces, Hangul, a "[1]" (a glob character class), braces
+# and a percent sign.
+ODD = os.path.join("작업 공간", "run [1] {v2} 100%")
+
+
+def _touch(path, text="x\n"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+@pytest.fixture
+def odd(tmp_path):
+    """tmp_path/작업 공간/run [1] {v2} 100%/ with a.txt, b.txt and c.md, beside "run 1 {v2}
+    100%"/x.txt, the directory that "[1]" read as a character class names."""
+    root = tmp_path / ODD
+    for name in ("a.txt", "b.txt", "c.md"):
+        _touch(root / name, f"{name} one.\n\n{name} two.\n")
+    _touch(tmp_path / "작업 공간" / "run 1 {v2} 100%" / "x.txt")
+    return root
+
+
+def test_a_path_that_exists_is_read_as_written_and_only_the_rest_globs(odd, tmp_path):
+    """Python's glob read "run [1]" as "run 1": the file named as it is matched nothing, and
+    "run [1]/*.txt" listed the other directory's x.txt."""
+    as_written = lambda p: sorted(glob.glob(files.glob_as_written(str(p))))  # noqa: E731
+    assert as_written(odd / "a.txt") == [str(odd / "a.txt")]
+    assert as_written(odd / "*.txt") == [str(odd / "a.txt"), str(odd / "b.txt")]
+    assert as_written(odd / "[ab].*") == [str(odd / "a.txt"), str(odd / "b.txt")]
+    # No leading part exists as written: the whole pattern still globs.
+    other = tmp_path / "작업 공간" / "run [12] {v2} 100%" / "*.txt"
+    assert as_written(other) == [str(tmp_path / "작업 공간" / "run 1 {v2} 100%" / "x.txt")]
+    assert files.glob_as_written("plain/path.txt") == "plain/path.txt"
+    # Another file system's existence test decides there (gs://, through its own call).
+    seen = []
+    exists = lambda p: seen.append(p) or p == "gs://b/run [1]"  # noqa: E731
+    assert files.glob_as_written("gs://b/run [1]/x-*.tfrecord", exists) == \
+        "gs://b/run [[]1]/x-*.tfrecord"
+    assert seen == ["gs://b/run [1]/x-*.tfrecord", "gs://b/run [1]"]
+
+
+def test_every_input_expander_reads_a_directory_with_glob_characters(odd):
+    from data_prep import build_vocab, features, prepare_corpus
+
+    a, b = str(odd / "a.txt"), str(odd / "b.txt")
+    listed = f"{a}, {b}"
+    assert features.expand_input_files(listed) == [a, b]
+    assert features.expand_input_files(str(odd / "*.txt")) == [a, b]
+    assert prepare_corpus.expand_inputs(listed) == [a, b]
+    assert prepare_corpus.expand_inputs(str(odd / "?.txt")) == [a, b]
+    assert build_vocab.resolve_inputs([a, str(odd / "*.txt")]) == [a, b]
+    with pytest.raises(ValueError, match=r"run \[1\] \{v2\} 100%/nothing\*' matches no data"):
+        features.expand_input_files(str(odd / "nothing*"))
+
+
+def test_beam_expands_counts_and_deletes_in_a_directory_with_glob_characters(odd, tmp_path):
+    """Beam's match and delete read "[1]" as a character class: the inputs were not found,
+    their bytes counted 0, and a finished job's temporary summary stayed behind. Its local
+    match does not follow a linked directory below the escaped part ("run [1]/shared ->
+    /data/corpus"), which Python's glob, as the local tool, does."""
+    pytest.importorskip("apache_beam")
+    from data_prep import beam_pipeline
+
+    a, b = str(odd / "a.txt"), str(odd / "b.txt")
+    assert beam_pipeline.expand_input_files(f"{a},{odd / '*.txt'}") == [a, b]
+    assert beam_pipeline._input_bytes([a, b]) == os.path.getsize(a) + os.path.getsize(b) > 0
+    shared = _touch(tmp_path / "data" / "corpus.txt", "Shared text.\n\nMore.\n")
+    (odd / "shared").symlink_to(tmp_path / "data")
+    assert beam_pipeline.expand_input_files(str(odd / "shared" / "*.txt")) == [
+        str(odd / "shared" / "corpus.txt")]
+    assert beam_pipeline._input_bytes([str(odd / "shared" / "corpus.txt")]) == \
+        os.path.getsize(shared)
+    temp = _touch(odd / ".incomplete-1.out.summary.json")
+    beam_pipeline._delete_quietly([temp])
+    assert not os.path.exists(temp) and os.path.exists(a)
+
+

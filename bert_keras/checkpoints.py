@@ -38,6 +38,7 @@ name and renames when complete, and never overwrites.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -530,8 +531,11 @@ def _bert_config_beside(prefix: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(prefix)), files.BERT_CONFIG_FILE)
 
 
+@contextlib.contextmanager
 def _open_google_checkpoint(ckpt_prefix: str):
-    """Returns (prefix, reader, {name: shape} without optimizer state) of a TF1 checkpoint.
+    """Yields (prefix, reader, {name: shape} without optimizer state) of a TF1 checkpoint;
+    the reader reads while the block runs (through `files.glob_free`: TensorFlow's reader
+    finds the index by a glob, which missed it under a directory such as "run [1]/").
 
     Raises:
       FileNotFoundError: no checkpoint there.
@@ -540,21 +544,24 @@ def _open_google_checkpoint(ckpt_prefix: str):
     import tensorflow as tf
 
     prefix = _checkpoint_prefix(ckpt_prefix)
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        shapes = reader.get_variable_to_shape_map()
-    except Exception as e:  # The C++ reader raises DataLossError, IndexError, ...
-        raise WeightLoadError(
-            f"{prefix}: cannot read TF checkpoint index {prefix}.index "
-            f"({_first_line(getattr(e, 'message', str(e)))}); is the file complete?"
-        ) from None
-    shapes = {k: tuple(v) for k, v in shapes.items() if not GOOGLE_TRAINING_STATE.search(k)}
-    return prefix, reader, shapes
+    with files.glob_free(prefix) as readable:
+        try:
+            reader = tf.train.load_checkpoint(readable)
+            shapes = reader.get_variable_to_shape_map()
+        except Exception as e:  # The C++ reader raises DataLossError, IndexError, ...
+            message = _first_line(getattr(e, "message", str(e))).replace(readable, prefix)
+            raise WeightLoadError(
+                f"{prefix}: cannot read TF checkpoint index {prefix}.index "
+                f"({message}); is the file complete?"
+            ) from None
+        yield prefix, reader, {k: tuple(v) for k, v in shapes.items()
+                               if not GOOGLE_TRAINING_STATE.search(k)}
 
 
 def read_google_checkpoint_names(ckpt_prefix: str) -> dict[str, tuple]:
     """Returns {tensor name: shape} of a TF1 checkpoint, optimizer state removed."""
-    return _open_google_checkpoint(ckpt_prefix)[2]
+    with _open_google_checkpoint(ckpt_prefix) as (_, _, shapes):
+        return shapes
 
 
 def _first_line(message: str) -> str:
@@ -588,7 +595,12 @@ def load_google_checkpoint(model, ckpt_prefix: str, config_file: str | None = No
     config_file = config_file or _bert_config_beside(prefix)
     if os.path.exists(config_file):
         _check_config_fits(model, BertConfig.from_json_file(config_file), config_file)
-    prefix, reader, shapes = _open_google_checkpoint(prefix)
+    with _open_google_checkpoint(prefix) as (prefix, reader, shapes):
+        _load_google_tensors(model, prefix, reader, shapes)
+
+
+def _load_google_tensors(model, prefix: str, reader, shapes: dict) -> None:
+    """`load_google_checkpoint`'s reading and assigning, while `reader` is open."""
 
     def read(name):
         try:

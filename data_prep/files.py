@@ -121,6 +121,51 @@ def glob_as_written(pattern: str, exists: Callable[[str], bool] = os.path.lexist
     return pattern
 
 
+@contextlib.contextmanager
+def glob_free(path: str) -> Iterator[str]:
+    """`path`, or, while the block runs, an alias of it whose name holds no glob character,
+    for TensorFlow's checkpoint readers.
+
+    TensorFlow finds a checkpoint's index by a glob (`<prefix>.index`, in
+    tf.train.load_checkpoint and the RestoreV2 op, so in tf.saved_model.load and TF
+    Serving), so under "run [1]/" it found none and reported "Failed to find any matching
+    files". The alias is a symbolic link in a fresh temporary directory to `path` (a file or
+    directory) or, for a checkpoint prefix that is no file, to its directory; it is removed
+    when the block ends. A local `path` without "[", "*" or "?" (or a system where no alias
+    can be made) is yielded as it is.
+    """
+    import glob
+    import tempfile
+
+    path = os.fspath(path)
+    absolute = os.path.abspath(path)
+    if "://" in path or not glob.has_magic(absolute):
+        yield path
+        return
+    try:
+        tmp = tempfile.mkdtemp(prefix="bert-keras-path-")
+    except OSError:
+        yield path
+        return
+    link = os.path.join(tmp, "p")
+    try:
+        if os.path.lexists(absolute):
+            target, alias = absolute, link
+        else:  # a prefix: <prefix>.index and the data files are in its directory
+            target = os.path.dirname(absolute)
+            alias = os.path.join(link, os.path.basename(absolute))
+        try:
+            os.symlink(target, link)
+        except OSError:
+            alias = path
+        yield path if glob.has_magic(alias) else alias
+    finally:
+        if os.path.islink(link):
+            os.unlink(link)
+        with contextlib.suppress(OSError):
+            os.rmdir(tmp)
+
+
 def describe_shard_set(prefix: str, count: int, suffix: str) -> str:
     """`<prefix>-*-of-00008.tfrecord`: a set in messages."""
     return f"{prefix}-*-of-{count:05d}{suffix}"

@@ -213,7 +213,26 @@ def write_saved_model(
             with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as writer:
                 for signature_name, inputs in warmup:
                     writer.write(warmup_record(signature_name, inputs))
+    warn_if_unloadable_where_it_is(path)
     return path
+
+
+def warn_if_unloadable_where_it_is(path: str) -> None:
+    """Warns, in one line, where TensorFlow cannot load the SavedModel at `path` from that
+    path: its loaders (tf.saved_model.load, TF Serving's, TF 2.12's too) find the variables
+    by a glob, `<path>/variables/variables.index`, which a "[", "*" or "?" in the path
+    turns into a pattern that misses the file ("Failed to find any matching files")."""
+    import glob
+
+    from absl import logging
+
+    if glob.has_magic(os.path.abspath(path)):
+        logging.warning(
+            "%s: TensorFlow cannot load a SavedModel from a path holding '[', '*' or '?' "
+            "(its loaders find the variables by a glob): export.verify and "
+            "export.saved_model_cli load it through a link; in your own code or TF Serving, "
+            "load it through a symlink or copy without them (in Docker, mount it at "
+            "/models/NAME)", path)
 
 
 def _set_method_names(path: str, method_names: dict[str, str]) -> None:

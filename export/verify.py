@@ -79,7 +79,7 @@ from absl import app, flags, logging
 from data_prep import tf_logging
 
 tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
-from data_prep import schema  # noqa: E402
+from data_prep import files, schema  # noqa: E402
 from export.saved_model_writer import WARMUP_FILE, served_version
 
 # What a TF Hub BERT encoder signature must look like.
@@ -177,9 +177,10 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
     With `text` (the graph holds text ops) the report's "warmup_outputs" lists each warmup
     request's numeric outputs, {name: array}, in the file's order (`_check_bucket_lengths`
     reads span QA's)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    # TensorFlow's loader globs the variables' path: "run [1]/" is loaded through an alias.
+    with tempfile.TemporaryDirectory() as tmp, files.glob_free(export_dir) as loadable:
         report_file = os.path.join(tmp, "report.json")
-        cmd = [sys.executable, "-m", "export.serving_probe", export_dir, report_file]
+        cmd = [sys.executable, "-m", "export.serving_probe", loadable, report_file]
         warmup_file = os.path.join(tmp, "warmup_outputs.npz")
         if text:
             cmd += ["--text", "--warmup_outputs", warmup_file]
@@ -218,8 +219,9 @@ def _check_variables_index(export_dir: str) -> None:
 
     prefix = os.path.join(export_dir, "variables", "variables")
     if os.path.exists(prefix + ".index"):
-        with reading(prefix + ".index", "a TensorFlow checkpoint index (the export's variables)"):
-            tf.train.load_checkpoint(prefix)
+        with reading(prefix + ".index", "a TensorFlow checkpoint index (the export's variables)"
+                     ), files.glob_free(prefix) as readable:
+            tf.train.load_checkpoint(readable)
 
 
 def _position_table(export_dir: str) -> tuple[int, str] | None:

@@ -94,3 +94,56 @@ def test_beam_expands_counts_and_deletes_in_a_directory_with_glob_characters(odd
     assert not os.path.exists(temp) and os.path.exists(a)
 
 
+def test_tensorflow_reads_a_checkpoint_under_glob_characters_only_through_an_alias(tmp_path):
+    """TensorFlow finds `<prefix>.index` by a glob: under "run [1]" it found nothing (and so
+    tf.saved_model.load and TF Serving fail there). `files.glob_free` gives a link without
+    glob characters, gone when the block ends."""
+    import tensorflow as tf
+
+    directory = tmp_path / ODD
+    directory.mkdir(parents=True)
+    prefix = str(directory / "ckpt")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=["w"], shape_and_slices=[""],
+                      tensors=[tf.constant([1.5, -2.0, 3.25])])
+    with pytest.raises(Exception, match="Failed to find any matching files"):
+        tf.train.load_checkpoint(prefix)
+    with files.glob_free(prefix) as readable:
+        assert not glob.has_magic(readable) and readable != prefix
+        np.testing.assert_array_equal(tf.train.load_checkpoint(readable).get_tensor("w"),
+                                      [1.5, -2.0, 3.25])
+        alias_dir = os.path.dirname(os.path.dirname(readable))
+    assert not os.path.exists(alias_dir)
+    with files.glob_free(str(tmp_path / "plain")) as same:  # nothing to alias
+        assert same == str(tmp_path / "plain")
+
+
+def test_an_export_where_tensorflow_cannot_load_it_says_so(tmp_path, caplog):
+    from export.saved_model_writer import warn_if_unloadable_where_it_is
+
+    warn_if_unloadable_where_it_is(str(tmp_path / "models" / "spam" / "1"))
+    assert not caplog.records
+    warn_if_unloadable_where_it_is(str(tmp_path / ODD / "spam" / "1"))
+    [record] = caplog.records
+    assert record.levelname == "WARNING" and record.getMessage().startswith(
+        f"{tmp_path / ODD / 'spam' / '1'}: TensorFlow cannot load a SavedModel from a path "
+        "holding '[', '*' or '?'")
+
+
+def test_a_google_checkpoint_round_trips_under_glob_characters(tmp_path):
+    """save_google_checkpoint reads its checkpoint back to verify it: under "run [1]" that
+    read failed ("cannot read TF checkpoint index"), and no Google checkpoint there loaded."""
+    from bert_keras import BertEncoder
+    from bert_keras.checkpoints import save_google_checkpoint
+    from bert_keras.model_loading import load_checkpoint
+
+    encoder = BertEncoder(**TINY)
+    rng = np.random.default_rng(3)
+    encoder.set_weights([rng.normal(0, 0.2, w.shape).astype(np.float32)
+                         for w in encoder.get_weights()])
+    prefix = save_google_checkpoint(encoder, str(tmp_path / ODD) + "/")
+    assert prefix == str(tmp_path / ODD / "bert_model.ckpt")
+    loaded = load_checkpoint(prefix, fmt="google").model
+    for x, y in zip(encoder.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
+
+

@@ -462,7 +462,8 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     parent directories this call created.
 
     Args:
-      final_path: where the output goes; its directory is created if needed.
+      final_path: where the output goes; its directory is created if needed. A directory
+        output whose path is a symbolic link is written where the link points.
       overwrite: replace an existing `final_path`; otherwise it is an error.
       directory: the output is a directory (created empty, to be filled by the block).
       hint: the end of the error message when `final_path` exists.
@@ -479,6 +480,11 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     # "out/" names the directory out: its temporary is a sibling, not a child (which
     # created out itself, then refused it as existing, and left it behind).
     final_path = os.fspath(final_path).rstrip(os.sep) or os.sep
+    if directory and os.path.islink(final_path):
+        # A link to a directory ("out -> /big/disk/out") says where the output goes: it is
+        # written there. Before, the rename replaced the link itself with a directory (on
+        # the link's disk), leaving the linked directory as it was.
+        final_path = os.path.realpath(final_path)
     if not directory:
         _refuse_a_directory(final_path)
     if not overwrite:

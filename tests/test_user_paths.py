@@ -147,3 +147,17 @@ def test_a_google_checkpoint_round_trips_under_glob_characters(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
 
 
+def test_a_directory_output_that_is_a_link_is_written_where_it_points(tmp_path):
+    """`--output=models/hf` with models/hf a link to a directory on another disk: the
+    rename replaced the link with a new directory, and the linked one stayed empty."""
+    target = tmp_path / "big disk" / "hf [1]"
+    target.mkdir(parents=True)
+    link = tmp_path / "hf link"
+    link.symlink_to(target)
+    with files.atomic_output(str(link), overwrite=True, directory=True) as tmp:
+        _touch(os.path.join(tmp, "config.json"), "{}\n")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert sorted(os.listdir(target)) == ["config.json"]
+    assert sorted(os.listdir(tmp_path)) == ["big disk", "hf link"]  # no temporary left
+
+

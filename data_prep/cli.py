@@ -267,8 +267,46 @@ def flag_error_line(e: Exception) -> str:
     return text
 
 
+# Flags that name files or directories, besides every `*_file` and `*_dir`: a `~` that
+# starts one of their paths is expanded (`expand_home_in_path_flags`).
+PATH_FLAGS = ("input", "output", "init_checkpoint")
+
+
+def is_path_flag(name: str) -> bool:
+    """Whether flag `name` names files or directories (one path, or a comma-separated list)."""
+    return name in PATH_FLAGS or name.endswith(("_file", "_dir"))
+
+
+def expand_home_in_path_flags(flag_values) -> None:
+    """Expands a leading `~` or `~user` of each path given on the command line to a path
+    flag (each item of a comma-separated list), as a shell would have, so that every tool
+    reads `--output_dir=~/runs/x` as the home directory's (absl, like tf.io.gfile, kept the
+    `~`: a directory named "~" appeared in the working directory).
+
+    Raises:
+      InputError: naming the flag, where `~user` names no user.
+    """
+    from data_prep import files
+
+    for name in list(flag_values):
+        flag = flag_values[name]
+        if not flag.present or not is_path_flag(name) or not flag.value:
+            continue
+        value = flag.value
+        items = list(value) if isinstance(value, list) else str(value).split(",")
+        if not any(item.strip().startswith("~") for item in items):
+            continue
+        try:
+            items = [files.expand_home(item.strip()) if item.strip().startswith("~") else item
+                     for item in items]
+        except ValueError as e:
+            raise InputError(f"--{name}", str(e)) from None
+        setattr(flag_values, name, items if isinstance(value, list) else ",".join(items))
+
+
 def parse_flags(argv: Sequence[str]) -> list[str]:
-    """absl's flag parsing with numeric checks; a bad flag is one line and exit status 2.
+    """absl's flag parsing with numeric checks and `~` expanded in path flags
+    (`expand_home_in_path_flags`); a bad flag is one line and exit status 2.
 
     Used as `app.run`'s flags_parser (`run`) and by `invoke`.
     """
@@ -278,10 +316,16 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
     _install_validators(flags.FLAGS)
     try:
-        return flags.FLAGS(list(argv))
+        remaining = flags.FLAGS(list(argv))
     except flags.Error as e:
         print(f"error: {flag_error_line(e)}", file=sys.stderr)
         sys.exit(2)
+    try:
+        expand_home_in_path_flags(flags.FLAGS)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return remaining
 
 
 def _common_expected() -> tuple:

@@ -166,6 +166,24 @@ def glob_free(path: str) -> Iterator[str]:
             os.rmdir(tmp)
 
 
+def expand_home(path: str) -> str:
+    """`~` or `~user` at the start of a path replaced by the home directory, as a shell does
+    for a path typed as a word of its own (it leaves `--flag=~/x` alone, and so did absl, so
+    a directory named "~" was created in the working directory).
+
+    Raises:
+      ValueError: `~user` names no user (or no home directory is known), in one line.
+    """
+    path = os.fspath(path)
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        raise ValueError(f"{path}: cannot expand {path.split('/')[0]} (no such user or no "
+                         "home directory); write the path in full")
+    return expanded
+
+
 def describe_shard_set(prefix: str, count: int, suffix: str) -> str:
     """`<prefix>-*-of-00008.tfrecord`: a set in messages."""
     return f"{prefix}-*-of-{count:05d}{suffix}"

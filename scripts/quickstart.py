@@ -651,16 +651,28 @@ def sizes_from_args(args) -> Sizes:
                                         if getattr(args, k) is not None})
 
 
+def path(value: str) -> str:
+    """A path argument with a leading `~` expanded, as the tools' path flags are."""
+    from data_prep import files
+
+    try:
+        return files.expand_home(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "quickstart"),
+                        type=path,
                         help="where every output goes (default: out/quickstart)")
     parser.add_argument("--stage", default="all", choices=("all",) + STAGES,
                         help="run one stage only (its inputs must exist)")
     parser.add_argument("--small", action="store_true", help="a smaller, faster run")
     parser.add_argument("--restart", action="store_true",
                         help="redo every stage (fetched data stays cached)")
-    parser.add_argument("--corpus_dir", help="raw text documents, one per file (at least 4), "
+    parser.add_argument("--corpus_dir", type=path,
+                        help="raw text documents, one per file (at least 4), "
                         "instead of the State of the Union addresses (the last are held out)")
     parser.add_argument("--language", default="en", help="the language of --corpus_dir's "
                         "documents, for sentence splitting (ISO 639: en, de, ko, ...; "
@@ -671,9 +683,11 @@ def main(argv=None):
                         help="strip accents (auto follows --do_lower_case); default false for "
                         f"--language={','.join(sorted(KEEP_ACCENTS))} (Hangul stays syllables, "
                         "kana keep their voicing marks), else auto")
-    parser.add_argument("--labeled_train", help="labelled training examples (.jsonl/.tsv/.csv "
+    parser.add_argument("--labeled_train", type=path,
+                        help="labelled training examples (.jsonl/.tsv/.csv "
                         "with text and label) instead of the SpamAssassin emails")
-    parser.add_argument("--labeled_test", help="labelled test examples (same format)")
+    parser.add_argument("--labeled_test", type=path,
+                        help="labelled test examples (same format)")
     parser.add_argument("--preset", choices=("tiny", "mini", "small", "medium", "base", "large"),
                         help=f"model size (default {FULL.preset})")
     parser.add_argument("--vocab_size", type=int, help=f"WordPiece vocabulary size "

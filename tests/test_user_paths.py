@@ -161,3 +161,43 @@ def test_a_directory_output_that_is_a_link_is_written_where_it_points(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["big disk", "hf link"]  # no temporary left
 
 
+def test_a_tilde_in_a_path_flag_is_the_home_directory(tmp_path, monkeypatch):
+    """absl keeps `--output_file=~/x` as typed (so did Google's tools, through tf.io.gfile):
+    the tool wrote into a directory named "~" in the working directory. Every tool now
+    expands it, as a shell does, and refuses an unknown ~user in one line."""
+    home, cwd = tmp_path / "home 집", tmp_path / "cwd"
+    cwd.mkdir()
+    _touch(home / "corpus [1]" / "doc.txt", "One sentence here. Another one there.\n")
+    monkeypatch.chdir(cwd)
+    result = run_tool("prepare_corpus", ["--input=~/corpus [1]/doc.txt",
+                                         "--output_file=~/out/train.txt"],
+                      env={"HOME": str(home)})
+    assert result.code == 0, result.stderr
+    assert (home / "out" / "train.txt").read_text(encoding="utf-8").count("\n") >= 2
+    assert os.listdir(cwd) == []
+    refused = run_tool("prepare_corpus", [f"--input={home}/corpus [1]/doc.txt",
+                                          "--output_file=~no_such_user_9x/train.txt"])
+    assert refused.code == 2 and refused.error_lines == [
+        "error: --output_file: ~no_such_user_9x/train.txt: cannot expand ~no_such_user_9x "
+        "(no such user or no home directory); write the path in full"]
+    assert os.listdir(cwd) == []
+
+
+def test_only_path_flags_given_on_the_command_line_are_expanded(monkeypatch):
+    from absl import flags
+
+    monkeypatch.setenv("HOME", "/home/사용자")
+    fv = flags.FlagValues()
+    flags.DEFINE_list("input", None, "", flag_values=fv)
+    flags.DEFINE_string("input_file", None, "", flag_values=fv)
+    flags.DEFINE_string("text_field", "text", "", flag_values=fv)
+    flags.DEFINE_string("vocab_file", "~/default.txt", "", flag_values=fv)
+    fv(["tool", "--input=~/a.txt,b.txt", "--input_file=~/x-*.tfrecord, ~/y.tfrecord",
+        "--text_field=~/kept"])
+    cli.expand_home_in_path_flags(fv)
+    assert fv.input == ["/home/사용자/a.txt", "b.txt"]
+    assert fv.input_file == "/home/사용자/x-*.tfrecord,/home/사용자/y.tfrecord"
+    assert fv.text_field == "~/kept"  # not a path flag
+    assert fv.vocab_file == "~/default.txt"  # not given: a default is the tool's own
+
+

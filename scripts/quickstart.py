@@ -253,7 +253,8 @@ class Pipeline:
     def run(self, module, *args):
         """Runs `python -m module args...`, echoing the command; raises on failure."""
         cmd = [sys.executable, "-m", module, *args]
-        print("\n$ " + " ".join(["python", "-m", module, *map(shorten_arg, args)]), flush=True)
+        # Quoted as a shell needs it: a workdir such as "~/프로젝트/run [1]/" is pasted whole.
+        print("\n$ " + shlex.join(["python", "-m", module, *map(shorten_arg, args)]), flush=True)
         # The tools filter TensorFlow's C++ start-up notices themselves (data_prep.tf_logging);
         # TF_CPP_MIN_LOG_LEVEL=0 in the environment shows them.
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -589,11 +590,11 @@ class Pipeline:
                 else "Win a FREE cruise!")
         request = json.dumps({"instances": [{"text": text}]}, ensure_ascii=False)
         print("Training curves (pretraining and fine-tuning, with .venv active):\n"
-              f"  tensorboard --logdir {self.workdir}")
+              f"  tensorboard --logdir {shlex.quote(self.workdir)}")
         # No serving binary is installed here: the route is TF Serving's container.
+        mount = f"type=bind,source={self.path('models', name)},target=/models/{self.task}"
         print("Serve it with TF Serving's container (docs/serving.md):\n"
-              f"  docker run --rm -p 8501:8501 --mount type=bind,source="
-              f"{self.path('models', name)},target=/models/{self.task} "
+              f"  docker run --rm -p 8501:8501 --mount {shlex.quote(mount)} "
               f"-e MODEL_NAME={self.task} tensorflow/serving\n"
               f"  curl -d {shlex.quote(request)} "
               f"http://localhost:8501/v1/models/{self.task}:predict")

@@ -1,6 +1,9 @@
 """Paths users really have: spaces, Hangul, glob characters ("run [1]"), braces, "%", "~"
 in a flag and symbolic links, through the shared path handling (data_prep/files.py,
 data_prep/cli.py) and the readers that used to miss such paths.
+
+The end-to-end run of every stage at such a path is `test_the_pipeline_runs_where_users_keep_it`
+(integration: the quickstart's fixture run, about 2.5 min on 2 cores).
 """
 
 import glob
@@ -201,3 +204,62 @@ def test_only_path_flags_given_on_the_command_line_are_expanded(monkeypatch):
     assert fv.vocab_file == "~/default.txt"  # not given: a default is the tool's own
 
 
+@pytest.mark.integration  # the quickstart's fixture run: ~2.5 min on 2 cores
+def test_the_pipeline_runs_where_users_keep_it(tmp_path):
+    """Every stage of the demo (prepare_corpus, build_vocab, create_pretraining_data,
+    run_pretraining, run_classifier, the three exports, export.verify and the served
+    classifier) with every input and output under "작업 공간/run [1] {v2} 100%/", the
+    workdir given with a trailing slash. Before, prepare_corpus found none of the files
+    named as they are, and export.verify could not load the exports."""
+    from test_quickstart import FIXTURE_CORPUS, _write_labeled
+
+    root = tmp_path / ODD
+    corpus = root / "corpus [src]"
+    corpus.mkdir(parents=True)
+    for name in sorted(os.listdir(FIXTURE_CORPUS)):
+        with open(os.path.join(FIXTURE_CORPUS, name), encoding="utf-8") as f:
+            _touch(corpus / name, f.read())
+    _write_labeled(root / "train {a}.jsonl", 32, seed=1)
+    _write_labeled(root / "test {b}.jsonl", 8, seed=2)
+    work = root / "quick start"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "quickstart.py"), f"--workdir={work}/",
+         f"--corpus_dir={corpus}", f"--labeled_train={root / 'train {a}.jsonl'}",
+         f"--labeled_test={root / 'test {b}.jsonl'}", "--preset=tiny", "--vocab_size=1200",
+         "--max_seq_length=32", "--batch_size=8", "--pretrain_steps=4", "--finetune_epochs=1"],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("result: PASS") == 3
+    assert "predictions match the gold label" in proc.stdout
+    # The echoed commands are quoted as a shell needs them.
+    assert f"'--output_dir={work}/pretrain'" in proc.stdout
+    record = json.loads((work / "pretrain" / "eval_results.json").read_text())
+    assert record["global_step"] == 4
+    for model in ("bert_encoder", "bert_preprocess", "classifier"):
+        assert (work / "models" / model / "1" / "saved_model.pb").exists()
+    assert not any(name.startswith(".incomplete-") for _, _, names in os.walk(root)
+                   for name in names)
+    # Stock TF Serving's TensorFlow (2.12) answers as this one, each loading the export
+    # through `files.glob_free` (TensorFlow cannot load it from "run [1]/" itself).
+    from conftest import tf212_python
+
+    python = tf212_python()
+    if python is None:
+        pytest.skip("no tensorflow 2.12.1 interpreter (set BERT_KERAS_TF212_PYTHON)")
+    code = ("import json, sys\n"
+            "import tensorflow as tf, tensorflow_text\n"
+            "out = tf.saved_model.load(sys.argv[1]).signatures['serving_default'](\n"
+            "    text=tf.constant(json.loads(sys.argv[2])))\n"
+            "print(json.dumps(out['probabilities'].numpy().tolist()))\n")
+    texts = ["Win a FREE bridge now!!!", "Lunch on Friday? Tell me about the garden plan."]
+    with files.glob_free(str(work / "models" / "classifier" / "1")) as loadable:
+        old = subprocess.run([python, "-c", code, loadable, json.dumps(texts)],
+                             capture_output=True, text=True, timeout=300,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        assert old.returncode == 0, old.stderr[-2000:]
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the text ops)
+
+        here = tf.saved_model.load(loadable).signatures["serving_default"](
+            text=tf.constant(texts))["probabilities"].numpy()
+    np.testing.assert_allclose(json.loads(old.stdout.splitlines()[-1]), here, atol=1e-5)

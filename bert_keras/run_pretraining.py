@@ -797,6 +797,41 @@ def train(options: PretrainingOptions, extra_callbacks=()) -> dict:
         return _train(options, extra_callbacks, held)
 
 
+def compiled_pretrainer(config, options: PretrainingOptions):
+    """A randomly initialised `BertPretrainer` for `config` (a `BertConfig`), compiled as
+    `train` trains it: the optimizer, losses and metrics that `options` name. Call it under
+    the distribution's scope.
+
+    With --next_sentence_prediction=false the model keeps its NSP head (every file keeps the
+    pretrainer's layout) but no loss reads that head or the pooler, so both are frozen. Left
+    trainable, TensorFlow's trainer skipped them (their gradients are None) while JAX's,
+    which differentiates every trainable variable, got zeros for them and AdamW's weight
+    decay shrank their kernels (tests/test_backend_training.py).
+    """
+    from bert_keras import backends, multi_worker_fix
+    from bert_keras.losses import pretraining_losses_and_metrics
+    from bert_keras.optimization import create_optimizer
+    from bert_keras.pretrainer import BertPretrainer
+
+    pretrainer = BertPretrainer.from_bert_config(config)
+    if not options.next_sentence_prediction:
+        pretrainer.encoder.pooler_layer.trainable = False
+        pretrainer.nsp_dense.trainable = False
+    pretrainer.compile(
+        optimizer=create_optimizer(
+            options.learning_rate, options.num_train_steps, options.num_warmup_steps,
+            optimizer=options.optimizer, weight_decay=options.weight_decay,
+            gradient_accumulation_steps=options.gradient_accumulation_steps,
+            lr_schedule=options.lr_schedule, epsilon_placement=options.epsilon_placement),
+        steps_per_execution=options.steps_per_execution,
+        jit_compile=options.jit_compile,
+        **pretraining_losses_and_metrics(mlm_only=not options.next_sentence_prediction),
+    )
+    multi_worker_fix.apply(pretrainer)
+    backends.compile_steps_on_jax(pretrainer)
+    return pretrainer
+
+
 @contextlib.contextmanager
 def _op_determinism(enable: bool):
     """TensorFlow op determinism for one run, as the process had it afterwards.
@@ -1112,14 +1147,10 @@ def _what_was_read(options: PretrainingOptions, config, data, initial_read) -> d
 def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitStack) -> dict:
     import keras
 
-    from bert_keras import backends, multi_worker_fix
     from bert_keras.backup import (BackupError, StopOnNonFiniteLoss, TrainingDiverged,
                                    process_backup_dir, remove_backups, updates_done)
     from bert_keras.distribute import weights_read
     from bert_keras.inputs import pretraining_dataset
-    from bert_keras.losses import pretraining_losses_and_metrics
-    from bert_keras.optimization import create_optimizer
-    from bert_keras.pretrainer import BertPretrainer
 
     # tf.distribute on TensorFlow, keras.distribution on JAX (distribute.get_distribution),
     # once the flags are accepted and before anything touches a device (loading initial
@@ -1180,30 +1211,12 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
     epochs = -(-options.num_train_steps // options.save_checkpoints_steps)
 
     with distribution.scope():
-        pretrainer = BertPretrainer.from_bert_config(config)
-        pretrainer.compile(
-            optimizer=create_optimizer(
-                options.learning_rate, options.num_train_steps, options.num_warmup_steps,
-                optimizer=options.optimizer, weight_decay=options.weight_decay,
-                gradient_accumulation_steps=accumulation, lr_schedule=options.lr_schedule,
-                epsilon_placement=options.epsilon_placement),
-            steps_per_execution=options.steps_per_execution,
-            jit_compile=options.jit_compile,
-            **pretraining_losses_and_metrics(mlm_only=not options.next_sentence_prediction),
-        )
-        multi_worker_fix.apply(pretrainer)
-        backends.compile_steps_on_jax(pretrainer)
+        pretrainer = compiled_pretrainer(config, options)
         if options.jit_compile and not pretrainer.jit_compile:
             logging.warning("--jit_compile: Keras declined XLA for this model in this process "
                             "(op determinism on?); training runs without XLA")
         logging.info("Train step: %s", "compiled with XLA" if pretrainer.jit_compile
                      else "a TensorFlow graph without XLA (--jit_compile to compile it)")
-        if not options.next_sentence_prediction:
-            import warnings
-
-            # The pooler and the NSP head get no gradient without the NSP loss (they stay in
-            # the weights so every file keeps the pretrainer's layout); Keras warns each trace.
-            warnings.filterwarnings("ignore", message="Gradients do not exist for variables")
         backup, callbacks = _callbacks(
             options, chief, backup_dir, options.num_train_steps,
             gather=distribution.gather_from_processes if distribution.num_processes > 1

@@ -3,7 +3,12 @@
 From identical initial weights (made by transformers, loaded with our loader), N updates of
 our pretrainer and task models, compiled as `run_pretraining` and `finetuning.loop.train`
 compile them (`create_optimizer` + `pretraining_losses_and_metrics` / `compile_args`), are
-compared step by step with transformers' `BertForPreTraining`, `BertForSequenceClassification`
+compared step by step with transformers' `BertForPreTraining` (for the MLM-only pretrainer,
+`BertPretrainer(next_sentence=False)`, its masked-LM loss alone: no gradient reaches the
+pooler, which torch's AdamW then leaves as it was, and so must ours on either backend; JAX's
+trainer decayed it before 2247f11. run_pretraining --next_sentence_prediction=false trains
+the NSP pretrainer with its pooler and NSP head frozen: tests/test_backend_training.py),
+`BertForSequenceClassification`
 (with classes, and for the regressor with num_labels=1 and problem_type "regression", its mean
 squared error being transformers' own loss), `BertForTokenClassification` and
 `BertForQuestionAnswering` trained by the arithmetic `bert_keras/optimization.py`
@@ -80,6 +85,8 @@ BETAS = (0.9, 0.999)
 NOISE_FACTOR = {"tensorflow": 20.0, "jax": 3.0}.get(BACKEND, 20.0)
 FLOOR = {"loss": 1e-7 if BACKEND == "jax" else 5e-7, "weights": 1e-6}
 STOCK = bool(os.environ.get("PARITY_STOCK_CLIPPING"))
+# With the NSP head, and without it (masked LM only, as --next_sentence_prediction=false).
+PRETRAINING = ("pretraining", "pretraining_mlm_only")
 
 
 # ------------------------------------------------------------------------------------------
@@ -95,7 +102,7 @@ def _data(task, seed=0, steps=STEPS, batch=B):
     ids = rng.integers(1, V, size=(n, S)).astype(np.int32) * mask  # [PAD] = 0 after the end
     types = ((np.arange(S)[None, :] >= lengths[:, None] // 2) * mask).astype(np.int32)
     x = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
-    if task == "pretraining":
+    if task in PRETRAINING:
         positions = np.zeros((n, P), np.int32)
         weights = np.zeros((n, P), np.float32)
         for row, length in enumerate(lengths):
@@ -107,6 +114,8 @@ def _data(task, seed=0, steps=STEPS, batch=B):
         nsp = rng.integers(0, 2, size=n).astype(np.int32)
         y = {"mlm_logits": mlm_ids, "nsp_logits": nsp}
         sw = {"mlm_logits": weights, "nsp_logits": np.ones(n, np.float32)}
+        if task == "pretraining_mlm_only":  # The model has no nsp_logits output.
+            return x, {"mlm_logits": mlm_ids}, {"mlm_logits": weights}
         return x, y, sw
     if task == "classifier":
         return x, {"logits": rng.integers(0, CLASSES, size=n).astype(np.int32)}, None
@@ -135,11 +144,12 @@ def _batches(data, batch=B):
 # ------------------------------------------------------------------------------------------
 # The reference: transformers' models, losses and the update written out in torch.
 
-HF_CLASS = {"pretraining": "BertForPreTraining", "classifier": "BertForSequenceClassification",
+HF_CLASS = {"pretraining": "BertForPreTraining", "pretraining_mlm_only": "BertForPreTraining",
+            "classifier": "BertForSequenceClassification",
             "regressor": "BertForSequenceClassification",
             "tagger": "BertForTokenClassification", "span_qa": "BertForQuestionAnswering"}
-NUM_LABELS = {"pretraining": 2, "classifier": CLASSES, "regressor": 1, "tagger": TAGS,
-              "span_qa": 2}
+NUM_LABELS = {"pretraining": 2, "pretraining_mlm_only": 2, "classifier": CLASSES, "regressor": 1,
+              "tagger": TAGS, "span_qa": 2}
 
 
 def _hf_model(task, seed=0):
@@ -171,13 +181,15 @@ def _reference_loss(task, model, x, y, sw):
                      labels=torch.from_numpy(y["score"]).to(dtype)).loss
     out = model(input_ids=t(x["input_word_ids"]), attention_mask=t(x["input_mask"]),
                 token_type_ids=t(x["input_type_ids"]))
-    if task == "pretraining":
+    if task in PRETRAINING:
         positions = t(x["masked_lm_positions"])
         logits = torch.gather(out.prediction_logits, 1,
                               positions[..., None].expand(-1, -1, V)).reshape(-1, V)
         ce = _cross_entropy(logits, t(y["mlm_logits"]).reshape(-1))
         w = torch.from_numpy(sw["mlm_logits"].reshape(-1)).to(logits.dtype)
         mlm = (w * ce).sum() / (w.sum() + 1e-5)  # Google's get_masked_lm_output
+        if task == "pretraining_mlm_only":
+            return mlm
         return mlm + _cross_entropy(out.seq_relationship_logits, t(y["nsp_logits"])).mean()
     if task == "classifier":
         return _cross_entropy(out.logits, t(y["logits"])).mean()
@@ -202,32 +214,41 @@ def reference_train(task, hf_model, data, dtype, optimizer="adamw", placement="a
     """Per-step losses, final weights by transformers name, per-step true gradient norms.
 
     Also the names of the parameters whose gradient is 0 in exact arithmetic (below 1e-9 of
-    the gradient's norm at every step; meaningful in float64): see ZERO_GRADIENT.
+    the gradient's norm at every step; meaningful in float64): see ZERO_GRADIENT. A parameter
+    no loss reads (the MLM-only pooler) has no gradient at all (None): as torch's optimizers
+    do, the update skips it, weight decay included, and it is compared as any other weight.
     """
     model = copy.deepcopy(hf_model).to(dtype)
     # Shared (tied) parameters appear once, under their first name.
     params = dict(model.named_parameters())
     if task in ("tagger", "span_qa"):
         assert not any(k.startswith("bert.pooler") for k in params)
+    if task == "pretraining_mlm_only":  # Ours has no NSP head; no loss reads this one.
+        params = {k: p for k, p in params.items() if not k.startswith("cls.seq_relationship")}
     m = {k: torch.zeros_like(p) for k, p in params.items()}
     v = {k: torch.zeros_like(p) for k, p in params.items()}
     steps = len(data[0]["input_word_ids"]) // batch
     losses, norms = [], []
     largest = {k: 0.0 for k in params}
+    unread = set(params)
     for t, (x, y, sw) in enumerate(_batches(data, batch), start=1):
         loss = _reference_loss(task, model, x, y, sw)
-        grads = torch.autograd.grad(loss, list(params.values()))
+        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
         losses.append(loss.item())
-        norm = torch.sqrt(sum((g * g).sum() for g in grads))
+        norm = torch.sqrt(sum((g * g).sum() for g in grads if g is not None))
         norms.append(norm.item())
         for k, g in zip(params, grads):
-            largest[k] = max(largest[k], g.abs().max().item() / norm.item())
+            if g is not None:
+                unread.discard(k)
+                largest[k] = max(largest[k], g.abs().max().item() / norm.item())
         scale = torch.clamp(CLIP / norm, max=1.0)
         lr = _learning_rate(PEAK[optimizer], t - 1, schedule, steps)
         c1, c2 = 1 - BETAS[0] ** t, 1 - BETAS[1] ** t
         eps = EPSILON if placement == "adam_paper" else EPSILON / np.sqrt(c2)
         with torch.no_grad():
             for (name, p), g in zip(params.items(), grads):
+                if g is None:
+                    continue
                 g = g * scale
                 decays = not ("LayerNorm" in name or name.endswith("bias"))
                 m[name].mul_(BETAS[0]).add_((1 - BETAS[0]) * g)
@@ -252,7 +273,7 @@ def reference_train(task, hf_model, data, dtype, optimizer="adamw", placement="a
                             r = r * (w_norm / r_norm)
                     p.sub_(lr * r)
     weights = {k: p.detach().to(torch.float64).numpy() for k, p in params.items()}
-    zero = {k for k, x in largest.items() if x < 1e-9}
+    zero = {k for k, x in largest.items() if x < 1e-9 and k not in unread}
     return np.array(losses), weights, np.array(norms), zero
 
 
@@ -290,10 +311,12 @@ def _head_rows(model, task):
 def our_model(task, hf_model, tmp_path, dtype=None):  # dtype None: the global policy
     """Our model for `task` with `hf_model`'s weights; returns (model, weight rows)."""
     hf_dir = tmp_path / f"hf_{task}"
-    if task == "pretraining":
+    if task in PRETRAINING:
         hf_model.save_pretrained(hf_dir)
-        model = BertPretrainer(_encoder(dtype))
-        load_hf_weights(model, str(hf_dir))  # BertForPreTraining names: bert.* and cls.*
+        model = BertPretrainer(_encoder(dtype), next_sentence=task == "pretraining")
+        # BertForPreTraining names: bert.* and cls.* (without the NSP head, its
+        # cls.seq_relationship.* left out).
+        load_hf_weights(model, str(hf_dir), allow_unused=task != "pretraining")
         variables = {v.path: v for v in model.weights}
         rows = [(variables[w.ours], w.hf if w.hf.startswith("cls.") else "bert." + w.hf,
                  w.hf_transpose) for w in model_weight_names(model)]
@@ -332,8 +355,9 @@ def compile_like_the_trainers(model, task, optimizer="adamw", placement="adam_pa
                            gradient_accumulation_steps=accumulation)
     if stock:
         _use_stock_clipping(opt)
-    if task == "pretraining":
-        model.compile(optimizer=opt, **pretraining_losses_and_metrics())  # run_pretraining
+    if task in PRETRAINING:  # run_pretraining (--next_sentence_prediction=false: MLM only)
+        model.compile(optimizer=opt, **pretraining_losses_and_metrics(
+            mlm_only=task == "pretraining_mlm_only"))
     else:
         model.compile(optimizer=opt, **compile_args(model))  # finetuning.loop.train
 
@@ -418,7 +442,7 @@ def parity_figures(task, tmp_path, optimizer="adamw", placement="adam_paper", st
     model, rows = our_model(task, hf_model, tmp_path)
     compile_like_the_trainers(model, task, optimizer, placement, stock=stock, steps=steps)
     ours, weights = train_ours(model, rows, data)
-    return {
+    figures = {
         "loss": _max_relative(ours, ref64),
         "weights": _max_weight_difference(weights, w64, zero),
         "noise_loss": noise_loss,
@@ -427,11 +451,23 @@ def parity_figures(task, tmp_path, optimizer="adamw", placement="adam_paper", st
         "clipped_steps": int(np.sum(norms > CLIP)), "final_loss": (float(ours[-1]),
                                                                      float(ref64[-1])),
     }
+    if task == "pretraining_mlm_only":
+        # No loss reads the pooler: the reference leaves it (no gradient, so neither a step
+        # nor weight decay), and ours must leave it to the bit too.
+        initial = {k: v.detach().numpy().astype(np.float64)
+                   for k, v in hf_model.state_dict().items() if k.startswith("bert.pooler.")}
+        assert len(initial) == 2
+        figures["pooler_moved"] = {
+            side: max(float(np.max(np.abs(final[k] - value))) for k, value in initial.items())
+            for side, final in (("ours", weights), ("reference", w64))}
+    return figures
 
 
 def _assert_within_noise(figures):
     print(json.dumps(figures))  # pytest -s shows the figures BUILD_NOTES records.
     assert figures["clipped_steps"] >= 3  # The clip was active, so it is being tested.
+    for side, moved in figures.get("pooler_moved", {}).items():
+        assert moved == 0.0, (side, figures)
     for kind in ("loss", "weights"):
         bound = NOISE_FACTOR * figures[f"noise_{kind}"] + FLOOR[kind]
         assert figures[kind] <= bound, (kind, figures)
@@ -444,6 +480,7 @@ def test_runs_on_the_backend_asked_for():
 
 # Each case traces one Keras train step (seconds of CPU); the rest run with `make test-all`.
 CASES = [("pretraining", "adamw", "adam_paper"), ("pretraining", "lamb", "adam_paper"),
+         ("pretraining_mlm_only", "adamw", "adam_paper"),
          ("classifier", "adamw", "adam_paper"), ("regressor", "adamw", "adam_paper"),
          ("span_qa", "adamw", "adam_paper"),
          # Keras' LAMB: in the default tier on JAX (whose run of this suite is itself in the

@@ -452,9 +452,28 @@ def _check_preprocessor_signature(report: Report, signatures) -> bool:
                       "; ".join(problems) or "preprocessor: text -> 3 int32 encoder inputs; pair")
 
 
-def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
+def _serve_examples_problems(signatures, export_dir, api: str, outputs_ok, expected: str
+                             ) -> list[str]:
+    """What is wrong with serve_examples, the signature of TF Serving's `api` ("Classify",
+    "Regress"): missing, inputs other than `inputs`, outputs `outputs_ok` refuses (described
+    by `expected`), or a method other than `tensorflow/serving/<api>`."""
     from export.saved_model_writer import signature_method_names
 
+    examples = signatures.get("serve_examples")
+    if examples is None:
+        return [f"no serve_examples signature (TF Serving's {api} API reads it)"]
+    problems = []
+    if list(examples["inputs"]) != ["inputs"] or not outputs_ok(examples["outputs"]):
+        problems.append(f"serve_examples should map `inputs` to {expected}")
+    method = signature_method_names(export_dir).get("serve_examples")
+    wanted = f"tensorflow/serving/{api.lower()}"
+    if method != wanted:
+        problems.append(f"serve_examples method is {method!r}, TF Serving's {api} API needs "
+                        f"{wanted!r}")
+    return problems
+
+
+def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
     problems = []
     outs = signatures["serving_default"]["outputs"]
     for key, dtype, rank in (("probabilities", "float32", 2), ("label", "string", 1),
@@ -462,39 +481,26 @@ def _check_classifier_signature(report: Report, signatures, export_dir) -> bool:
         spec = outs.get(key)
         if spec is None or spec["dtype"] != dtype or len(spec["shape"]) != rank:
             problems.append(f"serving_default output {key} should be {dtype} rank {rank}, got {spec}")
-    examples = signatures.get("serve_examples")
-    if examples is None:
-        problems.append("no serve_examples signature (TF Serving's Classify API reads it)")
-    elif (list(examples["inputs"]) != ["inputs"]
-          or set(examples["outputs"]) != {"classes", "scores"}):
-        problems.append("serve_examples should map `inputs` to `classes` and `scores`")
-    method = signature_method_names(export_dir).get("serve_examples")
-    if examples is not None and method != "tensorflow/serving/classify":
-        problems.append(f"serve_examples method is {method!r}, TF Serving's Classify API needs "
-                        "'tensorflow/serving/classify'")
+    problems += _serve_examples_problems(
+        signatures, export_dir, "Classify", lambda outputs: set(outputs) == {"classes", "scores"},
+        "`classes` and `scores`")
     return report.add("signatures", not problems, "; ".join(problems) or
                       "classifier: text -> probabilities/label; serve_examples for Classify")
 
 
 def _check_regressor_signature(report: Report, signatures, export_dir) -> bool:
-    from export.saved_model_writer import signature_method_names
-
     problems = []
     spec = signatures["serving_default"]["outputs"].get("score")
     if spec is None or spec["dtype"] != "float32" or len(spec["shape"]) != 1:
         problems.append(f"serving_default output score should be float32 rank 1, got {spec}")
-    examples = signatures.get("serve_examples")
-    outputs = examples and examples["outputs"].get("outputs")
-    if examples is None:
-        problems.append("no serve_examples signature (TF Serving's Regress API reads it)")
-    elif (list(examples["inputs"]) != ["inputs"] or list(examples["outputs"]) != ["outputs"]
-            or outputs["dtype"] != "float32" or len(outputs["shape"]) != 1):
-        problems.append("serve_examples should map `inputs` to float32 [batch] `outputs`, as "
-                        "TF Serving's Regress API reads them")
-    method = signature_method_names(export_dir).get("serve_examples")
-    if examples is not None and method != "tensorflow/serving/regress":
-        problems.append(f"serve_examples method is {method!r}, TF Serving's Regress API needs "
-                        "'tensorflow/serving/regress'")
+
+    def outputs_ok(outputs):
+        return (list(outputs) == ["outputs"] and outputs["outputs"]["dtype"] == "float32"
+                and len(outputs["outputs"]["shape"]) == 1)
+
+    problems += _serve_examples_problems(
+        signatures, export_dir, "Regress", outputs_ok,
+        "float32 [batch] `outputs`, as TF Serving's Regress API reads them")
     return report.add("signatures", not problems, "; ".join(problems) or
                       "regressor: text -> score; serve_examples for Regress")
 

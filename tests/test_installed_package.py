@@ -1,7 +1,7 @@
 """The packages as `pip install` gives them: a wheel built from this tree, installed into a
 fresh virtual environment and run from a directory that is not the clone.
 
-The route users take without the Makefile (README "Installing the package"). Inside the
+The route users take without the Makefile (README, "Five things to do next": `pip install .`). Inside the
 clone every file sits beside the code; a wheel holds only what pyproject.toml lists, so a
 file a module reads beside itself (export/op_check.py's op lists) went missing there and
 `export.verify` stopped on it. The new environment reuses this one's dependencies through a

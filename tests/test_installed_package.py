@@ -1,15 +1,17 @@
 """The packages as `pip install` gives them: a wheel built from this tree, installed into a
 fresh virtual environment and run from a directory that is not the clone.
 
-The route users take without the Makefile (README, "Five things to do next": `pip install .`). Inside the
-clone every file sits beside the code; a wheel holds only what pyproject.toml lists, so a
-file a module reads beside itself (export/op_check.py's op lists) went missing there and
-`export.verify` stopped on it. The new environment reuses this one's dependencies through a
-.pth file (no download), which Python appends after the environment's own site-packages, so
-the installed copy, not the clone or an editable install of it, is what gets imported.
+The route users take without the Makefile (README, "Five things to do next": `pip install
+.`). Inside the clone every file sits beside the code; a wheel holds only what
+pyproject.toml lists, so a file a module reads beside itself (export/op_check.py's op lists)
+went missing there and `export.verify` stopped on it. The new environment reuses this one's
+dependencies through a .pth file (no download), which Python appends after the
+environment's own site-packages, so the installed copy, not the clone or an editable
+install of it, is what gets imported.
 """
 
 import os
+import posixpath
 import re
 import shutil
 import site
@@ -28,31 +30,24 @@ PACKAGES = ("bert_keras", "data_prep", "export")
 BUILD_FILES = ("pyproject.toml", "README.md", "requirements.txt")
 
 
-def _data_files_in_tree():
-    """Every file beside the packages' modules that is not Python source, as
-    "package/dir/name" (the wheel's spelling)."""
-    found = set()
+def _package_files():
+    """Every file of the packages in the tree (caches left out), as "package/dir/name", the
+    spelling of a wheel's entries."""
     for package in PACKAGES:
         for folder, dirs, names in os.walk(os.path.join(REPO, package)):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in names:
-                if not name.endswith((".py", ".pyc")):
-                    found.add(os.path.relpath(os.path.join(folder, name), REPO).replace(os.sep, "/"))
-    return found
+                if not name.endswith(".pyc"):
+                    yield os.path.relpath(os.path.join(folder, name), REPO).replace(os.sep, "/")
 
 
 def _files_read_beside_modules():
-    """The files the modules open beside themselves, `Path(__file__).with_name("x")`, as
-    "package/dir/x" (the spelling the code uses to find its data)."""
+    """The files the modules open beside themselves, `Path(__file__).with_name("x")`."""
     found = set()
-    for package in PACKAGES:
-        for folder, dirs, names in os.walk(os.path.join(REPO, package)):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in (n for n in names if n.endswith(".py")):
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    for data in re.findall(r"with_name\(\s*[\"']([^\"']+)[\"']\s*\)", f.read()):
-                        found.add(os.path.relpath(os.path.join(folder, data), REPO)
-                                  .replace(os.sep, "/"))
+    for path in (p for p in _package_files() if p.endswith(".py")):
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            for name in re.findall(r"with_name\(\s*[\"']([^\"']+)[\"']\s*\)", f.read()):
+                found.add(posixpath.join(posixpath.dirname(path), name))
     return found
 
 
@@ -105,14 +100,13 @@ def test_the_wheel_holds_every_file_the_packages_read(installed):
     """Before: the wheel held the .py files only; export/tf_text_2_12_ops.txt and
     tf_2_12_core_ops.txt (the op check's lists) stayed in the clone."""
     wheel = installed[0]
+    tree = set(_package_files())
     read = _files_read_beside_modules()
-    beside = _data_files_in_tree()
     # The scan sees export/op_check.py's two lists, and each exists in the tree.
     assert {"export/tf_text_2_12_ops.txt", "export/tf_2_12_core_ops.txt"} <= read
-    assert read <= beside, f"read but not in the tree: {sorted(read - beside)}"
+    assert read <= tree, f"read but not in the tree: {sorted(read - tree)}"
     with zipfile.ZipFile(wheel) as z:
-        shipped = set(z.namelist())
-    missing = sorted(beside - shipped)
+        missing = sorted(tree - set(z.namelist()))
     assert not missing, (f"{wheel.name} lacks {missing}: list them in pyproject.toml's "
                          "[tool.setuptools.package-data]")
 

@@ -22,7 +22,7 @@ import zipfile
 import pytest
 from conftest import REPO, TESTDATA
 
-pytestmark = pytest.mark.integration  # A wheel, a venv and three fresh processes: ~40 s.
+pytestmark = pytest.mark.integration  # A wheel, a venv and three fresh processes: ~45 s.
 
 # The installed packages (pyproject.toml's packages.find; DESIGN section 1).
 PACKAGES = ("bert_keras", "data_prep", "export")

@@ -15,6 +15,7 @@ must give the same outputs. It must not import keras or this project's model
 code; the report records which modules were loaded so the caller can check that.
 """
 
+import argparse
 import json
 import sys
 
@@ -151,17 +152,25 @@ def session_replay(export_dir, requests, expected):
 
 
 def main(argv):
-    export_dir, report_file = argv[1], argv[2]
-    text = "--text" in argv
-    inputs_file = outputs_file = warmup_outputs_file = None
-    if "--inputs" in argv:
-        i = argv.index("--inputs")
-        inputs_file, outputs_file = argv[i + 1], argv[i + 2]
-    if "--warmup_outputs" in argv:
-        warmup_outputs_file = argv[argv.index("--warmup_outputs") + 1]
-    report = probe(export_dir, text=text, inputs_file=inputs_file, outputs_file=outputs_file,
-                   warmup_outputs_file=warmup_outputs_file)
-    with open(report_file, "w") as f:
+    """Parses `argv` (the program name first) and writes the probe's report."""
+    # argparse, not absl: this process imports nothing of the project (see the docstring).
+    parser = argparse.ArgumentParser(
+        prog="python -m export.serving_probe",
+        description="Loads an export as a server would and writes what it found as JSON "
+                    "(export.verify runs it as a child process).")
+    parser.add_argument("export_dir", help="the SavedModel (a version directory)")
+    parser.add_argument("report_file", help="where the JSON report goes")
+    parser.add_argument("--text", action="store_true",
+                        help="import tensorflow_text first (text-in exports)")
+    parser.add_argument("--inputs", nargs=2, metavar=("IN_NPZ", "OUT_NPZ"),
+                        help="run serving_default on IN_NPZ's arrays, outputs to OUT_NPZ")
+    parser.add_argument("--warmup_outputs", metavar="WARMUP_NPZ",
+                        help="save the warmup requests' numeric outputs there")
+    args = parser.parse_args(argv[1:])
+    inputs_file, outputs_file = args.inputs or (None, None)
+    report = probe(args.export_dir, text=args.text, inputs_file=inputs_file,
+                   outputs_file=outputs_file, warmup_outputs_file=args.warmup_outputs)
+    with open(args.report_file, "w") as f:
         json.dump(report, f, indent=1)
 
 

@@ -171,6 +171,15 @@ class Report:
         return "\n".join(rows)
 
 
+def _site_dirs() -> set[str]:
+    """This interpreter's site-packages directories (where an installed copy lives)."""
+    import site
+
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    dirs.append(site.getusersitepackages())
+    return {os.path.abspath(d) for d in dirs}
+
+
 def _run_probe(export_dir, text, inputs=None, timeout=600):
     """Runs export.serving_probe in a fresh interpreter; returns (report, outputs|None).
 
@@ -189,9 +198,13 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
             inputs_file = os.path.join(tmp, "inputs.npz")
             np.savez(inputs_file, **inputs)
             cmd += ["--inputs", inputs_file, outputs_file]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   TF_CPP_MIN_LOG_LEVEL="2")
+        if root not in _site_dirs():
+            # Run from a clone: the child finds export.serving_probe there. An installed
+            # copy's root is site-packages, which the child has already, and which on
+            # PYTHONPATH would come before the standard library.
+            env["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
             # The probe's last line is the error (a damaged file: DecodeError, OpError, ...);

@@ -271,9 +271,12 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
             # A rename: from here until the new file is in place, the previous state is the
             # .bkp file, which a restart loads.
             os.replace(self._weights_path, self._prev_weights_path)
+        from bert_keras import checkpoints
+
         with files.atomic_output(self._weights_path, overwrite=True) as tmp:
-            self.model.save_weights(tmp)
-            with h5py.File(tmp, "a") as f:
+            # Through checkpoints' writer: a full disk is an error, not HDF5's crash.
+            checkpoints.save_weights(self.model, tmp)
+            with checkpoints.h5_file_writing(tmp, "a") as f:
                 group = f.create_group(RESUME_GROUP)
                 group.attrs["format"] = RESUME_FORMAT
                 group.attrs["epoch"] = self._current_epoch

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import io
 import json
 import os
 import re
@@ -646,7 +647,6 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
     import tensorflow as tf
 
     prefix = google_output_prefix(ckpt_prefix)
-    directory = os.path.dirname(prefix)
     config = _encoder_of(model).to_bert_config()
     config_file = _bert_config_beside(prefix)
     check_output_free("google", prefix)
@@ -662,7 +662,8 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
                 f"refusing to overwrite existing output: {config_file} (describes a "
                 "different model); write the checkpoint into another directory"
             )
-    os.makedirs(directory, exist_ok=True)
+    # Taken back if the save fails (a full disk): a rerun found the directory.
+    created = files.make_parent_dirs([prefix])
     _warn_where_google_differs(config, config_file)
 
     values = _variable_values(model)
@@ -689,6 +690,7 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
         if not os.path.exists(prefix + ".index"):  # interrupted between the two renames
             for path in glob.glob(glob.escape(prefix) + ".data-*"):
                 os.remove(path)
+            files.remove_created_dirs(created)
     return prefix
 
 
@@ -1160,6 +1162,107 @@ def load_hf_encoder(path: str, **kwargs):
     encoder = BertEncoder.from_bert_config(read_hf_config(path), **kwargs)
     load_hf_weights(encoder, path, allow_unused=True)
     return encoder
+
+
+# ------------------------------------------------------------------------------------------
+# Keras weights files (.weights.h5)
+
+
+class _WritesUntilFailure(io.BytesIO):
+    """The file object h5py writes a weights file through: every call goes to `file` until
+    a write fails; from then on writes are dropped and the first failure is kept (`error`).
+
+    HDF5 writing to a path that fails part-way (a full disk, the file-size limit) keeps the
+    metadata it could not write and tries again on every close and every object released:
+    run_pretraining's checkpoint printed 150 "Exception ignored" tracebacks of h5py and the
+    process died of a segmentation fault (exit status 139). Writes dropped after the first
+    failure let HDF5 close the file; the caller raises the failure and removes the file.
+    (An io.BytesIO subclass because Keras' H5IOStore takes a path or a BytesIO; its buffer
+    is never used.)
+    """
+
+    def __init__(self, file):
+        super().__init__()
+        self._file = file
+        self.error: OSError | None = None
+
+    def _guarded(self, call, *args, dropped=None):
+        if self.error is None:
+            try:
+                return call(*args)
+            except OSError as e:
+                self.error = e
+        return dropped
+
+    def seek(self, offset, whence=0):
+        return self._file.seek(offset, whence)
+
+    def tell(self):
+        return self._file.tell()
+
+    def read(self, size=-1):
+        return self._file.read(size)
+
+    def readinto(self, buffer):
+        return self._file.readinto(buffer)
+
+    def write(self, data):
+        return self._guarded(self._file.write, data, dropped=memoryview(data).nbytes)
+
+    def truncate(self, size=None):
+        return self._guarded(self._file.truncate, size, dropped=size)
+
+    def flush(self):
+        self._guarded(self._file.flush)
+
+    def close(self):
+        super().close()  # the file is the caller's to close
+
+
+@contextlib.contextmanager
+def h5_file_writing(path: str, mode: str = "w"):
+    """Yields an h5py.File of `path` (opened with `mode`, "w" or "a") whose failed write is
+    raised, when the block ends, as Python's OSError (`_WritesUntilFailure`), not as HDF5's
+    crash; `files.atomic_output` names the output in it."""
+    import h5py
+
+    with open(path, "w+b" if mode == "w" else "r+b") as f:
+        through = _WritesUntilFailure(f)
+        with h5py.File(through, mode) as h5:
+            yield h5
+    if through.error is not None:
+        raise through.error
+
+
+def save_weights(model, path: str) -> None:
+    """`model.save_weights(path)`: the same .weights.h5 file (weights and optimizer
+    variables, read by `model.load_weights`), written through `_WritesUntilFailure`, so
+    that a write failing part-way is an OSError, not a crash of the process.
+
+    Args:
+      model: a built Keras model.
+      path: the file to write (in practice `files.atomic_output`'s temporary).
+
+    Raises:
+      OSError: a write failed (no space, the file-size limit, ...); `path` is incomplete.
+    """
+    # Keras' own save_weights_only, with the file object in place of the path (its
+    # H5IOStore takes an io.BytesIO, as Keras does for the weights inside a .keras file).
+    from keras.src.saving import saving_lib
+
+    if not model.built:
+        raise ValueError("save_weights: the model is not built")
+    with open(path, "w+b") as f:
+        through = _WritesUntilFailure(f)
+        store = saving_lib.H5IOStore(through, mode="w")
+        try:
+            saving_lib._save_state(  # pylint: disable=protected-access
+                model, weights_store=store, assets_store=None, inner_path="",
+                visited_saveables=set())
+        finally:
+            store.close()
+    if through.error is not None:
+        raise through.error
 
 
 # ------------------------------------------------------------------------------------------

@@ -201,7 +201,7 @@ def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
     with files.atomic_output(output_path, directory=True) as tmp:
         model_loading.save_encoder_dir(model.encoder, os.path.join(tmp, files.ENCODER_DIR),
                                        vocab_file, settings)
-        model.save_weights(os.path.join(tmp, files.PRETRAINER_WEIGHTS_FILE))
+        checkpoints.save_weights(model, os.path.join(tmp, files.PRETRAINER_WEIGHTS_FILE))
         model.encoder.to_bert_config().to_json_file(os.path.join(tmp, files.BERT_CONFIG_FILE))
     return output_path
 
@@ -282,9 +282,12 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
         raise ValueError(f"--input {input_path}: no {files.VOCAB_FILE} beside the model; the "
                          "fine-tuned model layout needs the vocabulary (save the tokenizer "
                          "there too: tokenizer.save_pretrained(dir))")
-    written = model_loading.save_task_dir(loaded, output_path, labels, vocab_file,
-                                          settings or tokenizer_config.TokenizerConfig())
-    return written, loaded
+    # The whole directory under a temporary name: a save that fails part-way (a full disk)
+    # left the directory, which the rerun then refused as an existing output.
+    with files.atomic_output(output_path, directory=True, hint="choose another directory") as tmp:
+        model_loading.save_task_dir(loaded, tmp, labels, vocab_file,
+                                    settings or tokenizer_config.TokenizerConfig())
+    return output_path, loaded
 
 
 def main(argv):

@@ -577,7 +577,7 @@ def save_encoder_dir(encoder: BertEncoder, directory: str, vocab_file: str | Non
     """
     with files.atomic_output(directory, overwrite=overwrite, directory=True,
                              hint="choose another directory") as tmp:
-        encoder.save_weights(os.path.join(tmp, files.ENCODER_WEIGHTS_FILE))
+        checkpoints.save_weights(encoder, os.path.join(tmp, files.ENCODER_WEIGHTS_FILE))
         encoder.to_bert_config().to_json_file(os.path.join(tmp, files.BERT_CONFIG_FILE))
         write_vocab_and_settings(tmp, vocab_file, settings)
     return directory

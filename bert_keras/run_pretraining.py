@@ -706,14 +706,14 @@ def _run_record(options: PretrainingOptions, contents: dict) -> dict:
 def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str:
     """Writes pretrainer.weights.h5 and encoder/ (weights, bert_config.json, vocab.txt,
     tokenizer_config.json), each under a temporary name renamed when complete."""
-    from bert_keras import model_loading
+    from bert_keras import checkpoints, model_loading
 
     out = options.output_dir
     # A fresh, uncompiled copy holds no optimizer state: the final file is weights only.
     clean = type(pretrainer).from_config(pretrainer.get_config())
     clean.set_weights(pretrainer.get_weights())
     with files.atomic_output(os.path.join(out, files.PRETRAINER_WEIGHTS_FILE), overwrite=True) as tmp:
-        clean.save_weights(tmp)
+        checkpoints.save_weights(clean, tmp)
     return model_loading.save_encoder_dir(clean.encoder, os.path.join(out, files.ENCODER_DIR),
                                           options.vocab_file, settings)
 
@@ -725,6 +725,7 @@ def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str
 def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
     import keras
 
+    from bert_keras import checkpoints
     from bert_keras.backup import (ExactBackupAndRestore, IntervalProgbarLogger, StopAtStep,
                                    updates_done)
 
@@ -741,7 +742,7 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
             step = updates_done(self.model)
             path = os.path.join(self.directory, f"ckpt-{step:08d}.weights.h5")
             with files.atomic_output(path, overwrite=True) as tmp:
-                self.model.save_weights(tmp)
+                checkpoints.save_weights(self.model, tmp)
             kept = sorted(n for n in os.listdir(self.directory) if n.startswith("ckpt-"))
             for name in kept[: -self.keep]:
                 os.remove(os.path.join(self.directory, name))

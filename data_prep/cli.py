@@ -335,15 +335,18 @@ def _common_expected() -> tuple:
     found = [ToolError, app.UsageError, flags.Error, FileNotFoundError, FileExistsError,
              IsADirectoryError, NotADirectoryError, PermissionError, UnicodeDecodeError]
     try:
-        from data_prep.files import OutputExistsError, TextFileError
+        from data_prep.files import OutputExistsError, OutputWriteError, TextFileError
 
-        found += [OutputExistsError, TextFileError]
+        found += [OutputExistsError, OutputWriteError, TextFileError]
     except ImportError:  # pragma: no cover
         pass
     import sys
 
     if "tensorflow" in sys.modules:  # else none can come, and importing it would log
-        found.append(sys.modules["tensorflow"].errors.DataLossError)
+        # PermissionDenied: TensorFlow's writers and readers name the path ("<path>;
+        # Permission denied"), as Python's PermissionError does.
+        errors = sys.modules["tensorflow"].errors
+        found += [errors.DataLossError, errors.PermissionDeniedError]
     try:
         from google.protobuf.message import DecodeError
 
@@ -359,8 +362,24 @@ def _common_expected() -> tuple:
     return tuple(found)
 
 
+def _write_failure(e: BaseException):
+    """`files.write_failure(e)`: (errno, path) of a write that failed for want of room."""
+    from data_prep import files
+
+    return files.write_failure(e)
+
+
 def describe_error(e: BaseException) -> str:
     """One line for an expected error: its subject (flag or file) first where it has one."""
+    failed = _write_failure(e)
+    if failed is not None:
+        # A write outside `atomic_output` (TensorFlow's shard, event and checkpoint writers,
+        # a log): the file it names, under its final name, and what to do.
+        from data_prep import files
+
+        code, path = failed
+        return (f"{files.final_name(path) + ': ' if path else ''}cannot be written: "
+                f"{files.write_failure_cause(code)}")
     if isinstance(e, UnicodeDecodeError):
         return (f"{getattr(e, 'filename', 'input')}: not UTF-8 text (byte offset {e.start}: "
                 f"{e.object[e.start:e.start + 1]!r}); expected UTF-8")
@@ -378,6 +397,17 @@ def describe_error(e: BaseException) -> str:
     return text
 
 
+def expected_error_line(e: BaseException, expected: tuple[type[BaseException], ...] = ()
+                        ) -> str | None:
+    """`describe_error(e)` where `e` is expected (`report_errors`): the tool's `expected`
+    types, the common ones, or a write that failed for want of room (a full disk, the
+    file-size limit, a read-only file system: `files.write_failure`); None for a bug. For
+    code that reports another process's error (create_pretraining_data's workers)."""
+    if isinstance(e, tuple(expected) + _common_expected()) or _write_failure(e) is not None:
+        return describe_error(e)
+    return None
+
+
 def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str | None = None,
                   on_interrupt: str | None = None) -> int:
     """Runs `fn()`; an expected error becomes one line on stderr and exit status 1.
@@ -387,7 +417,10 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
     among them `DamagedFileError`, which `reading` makes of a library's error on a file the
     user named (safetensors, h5py, protobuf, tensorflow-text, ...), and those of
     `_common_expected` (usage, missing or existing files, undecodable text, damaged
-    TFRecords, protocol buffers or safetensors files). Ctrl-C is one line too, with status
+    TFRecords, protocol buffers or safetensors files), and a write that failed for want of
+    room or of a writable place (`files.write_failure`: no space, the file-size limit, a
+    read-only file system; `files.atomic_output` names the output, `describe_error` the file
+    TensorFlow's writers name). Ctrl-C is one line too, with status
     130 (outputs are written under temporary names, so an interruption leaves no partial
     one). Anything else keeps its traceback: it
     is a bug.
@@ -410,10 +443,11 @@ def report_errors(fn, expected: tuple[type[BaseException], ...] = (), prog: str 
         # SavedModel writer's) stay out of the tool's log; TF_CPP_MIN_LOG_LEVEL=0 shows them.
         with tf_logging.python_info_hidden():
             result = fn()
-    except tuple(expected) + _common_expected() as e:
-        if os.environ.get(DEBUG_ENV):
+    except Exception as e:  # pylint: disable=broad-except
+        line = expected_error_line(e, expected)
+        if line is None or os.environ.get(DEBUG_ENV):
             raise
-        print(f"error: {describe_error(e)}", file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         # Ctrl-C: the tool's clean-up (temporary outputs removed, backups kept) has run on

@@ -377,10 +377,13 @@ def _worker_entry(spec: JobSpec, worker: int, messages, parent_pid: int) -> None
     try:
         result = run_worker(spec, worker, messages.put, parent_pid=parent_pid)
         messages.put(("done", worker, result))
-    except (InputError, ValueError, OSError) as e:
-        messages.put(("error", worker, str(e)))
-    except BaseException:  # pylint: disable=broad-except
-        messages.put(("error", worker, traceback.format_exc()))
+    except BaseException as e:  # pylint: disable=broad-except
+        # The error boundary's line for what it expects (a shard that could not be written
+        # for want of room is TensorFlow's OpError); a bug's traceback.
+        from data_prep import cli
+
+        line = cli.expected_error_line(e, (ValueError, OSError))
+        messages.put(("error", worker, line if line is not None else traceback.format_exc()))
 
 
 # --- The whole run: workers, checks, sidecars, renames. ---

@@ -16,6 +16,7 @@ spelling the strings.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -53,6 +54,103 @@ _TEMP_RE = re.compile(r"^\.incomplete-(?P<pid>\d+)\.(?P<name>.+)$")
 
 class OutputExistsError(FileExistsError):
     """An output exists and the caller did not ask to replace it; the message says how."""
+
+
+class OutputWriteError(OSError):
+    """Writing an output failed part-way (`atomic_output`): its file system is full, the file
+    grew past the file-size limit, or the place is read-only. `filename` is the output's
+    final name (nothing was left under it, and its temporary was removed), `strerror` says
+    why and what to do; the error boundary prints `<filename>: <strerror>`."""
+
+
+# A write that fails for want of room (or of a writable place), by errno: what the error
+# boundary says of it. Only errors a write can raise: an input that cannot be read says so
+# itself. TensorFlow's C++ writers report these as "<path>; <os.strerror>" in an OpError
+# (OutOfRange for EFBIG, ResourceExhausted for ENOSPC), h5py and Python as OSError.
+_NO_ROOM = {
+    errno.ENOSPC: "no space left on its device; free some space, or write elsewhere",
+    errno.EDQUOT: "the disk quota is used up; free some space, or write elsewhere",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+}
+# Within `atomic_output`, also these (the temporary's directory is not writable).
+_NOT_WRITABLE = {
+    errno.EACCES: "permission denied (its directory is not writable); write elsewhere",
+    errno.EPERM: "operation not permitted; write elsewhere",
+}
+
+
+def _file_too_large() -> str:
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return (f"file too large: over this process's file-size limit of {limit:,} bytes "
+                "(ulimit -f); raise the limit, or write elsewhere")
+    return "file too large for its file system; write elsewhere"
+
+
+def write_failure(e: BaseException, within: str | None = None) -> tuple[int, str | None] | None:
+    """(errno, path or None) where `e` says a write failed for want of room: no space, no
+    quota, over the file-size limit (EFBIG), a read-only file system; else None.
+
+    Args:
+      e: an OSError (Python's writes, h5py, zipfile), or TensorFlow's OpError from its C++
+        writers (TFRecord shards, checkpoints, SavedModels, event files), whose message is
+        "<path>; <os.strerror>".
+      within: a temporary output (`atomic_output`'s): permission errors on it or in it count
+        too, and an error naming another path does not.
+    """
+    codes = {**_NO_ROOM, errno.EFBIG: None}
+    if within is not None:
+        codes.update(_NOT_WRITABLE)
+    if isinstance(e, OutputWriteError):
+        return None  # already names its output
+    if isinstance(e, OSError):
+        if e.errno not in codes:
+            return None
+        path = e.filename if isinstance(e.filename, str) else None
+        if within is not None and path is not None and not _is_within(path, within):
+            return None
+        return e.errno, path
+    message = str(getattr(e, "message", "") or e)
+    if type(e).__module__.startswith("tensorflow"):
+        # "{{function_node ...}} <path>; File too large [Op:SaveV2]", or without the op.
+        message = re.sub(r"^\{\{.*?\}\}\s*", "", message)
+        for code in codes:
+            found = re.match(r"([^;]*); " + re.escape(os.strerror(code)), message)
+            if found:
+                path = found.group(1).strip() or None
+                if within is not None and path is not None and not _is_within(path, within):
+                    return None
+                return code, path
+    # Rust's io::Error, as safetensors and tokenizers report it: "... (os error 27)".
+    found = re.search(r"\(os error (\d+)\)", message)
+    if found and int(found.group(1)) in codes:
+        return int(found.group(1)), None
+    return None
+
+
+def write_failure_cause(code: int) -> str:
+    """What the error boundary says of a write that failed with `code` (`write_failure`)."""
+    if code == errno.EFBIG:
+        return _file_too_large()
+    return {**_NO_ROOM, **_NOT_WRITABLE}.get(code, os.strerror(code))
+
+
+def _is_within(path: str, tmp: str) -> bool:
+    """`path` is `tmp`, in it, or a file named after it (TensorFlow writes a checkpoint
+    prefix's `<tmp>.data-*` and its own `<name>.tmp<hex>` temporaries beside)."""
+    return os.path.abspath(path).startswith(os.path.abspath(tmp))
+
+
+def final_name(path: str) -> str:
+    """`path` with each temporary name in it (`.incomplete-<pid>.<name>`) as the output's
+    final name, and without TensorFlow's own temporary suffix (a checkpoint's
+    `.tempstate<n>`, a SavedModel file's `.tmp<hex>`): what a message names."""
+    parts = os.fspath(path).split(os.sep)
+    path = os.sep.join(m.group("name") if (m := _TEMP_RE.match(part)) else part
+                       for part in parts)
+    return re.sub(r"\.(?:tempstate\d+|tmp[0-9a-f]{32})$", "", path)
 
 
 def shard_path(prefix: str, index: int, count: int, gzip_compress: bool = False) -> str:
@@ -490,6 +588,8 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
       The temporary path (a file path to create, or an existing empty directory).
 
     Raises:
+      OutputWriteError: the block's writes failed for want of room or of a writable place
+        (`write_failure`), naming `final_path`.
       OutputExistsError: `final_path` exists and `overwrite` is False, or a file's
         `final_path` is a directory, which is never replaced (checked before the block runs
         and again before the rename). Before, overwriting replaced such a directory and
@@ -510,12 +610,22 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     created = make_parent_dirs([final_path])
     remove_stale_temps(final_path)
     tmp = temp_path(final_path)
-    _remove(tmp)
-    if directory:
-        os.makedirs(tmp)
     done = False
     try:
-        yield tmp
+        try:
+            _remove(tmp)
+            if directory:
+                os.makedirs(tmp)
+            yield tmp
+        except Exception as e:
+            # A write that failed part-way (a full disk, the file-size limit, a read-only
+            # place) names the output, not its temporary, nor nothing (Python's and h5py's
+            # EFBIG name no file); its cause says what to do.
+            failed = write_failure(e, within=tmp)
+            if failed is None:
+                raise
+            raise OutputWriteError(failed[0], "cannot be written: " +
+                                   write_failure_cause(failed[0]), final_name(final_path)) from e
         if not os.path.lexists(tmp):
             raise FileNotFoundError(f"{tmp}: nothing was written for {final_path}")
         if os.path.lexists(final_path):

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 
+from bert_keras import checkpoints
 from bert_keras.backup import (RESUME_GROUP, BackupError, ExactBackupAndRestore,
                                random_state_variables)
 from bert_keras.layers.dropout import Dropout
@@ -59,25 +60,30 @@ class _CrashAtBatch(keras.callbacks.Callback):
 
 
 class _CrashWhileWritingBackup(keras.callbacks.Callback):
-    """In epoch `epoch`, the backup's save_weights writes half a file and dies."""
+    """In epoch `epoch`, the backup's weights writer (checkpoints.save_weights) writes half a
+    file and dies."""
 
     def __init__(self, epoch):
         super().__init__()
         self.epoch = epoch
+        self.real = checkpoints.save_weights
 
     def on_epoch_begin(self, epoch, logs=None):
         if epoch != self.epoch:
             return
-        model, real = self.model, self.model.save_weights
 
-        def torn_save(filepath, *args, **kwargs):
-            real(filepath, *args, **kwargs)
+        def torn_save(model, filepath):
+            checkpoints.save_weights = self.real  # once
+            self.real(model, filepath)
             size = os.path.getsize(filepath)
             with open(filepath, "r+b") as f:
                 f.truncate(size // 2)
             raise _Crash()
 
-        model.save_weights = torn_save
+        checkpoints.save_weights = torn_save
+
+    def on_train_end(self, logs=None):
+        checkpoints.save_weights = self.real
 
 
 @pytest.fixture(scope="module")

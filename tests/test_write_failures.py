@@ -1,0 +1,403 @@
+"""Writes that fail part-way (a full disk, the file-size limit, a read-only place), and
+outputs named by a symbolic link.
+
+A full disk (ENOSPC) cannot be made without root; the file-size limit (RLIMIT_FSIZE, which
+makes a write past it fail with EFBIG, as Python ignores SIGXFSZ) takes the same paths
+through Python's, h5py's, zipfile's and TensorFlow's writers. Each tool runs as users run
+it, in a fresh process whose limit its output crosses part-way, and must end with exit
+status 1 and one line `error: <output>: cannot be written: <why>` (no traceback), leave
+nothing under the output's name and no temporary, and succeed when run again without the
+limit. Before, every tool printed a traceback (OSError or TensorFlow's OutOfRangeError),
+the ones that printed a line named no file ("error: [Errno 27] File too large"), and
+run_pretraining's checkpoint died of a segmentation fault inside HDF5.
+"""
+
+import errno
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cli_harness import run_tool
+
+from data_prep import cli, files
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTDATA = os.path.join(REPO, "tests", "testdata")
+LIMIT = 24 * 1024  # bytes a file may have in the limited processes
+
+
+def _limited(limit):
+    def set_limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(
+            resource.RLIMIT_FSIZE)[1]))
+    return set_limit
+
+
+def _run(module, *args, limit=None, timeout=300):
+    """`python -m module args` in a fresh process, its files limited to `limit` bytes."""
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop(cli.DEBUG_ENV, None)
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_limited(limit) if limit else None)
+
+
+def _leftovers(directory):
+    return sorted(os.path.relpath(os.path.join(d, n), directory)
+                  for d, dirs, names in os.walk(directory) for n in names + dirs
+                  if n.startswith(files.TEMP_PREFIX))
+
+
+def _assert_one_line_naming(proc, output, limit=LIMIT):
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, \
+        proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"error: {output}: cannot be written: file too large: over this "
+                    f"process's file-size limit of {limit:,} bytes (ulimit -f); raise the "
+                    "limit, or write elsewhere"), proc.stderr[-3000:]
+
+
+def _word_corpus(path, documents, seed=0):
+    """Documents of 5 sentences of 10 random lowercase words (no two alike)."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(documents):
+            for _ in range(5):
+                f.write(" ".join("".join(rng.choice(letters, rng.integers(3, 10)))
+                                 for _ in range(10)) + " .\n")
+            f.write("\n")
+    return str(path)
+
+
+# --- The boundary: one line for every writer's way of saying it. ---
+
+
+def _line(e):
+    def fail():
+        raise e
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.report_errors(fail)
+    return code, err.getvalue()
+
+
+def test_every_writers_failure_for_want_of_room_is_one_line_naming_the_file(tmp_path):
+    import safetensors
+    import tensorflow as tf
+
+    temp = os.path.join("/data/run [1]", ".incomplete-123.x-00001-of-00003.tfrecord")
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    too_large = ("file too large: over this process's file-size limit of "
+                 f"{limit:,} bytes (ulimit -f); raise the limit, or write elsewhere"
+                 if limit != resource.RLIM_INFINITY else
+                 "file too large for its file system; write elsewhere")
+    no_space = "no space left on its device; free some space, or write elsewhere"
+    cases = [
+        # TensorFlow's TFRecordWriter (the shard's temporary name: the line gives the final)
+        (tf.errors.OutOfRangeError(None, None, f"{temp}; File too large"),
+         f"error: /data/run [1]/x-00001-of-00003.tfrecord: cannot be written: {too_large}"),
+        # SaveV2, with its op context and its own temporary suffix
+        (tf.errors.ResourceExhaustedError(None, None, (
+            "{{function_node __wrapped__SaveV2_dtypes_39_device_/job:localhost/replica:0/"
+            "task:0/device:CPU:0}} /out/.incomplete-7.g.data-00000-of-00001.tempstate5392; "
+            "No space left on device [Op:SaveV2]")),
+         f"error: /out/g.data-00000-of-00001: cannot be written: {no_space}"),
+        # Python's and h5py's: no file named
+        (OSError(errno.EFBIG, "File too large"), f"error: cannot be written: {too_large}"),
+        (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x.json"),
+         "error: /mnt/ro/x.json: cannot be written: the file system is read-only; write "
+         "elsewhere"),
+        # safetensors' (Rust's io::Error)
+        (safetensors.SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"),
+         f"error: cannot be written: {no_space}"),
+    ]
+    for e, expected in cases:
+        code, err = _line(e)
+        assert (code, err) == (1, expected + "\n"), (e, err)
+    # Reading: not a write failure; Python's PermissionError still names its file.
+    code, err = _line(PermissionError(errno.EACCES, "Permission denied", "/in/a.txt"))
+    assert (code, err) == (1, "error: /in/a.txt: Permission denied\n")
+    # A bug keeps its traceback.
+    with pytest.raises(OSError):
+        cli.report_errors(lambda: (_ for _ in ()).throw(OSError(errno.EBADF, "Bad fd")))
+
+
+_ATOMIC_SCRIPT = """
+import json, os, sys
+from data_prep import files
+out = sys.argv[1]
+
+
+def _directory(path):
+    with files.atomic_output(path, directory=True) as tmp:
+        files.write_text(os.path.join(tmp, "small.txt"), "ok")
+        with open(os.path.join(tmp, "big.bin"), "wb") as f:
+            f.write(b"0" * 40000)
+
+
+results = {}
+for name, write in (
+        ("file", lambda: files.write_text(os.path.join(out, "a", "big.txt"), "x" * 40000)),
+        ("directory", lambda: _directory(os.path.join(out, "b", "export")))):
+    try:
+        write()
+        results[name] = None
+    except files.OutputWriteError as e:
+        results[name] = [e.errno, e.filename, e.strerror]
+print(json.dumps(results))
+"""
+
+
+def test_atomic_output_names_the_output_and_leaves_nothing(tmp_path):
+    """Python's EFBIG names no file; the writer's error names the output's final name (not
+    its temporary), and takes back the temporary and the directories it created."""
+    proc = subprocess.run([sys.executable, "-c", _ATOMIC_SCRIPT, str(tmp_path)], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+                          timeout=60, preexec_fn=_limited(LIMIT))
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    why = (f"cannot be written: file too large: over this process's file-size limit of "
+           f"{LIMIT:,} bytes (ulimit -f); raise the limit, or write elsewhere")
+    assert results == {"file": [errno.EFBIG, str(tmp_path / "a" / "big.txt"), why],
+                       "directory": [errno.EFBIG, str(tmp_path / "b" / "export"), why]}
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_temporary_in_a_read_only_directory_is_named_by_the_output(tmp_path):
+    """A permission error on the temporary names the output (before: the temporary,
+    `.incomplete-<pid>.<name>`, which the user never named)."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only directories")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(files.OutputWriteError) as caught:
+            files.write_text(str(ro / "vocab.txt"), "x\n")
+        assert caught.value.filename == str(ro / "vocab.txt")
+        assert caught.value.strerror.startswith("cannot be written: permission denied")
+    finally:
+        ro.chmod(0o755)
+
+
+def test_an_output_whose_parent_is_a_file_is_one_line_and_leaves_nothing(tmp_path):
+    (tmp_path / "afile").write_text("keep")
+    result = run_tool("prepare_corpus", [f"--input={os.path.join(TESTDATA, 'pretrain_corpus.txt')}",
+                                         f"--output_file={tmp_path / 'afile' / 'corpus.txt'}"])
+    assert result.code == 1 and len(result.error_lines) == 1, result.stderr
+    assert str(tmp_path / "afile") in result.error_lines[0]
+    assert "Traceback" not in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
+    assert (tmp_path / "afile").read_text() == "keep"
+
+
+# --- Weights files: HDF5 must not be left to fail. ---
+
+
+_WEIGHTS_SCRIPT = """
+import os, sys
+import keras
+from bert_keras import checkpoints
+model = keras.Sequential([keras.Input((16,))] + [keras.layers.Dense(40) for _ in range(12)])
+path = sys.argv[1]
+try:
+    checkpoints.save_weights(model, path)
+    print("written")
+except OSError as e:
+    print("OSError", e.errno, e.filename)
+"""
+
+
+def test_a_weights_file_past_the_limit_is_an_oserror_not_a_crash(tmp_path):
+    """Keras' own save_weights, failing part-way, left HDF5 retrying its metadata on every
+    close: h5py printed "Exception ignored" tracebacks by the hundred and the process died
+    of a segmentation fault (run_pretraining's checkpoint, exit status 139)."""
+    path = tmp_path / "x.weights.h5"
+    proc = subprocess.run([sys.executable, "-c", _WEIGHTS_SCRIPT, str(path)], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"),
+                          capture_output=True, text=True, timeout=120,
+                          preexec_fn=_limited(LIMIT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["OSError", str(errno.EFBIG), "None"], proc.stdout
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_save_weights_writes_what_keras_writes_and_reads(tmp_path):
+    import h5py
+    import keras
+
+    from bert_keras import checkpoints
+
+    def model():
+        m = keras.Sequential([keras.Input((5,)), keras.layers.Dense(7), keras.layers.Dense(3)])
+        m.compile(optimizer="adam", loss="mse")
+        return m
+
+    ours = model()
+    ours.fit(np.arange(15.0).reshape(3, 5), np.ones((3, 3)), verbose=0)
+    checkpoints.save_weights(ours, str(tmp_path / "ours.weights.h5"))
+    ours.save_weights(str(tmp_path / "keras.weights.h5"))
+
+    def datasets(path):
+        found = {}
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda name, obj: found.__setitem__(name, obj[()])
+                         if isinstance(obj, h5py.Dataset) else None)
+        return found
+
+    a, b = datasets(tmp_path / "ours.weights.h5"), datasets(tmp_path / "keras.weights.h5")
+    assert sorted(a) == sorted(b) and len(a) > 4
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    loaded = model()
+    loaded.optimizer.build(loaded.trainable_variables)
+    loaded.load_weights(str(tmp_path / "ours.weights.h5"))
+    for got, want in zip(loaded.get_weights() + [v.numpy() for v in loaded.optimizer.variables],
+                         ours.get_weights() + [v.numpy() for v in ours.optimizer.variables],
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+# --- The tools, as users run them, past the limit. ---
+
+
+def test_prepare_corpus_past_the_limit(tmp_path):
+    corpus = _word_corpus(tmp_path / "raw.txt", 200)
+    out = tmp_path / "out" / "corpus.txt"
+    _assert_one_line_naming(_run("data_prep.prepare_corpus", f"--input={corpus}",
+                                 f"--output_file={out}", limit=LIMIT), out)
+    assert not (tmp_path / "out").exists()
+    assert _run("data_prep.prepare_corpus", f"--input={corpus}",
+                f"--output_file={out}").returncode == 0
+    assert os.path.getsize(out) > LIMIT
+
+
+def test_build_vocab_past_the_limit(tmp_path):
+    corpus = _word_corpus(tmp_path / "raw.txt", 200)
+    out = tmp_path / "vocab" / "vocab.txt"
+    args = [f"--input={corpus}", f"--output={out}", "--vocab_size=2000", "--layout=compact"]
+    limit = 8 * 1024
+    _assert_one_line_naming(_run("data_prep.build_vocab", *args, limit=limit), out, limit)
+    assert not (tmp_path / "vocab").exists()
+    assert _run("data_prep.build_vocab", *args).returncode == 0
+    assert os.path.getsize(out) > limit and (tmp_path / "vocab" / "tokenizer_config.json").exists()
+
+
+def _cpd_args(tmp_path, *extra):
+    corpus = _word_corpus(tmp_path / "raw.txt", 120)
+    vocab = tmp_path / "vocab.txt"
+    words = sorted({w for line in open(corpus) for w in line.split()})
+    vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                             + words))
+    return [f"--input_file={corpus}", f"--vocab_file={vocab}", "--max_seq_length=24",
+            "--max_predictions_per_seq=4", "--dupe_factor=2", *extra]
+
+
+def test_create_pretraining_data_past_the_limit(tmp_path):
+    out = tmp_path / "data"
+    args = _cpd_args(tmp_path, f"--output_file={out / 'train.tfrecord'}")
+    _assert_one_line_naming(_run("data_prep.create_pretraining_data", *args, limit=LIMIT),
+                            out / "train.tfrecord")
+    assert not out.exists()
+    assert _run("data_prep.create_pretraining_data", *args).returncode == 0
+    assert sorted(os.listdir(out)) == ["train.tfrecord", "train.tfrecord.meta.json"]
+
+
+@pytest.mark.integration  # two spawned workers importing TensorFlow: ~15 s on 2 cores
+def test_create_pretraining_data_workers_and_gzip_shards_past_the_limit(tmp_path):
+    """A worker's failed shard was its traceback squeezed into the error line."""
+    out = tmp_path / "data"
+    args = _cpd_args(tmp_path, f"--output_file={out / 'train'}", "--num_output_shards=2",
+                     "--num_workers=2", "--gzip_compress")
+    proc = _run("data_prep.create_pretraining_data", *args, limit=8 * 1024)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: worker ") and (
+        f"{out / 'train'}-0000" in last and "-of-00002.tfrecord.gz: cannot be written: file "
+        "too large" in last), last
+    assert not out.exists()
+    assert _run("data_prep.create_pretraining_data", *args).returncode == 0
+    assert len(os.listdir(out)) == 4
+
+
+@pytest.mark.integration  # fresh TensorFlow processes that train: ~40 s on 2 cores
+def test_run_pretraining_checkpoint_past_the_limit_then_the_rerun(tmp_path):
+    """The first checkpoint crosses the limit: one line naming it (before: 150 h5py
+    tracebacks and a segmentation fault), nothing under its name; the rerun completes."""
+    from pretraining_data import write_dataset
+
+    train = write_dataset(tmp_path, num_files=1, per_file=8, max_seq_length=16,
+                          max_predictions_per_seq=4, vocab_size=50)
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(dict(
+        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=24, max_position_embeddings=32, hidden_act="gelu",
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, type_vocab_size=2,
+        initializer_range=0.02)))
+    out = tmp_path / "run"
+    args = [f"--input_file={train}", f"--output_dir={out}", f"--bert_config_file={config}",
+            "--max_seq_length=16", "--max_predictions_per_seq=4", "--train_batch_size=4",
+            "--num_train_steps=4", "--save_checkpoints_steps=2", "--num_warmup_steps=0"]
+    limit = 64 * 1024
+    proc = _run("bert_keras.run_pretraining", *args, limit=limit)
+    _assert_one_line_naming(proc, out / "checkpoints" / "ckpt-00000002.weights.h5", limit)
+    assert os.listdir(out / "checkpoints") == [] and _leftovers(tmp_path) == []
+    assert not (out / "encoder").exists()
+    proc = _run("bert_keras.run_pretraining", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(os.listdir(out / "checkpoints")) == ["ckpt-00000002.weights.h5",
+                                                       "ckpt-00000004.weights.h5"]
+    assert (out / "encoder" / files.ENCODER_WEIGHTS_FILE).exists()
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory):
+    from test_bad_inputs import build_fixtures
+
+    return build_fixtures(str(tmp_path_factory.mktemp("fixtures")))
+
+
+@pytest.mark.integration  # six fresh TensorFlow processes: ~60 s on 2 cores
+@pytest.mark.parametrize("tool,args,output", [
+    ("bert_keras.run_classifier",
+     "--vocab_file={F}/vocab.txt --init_checkpoint={F}/encoder --max_seq_length=16 "
+     "--train_batch_size=4 --num_train_steps=1 --do_train --train_file={F}/cls.jsonl "
+     "--output_dir={W}/out", "{W}/out/model.keras"),
+    ("bert_keras.extract_features",
+     "--input_file={W}/lines.txt --output_file={W}/f.jsonl --init_checkpoint={F}/encoder "
+     "--max_seq_length=16 --layers=-1,-2", "{W}/f.jsonl"),
+    ("export.export_encoder", "--init_checkpoint={F}/encoder --export_dir={W}/exp "
+     "--seq_length=16", "{W}/exp/1"),
+    ("bert_keras.convert_checkpoint",
+     "--from=hf --to=keras --input={F}/hf --output={W}/enc", "{W}/enc/model.keras"),
+    ("bert_keras.convert_checkpoint",
+     "--from=keras --to=hf --input={F}/encoder.keras --output={W}/hf", "{W}/hf"),
+    ("bert_keras.convert_checkpoint",
+     "--from=hf --to=google --model=encoder --input={F}/hf --output={W}/g/bert_model.ckpt",
+     "{W}/g/bert_model.ckpt.data-00000-of-00001"),
+], ids=["run_classifier", "extract_features", "export_encoder", "convert_to_keras_dir",
+        "convert_to_hf", "convert_to_google"])
+def test_model_tools_past_the_limit(fx, tmp_path, tool, args, output):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "lines.txt").write_text("the man went to the store ||| he bought milk\n" * 300)
+    argv = args.format(F=fx, W=work).split()
+    limit = 16 * 1024
+    _assert_one_line_naming(_run(tool, *argv, limit=limit), output.format(W=work), limit)
+    assert sorted(os.listdir(work)) == ["lines.txt"] + (
+        ["out"] if tool.endswith("run_classifier") else [])
+    if tool.endswith("run_classifier"):  # what a rerun resumes from, and the logs
+        assert not (work / "out" / files.TASK_MODEL_FILE).exists()
+    assert _leftovers(work) == []
+    proc = _run(tool, *argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -572,7 +572,8 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
             raise InputError(f"--output_file: {path.strip()} ends in '/', a directory; name a "
                              "file (or a prefix) in it")
     if num_output_shards is None:
-        return [p.strip() for p in output_file.split(",") if p.strip()]
+        # An output that is a symbolic link is written where it points (files.output_path).
+        return [files.output_path(p.strip()) for p in output_file.split(",") if p.strip()]
     if num_output_shards < 1:
         raise InputError(f"--num_output_shards must be >= 1; received {num_output_shards}")
     if "," in output_file:
@@ -581,7 +582,7 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
     # Google's README names its output tf_examples.tfrecord: its shards are
     # tf_examples-00000-of-00004.tfrecord, not tf_examples.tfrecord-00000-of-00004.tfrecord.
     prefix = re.sub(r"\.tfrecord(\.gz)?$", "", output_file)
-    return [files.shard_path(prefix, j, num_output_shards, gzip_compress)
+    return [files.output_path(files.shard_path(prefix, j, num_output_shards, gzip_compress))
             for j in range(num_output_shards)]
 
 

@@ -362,12 +362,18 @@ def read_sidecar(tfrecord_path: str) -> dict | None:
       tfrecord_path: a shard path (files from Google's or Model Garden's tool have no sidecar).
 
     Returns:
-      The sidecar dict, or None if `<tfrecord_path>.meta.json` does not exist.
+      The sidecar dict, or None if `<tfrecord_path>.meta.json` does not exist (nor, for a
+      shard path that is a symbolic link, beside the file it points to).
 
     Raises:
       ValueError: the sidecar exists but is not a JSON object (names the file).
     """
     path = sidecar_path(tfrecord_path)
+    if (not tf.io.gfile.exists(path) and "://" not in str(tfrecord_path)
+            and os.path.islink(tfrecord_path)):
+        # An --output_file that was a link was written where it points, its sidecar beside
+        # it (files.output_path): read through the link, the shard finds it there.
+        path = sidecar_path(os.path.realpath(tfrecord_path))
     if not tf.io.gfile.exists(path):
         return None
     try:

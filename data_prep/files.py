@@ -153,6 +153,13 @@ def final_name(path: str) -> str:
     return re.sub(r"\.(?:tempstate\d+|tmp[0-9a-f]{32})$", "", path)
 
 
+def output_path(path: str) -> str:
+    """Where an output named `path` is written: where `path` points when it is a symbolic
+    link (as a shell's `>` writes through one: "out.txt -> /big/disk/out.txt"), else `path`."""
+    path = os.fspath(path)
+    return os.path.realpath(path) if os.path.islink(path.rstrip(os.sep) or os.sep) else path
+
+
 def shard_path(prefix: str, index: int, count: int, gzip_compress: bool = False) -> str:
     """Shard `index` of `count` of an output prefix: `<prefix>-00003-of-00008.tfrecord[.gz]`."""
     suffix = ".tfrecord.gz" if gzip_compress else ".tfrecord"
@@ -578,8 +585,8 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     parent directories this call created.
 
     Args:
-      final_path: where the output goes; its directory is created if needed. A directory
-        output whose path is a symbolic link is written where the link points.
+      final_path: where the output goes; its directory is created if needed. A path that
+        is a symbolic link is written where the link points (`output_path`).
       overwrite: replace an existing `final_path`; otherwise it is an error.
       directory: the output is a directory (created empty, to be filled by the block).
       hint: the end of the error message when `final_path` exists.
@@ -597,12 +604,11 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
     """
     # "out/" names the directory out: its temporary is a sibling, not a child (which
     # created out itself, then refused it as existing, and left it behind).
-    final_path = os.fspath(final_path).rstrip(os.sep) or os.sep
-    if directory and os.path.islink(final_path):
-        # A link to a directory ("out -> /big/disk/out") says where the output goes: it is
-        # written there. Before, the rename replaced the link itself with a directory (on
-        # the link's disk), leaving the linked directory as it was.
-        final_path = os.path.realpath(final_path)
+    # A link ("out -> /big/disk/out", "vocab.txt -> /shared/vocab.txt") says where the
+    # output goes, as a shell's `>` writes through one: it is written beside the link's
+    # target and renamed onto it. Before, the rename replaced the link itself with a file or
+    # directory on the link's disk, leaving the target as it was.
+    final_path = output_path(os.fspath(final_path).rstrip(os.sep) or os.sep)
     if not directory:
         _refuse_a_directory(final_path)
     if not overwrite:

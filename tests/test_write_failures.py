@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from cli_harness import run_tool
 
-from data_prep import cli, files
+from data_prep import cli, features, files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(REPO, "tests", "testdata")
@@ -401,3 +401,57 @@ def test_model_tools_past_the_limit(fx, tmp_path, tool, args, output):
     assert _leftovers(work) == []
     proc = _run(tool, *argv)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# --- Outputs named by a symbolic link. ---
+
+
+def test_a_file_output_that_is_a_link_is_written_where_it_points(tmp_path):
+    """A shell's `>` writes through a link; the atomic rename replaced the link itself with
+    a regular file, leaving the file it pointed to as it was."""
+    target = tmp_path / "shared" / "vocab.txt"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "run" / "vocab.txt"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    with pytest.raises(files.OutputExistsError, match=str(target)):
+        files.write_text(str(link), "new\n", overwrite=False)
+    with files.atomic_output(str(link), overwrite=True) as tmp:
+        assert os.path.dirname(tmp) == str(target.parent)  # renamed on the target's disk
+        with open(tmp, "w") as f:
+            f.write("new\n")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new\n"
+    assert sorted(os.listdir(target.parent)) == ["vocab.txt"]
+    # A link to nothing yet: the file is made where it points.
+    dangling = tmp_path / "run" / "corpus.txt"
+    dangling.symlink_to(tmp_path / "shared" / "corpus.txt")
+    files.write_text(str(dangling), "text\n", overwrite=False)
+    assert dangling.is_symlink() and (tmp_path / "shared" / "corpus.txt").read_text() == "text\n"
+
+
+def test_prepare_corpus_writes_through_a_link(tmp_path):
+    target = tmp_path / "big_disk" / "corpus.txt"
+    target.parent.mkdir()
+    link = tmp_path / "corpus.txt"
+    link.symlink_to(target)
+    result = run_tool("prepare_corpus", [
+        f"--input={os.path.join(TESTDATA, 'pretrain_corpus.txt')}", f"--output_file={link}"])
+    assert result.code == 0, result.stderr
+    assert link.is_symlink() and target.stat().st_size > 0
+
+
+def test_pretraining_data_written_through_a_link_is_read_through_it(tmp_path):
+    """The shard goes where the link points, its sidecar beside it; read through the link,
+    the shard finds its sidecar there."""
+    target = tmp_path / "big_disk" / "train.tfrecord"
+    target.parent.mkdir()
+    link = tmp_path / "train.tfrecord"
+    link.symlink_to(target)
+    result = run_tool("create_pretraining_data", _cpd_args(tmp_path, f"--output_file={link}"))
+    assert result.code == 0, result.stderr
+    assert link.is_symlink()
+    assert sorted(os.listdir(target.parent)) == ["train.tfrecord", "train.tfrecord.meta.json"]
+    meta = features.read_sidecar(str(link))
+    assert meta["max_seq_length"] == 24 and meta["shard"]["num_shards"] == 1

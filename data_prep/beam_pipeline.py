@@ -563,6 +563,10 @@ def _delete_quietly(paths: Iterable[str]) -> None:
 def _job_error(e: BaseException) -> str:
     """The one line a worker's error boils down to (runners wrap it in long tracebacks)."""
     text = str(e)
+    if files.write_failure(e) is not None:  # a shard that could not be written: its file
+        from data_prep import cli
+
+        return cli.describe_error(e)
     at = text.rfind(_ERROR_MARK)
     if at >= 0:
         line = text[at + len(_ERROR_MARK):].split("\n", 1)[0]
@@ -742,7 +746,8 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
     common["beam"] = dict(beam_meta, runner=runner, pool_size=spec.config.pool_size)
     if not spec.overwrite:
         check_outputs(spec)  # nothing appeared meanwhile
-    replaced = job.other_shard_sets(spec.output_files, _match) if spec.overwrite else []
+    replaced = (job.other_shard_sets(spec.output_files, _match, _exists) if spec.overwrite
+                else [])
     metas = [dict(common, shard={"index": j, "num_shards": len(temps), "instances": counts[j]})
              for j in range(len(temps))]
     if not any("://" in path for path in spec.output_files):
@@ -755,7 +760,7 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
             FileSystems.rename([temp], [path])
         _delete_quietly(replaced)  # once the new set is in place, as publish_shards does
     if replaced:
-        log("--overwrite: removed the prefix's other shard set, %s",
+        log("--overwrite: removed the prefix's other outputs, %s",
             job.describe_shard_sets(replaced))
     return {"totals": dataclasses.asdict(totals), "input_bytes": reader.input_bytes,
             "shard_counts": [counts[j] for j in range(len(temps))]}

@@ -33,7 +33,6 @@ import multiprocessing
 import os
 import queue
 import random
-import re
 import textwrap
 import time
 import traceback
@@ -549,7 +548,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
     for path in spec.output_files:
         log("  %s", path)
     if replaced:
-        log("--overwrite: removed the prefix's other shard set, %s",
+        log("--overwrite: removed the prefix's other outputs, %s",
             describe_shard_sets(replaced))
     return {"totals": dataclasses.asdict(totals), "input_bytes": input_bytes,
             "shard_counts": [shard_counts.get(j, 0) for j in range(len(spec.output_files))],
@@ -581,7 +580,7 @@ def output_files_from_flags(output_file: str, num_output_shards: int | None,
                          f"comma-separated list: {output_file!r}")
     # Google's README names its output tf_examples.tfrecord: its shards are
     # tf_examples-00000-of-00004.tfrecord, not tf_examples.tfrecord-00000-of-00004.tfrecord.
-    prefix = re.sub(r"\.tfrecord(\.gz)?$", "", output_file)
+    prefix = files.output_prefix(output_file)
     return [files.output_path(files.shard_path(prefix, j, num_output_shards, gzip_compress))
             for j in range(num_output_shards)]
 

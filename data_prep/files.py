@@ -113,9 +113,12 @@ def write_failure(e: BaseException, within: str | None = None) -> tuple[int, str
             return None
         return e.errno, path
     message = str(getattr(e, "message", "") or e)
-    if type(e).__module__.startswith("tensorflow"):
+    # A runner's error quoting a worker's (Beam's RuntimeError): "...errors_impl.
+    # OutOfRangeError: <path>; File too large [while running 'WriteShards']".
+    quoted = re.search(r"tensorflow\.python\.framework\.errors_impl\.\w+: ([^\n]*)", message)
+    if type(e).__module__.startswith("tensorflow") or quoted:
         # "{{function_node ...}} <path>; File too large [Op:SaveV2]", or without the op.
-        message = re.sub(r"^\{\{.*?\}\}\s*", "", message)
+        message = re.sub(r"^\{\{.*?\}\}\s*", "", quoted.group(1) if quoted else message)
         for code in codes:
             found = re.match(r"([^;]*); " + re.escape(os.strerror(code)), message)
             if found:
@@ -174,6 +177,18 @@ def shard_set_of(path: str) -> tuple[str, int, str] | None:
         path = path[:-len(SIDECAR_SUFFIX)]
     m = _SHARD_RE.match(path)
     return (m.group("prefix"), int(m.group("count")), m.group("suffix")) if m else None
+
+
+def output_prefix(path: str) -> str:
+    """The prefix a glob reads a pretraining output by: a shard's (`shard_set_of`), else the
+    path without `.tfrecord` or `.tfrecord.gz` (Google's README names its output
+    tf_examples.tfrecord: its shards are tf_examples-00000-of-00004.tfrecord)."""
+    found = shard_set_of(path)
+    return found[0] if found else re.sub(r"\.tfrecord(\.gz)?$", "", os.fspath(path))
+
+
+# The names of an output of one prefix written without --num_output_shards.
+SINGLE_OUTPUT_SUFFIXES = ("", ".tfrecord", ".tfrecord.gz")
 
 
 def shard_set_glob(prefix: str) -> str:

@@ -304,19 +304,24 @@ def _same_path(path: str) -> str:
 
 
 def other_shard_sets(output_files: Sequence[str],
-                     glob: Callable[[str], Iterable[str]] = _glob.glob) -> list[str]:
-    """The existing files of other shard sets of the outputs' prefixes, sidecars included.
+                     glob: Callable[[str], Iterable[str]] = _glob.glob,
+                     exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+    """The existing files of other outputs of the outputs' prefixes, sidecars included.
 
-    Shards named `<prefix>-NNNNN-of-MMMMM.tfrecord[.gz]` (--num_output_shards, or Beam's
-    automatic count) with another count or compression than this job's: a later glob of the
-    prefix (`<prefix>-*.tfrecord`, as documented) would read both sets, the corpus twice.
+    A prefix (`files.output_prefix`) is written either as shards
+    `<prefix>-NNNNN-of-MMMMM.tfrecord[.gz]` (--num_output_shards, or Beam's automatic
+    count) or as one file `<prefix>`, `<prefix>.tfrecord` or `<prefix>.tfrecord.gz`.
+    Another set of shards (another count or compression), the single file beside shards, or
+    shards beside the single file: a later glob of the prefix (`<prefix>-*.tfrecord`, as
+    documented, or `<prefix>*`) would read both, the corpus twice.
 
     Args:
-      output_files: the job's final shard paths.
+      output_files: the job's final paths.
       glob: pattern -> matching paths (Beam passes one for every Beam file system).
+      exists: whether a path exists (a local directory is no output); Beam passes its own.
     """
     ours = {_same_path(p) for out in output_files for p in (out, features.sidecar_path(out))}
-    prefixes = {found[0] for found in map(files.shard_set_of, output_files) if found}
+    prefixes = {files.output_prefix(out) for out in output_files}
     others = set()
     for prefix in sorted(prefixes):
         for path in glob(files.shard_set_glob(prefix)):
@@ -324,21 +329,31 @@ def other_shard_sets(output_files: Sequence[str],
             if (found and _same_path(found[0]) == _same_path(prefix)
                     and _same_path(path) not in ours):
                 others.add(path)
+        for suffix in files.SINGLE_OUTPUT_SUFFIXES:
+            for path in (prefix + suffix, features.sidecar_path(prefix + suffix)):
+                if (_same_path(path) not in ours and exists(path)
+                        and ("://" in path or not os.path.isdir(path))):
+                    others.add(path)
     return sorted(others)
 
 
 def describe_shard_sets(paths: Iterable[str], counts: bool = True) -> str:
-    """`x-*-of-00002.tfrecord (4 files, sidecars included)` for each set among `paths`,
-    joined by "and" (without the parenthesis when not `counts`)."""
-    sets: dict[tuple, int] = {}
+    """`x-*-of-00002.tfrecord (4 files, sidecars included)` for each set among `paths`, and
+    `x.tfrecord (2 files, sidecar included)` for a single output, joined by "and" (without
+    the parenthesis when not `counts`)."""
+    sets: dict[str, int] = {}
     for path in paths:
         found = files.shard_set_of(path)
         if found:
-            sets[found] = sets.get(found, 0) + 1
+            name = files.describe_shard_set(*found)
+        else:
+            name = path[:-len(files.SIDECAR_SUFFIX)] if path.endswith(
+                files.SIDECAR_SUFFIX) else path
+        sets[name] = sets.get(name, 0) + 1
     return " and ".join(
-        files.describe_shard_set(*s) + (f" ({n} file{'s' if n != 1 else ''}, sidecars "
-                                        "included)" if counts else "")
-        for s, n in sorted(sets.items()))
+        name + (f" ({n} file{'s' if n != 1 else ''}, sidecar{'s' if n > 2 else ''} "
+                "included)" if counts else "")
+        for name, n in sorted(sets.items()))
 
 
 def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = os.path.exists,
@@ -375,15 +390,18 @@ def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = os.path.exists,
         if existing:
             raise InputError(f"refusing to overwrite {len(existing)} existing output file(s), "
                              f"e.g. {existing[0]}; pass --overwrite to replace them")
-        others = other_shard_sets(spec.output_files, glob)
+        others = other_shard_sets(spec.output_files, glob, exists)
         if others:
-            prefix = files.shard_set_of(others[0])[0]
+            prefix = files.output_prefix(others[0])
+            single = any(not files.shard_set_of(p) for p in others + list(spec.output_files))
             raise InputError(
-                f"--output_file: {prefix} already has another shard set, "
-                f"{describe_shard_sets(others)}, which a glob such as {prefix}-* would "
-                f"read beside this run's {describe_shard_sets(spec.output_files, False)} (the "
-                "corpus twice); pass --overwrite to replace the prefix's shards, or choose "
-                "another --output_file")
+                f"--output_file: {prefix} already has "
+                f"{'another output' if single else 'another shard set'}, "
+                f"{describe_shard_sets(others)}, which a glob such as "
+                f"{prefix}{'*' if single else '-*'} would read beside this run's "
+                f"{describe_shard_sets(spec.output_files, False)} (the corpus twice); pass "
+                "--overwrite to replace the prefix's "
+                f"{'outputs' if single else 'shards'}, or choose another --output_file")
     return files.make_parent_dirs([out for out in spec.output_files if "://" not in out])
 
 

@@ -111,6 +111,11 @@ def test_every_writers_failure_for_want_of_room_is_one_line_naming_the_file(tmp_
             "task:0/device:CPU:0}} /out/.incomplete-7.g.data-00000-of-00001.tempstate5392; "
             "No space left on device [Op:SaveV2]")),
          f"error: /out/g.data-00000-of-00001: cannot be written: {no_space}"),
+        # Beam's runner, quoting its worker's
+        (RuntimeError("Traceback (most recent call last):\n  ...\ntensorflow.python.framework."
+                      "errors_impl.OutOfRangeError: /b/.incomplete-5.x-00001-of-00002.tfrecord; "
+                      "File too large [while running 'WriteShards']"),
+         f"error: /b/x-00001-of-00002.tfrecord: cannot be written: {too_large}"),
         # Python's and h5py's: no file named
         (OSError(errno.EFBIG, "File too large"), f"error: cannot be written: {too_large}"),
         (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x.json"),
@@ -455,3 +460,36 @@ def test_pretraining_data_written_through_a_link_is_read_through_it(tmp_path):
     assert sorted(os.listdir(target.parent)) == ["train.tfrecord", "train.tfrecord.meta.json"]
     meta = features.read_sidecar(str(link))
     assert meta["max_seq_length"] == 24 and meta["shard"]["num_shards"] == 1
+
+
+# --- One prefix, one output: a single file and shards never side by side. ---
+
+
+def test_a_single_file_and_a_shard_set_of_one_prefix_are_never_side_by_side(tmp_path):
+    """`--output_file=x.tfrecord` beside `x-0000N-of-0000M.tfrecord` (or the reverse) was
+    accepted: a glob `x*` read both, the corpus twice. Refused, as another shard set of
+    the prefix is; --overwrite replaces the prefix's other output once the new one is in."""
+    out = tmp_path / "data"
+    shards = _cpd_args(tmp_path, f"--output_file={out / 'train'}", "--num_output_shards=2")
+    single = [a for a in shards if not a.startswith(("--output_file", "--num_output"))] + [
+        f"--output_file={out / 'train.tfrecord'}"]
+    assert run_tool("create_pretraining_data", shards).code == 0
+    before = sorted(os.listdir(out))
+    result = run_tool("create_pretraining_data", single)
+    assert result.code == 1 and result.error_lines == [
+        f"error: --output_file: {out / 'train'} already has another output, "
+        f"{out / 'train'}-*-of-00002.tfrecord (4 files, sidecars included), which a glob such "
+        f"as {out / 'train'}* would read beside this run's {out / 'train.tfrecord'} (the corpus "
+        "twice); pass --overwrite to replace the prefix's outputs, or choose another "
+        "--output_file"], result.stderr
+    assert sorted(os.listdir(out)) == before
+    assert run_tool("create_pretraining_data", single + ["--overwrite"]).code == 0
+    assert sorted(os.listdir(out)) == ["train.tfrecord", "train.tfrecord.meta.json"]
+    # The reverse: shards beside the single file.
+    result = run_tool("create_pretraining_data", shards)
+    assert result.code == 1 and result.error_lines[0].startswith(
+        f"error: --output_file: {out / 'train'} already has another output, "
+        f"{out / 'train.tfrecord'} (2 files, sidecar included)"), result.stderr
+    assert run_tool("create_pretraining_data", shards + ["--overwrite"]).code == 0
+    assert sorted(os.listdir(out)) == sorted(
+        f"train-0000{i}-of-00002.tfrecord{s}" for i in range(2) for s in ("", ".meta.json"))

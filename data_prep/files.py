@@ -94,9 +94,10 @@ def write_failure(e: BaseException, within: str | None = None) -> tuple[int, str
     quota, over the file-size limit (EFBIG), a read-only file system; else None.
 
     Args:
-      e: an OSError (Python's writes, h5py, zipfile), or TensorFlow's OpError from its C++
+      e: an OSError (Python's writes, h5py, zipfile); TensorFlow's OpError from its C++
         writers (TFRecord shards, checkpoints, SavedModels, event files), whose message is
-        "<path>; <os.strerror>".
+        "<path>; <os.strerror>", or an error quoting one (a Beam runner's); Rust's io::Error
+        as safetensors words it ("... (os error 28)").
       within: a temporary output (`atomic_output`'s): permission errors on it or in it count
         too, and an error naming another path does not.
     """

@@ -12,7 +12,9 @@ the ones that printed a line named no file ("error: [Errno 27] File too large"),
 run_pretraining's checkpoint died of a segmentation fault inside HDF5.
 """
 
+import contextlib
 import errno
+import io
 import json
 import os
 import resource
@@ -81,8 +83,6 @@ def _word_corpus(path, documents, seed=0):
 def _line(e):
     def fail():
         raise e
-    import contextlib
-    import io
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -90,7 +90,7 @@ def _line(e):
     return code, err.getvalue()
 
 
-def test_every_writers_failure_for_want_of_room_is_one_line_naming_the_file(tmp_path):
+def test_every_writers_failure_for_want_of_room_is_one_line_naming_the_file():
     import safetensors
     import tensorflow as tf
 
@@ -116,6 +116,13 @@ def test_every_writers_failure_for_want_of_room_is_one_line_naming_the_file(tmp_
                       "errors_impl.OutOfRangeError: /b/.incomplete-5.x-00001-of-00002.tfrecord; "
                       "File too large [while running 'WriteShards']"),
          f"error: /b/x-00001-of-00002.tfrecord: cannot be written: {too_large}"),
+        # The TensorBoard writer's flush
+        (tf.errors.ResourceExhaustedError(None, None, (
+            "{{function_node __wrapped__WriteSummary_device_/job:localhost/replica:0/task:0/"
+            "device:CPU:0}} /run/logs/train/events.out.tfevents.1.vm.2.0.v2; No space left on "
+            "device\n\tFailed to flush ")),
+         f"error: /run/logs/train/events.out.tfevents.1.vm.2.0.v2: cannot be written: "
+         f"{no_space}"),
         # Python's and h5py's: no file named
         (OSError(errno.EFBIG, "File too large"), f"error: cannot be written: {too_large}"),
         (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x.json"),

@@ -42,7 +42,6 @@ import contextlib
 import dataclasses
 import glob
 import io
-import json
 import os
 import re
 from typing import Callable
@@ -724,9 +723,10 @@ def _hf_files(path: str) -> tuple[list[str], str, str | None]:
 
 def _hf_shards(index: str) -> list[str]:
     """The shard files a model.safetensors.index.json maps tensors to (beside it)."""
-    with reading(index, "a JSON file"):
-        with open(index, encoding="utf-8") as f:
-            content = json.load(f)
+    try:
+        content = files.read_json(index)
+    except files.TextFileError as e:
+        raise WeightLoadError(str(e)) from None
     weight_map = content.get("weight_map") if isinstance(content, dict) else None
     if not isinstance(weight_map, dict) or not weight_map or not all(
             isinstance(v, str) and v and os.path.basename(v) == v for v in weight_map.values()):
@@ -766,12 +766,11 @@ def _read_hf_json(path: str) -> tuple[dict, str]:
     if os.path.isdir(path):
         path = os.path.join(path, files.HF_CONFIG_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
-            hf = json.load(f)
+        hf = files.read_json(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"Hugging Face config not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WeightLoadError(f"{path}: not valid JSON ({e})") from None
+    except files.TextFileError as e:  # not UTF-8 text, or not JSON: the line named
+        raise WeightLoadError(str(e)) from None
     if not isinstance(hf, dict):
         raise WeightLoadError(f"{path}: expected a JSON object")
     return hf, path
@@ -847,9 +846,10 @@ def read_hf_vocab(directory: str) -> list[str] | None:
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            model = json.load(f).get("model") or {}
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        model = files.read_json(path, "transformers' tokenizer.json").get("model") or {}
+    except files.TextFileError as e:
+        raise WeightLoadError(str(e)) from None
+    except (OSError, AttributeError) as e:
         raise WeightLoadError(f"{path}: cannot be read as a tokenizer.json ({e})") from None
     vocab = model.get("vocab")
     if model.get("type") != "WordPiece" or not isinstance(vocab, dict):

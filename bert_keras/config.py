@@ -194,13 +194,14 @@ class BertConfig:
         """Reads a Google-style bert_config.json (every key of `REQUIRED_KEYS` present), or
         transformers' config.json (it names a `model_type`; `from_transformers_dict`)."""
         path = os.fspath(path)
+        from data_prep import files
+
         try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
+            values = files.read_json(path)
         except FileNotFoundError:
             raise FileNotFoundError(f"BERT config file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        except files.TextFileError as e:  # not UTF-8 text, or not JSON: the line named
+            raise ConfigError(str(e)) from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: expected a JSON object of bert_config.json keys")
         if "model_type" in values:

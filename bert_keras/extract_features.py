@@ -85,7 +85,7 @@ def read_input(path: str) -> list[tuple[str, str | None]]:
     examples = []
     try:
         files.check_text_file(path)
-        with files.open_text(path, newline="\n") as f:
+        with files.open_input(path, newline="\n") as f:
             lines = list(f)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None

@@ -535,7 +535,7 @@ def read_labels(path: str) -> list[str]:
     around a label are not part of it (a label list typed by hand: "O " is "O")."""
     try:
         files.check_text_file(path)  # NUL, UTF-16, cp949: the line and how to convert it
-        with files.open_text(path) as f:
+        with files.open_input(path) as f:
             labels = [line.strip() for line in f]
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None

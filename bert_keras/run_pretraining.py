@@ -637,8 +637,7 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool,
         raise PretrainingError(f"--output_dir {out} holds a finished run (encoder/ exists); "
                                "choose a new output_dir")
     if os.path.isfile(record):
-        with open(record, encoding="utf-8") as f:
-            previous = json.load(f)
+        previous = files.read_json(record)
         # Runs recorded before a flag existed ran with what is now its non-default value.
         previous = {**_RECORDED_BEFORE_FLAG, **previous}
         recorded_contents = previous.pop(_CONTENTS_KEY, None) or {}
@@ -971,8 +970,7 @@ def _run_config_of(path: str) -> dict | None:
         record = os.path.join(candidate, files.RUN_CONFIG_FILE)
         if os.path.isfile(record):
             try:
-                with open(record, encoding="utf-8") as f:
-                    recorded = json.load(f)
+                recorded = files.read_json(record)
             except (OSError, ValueError):
                 return None
             return recorded if isinstance(recorded, dict) else None

@@ -47,8 +47,6 @@ from __future__ import annotations
 
 import collections
 import glob
-import gzip
-import json
 import os
 import time
 import zlib
@@ -146,12 +144,16 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
     for path in paths:
         offset = number = 0
         try:
-            # .gz decompressed, as prepare_corpus and create_pretraining_data read it.
-            with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            # .gz and .bz2 decompressed, as prepare_corpus and create_pretraining_data read them.
+            with files.open_input(path, "rb") as f:
                 for number, raw in enumerate(f, 1):
-                    yield files.check_text_line(raw, path, number, offset)
+                    line = files.check_text_line(raw, path, number, offset)
+                    # The byte-order mark Notepad writes first is no part of the text.
+                    yield line[1:] if number == 1 and line.startswith("\ufeff") else line
                     offset += len(raw)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            raise
+        except (EOFError, zlib.error, OSError) as e:  # gzip's BadGzipFile, bz2's OSError
             raise BuildVocabError(f"--input {path}:{number + 1}: cannot be read "
                                   f"({type(e).__name__}: {e}); the file is damaged or "
                                   "truncated") from None
@@ -458,8 +460,7 @@ def _left_by_an_interrupted_write(settings_path: str, vocab_path: str) -> bool:
     """Whether tokenizer_config.json is that of `vocab_path` (which does not exist): what
     an interrupted write_vocab left, replaced by the next."""
     try:
-        with open(settings_path, encoding="utf-8") as f:
-            names = json.load(f).get("bert_keras", {}).get("vocab_file")
+        names = files.read_json(settings_path).get("bert_keras", {}).get("vocab_file")
     except (OSError, ValueError, AttributeError):
         return False
     return names == os.path.basename(vocab_path)

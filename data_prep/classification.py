@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 from typing import Iterable, Sequence
 
@@ -44,12 +43,10 @@ def load_json(path: str):
       files.TextFileError: not UTF-8 text (file, line and byte named).
       DataError: not valid JSON (file:line and the parser's reason).
     """
-    files.check_text_file(path)
     try:
-        with files.open_text(path) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        return files.read_json(path)
+    except files.JsonFileError as e:
+        raise DataError(str(e)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,22 +140,22 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
 
 
 def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
-    with files.open_text(path) as f:
+    with files.open_input(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+                record = files.parse_json_line(line, where)
+            except files.JsonFileError as e:
+                raise DataError(str(e)) from None
             if not isinstance(record, dict):
                 raise DataError(f"{where}: expected a JSON object per line, got {type(record).__name__}")
             yield where, record
 
 
 def _read_delimited(path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
-    with files.open_text(path, newline="") as f:
+    with files.open_input(path, newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
         try:
             header = next(reader)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob as _glob
-import json
 import os
 import struct
 from typing import Any, Iterable, Mapping, Sequence
@@ -376,11 +375,12 @@ def read_sidecar(tfrecord_path: str) -> dict | None:
         path = sidecar_path(os.path.realpath(tfrecord_path))
     if not tf.io.gfile.exists(path):
         return None
+    with tf.io.gfile.GFile(path, "rb") as f:  # gs://... too
+        data = f.read()
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            meta = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"sidecar {path} is not valid JSON: {e}") from None
+        meta = files.parse_json(data, path, "a shard sidecar (a JSON object)")
+    except files.TextFileError as e:
+        raise ValueError(f"sidecar {e}") from None
     if not isinstance(meta, dict):
         raise ValueError(f"sidecar {path} holds {type(meta).__name__}; expected a JSON object")
     return meta

@@ -361,8 +361,7 @@ def fine_tuned_with(model_dir: str) -> dict:
     {} for a directory without it (a converted transformers model, a run from before these
     were recorded, an unreadable file)."""
     try:
-        with open(os.path.join(model_dir, TRAIN_RESULTS_FILE), encoding="utf-8") as f:
-            results = json.load(f)
+        results = read_json(os.path.join(model_dir, TRAIN_RESULTS_FILE))
     except (OSError, ValueError):
         return {}
     return results if isinstance(results, dict) else {}
@@ -386,29 +385,119 @@ def sha256_file(path: str) -> str:
 
 
 class TextFileError(ValueError):
-    """A file that should be UTF-8 text is binary or not UTF-8; the message names the file,
-    the line and the byte offset."""
+    """A user's file that should be UTF-8 text is binary or not UTF-8 (or, `JsonFileError`,
+    not JSON); the message names the file and, where known, the line and byte offset."""
 
 
-def open_text(path: str, newline: str | None = None):
-    """Opens a user's UTF-8 text file (data, labels) for reading, without the byte-order
-    mark some editors write first (Excel's "CSV UTF-8", Windows Notepad): read as text it
-    would begin the first field name, JSON line or label."""
-    return open(path, encoding="utf-8-sig", newline=newline)
+class JsonFileError(TextFileError):
+    """A user's JSON file (a config, SQuAD's data, a sidecar) does not parse; the message
+    names the file and line (`parse_json`)."""
 
 
-def check_text_file(path: str, chunk_lines: int | None = None) -> None:
+def open_input(path: str, mode: str = "r", newline: str | None = None):
+    """Opens a file a user gave for reading, the one way every reader opens one.
+
+    A name ending in `.gz` or `.bz2` is read decompressed (prepare_corpus, build_vocab and
+    create_pretraining_data all read compressed corpora). Text (`mode="r"`) is UTF-8
+    without the byte-order mark some editors write first (Excel's "CSV UTF-8", Windows
+    Notepad): read as text it would begin the first field name, JSON line or label.
+    Decoding is strict; check the file first (`check_text_file`) for a message naming the
+    line and byte, or catch UnicodeDecodeError and ask `first_text_error`.
+
+    Args:
+      path: a local path.
+      mode: "r" (text) or "rb" (bytes, for readers that decode line by line).
+      newline: as open()'s: None translates "\\r\\n" and "\\r" to "\\n" (universal
+        newlines), "" keeps them (csv, and readers that split lines themselves).
+
+    Returns:
+      A file object (text or binary), to be closed by the caller.
+    """
+    import bz2
+    import gzip
+
+    path = os.fspath(path)
+    if mode not in ("r", "rb"):
+        raise ValueError(f"open_input reads: mode 'r' or 'rb', not {mode!r}")
+    opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
+    if mode == "rb":
+        return opener(path, "rb")
+    return opener(path, "rt", encoding="utf-8-sig", errors="strict", newline=newline)
+
+
+def check_text_file(path: str) -> None:
     """Refuses a binary or non-UTF-8 file, naming the line and byte offset of the first bad
-    byte (one pass over the file in binary; readers then decode it without surprises).
+    byte (one pass over the file, decompressed as `open_input` reads it, in binary; readers
+    then decode it without surprises).
 
     Raises:
       TextFileError: a NUL byte (a binary file) or a byte sequence that is not UTF-8.
       FileNotFoundError, IsADirectoryError, PermissionError: as open() raises them.
     """
-    with open(path, "rb") as f:
+    with open_input(path, "rb") as f:
         error = first_text_error(f, path)
     if error is not None:
         raise error
+
+
+def parse_json(data: bytes, path: str, expected: str | None = None) -> Any:
+    """The JSON value in `data`, the bytes of the file `path` (read by any file system),
+    with the messages every JSON reader gives.
+
+    UTF-8 with or without a byte-order mark (Notepad writes one; Python's json and
+    transformers refuse it); "\\r\\n" line ends are JSON whitespace.
+
+    Args:
+      data: the file's bytes.
+      path: the file, for messages.
+      expected: what the file should hold ("a SQuAD JSON file"), ending the message.
+
+    Raises:
+      TextFileError: not UTF-8 text (UTF-16, NUL bytes, cp949: line and byte named).
+      JsonFileError: empty, or not valid JSON ("<path>:<line>: not valid JSON (<reason> at
+        column <n>)").
+    """
+    tail = f"; expected {expected}" if expected else ""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
+        raise TextFileError(not_text_message(data, path))
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise TextFileError(not_text_message(data, path)) from None
+    if not text.strip():
+        raise JsonFileError(f"{path}: empty file, no JSON in it{tail}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise JsonFileError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})"
+                            f"{tail}") from None
+
+
+def parse_json_line(line: str, where: str) -> Any:
+    """The JSON value on one line of a JSON-lines file (`where`: "<file>:<line>").
+
+    Raises:
+      JsonFileError: "<file>:<line>: not valid JSON (<reason> at column <n>); expected one
+        JSON object per line", as `parse_json` words it.
+    """
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise JsonFileError(f"{where}: not valid JSON ({e.msg} at column {e.colno}); expected "
+                            "one JSON object per line") from None
+
+
+def read_json(path: str, expected: str | None = None) -> Any:
+    """Reads a JSON file (`.gz`/`.bz2` decompressed, as `open_input`): `parse_json` of its
+    bytes.
+
+    Raises:
+      TextFileError, JsonFileError: as `parse_json`.
+      OSError: as open() raises it (FileNotFoundError, IsADirectoryError, ...).
+    """
+    with open_input(path, "rb") as f:
+        data = f.read()
+    return parse_json(data, os.fspath(path), expected)
 
 
 def first_text_error(raw_lines: Iterable[bytes], path: str) -> "TextFileError | None":

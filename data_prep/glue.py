@@ -638,7 +638,7 @@ def _read_tsv(path: str):
         naming the line and byte, as every reader does.
     """
     files.check_text_file(path)
-    with files.open_text(path, newline="") as f:
+    with files.open_input(path, newline="") as f:
         reader = csv.reader(f, delimiter="\t", quotechar=None)
         while True:
             try:

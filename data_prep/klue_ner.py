@@ -118,7 +118,7 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
         tags.clear()
 
     files.check_text_file(path)
-    with files.open_text(path) as f:
+    with files.open_input(path) as f:
         for number, line in enumerate(f, 1):
             line = line.rstrip("\n")
             # A blank line ends a sentence (also "\t" alone, as some copies have it); a

@@ -34,11 +34,9 @@ an existing output is never replaced unless --overwrite is given.
 
 from __future__ import annotations
 
-import bz2
 import dataclasses
 import glob
 import gzip
-import json
 import os
 import re
 import time
@@ -213,19 +211,15 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
 
 
 def _open_text(path: str):
-    # utf-8-sig: without the byte-order mark some editors write first (files.open_text).
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="strict", newline="")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rt", encoding="utf-8-sig", errors="strict", newline="")
-    return files.open_text(path, newline="")
+    # newline="": line ends as written; str.splitlines and line iteration both end a line
+    # at "\n", "\r\n" or a lone "\r".
+    return files.open_input(path, newline="")
 
 
 def _not_text(path: str) -> files.TextFileError:
     """The error for the first line of `path` (decompressed) that is not UTF-8 text, as
     every reader words it (`files.first_text_error`)."""
-    opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
-    with opener(path, "rb") as f:
+    with files.open_input(path, "rb") as f:
         error = files.first_text_error(f, path)
     return error or files.TextFileError(f"{path}: not UTF-8 text; expected UTF-8 text")
 
@@ -266,10 +260,9 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
                         raise _not_text(path)
                     where = f"{path}:{line_no}"
                     try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise CorpusError(f"{where}: not JSON ({e.msg}); expected one JSON object "
-                                          "per line") from None
+                        record = files.parse_json_line(line, where)
+                    except files.JsonFileError as e:
+                        raise CorpusError(str(e)) from None
                     if not isinstance(record, dict):
                         raise CorpusError(f"{where}: expected a JSON object, got "
                                           f"{type(record).__name__}")
@@ -356,7 +349,7 @@ def read_wiki_documents(paths: Sequence[str]) -> Iterator[tuple[str, str]]:
     """
     for path in paths:
         try:
-            f = bz2.open(path, "rb") if path.endswith(".bz2") else open(path, "rb")
+            f = files.open_input(path, "rb")  # .xml.bz2 (Wikimedia's dumps) or .xml.gz
         except OSError as e:
             raise CorpusError(f"cannot read {path}: {e}") from None
         pages = 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob as _glob
-import gzip
 import json
 import os
 import zlib
@@ -101,7 +100,7 @@ class WorkerResult:
 
 
 def _open_binary(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    return files.open_input(path, "rb")
 
 
 def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> None:

@@ -114,7 +114,7 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
         tags.clear()
 
     files.check_text_file(path)
-    with files.open_text(path) as f:
+    with files.open_input(path) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
             if not fields or fields[0] == "-DOCSTART-":

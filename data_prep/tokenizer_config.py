@@ -28,7 +28,6 @@ since ids then differ from the ones the model was trained on.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import unicodedata
 from typing import Any, Callable, Mapping
@@ -169,12 +168,11 @@ def path_for_vocab(vocab_file: str) -> str:
 
 def _read_json(path: str):
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError) as e:
+        return files.read_json(path)
+    except OSError as e:
         raise TokenizerConfigError(f"{path}: cannot be read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise TokenizerConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except files.TextFileError as e:  # not UTF-8 text, or not JSON: the line named
+        raise TokenizerConfigError(str(e)) from None
 
 
 def read_file(path: str) -> tuple[TokenizerConfig, dict]:

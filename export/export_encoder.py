@@ -28,7 +28,6 @@ call_endpoint="__call__", call_training_endpoint="call_training")` takes. `asset
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
@@ -76,8 +75,7 @@ class EncoderModule(tf.train.Checkpoint):
             self.tokenizer_config_file = tf.saved_model.Asset(tokenizer_config_file)
             # Google's and TF Hub's BERT tutorials build their tokenizer from
             # `vocab_file.asset_path` and `do_lower_case.numpy()`.
-            with open(tokenizer_config_file, encoding="utf-8") as f:
-                settings = tokenizer_config.TokenizerConfig.from_json_dict(json.load(f))
+            settings, _ = tokenizer_config.read_file(tokenizer_config_file)
             self.do_lower_case = tf.Variable(settings.do_lower_case, trainable=False,
                                              name="do_lower_case")
             if settings.effective() != (settings.do_lower_case, settings.do_lower_case, True):

@@ -61,7 +61,6 @@ differences of a correct large export, by any tolerance.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -212,8 +211,7 @@ def _run_probe(export_dir, text, inputs=None, timeout=600):
             lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
             last = lines[-1] if lines else f"exit status {proc.returncode}"
             raise RuntimeError(f"the export did not load in a fresh process: {last}")
-        with open(report_file) as f:
-            report = json.load(f)
+        report = files.read_json(report_file)
         outputs = dict(np.load(outputs_file)) if inputs is not None else None
         if text:
             report["warmup_outputs"] = [{} for _ in report["warmup"]]
@@ -250,8 +248,7 @@ def _position_table(export_dir: str) -> tuple[int, str] | None:
 
     config_path = os.path.join(export_dir, "assets", "bert_config.json")
     if os.path.exists(config_path):
-        with open(config_path, encoding="utf-8") as f:
-            positions = json.load(f).get("max_position_embeddings")
+        positions = files.read_json(config_path).get("max_position_embeddings")
         if isinstance(positions, bool) or not isinstance(positions, int):
             raise ValueError(f"{config_path}: no integer max_position_embeddings")
         return positions, "max_position_embeddings"

@@ -68,7 +68,7 @@ def test_jsonl_errors_name_the_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine."}\n{"text": broken\n')
     assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
-    assert f"{path}:2: not JSON" in capsys.readouterr().err
+    assert f"{path}:2: not valid JSON" in capsys.readouterr().err
     path.write_text('{"body": "no text field."}\n')
     assert run_cli(input=str(path), output_file=str(tmp_path / "o.txt")) == 1
     err = capsys.readouterr().err

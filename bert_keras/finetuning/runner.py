@@ -878,8 +878,7 @@ def _backup_dir(common: FinetuneOptions, distribution, identity: dict) -> tuple[
     record = os.path.join(backup_dir, BACKUP_RUN_FILE)
     if backup.holds_a_backup(backup_dir):
         try:
-            with open(record, encoding="utf-8") as f:
-                previous = json.load(f)
+            previous = files.read_json(record)
             if not isinstance(previous, dict) or previous.get("format") != BACKUP_FORMAT:
                 raise ValueError(f"not a {BACKUP_FORMAT} record")
         except (OSError, ValueError) as e:
@@ -1009,8 +1008,7 @@ def _results_taken_up(task: Task, common: FinetuneOptions, opts, made_from: dict
         if not os.path.exists(path):
             continue
         try:
-            with open(path, encoding="utf-8") as f:
-                earlier = json.load(f)
+            earlier = files.read_json(path)
         except (OSError, ValueError):
             earlier = None
         recorded = earlier.get(MADE_FROM) if isinstance(earlier, dict) else None

@@ -440,6 +440,24 @@ def check_text_file(path: str) -> None:
         raise error
 
 
+def lone_cr_message(data: bytes, path: str) -> str | None:
+    """Whether `data` (a file, or its start) ends its lines with a carriage return alone
+    (classic Mac OS, some exports from old tools), as a message naming `path`, or None.
+
+    Google's readers (tf.io.gfile's readline: create_pretraining_data, extract_features, a
+    vocabulary) end lines at "\\n" only and drop every "\\r", so such a file read as one
+    line: one document, one example, one token. Python's universal newlines (the CSV,
+    JSONL, CoNLL and label readers) split it right; readers of Google's formats refuse it.
+    A stray "\\r" inside lines that end in "\\n" is not this.
+    """
+    lone = data.count(b"\r") - data.count(b"\r\n")
+    if lone <= data.count(b"\n"):  # more lines end in "\n": stray "\r"s, if any
+        return None
+    return (f"{path}: lines end in a carriage return alone (\\r, classic Mac OS line ends), "
+            "which this format reads as one line; expected \\n or \\r\\n line ends "
+            "(convert it: tr '\\r' '\\n' < old > new)")
+
+
 def parse_json(data: bytes, path: str, expected: str | None = None) -> Any:
     """The JSON value in `data`, the bytes of the file `path` (read by any file system),
     with the messages every JSON reader gives.

@@ -18,6 +18,7 @@ import json
 import os
 from typing import Mapping
 
+from data_prep import files
 from data_prep.cli import ToolError
 
 # --- TFRecord feature names (Google's). ---
@@ -102,9 +103,10 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
 
     Raises:
       VocabError: the file is missing, unreadable, not UTF-8 text (NUL bytes, UTF-16), begins
-        with a byte-order mark, is empty, has an empty line, a line ending in "\\r" or a token
-        with spaces around it, has duplicate tokens, or lacks one of [PAD] [UNK] [CLS] [SEP]
-        [MASK]. The message names the file and the offending lines.
+        with a byte-order mark, is empty, has an empty line, a "\\r" that does not end a line
+        ("\\r\\n" line ends are read as "\\n"), lines ending in a lone "\\r", a token with
+        spaces around it, duplicate tokens, or lacks one of [PAD] [UNK] [CLS] [SEP] [MASK].
+        The message names the file and the offending lines.
     """
     path = os.fspath(path)
     try:
@@ -123,8 +125,6 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
         if "\x00" in text or data.startswith((b"\xff\xfe", b"\xfe\xff")):
             raise UnicodeError
     except UnicodeError:  # the line, the byte and how to convert it, as every reader says
-        from data_prep import files
-
         raise VocabError(f"vocabulary file {files.not_text_message(data, repr(path))}") from None
     if text.startswith("\ufeff"):
         first = text[1:].split("\n", 1)[0]
@@ -136,22 +136,32 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
             f"vocabulary file {path!r} is transformers' tokenizer.json, not a vocab.txt (one "
             "token a line); write the vocab.txt beside it with tokenizers.Tokenizer.from_file("
             f"{path!r}).model.save({os.path.dirname(path) or '.'!r}) and pass that")
+    lone_cr = files.lone_cr_message(data, repr(path))
+    if lone_cr:
+        raise VocabError(f"vocabulary file {lone_cr}")
     if text.endswith("\n"):
         text = text[:-1]
     tokens = text.split("\n") if text else []
     if not tokens:
         raise VocabError(f"vocabulary file {path!r} is empty; expected one token per line")
+    # A vocabulary saved on Windows ends its lines in "\r\n": Google's load_vocab (whose
+    # reader drops every "\r" and strips the line), transformers' (universal newlines) and
+    # TensorFlow's text-file lookup tables (TF Hub's tokenizers, 2.12 and 2.21 alike) all read
+    # it as the same file with "\n", so it is.
+    tokens = [tok[:-1] if tok.endswith("\r") else tok for tok in tokens]
     bad: dict[str, list[int]] = {"empty": [], "cr": [], "spaces": []}
     for i, tok in enumerate(tokens):
         if tok == "":
             bad["empty"].append(i)
-        elif tok.endswith("\r"):
+        elif "\r" in tok:
             bad["cr"].append(i)
         elif tok.strip(" \t") != tok:
             bad["spaces"].append(i)
     if any(bad.values()):
+        # A "\r" inside a line: Google's reader drops it (joining the token), transformers'
+        # ends a line there (a token more): refused, as the two would give other ids.
         what = {"empty": "empty",
-                "cr": "'\\r' at the end (Windows line endings?)",
+                "cr": "a '\\r' inside the token (first {!r}), which readers split or drop",
                 "spaces": "spaces around the token (first {!r}), which no word can match"}
         problems = [f"{_lines(found)}: {what[kind].format(tokens[found[0]])}"
                     for kind, found in bad.items() if found]

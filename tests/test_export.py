@@ -808,3 +808,59 @@ def test_a_model_with_one_segment_embedding_gets_no_pair_signature(tmp_path):
     np.testing.assert_allclose(
         loaded.signatures["serving_default"](text=tf.constant(["w1 w2"]))["probabilities"],
         _keras_probabilities(classifier, tokenizer, ["w1 w2"]), atol=1e-5)
+
+
+_WINDOWS_VOCAB_PROBE = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text as tf_text
+pre = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.argv[2])
+ids = pre.signatures["serving_default"](text=tf.constant(texts))["input_word_ids"].numpy()
+# The asset as TF Hub's tutorials use a vocab_file: a lookup table built from the file.
+asset = tf_text.BertTokenizer(sys.argv[3], lower_case=True).tokenize(tf.constant(texts))
+json.dump({"version": tf.__version__, "ids": ids.tolist(),
+           "asset": asset.merge_dims(1, 2).to_list()}, sys.stdout)
+"""
+
+
+@pytest.mark.integration  # An export and two fresh processes (TF 2.21 and 2.12.1): ~40 s.
+def test_a_vocabulary_saved_on_windows_exports_the_same_ids(tmp_path):
+    """A vocab.txt with "\\r\\n" line ends, exported: the preprocessor gives the ids of the
+    same vocabulary with "\\n" (the Python tokenizer's, packed), in this TensorFlow and in
+    TF 2.12.1 + tensorflow-text 2.12.1 (stock TF Serving's), and the vocab_file asset read
+    as TF Hub's tutorials read it (tensorflow_text.BertTokenizer on the file, whose text
+    lookup table drops the "\\r") gives the same WordPieces. Before, such a file was refused."""
+    from conftest import tf212_python
+    from data_prep.packing import pack
+    from data_prep.tokenization import BertTokenizer
+    from export.export_preprocessor import export_preprocessor
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "the",
+              "cat", "sat", "on", "mat", "##s", ".", ","]
+    (tmp_path / "lf").mkdir()
+    (tmp_path / "crlf").mkdir()
+    (tmp_path / "lf" / "vocab.txt").write_bytes("".join(t + "\n" for t in tokens).encode())
+    (tmp_path / "crlf" / "vocab.txt").write_bytes("".join(t + "\r\n" for t in tokens).encode())
+    texts = ["The cat sat on the mats.", "unaffable cats, un dog", "mat"]
+    seq = 11
+    lf = BertTokenizer(str(tmp_path / "lf" / "vocab.txt"))
+    pieces = lf.encode(texts)
+    packed = [pack(ids, None, seq, lf.cls_id, lf.sep_id).tokens for ids in pieces]
+    expected = [p + [lf.pad_id] * (seq - len(p)) for p in packed]
+    path = export_preprocessor(BertTokenizer(str(tmp_path / "crlf" / "vocab.txt")),
+                               str(tmp_path / "pre"), seq_length=seq)
+    asset = os.path.join(path, "assets", "vocab.txt")
+    assert open(asset, "rb").read().count(b"\r\n") == len(tokens)  # the file as given
+    pythons = [sys.executable] + ([tf212_python()] if tf212_python() else [])
+    for python in pythons:
+        result = subprocess.run([python, "-c", _WINDOWS_VOCAB_PROBE, path, json.dumps(texts),
+                                 asset], capture_output=True, text=True, timeout=600,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        got = json.loads(result.stdout)
+        assert np.asarray(got["ids"]).tolist() == np.asarray(expected).tolist(), got["version"]
+        assert got["asset"] == pieces, got["version"]
+    if len(pythons) == 1:
+        pytest.skip("checked in this TensorFlow only: no tensorflow 2.12.1 interpreter (set "
+                    "BERT_KERAS_TF212_PYTHON)")

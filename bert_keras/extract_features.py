@@ -73,26 +73,31 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 def read_input(path: str) -> list[tuple[str, str | None]]:
     """Lines "text" or "text_a ||| text_b" -> [(a, b or None)].
 
-    Lines end at "\n" only, as Google's reader (tf.io.gfile's readline) ends them: a lone
-    "\r" inside a line is whitespace in its text, not a new example, so the i-th output
-    record is the i-th input line. As Google's pattern `^(.*) \|\|\| (.*)$` splits it, text_a
-    is what comes before the last " ||| " ("a ||| ||| b": "a |||" and "b").
+    Lines are read as Google's reader (tf.io.gfile's readline) reads them: they end at "\\n"
+    only and every "\\r" is dropped ("\\r\\n" ends a line as "\\n" does; "a\\rb" is "ab", not a
+    new example), so the i-th output record is the i-th input line. A file whose lines end
+    in a lone "\\r" (one line to Google's reader) is refused. As Google's pattern
+    `^(.*) \|\|\| (.*)$` splits it, text_a is what comes before the last " ||| "
+    ("a ||| ||| b": "a |||" and "b").
 
     Raises:
-      DataError: an unreadable or non-UTF-8 file, an empty line, an empty side of "|||",
-        or more than one separator (file:line named).
+      DataError: an unreadable or non-UTF-8 file, lines ending in a lone "\\r", an empty
+        line, an empty side of "|||", or more than one separator (file:line named).
     """
     examples = []
     try:
         files.check_text_file(path)
-        with files.open_input(path, newline="\n") as f:
-            lines = list(f)
+        with files.open_input(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
+    lone_cr = files.lone_cr_message(data, path)
+    if lone_cr:
+        raise DataError(lone_cr)
+    lines = data.decode("utf-8-sig").replace("\r", "").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the last line's "\n"
     for number, line in enumerate(lines, 1):
-        line = line.rstrip("\n")
         separators = line.count(" ||| ")
         if separators > 1:
             raise DataError(f"{path}:{number}: expected 'text' or 'text_a ||| text_b', "

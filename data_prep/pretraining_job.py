@@ -104,7 +104,8 @@ def _open_binary(path: str):
 
 
 def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> None:
-    """Rejects files that are not UTF-8 text, looking at their first 64 KB."""
+    """Rejects files that are not UTF-8 text, or whose lines end in a lone "\\r" (read as one
+    line, as Google's reader reads them), looking at their first 64 KB."""
     try:
         with open_file(path) as f:
             head = f.read(_SNIFF_BYTES)
@@ -116,6 +117,9 @@ def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> No
     if nul >= 0 or head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
             bad > 8 and bad > 0.01 * len(text)):
         raise InputError(f"input file {files.not_text_message(head, path)}")
+    lone_cr = files.lone_cr_message(head, path)
+    if lone_cr:
+        raise InputError(f"input file {lone_cr}")
 
 
 def note_bad_utf8(warnings, path: str, line: int) -> None:
@@ -179,6 +183,10 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                             f"{path}:{line_no}: line longer than {MAX_LINE_BYTES} bytes; expected "
                             "one sentence per line (python -m data_prep.prepare_corpus splits raw "
                             "text)")
+                    if b"\r" in raw:
+                        # Google's reader (tf.io.gfile's readline) drops every "\r": "\r\n"
+                        # ends a line as "\n" does, and "a\rb" reads "ab".
+                        raw = raw.replace(b"\r", b"")
                     stripped = raw.strip()
                     if stripped and stripped[0] in _MAYBE_SPACE \
                             and not stripped.decode("utf-8", "replace").strip():

@@ -324,6 +324,10 @@ def _bad_input_case(tmp_path, name):
     if name == "utf16":  # read as binary ("NUL byte at offset 13"), UTF-16 unnamed
         open(path, "wb").write(open(CORPUS, encoding="utf-8").read().encode("utf-16"))
         return {"input_file": path}, f"{path}:1: UTF-16 text"
+    if name == "classic_mac_line_ends":  # one line to Google's reader: "single document"
+        open(path, "wb").write(open(CORPUS, "rb").read().replace(b"\n", b"\r"))
+        return {"input_file": path}, (f"{path}: lines end in a carriage return alone (\\r, "
+                                      "classic Mac OS line ends)")
     if name == "cp949_after_64_kb":  # a cp949 file appended to a UTF-8 corpus: became junk
         good, lines = cp949_after_utf8(path)
         return ({"input_file": path, "num_workers": 2, "num_output_shards": 2},
@@ -372,7 +376,8 @@ def cp949_after_utf8(path, encoding="cp949"):
                                   "one_sentence_documents", "predictions_over_length",
                                   "missing_vocab", "vocab_directory", "too_many_workers",
                                   "a_workers_share_of_one_document", "output_is_a_directory",
-                                  "utf16", "cp949_after_64_kb", "shards_in_a_slash",
+                                  "utf16", "classic_mac_line_ends", "cp949_after_64_kb",
+                                  "shards_in_a_slash",
                                   "file_in_a_missing_slash"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_input_case(tmp_path, case)
@@ -620,6 +625,30 @@ def test_a_line_of_unicode_spaces_ends_a_document_as_in_googles_reader(tmp_path)
     spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
     assert job._MAYBE_SPACE == {c.encode()[0] for c in spaces if c.encode().strip()}
     assert [[line.strip() for line in doc] for doc in read] == expected
+
+
+def test_carriage_returns_are_read_as_googles_reader_reads_them(tmp_path):
+    """Google's reader (tf.io.gfile's readline, run here as the reference) drops every "\\r":
+    "\\r\\n" ends a line as "\\n" does and "whale\\rship" reads "whaleship". Ours kept a
+    "\\r" inside a line, which the tokenizer splits words at ("whale ship"); a file saved on
+    Windows gives the records of the same file with "\\n" (the probe in BUILD_NOTES)."""
+    from data_prep import pretraining_job as job
+
+    raw = b"the whale\rship came .\r\nit sank .\r\n\r\nthe \r end\r\n"
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(raw)
+    google = [[]]
+    with tf.io.gfile.GFile(str(path), "r") as f:
+        for line in iter(f.readline, ""):
+            if not line.strip():
+                google.append([])
+            else:
+                google[-1].append(line.strip())
+    assert google == [["the whaleship came .", "it sank ."], ["the  end"]]
+    assert [doc.lines for doc in job.read_documents([str(path)])] == google
+    lf = tmp_path / "lf.txt"
+    lf.write_bytes(raw.replace(b"\r", b""))
+    assert [doc.lines for doc in job.read_documents([str(lf)])] == google
 
 
 def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, monkeypatch):

@@ -94,13 +94,29 @@ def test_bad_input_lines(tmp_path, content, message):
 
 
 def test_lines_as_googles_reader_splits_them(tmp_path):
-    """As Google's extract_features.py reads its input: lines end at "\\n" only (a lone "\\r"
-    split a line in two before, shifting every later linex_index), text_a runs to the last
-    " ||| " (its pattern `^(.*) \\|\\|\\| (.*)$`), and CRLF endings are stripped."""
+    """As Google's extract_features.py reads its input (tf.io.gfile's readline, run here as
+    the reference): lines end at "\\n" only (a lone "\\r" split a line in two before,
+    shifting every later linex_index) and every "\\r" is dropped ("leader\\rrunning" was
+    read as two words, Google's reader reads one), text_a runs to the last " ||| " (its
+    pattern `^(.*) \\|\\|\\| (.*)$`), and CRLF endings are stripped."""
+    import tensorflow as tf
+
     text = tmp_path / "input.txt"
     text.write_bytes(b"the leader\rrunning\nthe ||| ||| leader\r\nrunning\n")
+    with tf.io.gfile.GFile(str(text), "r") as f:
+        google = [line.strip() for line in iter(f.readline, "")]
+    assert google == ["the leaderrunning", "the ||| ||| leader", "running"]
     assert extract_features.read_input(str(text)) == [
-        ("the leader\rrunning", None), ("the |||", "leader"), ("running", None)]
+        ("the leaderrunning", None), ("the |||", "leader"), ("running", None)]
+
+
+def test_lines_ending_in_a_lone_carriage_return_are_refused(tmp_path):
+    """A file saved with classic Mac OS line ends is one line to Google's reader: it was one
+    example of the whole file, without a word."""
+    text = tmp_path / "input.txt"
+    text.write_bytes(b"the leader\rrunning ||| the\rleader\r")
+    with pytest.raises(DataError, match=r"input.txt: lines end in a carriage return alone"):
+        extract_features.read_input(str(text))
 
 
 def test_a_second_text_without_wordpieces_makes_a_single_text(tmp_path, encoder_file):

@@ -65,6 +65,7 @@ is equally likely to be the source, as with Google's whole-corpus draw.
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import dataclasses
 import gzip
@@ -278,13 +279,31 @@ def bucket_of(seed: int, doc_id: int, buckets: int) -> int:
 
 
 def open_any(path: str):
-    """A binary file object with readline(size) for any Beam path (.gz read decompressed)."""
+    """A binary file object with readline(size) for any Beam path (.gz and .bz2 read
+    decompressed, as `files.open_input` reads local ones)."""
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.endswith(".bz2"):
+        return _Closing(bz2.BZ2File(raw, mode="rb"), raw)
     if not path.endswith(".gz"):
         return raw
     f = gzip.GzipFile(fileobj=raw, mode="rb")
     f.myfileobj = raw  # closing the GzipFile closes the underlying file too
     return f
+
+
+class _Closing(io.BufferedReader):
+    """A decompressing reader that closes the file beneath it too (BZ2File given a file
+    object leaves it open)."""
+
+    def __init__(self, reader, underlying):
+        super().__init__(reader)
+        self._underlying = underlying
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            self._underlying.close()
 
 
 @dataclasses.dataclass

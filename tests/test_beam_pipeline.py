@@ -448,3 +448,23 @@ def test_an_output_that_is_a_directory_is_refused_before_the_job(tmp_path):
     with pytest.raises(ToolError, match=r"^--output_file: .*x.tfrecord is a directory; name a "
                                         r"file \(or a prefix\) in it$"):
         beam_pipeline.check_outputs(spec)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2"])
+def test_beam_reads_a_compressed_corpus_as_the_local_tool_does(tmp_path, suffix):
+    """The Beam reader decompresses what files.open_input decompresses: a .bz2 corpus was
+    read as its compressed bytes ("not UTF-8") on Beam, as it was by the local tool."""
+    import bz2
+    import gzip
+
+    from data_prep import pretraining_job as job
+
+    data = open(CORPUS, "rb").read()
+    path = tmp_path / f"corpus.txt{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix == ".gz" else bz2.compress(data))
+    with beam_pipeline.open_any(str(path)) as f:
+        assert f.read() == data
+    local = [d.lines for d in job.read_documents([CORPUS])]
+    assert [d.lines for d in job.read_documents([str(path)], open_file=beam_pipeline.open_any)
+            ] == local
+    assert len(local) > 2

@@ -113,7 +113,10 @@ _QUOTATION_ENDS = "\"'\u201d\u2019\u300d\u300f"
 
 def _continues_a_quotation(piece: str) -> bool:
     first = piece[:1]
-    return bool(first) and ("\uac00" <= first <= "\ud7a3" or "\u3041" <= first <= "\u309f")
+    # A Hangul syllable, composed (U+AC00..U+D7A3) or, as macOS writes it (NFD), its leading
+    # conjoining consonant (U+1100..U+115F); hiragana.
+    return bool(first) and ("\uac00" <= first <= "\ud7a3" or "\u1100" <= first <= "\u115f"
+                            or "\u3041" <= first <= "\u309f")
 
 
 def _rejoin_quotations(pieces) -> list[str]:

@@ -213,6 +213,21 @@ def test_a_quotation_followed_by_its_particle_stays_in_its_sentence(language, te
     assert pc.sentence_splitter(language)(text) == expected
 
 
+def test_decomposed_korean_is_split_as_composed_korean_is():
+    """macOS writes Hangul decomposed (NFD: conjoining jamo); the text is not normalised
+    (Google's and transformers' tokenizers do not either), but its sentences are those of
+    the composed text: the particle after a quotation began with a jamo, not a syllable, and
+    became a sentence of its own ("라고 말했다.")."""
+    import unicodedata
+
+    text = "그는 “안녕하세요.”라고 말했다. 그리고 떠났다.\n좋다.내일 비.\n"
+    split = pc.sentence_splitter("ko")
+    composed = split(text)
+    assert composed == ["그는 “안녕하세요.”라고 말했다.", "그리고 떠났다.", "좋다.", "내일 비."]
+    decomposed = split(unicodedata.normalize("NFD", text))
+    assert decomposed == [unicodedata.normalize("NFD", s) for s in composed]
+
+
 def test_closing_quotes_stay_with_their_sentence_and_long_runs_are_split():
     split = pc.sentence_splitter("en", max_chars=200)
     text = ('They shall lay and collect taxes thereof." Such a provision would be wise. '

@@ -334,7 +334,7 @@ def test_create_pretraining_data_workers_and_gzip_shards_past_the_limit(tmp_path
     proc = _run("data_prep.create_pretraining_data", *args, limit=8 * 1024)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: worker ") and (
+    assert last.startswith("error: worker ") and (
         f"{out / 'train'}-0000" in last and "-of-00002.tfrecord.gz: cannot be written: file "
         "too large" in last), last
     assert not out.exists()

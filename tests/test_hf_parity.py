@@ -269,7 +269,7 @@ def test_a_model_saved_in_shards_loads_like_one_file(tmp_path):
             (lambda: (shards / first).rename(tmp_path / first),
              f"names shard files that are not beside it: {first}"),
             (lambda: index.write_text("[1, 2]"), 'expected a "weight_map"'),
-            (lambda: index.write_text("{"), "cannot be read as a JSON file")):
+            (lambda: index.write_text("{"), "not valid JSON")):
         broken()
         result = run_tool("convert_checkpoint", [f"--input={shards}", "--from=hf",
                                                  "--to=keras", f"--output={tmp_path / 'b'}"])

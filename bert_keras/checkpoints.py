@@ -416,7 +416,9 @@ def _refuse_existing(*paths: str) -> None:
 
 
 def check_output_free(fmt: str, path: str) -> None:
-    """Raises FileExistsError if saving in `fmt` to `path` would overwrite anything.
+    """Raises FileExistsError if saving in `fmt` to `path` would overwrite anything, and
+    files.OutputWriteError if it could not be written there (`files.check_writable`:
+    before a conversion loads its input, not after).
 
     google: `<path>.index` (a checkpoint exists once its index does: `.data-*` files
     without one are what an interrupted save left, and are replaced); hf: a non-empty
@@ -426,12 +428,14 @@ def check_output_free(fmt: str, path: str) -> None:
     if fmt == "google":
         path = google_output_prefix(path)
         _refuse_existing(path + ".index")
+        files.check_writable([path + ".index"])
         return
     path = os.path.abspath(os.fspath(path))
     if fmt == "hf" and os.path.isdir(path) and not os.listdir(path):
-        return  # An empty directory is replaced.
+        pass  # An empty directory is replaced.
     else:
         _refuse_existing(path)
+    files.check_writable([path])
 
 
 # ------------------------------------------------------------------------------------------

@@ -172,6 +172,8 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
     Raises:
       data_prep.cli.InputError: Keras runs on another backend than TensorFlow or JAX.
       FileExistsError: the output exists (checked before anything is loaded).
+      data_prep.files.OutputWriteError: the output's place cannot be written (checked then
+        too, `files.check_writable`).
       FileNotFoundError, checkpoints.WeightLoadError, ValueError: bad input.
     """
     backends.check_backend()  # TensorFlow or JAX: other backends load these files wrongly

@@ -258,6 +258,7 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
         raise FinetuneError(f"--batch_size must be >= 1; received {batch_size}")
     if not overwrite_output:
         files.refuse_existing([output_file], "refusing to overwrite (pass --overwrite_output)")
+    files.check_writable([output_file])  # before the model runs, not when it is written
     examples = read_input(input_file)
     ckpt = model_loading.load_checkpoint(init_checkpoint, bert_config_file)  # any form
     encoder = ckpt.encoder

@@ -1351,6 +1351,8 @@ def _evaluate(options: PretrainingOptions) -> dict:
             raise files.OutputExistsError(
                 f"--output_dir {out} already holds {EVAL_RESULTS_FILE}; choose another "
                 "--output_dir for this evaluation (the model is read from --init_checkpoint)")
+        if chief:  # writable, before the model is loaded and evaluated (not after)
+            files.check_writable([target])
         if chief and os.path.isfile(os.path.join(out, files.RUN_CONFIG_FILE)) and \
                 not os.path.isdir(os.path.join(out, files.ENCODER_DIR)):
             raise PretrainingError(

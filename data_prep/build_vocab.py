@@ -485,6 +485,8 @@ def main(argv: Sequence[str]) -> None:
                 if os.path.exists(existing):
                     raise BuildVocabError(f"{existing!r} already exists; pass --overwrite to "
                                           "replace it, or write the vocabulary elsewhere")
+        # Before the training (minutes on a large corpus), not when it is written.
+        files.check_writable([_OUTPUT.value, settings_path])
         tokens = build_vocab(
             paths, _VOCAB_SIZE.value, layout=_LAYOUT.value, num_unused=_NUM_UNUSED.value,
             do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,

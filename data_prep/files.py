@@ -637,16 +637,78 @@ def refuse_existing(paths: Iterable[str], hint: str) -> None:
         raise OutputExistsError(f"{existing[0]} exists{more}; {hint}")
 
 
-def file_in_the_way(path: str) -> str | None:
-    """`path` or its nearest existing ancestor when that is not a directory (a directory
-    cannot be made there), else None."""
+def _nearest_existing(path: str) -> str:
+    """`path` (absolute) or its nearest ancestor that exists."""
     path = os.path.abspath(os.fspath(path))
     while not os.path.lexists(path):
         up = os.path.dirname(path)
         if up == path:
-            return None
+            break
         path = up
-    return None if os.path.isdir(path) else path
+    return path
+
+
+def file_in_the_way(path: str) -> str | None:
+    """`path` or its nearest existing ancestor when that is not a directory (a directory
+    cannot be made there), else None."""
+    path = _nearest_existing(path)
+    return None if not os.path.lexists(path) or os.path.isdir(path) else path
+
+
+def check_writable(paths: Iterable[str]) -> None:
+    """Refuses, before any work, an output that could not be written: where the nearest
+    existing ancestor of its directory is a file, or a directory this process cannot create
+    a file in (read-only, another account's, a read-only file system). Creates nothing: the
+    output's missing directories are made when it is written (`atomic_output`).
+
+    Tools call it where they check their flags, so that an unwritable place is refused
+    before the vocabulary is trained or the evaluation run, not after. The directory is
+    probed by creating and removing a temporary file in it (`.incomplete-<pid>.*`, which
+    readers skip): the permission bits say nothing under root, which writes anywhere save
+    on a read-only file system, nor of ACLs and network file systems. A full disk is found
+    when the output is written, as before. Paths on other file systems (`gs://...`) are
+    not checked.
+
+    Args:
+      paths: outputs (files or directories), not yet created or to be replaced; a symbolic
+        link is checked where it points (`output_path`).
+
+    Raises:
+      OutputWriteError: `<output>: cannot be written: <why>`, the line its write would
+        have ended with (the error boundary prints it).
+    """
+    import tempfile
+
+    probed: set[str] = set()
+    for path in paths:
+        path = os.fspath(path)
+        if "://" in path:
+            continue
+        final = output_path(path.rstrip(os.sep) or os.sep)
+        parent = os.path.dirname(os.path.abspath(final))
+        place = _nearest_existing(parent)
+        if place in probed:
+            continue
+        if not os.path.isdir(place):
+            raise OutputWriteError(errno.ENOTDIR, f"cannot be written: {place} is a file, not a "
+                                   "directory; write elsewhere", final)
+        try:
+            fd, probe = tempfile.mkstemp(dir=place, prefix=f"{TEMP_PREFIX}{os.getpid()}.",
+                                         suffix=".probe")
+        except OSError as e:
+            code = e.errno if e.errno is not None else errno.EACCES
+            if code in (errno.EACCES, errno.EPERM) and place != parent:
+                # Not the output's own directory (it does not exist yet): name the one that
+                # refused.
+                why = f"{os.strerror(code).lower()} ({place} is not writable); write elsewhere"
+            elif code in _NO_ROOM or code in _NOT_WRITABLE:
+                why = write_failure_cause(code)
+            else:
+                why = f"{(e.strerror or os.strerror(code)).lower()} ({place}); write elsewhere"
+            raise OutputWriteError(code, f"cannot be written: {why}", final) from None
+        os.close(fd)
+        os.remove(probe)
+        probed.add(place)
 
 
 def make_parent_dirs(paths: Iterable[str]) -> list[str]:
@@ -719,7 +781,8 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
 
     Raises:
       OutputWriteError: the block's writes failed for want of room or of a writable place
-        (`write_failure`), naming `final_path`.
+        (`write_failure`), or the place was found unwritable before the block ran
+        (`check_writable`), naming `final_path`.
       OutputExistsError: `final_path` exists and `overwrite` is False, or a file's
         `final_path` is a directory, which is never replaced (checked before the block runs
         and again before the rename). Before, overwriting replaced such a directory and
@@ -736,6 +799,9 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
         _refuse_a_directory(final_path)
     if not overwrite:
         refuse_existing([final_path], hint)
+    # The one line a tool that checked its outputs before its work gave: not a directory
+    # that could not be made ("<dir>: Permission denied"), nor a file in the way.
+    check_writable([final_path])
     created = make_parent_dirs([final_path])
     remove_stale_temps(final_path)
     tmp = temp_path(final_path)

@@ -382,6 +382,8 @@ def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = os.path.exists,
 
     Raises:
       InputError: naming the existing files, or a bad output list.
+      files.OutputWriteError: a local output's place cannot be written
+        (`files.check_writable`).
     """
     if not spec.output_files:
         raise InputError("--output_file names no file")
@@ -409,6 +411,9 @@ def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = os.path.exists,
                 f"{describe_shard_sets(spec.output_files, False)} (the corpus twice); pass "
                 "--overwrite to replace the prefix's "
                 f"{'outputs' if single else 'shards'}, or choose another --output_file")
+    # An unwritable place is refused here, not when the workers (or a Beam job, at its end)
+    # open the shards.
+    files.check_writable(spec.output_files)
     return files.make_parent_dirs([out for out in spec.output_files if "://" not in out])
 
 

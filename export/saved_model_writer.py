@@ -65,6 +65,8 @@ def version_dir(export_dir: str, version: int | None) -> str:
     Raises:
       ExportError: the version exists, or is not a positive integer; export_dir is a
         file, or a SavedModel itself (a version directory, not a base directory).
+      files.OutputWriteError: the version could not be written there
+        (`files.check_writable`).
     """
     existing = []
     if os.path.lexists(export_dir) and not os.path.isdir(export_dir):
@@ -89,6 +91,10 @@ def version_dir(export_dir: str, version: int | None) -> str:
             f"{path} exists: refusing to overwrite an export. Choose another --version "
             "or remove it."
         )
+    # Before the model is loaded and traced (seconds to minutes), not when it is written.
+    from data_prep import files
+
+    files.check_writable([path])
     return path
 
 

@@ -128,6 +128,8 @@ def prepare(task: str, output_dir: str, train_size: int, test_size: int, seed: i
     if not overwrite:
         files.refuse_existing([os.path.join(output_dir, "summary.json")],
                               "pass --overwrite to replace it")
+    # Before the data is fetched and split, not when it is written.
+    files.check_writable([os.path.join(output_dir, "summary.json")])
     summary: dict = {"task": task, "seed": seed}
     if task == "brown_pos":
         train, test, tags = brown_pos_split(train_size, test_size, seed)
@@ -171,7 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = prepare(args.task, args.output_dir, args.train_size, args.test_size,
                           args.seed, args.passage_sentences, args.overwrite)
     except (ValueError, OSError, fetch.FetchError) as e:
-        print(f"public_data.prepare: error: {e}", file=sys.stderr)
+        from data_prep import cli
+
+        # The tools' line: "<file>: cannot be written: ...", not "[Errno 13] ...: '<file>'".
+        print(f"public_data.prepare: error: {cli.describe_error(e)}", file=sys.stderr)
         return 1
     print(summary)
     return 0

@@ -24,6 +24,7 @@ import sys
 import numpy as np
 import pytest
 from cli_harness import run_tool
+from read_only import unwritable_directory
 
 from data_prep import cli, features, files
 
@@ -211,6 +212,171 @@ def test_an_output_whose_parent_is_a_file_is_one_line_and_leaves_nothing(tmp_pat
     assert "Traceback" not in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["afile"]
     assert (tmp_path / "afile").read_text() == "keep"
+
+
+# --- An unwritable place, found before the work. ---
+
+
+def _unwritable_line(output, place=None):
+    """The line of an output whose place refuses files: its own directory, or `place`, the
+    nearest existing ancestor where its directory would be made."""
+    where = f"{place} is not writable" if place else "its directory is not writable"
+    return f"error: {output}: cannot be written: permission denied ({where}); write elsewhere"
+
+
+def test_check_writable_names_the_output_and_what_refuses_it(tmp_path):
+    """A file where a directory would be made, a directory this process cannot create a
+    file in (also as root: read_only.py), or an unwritable ancestor of missing directories:
+    one OutputWriteError naming the output; nothing is created, and a place that can be
+    written passes (no probe left behind)."""
+    (tmp_path / "afile").write_text("keep")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with pytest.raises(files.OutputWriteError) as caught:
+        files.check_writable([str(tmp_path / "afile" / "sub" / "vocab.txt")])
+    assert (caught.value.errno, caught.value.filename, caught.value.strerror) == (
+        errno.ENOTDIR, str(tmp_path / "afile" / "sub" / "vocab.txt"),
+        f"cannot be written: {tmp_path / 'afile'} is a file, not a directory; write elsewhere")
+    with unwritable_directory(ro):
+        for output, place in ((ro / "vocab.txt", None), (ro / "a" / "b" / "vocab.txt", ro)):
+            code, err = _line(_raised(files.check_writable, [str(output)]))
+            assert (code, err) == (1, _unwritable_line(output, place) + "\n")
+        # A link is checked where it points (as atomic_output writes through it).
+        link = tmp_path / "link.txt"
+        link.symlink_to(ro / "vocab.txt")
+        with pytest.raises(files.OutputWriteError) as caught:
+            files.check_writable([str(link)])
+        assert caught.value.filename == str(ro / "vocab.txt")
+        files.check_writable([str(tmp_path / "new" / "vocab.txt"), "gs://bucket/vocab.txt"])
+    assert sorted(os.listdir(tmp_path)) == ["afile", "link.txt", "ro"]
+    assert os.listdir(ro) == []
+
+
+def _raised(fn, *args):
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 -- the error is what is returned
+        return e
+    raise AssertionError(f"{fn.__name__}{args} raised nothing")
+
+
+def test_atomic_output_refuses_an_unwritable_place_before_its_block(tmp_path):
+    """The line a tool that checked first gives, not "<dir>: Permission denied" (the
+    directory that could not be made) nor "<file>: already exists"."""
+    (tmp_path / "afile").write_text("keep")
+    ran = []
+    with pytest.raises(files.OutputWriteError) as caught:
+        with files.atomic_output(str(tmp_path / "afile" / "out" / "x.txt")):
+            ran.append(True)
+    assert caught.value.errno == errno.ENOTDIR and ran == []
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with unwritable_directory(ro):
+        e = _raised(files.write_text, str(ro / "sub" / "x.txt"), "x")
+    assert _line(e) == (1, _unwritable_line(ro / "sub" / "x.txt", ro) + "\n")
+    assert sorted(os.listdir(tmp_path)) == ["afile", "ro"] and os.listdir(ro) == []
+
+
+class _Reached(Exception):
+    """The tool reached its expensive step: it found its unwritable output too late."""
+
+
+def _not_reached(*args, **kwargs):
+    raise _Reached("the work began before the output's place was checked")
+
+
+def _classification_rows(path, rated=False):
+    rows = [{"text": "the man went to the store", "label": 0.25 if rated else "a"},
+            {"text": "john was born in the city", "label": 0.75 if rated else "b"}] * 3
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# Tool -> (its arguments, with {W} the work directory and {O} the unwritable one; the
+# output its line names; the module attribute that starts its work, which must not run).
+_BEFORE_THE_WORK = {
+    "build_vocab": (
+        "--input={T}/pretrain_corpus.txt --output={O}/vocab.txt --vocab_size=300 "
+        "--layout=compact", "{O}/vocab.txt", ("data_prep.build_vocab", "build_vocab")),
+    "create_pretraining_data": (
+        "--input_file={T}/pretrain_corpus.txt --vocab_file={T}/pretrain_vocab.txt "
+        "--output_file={O}/train.tfrecord --max_seq_length=32 --max_predictions_per_seq=5",
+        "{O}/train.tfrecord", ("data_prep.create_pretraining_data", "run_worker")),
+    # Evaluation-only fine-tuning: results were written after the evaluation.
+    "run_classifier": (
+        "--vocab_file={T}/ft_vocab.txt --init_checkpoint={W}/model --do_eval "
+        "--eval_file={W}/cls.jsonl --output_dir={O}", "{O}/eval_results.json",
+        ("bert_keras.finetuning.runner", "_model_and_vocabulary")),
+    "run_regressor": (
+        "--vocab_file={T}/ft_vocab.txt --init_checkpoint={W}/model --do_eval "
+        "--eval_file={W}/rated.jsonl --output_dir={O}", "{O}/eval_results.json",
+        ("bert_keras.finetuning.runner", "_model_and_vocabulary")),
+    "run_tagger": (
+        "--vocab_file={T}/ft_vocab.txt --init_checkpoint={W}/model --do_predict "
+        "--predict_file={T}/ft_conll2003.txt --output_dir={O}", "{O}/predictions.conll",
+        ("bert_keras.finetuning.runner", "_model_and_vocabulary")),
+    "run_squad": (
+        "--vocab_file={T}/ft_vocab.txt --init_checkpoint={W}/model --do_predict "
+        "--predict_file={T}/ft_squad_v1.json --output_dir={O}", "{O}/predictions.json",
+        ("bert_keras.finetuning.runner", "_model_and_vocabulary")),
+    "run_pretraining": (  # Google's evaluation-only run
+        "--do_train=false --do_eval --input_file={W}/data.tfrecord --init_checkpoint={W}/model "
+        "--output_dir={O} --max_seq_length=16 --max_predictions_per_seq=4",
+        "{O}/eval_results.json", ("bert_keras.run_pretraining", "load_initial_weights")),
+    "extract_features": (
+        "--input_file={W}/lines.txt --output_file={O}/features.npz --init_checkpoint={W}/model",
+        "{O}/features.npz", ("bert_keras.model_loading", "load_checkpoint")),
+    "convert_checkpoint": (
+        "--from=hf --to=keras --input={W}/model --output={O}/encoder",
+        "{O}/encoder", ("bert_keras.convert_checkpoint", "_load")),
+    "export_encoder": (
+        "--init_checkpoint={W}/model --export_dir={O} --version=3", "{O}/3",
+        ("bert_keras.model_loading", "load_checkpoint")),
+    "export_classifier": (
+        "--model_dir={W}/model --export_dir={O}", "{O}/1",
+        ("bert_keras.model_loading", "load_checkpoint")),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(_BEFORE_THE_WORK))
+def test_an_unwritable_output_is_refused_before_the_work(tmp_path, monkeypatch, tool):
+    """Every tool whose first write came after its work (training a vocabulary, an
+    evaluation, loading and tracing a model) refused an unwritable output only then, minutes
+    to hours later; now in the line the write would have ended with, before the work."""
+    import importlib
+
+    args, output, (module, name) = _BEFORE_THE_WORK[tool]
+    work, ro = tmp_path / "work", tmp_path / "ro"
+    work.mkdir()
+    ro.mkdir()
+    _classification_rows(work / "cls.jsonl")
+    _classification_rows(work / "rated.jsonl", rated=True)
+    (work / "lines.txt").write_text("the man went to the store ||| he bought milk\n")
+    (work / "data.tfrecord").write_bytes(b"")
+    (work / "model").mkdir()  # what the work would load (it never gets that far)
+    monkeypatch.setattr(importlib.import_module(module), name, _not_reached)
+    fill = dict(T=TESTDATA, W=work, O=ro)
+    with unwritable_directory(ro):
+        result = run_tool(tool, args.format(**fill).split())
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert (result.code, result.error_lines) == (
+        1, [_unwritable_line(output.format(**fill))]), result.stderr[-3000:]
+    assert os.listdir(ro) == [] and sorted(os.listdir(work)) == [
+        "cls.jsonl", "data.tfrecord", "lines.txt", "model", "rated.jsonl"]
+
+
+def test_public_data_prepare_refuses_an_unwritable_place_before_fetching(tmp_path, monkeypatch,
+                                                                         capsys):
+    from public_data import prepare
+
+    monkeypatch.setattr(prepare, "spam_split", _not_reached)
+    (tmp_path / "afile").write_text("keep")
+    out = tmp_path / "afile" / "spam"
+    assert prepare.main(["spam", f"--output_dir={out}", "--train_size=20",
+                         "--test_size=10"]) == 1
+    assert capsys.readouterr().err == (
+        f"public_data.prepare: error: {out / 'summary.json'}: cannot be written: "
+        f"{tmp_path / 'afile'} is a file, not a directory; write elsewhere\n")
 
 
 # --- Weights files: HDF5 must not be left to fail. ---

@@ -1068,6 +1068,9 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = Fals
         where = "" if blocked == os.path.abspath(out) else f": {blocked}"
         raise FinetuneError(f"--output_dir {out}{where} is a file; expected a directory")
     names = task.output_files(common, opts)
+    # An --output_dir this process cannot write into is refused before the inputs are read
+    # and the model loaded: an evaluation-only run wrote its results after the evaluation.
+    files.check_writable([os.path.join(out, n) for n in names])
     if trained:
         # They may be this run's, taken up: `_the_finished_model` and `_results_taken_up`
         # compare what made them.

@@ -29,6 +29,7 @@ existing outputs are never replaced unless --overwrite is given.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import multiprocessing
 import os
 import queue
@@ -205,6 +206,25 @@ def _decode_examples(batch: pi.InstanceBatch, vocab: Sequence[str], count: int,
     return out
 
 
+def _shard_open_failure(e, temp: str, final: str) -> files.OutputWriteError:
+    """The error to raise where TensorFlow could not open the shard `final` under its
+    temporary name `temp` ("<temp>; Permission denied", "<temp>; Not a directory"): one line
+    naming `final` once, as every write failure does (before: "cannot write <temp>: <temp>;
+    Permission denied")."""
+    try:  # its place, probed again now, says best why (a file in the way, whose directory)
+        files.check_writable([final])
+    except files.OutputWriteError as unwritable:
+        return unwritable
+    failed = files.write_failure(e, within=temp)
+    if failed is not None:
+        return files.OutputWriteError(
+            failed[0], "cannot be written: " + files.write_failure_cause(failed[0]), final)
+    reason = str(e.message).rsplit("; ", 1)[-1].strip()
+    code = next((c for c in sorted(errno.errorcode) if os.strerror(c) == reason), errno.EIO)
+    return files.OutputWriteError(
+        code, f"cannot be written: {reason[:1].lower() + reason[1:]}; write elsewhere", final)
+
+
 def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
                parent_pid: int | None = None) -> WorkerResult:
     """Does one worker's share: its documents in, its shards (under temporary names) out.
@@ -246,11 +266,11 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
     options = tf.io.TFRecordOptions(compression_type="GZIP" if spec.gzip else "")
     writers = []
     try:
-        for t in temps:
+        for j, t in zip(shard_ids, temps):
             try:
                 writers.append(tf.io.TFRecordWriter(t, options))
             except tf.errors.OpError as e:
-                raise InputError(f"cannot write {t}: {e.message}") from None
+                raise _shard_open_failure(e, t, spec.output_files[j]) from None
         rng = worker_rng(spec.random_seed, worker)
         shuffler = ShuffleBuffer(spec.shuffle_buffer_size, random.Random(rng.getrandbits(64)))
         counts = [0] * len(writers)

@@ -4,6 +4,7 @@ Most tests call `main()` in this process (flags parsed by absl, restored by flag
 exit codes, stderr and SIGKILL go through a real subprocess.
 """
 
+import contextlib
 import glob
 import json
 import math
@@ -348,6 +349,51 @@ def _bad_input_case(tmp_path, name):
         return ({"input_file": CORPUS, "overwrite": True},
                 f"--output_file: {tmp_path / 'out' / 'x.tfrecord'} is a directory")
     raise ValueError(name)
+
+
+@pytest.mark.parametrize("place", ["under_a_file", "unwritable"])
+def test_a_shard_that_cannot_be_opened_is_named_once_by_its_final_name(tmp_path, capsys,
+                                                                         monkeypatch, place):
+    """The checks before the work find an unwritable place; one that became unwritable
+    after them (made so here by skipping them) fails where the worker opens its shard. Its
+    line named the temporary twice ("cannot write <dir>/.incomplete-<pid>.x.tfrecord:
+    <dir>/.incomplete-<pid>.x.tfrecord; Permission denied"); now the shard once, as every
+    write failure names its output."""
+    from read_only import unwritable_directory
+
+    monkeypatch.setattr(cpd, "check_outputs", lambda spec: [])
+    if place == "under_a_file":
+        (tmp_path / "afile").write_text("keep")
+        out = tmp_path / "afile" / "x.tfrecord"
+        why = f"{tmp_path / 'afile'} is a file, not a directory"
+        context = contextlib.nullcontext()
+    else:
+        (tmp_path / "ro").mkdir()
+        out = tmp_path / "ro" / "x.tfrecord"
+        why = "permission denied (its directory is not writable)"
+        context = unwritable_directory(tmp_path / "ro")
+    with context:
+        code = run_cli(input_file=CORPUS, vocab_file=VOCAB, output_file=str(out),
+                       max_seq_length=32, max_predictions_per_seq=5, num_examples_to_print=0)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert [l for l in err.splitlines() if l.startswith("error:")] == [
+        f"error: {out}: cannot be written: {why}; write elsewhere"], err
+    assert sorted(os.listdir(tmp_path)) == ["afile" if place == "under_a_file" else "ro"]
+
+
+def test_a_shard_open_failure_in_a_writable_place_says_tensorflows_reason():
+    """Where the place probes writable (a full disk; a race), the reason is TensorFlow's,
+    the temporary's name dropped."""
+    temp = os.path.join(ROOT, files.temp_path("x-00001-of-00002.tfrecord", pid=7))
+    final = os.path.join(ROOT, "x-00001-of-00002.tfrecord")
+    for error, why in (
+            (tf.errors.ResourceExhaustedError(None, None, f"{temp}; No space left on device"),
+             "no space left on its device; free some space, or write elsewhere"),
+            (tf.errors.NotFoundError(None, None, f"{temp}; No such file or directory"),
+             "no such file or directory; write elsewhere")):
+        e = cpd._shard_open_failure(error, temp, final)
+        assert (e.filename, e.strerror) == (final, f"cannot be written: {why}")
 
 
 def _is_utf8(raw):

@@ -742,8 +742,7 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
             raise InputError(f"the Beam job read {read_count} documents but {count} were "
                              f"{stage}: the runner lost data; no output was published")
     if totals.documents == 0:
-        raise InputError("the corpus holds no document with text (expected one sentence per "
-                         "line, a blank line between documents)")
+        raise job.no_document_error(spec.input_files)
     job.check_totals(totals, [reader], spec, log)
     counts = {int(k): v for k, v in summary.get("shard_counts", {}).items()}
     for j, temp in enumerate(temps):

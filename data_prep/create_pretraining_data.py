@@ -52,8 +52,9 @@ from data_prep import tokenizer_config
 # The job, the reader, tokenization and the checks are shared with beam_pipeline.py.
 from data_prep.pretraining_job import (  # noqa: F401 (re-exported: the tool's names)
     LONG_LINE_WARN_BYTES, MAX_LINE_BYTES, InputError, JobSpec, RawDocument, WorkerResult,
-    check_totals, describe_shard_sets, limit_tf_threads, other_shard_sets, publish_shards,
-    ragged_to_numpy, read_documents, remove_files, sidecar_common, tokenize_documents)
+    check_totals, describe_shard_sets, limit_tf_threads, no_document_error, other_shard_sets,
+    publish_shards, ragged_to_numpy, read_documents, remove_files, sidecar_common,
+    tokenize_documents)
 from data_prep.pretraining_job import check_outputs as job_check_outputs
 
 # Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
@@ -326,6 +327,8 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
         for w in writers:
             w.close()
         remove_files(temps)
+        if isinstance(e, pi.TooFewDocumentsError) and e.count == 0 and spec.num_workers == 1:
+            raise no_document_error(spec.input_files) from None
         if isinstance(e, pi.TooFewDocumentsError) and spec.num_workers > 1:
             # The corpus may have enough; this worker's share (every n-th document) has not.
             raise InputError(

@@ -482,6 +482,19 @@ UNKNOWN_WARN_SHARE = 0.05
 BAD_UTF8_REFUSE_SHARE = 0.01
 
 
+def no_document_error(input_files: Sequence[str]) -> InputError:
+    """The corpus holds no document with text (blank lines only, or a compressed file of
+    nothing, which the up-front check of empty files does not see): one line naming its
+    files, the first three of a longer list."""
+    expected = "expected one sentence per line, a blank line between documents"
+    if len(input_files) == 1:
+        return InputError(f"{input_files[0]}: no document with text in it ({expected})")
+    shown = ", ".join(input_files[:3]) + (
+        f" and {len(input_files) - 3} more" if len(input_files) > 3 else "")
+    return InputError(f"--input_file: its {len(input_files)} files ({shown}) hold no document "
+                      f"with text ({expected})")
+
+
 def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,
                   log: Callable[..., None]) -> None:
     long_lines = sum(r.long_lines for r in results)

@@ -358,7 +358,7 @@ def _bad_case(tmp_path, name):
     if name == "blank_corpus":  # not empty, but no text: found by the job, still no output
         path = tmp_path / "blank.txt"
         path.write_text("\n\n  \n\n")
-        return {"input_file": str(path)}, "no document"
+        return {"input_file": str(path)}, f"{path}: no document with text in it"
     if name == "missing_input":
         return {"input_file": str(tmp_path / "nope-*.txt")}, "matches no data file"
     if name == "small_buckets":

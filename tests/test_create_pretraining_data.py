@@ -351,6 +351,38 @@ def _bad_input_case(tmp_path, name):
     raise ValueError(name)
 
 
+@pytest.mark.parametrize("kind", ["empty.txt.gz", "blank.txt.bz2", "blank.txt", "three"])
+def test_a_corpus_without_text_is_named(tmp_path, capsys, kind):
+    """A compressed file of nothing (the up-front check sees its compressed bytes, not
+    emptiness), or blank lines only: the line named no file ("the corpus holds no document
+    with text"), where an empty plain file is named."""
+    import bz2
+    import gzip
+
+    def write(name, text):
+        path = tmp_path / name
+        opener = gzip.open if name.endswith(".gz") else bz2.open if name.endswith(".bz2") \
+            else open
+        with opener(path, "wt") as f:
+            f.write(text)
+        return str(path)
+
+    expected = "(expected one sentence per line, a blank line between documents)"
+    if kind == "three":  # every file of the list: named up to three, then counted
+        inputs = [write(f"part-{i}.txt.gz", "\n \n") for i in range(4)]
+        line = (f"--input_file: its 4 files ({', '.join(inputs[:3])} and 1 more) hold no "
+                f"document with text {expected}")
+    else:
+        inputs = [write(kind, "" if kind.startswith("empty") else "\n\n \t\n\n")]
+        line = f"{inputs[0]}: no document with text in it {expected}"
+    out = tmp_path / "out" / "x.tfrecord"
+    assert run_cli(input_file=",".join(inputs), vocab_file=VOCAB, output_file=str(out),
+                   max_seq_length=32, max_predictions_per_seq=5) == 1
+    err = capsys.readouterr().err
+    assert [l for l in err.splitlines() if l.startswith("error:")] == [f"error: {line}"], err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("place", ["under_a_file", "unwritable"])
 def test_a_shard_that_cannot_be_opened_is_named_once_by_its_final_name(tmp_path, capsys,
                                                                          monkeypatch, place):

@@ -1,5 +1,5 @@
-"""Writes that fail part-way (a full disk, the file-size limit, a read-only place), and
-outputs named by a symbolic link.
+"""Writes that fail part-way (a full disk, the file-size limit, a read-only place), an
+unwritable place refused before the work, and outputs named by a symbolic link.
 
 A full disk (ENOSPC) cannot be made without root; the file-size limit (RLIMIT_FSIZE, which
 makes a write past it fail with EFBIG, as Python ignores SIGXFSZ) takes the same paths

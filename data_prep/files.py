@@ -310,6 +310,154 @@ def describe_shard_set(prefix: str, count: int, suffix: str) -> str:
     return f"{prefix}-*-of-{count:05d}{suffix}"
 
 
+# --- Other file systems (gs://, and TensorFlow's in-process ram:// the tests use). ---
+# A path holding "://" is on a file system tf.io.gfile reaches (as Keras' file_utils.
+# is_remote_path judges): Cloud TPU workers read and write only such paths. Python's open,
+# os and shutil would take "gs://b/x" for a relative path and write a local directory named
+# "gs:". Each helper below keeps its local branch exactly as the os call it replaces.
+
+
+def is_remote(path) -> bool:
+    """Whether `path` is on another file system (`gs://...`, `ram://...`), read through
+    tf.io.gfile, rather than a local path."""
+    return "://" in os.fspath(path)
+
+
+def _gfile():
+    import tensorflow as tf  # only for remote paths: local tools start without it
+
+    return tf.io.gfile
+
+
+def exists(path: str) -> bool:
+    """os.path.exists, or tf.io.gfile.exists for a remote path."""
+    return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    """os.path.isdir, or tf.io.gfile.isdir for a remote path."""
+    return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+    """os.path.isfile, or (remote) a path that exists and is no directory."""
+    if is_remote(path):
+        return _gfile().exists(path) and not _gfile().isdir(path)
+    return os.path.isfile(path)
+
+
+def listdir(path: str) -> list[str]:
+    """os.listdir, or tf.io.gfile.listdir (names without a trailing "/") for a remote path.
+
+    Raises:
+      FileNotFoundError: the directory does not exist.
+    """
+    if not is_remote(path):
+        return os.listdir(path)
+    if not _gfile().isdir(path):
+        raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+    return [name.rstrip("/") for name in _gfile().listdir(path)]
+
+
+def makedirs(path: str) -> None:
+    """os.makedirs(exist_ok=True), or tf.io.gfile.makedirs for a remote path."""
+    if is_remote(path):
+        _gfile().makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def remove(path: str) -> None:
+    """os.remove, or tf.io.gfile.remove for a remote path (FileNotFoundError if missing)."""
+    if not is_remote(path):
+        os.remove(path)
+    elif not _gfile().exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such file", path)
+    else:
+        _gfile().remove(path)
+
+
+def rmtree(path: str) -> None:
+    """shutil.rmtree(ignore_errors=True), or tf.io.gfile.rmtree of a remote directory that
+    exists."""
+    if not is_remote(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif _gfile().isdir(path):
+        with contextlib.suppress(Exception):  # as ignore_errors: a vanished file
+            _gfile().rmtree(path)
+
+
+def replace(source: str, target: str) -> None:
+    """os.replace, or tf.io.gfile.rename(overwrite=True) of a remote file (GCS copies and
+    deletes: not atomic there)."""
+    if is_remote(source) or is_remote(target):
+        _gfile().rename(source, target, overwrite=True)
+    else:
+        os.replace(source, target)
+
+
+def glob_files(pattern: str) -> list[str]:
+    """glob.glob, or tf.io.gfile.glob for a remote pattern (both take `[[]` for "[")."""
+    if is_remote(pattern):
+        return _gfile().glob(pattern)
+    import glob
+
+    return glob.glob(pattern)
+
+
+@contextlib.contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """`path`, or for a remote file a copy of it in a fresh local temporary directory,
+    removed when the block ends: for readers that take only a local file (h5py, Keras'
+    load_weights of a .weights.h5, as Keras itself does for a remote path).
+
+    Raises:
+      FileNotFoundError: a remote `path` that does not exist.
+    """
+    if not is_remote(path):
+        yield path
+        return
+    import tempfile
+
+    if not _gfile().exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such file", path)
+    stage = tempfile.mkdtemp(prefix="bert-keras-download-")
+    try:
+        local = os.path.join(stage, os.path.basename(path.rstrip("/")))
+        _gfile().copy(path, local, overwrite=True)
+        yield local
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _upload(local: str, remote: str) -> None:
+    """Copies the local file `local` to `remote` under its temporary name, then renames it:
+    a reader never sees a partial file (on GCS the rename is a server-side copy)."""
+    tmp = temp_path(remote)
+    try:
+        _gfile().copy(local, tmp, overwrite=True)
+        _gfile().rename(tmp, remote, overwrite=True)
+    finally:
+        if _gfile().exists(tmp):
+            _gfile().remove(tmp)
+
+
+def _upload_tree(local: str, remote: str) -> None:
+    """Copies the local directory `local` to `remote`, file by file (`_upload`): the files
+    of subdirectories first, its top-level files last, so that a SavedModel's
+    saved_model.pb (and a run's last marker) appears only once the rest is there. Object
+    stores and ram:// have no directory rename, so the directory is not atomic."""
+    top, nested = [], []
+    for root, _, names in os.walk(local):
+        for name in names:
+            (top if root == local else nested).append(os.path.join(root, name))
+    _gfile().makedirs(remote)
+    for path in nested + sorted(top):
+        target = remote + "/" + os.path.relpath(path, local).replace(os.sep, "/")
+        _gfile().makedirs(os.path.dirname(target))
+        _upload(path, target)
+
+
 class DirectoryInUseError(OutputExistsError):
     """Another process holds a tool's output directory (`exclusively`)."""
 
@@ -326,6 +474,11 @@ def exclusively(directory: str, flag: str) -> Iterator[None]:
     """
     import fcntl
 
+    if is_remote(directory):
+        # No locks on an object store: unguarded, as on a local file system without them
+        # (and os.makedirs would create a local directory named "gs:").
+        yield
+        return
     created = not os.path.exists(directory)
     try:
         os.makedirs(directory, exist_ok=True)
@@ -378,7 +531,7 @@ def sha256_file(path: str) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with _gfile().GFile(path, "rb") if is_remote(path) else open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -394,6 +547,28 @@ class JsonFileError(TextFileError):
     names the file and line (`parse_json`)."""
 
 
+class _GFileReader(__import__("io").RawIOBase):
+    """A tf.io.gfile.GFile opened "rb" as a raw stream, so that io.BufferedReader gives it
+    what Python's files have and GFile lacks (readline(size), readinto, peek)."""
+
+    def __init__(self, gfile_file):
+        super().__init__()
+        self._file = gfile_file
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._file.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+
 def open_input(path: str, mode: str = "r", newline: str | None = None):
     """Opens a file a user gave for reading, the one way every reader opens one.
 
@@ -405,7 +580,7 @@ def open_input(path: str, mode: str = "r", newline: str | None = None):
     line and byte, or catch UnicodeDecodeError and ask `first_text_error`.
 
     Args:
-      path: a local path.
+      path: a local path, or a remote one (`is_remote`, read through tf.io.gfile).
       mode: "r" (text) or "rb" (bytes, for readers that decode line by line).
       newline: as open()'s: None translates "\\r\\n" and "\\r" to "\\n" (universal
         newlines), "" keeps them (csv, and readers that split lines themselves).
@@ -419,6 +594,20 @@ def open_input(path: str, mode: str = "r", newline: str | None = None):
     path = os.fspath(path)
     if mode not in ("r", "rb"):
         raise ValueError(f"open_input reads: mode 'r' or 'rb', not {mode!r}")
+    if is_remote(path):
+        import io
+
+        # GFile opens lazily: a missing file would fail at the first read, as NotFoundError.
+        if _gfile().isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if not _gfile().exists(path):
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        raw = io.BufferedReader(_GFileReader(_gfile().GFile(path, "rb")), 1 << 20)
+        stream = (gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else
+                  bz2.BZ2File(raw) if path.endswith(".bz2") else raw)
+        if mode == "rb":
+            return stream
+        return io.TextIOWrapper(stream, encoding="utf-8-sig", errors="strict", newline=newline)
     opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
     if mode == "rb":
         return opener(path, "rb")
@@ -607,6 +796,8 @@ def remove_stale_temps(final_path: str, any_name: bool = False) -> list[str]:
     Returns:
       The removed paths.
     """
+    if is_remote(final_path):
+        return []  # the writer's pid is another host's: no way to tell that it is gone
     head, tail = os.path.split(os.path.abspath(os.fspath(final_path)))
     removed = []
     try:
@@ -631,7 +822,7 @@ def remove_stale_temps(final_path: str, any_name: bool = False) -> list[str]:
 
 def refuse_existing(paths: Iterable[str], hint: str) -> None:
     """Raises OutputExistsError naming the existing ones among `paths`, with `hint`."""
-    existing = [p for p in paths if os.path.lexists(p)]
+    existing = [p for p in paths if (exists(p) if is_remote(p) else os.path.lexists(p))]
     if existing:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
         raise OutputExistsError(f"{existing[0]} exists{more}; {hint}")
@@ -771,7 +962,9 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
 
     Args:
       final_path: where the output goes; its directory is created if needed. A path that
-        is a symbolic link is written where the link points (`output_path`).
+        is a symbolic link is written where the link points (`output_path`). A remote path
+        (`is_remote`) is written locally and uploaded when the block completes
+        (`_remote_output`).
       overwrite: replace an existing `final_path`; otherwise it is an error.
       directory: the output is a directory (created empty, to be filled by the block).
       hint: the end of the error message when `final_path` exists.
@@ -788,6 +981,11 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
         and again before the rename). Before, overwriting replaced such a directory and
         everything in it: `build_vocab --output=models/ --overwrite` deleted models/.
     """
+    if is_remote(final_path):
+        with _remote_output(os.fspath(final_path).rstrip("/"), overwrite, directory,
+                            hint) as tmp:
+            yield tmp
+        return
     # "out/" names the directory out: its temporary is a sibling, not a child (which
     # created out itself, then refused it as existing, and left it behind).
     # A link ("out -> /big/disk/out", "vocab.txt -> /shared/vocab.txt") says where the
@@ -843,6 +1041,50 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
             remove_created_dirs(created)
 
 
+@contextlib.contextmanager
+def _remote_output(final_path: str, overwrite: bool, directory: bool,
+                   hint: str) -> Iterator[str]:
+    """`atomic_output` for a remote `final_path`: the block writes a local temporary (as
+    Keras saves a remote .weights.h5: h5py, numpy, zipfile and TensorFlow's writers all
+    write it), uploaded when the block completes (`_upload`, `_upload_tree`). A failed block
+    uploads nothing."""
+    import tempfile
+
+    gfile = _gfile()
+    if not directory and gfile.isdir(final_path):
+        raise OutputExistsError(f"{final_path} is a directory, and the output is a file: name "
+                                "a file (in it, or elsewhere); the directory is left as it is")
+    if not overwrite:
+        refuse_existing([final_path], hint)
+    stage = tempfile.mkdtemp(prefix="bert-keras-upload-")
+    try:
+        # The final name (and so its extension, which Keras and h5py go by) in the stage.
+        tmp = os.path.join(stage, os.path.basename(final_path) or "output")
+        try:
+            if directory:
+                os.makedirs(tmp)
+            yield tmp
+        except Exception as e:
+            failed = write_failure(e, within=tmp)
+            if failed is None:
+                raise
+            raise OutputWriteError(failed[0], "cannot be written: " +
+                                   write_failure_cause(failed[0]), final_path) from e
+        if not os.path.lexists(tmp):
+            raise FileNotFoundError(f"{tmp}: nothing was written for {final_path}")
+        if not overwrite:
+            refuse_existing([final_path], hint)
+        if directory:
+            if gfile.exists(final_path):
+                gfile.rmtree(final_path)
+            _upload_tree(tmp, final_path)
+        else:
+            gfile.makedirs(os.path.dirname(final_path))
+            _upload(tmp, final_path)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def write_text(path: str, text: str, overwrite: bool = True,
                hint: str = "pass the overwrite flag to replace it") -> str:
     """Writes UTF-8 text atomically; returns `path` (`hint` ends the error if it exists)."""
@@ -866,6 +1108,15 @@ def write_jsonl(path: str, records: Iterable[Any], overwrite: bool = True) -> st
 
 def copy_file(source: str, path: str, overwrite: bool = True) -> str:
     """Copies `source` to `path` atomically (no-op when they are the same file)."""
+    if is_remote(source) or is_remote(path):
+        if os.fspath(source) == os.fspath(path):
+            return path
+        with atomic_output(path, overwrite=overwrite) as tmp:
+            if is_remote(source):
+                _gfile().copy(source, tmp, overwrite=True)
+            else:
+                shutil.copyfile(source, tmp)
+        return path
     if os.path.exists(path) and os.path.samefile(source, path):
         return path
     with atomic_output(path, overwrite=overwrite) as tmp:

@@ -14,7 +14,6 @@ beam_pipeline, which needs nothing of the tool).
 from __future__ import annotations
 
 import dataclasses
-import glob as _glob
 import json
 import os
 import zlib
@@ -311,8 +310,8 @@ def _same_path(path: str) -> str:
 
 
 def other_shard_sets(output_files: Sequence[str],
-                     glob: Callable[[str], Iterable[str]] = _glob.glob,
-                     exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+                     glob: Callable[[str], Iterable[str]] = files.glob_files,
+                     exists: Callable[[str], bool] = files.exists) -> list[str]:
     """The existing files of other outputs of the outputs' prefixes, sidecars included.
 
     A prefix (`files.output_prefix`) is written either as shards
@@ -363,8 +362,8 @@ def describe_shard_sets(paths: Iterable[str], counts: bool = True) -> str:
         for name, n in sorted(sets.items()))
 
 
-def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = os.path.exists,
-                  glob: Callable[[str], Iterable[str]] = _glob.glob) -> list[str]:
+def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = files.exists,
+                  glob: Callable[[str], Iterable[str]] = files.glob_files) -> list[str]:
     """Refuses to overwrite existing outputs (unless spec.overwrite) and creates directories.
 
     Besides this job's own names, other shard sets of its output prefix are refused (another
@@ -434,7 +433,15 @@ def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[
     try:
         for final, meta in zip(finals, metas):
             sidecar_temps.append(files.temp_path(features.sidecar_path(final)))
-            with open(sidecar_temps[-1], "w", encoding="utf-8") as f:
+            # The local tool writes a remote (gs://) output's shards there directly
+            # (TensorFlow's TFRecordWriter); its sidecars go the same way.
+            if files.is_remote(final):
+                import tensorflow as tf
+
+                opened = tf.io.gfile.GFile(sidecar_temps[-1], "w")
+            else:
+                opened = open(sidecar_temps[-1], "w", encoding="utf-8")
+            with opened as f:
                 f.write(json.dumps(meta, indent=2, sort_keys=True, allow_nan=False,
                                    ensure_ascii=False) + "\n")
     except BaseException:
@@ -445,9 +452,9 @@ def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[
         if overwrite:
             remove_files([p for final in finals for p in (final, features.sidecar_path(final))])
         for temp, sidecar_temp, final in zip(temps, sidecar_temps, finals):
-            os.replace(sidecar_temp, features.sidecar_path(final))
+            files.replace(sidecar_temp, features.sidecar_path(final))
             published.append(features.sidecar_path(final))
-            os.replace(temp, final)
+            files.replace(temp, final)
             published.append(final)
     except BaseException:
         remove_files(published + sidecar_temps)
@@ -458,7 +465,7 @@ def publish_shards(temps: Sequence[str], finals: Sequence[str], metas: Sequence[
 def remove_files(paths: Iterable[str]) -> None:
     for path in paths:
         try:
-            os.remove(path)
+            files.remove(path)
         except OSError:
             pass
 
@@ -556,7 +563,7 @@ def sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,
         "features": {name: {"dtype": f.dtype.name, "length": int(f.shape[0])}
                      for name, f in spec_lengths.items()},
         "compression": "GZIP" if spec.gzip else "",
-        "vocab_file": os.path.abspath(spec.vocab_file),
+        "vocab_file": _same_path(spec.vocab_file),
         "vocab_sha256": vocab_sha,
         # Its tokens: the trainer refuses a model whose embedding table has fewer rows.
         "vocab_size": len(schema.load_vocab(spec.vocab_file)),

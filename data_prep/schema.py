@@ -110,13 +110,15 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     """
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
+        # open_input reads a remote (gs://) vocabulary too; a local one as open() does
+        # (a vocabulary is never compressed: a name ending in .gz is read as it is).
+        with (files.open_input(path, "rb") if files.is_remote(path) else open(path, "rb")) as f:
             data = f.read()
     except FileNotFoundError:
         raise VocabError(f"vocabulary file {path!r} does not exist") from None
     except IsADirectoryError:
         inside = os.path.join(path, "vocab.txt")
-        hint = (f"pass {inside}" if os.path.isfile(inside) else "expected a vocab.txt file")
+        hint = (f"pass {inside}" if files.isfile(inside) else "expected a vocab.txt file")
         raise VocabError(f"vocabulary file {path!r} is a directory; {hint}") from None
     except OSError as e:
         raise VocabError(f"vocabulary file {path!r} cannot be read: {e.strerror}") from None

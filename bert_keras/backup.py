@@ -32,7 +32,6 @@ import json
 import math
 import os
 import re
-import shutil
 import warnings
 
 import h5py
@@ -150,7 +149,7 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         if not self.model.built:
             raise ValueError("ExactBackupAndRestore needs a built model before fit()")
         candidates = [p for p in (self._weights_path, self._prev_weights_path)
-                      if os.path.exists(p)]
+                      if files.exists(p)]
         problems = []
         if self._gather is not None:
             candidates, problems = self._agreed(candidates)
@@ -213,6 +212,11 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         return [p for p, e in epochs.items() if e == epoch][:1], problems
 
     def _restore(self, path: str) -> None:
+        # h5py reads local files only: a backup on gs:// is read from a local copy.
+        with files.local_copy(path) as local:
+            self._restore_local(local)
+
+    def _restore_local(self, path: str) -> None:
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         with h5py.File(path, "r") as f:  # OSError for a file that is not HDF5
@@ -263,14 +267,14 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
                 if self.model.optimizer is not None else 0)
         if self._final_step is not None and step >= self._final_step:
             return
-        os.makedirs(self.backup_dir, exist_ok=True)
+        files.makedirs(self.backup_dir)
         variables = random_state_variables(self.model)
         random_state = np.array([keras.ops.convert_to_numpy(v) for v in variables],
                                 np.int64).reshape(len(variables), 2)
-        if self.double_checkpoint and os.path.exists(self._weights_path):
+        if self.double_checkpoint and files.exists(self._weights_path):
             # A rename: from here until the new file is in place, the previous state is the
             # .bkp file, which a restart loads.
-            os.replace(self._weights_path, self._prev_weights_path)
+            files.replace(self._weights_path, self._prev_weights_path)
         from bert_keras import checkpoints
 
         with files.atomic_output(self._weights_path, overwrite=True) as tmp:
@@ -376,7 +380,7 @@ def process_backup_dir(output_dir: str, distribution) -> str:
 
 def holds_a_backup(backup_dir: str) -> bool:
     """Whether `backup_dir` has a backup file to resume from."""
-    return any(os.path.exists(os.path.join(backup_dir, name))
+    return any(files.exists(os.path.join(backup_dir, name))
                for name in (LATEST_WEIGHTS_FILE, PREVIOUS_WEIGHTS_FILE))
 
 
@@ -386,9 +390,9 @@ def remove_backups(output_dir: str, distribution) -> None:
     not come back there. Another process removes its own directory, and workers/ once the
     last one is gone."""
     backup_dir = process_backup_dir(output_dir, distribution)
-    shutil.rmtree(backup_dir, ignore_errors=True)
+    files.rmtree(backup_dir)
     if distribution.is_chief:
-        shutil.rmtree(os.path.join(output_dir, WORKERS_DIR), ignore_errors=True)
+        files.rmtree(os.path.join(output_dir, WORKERS_DIR))
         return
     worker_dir = os.path.dirname(backup_dir)
     for directory in (worker_dir, os.path.dirname(worker_dir)):

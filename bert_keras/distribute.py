@@ -434,7 +434,9 @@ def weights_read(weights) -> tuple[int, str]:
 def vocabulary_read(path: str, *also) -> tuple[int, str]:
     """(digest, description) of a vocabulary file (and of `also`, e.g. the tokenizer
     settings used with it), for `Distribution.check_same_inputs`."""
-    with open(path, "rb") as f:
+    from data_prep import files
+
+    with (files.open_input(path, "rb") if files.is_remote(path) else open(path, "rb")) as f:
         text = f.read()
     return digest(text.decode("utf-8", "replace"), *also), f"{len(text.splitlines())} tokens"
 

@@ -563,7 +563,7 @@ def apply_initial_weights(initial, pretrainer, path: str) -> str:
     # Google's phase 2 loads cls/* with the encoder; a run's encoder/ (what fine-tuning
     # reads) lacks them, while the run directory above it has them.
     run_dir = os.path.dirname(os.path.normpath(path))
-    with_heads = os.path.isfile(os.path.join(run_dir, files.PRETRAINER_WEIGHTS_FILE))
+    with_heads = files.isfile(os.path.join(run_dir, files.PRETRAINER_WEIGHTS_FILE))
     logging.warning("--init_checkpoint %s holds the encoder only: the masked-LM and "
                     "next-sentence heads start from their initialisation%s", path,
                     f"; --init_checkpoint={run_dir} loads them too" if with_heads else "")
@@ -633,10 +633,10 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool,
     """
     out = options.output_dir
     record = os.path.join(out, files.RUN_CONFIG_FILE)
-    if os.path.isdir(os.path.join(out, files.ENCODER_DIR)):
+    if files.isdir(os.path.join(out, files.ENCODER_DIR)):
         raise PretrainingError(f"--output_dir {out} holds a finished run (encoder/ exists); "
                                "choose a new output_dir")
-    if os.path.isfile(record):
+    if files.isfile(record):
         previous = files.read_json(record)
         # Runs recorded before a flag existed ran with what is now its non-default value.
         previous = {**_RECORDED_BEFORE_FLAG, **previous}
@@ -691,7 +691,7 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool,
         return True
     if not chief:
         return False  # The chief checks and writes; workers only read.
-    if os.path.isdir(out) and os.listdir(out):
+    if files.isdir(out) and files.listdir(out):
         raise PretrainingError(f"--output_dir {out} exists and is not a pretraining run; "
                                "choose a new or empty output_dir")
     files.write_json(record, _run_record(options, contents or {}))
@@ -737,14 +737,25 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
             self.directory, self.keep = directory, keep
 
         def on_epoch_end(self, epoch, logs=None):
-            os.makedirs(self.directory, exist_ok=True)
+            files.makedirs(self.directory)
             step = updates_done(self.model)
             path = os.path.join(self.directory, f"ckpt-{step:08d}.weights.h5")
             with files.atomic_output(path, overwrite=True) as tmp:
                 checkpoints.save_weights(self.model, tmp)
-            kept = sorted(n for n in os.listdir(self.directory) if n.startswith("ckpt-"))
+            kept = sorted(n for n in files.listdir(self.directory) if n.startswith("ckpt-"))
             for name in kept[: -self.keep]:
-                os.remove(os.path.join(self.directory, name))
+                files.remove(os.path.join(self.directory, name))
+
+    class _CSVLogger(keras.callbacks.CSVLogger):
+        """Keras' CSVLogger, which opens a remote (gs://) path with tf.io.gfile's GFile but
+        then asks the file for `closed`, an attribute GFile lacks (AttributeError at the end of
+        every run on a remote --output_dir, Keras 3.15)."""
+
+        def on_train_end(self, logs=None):
+            if self.csv_file is not None and not getattr(self.csv_file, "closed", False):
+                self.csv_file.close()
+            self.csv_file = None  # GFile has no `closed`: the base class must not ask it
+            self.writer = None
 
     # gather: several processes (JAX's, TensorFlow workers) agree on the epoch to resume from.
     backup = ExactBackupAndRestore(backup_dir, double_checkpoint=True, delete_checkpoint=False,
@@ -766,7 +777,7 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
                                      log_steps=options.log_steps))
         # One row per checkpoint interval (epoch e ends at update (e + 1) * save_steps, or
         # at num_train_steps); appended to on resumption.
-        callbacks.append(keras.callbacks.CSVLogger(
+        callbacks.append(_CSVLogger(
             os.path.join(options.output_dir, "history.csv"), append=True))
     return backup, callbacks
 
@@ -965,10 +976,10 @@ def _read_inputs(options: PretrainingOptions, initial=None):
 def _run_config_of(path: str) -> dict | None:
     """The run_config.json of the pretraining run a checkpoint path belongs to (the run's
     directory, its encoder/, or one of its checkpoints/ckpt-*.weights.h5), else None."""
-    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    for candidate in (directory, os.path.dirname(os.path.abspath(directory))):
+    directory = path if files.isdir(path) else os.path.dirname(files.absolute(path))
+    for candidate in (directory, os.path.dirname(files.absolute(directory))):
         record = os.path.join(candidate, files.RUN_CONFIG_FILE)
-        if os.path.isfile(record):
+        if files.isfile(record):
             try:
                 recorded = files.read_json(record)
             except (OSError, ValueError):
@@ -1023,7 +1034,7 @@ def _initial_weights(options: PretrainingOptions, distribution):
     # Gone: neither the path nor a TF1 checkpoint prefix's files (bert_model.ckpt.index).
     if (tf.io.gfile.exists(path) or tf.io.gfile.glob(glob.escape(path.rstrip("/")) + ".*")
             or not kept
-            or not os.path.isfile(os.path.join(options.output_dir, files.RUN_CONFIG_FILE))
+            or not files.isfile(os.path.join(options.output_dir, files.RUN_CONFIG_FILE))
             or not holds_a_backup(process_backup_dir(options.output_dir, distribution))):
         return load_initial_weights(path, options.bert_config_file), False
     logging.warning("--init_checkpoint %s is gone: resuming from this run's backup, which "
@@ -1192,9 +1203,9 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
                                                     None if stand_in else initial_read))
     if chief:
         path = os.path.join(options.output_dir, files.BERT_CONFIG_FILE)
-        if not os.path.exists(path):
+        if not files.exists(path):
             config.to_json_file(path)
-        if not os.path.exists(os.path.join(options.output_dir, files.VOCAB_FILE)):
+        if not files.exists(os.path.join(options.output_dir, files.VOCAB_FILE)):
             # So that checkpoints/ckpt-*.weights.h5 carry the vocabulary and its settings
             # before encoder/ is written (model_loading: convert_checkpoint, fine-tuning).
             from bert_keras import model_loading
@@ -1347,18 +1358,18 @@ def _evaluate(options: PretrainingOptions) -> dict:
     target = os.path.join(out, EVAL_RESULTS_FILE)
     model_path = options.init_checkpoint or out
     with distribution.stop_together():
-        if chief and os.path.exists(target):
+        if chief and files.exists(target):
             raise files.OutputExistsError(
                 f"--output_dir {out} already holds {EVAL_RESULTS_FILE}; choose another "
                 "--output_dir for this evaluation (the model is read from --init_checkpoint)")
         if chief:  # writable, before the model is loaded and evaluated (not after)
             files.check_writable([target])
-        if chief and os.path.isfile(os.path.join(out, files.RUN_CONFIG_FILE)) and \
-                not os.path.isdir(os.path.join(out, files.ENCODER_DIR)):
+        if chief and files.isfile(os.path.join(out, files.RUN_CONFIG_FILE)) and \
+                not files.isdir(os.path.join(out, files.ENCODER_DIR)):
             raise PretrainingError(
                 f"--output_dir {out} holds a pretraining run that has not finished; rerun its "
                 "command to complete it, or choose another --output_dir for this evaluation")
-        if not options.init_checkpoint and not os.path.isdir(
+        if not options.init_checkpoint and not files.isdir(
                 os.path.join(out, files.ENCODER_DIR)):
             raise PretrainingError(
                 "--do_train=false evaluates a trained model: give it as --init_checkpoint (a "

@@ -329,6 +329,12 @@ def _gfile():
     return tf.io.gfile
 
 
+def absolute(path: str) -> str:
+    """os.path.abspath, or a remote path as it is (abspath would make "gs://b/x" a local
+    path under the working directory)."""
+    return os.fspath(path) if is_remote(path) else os.path.abspath(path)
+
+
 def exists(path: str) -> bool:
     """os.path.exists, or tf.io.gfile.exists for a remote path."""
     return _gfile().exists(path) if is_remote(path) else os.path.exists(path)

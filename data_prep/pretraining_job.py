@@ -306,7 +306,7 @@ def tokenize_documents(raw_documents: Iterable[RawDocument],
 
 
 def _same_path(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
+    return files.absolute(path)
 
 
 def other_shard_sets(output_files: Sequence[str],

@@ -163,7 +163,7 @@ def _flag_text(value) -> str:
 
 def path_for_vocab(vocab_file: str) -> str:
     """Where the settings of `vocab_file` live: tokenizer_config.json in its directory."""
-    return os.path.join(os.path.dirname(os.path.abspath(vocab_file)), files.TOKENIZER_CONFIG_FILE)
+    return os.path.join(os.path.dirname(files.absolute(vocab_file)), files.TOKENIZER_CONFIG_FILE)
 
 
 def _read_json(path: str):
@@ -185,8 +185,8 @@ def read_file(path: str) -> tuple[TokenizerConfig, dict]:
     """
     values = _read_json(path)
     if isinstance(values, Mapping) and not {"do_lower_case", "strip_accents"} & set(values):
-        beside = os.path.join(os.path.dirname(os.path.abspath(path)), HF_TOKENIZER_FILE)
-        if os.path.isfile(beside):
+        beside = os.path.join(os.path.dirname(files.absolute(path)), HF_TOKENIZER_FILE)
+        if files.isfile(beside):
             values = {**values, **normalizer_settings(beside)}
     return TokenizerConfig.from_json_dict(values, path), values
 
@@ -237,12 +237,12 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
 def _file_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str, dict] | None:
     """`read_for_vocab`'s (config, path), and the file's raw JSON object."""
     path = path_for_vocab(vocab_file)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         return None
     config, values = read_file(path)
     named = (values.get("bert_keras") or {}).get("vocab_file") if isinstance(
         values.get("bert_keras"), Mapping) else None
-    if named and named != os.path.basename(vocab_file) and os.path.isfile(
+    if named and named != os.path.basename(vocab_file) and files.isfile(
             os.path.join(os.path.dirname(path), named)):
         return None
     return config, path, values

@@ -140,7 +140,7 @@ class Checkpoint:
         Raises:
           VocabMismatchError: a token differs, naming the first and how many.
         """
-        if not self.vocab_file or os.path.abspath(vocab_file) == os.path.abspath(
+        if not self.vocab_file or files.absolute(vocab_file) == files.absolute(
                 self.vocab_file):
             return
         saved, given = schema.load_vocab(self.vocab_file), schema.load_vocab(vocab_file)
@@ -159,7 +159,7 @@ class Checkpoint:
 
 
 def _first_existing(*paths: str) -> str | None:
-    return next((p for p in paths if p and os.path.isfile(p)), None)
+    return next((p for p in paths if p and files.isfile(p)), None)
 
 
 _SCRATCH: list[tempfile.TemporaryDirectory] = []  # vocab.txt files made from tokenizer.json
@@ -173,7 +173,7 @@ def _vocab_from_tokenizer_json(directory: str) -> str | None:
         return None
     if not _SCRATCH:
         _SCRATCH.append(tempfile.TemporaryDirectory(prefix="bert-keras-vocab-"))
-    key = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:16]
+    key = hashlib.sha256(files.absolute(directory).encode()).hexdigest()[:16]
     path = os.path.join(_SCRATCH[0].name, key, files.VOCAB_FILE)
     files.write_text(path, "".join(f"{t}\n" for t in tokens))
     return path
@@ -190,7 +190,7 @@ def _vocab_and_settings(directory: str, hf: bool = False):
     settings_file = os.path.join(directory, files.TOKENIZER_CONFIG_FILE)
     source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None
     saved = None
-    if os.path.isfile(settings_file):  # its normalizer where this file gives no casing
+    if files.isfile(settings_file):  # its normalizer where this file gives no casing
         saved = tokenizer_config.read_file(settings_file)[0], settings_file
     elif source:
         found = tokenizer_config.normalizer_settings(source)
@@ -239,10 +239,10 @@ def _vocabulary_directory_of_weights(directory: str) -> str:
     checkpoints/ckpt-<step>.weights.h5, the run directory (run_pretraining writes the
     vocabulary and its settings there when it starts), else the run's encoder/ (written
     when it finishes; runs before the first kept only that one)."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    if (not os.path.isfile(os.path.join(directory, files.VOCAB_FILE))
-            and os.path.isfile(os.path.join(parent, files.RUN_CONFIG_FILE))):
-        if os.path.isfile(os.path.join(parent, files.VOCAB_FILE)):
+    parent = os.path.dirname(files.absolute(directory))
+    if (not files.isfile(os.path.join(directory, files.VOCAB_FILE))
+            and files.isfile(os.path.join(parent, files.RUN_CONFIG_FILE))):
+        if files.isfile(os.path.join(parent, files.VOCAB_FILE)):
             return parent
         return os.path.join(parent, files.ENCODER_DIR)
     return directory
@@ -256,10 +256,10 @@ def _config_from(path: str, bert_config_file: str | None, directory: str) -> tup
     building the saved weights into it made another function (other heads or activation)
     without a word, or failed on shapes with Keras' message."""
     own = os.path.join(directory, files.BERT_CONFIG_FILE)
-    parent = os.path.dirname(os.path.abspath(directory))
-    if not os.path.isfile(own) and os.path.isfile(os.path.join(parent, files.RUN_CONFIG_FILE)):
+    parent = os.path.dirname(files.absolute(directory))
+    if not files.isfile(own) and files.isfile(os.path.join(parent, files.RUN_CONFIG_FILE)):
         own = os.path.join(parent, files.BERT_CONFIG_FILE)  # a run's checkpoints/ckpt-*
-    if os.path.isfile(own):
+    if files.isfile(own):
         config = BertConfig.from_json_file(own)
         if bert_config_file and not _warn_if_config_differs(bert_config_file, config, path):
             return BertConfig.from_json_file(bert_config_file), bert_config_file
@@ -272,8 +272,11 @@ def _config_from(path: str, bert_config_file: str | None, directory: str) -> tup
 
 def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
     """A pretrainer or an encoder with a `.weights.h5` file, whichever layout it has."""
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise CheckpointError(f"{path}: no such weights file")
+    if files.is_remote(path):  # h5py reads local files only: a gs:// file from a copy
+        with files.local_copy(path) as local:
+            return _load_weights_file(local, config, want)
     # A pretrainer with the next-sentence head (run_pretraining's files), or without it
     # (a masked-LM-only model converted from transformers or Google).
     targets = [
@@ -325,6 +328,11 @@ def _weights_mismatch(message: str) -> tuple[int, str]:
 
 
 def _from_keras_file(path: str) -> keras.Model:
+    if files.is_remote(path):  # read from a local copy, as h5py and zipfile need
+        if not files.isfile(path):
+            raise CheckpointError(f"{path}: no such Keras model file")
+        with files.local_copy(path) as local:
+            return _from_keras_file(local)
     try:
         return checkpoints.load_keras_model(path)
     except FileNotFoundError:
@@ -347,7 +355,7 @@ def _labels_beside(model, directory: str) -> list[str] | None:
     from bert_keras.tasks import BertClassifier, BertTagger
 
     path = os.path.join(directory, files.LABELS_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         return None
     if not isinstance(model, (BertClassifier, BertTagger)):
         logging.warning("%s: ignored; a %s has no labels (remove the file)", path,
@@ -366,20 +374,20 @@ _OTHER_HF_WEIGHTS = (
 
 
 def _expected_forms(path: str, fmt: str | None) -> str:
-    if fmt in (None, "google") and os.path.isdir(path):
+    if fmt in (None, "google") and files.isdir(path):
         indexes = checkpoints.checkpoint_indexes(path)
         if len(indexes) > 1:  # (google_checkpoint_prefix reads the one named, or the only)
             names = [os.path.basename(p)[: -len(".index")] for p in indexes]
             return (f"{path} holds {len(names)} TF checkpoints ({', '.join(names[:4])}"
                     f"{' ...' if len(names) > 4 else ''}) and no checkpoint file naming one: "
                     f"pass the prefix of the one to read ({os.path.join(path, names[-1])})")
-    if fmt in (None, "hf") and os.path.isdir(path):
+    if fmt in (None, "hf") and files.isdir(path):
         for name, why in _OTHER_HF_WEIGHTS:
-            if os.path.isfile(os.path.join(path, name)):
+            if files.isfile(os.path.join(path, name)):
                 return (f"{path} holds transformers' {name}, {why}; save the model as "
                         "safetensors with transformers first (from_pretrained(path), then "
                         "save_pretrained(new_path)) and pass that directory")
-    what = "does not exist" if not os.path.exists(path) else "is not a recognised checkpoint"
+    what = "does not exist" if not files.exists(path) else "is not a recognised checkpoint"
     if fmt == "hf":
         return (f"{path} {what} in the hf format: expected a transformers save_pretrained "
                 f"directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE})")
@@ -427,7 +435,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
     if not path:
         raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
     path = os.fspath(path)
-    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    directory = path if files.isdir(path) else os.path.dirname(files.absolute(path))
     ours = fmt in (None, "keras")  # our own layouts: run, encoder and task directories, files
 
     def result(model, form, config=None, vocab_dir=directory, labels=None):
@@ -441,23 +449,23 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         return Checkpoint(model, config or encoder.to_bert_config(), path, form, vocab, saved,
                           labels, source)
 
-    if os.path.isdir(path):
+    if files.isdir(path):
         encoder_dir = os.path.join(path, files.ENCODER_DIR)
-        if ours and os.path.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
+        if ours and files.isfile(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE)):
             config, _ = _config_from(path, bert_config_file, encoder_dir)
             heads = os.path.join(path, files.PRETRAINER_WEIGHTS_FILE)
-            if want != "encoder" and os.path.isfile(heads):
+            if want != "encoder" and files.isfile(heads):
                 model = _load_weights_file(heads, config, "pretrainer")
             else:
                 model = _load_weights_file(os.path.join(encoder_dir, files.ENCODER_WEIGHTS_FILE),
                                            config, "encoder")
             return result(model, "run", config, vocab_dir=encoder_dir)
-        if ours and os.path.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
+        if ours and files.isfile(os.path.join(path, files.ENCODER_WEIGHTS_FILE)):
             config, _ = _config_from(path, bert_config_file, path)
             model = _load_weights_file(os.path.join(path, files.ENCODER_WEIGHTS_FILE), config,
                                        "encoder")
             return result(model, "encoder_dir", config)
-        if ours and os.path.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
+        if ours and files.isfile(os.path.join(path, files.TASK_MODEL_FILE)):
             model = _from_keras_file(os.path.join(path, files.TASK_MODEL_FILE))
             return result(model, "task_dir", labels=_labels_beside(model, path))
         if fmt in (None, "hf") and checkpoints.is_hf_dir(path):
@@ -465,7 +473,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
             model = checkpoints.read_hf_model(path, want)
             labels = checkpoints.read_hf_labels(path) if want == "auto" else None
             return result(model, "hf", labels=labels)
-        if ours and os.path.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
+        if ours and files.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(
                 f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "
                 f"rerun its command to complete it, or pass one of its "
@@ -480,7 +488,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
     prefix = checkpoints.google_checkpoint_prefix(path) if fmt in (None, "google") else None
     if prefix is not None:
         model = checkpoints.read_google_model(prefix, want, bert_config_file)
-        return result(model, "google", vocab_dir=os.path.dirname(os.path.abspath(prefix)))
+        return result(model, "google", vocab_dir=os.path.dirname(files.absolute(prefix)))
     raise CheckpointError(_expected_forms(path, fmt))
 
 

@@ -1,0 +1,173 @@
+"""Remote file systems (gs:// on a Cloud TPU), probed through TensorFlow's in-process ram://.
+
+ram:// is reached only through tf.io.gfile, as gs:// is, and holds its files in this
+process: whatever went through open(), os or shutil instead failed, or wrote a local
+directory literally named "ram:" (as it wrote "gs:" for a TPU user). Each test checks the
+outputs on ram:// and that no such local directory appeared. Not run against GCS itself.
+
+ram:// quirk the tests keep clear of: its exists/isdir match by name prefix, so a file
+copied in after another whose name extends it ("x.tfrecord" after "x.tfrecord.meta.json")
+is dropped silently; inputs are copied in sorted order.
+"""
+
+import itertools
+import os
+import random
+
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from cli_harness import run_tool
+from pretraining_data import write_dataset
+
+from bert_keras.run_pretraining import PretrainingOptions, train
+from data_prep import files
+
+S, P, VOCAB = 16, 4, 99
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_bucket = itertools.count()
+
+
+@pytest.fixture
+def ram(tmp_path, monkeypatch):
+    """A fresh ram:// directory; the working directory is an empty local one, checked to
+    stay empty (no "ram:" directory written through os or open)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    root = f"ram://bucket{next(_bucket)}"
+    tf.io.gfile.makedirs(root)
+    yield root
+    assert os.listdir(cwd) == [], "a local directory was written for a ram:// path"
+
+
+def _walk(root):
+    return sorted(os.path.join(d, f)[len(root) + 1:] for d, _, names in tf.io.gfile.walk(root)
+                  for f in names)
+
+
+def _upload_dir(local, remote):
+    for name in sorted(os.listdir(local)):
+        tf.io.gfile.copy(os.path.join(local, name), f"{remote}/{name}", overwrite=True)
+
+
+def _weights(path):
+    with files.local_copy(path) as local, h5py.File(local, "r") as f:
+        arrays = {}
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("remote_data")
+    write_dataset(directory, num_files=2, per_file=8, max_seq_length=S,
+                  max_predictions_per_seq=P, vocab_size=VOCAB)
+    (directory / "vocab.txt").write_text(
+        "".join(f"{t}\n" for t in SPECIALS + [f"tok{i}" for i in range(5, VOCAB)]))
+    return directory
+
+
+def _options(root, **overrides):
+    values = dict(input_file=f"{root}/data/*.tfrecord", output_dir=f"{root}/run",
+                  preset="tiny", vocab_file=f"{root}/data/vocab.txt", max_seq_length=S,
+                  max_predictions_per_seq=P, train_batch_size=4, num_train_steps=6,
+                  num_warmup_steps=0, save_checkpoints_steps=2, verbose=0, autotune=False,
+                  seed=3)
+    values.update(overrides)
+    return PretrainingOptions(**values)
+
+
+class _CrashAfterSecondInterval(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise RuntimeError("simulated crash")
+
+
+def test_open_input_and_atomic_output_on_a_remote_path(ram):
+    """The helpers every tool writes and reads through: a remote output is staged locally
+    and appears whole under its final name; an existing one is refused; a failed block
+    leaves nothing; a text read goes through gfile (a BOM dropped, as locally)."""
+    path = f"{ram}/out/notes.txt"
+    files.write_text(path, "\ufeffalpha\nbeta\n")
+    with files.open_input(path) as f:
+        assert f.read() == "alpha\nbeta\n"
+    with pytest.raises(files.OutputExistsError, match="notes.txt exists"):
+        files.write_text(path, "other", overwrite=False)
+    with pytest.raises(RuntimeError), files.atomic_output(f"{ram}/out/failed.txt") as tmp:
+        open(tmp, "w").write("partial")
+        raise RuntimeError("the writer failed")
+    with files.atomic_output(f"{ram}/out/model", directory=True) as tmp:
+        os.makedirs(os.path.join(tmp, "variables"))
+        open(os.path.join(tmp, "variables", "v.data"), "w").write("1")
+        open(os.path.join(tmp, "saved_model.pb"), "w").write("2")
+    assert _walk(ram) == ["out/model/saved_model.pb", "out/model/variables/v.data",
+                          "out/notes.txt"]
+    assert files.isfile(path) and not files.isdir(path) and files.isdir(f"{ram}/out")
+
+
+def test_create_pretraining_data_reads_and_writes_remote_paths(ram):
+    """Corpus, vocabulary and output on ram://: the shards and sidecars appear there.
+    Before: the vocabulary read as 'does not exist' (open())."""
+    words = "the cat sat on a mat dog ran far away and then came back home to eat".split()
+    rng = random.Random(0)
+    docs = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 11))) + " ."
+                      for _ in range(5)) for _ in range(4)]
+    with tf.io.gfile.GFile(f"{ram}/in/corpus.txt", "w") as f:
+        f.write("\n\n".join(docs) + "\n")
+    with tf.io.gfile.GFile(f"{ram}/in/vocab.txt", "w") as f:
+        f.write("\n".join(SPECIALS + sorted(set(words)) + ["."]) + "\n")
+    result = run_tool("create_pretraining_data", [
+        f"--input_file={ram}/in/corpus.txt", f"--vocab_file={ram}/in/vocab.txt",
+        f"--output_file={ram}/data/train", "--num_output_shards=2", f"--max_seq_length={S}",
+        "--max_predictions_per_seq=3", "--dupe_factor=2", "--num_examples_to_print=0"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert _walk(f"{ram}/data") == [
+        "train-00000-of-00002.tfrecord", "train-00000-of-00002.tfrecord.meta.json",
+        "train-00001-of-00002.tfrecord", "train-00001-of-00002.tfrecord.meta.json"]
+    sidecar = files.read_json(f"{ram}/data/train-00000-of-00002.tfrecord.meta.json")
+    assert sidecar["vocab_file"] == f"{ram}/in/vocab.txt"
+    records = sum(1 for _ in tf.data.TFRecordDataset(tf.io.gfile.glob(f"{ram}/data/*.tfrecord")))
+    assert records == sum(files.read_json(f"{ram}/data/train-0000{i}-of-00002.tfrecord.meta.json")
+                          ["shard"]["instances"] for i in range(2)) > 0
+    again = run_tool("create_pretraining_data", [
+        f"--input_file={ram}/in/corpus.txt", f"--vocab_file={ram}/in/vocab.txt",
+        f"--output_file={ram}/data/train", "--num_output_shards=2", f"--max_seq_length={S}",
+        "--max_predictions_per_seq=3", "--num_examples_to_print=0"])
+    assert again.code == 1 and "pass --overwrite" in again.stderr
+
+
+@pytest.mark.integration  # three short runs: about 25 s on 2 cores
+def test_run_pretraining_on_remote_paths_resumes_and_phase_two_starts_from_it(
+        ram, shards, tmp_path):
+    """Input, vocabulary and output_dir on ram://: a run that crashes after its second
+    interval resumes from its ram:// backup to the weights an uninterrupted local run
+    ends with; a phase 2 takes the ram:// run as --init_checkpoint. Before: the outputs went
+    to a local 'ram:' directory and Keras' CSVLogger failed at the end of every run."""
+    _upload_dir(shards, f"{ram}/data")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(_options(ram), extra_callbacks=[_CrashAfterSecondInterval()])
+    assert {"backup/latest.weights.h5", "checkpoints/ckpt-00000004.weights.h5"} <= set(
+        _walk(f"{ram}/run"))
+    train(_options(ram))
+    listing = _walk(f"{ram}/run")
+    assert "encoder/encoder.weights.h5" in listing and not any(
+        name.startswith("backup/") for name in listing)
+    assert len(tf.io.gfile.GFile(f"{ram}/run/history.csv").read().splitlines()) == 4
+    train(_options(ram, input_file=f"{shards}/*.tfrecord", vocab_file=f"{shards}/vocab.txt",
+                   output_dir=str(tmp_path / "reference")))
+    resumed = _weights(f"{ram}/run/encoder/encoder.weights.h5")
+    reference = _weights(str(tmp_path / "reference" / "encoder" / "encoder.weights.h5"))
+    assert resumed.keys() == reference.keys()
+    for name in reference:
+        np.testing.assert_array_equal(resumed[name], reference[name], err_msg=name)
+    result = run_tool("run_pretraining", [
+        f"--input_file={ram}/data/*.tfrecord", f"--output_dir={ram}/phase2",
+        f"--init_checkpoint={ram}/run", f"--max_seq_length={S}",
+        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=2",
+        "--num_warmup_steps=0", "--save_checkpoints_steps=2"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert "encoder/encoder.weights.h5" in _walk(f"{ram}/phase2")

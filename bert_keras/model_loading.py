@@ -634,7 +634,7 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
         without it the file holds the weights only (3x smaller with Adam's slots).
       train_results: written as train_results.json (the fine-tuning's settings), if given.
     """
-    os.makedirs(directory, exist_ok=True)
+    files.makedirs(directory)
     model_path = os.path.join(directory, files.TASK_MODEL_FILE)
     with files.atomic_output(model_path, overwrite=overwrite,
                              hint="pass --overwrite_output to replace it") as tmp:
@@ -642,8 +642,9 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
             model.save(tmp)
         else:
             _save_uncompiled(model, tmp)
-        if os.path.lexists(model_path):  # overwrite: the old model goes before its files
-            os.remove(model_path)
+        if (files.exists(model_path) if files.is_remote(model_path)
+                else os.path.lexists(model_path)):  # overwrite: the old model goes first
+            files.remove(model_path)
         if labels is not None:
             files.write_text(os.path.join(directory, files.LABELS_FILE),
                              "".join(f"{label}\n" for label in labels))

@@ -968,12 +968,13 @@ def load_tokenizer(vocab_file: str | os.PathLike, config: TokenizerConfig | None
     """
     from data_prep import tokenizer_config
 
-    path = os.path.abspath(os.fspath(vocab_file))
+    path = files.absolute(os.fspath(vocab_file))
     if config is None:
         config = tokenizer_config.resolve(path)[0]
     try:
-        mtime = os.stat(path).st_mtime_ns
-    except OSError:
+        mtime = (tf.io.gfile.stat(path).mtime_nsec if files.is_remote(path)
+                 else os.stat(path).st_mtime_ns)
+    except (OSError, tf.errors.OpError):
         mtime = None  # load_vocab raises the error that names the file
     return _cached_tokenizer(path, mtime, config)
 

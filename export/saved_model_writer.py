@@ -68,32 +68,32 @@ def version_dir(export_dir: str, version: int | None) -> str:
       files.OutputWriteError: the version could not be written there
         (`files.check_writable`).
     """
+    from data_prep import files  # gs://... too (TF Serving reads models from GCS)
+
     existing = []
-    if os.path.lexists(export_dir) and not os.path.isdir(export_dir):
+    if files.exists(export_dir) and not files.isdir(export_dir):
         raise ExportError(f"--export_dir {export_dir} is a file; expected a directory (the "
                           "model's base directory, versions go inside it)")
-    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+    if files.exists(os.path.join(export_dir, "saved_model.pb")):
         # A version directory: a SavedModel written inside it is one TF Serving never
         # serves (it serves the outer one), and it changes a served version's files.
         parent = os.path.dirname(os.path.normpath(export_dir)) or "."
         raise ExportError(f"--export_dir {export_dir} holds a SavedModel (saved_model.pb): it "
                           "is a version directory; give the model's base directory "
                           f"({parent}), where versions go")
-    if os.path.isdir(export_dir):
-        existing = [int(d) for d in os.listdir(export_dir) if d.isdigit()]
+    if files.isdir(export_dir):
+        existing = [int(d) for d in files.listdir(export_dir) if d.isdigit()]
     if version is None:
         version = max(existing, default=0) + 1
     if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
         raise ExportError(f"--version must be a positive integer. Received: {version!r}")
     path = os.path.join(export_dir, str(version))
-    if os.path.exists(path):
+    if files.exists(path):
         raise ExportError(
             f"{path} exists: refusing to overwrite an export. Choose another --version "
             "or remove it."
         )
     # Before the model is loaded and traced (seconds to minutes), not when it is written.
-    from data_prep import files
-
     files.check_writable([path])
     return path
 
@@ -105,10 +105,13 @@ def served_version(path: str) -> str:
     base directory, its highest numbered version, as TF Serving's default version policy
     ("latest") picks it, complete or not; else `path` unchanged, for the caller's error.
     """
-    if os.path.exists(os.path.join(path, "saved_model.pb")) or not os.path.isdir(path):
+    # tf.io.gfile, not data_prep.files: this runs where the project's other packages must
+    # not be imported (serving_probe); it reads a gs:// base directory too.
+    gfile = tf.io.gfile
+    if gfile.exists(os.path.join(path, "saved_model.pb")) or not gfile.isdir(path):
         return path
-    versions = [int(d) for d in os.listdir(path)
-                if d.isdigit() and os.path.isdir(os.path.join(path, d))]
+    versions = [int(d.rstrip("/")) for d in gfile.listdir(path)
+                if d.rstrip("/").isdigit() and gfile.isdir(os.path.join(path, d.rstrip("/")))]
     return os.path.join(path, str(max(versions))) if versions else path
 
 
@@ -197,7 +200,7 @@ def write_saved_model(
     # must not import the project's other packages (verify's "load" check fails otherwise).
     from data_prep import files, tf_logging
 
-    if os.path.exists(path):
+    if files.exists(path):
         raise ExportError(f"{path} exists: refusing to overwrite an export")
     files.remove_stale_temps(path, any_name=True)  # exports of killed runs, any version
     # The variables the serving functions read, tracked directly (see `Untracked`).

@@ -127,8 +127,8 @@ def load_task_dir(model_dir: str, model_class, tool: str, tokenizer_flags: dict,
     if export_dir is not None:
         saved_model_writer.version_dir(export_dir, version)
 
-    if not os.path.isdir(model_dir):  # the loader's message lists forms no export takes
-        what = "not a directory" if os.path.exists(model_dir) else "no such directory"
+    if not files.isdir(model_dir):  # the loader's message lists forms no export takes
+        what = "not a directory" if files.exists(model_dir) else "no such directory"
         raise saved_model_writer.ExportError(
             f"--model_dir {model_dir}: {what} (expected {tool}'s output directory, with "
             f"{files.TASK_MODEL_FILE})")

@@ -303,9 +303,9 @@ def benchmark_file(data_dir: str | None, name: str, below: str, task: str, split
                             f"files{f', or the one holding {below}/' if below else ''})")
     path = os.path.join(data_dir, name)
     deeper = os.path.join(data_dir, below, name) if below else None
-    if deeper and not os.path.isfile(path) and os.path.isfile(deeper):
+    if deeper and not files.isfile(path) and files.isfile(deeper):
         return deeper
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise FinetuneError(f"--data_dir {data_dir}: no {name} there for the {task} {split} "
                             f"set (expected {path}{f' or {deeper}' if deeper else ''})")
     return path
@@ -407,8 +407,8 @@ def evaluated_model_dir(common: FinetuneOptions) -> str:
     --init_checkpoint's where that holds a fine-tuned model, else --output_dir."""
     init = common.init_checkpoint
     if init:
-        init_dir = init if os.path.isdir(init) else os.path.dirname(init)
-        if os.path.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
+        init_dir = init if files.isdir(init) else os.path.dirname(init)
+        if files.isfile(os.path.join(init_dir, files.TASK_MODEL_FILE)):
             return init_dir
     return common.output_dir
 
@@ -462,7 +462,7 @@ def _trained_model_file(common: FinetuneOptions, task_name: str) -> str:
     """--output_dir, which must hold a fine-tuned model to evaluate or predict with when
     there is no --init_checkpoint; FinetuneError if it does not."""
     source = common.output_dir
-    if not os.path.isfile(os.path.join(source, files.TASK_MODEL_FILE)):
+    if not files.isfile(os.path.join(source, files.TASK_MODEL_FILE)):
         raise FinetuneError(
             f"nothing to evaluate: no {files.TASK_MODEL_FILE} in --output_dir {source} (train "
             f"with --do_train, or point --init_checkpoint at a fine-tuned {task_name} model)")
@@ -507,7 +507,7 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
         ckpt = model_loading.load_checkpoint(source, common.bert_config_file)
         if isinstance(ckpt.model, task.model_class):
             return in_policy(ckpt.model), ckpt
-        if not os.path.isfile(os.path.join(common.output_dir, files.TASK_MODEL_FILE)):
+        if not files.isfile(os.path.join(common.output_dir, files.TASK_MODEL_FILE)):
             raise FinetuneError(
                 f"nothing to evaluate: --init_checkpoint {init} holds a "
                 f"{type(ckpt.model).__name__}, not a fine-tuned {task.model_class.__name__}, "
@@ -694,8 +694,9 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
         with distribution.stop_together():  # one process's refusal stops them all
             backup_dir, resuming = _backup_dir(common, distribution, identity)
         logs_dir = os.path.join(out, LOGS_DIR)
-        if chief and common.overwrite_output and os.path.isdir(logs_dir) and not resuming:
-            shutil.rmtree(logs_dir)  # The replaced run's curves would mix with the new ones.
+        if chief and common.overwrite_output and files.isdir(logs_dir) and not resuming:
+            # The replaced run's curves would mix with the new ones.
+            files.rmtree(logs_dir) if files.is_remote(logs_dir) else shutil.rmtree(logs_dir)
         if getattr(opts, "skip_padding", False) and keras.backend.backend() != "tensorflow":
             logging.info("--skip_padding: padding-free rows are TensorFlow-only; training on "
                          "%s runs the padded computation (same loss and gradients)",
@@ -740,8 +741,8 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
                 # The replaced model's results (and Google's files, which record no model)
                 # would read as this one's: removed before it is saved.
                 for name in task.result_files(common, opts):
-                    if os.path.isfile(os.path.join(out, name)):
-                        os.remove(os.path.join(out, name))
+                    if files.isfile(os.path.join(out, name)):
+                        files.remove(os.path.join(out, name))
             model_loading.save_task_dir(model, out, labels, vocab_file, settings,
                                         overwrite=common.overwrite_output,
                                         include_optimizer=common.save_optimizer_state,
@@ -909,10 +910,10 @@ def _backup_dir(common: FinetuneOptions, distribution, identity: dict) -> tuple[
             files.write_json(record, identity)  # what the next backups are made on
         return backup_dir, True
     # A fresh start (also where a run stopped before its first backup).
-    if os.path.exists(backup_dir) and not os.path.isdir(backup_dir):
+    if files.exists(backup_dir) and not files.isdir(backup_dir):
         raise FinetuneError(f"--output_dir {out}: {backup_dir} is a file; expected the "
                             "directory of training backups")
-    os.makedirs(backup_dir, exist_ok=True)
+    files.makedirs(backup_dir)
     files.write_json(record, identity)
     return backup_dir, False
 
@@ -925,7 +926,7 @@ def _recorded_training(common: FinetuneOptions, distribution) -> dict | None:
     --do_train run (one process) may take that model up instead of training, else None."""
     out = common.output_dir
     if (not common.do_train or common.overwrite_output or distribution.num_processes > 1
-            or not os.path.isfile(os.path.join(out, files.TASK_MODEL_FILE))):
+            or not files.isfile(os.path.join(out, files.TASK_MODEL_FILE))):
         return None
     recorded = files.fine_tuned_with(out).get(TRAINED_AS)
     return recorded if isinstance(recorded, dict) else None
@@ -1005,7 +1006,7 @@ def _results_taken_up(task: Task, common: FinetuneOptions, opts, made_from: dict
     taken: dict[str, dict] = {}
     for split, record in made_from.items():
         path = os.path.join(out, f"{split}_results.json")
-        if not os.path.exists(path):
+        if not files.exists(path):
             continue
         try:
             earlier = files.read_json(path)
@@ -1075,7 +1076,7 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = Fals
         # They may be this run's, taken up: `_the_finished_model` and `_results_taken_up`
         # compare what made them.
         names = []
-    elif common.do_train and not os.path.exists(os.path.join(out, files.TASK_MODEL_FILE)):
+    elif common.do_train and not files.exists(os.path.join(out, files.TASK_MODEL_FILE)):
         # Without model.keras, which save_task_dir renames into place last, the files
         # beside it are what an interrupted save left: written again, not refused.
         names = [n for n in names if n not in (files.TASK_MODEL_FILE, files.LABELS_FILE,

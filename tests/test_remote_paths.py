@@ -171,3 +171,38 @@ def test_run_pretraining_on_remote_paths_resumes_and_phase_two_starts_from_it(
         "--num_warmup_steps=0", "--save_checkpoints_steps=2"])
     assert result.code == 0, result.stderr[-2000:]
     assert "encoder/encoder.weights.h5" in _walk(f"{ram}/phase2")
+
+
+@pytest.mark.integration  # pretraining, fine-tuning and two exports: about 20 s on 2 cores
+def test_fine_tuning_and_exports_read_and_write_remote_paths(ram, shards, tmp_path):
+    """run_classifier with --init_checkpoint, data and --output_dir on ram://, then
+    export_classifier from that ram:// model to a ram:// base directory, twice (the second
+    is version 2). Before: model.keras went to a local 'ram:' directory, and
+    export_classifier read that local copy."""
+    _upload_dir(shards, f"{ram}/data")
+    train(_options(ram, num_train_steps=2))
+    with tf.io.gfile.GFile(f"{ram}/ft/train.jsonl", "w") as f:
+        for i in range(21):
+            f.write(f'{{"text": "tok{5 + i % 7} tok{9 + i % 5}", "label": "{"ab"[i % 2]}"}}\n')
+    result = run_tool("run_classifier", [
+        f"--train_file={ram}/ft/train.jsonl", f"--eval_file={ram}/ft/train.jsonl",
+        f"--init_checkpoint={ram}/run", "--do_train", "--do_eval", f"--output_dir={ram}/cls",
+        "--max_seq_length=12", "--train_batch_size=7", "--num_train_epochs=1"])
+    assert result.code == 0, result.stderr[-2000:]
+    listing = _walk(f"{ram}/cls")
+    assert {"model.keras", "labels.txt", "vocab.txt", "eval_results.json"} <= set(listing)
+    assert files.read_json(f"{ram}/cls/eval_results.json")["num_examples"] == 21
+    for version in (1, 2):
+        result = run_tool("export_classifier", [
+            f"--model_dir={ram}/cls", f"--export_dir={ram}/models/cls", "--max_seq_length=12",
+            "--length_buckets=12"])
+        assert result.code == 0, result.stderr[-2000:]
+        assert tf.io.gfile.exists(f"{ram}/models/cls/{version}/saved_model.pb")
+    # The export serves from a local copy as from the original.
+    local = tmp_path / "export"
+    for name in _walk(f"{ram}/models/cls/2"):
+        os.makedirs(os.path.dirname(local / name), exist_ok=True)
+        tf.io.gfile.copy(f"{ram}/models/cls/2/{name}", str(local / name))
+    served = tf.saved_model.load(str(local))
+    probabilities = served.signatures["serving_default"](text=tf.constant(["tok5 tok9"]))
+    assert np.allclose(np.sum(probabilities["probabilities"].numpy(), axis=-1), 1.0, atol=1e-5)

@@ -305,6 +305,11 @@ def main(argv):
         raise app.UsageError(f"--input: expected one path; received {_INPUT.value}")
 
     def body() -> int:
+        # transformers' and safetensors' files, and the Google writer's renames, are local
+        # only: a gs:// path would fail part-way or write a local directory named "gs:".
+        for flag, path in (("--input", _INPUT.value[0]), ("--output", _OUTPUT.value),
+                           ("--bert_config_file", _BERT_CONFIG_FILE.value)):
+            files.refuse_remote(flag, path, "convert_checkpoint")
         written, model = convert(_FROM.value, _TO.value, _INPUT.value[0], _OUTPUT.value,
                                  _MODEL.value, _BERT_CONFIG_FILE.value,
                                  tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))

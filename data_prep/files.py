@@ -402,6 +402,19 @@ def replace(source: str, target: str) -> None:
         os.replace(source, target)
 
 
+def refuse_remote(flag: str, path: str | None, what: str) -> None:
+    """Refuses, in one line naming `flag`, a remote `path` for a tool (or part of one) that
+    reads or writes local files only.
+
+    Raises:
+      ValueError: "<flag>: <path>: remote file systems are not supported for <what>; use a
+        local path (copy it: gsutil cp -r)".
+    """
+    if path and is_remote(path):
+        raise ValueError(f"{flag}: {path}: remote file systems are not supported for {what}; "
+                         "use a local path (copy it: gsutil cp -r)")
+
+
 def glob_files(pattern: str) -> list[str]:
     """glob.glob, or tf.io.gfile.glob for a remote pattern (both take `[[]` for "[")."""
     if is_remote(pattern):

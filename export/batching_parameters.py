@@ -147,12 +147,21 @@ def check_beside(export_dir: str, text: str) -> bool:
     Raises:
       ExportError: it exists with other contents (never overwritten).
     """
+    from data_prep import files
+
     path = os.path.join(export_dir, FILE_NAME)
-    if not os.path.lexists(path):
+    if files.is_remote(path):  # a gs:// base directory: a later version's export reads it
+        if not files.exists(path):
+            return True
+        with files.open_input(path, "rb") as f:
+            if f.read().decode("utf-8", errors="replace") == text:
+                return False
+    elif not os.path.lexists(path):
         return True
-    with open(path, encoding="utf-8", errors="replace") as f:
-        if f.read() == text:
-            return False
+    else:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if f.read() == text:
+                return False
     raise ExportError(f"{path} exists with other batching parameters: refusing to overwrite "
                       "it. Remove it, or export with the --max_seq_length and "
                       "--length_buckets it was written for.")

@@ -201,7 +201,31 @@ def test_fine_tuning_and_exports_read_and_write_remote_paths(ram, shards):
         assert tf.io.gfile.exists(f"{ram}/models/cls/{version}/saved_model.pb")
         assert tf.io.gfile.exists(
             f"{ram}/models/cls/{version}/assets.extra/tf_serving_warmup_requests")
+    with tf.io.gfile.GFile(f"{ram}/ft/lines.txt", "w") as f:
+        f.write("tok5 tok9\ntok7 ||| tok8\n")
+    result = run_tool("extract_features", [
+        f"--input_file={ram}/ft/lines.txt", f"--init_checkpoint={ram}/run",
+        f"--output_file={ram}/features.jsonl", "--max_seq_length=12", "--layers=-1"])
+    assert result.code == 0, result.stderr[-2000:]
+    with files.open_input(f"{ram}/features.jsonl") as f:
+        lines = f.read().splitlines()
+    assert len(lines) == 2 and '"token": "tok8"' in lines[1]
     # TensorFlow loads the export from where it was written (as TF Serving reads gs://).
     served = tf.saved_model.load(f"{ram}/models/cls/2")
     probabilities = served.signatures["serving_default"](text=tf.constant(["tok5 tok9"]))
     assert np.allclose(np.sum(probabilities["probabilities"].numpy(), axis=-1), 1.0, atol=1e-5)
+
+
+def test_convert_checkpoint_refuses_remote_paths_in_one_line(ram):
+    """Its writers and readers (transformers', safetensors', Google's renames) are local
+    only: a remote path is one line naming the flag, before any work. Before: a traceback
+    or a local 'ram:' directory."""
+    for argv, flag in ((["--from=keras", "--to=hf", f"--input={ram}/run", "--output=out"],
+                        "--input"),
+                       (["--from=hf", "--to=keras", "--input=in", f"--output={ram}/out"],
+                        "--output")):
+        result = run_tool("convert_checkpoint", argv)
+        assert result.code == 1 and result.error_lines == [
+            f"error: {flag}: {ram}/{'run' if flag == '--input' else 'out'}: remote file "
+            "systems are not supported for convert_checkpoint; use a local path (copy it: "
+            "gsutil cp -r)"], result.stderr

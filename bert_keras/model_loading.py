@@ -276,7 +276,10 @@ def _load_weights_file(path: str, config: BertConfig, want: str) -> keras.Model:
         raise CheckpointError(f"{path}: no such weights file")
     if files.is_remote(path):  # h5py reads local files only: a gs:// file from a copy
         with files.local_copy(path) as local:
-            return _load_weights_file(local, config, want)
+            try:
+                return _load_weights_file(local, config, want)
+            except CheckpointError as e:  # name the file the user gave, not the copy
+                raise CheckpointError(str(e).replace(local, path)) from None
     # A pretrainer with the next-sentence head (run_pretraining's files), or without it
     # (a masked-LM-only model converted from transformers or Google).
     targets = [
@@ -332,7 +335,10 @@ def _from_keras_file(path: str) -> keras.Model:
         if not files.isfile(path):
             raise CheckpointError(f"{path}: no such Keras model file")
         with files.local_copy(path) as local:
-            return _from_keras_file(local)
+            try:
+                return _from_keras_file(local)
+            except CheckpointError as e:  # name the file the user gave, not the copy
+                raise CheckpointError(str(e).replace(local, path)) from None
     try:
         return checkpoints.load_keras_model(path)
     except FileNotFoundError:

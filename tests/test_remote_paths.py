@@ -229,3 +229,25 @@ def test_convert_checkpoint_refuses_remote_paths_in_one_line(ram):
             f"error: {flag}: {ram}/{'run' if flag == '--input' else 'out'}: remote file "
             "systems are not supported for convert_checkpoint; use a local path (copy it: "
             "gsutil cp -r)"], result.stderr
+
+
+def test_a_damaged_remote_weights_file_is_named_as_given(ram):
+    """A remote .weights.h5 is read from a local copy; the error names the gs:// file the
+    user gave, not the copy's temporary path. Before: 'no such weights file'."""
+    import json
+
+    from bert_keras import model_loading
+
+    config = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=24, max_position_embeddings=S, hidden_act="gelu",
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, type_vocab_size=2,
+                  initializer_range=0.02)
+    with tf.io.gfile.GFile(f"{ram}/enc/bert_config.json", "w") as f:
+        f.write(json.dumps(config))
+    with tf.io.gfile.GFile(f"{ram}/enc/encoder.weights.h5", "wb") as f:
+        f.write(b"not HDF5 at all")
+    with pytest.raises(model_loading.CheckpointError) as caught:
+        model_loading.load_checkpoint(f"{ram}/enc/encoder.weights.h5")
+    assert str(caught.value).startswith(
+        f"{ram}/enc/encoder.weights.h5: cannot read the weights file"), str(caught.value)
+    assert "bert-keras-download-" not in str(caught.value)

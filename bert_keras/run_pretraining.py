@@ -562,7 +562,9 @@ def apply_initial_weights(initial, pretrainer, path: str) -> str:
     _copy_weights(initial.encoder.weights, pretrainer.encoder.weights, path)
     # Google's phase 2 loads cls/* with the encoder; a run's encoder/ (what fine-tuning
     # reads) lacks them, while the run directory above it has them.
-    run_dir = os.path.dirname(os.path.normpath(path))
+    # normpath would make "gs://b/run/encoder" "gs:/b/run/encoder", a local path.
+    run_dir = os.path.dirname(path.rstrip("/") if files.is_remote(path)
+                              else os.path.normpath(path))
     with_heads = files.isfile(os.path.join(run_dir, files.PRETRAINER_WEIGHTS_FILE))
     logging.warning("--init_checkpoint %s holds the encoder only: the masked-LM and "
                     "next-sentence heads start from their initialisation%s", path,

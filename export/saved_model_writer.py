@@ -77,7 +77,8 @@ def version_dir(export_dir: str, version: int | None) -> str:
     if files.exists(os.path.join(export_dir, "saved_model.pb")):
         # A version directory: a SavedModel written inside it is one TF Serving never
         # serves (it serves the outer one), and it changes a served version's files.
-        parent = os.path.dirname(os.path.normpath(export_dir)) or "."
+        parent = os.path.dirname(export_dir.rstrip("/") if files.is_remote(export_dir)
+                                 else os.path.normpath(export_dir)) or "."
         raise ExportError(f"--export_dir {export_dir} holds a SavedModel (saved_model.pb): it "
                           "is a version directory; give the model's base directory "
                           f"({parent}), where versions go")

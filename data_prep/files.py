@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import io
 import os
 import re
 import shutil
@@ -566,7 +567,7 @@ class JsonFileError(TextFileError):
     names the file and line (`parse_json`)."""
 
 
-class _GFileReader(__import__("io").RawIOBase):
+class _GFileReader(io.RawIOBase):
     """A tf.io.gfile.GFile opened "rb" as a raw stream, so that io.BufferedReader gives it
     what Python's files have and GFile lacks (readline(size), readinto, peek)."""
 
@@ -614,8 +615,6 @@ def open_input(path: str, mode: str = "r", newline: str | None = None):
     if mode not in ("r", "rb"):
         raise ValueError(f"open_input reads: mode 'r' or 'rb', not {mode!r}")
     if is_remote(path):
-        import io
-
         # GFile opens lazily: a missing file would fail at the first read, as NotFoundError.
         if _gfile().isdir(path):
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
@@ -743,8 +742,6 @@ def not_text_message(data: bytes, path: str) -> str:
     """`first_text_error`'s message for the first line of `data` (the start of a file,
     already read) that is not UTF-8 text: `path`:line, byte offset and how to convert the
     file (or UTF-16, a NUL byte); `path` is written as given (a caller may quote it)."""
-    import io
-
     error = first_text_error(io.BytesIO(data), path)
     return str(error) if error is not None else f"{path}: not UTF-8 text"
 

@@ -216,10 +216,9 @@ def _shard_open_failure(e, temp: str, final: str) -> files.OutputWriteError:
         files.check_writable([final])
     except files.OutputWriteError as unwritable:
         return unwritable
-    failed = files.write_failure(e, within=temp)
-    if failed is not None:
-        return files.OutputWriteError(
-            failed[0], "cannot be written: " + files.write_failure_cause(failed[0]), final)
+    error = files.output_write_error(e, temp, final)
+    if error is not None:
+        return error
     reason = str(e.message).rsplit("; ", 1)[-1].strip()
     code = next((c for c in sorted(errno.errorcode) if os.strerror(c) == reason), errno.EIO)
     return files.OutputWriteError(

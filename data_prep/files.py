@@ -142,6 +142,16 @@ def write_failure_cause(code: int) -> str:
     return {**_NO_ROOM, **_NOT_WRITABLE}.get(code, os.strerror(code))
 
 
+def output_write_error(e: BaseException, within: str, output: str) -> OutputWriteError | None:
+    """`e` as the error of a write to the temporary `within` that failed for want of room
+    (`write_failure`), naming the final `output` and what to do; None for any other error."""
+    failed = write_failure(e, within=within)
+    if failed is None:
+        return None
+    return OutputWriteError(failed[0], "cannot be written: " + write_failure_cause(failed[0]),
+                            output)
+
+
 def _is_within(path: str, tmp: str) -> bool:
     """`path` is `tmp`, in it, or a file named after it (TensorFlow writes a checkpoint
     prefix's `<tmp>.data-*` and its own `<name>.tmp<hex>` temporaries beside)."""
@@ -1030,11 +1040,10 @@ def atomic_output(final_path: str, overwrite: bool = False, directory: bool = Fa
             # A write that failed part-way (a full disk, the file-size limit, a read-only
             # place) names the output, not its temporary, nor nothing (Python's and h5py's
             # EFBIG name no file); its cause says what to do.
-            failed = write_failure(e, within=tmp)
-            if failed is None:
+            error = output_write_error(e, tmp, final_name(final_path))
+            if error is None:
                 raise
-            raise OutputWriteError(failed[0], "cannot be written: " +
-                                   write_failure_cause(failed[0]), final_name(final_path)) from e
+            raise error from e
         if not os.path.lexists(tmp):
             raise FileNotFoundError(f"{tmp}: nothing was written for {final_path}")
         if os.path.lexists(final_path):
@@ -1081,11 +1090,10 @@ def _remote_output(final_path: str, overwrite: bool, directory: bool,
                 os.makedirs(tmp)
             yield tmp
         except Exception as e:
-            failed = write_failure(e, within=tmp)
-            if failed is None:
+            error = output_write_error(e, tmp, final_path)
+            if error is None:
                 raise
-            raise OutputWriteError(failed[0], "cannot be written: " +
-                                   write_failure_cause(failed[0]), final_path) from e
+            raise error from e
         if not os.path.lexists(tmp):
             raise FileNotFoundError(f"{tmp}: nothing was written for {final_path}")
         if not overwrite:

@@ -984,60 +984,46 @@ def _crash_evaluating(model, eval_data, steps, verbose=0):
     raise _SimulatedCrash("crash while evaluating")
 
 
-class _CrashWritingBackup(keras.callbacks.Callback):
+class _BackupWriteFails(keras.callbacks.Callback):
     """At the end of epoch `epoch`, the backup's weights writer (checkpoints.save_weights)
-    writes half a file and dies (after the previous backup was renamed aside: the moment a
-    kill hurts most)."""
+    fails once, as `fail(real_writer, model, filepath)` does (after the previous backup was
+    renamed aside: the moment a kill or a full disk hurts most); other files are written."""
 
-    def __init__(self, epoch):
+    def __init__(self, epoch, fail):
         super().__init__()
-        self.epoch = epoch
+        self.epoch, self.fail = epoch, fail
         self.real = checkpoints.save_weights
 
     def on_epoch_begin(self, epoch, logs=None):
         if epoch != self.epoch:
             return
 
-        def torn_save(model, filepath):
-            self.real(model, filepath)
-            if "latest.weights.h5" in os.path.basename(filepath):
-                checkpoints.save_weights = self.real  # once
-                with open(filepath, "r+b") as f:
-                    f.truncate(os.path.getsize(filepath) // 2)
-                raise _SimulatedCrash("crash while writing the backup")
-
-        checkpoints.save_weights = torn_save
-
-    def on_train_end(self, logs=None):
-        checkpoints.save_weights = self.real
-
-
-class _DiskFullWritingBackup(keras.callbacks.Callback):
-    """At the end of epoch `epoch`, the backup cannot be written: its writer gets part of
-    the file out and fails with ENOSPC, as a full disk makes checkpoints.save_weights fail
-    (OSError, no file named). The previous backup was renamed aside before."""
-
-    def __init__(self, epoch):
-        super().__init__()
-        self.epoch = epoch
-        self.real = checkpoints.save_weights
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if epoch != self.epoch:
-            return
-
-        def disk_full(model, filepath):
+        def failing(model, filepath):
             if "latest.weights.h5" not in os.path.basename(filepath):
                 return self.real(model, filepath)
             checkpoints.save_weights = self.real  # once
-            with open(filepath, "wb") as f:
-                f.write(b"\x89HDF\r\n\x1a\n" + bytes(4096))
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.fail(self.real, model, filepath)
 
-        checkpoints.save_weights = disk_full
+        checkpoints.save_weights = failing
 
     def on_train_end(self, logs=None):
         checkpoints.save_weights = self.real
+
+
+def _torn_write(real, model, filepath):
+    """Half a file written, then the process dies."""
+    real(model, filepath)
+    with open(filepath, "r+b") as f:
+        f.truncate(os.path.getsize(filepath) // 2)
+    raise _SimulatedCrash("crash while writing the backup")
+
+
+def _disk_full(real, model, filepath):
+    """Part of the file out, then ENOSPC, as a full disk makes checkpoints.save_weights fail
+    (OSError, no file named)."""
+    with open(filepath, "wb") as f:
+        f.write(b"\x89HDF\r\n\x1a\n" + bytes(4096))
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_a_backup_that_cannot_be_written_stops_the_run_and_the_rerun_resumes(
@@ -1049,7 +1035,7 @@ def test_a_backup_that_cannot_be_written_stops_the_run_and_the_rerun_resumes(
     options = dataclasses.replace(dropout_run, output_dir=str(tmp_path / "out"))
     backup = tmp_path / "out" / "backup"
     with pytest.raises(files.OutputWriteError) as caught:
-        train(options, extra_callbacks=[_DiskFullWritingBackup(epoch=1)])
+        train(options, extra_callbacks=[_BackupWriteFails(epoch=1, fail=_disk_full)])
     assert caught.value.filename == str(backup / "latest.weights.h5")
     assert caught.value.strerror == ("cannot be written: no space left on its device; free "
                                      "some space, or write elsewhere")
@@ -1083,7 +1069,7 @@ def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path
 
     # "evaluation": the run resumed from step 10 dies evaluating its first interval.
     for crash in (_CrashInInterval(epoch=1, batch=4), "evaluation",
-                  _CrashWritingBackup(epoch=1), _CrashInInterval(epoch=2, batch=2)):
+                  _BackupWriteFails(epoch=1, fail=_torn_write), _CrashInInterval(epoch=2, batch=2)):
         with pytest.raises(_SimulatedCrash), monkeypatch.context() as patch:
             if crash == "evaluation":
                 patch.setattr(run_pretraining, "_evaluation_results", _crash_evaluating)

@@ -436,8 +436,7 @@ def vocabulary_read(path: str, *also) -> tuple[int, str]:
     settings used with it), for `Distribution.check_same_inputs`."""
     from data_prep import files
 
-    with (files.open_input(path, "rb") if files.is_remote(path) else open(path, "rb")) as f:
-        text = f.read()
+    text = files.read_bytes(path)
     return digest(text.decode("utf-8", "replace"), *also), f"{len(text.splitlines())} tokens"
 
 

@@ -426,6 +426,24 @@ def refuse_remote(flag: str, path: str | None, what: str) -> None:
                          "use a local path (copy it: gsutil cp -r)")
 
 
+def read_bytes(path: str) -> bytes:
+    """The bytes of the file `path` as stored (nothing decompressed), local or remote.
+
+    Raises:
+      FileNotFoundError: no such file (remote too: GFile would say so only when read).
+      IsADirectoryError: `path` is a directory.
+    """
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            return f.read()
+    if _gfile().isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    if not _gfile().exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such file", path)
+    with _gfile().GFile(path, "rb") as f:
+        return f.read()
+
+
 def glob_files(pattern: str) -> list[str]:
     """glob.glob, or tf.io.gfile.glob for a remote pattern (both take `[[]` for "[")."""
     if is_remote(pattern):

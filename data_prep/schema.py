@@ -110,10 +110,9 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     """
     path = os.fspath(path)
     try:
-        # open_input reads a remote (gs://) vocabulary too; a local one as open() does
-        # (a vocabulary is never compressed: a name ending in .gz is read as it is).
-        with (files.open_input(path, "rb") if files.is_remote(path) else open(path, "rb")) as f:
-            data = f.read()
+        # Local or remote (gs://); never decompressed: a vocabulary's name ending in .gz is
+        # read as it is.
+        data = files.read_bytes(path)
     except FileNotFoundError:
         raise VocabError(f"vocabulary file {path!r} does not exist") from None
     except IsADirectoryError:

@@ -126,8 +126,10 @@ expects next to each prediction.
 
 Reading. Files are read as Google's DataProcessor._read_tsv does: csv.reader with delimiter
 "\\t" and quotechar=None, i.e. with quoting off, so one physical line is one row and a `"`
-is an ordinary character; columns are picked by position, and a header row (all files but
-CoLA's train/dev) is skipped, not interpreted. `classification.read_examples` differs on
+is an ordinary character; lines end at `\\n` and every `\\r` is dropped, as tf.gfile's line
+reader drops it (a CRLF file reads as LF, `a\\rb` inside a row as `ab`; `_read_tsv`);
+columns are picked by position, and a header row (all files but CoLA's train/dev) is
+skipped, not interpreted. `classification.read_examples` differs on
 purpose: it is for user files, which have a header naming the columns and follow csv quoting
 (a quoted field may hold tabs or span lines). GLUE files are not csv-quoted: MNLI and QQP
 texts, for instance, contain bare quotes (a sentence that starts with `"`), and csv quoting
@@ -155,6 +157,9 @@ SPLITS = ("train", "dev", "test")
 
 # What Google's run_classifier.py reads for each of its flags.
 SPLIT_FOR_FLAG = {"do_train": "train", "do_eval": "dev", "do_predict": "test"}
+
+# How much of a TSV tells lone-"\r" line ends from stray "\r"s (`_read_tsv`).
+_SNIFF_BYTES = 64 * 1024
 
 DEFAULT_XNLI_LANGUAGE = "zh"  # XnliProcessor.__init__ in Google's run_classifier.py
 
@@ -633,13 +638,23 @@ def _listing(directory: str, limit: int = 12) -> str:
 def _read_tsv(path: str):
     """Yields (line number, fields) per non-blank line; Google's _read_tsv, quoting off.
 
+    Lines are those of Google's reader (csv.reader over tf.gfile's line iteration): they end
+    at "\\n" only and every "\\r" is dropped, so a CRLF file reads as LF, a cell edited into
+    "text\\r" reads "text", and "a\\rb" inside a row reads "ab" (the row stays whole; split
+    there, as Python's universal newlines and transformers' reader split it, it would lose
+    fields or be skipped). A file whose lines all end in a lone "\\r" (classic Mac OS), one
+    line to Google's reader, is split at them.
+
     Raises:
       files.TextFileError: the file is not UTF-8 text (NUL bytes, UTF-16, cp949, ...),
         naming the line and byte, as every reader does.
     """
     files.check_text_file(path)
-    with files.open_input(path, newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quotechar=None)
+    with files.open_input(path, "rb") as f:
+        lone_cr = files.lone_cr_message(f.read(_SNIFF_BYTES), path) is not None
+    with files.open_input(path, newline="" if lone_cr else "\n") as f:
+        lines = f if lone_cr else (line.replace("\r", "") for line in f)
+        reader = csv.reader(lines, delimiter="\t", quotechar=None)
         while True:
             try:
                 row = next(reader)

@@ -395,6 +395,39 @@ def test_empty_files_blank_lines_and_bad_utf8(tmp_path):
         glue.get_processor("sst-2").dev_examples(str(tmp_path))
 
 
+def _googles_rows(path):
+    """Google's run_classifier DataProcessor._read_tsv, verbatim but for TF 2's name for
+    tf.gfile.Open: csv.reader over a GFile, whose line iteration drops every "\\r"."""
+    import csv
+
+    import tensorflow as tf
+    with tf.io.gfile.GFile(path, "r") as f:
+        return list(csv.reader(f, delimiter="\t", quotechar=None))
+
+
+def test_carriage_returns_inside_rows_are_read_as_googles_reader_reads_them(tmp_path):
+    # A CRLF file, a cell edited into "...\r" before its tab, a lone "\r" inside a question:
+    # Google's reader drops every "\r" (rows stay whole); Python's universal newlines would
+    # split the row there, and QQP, which skips malformed rows, would lose it.
+    path = tmp_path / "train.tsv"
+    path.write_bytes(b"id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\r\n"
+                     b"7\t1\t2\tHow do I\rlearn Python?\tWhat is Python?\t1\r\n"
+                     b"8\t3\t4\tWhy is the sky blue?\r\tHow tall is Everest?\t0\n"
+                     b"9\t5\t6\tIs tea healthy?\tIs tea good?\t1\r\n")
+    train = glue.get_processor("qqp").load(str(tmp_path), "train")
+    google = _googles_rows(str(path))[1:]
+    assert train.skipped == []
+    assert [(e.text_a, e.text_b, e.label) for e in train.examples] == [
+        (row[3], row[4], row[5]) for row in google]
+    assert train.examples[0].text_a == "How do Ilearn Python?"  # Google's reading, kept
+    assert [e.where for e in train.examples] == [f"{path}:{n}" for n in (2, 3, 4)]
+    # a file whose lines all end in a lone "\r" (one line to Google's reader) is split there
+    path.write_bytes(b"id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\r"
+                     b"7\t1\t2\tHow do I learn Python?\tWhat is Python?\t1\r")
+    assert [e.text_a for e in glue.get_processor("qqp").train_examples(str(tmp_path))] == [
+        "How do I learn Python?"]
+
+
 # --- into features --------------------------------------------------------------------------
 
 def test_examples_convert_with_the_task_label_list():

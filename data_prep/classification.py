@@ -154,9 +154,32 @@ def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
             yield where, record
 
 
+class _Lines:
+    """A text file's lines as csv.reader takes them, noting whether the last one it took
+    ended in a lone "\\r" (csv ends a row there, outside quotes, as at "\\n")."""
+
+    def __init__(self, f):
+        self._f = f
+        self.lone_cr = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._f)
+        self.lone_cr = line.endswith("\r")
+        return line
+
+
 def _read_delimited(path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
+    # A row csv ended at a lone "\r" in a file whose lines end in "\n": a stray "\r" (a
+    # cell edited on another system) split it, silently where the halves have the header's
+    # field count. Refused unless nothing but blank lines follows (a last "\\r" ends no row).
+    stray_cr = not files.ends_lines_in_lone_cr(path)
+    split_at = None  # the line of a row that ended at a stray "\r"
     with files.open_input(path, newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter)
+        lines = _Lines(f)
+        reader = csv.reader(lines, delimiter=delimiter)
         try:
             header = next(reader)
         except StopIteration:
@@ -173,6 +196,12 @@ def _read_delimited(path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
                 raise DataError(f"{path}:{start}: {e}") from None
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # blank line
+            if split_at is None and stray_cr and lines.lone_cr:
+                split_at = start
+            if split_at is not None and (split_at != start or len(row) != len(header)):
+                raise DataError(f"{path}:{split_at}: a carriage return (\\r) inside the row, "
+                                "which csv reads as its end; expected rows ending in \\n or "
+                                "\\r\\n (quote the field that holds it, or remove it)")
             if len(row) != len(header):
                 raise DataError(f"{path}:{start}: expected {len(header)} fields "
                                 f"({delimiter!r}-separated, header {header}), got {len(row)}")

@@ -693,6 +693,14 @@ def lone_cr_message(data: bytes, path: str) -> str | None:
             "(convert it: tr '\\r' '\\n' < old > new)")
 
 
+def ends_lines_in_lone_cr(path: str, sniff_bytes: int = 64 * 1024) -> bool:
+    """Whether the file's lines end in a carriage return alone (`lone_cr_message`), from
+    its first `sniff_bytes` (decompressed), for readers that tell such line ends from a
+    stray "\\r" inside a line (the GLUE and csv readers)."""
+    with open_input(path, "rb") as f:
+        return lone_cr_message(f.read(sniff_bytes), path) is not None
+
+
 def parse_json(data: bytes, path: str, expected: str | None = None) -> Any:
     """The JSON value in `data`, the bytes of the file `path` (read by any file system),
     with the messages every JSON reader gives.

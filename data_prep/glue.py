@@ -158,9 +158,6 @@ SPLITS = ("train", "dev", "test")
 # What Google's run_classifier.py reads for each of its flags.
 SPLIT_FOR_FLAG = {"do_train": "train", "do_eval": "dev", "do_predict": "test"}
 
-# How much of a TSV tells lone-"\r" line ends from stray "\r"s (`_read_tsv`).
-_SNIFF_BYTES = 64 * 1024
-
 DEFAULT_XNLI_LANGUAGE = "zh"  # XnliProcessor.__init__ in Google's run_classifier.py
 
 
@@ -650,8 +647,7 @@ def _read_tsv(path: str):
         naming the line and byte, as every reader does.
     """
     files.check_text_file(path)
-    with files.open_input(path, "rb") as f:
-        lone_cr = files.lone_cr_message(f.read(_SNIFF_BYTES), path) is not None
+    lone_cr = files.ends_lines_in_lone_cr(path)
     with files.open_input(path, newline="" if lone_cr else "\n") as f:
         lines = f if lone_cr else (line.replace("\r", "") for line in f)
         reader = csv.reader(lines, delimiter="\t", quotechar=None)

@@ -131,6 +131,34 @@ def test_malformed_rows_name_file_and_line(tmp_path, name, content, message):
         classification.read_examples(str(path))
 
 
+@pytest.mark.parametrize("name, content", [
+    ("texts.tsv", b"text\nhello\rworld\nsecond one\n"),  # one column: would become 3 rows
+    ("pairs.tsv", b"text\tlabel\r\nhello\rworld\tham\r\n"),
+    ("pairs.csv", b"text,label\nhello,ham\r\nwin\rcash,spam\n"),
+])
+def test_a_carriage_return_inside_an_unquoted_row_is_refused_naming_its_line(tmp_path, name,
+                                                                            content):
+    """csv (Python's, as pandas') ends a row at a lone "\\r" outside quotes: a stray one
+    (a cell edited on another system) would split the row, silently where the halves have
+    the header's field count. Lines ending "\\r\\n", or all in a lone "\\r", and a "\\r"
+    inside a quoted field are read."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    line = 3 if name == "pairs.csv" else 2
+    with pytest.raises(DataError, match=rf"^{path}:{line}: a carriage return \(\\r\) inside the "
+                                        r"row, which csv reads as its end; expected"):
+        classification.read_examples(str(path), label="label" if "pairs" in name else None)
+
+
+@pytest.mark.parametrize("ends", [b"\n", b"\r\n", b"\r"])
+def test_rows_end_in_lf_crlf_or_a_lone_cr_alike(tmp_path, ends):
+    path = tmp_path / "d.csv"
+    path.write_bytes(ends.join([b"text,label", b'"a\r\nb",ham', b'"c\rd",spam', b""]))
+    examples = classification.read_examples(str(path))
+    assert [(e.where, e.text_a, e.label) for e in examples] == [
+        (f"{path}:2", "a\r\nb", "ham"), (f"{path}:4", "c\rd", "spam")]
+
+
 def test_labels_are_read_as_labels_txt_keeps_them(tmp_path):
     """Spaces around a label are not part of it, as in the model's labels.txt
     (model_loading.read_labels): a run evaluates its own training file."""

@@ -404,8 +404,12 @@ if beam is not None:
     class _MakeInstances(beam.DoFn):
         """(bucket, documents) -> serialized tf.train.Examples, plus a summary of counters."""
 
-        def __init__(self, config: pi.InstanceConfig, special: pi.SpecialTokens, seed: int):
+        def __init__(self, config: pi.InstanceConfig, special: pi.SpecialTokens, seed: int,
+                     single_document: str | None = None):
+            """single_document: the line for a bucket of one document where that bucket is
+            the whole corpus (one bucket): the local tool's, naming the input files."""
             self._config, self._special, self._seed = config, special, seed
+            self._single_document = single_document
 
         def _pool(self, docs: Iterable) -> pi.OtherDocumentPool:
             """Pass 1: the bucket's documents with the smallest hash, windowed, in id order."""
@@ -443,10 +447,10 @@ if beam is not None:
             for position, (doc_id, (tokens, splits, nbytes)) in enumerate(docs):
                 doc = pi.Document(doc_id, tokens, splits)
                 if len(pool) < 2:
-                    raise ValueError(
-                        f"{_ERROR_MARK}bucket {bucket} holds a single document, so its NotNext "
+                    raise ValueError(_ERROR_MARK + (self._single_document or (
+                        f"bucket {bucket} holds a single document, so its NotNext "
                         "segments have no other document to come from; the corpus needs at "
-                        "least 2 documents (with several buckets, raise --beam_bucket_mb)")
+                        "least 2 documents (with several buckets, raise --beam_bucket_mb)")))
                 if not pairs:
                     batch_rng = document_rng(seed, "batch", doc_id)
                 rng = document_rng(seed, "instances", doc_id)
@@ -528,7 +532,9 @@ def build_pipeline(pipeline, spec: job.JobSpec, vocab: Sequence[str], special: p
     made = (docs
             | "KeyByBucket" >> beam.Map(lambda kv: (bucket_of(seed, kv[0], buckets), kv))
             | "GroupBuckets" >> beam.GroupByKey()
-            | "MakeInstances" >> beam.ParDo(_MakeInstances(spec.config, special, seed))
+            | "MakeInstances" >> beam.ParDo(_MakeInstances(
+                spec.config, special, seed,
+                str(job.single_document_error(spec.input_files)) if buckets == 1 else None))
             .with_outputs("summary", main="records"))
     written = (made.records
                | "KeyByRecordHash" >> beam.Map(

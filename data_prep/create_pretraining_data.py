@@ -51,10 +51,10 @@ from data_prep import schema
 from data_prep import tokenizer_config
 # The job, the reader, tokenization and the checks are shared with beam_pipeline.py.
 from data_prep.pretraining_job import (  # noqa: F401 (re-exported: the tool's names)
-    LONG_LINE_WARN_BYTES, MAX_LINE_BYTES, InputError, JobSpec, RawDocument, WorkerResult,
-    check_totals, describe_shard_sets, limit_tf_threads, no_document_error, other_shard_sets,
-    publish_shards, ragged_to_numpy, read_documents, remove_files, sidecar_common,
-    tokenize_documents)
+    LONG_LINE_WARN_BYTES, MAX_LINE_BYTES, CorpusError, InputError, JobSpec, RawDocument,
+    WorkerResult, check_totals, describe_shard_sets, limit_tf_threads, no_document_error,
+    other_shard_sets, publish_shards, ragged_to_numpy, read_documents, remove_files,
+    sidecar_common, single_document_error, tokenize_documents)
 from data_prep.pretraining_job import check_outputs as job_check_outputs
 
 # Flag names are Google's, which other BERT tools reuse (input_file, vocab_file,
@@ -326,8 +326,14 @@ def run_worker(spec: JobSpec, worker: int, report: Callable[[tuple], None],
         for w in writers:
             w.close()
         remove_files(temps)
-        if isinstance(e, pi.TooFewDocumentsError) and e.count == 0 and spec.num_workers == 1:
-            raise no_document_error(spec.input_files) from None
+        if isinstance(e, pi.TooFewDocumentsError):
+            # One worker's count is the corpus's; with several, the corpus may have enough
+            # for one worker when this share has not.
+            corpus = e.count if spec.num_workers == 1 else result.corpus_documents
+            if corpus == 0:
+                raise no_document_error(spec.input_files) from None
+            if corpus == 1:
+                raise single_document_error(spec.input_files) from None
         if isinstance(e, pi.TooFewDocumentsError) and spec.num_workers > 1:
             # The corpus may have enough; this worker's share (every n-th document) has not.
             raise InputError(
@@ -393,7 +399,8 @@ def _object_array(items: Sequence[bytes]) -> np.ndarray:
 
 
 def _worker_entry(spec: JobSpec, worker: int, messages, parent_pid: int) -> None:
-    """Entry point of a spawned worker: reports ("done", result) or ("error", text)."""
+    """Entry point of a spawned worker: reports ("done", result) or ("error", text, whether
+    the corpus as a whole is at fault: a CorpusError, which every worker finds)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         result = run_worker(spec, worker, messages.put, parent_pid=parent_pid)
@@ -404,7 +411,8 @@ def _worker_entry(spec: JobSpec, worker: int, messages, parent_pid: int) -> None
         from data_prep import cli
 
         line = cli.expected_error_line(e, (ValueError, OSError))
-        messages.put(("error", worker, line if line is not None else traceback.format_exc()))
+        messages.put(("error", worker, line if line is not None else traceback.format_exc(),
+                      isinstance(e, CorpusError)))
 
 
 # --- The whole run: workers, checks, sidecars, renames. ---
@@ -463,6 +471,7 @@ def _run_spawned(spec: JobSpec, progress: _Progress) -> list[WorkerResult]:
         p.start()
     results: dict[int, WorkerResult] = {}
     errors: dict[int, str] = {}
+    corpus_errors: set[int] = set()  # workers whose error is the corpus's (CorpusError)
     try:
         while len(results) + len(errors) < len(procs) and not errors:
             try:
@@ -481,6 +490,8 @@ def _run_spawned(spec: JobSpec, progress: _Progress) -> list[WorkerResult]:
                 results[message[1]] = message[2]
             elif message[0] == "error":
                 errors[message[1]] = message[2]
+                if message[3]:
+                    corpus_errors.add(message[1])
             else:
                 progress(message)
     finally:
@@ -491,6 +502,8 @@ def _run_spawned(spec: JobSpec, progress: _Progress) -> list[WorkerResult]:
             p.join(timeout=30)
     if errors:
         worker = min(errors)
+        if worker in corpus_errors:  # one line, as one worker gives it
+            raise CorpusError(errors[worker])
         raise InputError(f"worker {worker} of {spec.num_workers}: {errors[worker]}")
     return [results[w] for w in range(spec.num_workers)]
 

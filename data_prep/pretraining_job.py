@@ -38,6 +38,11 @@ class InputError(ToolError):
     """Bad input or settings; the message says which file or flag and what was expected."""
 
 
+class CorpusError(InputError):
+    """The corpus as a whole is unusable (no document, a single one): every worker finds
+    it, and the job reports it once, as one worker would, without a worker's number."""
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """Everything a run needs (picklable: it travels to spawned workers).
@@ -87,6 +92,9 @@ class WorkerResult:
     shard_counts: dict[int, int]
     long_lines: int = 0
     first_long_line: str = ""
+    # Documents in the whole corpus, every worker's (read_documents counts the others' too,
+    # without decoding them): tells a short corpus from a short share.
+    corpus_documents: int = 0
     # path -> {"bad": lines with bytes that are not UTF-8, "lines": the lines decoded,
     # "first_line": the first such line}, for the files that have any (note_bad_utf8).
     bad_utf8_files: dict = dataclasses.field(default_factory=dict)
@@ -150,7 +158,8 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
     Args:
       input_files: paths (.gz read decompressed).
       worker, num_workers: which share to return.
-      warnings: optional WorkerResult whose long_lines / bad_utf8_files counters are updated.
+      warnings: optional WorkerResult whose long_lines / bad_utf8_files counters are updated,
+        and corpus_documents set once the stream ends.
       open_file: path -> binary file object with readline(size) (default: local files,
         .gz decompressed; the Beam pipeline passes one for any Beam file system).
 
@@ -212,6 +221,8 @@ def read_documents(input_files: Sequence[str], worker: int = 0, num_workers: int
                 index += 1
         if warnings is not None and path in warnings.bad_utf8_files:
             warnings.bad_utf8_files[path]["lines"] += decoded
+    if warnings is not None:
+        warnings.corpus_documents = index
 
 
 # The first bytes (UTF-8) of the characters str.strip() removes and bytes.strip() keeps:
@@ -489,17 +500,34 @@ UNKNOWN_WARN_SHARE = 0.05
 BAD_UTF8_REFUSE_SHARE = 0.01
 
 
-def no_document_error(input_files: Sequence[str]) -> InputError:
-    """The corpus holds no document with text (blank lines only, or a compressed file of
-    nothing, which the up-front check of empty files does not see): one line naming its
-    files, the first three of a longer list."""
-    expected = "expected one sentence per line, a blank line between documents"
+def _corpus_error(input_files: Sequence[str], one: str, many: str) -> CorpusError:
+    """A CorpusError naming the corpus: its file (`one` follows its name), or its files,
+    the first three of a longer list (`many` follows them)."""
     if len(input_files) == 1:
-        return InputError(f"{input_files[0]}: no document with text in it ({expected})")
+        return CorpusError(f"{input_files[0]}: {one}")
     shown = ", ".join(input_files[:3]) + (
         f" and {len(input_files) - 3} more" if len(input_files) > 3 else "")
-    return InputError(f"--input_file: its {len(input_files)} files ({shown}) hold no document "
-                      f"with text ({expected})")
+    return CorpusError(f"--input_file: its {len(input_files)} files ({shown}) {many}")
+
+
+_EXPECTED_LAYOUT = "expected one sentence per line, a blank line between documents"
+
+
+def no_document_error(input_files: Sequence[str]) -> CorpusError:
+    """The corpus holds no document with text (blank lines only, or a compressed file of
+    nothing, which the up-front check of empty files does not see)."""
+    return _corpus_error(input_files, f"no document with text in it ({_EXPECTED_LAYOUT})",
+                         f"hold no document with text ({_EXPECTED_LAYOUT})")
+
+
+def single_document_error(input_files: Sequence[str]) -> CorpusError:
+    """The corpus holds one document. Google's tool would draw its "random" NotNext
+    segments from that document itself (ten tries at another index, then it keeps the same
+    one): NotNext labels on text that follows on."""
+    why = ("NotNext segments come from another document, so at least 2 are needed "
+           f"({_EXPECTED_LAYOUT})")
+    return _corpus_error(input_files, f"a single document (no blank line in it); {why}",
+                         f"hold a single document; {why}")
 
 
 def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,

@@ -359,6 +359,10 @@ def _bad_case(tmp_path, name):
         path = tmp_path / "blank.txt"
         path.write_text("\n\n  \n\n")
         return {"input_file": str(path)}, f"{path}: no document with text in it"
+    if name == "single_document":  # no blank line: as the local tool says it, naming it
+        path = tmp_path / "one.txt"
+        path.write_text("the whale came up .\nit was large .\nthe ship sailed on .\n")
+        return {"input_file": str(path)}, f"error: {path}: a single document (no blank line"
     if name == "missing_input":
         return {"input_file": str(tmp_path / "nope-*.txt")}, "matches no data file"
     if name == "small_buckets":
@@ -376,7 +380,7 @@ def _bad_case(tmp_path, name):
                                   "options_without_runner", "local_workers",
                                   "local_printing", "local_shuffle",
                                   "vocab_without_mask", "empty_corpus", "blank_corpus",
-                                  "missing_input", "small_buckets", "cp949_after_64_kb"])
+                                  "single_document", "missing_input", "small_buckets", "cp949_after_64_kb"])
 def test_bad_settings_fail_with_one_line_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_case(tmp_path, case)
     out_dir = tmp_path / "out"

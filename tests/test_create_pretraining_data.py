@@ -383,6 +383,32 @@ def test_a_corpus_without_text_is_named(tmp_path, capsys, kind):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("documents, workers", [(0, 2), (1, 1), (1, 2)])
+def test_fewer_than_two_documents_is_one_line_naming_the_file_whatever_the_workers(
+        tmp_path, capsys, documents, workers):
+    """With several workers each one's share failed ("holds 0 documents ... use fewer
+    --num_workers", no file named), advice that cannot help: the corpus itself is short. A
+    single document (no blank line) named no file either. Google's tool would write no
+    instance from an empty corpus, and for a single one draw its "random" NotNext segments
+    from the document itself (10 tries at another, then it takes the same one)."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n \n\n" if documents == 0 else
+                    "the whale came up .\nit was large .\nthe ship sailed on .\n")
+    expected = ("no document with text in it (expected one sentence per line, a blank line "
+                "between documents)" if documents == 0 else
+                "a single document (no blank line in it); NotNext segments come from another "
+                "document, so at least 2 are needed (expected one sentence per line, a blank "
+                "line between documents)")
+    out = tmp_path / "out" / "x.tfrecord"
+    assert run_cli(input_file=str(path), vocab_file=VOCAB, output_file=str(out),
+                   max_seq_length=32, max_predictions_per_seq=5, num_workers=workers,
+                   num_output_shards=2) == 1
+    err = capsys.readouterr().err
+    assert [l for l in err.splitlines() if l.startswith("error:")] == [
+        f"error: {path}: {expected}"], err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("place", ["under_a_file", "unwritable"])
 def test_a_shard_that_cannot_be_opened_is_named_once_by_its_final_name(tmp_path, capsys,
                                                                          monkeypatch, place):

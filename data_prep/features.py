@@ -679,37 +679,45 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
 
 
 def check_shard_sets(paths: Sequence[str]) -> None:
-    """Refuses data holding two shard sets of one create_pretraining_data output prefix.
+    """Refuses data holding two outputs of one create_pretraining_data output prefix.
 
-    Shards `<prefix>-NNNNN-of-MMMMM.tfrecord[.gz]` of one prefix whose sidecars record other
-    `shard.num_shards` (without a sidecar: whose names give another count) or another
-    compression are the corpus written twice: a rerun with another --num_output_shards,
-    worker count or --gzip_compress left the old set beside the new one (the tool now
-    refuses that), and the documented glob `<prefix>-*.tfrecord` reads both.
+    A prefix (`files.output_prefix`) is written as shards
+    `<prefix>-NNNNN-of-MMMMM.tfrecord[.gz]` or as one file `<prefix>[.tfrecord[.gz]]`.
+    Shards of one prefix whose sidecars record other `shard.num_shards` (without a sidecar:
+    whose names give another count) or another compression, or the single file beside
+    shards or beside another single file, are the corpus written twice: a rerun with another
+    --num_output_shards, worker count or --gzip_compress left the old output beside the new
+    one (the tool now refuses that), and the documented glob `<prefix>-*.tfrecord` (two
+    shard sets) or a glob `<prefix>*` (the single file too) reads both.
 
     Raises:
-      ValueError: naming both sets, one shard of each, and what to do.
+      ValueError: naming both outputs (a shard set by one of its shards) and what to do.
     """
-    seen: dict[str, dict[tuple[int, str], str]] = {}
+    seen: dict[str, dict[tuple, str]] = {}  # prefix -> output (its key) -> its description
     for path in paths:
         found = files.shard_set_of(path)
-        if not found:
-            continue
-        prefix, count, suffix = found
-        shard = (read_sidecar(path) or {}).get("shard")
-        if isinstance(shard, Mapping) and isinstance(shard.get("num_shards"), int):
-            count = shard["num_shards"]
+        if found:
+            prefix, count, suffix = found
+            shard = (read_sidecar(path) or {}).get("shard")
+            if isinstance(shard, Mapping) and isinstance(shard.get("num_shards"), int):
+                count = shard["num_shards"]
+            key: tuple = (count, suffix)
+            name = f"{files.describe_shard_set(prefix, count, suffix)} (e.g. {path})"
+        else:
+            prefix = files.output_prefix(path)
+            key, name = (path,), path
         sets = seen.setdefault(prefix if "://" in prefix else os.path.abspath(prefix), {})
-        sets.setdefault((count, suffix), path)
+        sets.setdefault(key, name)
         if len(sets) > 1:
-            (first, first_path), (second, second_path) = list(sets.items())[:2]
+            first, second = list(sets.values())[:2]
+            shard_sets = all(len(k) == 2 for k in sets)
             raise ValueError(
-                f"pretraining files hold two shard sets of the output prefix {prefix}, "
-                f"{files.describe_shard_set(prefix, *first)} (e.g. {first_path}) and "
-                f"{files.describe_shard_set(prefix, *second)} (e.g. {second_path}): the corpus "
-                "written twice (create_pretraining_data run again with another shard count or "
-                "compression); name one set in the file pattern, or delete the other (a rerun "
-                "of create_pretraining_data with --overwrite replaces the prefix's shards)")
+                f"pretraining files hold two {'shard sets' if shard_sets else 'outputs'} of "
+                f"the output prefix {prefix}, {first} and {second}: the corpus written twice "
+                "(create_pretraining_data run again with another shard count or compression); "
+                "name one " + ("set" if shard_sets else "output") + " in the file pattern, or "
+                "delete the other (a rerun of create_pretraining_data with --overwrite "
+                f"replaces the prefix's {'shards' if shard_sets else 'outputs'})")
 
 
 def data_vocab_size(paths: Sequence[str]) -> tuple[int, str] | None:

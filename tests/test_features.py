@@ -158,6 +158,32 @@ def test_expand_input_files(tmp_path):
         features.expand_input_files(f"{tmp_path}/*.meta.json")
 
 
+def test_one_file_and_a_shard_set_of_one_prefix_are_refused(tmp_path):
+    """Two outputs of create_pretraining_data at one prefix (x.tfrecord from a run without
+    --num_output_shards, x-NNNNN-of-00002.tfrecord from one with it; the writer now refuses
+    to add the second beside the first, but older runs left both): a glob x* gathered
+    them, and every example was read twice. Refused as two shard sets are, naming both."""
+    for name in ("x.tfrecord", "x.tfrecord.gz", "x-00000-of-00002.tfrecord",
+                 "x-00001-of-00002.tfrecord", "xy.tfrecord"):
+        (tmp_path / name).write_bytes(b"")
+    prefix = tmp_path / "x"
+    gathered = features.expand_input_files(str(tmp_path / "x*.tfrecord"))
+    assert len(gathered) == 4  # the glob does gather them
+    with pytest.raises(ValueError) as e:
+        features.check_shard_sets(gathered)
+    assert str(e.value).startswith(
+        f"pretraining files hold two outputs of the output prefix {prefix}, "
+        f"{prefix}-*-of-00002.tfrecord (e.g. {prefix}-00000-of-00002.tfrecord) and "
+        f"{prefix}.tfrecord: the corpus written twice"), str(e.value)
+    with pytest.raises(ValueError, match=rf"two outputs of the output prefix {prefix}, "
+                                         rf"{prefix}.tfrecord and {prefix}.tfrecord.gz:"):
+        features.check_shard_sets([str(tmp_path / "x.tfrecord"), str(tmp_path / "x.tfrecord.gz")])
+    # one output of the prefix, whatever else is read beside it, is read as before
+    for pattern in ("x-*.tfrecord", "x.tfrecord,xy.tfrecord", "x-*.tfrecord,xy.tfrecord"):
+        features.check_shard_sets(features.expand_input_files(
+            ",".join(str(tmp_path / p) for p in pattern.split(","))))
+
+
 def test_compression_type(tmp_path):
     batch = _random_batch(2)
     for compression in ["", "GZIP"]:

@@ -43,6 +43,25 @@ def test_reading_conll_does_not_import_tensorflow():
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("ends", ["\n", "\r\n", "\r"])
+def test_conll_line_ends_and_a_stray_carriage_return_keep_the_sentences(tmp_path, ends):
+    """LF, CRLF or lone-CR line ends, the last sentence without a blank line after it or a
+    final line end, read alike. A stray "\\r" before a line's end ("B-ORG\\r\\r\\n", a line
+    edited on another system) is whitespace in a line, as the columns' split reads it;
+    universal newlines made it a blank line, splitting the sentence silently."""
+    expected = [(("EU", "rejects"), ("B-ORG", "O")), (("Peter", "Blackburn"), ("B-PER", "I-PER"))]
+    path = tmp_path / "train.conll"
+    path.write_bytes(ends.join(["EU B-ORG", "rejects O", "", "Peter B-PER", "Blackburn I-PER"])
+                     .encode())
+    assert [(s.words, s.tags) for s in tagging.read_conll(str(path))] == expected
+    if ends != "\r":
+        path.write_bytes(ends.join(["EU B-ORG\r", "rejects O", "", "Peter\rB-PER",
+                                    "Blackburn I-PER", ""]).encode())
+        sentences = tagging.read_conll(str(path))
+        assert [(s.words, s.tags) for s in sentences] == expected
+        assert [s.where for s in sentences] == [f"{path}:1", f"{path}:4"]
+
+
 def test_label_goes_on_the_first_sub_token_only(tokenizer):
     s = TaggedSentence("x:1", ("John", "Smith", "unwanted", "running", "."),
                        ("B-PER", "I-PER", "O", "O", "O"))

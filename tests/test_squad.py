@@ -40,6 +40,26 @@ def test_read_counts_answers_not_found():
     assert stats.answers_not_found == []
 
 
+@pytest.mark.parametrize("file_line_ends", ["\n", "\r\n"])
+def test_answer_offsets_count_the_carriage_returns_of_a_windows_context(tmp_path,
+                                                                        file_line_ends):
+    """A context pasted from Windows holds "\\r\\n" (and a stray "\\r"): answer_start counts
+    them as characters, as Google's run_squad and transformers' processor (each character
+    of the string, "\\r" whitespace) do; the JSON's own CRLF line ends are whitespace."""
+    context = "First line.\r\nSecond\rline has Seoul in it.\r\n\r\nThird: Busan."
+    answers = ["Seoul", "Busan", "Second"]
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{i}", "question": "Where?",
+         "answers": [{"text": a, "answer_start": context.index(a)}]}
+        for i, a in enumerate(answers)]}]}]}
+    path = tmp_path / "train.json"
+    path.write_bytes(json.dumps(data, indent=1).replace("\n", file_line_ends).encode())
+    examples, _ = squad.read_squad(str(path), is_training=True)
+    assert examples[0].doc_tokens == ["First", "line.", "Second", "line", "has", "Seoul", "in",
+                                      "it.", "Third:", "Busan."]
+    assert [(e.start_word, e.end_word) for e in examples] == [(5, 5), (9, 9), (2, 2)]
+
+
 def test_training_without_v2_flag_refuses_unanswerable_questions(tmp_path):
     """A SQuAD 2.0 file trained on without --version_2_with_negative: its unanswerable
     questions were counted as answers not found and dropped, training a v1.1 model with

@@ -380,7 +380,8 @@ def _bad_case(tmp_path, name):
                                   "options_without_runner", "local_workers",
                                   "local_printing", "local_shuffle",
                                   "vocab_without_mask", "empty_corpus", "blank_corpus",
-                                  "single_document", "missing_input", "small_buckets", "cp949_after_64_kb"])
+                                  "single_document", "missing_input", "small_buckets",
+                                  "cp949_after_64_kb"])
 def test_bad_settings_fail_with_one_line_and_no_output(tmp_path, capsys, case):
     overrides, expected = _bad_case(tmp_path, case)
     out_dir = tmp_path / "out"

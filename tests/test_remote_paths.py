@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cli_harness import run_tool
+from conftest import TESTDATA
 from pretraining_data import write_dataset
 
 from bert_keras.run_pretraining import PretrainingOptions, train
@@ -214,6 +215,146 @@ def test_fine_tuning_and_exports_read_and_write_remote_paths(ram, shards):
     served = tf.saved_model.load(f"{ram}/models/cls/2")
     probabilities = served.signatures["serving_default"](text=tf.constant(["tok5 tok9"]))
     assert np.allclose(np.sum(probabilities["probabilities"].numpy(), axis=-1), 1.0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def task_inputs(tmp_path_factory):
+    """Local inputs of the fine-tuning tools' tests: test_run_finetune's small encoder
+    (encoder.keras), its vocabulary, a CoNLL file and the SQuAD 2.0 test file."""
+    from test_run_finetune import SMALL, VOCAB, write_conll
+
+    from bert_keras import BertEncoder
+
+    directory = tmp_path_factory.mktemp("remote_tasks")
+    BertEncoder(**SMALL).save(str(directory / "encoder.keras"))
+    write_conll(directory / "train.conll", 11, 0)
+    for source in (VOCAB, os.path.join(TESTDATA, "ft_squad_v2.json")):
+        tf.io.gfile.copy(source, str(directory / os.path.basename(source)))
+    return directory
+
+
+def _finetune_args(root, data, output_dir):
+    return [f"--train_file={root}/{data}", f"--predict_file={root}/{data}",
+            f"--init_checkpoint={root}/encoder.keras", f"--vocab_file={root}/ft_vocab.txt",
+            "--do_train", "--do_predict", f"--output_dir={output_dir}", "--num_train_epochs=1"]
+
+
+def _read_text(path):
+    with files.open_input(path) as f:
+        return f.read()
+
+
+def _scores(output_dir):
+    """eval_results.json without its timings."""
+    return {k: v for k, v in files.read_json(f"{output_dir}/eval_results.json").items()
+            if k not in ("eval_seconds", "eval_examples_per_second")}
+
+
+@pytest.mark.integration  # two run_tagger runs and an export: about 35 s on 2 cores
+def test_run_tagger_and_export_tagger_on_remote_paths(ram, task_inputs, tmp_path):
+    """run_tagger with its data, --init_checkpoint, --vocab_file and --output_dir on
+    ram:// predicts and evaluates as the same run on local files; export_tagger exports that
+    ram:// model to a ram:// base directory, and the export tags as predictions.conll says."""
+    from data_prep import tagging
+
+    _upload_dir(task_inputs, f"{ram}/in")
+    flags = ["--eval_file={}/train.conll", "--do_eval", "--max_seq_length=16",
+             "--train_batch_size=5"]
+    for root, out in ((f"{ram}/in", f"{ram}/tag"), (str(task_inputs), str(tmp_path / "tag"))):
+        result = run_tool("run_tagger", _finetune_args(root, "train.conll", out)
+                          + [flag.format(root) for flag in flags])
+        assert result.code == 0, result.stderr[-2000:]
+    assert {"model.keras", "labels.txt", "vocab.txt", "tokenizer_config.json",
+            "predictions.conll", "eval_results.json", "predict_results.json"} <= set(
+        _walk(f"{ram}/tag"))
+    predicted = _read_text(f"{ram}/tag/predictions.conll")
+    assert predicted == (tmp_path / "tag" / "predictions.conll").read_text()
+    assert _scores(f"{ram}/tag") == _scores(str(tmp_path / "tag"))
+    result = run_tool("export_tagger", [f"--model_dir={ram}/tag",
+                                        f"--export_dir={ram}/models/tag", "--max_seq_length=16"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == f"{ram}/models/tag/1"
+    import tensorflow_text  # noqa: F401  (the export holds its ops)
+
+    served = tf.saved_model.load(f"{ram}/models/tag/1")
+    with files.local_copy(f"{ram}/tag/predictions.conll") as local:
+        sentences = tagging.read_conll(local)
+    got = served.signatures["serving_default"](
+        text=tf.constant([" ".join(s.words) for s in sentences]))["tags"].numpy()
+    compared = 0
+    for row, sentence in enumerate(sentences):
+        for exported, written in zip(got[row], sentence.tags):
+            if exported:  # "": a word past --max_seq_length, which the export leaves untagged
+                assert exported.decode() == written, (row, sentence)
+                compared += 1
+    assert compared > 20
+
+
+@pytest.mark.integration  # two run_squad runs, a prediction and an export: about 50 s
+def test_run_squad_and_export_span_qa_on_remote_paths(ram, task_inputs, tmp_path):
+    """run_squad (SQuAD 2.0) with its data, --init_checkpoint and --output_dir on ram://
+    writes the predictions, n-best, null odds and evaluation the same run writes locally;
+    export_span_qa exports that ram:// model to ram://, and answers as run_squad predicts
+    from it where every span is scored (n_best_size >= max_seq_length)."""
+    _upload_dir(task_inputs, f"{ram}/in")
+    data = "ft_squad_v2.json"
+    flags = ["--do_eval", "--version_2_with_negative", "--max_seq_length=20", "--doc_stride=4",
+             "--max_query_length=8", "--max_answer_length=6", "--train_batch_size=4"]
+    for root, out in ((f"{ram}/in", f"{ram}/sq"), (str(task_inputs), str(tmp_path / "sq"))):
+        result = run_tool("run_squad", _finetune_args(root, data, out) + flags)
+        assert result.code == 0, result.stderr[-2000:]
+    for name in ("predictions.json", "nbest_predictions.json", "null_odds.json"):
+        assert files.read_json(f"{ram}/sq/{name}") == files.read_json(
+            str(tmp_path / "sq" / name)), name
+    assert _scores(f"{ram}/sq") == _scores(str(tmp_path / "sq"))
+    result = run_tool("run_squad", [f"--predict_file={ram}/in/{data}",
+                                    f"--init_checkpoint={ram}/sq", "--do_predict",
+                                    f"--output_dir={ram}/every", "--n_best_size=20"])
+    assert result.code == 0, result.stderr[-2000:]
+    result = run_tool("export_span_qa", [f"--model_dir={ram}/sq",
+                                         f"--export_dir={ram}/models/sq"])
+    assert result.code == 0, result.stderr[-2000:]
+    import tensorflow_text  # noqa: F401  (the export holds its ops)
+
+    served = tf.saved_model.load(result.stdout.strip().splitlines()[-1])
+    paragraphs = files.read_json(f"{ram}/in/{data}")["data"][0]["paragraphs"]
+    asked = [(qa["id"], qa["question"], p["context"]) for p in paragraphs for qa in p["qas"]]
+    got = served.signatures["serving_default"](
+        question=tf.constant([q for _, q, _ in asked]),
+        context=tf.constant([c for _, _, c in asked]))
+    want = files.read_json(f"{ram}/every/predictions.json")
+    assert [a.decode() for a in got["answer"].numpy()] == [want[i] for i, _, _ in asked]
+
+
+@pytest.mark.integration  # one export: about 30 s on 2 cores
+def test_export_preprocessor_reads_a_remote_vocabulary_and_writes_a_remote_export(
+        ram, task_inputs):
+    """export_preprocessor with --vocab_file (and its tokenizer_config.json, cased) and
+    --export_dir on ram://: the export tokenizes as the tokenizer built from the same local
+    files (cased: "John" is [UNK] in this uncased vocabulary, "john" is not)."""
+    import tensorflow_text  # noqa: F401  (the export holds its ops)
+
+    from data_prep import tokenizer_config
+    from data_prep.tokenization import BertTokenizer
+
+    cased = tokenizer_config.TokenizerConfig(do_lower_case=False)
+    tf.io.gfile.makedirs(f"{ram}/vocab")
+    tf.io.gfile.copy(str(task_inputs / "ft_vocab.txt"), f"{ram}/vocab/vocab.txt")
+    tokenizer_config.write_for_vocab(f"{ram}/vocab/vocab.txt", cased)
+    result = run_tool("export_preprocessor", [f"--vocab_file={ram}/vocab/vocab.txt",
+                                              f"--export_dir={ram}/models/pre",
+                                              "--seq_length=9"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == f"{ram}/models/pre/1"
+    assert files.read_json(f"{ram}/models/pre/1/assets/tokenizer_config.json")[
+        "do_lower_case"] is False
+    texts = ["John went to the store", "john bought milk"]
+    served = tf.saved_model.load(f"{ram}/models/pre/1")
+    ids = served.signatures["serving_default"](text=tf.constant(texts))["input_word_ids"]
+    reference = BertTokenizer.from_config(str(task_inputs / "ft_vocab.txt"), cased)
+    want = [[2, *row, 3] + [0] * (9 - 2 - len(row)) for row in reference.encode(texts)]
+    assert ids.numpy().tolist() == want
+    assert want[0][1] == 1 and want[1][1] != 1  # cased: "John" is [UNK]
 
 
 def test_convert_checkpoint_refuses_remote_paths_in_one_line(ram):

@@ -46,10 +46,17 @@ layout run_classifier / run_tagger / run_squad write, so the exports work on it 
 tokenizer_config.json with the input's tokenizer settings, bert_config.json); --from=keras
 takes such a directory, and --to=hf writes transformers' BertFor* layout with id2label,
 vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
+
+--input, --output and --bert_config_file may be remote (gs://): a Google or transformers
+input is read from a local copy of its directory's files, an output written locally and
+uploaded when complete (a Google checkpoint's index last), as the other tools write to GCS.
 """
 
-import filecmp
+import contextlib
 import os
+import re
+import shutil
+import tempfile
 
 from absl import app, flags, logging
 
@@ -177,9 +184,154 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
       FileNotFoundError, checkpoints.WeightLoadError, ValueError: bad input.
     """
     backends.check_backend()  # TensorFlow or JAX: other backends load these files wrongly
-    checkpoints.check_output_free(to_format, output_path)
-    return _convert(from_format, to_format, input_path, output_path,
-                    *_load(from_format, input_path, model, config_file, tokenizer_overrides))
+    # A remote (gs://) output is written to a local stage and uploaded when complete, a
+    # remote Google or transformers input read from a local copy: transformers' and
+    # safetensors' files, TensorFlow's checkpoint glob and the Google writer's renames are
+    # local only. Errors name the paths given, not the local copies.
+    with _staged_output(to_format, output_path) as (local_output, output_named), \
+            _local_input(from_format, input_path) as (local_input, input_named), \
+            _local_file(config_file) as (local_config, config_named):
+        try:
+            checkpoints.check_output_free(to_format, local_output)
+            written, loaded = _convert(
+                from_format, to_format, input_path, local_output,
+                *_load(from_format, local_input, model, local_config, tokenizer_overrides))
+        except (OSError, ValueError, TypeError) as e:
+            _raise_as_given(e, output_named | input_named | config_named)
+            raise
+    for local, given in output_named.items():  # the staged prefix first, then its directory
+        written = written.replace(local, given)
+    return written, loaded
+
+
+def _raise_as_given(error: Exception, named: dict) -> None:
+    """Raises `error` again with the local copies' paths in its message replaced by the
+    paths given (`named`: {local: given}); returns if it names none."""
+    message = str(error)
+    if not any(local in message for local in named):
+        return
+    for local, given in named.items():
+        message = message.replace(local, given)
+    try:
+        renamed = type(error)(message)
+    except Exception:  # noqa: BLE001 -- an error type taking other arguments: as it is
+        return
+    raise renamed from None
+
+
+@contextlib.contextmanager
+def _local_file(path: str | None):
+    """(path, {}) for a local or no `path`; for a remote file, (a local copy, {copy:
+    path}) while the block runs."""
+    if not path or not files.is_remote(path):
+        yield path, {}
+        return
+    if not files.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    with files.local_copy(path) as local:
+        yield local, {local: path}
+
+
+# A Google checkpoint's files: another checkpoint's in the same directory are not copied.
+_CHECKPOINT_FILE = re.compile(r"\.(index|meta|data-\d{5}-of-\d{5})$")
+
+
+@contextlib.contextmanager
+def _local_input(from_format: str, path: str):
+    """(input path, {local directory: remote directory}) to read `path` from: itself where it
+    is local, or a --from=keras input (model_loading reads our layouts on gs:// itself); for
+    a remote Google or transformers input, the same name in a local copy of its directory's
+    files (not its subdirectories, such as a transformers Trainer's checkpoint-*/; of a
+    Google prefix's directory, that checkpoint's files and the others beside it, not other
+    checkpoints'), removed when the block ends."""
+    if not files.is_remote(path) or from_format == "keras":
+        yield path, {}
+        return
+    import tensorflow as tf
+
+    path = path.rstrip("/")
+    # A Google prefix first: ram:// takes "x/bert_model.ckpt" for a directory, as it is a
+    # prefix of "x/bert_model.ckpt.index".
+    named_prefix = from_format == "google" and files.exists(
+        _CHECKPOINT_FILE.sub("", path) + ".index")
+    if not named_prefix and not files.exists(path):
+        yield path, {}  # the loader says what it expected there, as for a local path
+        return
+    is_dir = not named_prefix and files.isdir(path)
+    directory = path if is_dir else os.path.dirname(path)
+    prefix = None if is_dir else _CHECKPOINT_FILE.sub("", os.path.basename(path))
+    stage = tempfile.mkdtemp(prefix="bert-keras-download-")
+    try:
+        local = os.path.join(stage, os.path.basename(directory))
+        os.makedirs(local)
+        for name in files.listdir(directory):
+            source = f"{directory}/{name}"
+            if files.isdir(source) or (prefix is not None and _CHECKPOINT_FILE.search(name)
+                                       and not name.startswith(prefix + ".")):
+                continue
+            tf.io.gfile.copy(source, os.path.join(local, name))
+        yield (local if is_dir else os.path.join(local, os.path.basename(path))), {
+            local: directory}
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _staged_output(to_format: str, path: str):
+    """(output path, {local stage: remote path}) to write the conversion to: `path` where it
+    is local; for a remote one, a local stage, uploaded when the block completes (nothing
+    on an error). An existing output is refused first, as locally.
+
+    --to=hf and --to=keras: `files.atomic_output` stages the directory (or .keras file)
+    and uploads it. --to=google writes into a directory that may hold other files: the
+    stage gets copies of those the writers compare with (bert_config.json, vocab.txt,
+    tokenizer_config.json: kept where the same, else refused), and only the new files are
+    uploaded, the checkpoint's index last (it exists once its index does)."""
+    if not files.is_remote(path):
+        yield path, {}
+        return
+    path = path.rstrip("/") + ("/" if path.endswith("/") else "")
+    if to_format == "google":
+        with _staged_google_output(path) as staged:
+            yield staged
+        return
+    final = path.rstrip("/")
+    is_dir = not (to_format == "keras" and final.endswith(".keras"))
+    empty_dir = to_format == "hf" and files.isdir(final) and not files.listdir(final)
+    if files.exists(final) and not empty_dir:
+        raise FileExistsError(f"refusing to overwrite existing output: {final}")
+    with files.atomic_output(final, overwrite=empty_dir, directory=is_dir) as tmp:
+        if is_dir and to_format == "keras":
+            os.rmdir(tmp)  # our layouts' writers refuse an existing directory, even empty
+        yield tmp, {tmp: final}
+
+
+@contextlib.contextmanager
+def _staged_google_output(path: str):
+    """`_staged_output` for --to=google."""
+    import tensorflow as tf
+
+    # A directory (out/, or one that exists) gets bert_model.ckpt in it, as locally; an
+    # existing prefix is checked first (ram:// takes "x.ckpt" for a directory once
+    # "x.ckpt.index" exists).
+    is_dir = path.endswith("/") or (not files.exists(path + ".index") and files.isdir(path))
+    prefix = path.rstrip("/") + "/" + checkpoints.GOOGLE_CHECKPOINT_NAME if is_dir else path
+    directory = os.path.dirname(prefix)
+    if files.exists(prefix + ".index"):
+        raise FileExistsError(f"refusing to overwrite existing output: {prefix}.index")
+    stage = tempfile.mkdtemp(prefix="bert-keras-upload-")
+    try:
+        beside = (files.BERT_CONFIG_FILE, files.VOCAB_FILE, files.TOKENIZER_CONFIG_FILE)
+        there = {name for name in beside if files.isfile(f"{directory}/{name}")}
+        for name in there:
+            tf.io.gfile.copy(f"{directory}/{name}", os.path.join(stage, name))
+        yield os.path.join(stage, os.path.basename(prefix)), {
+            os.path.join(stage, os.path.basename(prefix)): prefix, stage: directory}
+        new = sorted(set(os.listdir(stage)) - there, key=lambda n: (n.endswith(".index"), n))
+        for name in new:
+            files.copy_file(os.path.join(stage, name), f"{directory}/{name}", overwrite=False)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
@@ -220,7 +372,7 @@ def _save_google(model, output_path: str, vocab_file, settings) -> str:
         vocab = os.path.join(os.path.dirname(prefix), files.VOCAB_FILE)
         config = tokenizer_config.path_for_vocab(vocab)
         settings = settings or tokenizer_config.TokenizerConfig()
-        if os.path.exists(vocab) and not filecmp.cmp(vocab, vocab_file, shallow=False):
+        if os.path.exists(vocab) and files.read_bytes(vocab) != files.read_bytes(vocab_file):
             raise FileExistsError(f"refusing to overwrite existing output: {vocab} (another "
                                   "vocabulary); write the checkpoint into another directory")
         if os.path.exists(config) and (tokenizer_config.read_for_vocab(vocab) or
@@ -305,11 +457,6 @@ def main(argv):
         raise app.UsageError(f"--input: expected one path; received {_INPUT.value}")
 
     def body() -> int:
-        # transformers' and safetensors' files, and the Google writer's renames, are local
-        # only: a gs:// path would fail part-way or write a local directory named "gs:".
-        for flag, path in (("--input", _INPUT.value[0]), ("--output", _OUTPUT.value),
-                           ("--bert_config_file", _BERT_CONFIG_FILE.value)):
-            files.refuse_remote(flag, path, "convert_checkpoint")
         written, model = convert(_FROM.value, _TO.value, _INPUT.value[0], _OUTPUT.value,
                                  _MODEL.value, _BERT_CONFIG_FILE.value,
                                  tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))

@@ -413,19 +413,6 @@ def replace(source: str, target: str) -> None:
         os.replace(source, target)
 
 
-def refuse_remote(flag: str, path: str | None, what: str) -> None:
-    """Refuses, in one line naming `flag`, a remote `path` for a tool (or part of one) that
-    reads or writes local files only.
-
-    Raises:
-      ValueError: "<flag>: <path>: remote file systems are not supported for <what>; use a
-        local path (copy it: gsutil cp -r)".
-    """
-    if path and is_remote(path):
-        raise ValueError(f"{flag}: {path}: remote file systems are not supported for {what}; "
-                         "use a local path (copy it: gsutil cp -r)")
-
-
 def read_bytes(path: str) -> bytes:
     """The bytes of the file `path` as stored (nothing decompressed), local or remote.
 

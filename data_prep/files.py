@@ -441,10 +441,12 @@ def glob_files(pattern: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def local_copy(path: str) -> Iterator[str]:
+def local_copy(path: str, directory: bool = False) -> Iterator[str]:
     """`path`, or for a remote file a copy of it in a fresh local temporary directory,
     removed when the block ends: for readers that take only a local file (h5py, Keras'
-    load_weights of a .weights.h5, as Keras itself does for a remote path).
+    load_weights of a .weights.h5, as Keras itself does for a remote path). With
+    `directory`, `path` is a directory, copied with everything in it (for a reader in
+    another process, which cannot see ram://).
 
     Raises:
       FileNotFoundError: a remote `path` that does not exist.
@@ -459,10 +461,26 @@ def local_copy(path: str) -> Iterator[str]:
     stage = tempfile.mkdtemp(prefix="bert-keras-download-")
     try:
         local = os.path.join(stage, os.path.basename(path.rstrip("/")))
-        _gfile().copy(path, local, overwrite=True)
+        if directory:
+            _download_tree(path.rstrip("/"), local)
+        else:
+            _gfile().copy(path, local, overwrite=True)
         yield local
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _download_tree(remote: str, local: str) -> None:
+    """Copies the remote directory `remote` to the new local directory `local`, file by
+    file (listdir, not walk: ram://'s walk lists "a.extra/" under "a/")."""
+    os.makedirs(local)
+    for name in listdir(remote):
+        source = f"{remote}/{name}"
+        if _gfile().isdir(source):
+            _download_tree(source, os.path.join(local, name))
+        elif _gfile().exists(source):  # not a name listed and gone since (nor ram://'s
+            # "a/.extra" for "a.extra/")
+            _gfile().copy(source, os.path.join(local, name))
 
 
 def _upload(local: str, remote: str) -> None:

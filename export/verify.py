@@ -4,7 +4,9 @@ r"""Proves an export: loads it in a clean process and checks what a server will 
         [--init_checkpoint=CKPT [--bert_config_file=...]] [--rtol=1e-4]
 
 --export_dir may also name the model's base directory (/models/bert_encoder, as the export
-tools' --export_dir does): its highest version is checked, the one TF Serving serves.
+tools' --export_dir does): its highest version is checked, the one TF Serving serves. A
+remote one (gs://) is checked on a local copy of that version (the load check's process
+could not see every remote file system), and reported under the path given.
 
 Checks, each reported on one line; exit status 1 if any fails:
   ops        every op is core TensorFlow or in stock TF Serving's tensorflow-text 2.12.1
@@ -677,15 +679,28 @@ def verify(export_dir, init_checkpoint=None, bert_config_file=None, rtol=RTOL) -
 
     from google.protobuf.message import DecodeError
 
-    if not os.path.isdir(export_dir):
+    if not files.isdir(export_dir):
         raise VerifyError(f"--export_dir {export_dir}: no such directory (expected a model's "
                           "base directory or one of its versions, e.g. models/spam or "
                           "models/spam/1)")
     export_dir = served_version(export_dir)
-    if not os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+    if not files.exists(os.path.join(export_dir, "saved_model.pb")):
         raise VerifyError(f"--export_dir {export_dir}: no saved_model.pb in it or in a numbered "
                           "version directory inside it (expected a model's base directory or "
                           "one of its versions, e.g. models/spam or models/spam/1)")
+    if files.is_remote(export_dir):
+        # The load check runs in another process, which cannot see ram:// (and the checks
+        # here read the export with os and open): a local copy of the version is verified,
+        # reported under the path given. TF Serving reads the same files from gs://.
+        with files.local_copy(export_dir, directory=True) as local:
+            try:
+                report = verify(local, init_checkpoint, bert_config_file, rtol)
+            except VerifyError as e:
+                raise VerifyError(str(e).replace(local, export_dir)) from None
+        report.export_dir = export_dir
+        report.lines = [(check, ok, detail.replace(local, export_dir))
+                        for check, ok, detail in report.lines]
+        return report
     report = Report(export_dir)
     encoder = pretrainer = None
     if init_checkpoint:  # Loaded first: a wrong checkpoint fails before the slow probe.

@@ -175,12 +175,12 @@ def test_run_pretraining_on_remote_paths_resumes_and_phase_two_starts_from_it(
     assert "encoder/encoder.weights.h5" in _walk(f"{ram}/phase2")
 
 
-@pytest.mark.integration  # pretraining, fine-tuning and two exports: about 20 s on 2 cores
+@pytest.mark.integration  # pretraining, fine-tuning, two exports, two verify: about 90 s
 def test_fine_tuning_and_exports_read_and_write_remote_paths(ram, shards):
     """run_classifier with --init_checkpoint, data and --output_dir on ram://, then
     export_classifier from that ram:// model to a ram:// base directory, twice (the second
-    is version 2). Before: model.keras went to a local 'ram:' directory, and
-    export_classifier read that local copy."""
+    is version 2), and verify of that base directory. Before: model.keras went to a local
+    'ram:' directory, and export_classifier read that local copy."""
     _upload_dir(shards, f"{ram}/data")
     train(_options(ram, num_train_steps=2))
     with tf.io.gfile.GFile(f"{ram}/ft/train.jsonl", "w") as f:
@@ -215,6 +215,18 @@ def test_fine_tuning_and_exports_read_and_write_remote_paths(ram, shards):
     served = tf.saved_model.load(f"{ram}/models/cls/2")
     probabilities = served.signatures["serving_default"](text=tf.constant(["tok5 tok9"]))
     assert np.allclose(np.sum(probabilities["probabilities"].numpy(), axis=-1), 1.0, atol=1e-5)
+    # verify loads the served version (2) in another process, from a local copy; a version
+    # that lost its warmup file fails, both named as given. Before: "no such directory".
+    result = run_tool("verify", [f"--export_dir={ram}/models/cls"])
+    assert result.code == 0, result.stdout + result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == f"verify {ram}/models/cls/2" and lines[-1] == "  result: PASS", lines
+    assert {line.split()[1] for line in lines[1:-1]} == {
+        "ops", "load", "signatures", "warmup", "lengths", "session"}, lines
+    tf.io.gfile.remove(f"{ram}/models/cls/1/assets.extra/tf_serving_warmup_requests")
+    result = run_tool("verify", [f"--export_dir={ram}/models/cls/1"])
+    assert result.code == 1 and "  [FAIL] warmup     no assets.extra/tf_serving_warmup_requests" \
+        in result.stdout.splitlines(), result.stdout
 
 
 @pytest.fixture(scope="module")

@@ -397,6 +397,6 @@ def remove_backups(output_dir: str, distribution) -> None:
     worker_dir = os.path.dirname(backup_dir)
     for directory in (worker_dir, os.path.dirname(worker_dir)):
         try:
-            os.rmdir(directory)
+            files.rmdir(directory)  # on gs:// too, where os.rmdir removed nothing
         except OSError:
-            pass
+            pass  # another worker's backups are still in it

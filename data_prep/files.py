@@ -394,6 +394,24 @@ def remove(path: str) -> None:
         _gfile().remove(path)
 
 
+def rmdir(path: str) -> None:
+    """os.rmdir, or for a remote path the removal of a directory that holds nothing (on GCS
+    the marker object tf.io.gfile.makedirs wrote).
+
+    Raises:
+      FileNotFoundError: no such directory.
+      OSError: ENOTEMPTY, the directory holds something.
+    """
+    if not is_remote(path):
+        os.rmdir(path)
+    elif not _gfile().isdir(path):
+        raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+    elif _gfile().listdir(path):
+        raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+    else:
+        _gfile().rmtree(path)
+
+
 def rmtree(path: str) -> None:
     """shutil.rmtree(ignore_errors=True), or tf.io.gfile.rmtree of a remote directory that
     exists."""

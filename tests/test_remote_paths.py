@@ -426,6 +426,29 @@ def test_convert_checkpoint_round_trips_on_remote_paths_as_locally(ram, shards, 
         again.stderr
 
 
+def test_multi_worker_backups_are_cleaned_up_on_remote_paths(ram):
+    """remove_backups at the end of a multi-worker run with --output_dir on ram://: each
+    non-chief process removes its own workers/<name>/, and the last one workers/ itself;
+    another worker's backups stay until it ends. Before: the empty directories stayed
+    (os.rmdir of a remote path)."""
+    import types
+
+    from bert_keras import backup
+
+    run = f"{ram}/run"
+    workers = {name: types.SimpleNamespace(is_chief=False, worker_name=name)
+               for name in ("worker-1", "worker-2")}
+    for distribution in workers.values():
+        files.write_text(os.path.join(backup.process_backup_dir(run, distribution),
+                                      "latest.weights.h5"), "weights")
+    files.write_text(f"{run}/history.csv", "epoch\n")
+    backup.remove_backups(run, workers["worker-1"])
+    assert _walk(run) == ["history.csv", "workers/worker-2/backup/latest.weights.h5"]
+    assert files.listdir(f"{run}/workers") == ["worker-2"]
+    backup.remove_backups(run, workers["worker-2"])
+    assert files.listdir(run) == ["history.csv"]
+
+
 def test_a_damaged_remote_weights_file_is_named_as_given(ram):
     """A remote .weights.h5 is read from a local copy; the error names the gs:// file the
     user gave, not the copy's temporary path. Before: 'no such weights file'."""

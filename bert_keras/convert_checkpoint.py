@@ -166,10 +166,10 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
 
     Args:
       from_format, to_format: "google", "hf" or "keras".
-      input_path, output_path: see the module docstring.
+      input_path, output_path: see the module docstring; either may be remote (gs://).
       model: "auto", "encoder" or "pretrainer".
       config_file: bert_config.json for a Google input not beside its checkpoint (or a
-        .weights.h5 without one beside it).
+        .weights.h5 without one beside it); local or remote.
       tokenizer_overrides: the tokenizer settings given (`overrides_from_flags`): a Google
         checkpoint's vocabulary is written only with them.
 

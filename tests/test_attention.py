@@ -139,13 +139,23 @@ def test_attention_under_mixed_float16(backend):
         assert np.abs(explicit - want).max() < 1e-2 * scale
 
 
-def _any_masks():
-    """Right padding, left padding, holes, and a sequence with no real token."""
-    mask = np.ones((5, S), "int32")
-    mask[1, 4:] = 0
-    mask[2, :3] = 0
-    mask[3, [1, 4, 5]] = 0
-    mask[4, :] = 0
+def _any_masks(batch=5, length=S):
+    """Row r gets pattern r % 6: every token real, right padding, left padding, holes, no
+    real token, one real token (mid-sequence). With the defaults: the first five."""
+    mask = np.ones((batch, length), "int32")
+    for row in range(batch):
+        pattern = row % 6
+        if pattern == 1:
+            mask[row, max(1, length - 3):] = 0
+        elif pattern == 2:
+            mask[row, :min(3, length - 1)] = 0
+        elif pattern == 3:
+            mask[row, 1:length - 1:2] = 0
+        elif pattern == 4:
+            mask[row] = 0
+        elif pattern == 5:
+            mask[row] = 0
+            mask[row, length // 2] = 1
     return mask
 
 
@@ -156,42 +166,56 @@ def _uniform_reference(layer, x, mask):
         return (x.astype("float64") @ np.asarray(dense.kernel, "float64")
                 + np.asarray(dense.bias, "float64"))
 
-    batch, d = x.shape[0], H // N
-    q, k, v = (project(dense).reshape(batch, S, N, d).transpose(0, 2, 1, 3)
+    batch, length, hidden = x.shape
+    heads = layer.num_heads
+    d = hidden // heads
+    q, k, v = (project(dense).reshape(batch, length, heads, d).transpose(0, 2, 1, 3)
                for dense in (layer.query, layer.key, layer.value))
     scores = (q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
               + np.finfo("float64").min * (1 - mask[:, None, None, :]))
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    return (probs @ v).transpose(0, 2, 1, 3).reshape(batch, S, H)
+    return (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
+
+
+# (B, S, H, N): this module's sizes; head size 24 (not a power of two) with a sequence
+# length no block size divides and every mask pattern (a one-token row included); a batch
+# of single tokens, one of them padding. Masks as int, float and bool.
+ANY_MASK_SIZES = [(5, S, H, N), (6, 17, 72, 3), (5, 1, 40, 5)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_every_path_computes_one_function_for_any_mask(backend):
+@pytest.mark.parametrize("sizes", ANY_MASK_SIZES, ids=lambda s: "B{}_S{}_H{}_N{}".format(*s))
+def test_every_path_computes_one_function_for_any_mask(backend, sizes):
     """The fused path (a select in Keras' attention) and the explicit softmax agree with
     transformers' eager masking for any mask, on both backends, in float32 and bfloat16. A
     sequence with no real key attends uniformly on both: the explicit path used Google's
     -10000, which let that row attend by its raw scores (0.07 from the fused path)."""
+    test_id = "B{}_S{}_H{}_N{}".format(*sizes)
     if run_on_backend(backend, __file__,
-                      f"test_every_path_computes_one_function_for_any_mask[{backend}]"):
+                      f"test_every_path_computes_one_function_for_any_mask[{test_id}-{backend}]"):
         return
-    mask = _any_masks()
-    x = np.random.default_rng(2).normal(size=(5, S, H)).astype("float32") * 3
+    batch, length, hidden, heads = sizes
+    mask = _any_masks(batch, length)
+    empty = ~mask.any(axis=1)
+    assert empty.any()
+    x = np.random.default_rng(2).normal(size=(batch, length, hidden)).astype("float32") * 3
     for dtype, tolerance in (("float32", 1e-5), ("mixed_bfloat16", 3e-2)):
-        layer = SelfAttention(N, dropout=0.1, dtype=dtype)
-        layer.build((None, None, H))
+        layer = SelfAttention(heads, dropout=0.1, dtype=dtype)
+        layer.build((None, None, hidden))
         want = _uniform_reference(layer, x, mask)
         scale = np.abs(want).max()
-        fused = np.asarray(layer(x, attention_mask=mask), "float32")
-        explicit = _explicit(layer, x, mask)
-        for name, got in (("fused", fused), ("explicit", explicit)):
-            error = np.abs(got - want).max(axis=(1, 2)) / scale
-            assert (error < tolerance).all(), (dtype, name, error)
-        # The empty row is the mean of the values, on both paths.
-        values = np.asarray(layer.value(x[4]), "float32")
-        np.testing.assert_allclose(explicit[4], np.broadcast_to(values.mean(0), (S, H)),
-                                   atol=tolerance * scale)
-        assert np.abs(fused - explicit).max() < tolerance * scale
+        for typed in (mask, mask.astype("float32"), mask.astype(bool)):
+            fused = np.asarray(layer(x, attention_mask=typed), "float32")
+            explicit = _explicit(layer, x, typed)
+            for name, got in (("fused", fused), ("explicit", explicit)):
+                error = np.abs(got - want).max(axis=(1, 2)) / scale
+                assert (error < tolerance).all(), (dtype, typed.dtype, name, error)
+            assert np.abs(fused - explicit).max() < tolerance * scale
+        # A row with no real token is the mean of its values, on both paths.
+        values = np.asarray(layer.value(x[empty]), "float32")  # [E, S, H]
+        np.testing.assert_allclose(explicit[empty], np.broadcast_to(
+            values.mean(1, keepdims=True), values.shape), atol=tolerance * scale)
 
 
 @pytest.mark.parametrize("shape", [(B, S, S), (B, 1, S), (B, 1, 1, S), (S,), (B, S + 1),

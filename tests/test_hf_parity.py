@@ -158,9 +158,10 @@ def test_live_parity_with_transformers(act, tmp_path):
 @pytest.mark.parametrize("backend", ["tensorflow",
                                      pytest.param("jax", marks=pytest.mark.integration)])
 def test_live_parity_for_any_mask(backend, tmp_path):
-    """Masks no tool writes (left padding, holes, a sequence with no real token), in
-    inference (the fused path) and in training with every dropout rate at 0 (the explicit
-    softmax), at every position, against transformers' eager attention. Its SDPA default
+    """Masks no tool writes (left padding, holes, a sequence with no real token, one with a
+    single real token mid-sequence), in inference (the fused path) and in training with
+    every dropout rate at 0 (the explicit softmax), at every position, against
+    transformers' eager attention. Its SDPA default
     gives a sequence with no real token zeros (torch's kernel) where eager attends
     uniformly: every other row agrees with both."""
     from conftest import run_on_backend
@@ -176,11 +177,13 @@ def test_live_parity_for_any_mask(backend, tmp_path):
     sys.path.insert(0, TESTDATA)
     import make_hf_golden
 
-    inputs = make_inputs(batch=5, seq=11, lengths=[11, 7, 11, 11, 11], seed=4)
+    inputs = make_inputs(batch=6, seq=11, lengths=[11, 7, 11, 11, 11, 11], seed=4)
     mask = inputs["input_mask"]
     mask[2, :3] = 0
     mask[3, [2, 5, 8]] = 0
     mask[4, :] = 0
+    mask[5, :] = 0
+    mask[5, 6] = 1  # one real token, mid-sequence
     model = make_hf_golden.make_model("gelu", seed=7)
     model.save_pretrained(str(tmp_path), safe_serialization=True)
     expected = {}

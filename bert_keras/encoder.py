@@ -283,7 +283,9 @@ class BertEncoder(keras.Model):
         runs on the padded layout. Where real lengths vary, that is the padding's share of
         the work saved, at static shapes (JAX and XLA: one compilation per distinct
         capacity). Outputs at real positions are the full call's (same arithmetic, row by
-        row); padded positions of `sequence_output` are zeros. Inference only (no dropout).
+        row); padded positions of `sequence_output` are zeros, so a row whose position 0
+        is padding (left-padded input) has the pooler of zeros as its `pooled_output`, where
+        the full call pools the padded position's vector. Inference only (no dropout).
 
         Args:
           inputs: dict with input_word_ids, input_mask, input_type_ids ([B, S], B and S

@@ -753,8 +753,8 @@ def parse_json(data: bytes, path: str, expected: str | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise JsonFileError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})"
-                            f"{tail}") from None
+        raise JsonFileError(f"{path}:{e.lineno}: not valid JSON ({_json_reason(e)} at column "
+                            f"{e.colno}){tail}") from None
 
 
 def parse_json_line(line: str, where: str) -> Any:
@@ -767,8 +767,25 @@ def parse_json_line(line: str, where: str) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as e:
-        raise JsonFileError(f"{where}: not valid JSON ({e.msg} at column {e.colno}); expected "
-                            "one JSON object per line") from None
+        raise JsonFileError(f"{where}: not valid JSON ({_json_reason(e)} at column {e.colno}); "
+                            "expected one JSON object per line") from None
+
+
+def _json_reason(e: json.JSONDecodeError) -> str:
+    # Python's json words one reason "Invalid control character at" (a raw tab, "\r" or
+    # "\n" inside a string): the messages add " at column <n>" themselves.
+    return e.msg.removesuffix(" at")
+
+
+def jsonl_newline(path: str) -> str:
+    """open()'s `newline` for reading the JSON-lines file `path` line by line: "\\n", so
+    that a stray "\\r" (JSON whitespace between tokens; inside a string RFC 8259 has it
+    escaped) stays inside its line, where universal newlines would split the object in
+    two; tf.io.gfile's readers (which drop every "\\r") and pyarrow's (Hugging Face
+    datasets') end lines at "\\n" too. "" (line ends as written) for a file whose lines
+    all end in a lone "\\r" (`ends_lines_in_lone_cr`), read line by line as pyarrow
+    reads it."""
+    return "" if ends_lines_in_lone_cr(path) else "\n"
 
 
 def read_json(path: str, expected: str | None = None) -> Any:

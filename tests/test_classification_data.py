@@ -159,6 +159,32 @@ def test_rows_end_in_lf_crlf_or_a_lone_cr_alike(tmp_path, ends):
         (f"{path}:2", "a\r\nb", "ham"), (f"{path}:4", "c\rd", "spam")]
 
 
+@pytest.mark.parametrize("ends", [b"\n", b"\r\n", b"\r"])
+def test_jsonl_lines_end_at_newline_and_a_stray_cr_is_json_whitespace(tmp_path, ends):
+    """A "\\r" inside a JSON-lines line can only be whitespace between tokens (RFC 8259
+    escapes it in strings): it does not end the line, as for tf.io.gfile's and pyarrow's
+    (Hugging Face datasets') readers; universal newlines split the object in two. A file
+    whose lines all end in a lone "\\r" is read line by line, as pyarrow reads it."""
+    path = tmp_path / "d.jsonl"
+    stray = b"" if ends == b"\r" else b"\r"
+    path.write_bytes(ends.join([b'{"text": "a b",' + stray + b' "label": "ham"}', b"",
+                                b'{"text": "c\\rd",' + stray + b'"label":"spam"}' + stray,
+                                b""]))
+    examples = classification.read_examples(str(path))
+    assert [(e.where, e.text_a, e.label) for e in examples] == [
+        (f"{path}:1", "a b", "ham"), (f"{path}:3", "c\rd", "spam")]
+
+
+def test_jsonl_a_raw_cr_inside_a_string_is_refused_naming_its_line(tmp_path):
+    """RFC 8259 has a "\\r" in a string escaped; a raw one is invalid JSON (Python's json
+    and pyarrow both refuse it), named by file:line, not read as two halves."""
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"text": "a", "label": "ham"}\n{"text": "b\rc", "label": "spam"}\n')
+    with pytest.raises(DataError, match=rf"^{path}:2: not valid JSON \(Invalid control "
+                                        r"character at column 12\); expected one JSON object"):
+        classification.read_examples(str(path))
+
+
 def test_labels_are_read_as_labels_txt_keeps_them(tmp_path):
     """Spaces around a label are not part of it, as in the model's labels.txt
     (model_loading.read_labels): a run evaluates its own training file."""

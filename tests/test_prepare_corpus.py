@@ -64,6 +64,19 @@ def test_jsonl_plain_and_gzip(tmp_path):
                                  ["Third doc here.", "It ends."]]
 
 
+def test_jsonl_a_stray_cr_between_tokens_does_not_split_the_line(tmp_path):
+    """A "\\r" between JSON tokens is whitespace and ends no line (universal newlines split
+    the object and refused its halves as invalid JSON); gzip is read the same way."""
+    plain = tmp_path / "docs.jsonl"
+    plain.write_bytes(b'{"id": 1,\r"body": "One doc. Two."}\r\n{"body":\r"Third."}\n')
+    packed = tmp_path / "more.jsonl.gz"
+    with gzip.open(packed, "wb") as f:
+        f.write(b'{"body": "Fourth here.",\r "id": 4}\n')
+    out = tmp_path / "corpus.txt"
+    assert run_cli(input=f"{plain},{packed}", output_file=str(out), text_field="body") == 0
+    assert documents_of(out) == [["One doc.", "Two."], ["Third."], ["Fourth here."]]
+
+
 def test_jsonl_errors_name_the_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine."}\n{"text": broken\n')

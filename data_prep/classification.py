@@ -140,7 +140,7 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
 
 
 def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
-    with files.open_input(path, newline=files.jsonl_newline(path)) as f:
+    with files.open_input(path, newline=files.newline_for(path)) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

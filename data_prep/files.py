@@ -719,7 +719,7 @@ def lone_cr_message(data: bytes, path: str) -> str | None:
 def ends_lines_in_lone_cr(path: str, sniff_bytes: int = 64 * 1024) -> bool:
     """Whether the file's lines end in a carriage return alone (`lone_cr_message`), from
     its first `sniff_bytes` (decompressed), for readers that tell such line ends from a
-    stray "\\r" inside a line (the GLUE and csv readers)."""
+    stray "\\r" inside a line (`newline_for`, the csv reader)."""
     with open_input(path, "rb") as f:
         return lone_cr_message(f.read(sniff_bytes), path) is not None
 
@@ -777,14 +777,14 @@ def _json_reason(e: json.JSONDecodeError) -> str:
     return e.msg.removesuffix(" at")
 
 
-def jsonl_newline(path: str) -> str:
-    """open()'s `newline` for reading the JSON-lines file `path` line by line: "\\n", so
-    that a stray "\\r" (JSON whitespace between tokens; inside a string RFC 8259 has it
-    escaped) stays inside its line, where universal newlines would split the object in
-    two; tf.io.gfile's readers (which drop every "\\r") and pyarrow's (Hugging Face
-    datasets') end lines at "\\n" too. "" (line ends as written) for a file whose lines
-    all end in a lone "\\r" (`ends_lines_in_lone_cr`), read line by line as pyarrow
-    reads it."""
+def newline_for(path: str) -> str:
+    """open()'s `newline` for reading `path` line by line as Google's readers (tf.io.gfile)
+    end lines: "\\n" ("\\r\\n" included), so that a stray "\\r" stays inside its line
+    for the reader to take as whitespace (JSON between tokens, CoNLL and KLUE-NER columns)
+    or drop (GLUE TSV), where universal newlines would end a line there (splitting a JSON
+    object, ending a sentence); "" (line ends as written) for a file whose lines all end in
+    a lone "\\r" (`ends_lines_in_lone_cr`, classic Mac OS), split at them, as pyarrow's
+    (Hugging Face datasets') JSON reader splits it."""
     return "" if ends_lines_in_lone_cr(path) else "\n"
 
 

@@ -647,9 +647,9 @@ def _read_tsv(path: str):
         naming the line and byte, as every reader does.
     """
     files.check_text_file(path)
-    lone_cr = files.ends_lines_in_lone_cr(path)
-    with files.open_input(path, newline="" if lone_cr else "\n") as f:
-        lines = f if lone_cr else (line.replace("\r", "") for line in f)
+    newline = files.newline_for(path)
+    with files.open_input(path, newline=newline) as f:
+        lines = f if newline == "" else (line.replace("\r", "") for line in f)
         reader = csv.reader(lines, delimiter="\t", quotechar=None)
         while True:
             try:

@@ -254,7 +254,7 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
     """
     for path in paths:
         try:
-            with files.open_input(path, newline=files.jsonl_newline(path)) as f:
+            with files.open_input(path, newline=files.newline_for(path)) as f:
                 for line_no, line in enumerate(f, 1):
                     if not line.strip():
                         continue

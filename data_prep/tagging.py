@@ -118,7 +118,7 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
     # "\r" in a file whose lines all end so; a stray "\r" elsewhere is whitespace between
     # columns, where universal newlines would make it a line end, or a blank line that
     # splits the sentence.
-    with files.open_input(path, newline="" if files.ends_lines_in_lone_cr(path) else "\n") as f:
+    with files.open_input(path, newline=files.newline_for(path)) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
             if not fields or fields[0] == "-DOCSTART-":

@@ -118,9 +118,13 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
         tags.clear()
 
     files.check_text_file(path)
-    with files.open_input(path) as f:
+    # Lines end at "\n" (or at a lone "\r" in a file whose lines all end so): a stray "\r"
+    # before a line's end ("가\tB-PS\r\r\n", a line edited on another system) goes with
+    # the "\r\n", as tagging.read_conll reads it, where universal newlines made it a blank
+    # line that ended the sentence and put every later line number one too high.
+    with files.open_input(path, newline=files.newline_for(path)) as f:
         for number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
+            line = line.rstrip("\r\n")
             # A blank line ends a sentence (also "\t" alone, as some copies have it); a
             # line starting " \t" is a space's and needs its tag.
             if not line.strip(" \t") and not line.startswith(" \t"):

@@ -97,6 +97,25 @@ def test_a_header_ends_an_open_sentence_and_crlf_lines_read(tmp_path):
     assert [s.text for s in klue_ner.read_klue_ner(path)] == ["가", "나"]
 
 
+@pytest.mark.parametrize("ends", ["\n", "\r\n", "\r"])
+def test_a_stray_carriage_return_keeps_the_sentence_and_the_line_numbers(tmp_path, ends):
+    """LF, CRLF or lone-CR line ends read alike. A stray "\\r" before a line's end
+    ("가\\tB-PS\\r\\r\\n", a line edited on another system) ends no sentence: universal
+    newlines read it as a blank line, so the next character line was refused as outside a
+    sentence, its line number one too high; a later error names its own line."""
+    stray = {"\n": "\r\r", "\r\n": "\r", "\r": ""}[ends]
+    path = tmp_path / "ner.tsv"
+    lines = ["## g1\t<가나:PS>", "가\tB-PS" + stray, "나\tI-PS", "", "## g2\t다 ",
+             "다\tO" + stray, " \tO", ""]
+    path.write_bytes(ends.join(lines).encode())
+    g1, g2 = klue_ner.read_klue_ner(str(path))
+    assert (g1.text, g1.tags, g1.where) == ("가나", ("B-PS", "I-PS"), f"{path}:1")
+    assert (g2.text, g2.tags, g2.where) == ("다 ", ("O", "O"), f"{path}:5")
+    path.write_bytes(ends.join(lines[:-1] + ["라 B-PS", ""]).encode())
+    with pytest.raises(DataError, match=re.escape(f"{path}:8: expected one character, a tab")):
+        klue_ner.read_klue_ner(str(path))
+
+
 # --- units ------------------------------------------------------------------------------
 
 def test_units_are_the_pieces_of_the_whole_text_tagged_by_their_first_character(tmp_path):

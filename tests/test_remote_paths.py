@@ -12,6 +12,7 @@ is dropped silently (inputs are copied in sorted order), and tf.io.gfile.walk li
 """
 
 import itertools
+import json
 import os
 import random
 
@@ -332,6 +333,68 @@ def test_run_squad_and_export_span_qa_on_remote_paths(ram, task_inputs, tmp_path
         context=tf.constant([c for _, _, c in asked]))
     want = files.read_json(f"{ram}/every/predictions.json")
     assert [a.decode() for a in got["answer"].numpy()] == [want[i] for i, _, _ in asked]
+
+
+@pytest.mark.integration  # two run_regressor runs and an export: about 40 s on 2 cores
+def test_run_regressor_and_export_regressor_on_remote_paths(ram, task_inputs, tmp_path):
+    """run_regressor with its data, --init_checkpoint, --vocab_file and --output_dir on
+    ram:// predicts and evaluates as the same run on local files; export_regressor exports
+    that ram:// model to a ram:// base directory, and the export scores the texts as
+    predictions.jsonl says."""
+    import shutil
+
+    from test_regression import write_rated
+
+    local = tmp_path / "in"
+    shutil.copytree(task_inputs, local)
+    write_rated(local / "rated.jsonl", 13, 3)
+    _upload_dir(local, f"{ram}/in")
+    flags = ["--eval_file={}/rated.jsonl", "--do_eval", "--label_column=score",
+             "--max_seq_length=14", "--train_batch_size=5"]
+    for root, out in ((f"{ram}/in", f"{ram}/reg"), (str(local), str(tmp_path / "reg"))):
+        result = run_tool("run_regressor", _finetune_args(root, "rated.jsonl", out)
+                          + [flag.format(root) for flag in flags])
+        assert result.code == 0, result.stderr[-2000:]
+    assert {"model.keras", "vocab.txt", "tokenizer_config.json", "predictions.jsonl",
+            "eval_results.json", "predict_results.json"} <= set(_walk(f"{ram}/reg"))
+
+    def predicted(output_dir):  # the scores, without "where" (which names the input file)
+        return [json.loads(line)["score"]
+                for line in _read_text(f"{output_dir}/predictions.jsonl").splitlines()]
+
+    scores = predicted(f"{ram}/reg")
+    assert len(scores) == 13 and len(set(scores)) > 1
+    assert scores == predicted(str(tmp_path / "reg"))
+    assert _scores(f"{ram}/reg") == _scores(str(tmp_path / "reg"))
+    result = run_tool("export_regressor", [f"--model_dir={ram}/reg",
+                                           f"--export_dir={ram}/models/reg",
+                                           "--max_seq_length=14"])
+    assert result.code == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == f"{ram}/models/reg/1"
+    import tensorflow_text  # noqa: F401  (the export holds its ops)
+
+    served = tf.saved_model.load(f"{ram}/models/reg/1")
+    texts = [json.loads(line)["text"] for line in _read_text(f"{ram}/in/rated.jsonl").splitlines()]
+    got = served.signatures["serving_default"](text=tf.constant(texts))["score"].numpy()
+    np.testing.assert_allclose(got, scores, atol=2e-6)  # predictions.jsonl: 6 decimals
+
+
+@pytest.mark.integration  # an export and verify's fresh processes: about 10 s on 2 cores
+def test_verify_compares_an_encoder_export_with_a_remote_checkpoint(ram, task_inputs):
+    """export_encoder from a ram:// checkpoint to a ram:// base directory, then verify with
+    --init_checkpoint on ram:// too: the parity check loads the remote checkpoint (verify
+    itself runs on a local copy of the export) and passes."""
+    _upload_dir(task_inputs, f"{ram}/in")
+    result = run_tool("export_encoder", [f"--init_checkpoint={ram}/in/encoder.keras",
+                                         f"--vocab_file={ram}/in/ft_vocab.txt",
+                                         f"--export_dir={ram}/models/enc", "--seq_length=11"])
+    assert result.code == 0, result.stderr[-2000:]
+    result = run_tool("verify", [f"--export_dir={ram}/models/enc",
+                                 f"--init_checkpoint={ram}/in/encoder.keras"])
+    assert result.code == 0, result.stdout + result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == f"verify {ram}/models/enc/1" and lines[-1] == "  result: PASS", lines
+    assert [line.split()[1] for line in lines[1:-1]][-1] == "parity", lines
 
 
 @pytest.mark.integration  # one export: about 25 s on 2 cores

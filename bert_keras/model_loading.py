@@ -546,13 +546,23 @@ def check_vocab_fits(encoder: BertEncoder, vocab_file: str, model_path: str | No
 
 def read_labels(path: str) -> list[str]:
     """labels.txt: one label per line, in id order (no empty or duplicate labels); spaces
-    around a label are not part of it (a label list typed by hand: "O " is "O")."""
+    around a label are not part of it (a label list typed by hand: "O " is "O").
+
+    Lines end at "\\n" (`files.newline_for`): a stray "\\r" before a line's end is such a
+    space, where universal newlines made it an empty line; one inside a label is refused
+    (no label holds a line break), not read as two labels.
+    """
     try:
         files.check_text_file(path)  # NUL, UTF-16, cp949: the line and how to convert it
-        with files.open_input(path) as f:
+        with files.open_input(path, newline=files.newline_for(path)) as f:
             labels = [line.strip() for line in f]
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None
+    for number, label in enumerate(labels, 1):
+        if "\r" in label:
+            raise CheckpointError(f"{path}:{number}: a carriage return (\\r) inside the label "
+                                  f"{label!r}; expected one label a line, lines ending in \\n "
+                                  "or \\r\\n")
     return check_labels(labels, path, "line")
 
 

@@ -369,3 +369,24 @@ def test_a_label_list_typed_with_spaces_around_a_label(tmp_path):
     path = tmp_path / "labels.txt"
     path.write_text("O \nB-PER\t\n I-PER\n")
     assert model_loading.read_labels(str(path)) == ["O", "B-PER", "I-PER"]
+
+
+@pytest.mark.parametrize("ends", [b"\n", b"\r\n", b"\r"])
+def test_a_label_list_with_a_stray_carriage_return(tmp_path, ends):
+    """LF, CRLF or lone-CR line ends read alike; a stray "\\r" before a line's end is
+    whitespace around the label (universal newlines made it an empty line: "labels.txt:2:
+    empty label" for a file without one). A "\\r" inside a label (which no label holds:
+    the readers refuse a line break in one) is refused naming its line, not read as two
+    labels that change the model's label count."""
+    from bert_keras import model_loading
+    from bert_keras.model_loading import CheckpointError
+
+    path = tmp_path / "labels.txt"
+    stray = b"" if ends == b"\r" else b"\r"
+    path.write_bytes(ends.join([b"O" + stray, b"B-PER", b"I-PER" + stray + stray, b""]))
+    assert model_loading.read_labels(str(path)) == ["O", "B-PER", "I-PER"]
+    if ends != b"\r":
+        path.write_bytes(ends.join([b"O", b"B-PER\rI-PER", b""]))
+        with pytest.raises(CheckpointError, match=rf"^{path}:2: a carriage return \(\\r\) "
+                                                  r"inside the label 'B-PER\\rI-PER'"):
+            model_loading.read_labels(str(path))

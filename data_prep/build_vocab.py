@@ -6,7 +6,8 @@ r"""Learns a WordPiece vocabulary from text files.
 Pipeline (memory bounded: the corpus is streamed, only a word-count table is kept):
 
   1. Stream the files line by line (`.gz` files decompressed; a line that is not UTF-8 is
-     an error naming the file, line and byte), split every line into words with the *same*
+     an error naming the file, line and byte; a "\r" inside a line dropped, as
+     create_pretraining_data's reader drops it), split every line into words with the *same*
      in-graph normalizer the tokenizer uses (`tokenization.BertPreTokenizer`), and count
      words. If the table exceeds --max_unique_words, the rarest words are pruned (as
      word2vec prunes its vocabulary), so counts of rare words are approximate. Words
@@ -133,7 +134,9 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
 
 
 def iter_lines(paths: Sequence[str]) -> Iterator[str]:
-    """Yields the lines of the files, decoded as UTF-8.
+    """Yields the lines of the files, decoded as UTF-8, as create_pretraining_data reads
+    them: a "\\r" inside a line is dropped (kept, as a space, in a file whose lines all end
+    in a lone "\\r").
 
     Raises:
       files.TextFileError: a non-UTF-8 line or a NUL byte (file, line and byte offset
@@ -144,10 +147,17 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
     for path in paths:
         offset = number = 0
         try:
+            # Lines as create_pretraining_data reads them (Google's tf.io.gfile reader): they
+            # end at "\n" and every "\r" is dropped ("cat\rdog" is the word "catdog" in the
+            # pretraining data, where the tokenizer would split it at a "\r" as at a space),
+            # but in a file whose lines all end in a lone "\r": there they stay spaces.
+            keep_cr = files.ends_lines_in_lone_cr(path)
             # .gz and .bz2 decompressed, as prepare_corpus and create_pretraining_data read them.
             with files.open_input(path, "rb") as f:
                 for number, raw in enumerate(f, 1):
                     line = files.check_text_line(raw, path, number, offset)
+                    if not keep_cr:
+                        line = line.replace("\r", "")
                     # The byte-order mark Notepad writes first is no part of the text.
                     yield line[1:] if number == 1 and line.startswith("\ufeff") else line
                     offset += len(raw)

@@ -347,6 +347,27 @@ def test_invalid_utf8_in_the_corpus_is_refused(tmp_path):
         list(bv.iter_lines([str(path)]))
 
 
+def test_corpus_lines_are_read_as_create_pretraining_data_reads_them(tmp_path):
+    """Google's reader (tf.io.gfile, create_pretraining_data's) ends lines at "\\n" and
+    drops every "\\r": "cat\\rdog" is the word "catdog" in the pretraining data, so the
+    vocabulary is learned from that word, not from "cat" and "dog" (the tokenizer reads a
+    "\\r" as a space). A file whose lines all end in a lone "\\r" keeps them as spaces
+    between words (Google's reader would read it as one word-joined line)."""
+    import tensorflow as tf
+
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"the cat\rdog sat\r\n\r\nlay\r\r\non mats\n")
+    with tf.io.gfile.GFile(str(path)) as f:
+        google = [line.strip() for line in f]
+    assert [line.strip() for line in bv.iter_lines([str(path)])] == google
+    pretokenizer = tokenization.BertPreTokenizer(do_lower_case=True)
+    counts = bv.count_words(bv.iter_lines([str(path)]), pretokenizer)
+    assert counts == {"the": 1, "catdog": 1, "sat": 1, "lay": 1, "on": 1, "mats": 1}
+    path.write_bytes(b"the cat\rdog sat\r")
+    counts = bv.count_words(bv.iter_lines([str(path)]), pretokenizer)
+    assert counts == {"the": 1, "cat": 1, "dog": 1, "sat": 1}
+
+
 def test_word_table_stays_bounded():
     lines = refs.read_lines(refs.MIXED_FILE) * 3
     full = bv.count_words(lines, tokenization.pretokenizer())

@@ -704,8 +704,8 @@ def lone_cr_message(data: bytes, path: str) -> str | None:
 
     Google's readers (tf.io.gfile's readline: create_pretraining_data, extract_features, a
     vocabulary) end lines at "\\n" only and drop every "\\r", so such a file read as one
-    line: one document, one example, one token. Python's universal newlines (the CSV,
-    JSONL, CoNLL and label readers) split it right; readers of Google's formats refuse it.
+    line: one document, one example, one token. The CSV, JSONL, CoNLL, KLUE-NER, GLUE
+    TSV and label readers split it (`newline_for`); readers of Google's formats refuse it.
     A stray "\\r" inside lines that end in "\\n" is not this.
     """
     lone = data.count(b"\r") - data.count(b"\r\n")

@@ -75,18 +75,22 @@ class SelfAttention(keras.layers.Layer):
         lengths; in training with attention dropout, a Pallas flash-attention kernel that
         draws the dropout decisions in registers and regenerates them in the backward
         pass, so the [B, N, Q, S] probabilities never reach memory.
-      - Elsewhere, where no probability is dropped (inference, exports, `dropout=0`):
+      - Elsewhere, where no probability is dropped (inference, `dropout=0`):
         `keras.ops.dot_product_attention` (XLA's fusion, or TensorFlow's ops), but for
-        float16 on JAX's CPU backend, where it does not compile (`_float16_on_jax_cpu`).
-      - Elsewhere, in training with attention dropout, and float16 on JAX's CPU backend:
-        the softmax written out, dropout on the probabilities (Google's computation).
+        float16 on JAX's CPU backend, where it does not compile (`_float16_on_jax_cpu`),
+        and for serving copies (`kernel_layout="out_in"`, what exports run).
+      - Elsewhere, in training with attention dropout, float16 on JAX's CPU backend and
+        serving copies: the softmax written out, dropout on the probabilities (Google's
+        computation; in serving copies nothing is dropped: on TensorFlow it is the
+        faster of the two at long requests).
 
     Args:
       num_heads: N.
       dropout: dropout rate on attention probabilities (BERT drops whole attention links).
       initializer: kernel initializer of the projections.
       kernel_layout: the projections' kernel layout (`bert_keras.layers.dense.Dense`):
-        "in_out" (Google's checkpoints, training) or "out_in" (serving copies).
+        "in_out" (Google's checkpoints, training) or "out_in" (serving copies, which also
+        take the explicit softmax where nothing is dropped).
     """
 
     def __init__(self, num_heads, dropout=0.1, initializer="truncated_normal",
@@ -217,7 +221,7 @@ class SelfAttention(keras.layers.Layer):
                 mesh, batch_axis = kernels.batch_mesh()
                 return flash_attention.attention(q, k, v, key_bias, seed, dropout_rate=rate,
                                                  scale=scale, mesh=mesh, batch_axis=batch_axis)
-        if rate == 0 and not _float16_on_jax_cpu(q):
+        if rate == 0 and not _float16_on_jax_cpu(q) and self.kernel_layout == "in_out":
             # Nothing to drop: XLA's fused attention. [B, S] -> [B, 1, 1, S]: the same key
             # mask for every head and query. On a GPU (head sizes over 256, or the fused
             # kernels switched off) Keras would try cuDNN with that mask, which cuDNN
@@ -226,6 +230,13 @@ class SelfAttention(keras.layers.Layer):
                 attention_mask, "bool")[:, None, None, :]
             unfused = {"flash_attention": False} if kernels.platform() == "gpu" else {}
             return ops.dot_product_attention(q, k, v, mask=mask, scale=scale, **unfused)
+        # Serving copies (kernel_layout "out_in", `tasks.for_serving`; exports run them on
+        # TensorFlow without XLA) take the explicit softmax even with nothing to drop: there
+        # `keras.ops.dot_product_attention` runs oneDNN's einsum twice and selects over the
+        # [B, N, Q, S] scores with a broadcast boolean mask; the explicit path's two batch
+        # matmuls and additive [B, 1, 1, S] mask took 0.75-0.77x the time of a base layer's
+        # attention without its projections at 256-384 positions on a 2-core Xeon
+        # (bench/bench_long_attention.py, BUILD_NOTES.md section 8.11).
         return self._explicit_attention(q, k, v, attention_mask, scale, training)
 
     def _explicit_attention(self, q, k, v, attention_mask, scale, training):

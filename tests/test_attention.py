@@ -247,3 +247,34 @@ def test_a_mask_of_another_shape_is_a_one_line_error_naming_the_expected_one(sha
     for right in (np.ones((B, S), "int32"), np.ones((B, S), "float32"), np.ones((B, S), bool)):
         assert tuple(layer(x, attention_mask=right).shape) == (B, S, H)
         assert tuple(block(x, attention_mask=right).shape) == (B, S, H)
+
+
+def test_a_serving_copy_attends_through_the_explicit_softmax(monkeypatch):
+    """kernel_layout="out_in" (serving copies, `tasks.for_serving`) takes the explicit
+    softmax at inference, where TensorFlow runs it faster at long requests than
+    keras.ops.dot_product_attention (bench/bench_long_attention.py): the same function
+    as the fused path of the training layout, a row with no real key included (both attend
+    uniformly there), and the numpy reference elsewhere."""
+    import keras
+
+    x, mask, rows = _inputs(seed=3)
+    mask[0, :] = 0  # no real key: uniform attention on every path
+    layer = SelfAttention(N, dropout=0.1)
+    layer.build((None, None, H))
+    serving = SelfAttention(N, dropout=0.1, kernel_layout="out_in")
+    serving.build((None, None, H))
+    serving.set_weights([w.T if w.ndim == 2 else w for w in layer.get_weights()])
+    queries = np.take_along_axis(x, rows[:, :, None], axis=1)
+    fused = [np.asarray(layer(x, attention_mask=mask, query=q), "float32")
+             for q in (None, queries)]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a serving copy called keras.ops.dot_product_attention")
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", refused)
+    for query, want_fused in zip((None, queries), fused):
+        served = np.asarray(serving(x, attention_mask=mask, query=query), "float32")
+        want = _reference(layer, x, mask, x if query is None else queries)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(served, want_fused, atol=1e-5 * scale)
+        assert np.abs(served[1:] - want[1:]).max() < 1e-5 * scale

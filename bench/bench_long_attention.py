@@ -2,6 +2,8 @@ r"""Our serving encoder against torch's at long requests, and where the time goe
 
     .venv/bin/python bench/bench_long_attention.py                  # S = 64,128,192,256,384
     .venv/bin/python bench/bench_long_attention.py --lengths=128,384 --rounds=7
+    .venv/bin/python bench/bench_long_attention.py --lengths=16,32 --rounds=9 \
+        --only="ours encoder;ours encoder, before"   # the A/B of the whole encoders alone
     .venv/bin/python bench/bench_long_attention.py --preset=tiny --lengths=24,40 --rounds=2 \
         --calls=2   # smoke test
 
@@ -58,6 +60,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 SEED = 1234
+# Every row, in build order (`build_rows`); --only picks among them.
+ROWS = ("ours encoder", "ours encoder, before", "torch BertModel", "ours attention",
+        "ours attention, before", "torch attention sdpa", "torch attention eager",
+        "ours core", "ours core, unmasked", "ours core, before", "torch core sdpa",
+        "ours feed-forward", "torch feed-forward", "tf.function call, identity")
 
 
 def timed_ms(fn, calls: int) -> float:
@@ -254,7 +261,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3,
                         help="calls per row per round for the full models (parts: 4x)")
+    parser.add_argument("--only", default="",
+                        help="semicolon-separated row names to time (default: every row); "
+                             "a pair is printed where both its rows are timed")
     args = parser.parse_args()
+    only = set(args.only.split(";")) if args.only else set(ROWS)
+    if only - set(ROWS):
+        parser.error(f"--only: no rows {sorted(only - set(ROWS))}; rows: {'; '.join(ROWS)}")
     lengths = [int(s) for s in args.lengths.split(",")]
 
     # Before TensorFlow creates its thread pools (the first op) and before any torch op.
@@ -273,6 +286,10 @@ def main():
           f"calls={args.calls}; load average {os.getloadavg()[0]:.2f}")
     for seq_length in lengths:
         rows, pairs, checks = build_rows(config, seq_length, rng)
+        assert tuple(rows) == ROWS, "ROWS lists build_rows' rows in order"
+        rows = {name: fn for name, fn in rows.items() if name in only}
+        pairs = [pair for pair in pairs if set(pair) <= only]
+        checks = [pair for pair in checks if set(pair) <= only]
         outputs = {name: fn() for name, fn in rows.items()}  # also warms every row up
         for ours, theirs in checks:
             np.testing.assert_allclose(outputs[ours], outputs[theirs], rtol=1e-4, atol=2e-4,
@@ -286,13 +303,15 @@ def main():
             if r % 2:
                 order = order[::-1]
             for name in order:
-                calls = args.calls if name in ("ours encoder", "torch BertModel") else 4 * args.calls
+                full = name.startswith("ours encoder") or name == "torch BertModel"
+                calls = args.calls if full else 4 * args.calls
                 per_round[name].append(timed_ms(rows[name], calls))
         print(f"\nS={seq_length} (load average {os.getloadavg()[0]:.2f})")
         print("| row | ms | against | ms | ratio (median of rounds' ratios) |")
         print("| --- | ---: | --- | ---: | ---: |")
-        print(f"| tf.function call, identity | "
-              f"{np.median(per_round['tf.function call, identity']):.2f} | | | |")
+        if "tf.function call, identity" in rows:
+            print(f"| tf.function call, identity | "
+                  f"{np.median(per_round['tf.function call, identity']):.2f} | | | |")
         for ours, theirs in pairs:
             ratio = np.median(np.array(per_round[ours]) / np.array(per_round[theirs]))
             print(f"| {ours} | {np.median(per_round[ours]):.2f} | {theirs} | "

@@ -234,7 +234,7 @@ class SelfAttention(keras.layers.Layer):
         # TensorFlow without XLA) take the explicit softmax even with nothing to drop: there
         # `keras.ops.dot_product_attention` runs oneDNN's einsum twice and selects over the
         # [B, N, Q, S] scores with a broadcast boolean mask; the explicit path's two batch
-        # matmuls and additive [B, 1, 1, S] mask took 0.75-0.77x the time of a base layer's
+        # matmuls and additive [B, 1, 1, S] mask took 0.70-0.78x the time of a base layer's
         # attention without its projections at 256-384 positions on a 2-core Xeon
         # (bench/bench_long_attention.py, BUILD_NOTES.md section 8.11).
         return self._explicit_attention(q, k, v, attention_mask, scale, training)

@@ -33,20 +33,22 @@ TESTDATA = os.path.join(REPO, "tests", "testdata")
 LIMIT = 24 * 1024  # bytes a file may have in the limited processes
 
 
-def _limited(limit):
-    def set_limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(
-            resource.RLIMIT_FSIZE)[1]))
-    return set_limit
+def _limited(limit, argv):
+    """`argv` run with its files limited to `limit` bytes (a multiple of 1024): bash's
+    `ulimit -f` (1024-byte blocks) then exec, not a `preexec_fn`, which runs Python
+    between fork and exec in a test process that may hold JAX's or TensorFlow's threads
+    (a deadlock risk; Python warns of it)."""
+    assert limit % 1024 == 0, limit
+    return ["bash", "-c", f'ulimit -f {limit // 1024} && exec "$@"', "bash", *map(str, argv)]
 
 
 def _run(module, *args, limit=None, timeout=300):
     """`python -m module args` in a fresh process, its files limited to `limit` bytes."""
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop(cli.DEBUG_ENV, None)
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=_limited(limit) if limit else None)
+    argv = [sys.executable, "-m", module, *map(str, args)]
+    return subprocess.run(_limited(limit, argv) if limit else argv, cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _leftovers(directory):
@@ -174,9 +176,9 @@ print(json.dumps(results))
 def test_atomic_output_names_the_output_and_leaves_nothing(tmp_path):
     """Python's EFBIG names no file; the writer's error names the output's final name (not
     its temporary), and takes back the temporary and the directories it created."""
-    proc = subprocess.run([sys.executable, "-c", _ATOMIC_SCRIPT, str(tmp_path)], cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
-                          timeout=60, preexec_fn=_limited(LIMIT))
+    proc = subprocess.run(_limited(LIMIT, [sys.executable, "-c", _ATOMIC_SCRIPT, tmp_path]),
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
     why = (f"cannot be written: file too large: over this process's file-size limit of "
@@ -400,10 +402,9 @@ def test_a_weights_file_past_the_limit_is_an_oserror_not_a_crash(tmp_path):
     close: h5py printed "Exception ignored" tracebacks by the hundred and the process died
     of a segmentation fault (run_pretraining's checkpoint, exit status 139)."""
     path = tmp_path / "x.weights.h5"
-    proc = subprocess.run([sys.executable, "-c", _WEIGHTS_SCRIPT, str(path)], cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"),
-                          capture_output=True, text=True, timeout=120,
-                          preexec_fn=_limited(LIMIT))
+    proc = subprocess.run(_limited(LIMIT, [sys.executable, "-c", _WEIGHTS_SCRIPT, path]),
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"),
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["OSError", str(errno.EFBIG), "None"], proc.stdout
     assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]

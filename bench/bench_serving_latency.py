@@ -52,6 +52,9 @@ probabilities (within 1e-3):
 
 --bucket_sets="16,24,...;..." (real, qa and tagger modes) adds a row of ours per other
 --length_buckets value ("ours ..., bucket set K"), to compare bucket sets in one run.
+--kernel_layout_ab=in_out (qa mode) adds "ours span-QA text-in, kernels in_out": the export
+built from a serving copy whose Dense kernels are stored [in, out] instead of the exports'
+[out, in] (`serving_layout`), its answers checked equal to the default row's.
 
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's
@@ -561,10 +564,39 @@ def transformers_end_to_end(config, vocab_file, seq_length):
     return Row(prepare=lambda text: text, call=call, logits=lambda out: out)
 
 
+@contextlib.contextmanager
+def serving_layout(kernel_layout: str):
+    """Within it, `tasks.for_serving` makes copies whose Dense kernels are stored
+    `kernel_layout` ("in_out": Keras' [in, out], against the exports' [out, in]), everything
+    else as the exports have it: the same weights, and the serving copies' explicit softmax
+    in every SelfAttention (which the library keys on "out_in"; set on the instances here).
+    An A/B of the layout alone (--kernel_layout_ab); "out_in" changes nothing."""
+    from bert_keras import tasks
+    from bert_keras.layers.attention import SelfAttention
+
+    if kernel_layout == "out_in":
+        yield
+        return
+    original = tasks.for_serving
+
+    def for_serving(model, dtype):
+        copy = tasks._rebuilt(model, dtype=dtype, kernel_layout=kernel_layout)
+        for layer in copy._flatten_layers():
+            if isinstance(layer, SelfAttention):
+                layer.kernel_layout = "out_in"  # its projections are built: attention path only
+        return copy
+
+    tasks.for_serving = for_serving
+    try:
+        yield
+    finally:
+        tasks.for_serving = original
+
+
 def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query_length,
-                 buckets=None, name="ours_span_qa", dtype="float32"):
+                 buckets=None, name="ours_span_qa", dtype="float32", kernel_layout="out_in"):
     """Our span-QA export, question and context in, answer text out (`dtype`: its
-    --serving_dtype)."""
+    --serving_dtype; `kernel_layout`: `serving_layout`)."""
     import keras
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
@@ -576,9 +608,10 @@ def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query
 
     keras.utils.set_random_seed(SEED)
     model = BertSpanQA(BertEncoder.from_bert_config(config))
-    path = export_span_qa(model, BertTokenizer(vocab_file), os.path.join(work_dir, name),
-                          seq_length=seq_length, buckets=buckets, doc_stride=doc_stride,
-                          max_query_length=max_query_length, serving_dtype=dtype)
+    with serving_layout(kernel_layout):
+        path = export_span_qa(model, BertTokenizer(vocab_file), os.path.join(work_dir, name),
+                              seq_length=seq_length, buckets=buckets, doc_stride=doc_stride,
+                              max_query_length=max_query_length, serving_dtype=dtype)
     loaded = tf.saved_model.load(path)
     serve = loaded.signatures["serving_default"]
     return Row(prepare=lambda pair: {"question": tf.constant([pair["question"]]),
@@ -1210,6 +1243,11 @@ def run_qa(args, config, vocab_file, tokenizer):
         ("ours span-QA text-in, bfloat16 (--serving_dtype)", False,
          lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
                                 args.max_query_length, name="ours_bfloat16", dtype="bfloat16")),
+        *([(f"ours span-QA text-in, kernels {args.kernel_layout_ab}", False,
+            lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
+                                   args.max_query_length, name="ours_layout_ab",
+                                   kernel_layout=args.kernel_layout_ab))]
+          if args.kernel_layout_ab else []),
         ("transformers end-to-end (text in)", True,
          lambda _: transformers_span_qa(config, vocab_file, args.seq_length, args.doc_stride,
                                         args.max_query_length)),
@@ -1246,6 +1284,11 @@ def run_qa(args, config, vocab_file, tokenizer):
             if ran != windows.tolist():
                 raise AssertionError(f"{name} ran other windows than run_squad's: "
                                      f"{ran[:10]} against {windows.tolist()[:10]}")
+    default, ab = "ours span-QA text-in", f"ours span-QA text-in, kernels {args.kernel_layout_ab}"
+    if default in answers and ab in answers and answers[ab] != answers[default]:
+        differ = sum(a != b for a, b in zip(answers[ab], answers[default]))
+        raise AssertionError(f"{ab} answered {differ} of {len(requests)} requests otherwise "
+                             f"than {default}")
     stats = {}
     for name in rows:
         stats[name] = summary(single[name]["latencies"])
@@ -1425,7 +1468,9 @@ def print_bucket_sets(args, seq_length: int) -> None:
 
 def select(specs, args):
     only = [s.strip() for s in args.only.split(",") if s.strip()]
-    picked = [row for row in specs if not only or any(o in row[0] for o in only)]
+    picked = [row for row in specs
+              if not only or any(row[0] == o[1:] if o.startswith("=") else o in row[0]
+                                 for o in only)]
     if not picked:
         raise SystemExit(f"--only={args.only!r} matches no row")
     return picked
@@ -1467,7 +1512,13 @@ def main():
                         help="real, qa, tagger: other --length_buckets values for ours, "
                              "separated by ';', each one more row ('ours ..., bucket set K'), "
                              "for A/B of bucket sets in one run")
-    parser.add_argument("--only", default="", help="comma-separated substrings of row names")
+    parser.add_argument("--kernel_layout_ab", default="", choices=("", "in_out"),
+                        help="qa: one more row, ours with the serving copy's Dense kernels "
+                             "stored [in, out] (the exports store [out, in]), the explicit "
+                             "softmax kept: an A/B of the layout alone")
+    parser.add_argument("--only", default="",
+                        help="comma-separated substrings of row names; '=name': that row "
+                             "only (a name that begins others')")
     parser.add_argument("--json", default="", help="also write the results here")
     parser.add_argument("--work_dir", default="",
                         help="keep the exports in a new directory under this one "
@@ -1480,6 +1531,8 @@ def main():
     if args.bucket_sets and args.mode not in ("real", "qa", "tagger"):
         parser.error(f"--bucket_sets: only --mode=real, qa or tagger export with buckets. "
                      f"Received: --mode={args.mode}")
+    if args.kernel_layout_ab and args.mode != "qa":
+        parser.error(f"--kernel_layout_ab: only --mode=qa. Received: --mode={args.mode}")
     if args.requests < args.rounds or args.rounds < 1:
         parser.error(f"need --requests >= --rounds >= 1. Received: --requests={args.requests} "
                      f"--rounds={args.rounds}")

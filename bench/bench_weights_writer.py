@@ -62,8 +62,10 @@ def timed_write(write, path: str) -> float:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="base", help="BertConfig preset (tiny, mini, ..., base, large)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of one write each way")
+    parser.add_argument("--preset", default="base",
+                        help="BertConfig preset (tiny, mini, ..., base, large)")
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="interleaved rounds of one write each way")
     parser.add_argument("--dir", default=None,
                         help="where the files are written (default: a temporary directory)")
     args = parser.parse_args()

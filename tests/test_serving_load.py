@@ -261,7 +261,9 @@ def test_only_selects_a_row_by_its_exact_name_with_an_equals_sign():
     specs = [("ours span-QA text-in", False, None), ("ours span-QA text-in, fixed length", False,
               None), ("ours span-QA text-in, kernels in_out", False, None),
              ("transformers end-to-end (text in)", True, None)]
-    names = lambda only: [s[0] for s in bench.select(specs, SimpleNamespace(only=only))]  # noqa: E731
+    def names(only):
+        return [s[0] for s in bench.select(specs, SimpleNamespace(only=only))]
+
     assert names("ours span-QA text-in") == [s[0] for s in specs[:3]]
     assert names("=ours span-QA text-in,kernels,transformers") == [
         specs[0][0], specs[2][0], specs[3][0]]

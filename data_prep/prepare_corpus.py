@@ -213,12 +213,6 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
 # --- Readers: each yields (name, text) per document. ---
 
 
-def _open_text(path: str):
-    # newline="": line ends as written; str.splitlines and line iteration both end a line
-    # at "\n", "\r\n" or a lone "\r".
-    return files.open_input(path, newline="")
-
-
 def _not_text(path: str) -> files.TextFileError:
     """The error for the first line of `path` (decompressed) that is not UTF-8 text, as
     every reader words it (`files.first_text_error`)."""
@@ -229,7 +223,9 @@ def _not_text(path: str) -> files.TextFileError:
 
 def _read_all(path: str) -> str:
     try:
-        with _open_text(path) as f:
+        # newline="": line ends as written, for str.splitlines to end a line at "\n",
+        # "\r\n" or a lone "\r".
+        with files.open_input(path, newline="") as f:
             text = f.read()
     except UnicodeDecodeError:
         raise _not_text(path) from None

@@ -144,24 +144,23 @@ def recorded_buckets(text: str) -> tuple[int, ...] | None:
 def check_beside(export_dir: str, text: str) -> bool:
     """Whether `<export_dir>/batching_parameters.txt` must be written (False: it says `text`).
 
+    A local file and a remote one (`gs://`, read through tf.io.gfile) are compared the same
+    way: their bytes decoded as UTF-8 (a bad byte compares unequal), "\\r\\n" and a lone
+    "\\r" read as "\\n" (universal newlines). `write_beside` writes in text mode, which on
+    Windows ends its lines in "\\r\\n", and TF Serving's text-format parser reads "\\r" as
+    whitespace: such a file says the same parameters, wherever it is kept.
+
     Raises:
       ExportError: it exists with other contents (never overwritten).
     """
     from data_prep import files
 
     path = os.path.join(export_dir, FILE_NAME)
-    if files.is_remote(path):  # a gs:// base directory: a later version's export reads it
-        if not files.exists(path):
-            return True
-        with files.open_input(path, "rb") as f:
-            if f.read().decode("utf-8", errors="replace") == text:
-                return False
-    elif not os.path.lexists(path):
+    if not files.exists(path):  # a dangling link too: written where it points
         return True
-    else:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if f.read() == text:
-                return False
+    found = files.read_bytes(path).decode("utf-8", errors="replace")
+    if found.replace("\r\n", "\n").replace("\r", "\n") == text:
+        return False
     raise ExportError(f"{path} exists with other batching parameters: refusing to overwrite "
                       "it. Remove it, or export with the --max_seq_length and "
                       "--length_buckets it was written for.")

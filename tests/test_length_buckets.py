@@ -495,6 +495,38 @@ def test_batching_file_beside_the_versions_is_never_overwritten(tmp_path):
     assert sorted(os.listdir(tmp_path / "m")) == ["batching_parameters.txt"]
 
 
+
+def test_batching_file_beside_is_judged_alike_local_and_remote(tmp_path):
+    """The same bytes get the same verdict in a local directory and on a remote file system
+    (ram://, read through tf.io.gfile as gs:// is): kept when they say the parameters with
+    any line ends (write_beside on Windows writes "\\r\\n"), refused otherwise."""
+    text = batching_parameters.text_for((16, 128))
+    other = batching_parameters.text_for((16, 384))
+    cases = {  # bytes -> whether check_beside keeps them (False: nothing to write)
+        text.encode(): "same",
+        text.replace("\n", "\r\n").encode(): "same",
+        text.replace("\n", "\r").encode(): "same",
+        other.encode(): "refused",
+        text.replace("\n", "\r\n").encode()[:-2]: "refused",  # no final line end
+        b"\xef\xbb\xbf" + text.encode(): "refused",  # a byte-order mark is a change
+        text.encode().replace(b"16", b"\xff\xfe"): "refused",  # not UTF-8
+    }
+    for i, (data, expected) in enumerate(cases.items()):
+        verdicts = []
+        for directory in (str(tmp_path / f"local{i}"), f"ram://batching{i}"):
+            tf.io.gfile.makedirs(directory)
+            with tf.io.gfile.GFile(f"{directory}/{batching_parameters.FILE_NAME}", "wb") as f:
+                f.write(data)
+            try:
+                verdicts.append("write" if batching_parameters.check_beside(directory, text)
+                                else "same")
+            except ExportError as e:
+                assert "exists with other batching parameters" in str(e)
+                verdicts.append("refused")
+        assert verdicts == [expected, expected], (data, verdicts)
+    assert batching_parameters.check_beside("ram://batching-none", text)  # nothing there
+    assert batching_parameters.check_beside(str(tmp_path / "none"), text)
+
 # --- Whole exports: files, warmup, verify, the TF 2.12 process, KERAS_BACKEND=jax. ---
 
 def in_tf212(tmp_path, path, texts, output):

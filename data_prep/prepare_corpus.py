@@ -158,11 +158,25 @@ def _resplit_long(sentence: str, limit: int) -> list[str]:
     return out
 
 
+# Characters Python's str.splitlines ends a line at, and str.split splits at, that Google's
+# pipeline keeps inside a line and joins the words around: tf.io.gfile's readline (which
+# create_pretraining_data and build_vocab follow) drops every "\r", and the tokenizer
+# (Google's BasicTokenizer._clean_text, data_prep.tokenization) drops control characters
+# (category Cc): \x0b, \x0c, \x1c-\x1f and U+0085. Dropped here before a line is split, so
+# "The cat sat\ron the mat." is one sentence, tokenized as the raw line would be. U+2028
+# and U+2029 (Zl, Zp) are whitespace to that tokenizer: they become a space with the rest.
+_DROPPED_INSIDE_A_LINE = str.maketrans(dict.fromkeys("\r\x0b\x0c\x1c\x1d\x1e\x1f\x85"))
+
+
 def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Callable[[str], list[str]]:
     """Returns text -> sentences for an ISO 639 language code.
 
-    Newlines always end a sentence (each line is split on its own); whitespace runs become
-    one space; a "sentence" without any letter or digit is dropped. sentencex's output is
+    Lines end at "\n" only, as create_pretraining_data's reader (tf.io.gfile's readline)
+    ends them, and a line end always ends a sentence (each line is split on its own); inside
+    a line, "\r" and the control characters Python counts as line breaks are dropped and
+    U+2028/U+2029 become a space, as Google's reader and tokenizer treat them
+    (`_DROPPED_INSIDE_A_LINE`); whitespace runs become one space; a "sentence" without any
+    letter or digit is dropped. sentencex's output is
     mended in three ways: a closing quote it put at the start of the next sentence goes back
     to the end of the previous one, a sentence is split where terminal punctuation and a
     closing quote or bracket are followed by a capital, and a sentence over `max_chars`
@@ -186,8 +200,10 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
 
     def split(text: str) -> list[str]:
         out = []
-        for line in text.splitlines():
-            line = " ".join(line.split())  # collapse whitespace runs, drop tabs
+        for line in text.split("\n"):
+            # Collapse whitespace runs (tabs, U+2028, ...); the output holds no character
+            # that any reader of it could take for a line end.
+            line = " ".join(line.translate(_DROPPED_INSIDE_A_LINE).split())
             if not line:
                 continue
             for sentence in _rejoin_quotations(sentencex.segment(language, line)):
@@ -222,10 +238,14 @@ def _not_text(path: str) -> files.TextFileError:
 
 
 def _read_all(path: str) -> str:
+    """The text of a file with its line ends as "\n": the file's "\n" (a "\r" before it or
+    inside a line is kept for the splitter to drop, as Google's reader drops it), or, where
+    the lines end in a lone "\r" (`files.ends_lines_in_lone_cr`, classic Mac OS), every
+    "\r", as the line readers of `files.newline_for` split such a file."""
     try:
-        # newline="": line ends as written, for str.splitlines to end a line at "\n",
-        # "\r\n" or a lone "\r".
-        with files.open_input(path, newline="") as f:
+        # newline=None translates "\r" and "\r\n" to "\n"; "" keeps every "\r" as written.
+        newline = None if files.ends_lines_in_lone_cr(path) else ""
+        with files.open_input(path, newline=newline) as f:
             text = f.read()
     except UnicodeDecodeError:
         raise _not_text(path) from None

@@ -77,6 +77,51 @@ def test_jsonl_a_stray_cr_between_tokens_does_not_split_the_line(tmp_path):
     assert documents_of(out) == [["One doc.", "Two."], ["Third."], ["Fourth here."]]
 
 
+# Characters str.splitlines ends a line at besides "\n"; Google's reader (tf.io.gfile) does not.
+_PYTHON_LINE_BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def test_a_line_ends_where_googles_reader_ends_it(tmp_path):
+    """A text document's lines end at "\\n" only, as tf.io.gfile's readline (Google's
+    create_pretraining_data) ends them: str.splitlines cut "The cat sat\\ron the mat." into
+    two sentences. The corpus tokenizes as Google's pipeline (tf.io.gfile's lines, then
+    BasicTokenizer) tokenizes the raw file, and holds nothing any reader ends a line at."""
+    tf = pytest.importorskip("tensorflow")
+    legacy = pytest.importorskip("transformers.models.bert.tokenization_bert_legacy")
+    lines = [f"The cat sat{c}on the mat {i}." for i, c in enumerate(_PYTHON_LINE_BREAKS)]
+    lines += ["A tab\there and a unit\x1fseparator.", "Windows ends this line.\r"]
+    raw = tmp_path / "doc.txt"
+    raw.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    out = tmp_path / "corpus.txt"
+    assert run_cli(input=str(raw), output_file=str(out)) == 0
+    assert documents_of(out) == [[
+        "The cat saton the mat 0.", "The cat saton the mat 1.", "The cat saton the mat 2.",
+        "The cat saton the mat 3.", "The cat saton the mat 4.", "The cat saton the mat 5.",
+        "The cat saton the mat 6.", "The cat sat on the mat 7.", "The cat sat on the mat 8.",
+        "A tab here and a unitseparator.", "Windows ends this line."]]
+    basic = legacy.BasicTokenizer(do_lower_case=False)
+    with tf.io.gfile.GFile(str(raw), "r") as f:
+        google = [basic.tokenize(line) for line in f]
+    with tf.io.gfile.GFile(str(out), "r") as f:
+        ours = [basic.tokenize(line) for line in f if line.strip()]
+    assert len(google) == len(lines) and ours == google
+    text = out.read_text(encoding="utf-8")
+    assert text.splitlines() == text.split("\n")[:-1]  # no line break but "\n" in it
+
+
+def test_a_lone_cr_document_and_jsonl_text_follow_the_same_rule(tmp_path):
+    """A file whose lines end in a lone "\\r" (classic Mac OS) is split at them, as every
+    line reader splits it (files.newline_for); a JSONL document's text ends lines at "\\n"
+    as a text file's do."""
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(b"First paragraph here\rand a second one.\r\rThird one.\r")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"text": "One line\r\nTwo lines\u2028here\u0085now\ncut."}) + "\n")
+    out = tmp_path / "corpus.txt"
+    assert run_cli(input=f"{mac},{docs}", output_file=str(out)) == 0
+    assert documents_of(out) == [["First paragraph here", "and a second one.", "Third one."],
+                                 ["One line", "Two lines herenow", "cut."]]
+
 def test_jsonl_errors_name_the_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine."}\n{"text": broken\n')

@@ -716,12 +716,49 @@ def lone_cr_message(data: bytes, path: str) -> str | None:
             "(convert it: tr '\\r' '\\n' < old > new)")
 
 
+# How far `line_end_sample` reads past its first bytes for a line end: the longest line
+# create_pretraining_data reads (pretraining_job.MAX_LINE_BYTES). Only a file's first line
+# is read twice, and only when it is longer than the sample.
+LINE_END_SAMPLE_LIMIT = 8 * 1024 * 1024
+
+
+def line_end_sample(f, sniff_bytes: int = 64 * 1024,
+                    limit: int = LINE_END_SAMPLE_LIMIT) -> bytes:
+    """The start of a binary file on which `lone_cr_message` judges its line ends.
+
+    The first `sniff_bytes`, read on while they hold no line end of either kind ("\\n" or
+    "\\r") or end in a "\\r" (whose "\\n" may come next), up to `limit` bytes: a file whose
+    first line is longer than `sniff_bytes` (a JSONL record of a long article) is judged by
+    its first line end, not taken for "\\n"-ended for want of one, and a "\\r\\n" cut after
+    its "\\r" is not counted as a lone "\\r".
+
+    Args:
+      f: a binary file object at its start (`open_input(path, "rb")`, decompressed).
+      sniff_bytes: bytes read first, and on each further read.
+      limit: bytes read at most.
+
+    Returns:
+      bytes, at most `limit` of them.
+    """
+    chunks = [f.read(min(sniff_bytes, limit))]
+    size, last = len(chunks[0]), chunks[0]
+    has_line_end = b"\n" in last or b"\r" in last
+    while size < limit and last and (not has_line_end or last.endswith(b"\r")):
+        # After a final "\r", one byte tells "\r\n" from a lone "\r".
+        last = f.read(1 if has_line_end else min(sniff_bytes, limit - size))
+        chunks.append(last)
+        size += len(last)
+        has_line_end = has_line_end or b"\n" in last or b"\r" in last
+    return b"".join(chunks)
+
+
 def ends_lines_in_lone_cr(path: str, sniff_bytes: int = 64 * 1024) -> bool:
     """Whether the file's lines end in a carriage return alone (`lone_cr_message`), from
-    its first `sniff_bytes` (decompressed), for readers that tell such line ends from a
-    stray "\\r" inside a line (`newline_for`, the csv reader)."""
+    its start (`line_end_sample`: the first `sniff_bytes`, decompressed, read on to a line
+    end), for readers that tell such line ends from a stray "\\r" inside a line
+    (`newline_for`, the csv reader, prepare_corpus's text documents, build_vocab)."""
     with open_input(path, "rb") as f:
-        return lone_cr_message(f.read(sniff_bytes), path) is not None
+        return lone_cr_message(line_end_sample(f, sniff_bytes), path) is not None
 
 
 def parse_json(data: bytes, path: str, expected: str | None = None) -> Any:

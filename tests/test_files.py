@@ -269,3 +269,55 @@ def test_every_json_reader_words_a_bad_file_alike(tmp_path):
         path.write_text("\n \n")
         with pytest.raises(ValueError, match=f"{re.escape(str(path))}: empty file, no JSON in it"):
             read(str(path))
+
+
+def test_line_ends_are_judged_past_a_long_first_line(tmp_path):
+    """A file is judged lone-"\\r"-ended or not by its start read on to a line end
+    (files.line_end_sample): its first 64 KiB held no line end when its first line was
+    longer (a JSONL record of a long article), and such a file read as one line; a
+    "\\r\\n" cut after its "\\r" by the 64 KiB counted as a lone "\\r"."""
+    from data_prep import prepare_corpus
+
+    long = "word " * 14_000  # 70,000 bytes: past the first 64 KiB
+    cases = {  # name -> (bytes, whether its lines end in a lone "\r")
+        "mac.jsonl": (f'{{"text": "{long}"}}\r{{"text": "Second."}}\r', True),
+        "mac.txt.gz": (f"{long}\rSecond paragraph.\r", True),
+        "unix.txt": (f"{long}\nSecond paragraph.\n", False),
+        "cut_crlf.txt": ("x" * (64 * 1024 - 1) + "\r\ny\r\n", False),
+        "one_line.txt": (long, False),
+    }
+    for name, (text, lone_cr) in cases.items():
+        _write_data(tmp_path / name, text.encode())
+        assert files.ends_lines_in_lone_cr(str(tmp_path / name)) is lone_cr, name
+        assert files.newline_for(str(tmp_path / name)) == ("" if lone_cr else "\n")
+    # pyarrow's JSON reader (Hugging Face datasets') reads the records as the JSONL reader now
+    # does; before, "Extra data" at line 1.
+    pa_json = pytest.importorskip("pyarrow.json")
+    expected = pa_json.read_json(str(tmp_path / "mac.jsonl")).column("text").to_pylist()
+    assert [text for _, text in prepare_corpus.read_jsonl_documents(
+        [str(tmp_path / "mac.jsonl")], "text")] == expected == [long, "Second."]
+    [(_, text)] = prepare_corpus.read_text_documents([str(tmp_path / "mac.txt.gz")])
+    assert prepare_corpus.sentence_splitter("en")(text)[-1] == "Second paragraph."
+
+
+def test_the_line_end_sample_is_bounded(tmp_path):
+    """Read on in `sniff_bytes` steps to the first line end and one byte past a final
+    "\\r", never past `limit`: a file without line ends is not read whole."""
+    import io
+
+    class Counting(io.BytesIO):
+        def read(self, size=-1):
+            data = super().read(size)
+            self.taken = getattr(self, "taken", 0) + len(data)
+            return data
+
+    for data, sniff, limit, expected in [
+            (b"a" * 50, 7, 23, b"a" * 23),  # no line end: stops at the limit
+            (b"abcdefghij\rklm\n", 4, 100, b"abcdefghij\rk"),  # on to the \r, then 1 byte
+            (b"abc\r\r\nxyz", 4, 100, b"abc\r\r\n"),  # "\r" after "\r": one more
+            (b"ab\ncd\ref", 4, 100, b"ab\nc"),  # a line end at once: 4 bytes only
+            (b"abcdefg", 3, 100, b"abcdefg"),  # the end of the file
+    ]:
+        f = Counting(data)
+        assert files.line_end_sample(f, sniff, limit) == expected, data
+        assert f.taken == len(expected) <= limit

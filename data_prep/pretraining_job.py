@@ -29,7 +29,6 @@ from data_prep.tokenizer_config import TokenizerConfig
 # A line longer than this is not a sentence; refusing it keeps memory bounded.
 MAX_LINE_BYTES = 8 * 1024 * 1024
 LONG_LINE_WARN_BYTES = 10_000
-_SNIFF_BYTES = 64 * 1024
 _TOKENIZE_BATCH_LINES = 2048
 _TOKENIZE_BATCH_BYTES = 512 * 1024
 
@@ -112,10 +111,11 @@ def _open_binary(path: str):
 
 def _sniff(path: str, open_file: Callable[[str], BinaryIO] = _open_binary) -> None:
     """Rejects files that are not UTF-8 text, or whose lines end in a lone "\\r" (read as one
-    line, as Google's reader reads them), looking at their first 64 KB."""
+    line, as Google's reader reads them), looking at their first 64 KB (read on to the
+    first line end: `files.line_end_sample`)."""
     try:
         with open_file(path) as f:
-            head = f.read(_SNIFF_BYTES)
+            head = files.line_end_sample(f)
     except (OSError, EOFError, zlib.error) as e:  # gzip: not gzip, truncated, corrupt
         raise InputError(f"cannot read input file {path}: {e}") from None
     nul = head.find(b"\x00")

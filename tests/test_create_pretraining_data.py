@@ -329,6 +329,13 @@ def _bad_input_case(tmp_path, name):
         open(path, "wb").write(open(CORPUS, "rb").read().replace(b"\n", b"\r"))
         return {"input_file": path}, (f"{path}: lines end in a carriage return alone (\\r, "
                                       "classic Mac OS line ends)")
+    if name == "classic_mac_long_first_line":  # judged on 64 KB without a line end: read
+        # as one line by Google's reader, and refused only past 8 MB as not-a-sentence
+        text = open(CORPUS, "rb").read().replace(b"\n", b" ")
+        open(path, "wb").write(b" ".join([text] * (1 + 70_000 // len(text))) + b"\r" +
+                               open(CORPUS, "rb").read().replace(b"\n", b"\r"))
+        return {"input_file": path}, (f"{path}: lines end in a carriage return alone (\\r, "
+                                      "classic Mac OS line ends)")
     if name == "cp949_after_64_kb":  # a cp949 file appended to a UTF-8 corpus: became junk
         good, lines = cp949_after_utf8(path)
         return ({"input_file": path, "num_workers": 2, "num_output_shards": 2},
@@ -480,7 +487,8 @@ def cp949_after_utf8(path, encoding="cp949"):
                                   "one_sentence_documents", "predictions_over_length",
                                   "missing_vocab", "vocab_directory", "too_many_workers",
                                   "a_workers_share_of_one_document", "output_is_a_directory",
-                                  "utf16", "classic_mac_line_ends", "cp949_after_64_kb",
+                                  "utf16", "classic_mac_line_ends", "classic_mac_long_first_line",
+                                  "cp949_after_64_kb",
                                   "shards_in_a_slash",
                                   "file_in_a_missing_slash"])
 def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):

@@ -46,6 +46,9 @@ class BertEncoder(keras.Model):
       kernel_layout: the Dense kernels' layout (`bert_keras.layers.dense.Dense`): "in_out",
         Google's checkpoints' and training's, or "out_in", for serving copies
         (`bert_keras.tasks.for_serving`); checkpoints are read and written in "in_out".
+      explicit_softmax: attention's softmax written out where nothing is dropped, rather
+        than `keras.ops.dot_product_attention` (`bert_keras.layers.attention.SelfAttention`;
+        serving copies, faster on TensorFlow without XLA at long requests).
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class BertEncoder(keras.Model):
         layer_norm_epsilon=1e-12,
         dtype=None,
         kernel_layout="in_out",
+        explicit_softmax=False,
         **kwargs,
     ):
         check_functional_kwargs(type(self), kwargs)
@@ -107,6 +111,7 @@ class BertEncoder(keras.Model):
                 layer_norm_epsilon=layer_norm_epsilon,
                 initializer=clone_initializer(initializer),
                 kernel_layout=kernel_layout,
+                explicit_softmax=explicit_softmax,
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
@@ -164,6 +169,7 @@ class BertEncoder(keras.Model):
         self.initializer_range = initializer_range
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_layout = kernel_layout
+        self.explicit_softmax = explicit_softmax
         self.embeddings_layer = embeddings
         self.transformer_layers = blocks
         self.pooler_layer = pooler
@@ -335,6 +341,7 @@ class BertEncoder(keras.Model):
             "initializer_range": self.initializer_range,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "kernel_layout": self.kernel_layout,
+            "explicit_softmax": self.explicit_softmax,
         }
 
     @classmethod

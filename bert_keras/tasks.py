@@ -29,7 +29,7 @@ from keras import ops
 from bert_keras.encoder import (BertEncoder, ListsEncoderWhole, TrainsPoolerOnlyWhenRead,
                                 check_functional_kwargs)
 from bert_keras.layers.activations import clone_initializer
-from bert_keras.layers.dense import Dense
+from bert_keras.layers.dense import KERNEL_LAYOUTS, Dense
 # The label value the tagging loss and metrics ignore (non-first sub-tokens, [CLS], [SEP],
 # padding); defined once in the schema, which the data converters share.
 from data_prep import schema
@@ -373,29 +373,42 @@ def _rebuilt(model, **encoder_config):
 SERVING_DTYPES = ("float32", "bfloat16")
 
 
-def for_serving(model, dtype):
-    """A copy of a task model for serving exports: its encoder built under `dtype` with its
-    Dense kernels stored [out, in] (`kernel_layout="out_in"`), the same weights (kernels
-    transposed; rounded to `dtype`). `model` itself if it is one already. Not for training
-    or checkpoints, which read and write the [in, out] layout.
+def for_serving(model, dtype, kernel_layout="out_in"):
+    """A copy of a task model for serving exports: its encoder built under `dtype`, its
+    Dense kernels stored `kernel_layout`, attention's softmax written out
+    (`explicit_softmax`), the same weights (kernels transposed where the layout differs;
+    rounded to `dtype`). `model` itself if it is one already. Only an "in_out" copy's
+    kernels are what training and checkpoints read and write.
 
-    The [out, in] layout is what torch's nn.Linear stores: on TensorFlow with oneDNN, a short
-    request's products read it faster (`bert_keras.layers.dense.Dense`). "bfloat16" is
-    Keras' pure bfloat16 policy: every variable is stored in bfloat16 (half the bytes a
-    request reads) and the matmuls run in bfloat16 (AMX / AVX512-BF16 on recent Intel
-    Xeons, where a CPU at batch 1 mostly waits on the weights); LayerNorm statistics, the
-    attention softmax and the logits stay float32, as under mixed precision. Outputs differ
-    from float32 by bfloat16 rounding (about 1e-2 of the logits' scale), not float32 noise.
+    Kernel layout: "out_in" ([out, in], torch's nn.Linear's) is what a short request's
+    products read faster on TensorFlow with oneDNN: it wins at 16 rows and loses from 32
+    rows on ([3072, 768] products 1.10-1.34x slower; `bench/bench_small_matmul.py`,
+    BUILD_NOTES.md section 8.11), so the span-QA export, whose windows are hundreds of
+    positions, stores "in_out" and the others "out_in" (`bert_keras.layers.dense.Dense`).
+    Attention: on TensorFlow without XLA, `keras.ops.dot_product_attention` selects over
+    the [B, N, Q, S] scores with a broadcast boolean mask; the explicit softmax's additive
+    mask took 0.70-0.80x its time at 192-384 positions.
+
+    "bfloat16" is Keras' pure bfloat16 policy: every variable is stored in bfloat16 (half
+    the bytes a request reads) and the matmuls run in bfloat16 (AMX / AVX512-BF16 on recent
+    Intel Xeons, where a CPU at batch 1 mostly waits on the weights); LayerNorm statistics,
+    the attention softmax and the logits stay float32, as under mixed precision. Outputs
+    differ from float32 by bfloat16 rounding (about 1e-2 of the logits' scale), not float32
+    noise.
 
     Raises:
-      ValueError: a dtype other than SERVING_DTYPES.
+      ValueError: a dtype other than SERVING_DTYPES, a layout other than KERNEL_LAYOUTS.
     """
     if dtype not in SERVING_DTYPES:
         raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(SERVING_DTYPES)}")
-    if (model.encoder.layers_dtype_policy.name == dtype
-            and model.encoder.kernel_layout == "out_in"):
+    if kernel_layout not in KERNEL_LAYOUTS:
+        raise ValueError(f"kernel_layout {kernel_layout!r}: expected one of "
+                         f"{', '.join(KERNEL_LAYOUTS)}")
+    encoder = model.encoder
+    if (encoder.layers_dtype_policy.name == dtype and encoder.kernel_layout == kernel_layout
+            and encoder.explicit_softmax):
         return model
-    return _rebuilt(model, dtype=dtype, kernel_layout="out_in")
+    return _rebuilt(model, dtype=dtype, kernel_layout=kernel_layout, explicit_softmax=True)
 
 
 def _kernel_layouts(model) -> dict:

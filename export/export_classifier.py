@@ -136,7 +136,8 @@ def _example(text, text_b=None) -> bytes:
 
 def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length: int = 128,
                       pair: bool = False, version: int | None = None,
-                      buckets=None, serving_dtype: str = "float32") -> str:
+                      buckets=None, serving_dtype: str = "float32",
+                      kernel_layout: str = "out_in") -> str:
     """Writes the end-to-end classifier to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -147,7 +148,11 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
       pair: whether the task classifies sentence pairs (decides what serve_examples parses).
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
-        exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
+        exported model is `bert_keras.tasks.for_serving(model, serving_dtype,
+        kernel_layout)`.
+      kernel_layout: how the export stores its Dense kernels (`tasks.KERNEL_LAYOUTS`):
+        "out_in", faster for short requests on TensorFlow with oneDNN, or "in_out", faster
+        from about 32 positions on (`bert_keras.tasks.for_serving`).
     """
     from bert_keras import tasks
 
@@ -156,7 +161,7 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({classifier.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
-    classifier = tasks.for_serving(classifier, serving_dtype)
+    classifier = tasks.for_serving(classifier, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets,
                                  length_flag="--max_seq_length")
@@ -206,11 +211,11 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
-               serving_dtype, recorded):
+               serving_dtype, kernel_layout, recorded):
         pair = task_export.given_or_recorded(_PAIR, recorded, "text_pair", "Sentence pairs")
         return export_classifier(model, tokenizer, labels, export_dir, seq_length,
                                  pair=pair, version=version, buckets=buckets,
-                                 serving_dtype=serving_dtype)
+                                 serving_dtype=serving_dtype, kernel_layout=kernel_layout)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertClassifier", "run_classifier",
                            export, "export_classifier", environment_backend=_ENVIRONMENT_BACKEND,

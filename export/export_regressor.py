@@ -54,13 +54,14 @@ class RegressorModule(PooledHeadModule):
 
 def export_regressor(regressor, tokenizer, export_dir: str, seq_length: int = 128,
                      pair: bool = False, version: int | None = None, buckets=None,
-                     serving_dtype: str = "float32") -> str:
+                     serving_dtype: str = "float32", kernel_layout: str = "out_in") -> str:
     """Writes the end-to-end regressor to `<export_dir>/<version>`; returns that path.
 
     Args:
       regressor: a fine-tuned `bert_keras.tasks.BertRegressor`.
       tokenizer: the `data_prep.tokenization.BertTokenizer` it was fine-tuned with.
-      seq_length, pair, version, buckets, serving_dtype: as `export_classifier`'s.
+      seq_length, pair, version, buckets, serving_dtype, kernel_layout: as
+        `export_classifier`'s.
     """
     from bert_keras import tasks
 
@@ -69,7 +70,7 @@ def export_regressor(regressor, tokenizer, export_dir: str, seq_length: int = 12
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({regressor.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
-    regressor = tasks.for_serving(regressor, serving_dtype)
+    regressor = tasks.for_serving(regressor, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets,
                                  length_flag="--max_seq_length")
@@ -89,10 +90,11 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
-               serving_dtype, recorded):
+               serving_dtype, kernel_layout, recorded):
         pair = task_export.given_or_recorded(_PAIR, recorded, "text_pair", "Sentence pairs")
         return export_regressor(model, tokenizer, export_dir, seq_length, pair=pair,
-                                version=version, buckets=buckets, serving_dtype=serving_dtype)
+                                version=version, buckets=buckets, serving_dtype=serving_dtype,
+                                kernel_layout=kernel_layout)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertRegressor", "run_regressor",
                            export, "export_regressor", needs_labels=False,

@@ -243,7 +243,8 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
                    max_answer_length: int = MAX_ANSWER_LENGTH, buckets=None,
                    serving_dtype: str = "float32", max_query_length: int | None = None,
                    version_2_with_negative: bool = False,
-                   null_score_diff_threshold: float = 0.0, doc_stride: int = DOC_STRIDE) -> str:
+                   null_score_diff_threshold: float = 0.0, doc_stride: int = DOC_STRIDE,
+                   kernel_layout: str = "in_out") -> str:
     """Writes the span-QA SavedModel to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -259,7 +260,12 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
         null_odds > null_score_diff_threshold, as run_squad predicts.
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
-        exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
+        exported model is `bert_keras.tasks.for_serving(model, serving_dtype,
+        kernel_layout)`.
+      kernel_layout: how the export stores its Dense kernels (`tasks.KERNEL_LAYOUTS`):
+        "in_out", faster from about 32 positions on (span QA's windows are hundreds), or
+        "out_in", faster for short requests on TensorFlow with oneDNN
+        (`bert_keras.tasks.for_serving`).
     """
     from bert_keras import tasks
 
@@ -268,7 +274,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({model.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
-    model = tasks.for_serving(model, serving_dtype)
+    model = tasks.for_serving(model, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
         module = SpanQAModule(pre, model, max_answer_length, max_query_length,
@@ -297,9 +303,13 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
 
 # --- Command line. ---
 
+# The flags this tool shares with the other task exports whose defaults differ here (the
+# last tool imported defines a shared flag: tests/cli_harness.py applies these in-process).
+_DEFAULTS = {"max_seq_length": 384, "kernel_layout": "in_out"}
 _FLAGS = task_export.define_flags(
     "A fine-tuned span-QA model: run_squad's --output_dir (model.keras, vocab.txt, "
-    "tokenizer_config.json).", 384, "Sequence length the model was fine-tuned with.")
+    "tokenizer_config.json).", _DEFAULTS["max_seq_length"],
+    "Sequence length the model was fine-tuned with.", kernel_layout=_DEFAULTS["kernel_layout"])
 _MAX_ANSWER_LENGTH = flags.DEFINE_integer(
     "max_answer_length", None, "Longest answer span, in tokens. Default: --model_dir's "
     f"({files.TRAIN_RESULTS_FILE}), else {MAX_ANSWER_LENGTH}.", allow_override=True)
@@ -329,7 +339,7 @@ def main(argv):
                                           "integer >= 1")
 
     def export(model, tokenizer, _, export_dir, seq_length, version, buckets, serving_dtype,
-               recorded):
+               kernel_layout, recorded):
         def setting(holder, key, what, default=None):
             value = task_export.given_or_recorded(holder, recorded, key, what)
             return default if value is None else value
@@ -338,7 +348,7 @@ def main(argv):
             model, tokenizer, export_dir, seq_length, version=version,
             max_answer_length=setting(_MAX_ANSWER_LENGTH, "max_answer_length", "Answer length",
                                       MAX_ANSWER_LENGTH),
-            buckets=buckets, serving_dtype=serving_dtype,
+            buckets=buckets, serving_dtype=serving_dtype, kernel_layout=kernel_layout,
             max_query_length=setting(_MAX_QUERY_LENGTH, "max_query_length", "Question length"),
             version_2_with_negative=setting(_VERSION_2, "version_2_with_negative", "SQuAD 2.0"),
             null_score_diff_threshold=setting(_NULL_THRESHOLD, "null_score_diff_threshold",

@@ -269,7 +269,7 @@ class TaggerModule(tf.Module):
 def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
                   version: int | None = None, buckets=None,
                   serving_dtype: str = "float32", doc_stride: int | None = None,
-                  characters: bool = False) -> str:
+                  characters: bool = False, kernel_layout: str = "out_in") -> str:
     """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -279,7 +279,11 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
       seq_length: the fine-tuning max_seq_length.
       buckets: the encoder's lengths (`length_buckets.resolve`; None: the default set).
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
-        exported model is `bert_keras.tasks.for_serving(model, serving_dtype)`.
+        exported model is `bert_keras.tasks.for_serving(model, serving_dtype,
+        kernel_layout)`.
+      kernel_layout: how the export stores its Dense kernels (`tasks.KERNEL_LAYOUTS`):
+        "out_in", faster for short requests on TensorFlow with oneDNN, or "in_out", faster
+        from about 32 positions on (`bert_keras.tasks.for_serving`).
       doc_stride: run_tagger's --doc_stride, 1 to seq_length - 2: a request longer than one
         window is tagged in windows this many sub-tokens apart; 0 truncates it; None: half a
         window (`data_prep.tagging.default_doc_stride`), run_tagger's default.
@@ -294,7 +298,7 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
             f"--max_seq_length={seq_length} exceeds the encoder's position table "
             f"({tagger.encoder.max_sequence_length} positions)")
     path = saved_model_writer.version_dir(export_dir, version)
-    tagger = tasks.for_serving(tagger, serving_dtype)
+    tagger = tasks.for_serving(tagger, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
         pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, pairs=False,
                                  length_flag="--max_seq_length")
@@ -355,7 +359,7 @@ _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 def main(argv):
     def export(model, tokenizer, labels, export_dir, seq_length, version, buckets,
-               serving_dtype, recorded):
+               serving_dtype, kernel_layout, recorded):
         doc_stride = task_export.given_or_recorded(_DOC_STRIDE, recorded, "doc_stride",
                                                    "Window stride")
         characters = task_export.given_or_recorded(_TAG_FORMAT, recorded, "tag_format",
@@ -365,7 +369,7 @@ def main(argv):
                          "returns entities with character offsets")
         return export_tagger(model, tokenizer, labels, export_dir, seq_length, version=version,
                              buckets=buckets, serving_dtype=serving_dtype, doc_stride=doc_stride,
-                             characters=characters)
+                             characters=characters, kernel_layout=kernel_layout)
 
     return task_export.run(argv, _FLAGS, _TOKENIZER_FLAGS, "BertTagger", "run_tagger",
                            export, "export_tagger", environment_backend=_ENVIRONMENT_BACKEND,

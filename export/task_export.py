@@ -2,7 +2,8 @@
 share.
 
 Their flags (--model_dir, --export_dir, --version, --max_seq_length, --length_buckets,
---serving_dtype), the loading of a fine-tuned model directory and the body of their `main`.
+--serving_dtype, --kernel_layout), the loading of a fine-tuned model directory and the body
+of their `main`.
 This module defines no flags when imported, so a task export imports it without the other
 exports' flags.
 """
@@ -19,9 +20,10 @@ from export import batching_parameters, keras_backend, length_buckets, saved_mod
 
 
 
-def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
-    """Defines --model_dir, --export_dir, --version, --max_seq_length, --length_buckets and
-    --serving_dtype; returns holders.
+def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str,
+                 kernel_layout: str = "out_in") -> dict:
+    """Defines --model_dir, --export_dir, --version, --max_seq_length, --length_buckets,
+    --serving_dtype and --kernel_layout; returns holders.
 
     The flags belong to the calling tool, so its --help lists them.
 
@@ -29,11 +31,13 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
       model_dir_help: --model_dir's help: which tool's output directory the export reads.
       max_seq_length: --max_seq_length's default (the tool's fine-tuning default).
       max_seq_length_help: --max_seq_length's help.
+      kernel_layout: --kernel_layout's default for the task ("out_in" where requests are
+        short, "in_out" where they are hundreds of positions: `tasks.for_serving`).
 
     Returns:
-      name -> FlagHolder for the six flags.
+      name -> FlagHolder for the seven flags.
     """
-    from bert_keras.tasks import SERVING_DTYPES
+    from bert_keras.tasks import KERNEL_LAYOUTS, SERVING_DTYPES
     from data_prep.cli import calling_module
 
     module = calling_module()
@@ -53,6 +57,12 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
         "bytes per request; faster on CPUs with AMX, emulated and slower without AMX or "
         "AVX512-BF16), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
         "rounding (docs/serving.md).", **kwargs)
+    holders["kernel_layout"] = flags.DEFINE_enum(
+        "kernel_layout", kernel_layout, list(KERNEL_LAYOUTS),
+        "How the export stores its Dense kernels. out_in ([out, in], torch's nn.Linear's): "
+        "faster for requests of about 16 WordPieces on TensorFlow with oneDNN. in_out ([in, "
+        "out], Keras'): faster from about 32 on. The same outputs up to float32 rounding "
+        f"(docs/serving.md). Default for this task: {kernel_layout}.", **kwargs)
     return holders
 
 
@@ -201,7 +211,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         (imported here, after the command line is checked).
       tool: the fine-tuning tool whose output directory --model_dir is (for messages).
       export: `export(model, tokenizer, labels, export_dir, seq_length, version=...,
-        buckets=..., serving_dtype=..., recorded=...)` -> the written version's path;
+        buckets=..., serving_dtype=..., kernel_layout=..., recorded=...)` -> the written
+        version's path;
         `recorded` is `files.fine_tuned_with(--model_dir)`.
       prog: the export tool's name.
       needs_labels: whether --model_dir must hold labels.txt.
@@ -239,7 +250,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         if dtype != "float32":
             logging.info("Serving dtype: %s (weights and matmuls; --serving_dtype)", dtype)
         print(export(model, tokenizer, labels, export_dir, seq_length, version=version,
-                     buckets=buckets, serving_dtype=dtype, recorded=recorded))
+                     buckets=buckets, serving_dtype=dtype,
+                     kernel_layout=task_flags["kernel_layout"].value, recorded=recorded))
         return 0
 
     return report_errors(body, task_dir_errors(), prog)

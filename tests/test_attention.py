@@ -249,27 +249,30 @@ def test_a_mask_of_another_shape_is_a_one_line_error_naming_the_expected_one(sha
         assert tuple(block(x, attention_mask=right).shape) == (B, S, H)
 
 
-def test_a_serving_copy_attends_through_the_explicit_softmax(monkeypatch):
-    """kernel_layout="out_in" (serving copies, `tasks.for_serving`) takes the explicit
-    softmax at inference, where TensorFlow runs it faster at long requests than
-    keras.ops.dot_product_attention (bench/bench_long_attention.py): the same function
-    as the fused path of the training layout, a row with no real key included (both attend
-    uniformly there), and the numpy reference elsewhere."""
+@pytest.mark.parametrize("layout", ["out_in", "in_out"])
+def test_explicit_softmax_never_calls_the_fused_op_and_computes_the_same(monkeypatch, layout):
+    """explicit_softmax=True (serving copies, `tasks.for_serving`, in either kernel layout)
+    takes the explicit softmax at inference, where TensorFlow runs it faster at long
+    requests than keras.ops.dot_product_attention (bench/bench_long_attention.py): the same
+    function as the fused path of the training layer, a row with no real key included
+    (both attend uniformly there), and the numpy reference elsewhere."""
     import keras
 
     x, mask, rows = _inputs(seed=3)
     mask[0, :] = 0  # no real key: uniform attention on every path
     layer = SelfAttention(N, dropout=0.1)
     layer.build((None, None, H))
-    serving = SelfAttention(N, dropout=0.1, kernel_layout="out_in")
+    serving = SelfAttention(N, dropout=0.1, kernel_layout=layout, explicit_softmax=True)
     serving.build((None, None, H))
-    serving.set_weights([w.T if w.ndim == 2 else w for w in layer.get_weights()])
+    serving.set_weights([w.T if w.ndim == 2 and layout == "out_in" else w
+                         for w in layer.get_weights()])
+    assert SelfAttention.from_config(serving.get_config()).explicit_softmax
     queries = np.take_along_axis(x, rows[:, :, None], axis=1)
     fused = [np.asarray(layer(x, attention_mask=mask, query=q), "float32")
              for q in (None, queries)]
 
     def refused(*args, **kwargs):
-        raise AssertionError("a serving copy called keras.ops.dot_product_attention")
+        raise AssertionError("explicit_softmax=True called keras.ops.dot_product_attention")
 
     monkeypatch.setattr(keras.ops, "dot_product_attention", refused)
     for query, want_fused in zip((None, queries), fused):
@@ -278,3 +281,12 @@ def test_a_serving_copy_attends_through_the_explicit_softmax(monkeypatch):
         scale = np.abs(want).max()
         np.testing.assert_allclose(served, want_fused, atol=1e-5 * scale)
         assert np.abs(served[1:] - want[1:]).max() < 1e-5 * scale
+    # The training layout without the switch takes the fused op (refused here).
+    with pytest.raises(AssertionError, match="called keras.ops.dot_product_attention"):
+        layer(x, attention_mask=mask)
+
+
+def test_explicit_softmax_must_be_a_bool():
+    with pytest.raises(ValueError, match=r"`explicit_softmax` must be True or False. "
+                                         r"Received: 'yes'"):
+        SelfAttention(N, explicit_softmax="yes")

@@ -9,9 +9,10 @@ wrong, transposed or missing weight moves the outputs by O(1) of their scale. An
 must not be float32 in disguise: its outputs differ from float32's by more than float32
 noise.
 
-Every serving copy stores the encoder's Dense kernels [out, in] (`kernel_layout="out_in"`):
-in float32 it must give the model's outputs within float32 noise, which a kernel copied
-untransposed (square attention kernels keep their shape) would not.
+A serving copy stores the encoder's Dense kernels as asked (`kernel_layout`: [out, in] by
+default, the training layout [in, out] for span QA's exports) and attends through the
+explicit softmax: in float32 it must give the model's outputs within float32 noise, which a
+kernel copied untransposed (square attention kernels keep their shape) would not.
 """
 
 import os
@@ -74,29 +75,44 @@ def _encoder_kernel(path):
     return path.endswith("/kernel") and path.startswith(("transformer_layer_", "pooler_dense"))
 
 
-@pytest.mark.parametrize("task", [BertClassifier, BertTagger, BertSpanQA])
-def test_float32_copy_stores_kernels_out_in_and_gives_the_same_outputs(task):
+@pytest.mark.parametrize("task,layout", [(BertClassifier, "out_in"), (BertTagger, "out_in"),
+                                         (BertSpanQA, "out_in"), (BertClassifier, "in_out"),
+                                         (BertSpanQA, "in_out")])
+def test_float32_copy_stores_kernels_as_asked_and_gives_the_same_outputs(task, layout):
+    from bert_keras.layers.attention import SelfAttention
+
     keras.utils.set_random_seed(6)
     kwargs = {} if task is BertSpanQA else {"num_classes": 3}
     model = task(BertEncoder(**TINY), **kwargs)
     rng = np.random.default_rng(6)  # non-zero biases and LayerNorm offsets, as trained
     model.set_weights([w + rng.normal(0, 0.05, w.shape).astype(w.dtype)
                        for w in model.get_weights()])
-    copy = for_serving(model, "float32")
-    assert copy.encoder.kernel_layout == "out_in" and model.encoder.kernel_layout == "in_out"
+    copy = for_serving(model, "float32", layout)
+    assert copy is not model  # the trained model attends through the fused op
+    assert copy.encoder.kernel_layout == layout and model.encoder.kernel_layout == "in_out"
+    attention = [layer for layer in copy._flatten_layers() if isinstance(layer, SelfAttention)]
+    assert len(attention) == TINY["num_layers"]
+    assert all(layer.explicit_softmax for layer in attention)
+    assert copy.encoder.explicit_softmax and not model.encoder.explicit_softmax
     transposed = 0
     for variable, kept in zip(model.weights, copy.weights):
-        if _encoder_kernel(variable.path):
+        if _encoder_kernel(variable.path) and layout == "out_in":
             np.testing.assert_array_equal(kept.numpy(), variable.numpy().T)
             transposed += 1
         else:
             np.testing.assert_array_equal(kept.numpy(), variable.numpy())
-    assert transposed == 6 * TINY["num_layers"] + 1  # q, k, v, output, FFN x 2; pooler
+    # q, k, v, output, FFN x 2; pooler
+    assert transposed == (6 * TINY["num_layers"] + 1 if layout == "out_in" else 0)
     x = _inputs(2)
     expected, got = model(x, training=False), copy(x, training=False)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
-    assert for_serving(copy, "float32") is copy
+    assert for_serving(copy, "float32", layout) is copy
+    other = for_serving(copy, "float32", {"in_out": "out_in", "out_in": "in_out"}[layout])
+    assert other is not copy
+    for name in expected:
+        np.testing.assert_allclose(other(x, training=False)[name], expected[name], rtol=1e-5,
+                                   atol=1e-5)
 
 
 def test_mixed_precision_comes_back_to_float32_and_a_bad_dtype_is_refused():
@@ -111,6 +127,8 @@ def test_mixed_precision_comes_back_to_float32_and_a_bad_dtype_is_refused():
     assert _relative(mixed(x)["logits"], model(x)["logits"]) > 1e-5  # mixed really was bf16
     with pytest.raises(ValueError, match=r"dtype 'float16': expected one of float32, bfloat16"):
         for_serving(model, "float16")
+    with pytest.raises(ValueError, match=r"kernel_layout 'in': expected one of in_out, out_in"):
+        for_serving(model, "float32", "in")
 
 
 def test_a_serving_copy_is_refused_by_the_checkpoint_writers(tmp_path):
@@ -122,7 +140,7 @@ def test_a_serving_copy_is_refused_by_the_checkpoint_writers(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def test_serving_dtype_flag_names_its_choices():
+def test_serving_dtype_and_kernel_layout_flags_name_their_choices():
     from absl import flags
 
     import export.export_classifier  # noqa: F401  (defines the task exports' flags)
@@ -132,8 +150,15 @@ def test_serving_dtype_flag_names_its_choices():
                            match=r"--serving_dtype=float16: value should be one of "
                                  r"<float32\|bfloat16>"):
             flags.FLAGS(["prog", "--serving_dtype=float16"])
-        flags.FLAGS(["prog", "--serving_dtype=bfloat16"])
+        flags.FLAGS.unparse_flags()
+        with pytest.raises(flags.IllegalFlagValueError,
+                           match=r"--kernel_layout=in: value should be one of "
+                                 r"<in_out\|out_in>"):
+            flags.FLAGS(["prog", "--kernel_layout=in"])
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["prog", "--serving_dtype=bfloat16", "--kernel_layout=in_out"])
         assert flags.FLAGS.serving_dtype == "bfloat16"
+        assert flags.FLAGS.kernel_layout == "in_out"
     finally:
         flags.FLAGS.unparse_flags()
 
@@ -200,6 +225,63 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
     there = in_tf212(tmp_path, paths["bfloat16"], texts, "logits")
     assert _relative(there["one"], logits(paths["bfloat16"], False)) <= 1e-2
     assert _relative(there["all"], logits(paths["bfloat16"], True)) <= 1e-2
+
+
+# A run_classifier directory, two exports by the tool, verify, a TF 2.12.1 process: ~2 min.
+@pytest.mark.integration
+def test_export_classifier_kernel_layout_in_out(tmp_path):
+    """--kernel_layout=in_out from the command line: the export stores its feed-forward
+    kernels [in, out] where the default stores them [out, in], verifies (the op allowlist),
+    gives the default export's logits within float32 rounding on texts of every bucket,
+    alone and batched, and the TF 2.12.1 + tensorflow-text 2.12.1 process runs it."""
+    import tensorflow_text  # noqa: F401  (the exports hold text ops)
+
+    from export.verify import verify
+
+    keras.utils.set_random_seed(7)
+    classifier_run(tmp_path, max_seq_length=32, steps=2)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    paths = {}
+    for layout in ("", "in_out"):
+        result = subprocess.run(
+            [sys.executable, "-m", "export.export_classifier", f"--model_dir={tmp_path / 'run'}",
+             f"--export_dir={tmp_path / (layout or 'default')}", "--length_buckets=8,16,24",
+             *([f"--kernel_layout={layout}"] if layout else [])],
+            capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+        assert result.returncode == 0, result.stderr[-3000:]
+        paths[layout or "out_in"] = result.stdout.strip().splitlines()[-1]
+    # The feed-forward kernels ([H, I] and [I, H]) of one export are the other's transposed;
+    # the square ones (Q, K, V, attention output, pooler) keep their shape, and the head's
+    # kernel and the embedding tables are the same in both.
+    def rectangular(path):
+        reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+        return [reader.get_tensor(name) for name, shape in
+                reader.get_variable_to_shape_map().items()
+                if len(shape) == 2 and shape[0] != shape[1]]
+
+    ours, default = rectangular(paths["in_out"]), rectangular(paths["out_in"])
+    transposed = [v for v in default if any(
+        w.shape == v.T.shape and np.array_equal(w, v.T) for w in ours)]
+    same = [v for v in default if any(w.shape == v.shape and np.array_equal(w, v) for w in ours)]
+    assert len(transposed) == 2 * TINY["num_layers"] and len(same) == len(default) - len(
+        transposed), (len(transposed), len(same), len(default))
+    report = verify(paths["in_out"])
+    assert report.ok, str(report)
+    texts = texts_of(LENGTHS)
+
+    def logits(path, batch):
+        fn = tf.saved_model.load(path).signatures["serving_default"]
+        if batch:
+            return fn(text=tf.constant(texts))["logits"].numpy()
+        return np.concatenate([fn(text=tf.constant([t]))["logits"].numpy() for t in texts])
+
+    for batch in (False, True):
+        want = logits(paths["out_in"], batch)
+        np.testing.assert_allclose(logits(paths["in_out"], batch), want, rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())
+    there = in_tf212(tmp_path, paths["in_out"], texts, "logits")
+    np.testing.assert_allclose(there["one"], logits(paths["in_out"], False), atol=1e-5)
+    np.testing.assert_allclose(there["all"], logits(paths["in_out"], True), atol=1e-5)
 
 
 # A run_classifier directory, two exports, an evaluation: ~2 min. A bench's figures: not in

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, TINY, make_inputs
+from conftest import REPO, TINY
 from test_export import write_vocab
 
 from bert_keras import BertEncoder
@@ -219,38 +219,26 @@ def test_bucket_sets_are_parsed_and_refused_where_no_bucket_is_exported():
         assert done.stderr.strip().splitlines()[-1].endswith("error: " + expected), done.stderr
 
 
-def test_the_layout_ab_copy_stores_in_out_kernels_attends_explicitly_and_computes_the_same():
-    """--kernel_layout_ab's serving copy (`bench.serving_layout("in_out")`): every Dense
-    kernel [in, out], every SelfAttention on the serving copies' explicit softmax (the
-    bench sets it on the instances), and the default serving copy's logits within float32
-    rounding; outside the context `tasks.for_serving` makes [out, in] copies again."""
-    import keras
+def test_the_layout_ab_row_exports_with_the_asked_layout_and_other_modes_refuse_it():
+    """--kernel_layout_ab=L adds one row, "<name>, kernels L", built with that layout under
+    an export name of its own (none without the flag); a mode without a task export (full,
+    batches) gets one `error:` line and exit 2 before any model is built."""
+    import subprocess
+    from types import SimpleNamespace
 
-    from bert_keras import tasks
-    from bert_keras.layers.attention import SelfAttention
-    from bert_keras.layers.dense import Dense
-
-    keras.utils.set_random_seed(5)
-    model = BertClassifier(BertEncoder(**TINY), num_classes=3)
-    inputs = make_inputs(batch=3, seq=7, lengths=[7, 5, 3])
-    model(inputs)
-    with bench.serving_layout("in_out"):
-        ab = tasks.for_serving(model, "float32")
-    default = tasks.for_serving(model, "float32")
-    dense = [layer for layer in ab._flatten_layers() if isinstance(layer, Dense)]
-    assert dense and {layer.kernel_layout for layer in dense} == {"in_out"}
-    assert {layer.kernel_layout for layer in default.encoder._flatten_layers()
-            if isinstance(layer, Dense)} == {"out_in"}
-    attention = [layer for layer in ab._flatten_layers() if isinstance(layer, SelfAttention)]
-    assert len(attention) == TINY["num_layers"]
-    calls = []
-    for layer in attention:  # count the explicit path's calls on the copy's instances
-        explicit = layer._explicit_attention
-        layer._explicit_attention = lambda *a, f=explicit, **k: calls.append(1) or f(*a, **k)
-    got = keras.ops.convert_to_numpy(ab(inputs)["logits"])
-    assert len(calls) == TINY["num_layers"]
-    want = keras.ops.convert_to_numpy(default(inputs)["logits"])
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    built = []
+    rows = bench.layout_ab_rows(SimpleNamespace(kernel_layout_ab="out_in"), "ours tagger text-in",
+                                lambda d, layout, name: built.append((d, layout, name)))
+    assert [r[:2] for r in rows] == [("ours tagger text-in, kernels out_in", False)]
+    rows[0][2]("work")
+    assert built == [("work", "out_in", "ours_kernels_out_in")]
+    assert bench.layout_ab_rows(SimpleNamespace(kernel_layout_ab=""), "x", None) == []
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_serving_latency.py"),
+                           "--mode=batches", "--kernel_layout_ab=in_out"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "error: --kernel_layout_ab: only --mode=real, qa or tagger. Received: --mode=batches")
 
 
 def test_only_selects_a_row_by_its_exact_name_with_an_equals_sign():

@@ -208,6 +208,51 @@ def test_long_contexts_are_answered_over_run_squads_windows(vocab, span_qa, tmp_
     assert compared > 0.6 * len(contexts)
 
 
+@pytest.mark.integration  # Two exports: about a minute.
+def test_the_default_export_keeps_the_training_layout_and_answers_as_out_in(vocab, span_qa,
+                                                                           tmp_path):
+    """export_span_qa stores its Dense kernels [in, out] by default (its windows are hundreds
+    of positions, where that layout's products are faster) and --kernel_layout=out_in
+    [out, in]: every kernel the task reads is in the default export as it is, and in the
+    out_in export transposed where it is an encoder kernel; both answer alike."""
+    import tensorflow_text  # noqa: F401  (the exports hold text ops)
+
+    from export.export_span_qa import export_span_qa
+
+    tokenizer = BertTokenizer(vocab, do_lower_case=True, strip_accents=False)
+    paths = {layout: export_span_qa(span_qa, tokenizer, str(tmp_path / layout), seq_length=S,
+                                    max_answer_length=MAX_ANSWER,
+                                    **({"kernel_layout": layout} if layout == "out_in" else {}))
+             for layout in ("in_out", "out_in")}
+
+    def stored(path):  # the export's 2-D variables, as arrays
+        reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+        return [reader.get_tensor(name) for name, shape in
+                reader.get_variable_to_shape_map().items() if len(shape) == 2]
+
+    def held(kernel, arrays):
+        return any(a.shape == kernel.shape and np.array_equal(a, kernel) for a in arrays)
+
+    kernels = [(v.path, v.numpy()) for v in span_qa.weights  # span QA reads no pooler
+               if v.path.endswith("/kernel") and not v.path.startswith("pooler")]
+    default, other = stored(paths["in_out"]), stored(paths["out_in"])
+    assert all(held(kernel, default) for _, kernel in kernels)
+    encoder = [k for path, k in kernels if path.startswith("transformer_layer_")]
+    assert len(encoder) == 6 * TINY["num_layers"]
+    assert all(held(k.T, other) for k in encoder)
+    assert not any(held(k, other) for k in encoder if k.shape[0] != k.shape[1])
+    contexts = _contexts()[::5]
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(len(contexts))]
+    outs = [{k: v.numpy() for k, v in tf.saved_model.load(p).signatures["serving_default"](
+        question=tf.constant(questions), context=tf.constant(contexts)).items()}
+        for p in paths.values()]
+    for name in outs[0]:
+        if outs[0][name].dtype.kind == "f":
+            np.testing.assert_allclose(outs[0][name], outs[1][name], atol=1e-4)
+        else:
+            np.testing.assert_array_equal(outs[0][name], outs[1][name])
+
+
 @pytest.mark.integration  # An export, and a TF 2.12.1 process: about a minute.
 def test_answers_in_stock_servings_tf_2_12(vocab, span_qa, tmp_path):
     """The export's answers and character spans in a TF 2.12.1 + tensorflow-text 2.12.1

@@ -78,30 +78,37 @@ class SelfAttention(keras.layers.Layer):
       - Elsewhere, where no probability is dropped (inference, `dropout=0`):
         `keras.ops.dot_product_attention` (XLA's fusion, or TensorFlow's ops), but for
         float16 on JAX's CPU backend, where it does not compile (`_float16_on_jax_cpu`),
-        and for serving copies (`kernel_layout="out_in"`, what exports run).
+        and with `explicit_softmax=True` (serving copies, what exports run).
       - Elsewhere, in training with attention dropout, float16 on JAX's CPU backend and
-        serving copies: the softmax written out, dropout on the probabilities (Google's
-        computation; in serving copies nothing is dropped: on TensorFlow it is the
-        faster of the two at long requests).
+        with `explicit_softmax=True`: the softmax written out, dropout on the
+        probabilities (Google's computation; in serving copies nothing is dropped: on
+        TensorFlow without XLA it is the faster of the two at long requests).
 
     Args:
       num_heads: N.
       dropout: dropout rate on attention probabilities (BERT drops whole attention links).
       initializer: kernel initializer of the projections.
       kernel_layout: the projections' kernel layout (`bert_keras.layers.dense.Dense`):
-        "in_out" (Google's checkpoints, training) or "out_in" (serving copies, which also
-        take the explicit softmax where nothing is dropped).
+        "in_out" (Google's checkpoints, training, span-QA exports) or "out_in" (the other
+        task exports).
+      explicit_softmax: where nothing is dropped and no fused GPU kernel applies, run the
+        softmax written out rather than `keras.ops.dot_product_attention` (serving
+        copies, `bert_keras.tasks.for_serving`). The same function either way.
     """
 
     def __init__(self, num_heads, dropout=0.1, initializer="truncated_normal",
-                 kernel_layout="in_out", **kwargs):
+                 kernel_layout="in_out", explicit_softmax=False, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(num_heads, int) or num_heads <= 0:
             raise ValueError(f"`num_heads` must be a positive integer. Received: {num_heads!r}")
+        if not isinstance(explicit_softmax, bool):
+            raise ValueError("`explicit_softmax` must be True or False. "
+                             f"Received: {explicit_softmax!r}")
         self.num_heads = num_heads
         self.dropout = dropout
         self.initializer = keras.initializers.get(initializer)
         self.kernel_layout = kernel_layout
+        self.explicit_softmax = explicit_softmax
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -221,7 +228,7 @@ class SelfAttention(keras.layers.Layer):
                 mesh, batch_axis = kernels.batch_mesh()
                 return flash_attention.attention(q, k, v, key_bias, seed, dropout_rate=rate,
                                                  scale=scale, mesh=mesh, batch_axis=batch_axis)
-        if rate == 0 and not _float16_on_jax_cpu(q) and self.kernel_layout == "in_out":
+        if rate == 0 and not _float16_on_jax_cpu(q) and not self.explicit_softmax:
             # Nothing to drop: XLA's fused attention. [B, S] -> [B, 1, 1, S]: the same key
             # mask for every head and query. On a GPU (head sizes over 256, or the fused
             # kernels switched off) Keras would try cuDNN with that mask, which cuDNN
@@ -230,7 +237,7 @@ class SelfAttention(keras.layers.Layer):
                 attention_mask, "bool")[:, None, None, :]
             unfused = {"flash_attention": False} if kernels.platform() == "gpu" else {}
             return ops.dot_product_attention(q, k, v, mask=mask, scale=scale, **unfused)
-        # Serving copies (kernel_layout "out_in", `tasks.for_serving`; exports run them on
+        # Serving copies (explicit_softmax, `tasks.for_serving`; exports run them on
         # TensorFlow without XLA) take the explicit softmax even with nothing to drop: there
         # `keras.ops.dot_product_attention` runs oneDNN's einsum twice and selects over the
         # [B, N, Q, S] scores with a broadcast boolean mask; the explicit path's two batch
@@ -266,6 +273,7 @@ class SelfAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "initializer": keras.initializers.serialize(self.initializer),
                 "kernel_layout": self.kernel_layout,
+                "explicit_softmax": self.explicit_softmax,
             }
         )
         return config

@@ -33,6 +33,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
       initializer: kernel initializer (TruncatedNormal(0.02) in BERT).
       kernel_layout: the Dense kernels' layout (`bert_keras.layers.dense.Dense`): "in_out"
         (Google's checkpoints, training) or "out_in" (serving copies).
+      explicit_softmax: the attention's (`bert_keras.layers.attention.SelfAttention`):
+        the softmax written out where nothing is dropped (serving copies).
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-12,
         initializer="truncated_normal",
         kernel_layout="in_out",
+        explicit_softmax=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -60,12 +63,14 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer = keras.initializers.get(initializer)
         self.kernel_layout = kernel_layout
+        self.explicit_softmax = explicit_softmax
         self._activation_fn = get_activation(activation)
         self.self_attention = SelfAttention(
             num_heads,
             dropout=attention_dropout,
             initializer=clone_initializer(self.initializer),
             kernel_layout=kernel_layout,
+            explicit_softmax=explicit_softmax,
             name="self_attention",
             dtype=self.dtype_policy,
         )
@@ -190,6 +195,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "initializer": keras.initializers.serialize(self.initializer),
                 "kernel_layout": self.kernel_layout,
+                "explicit_softmax": self.explicit_softmax,
             }
         )
         return config

@@ -11,20 +11,20 @@ At batch 1 and 2 threads, in one process, for each length S this times (random w
 float32, every row in the same rounds, the order rotated each round):
 
   full rows (ids [1, S] in, no padding):
-    ours encoder       what a span-QA export runs: `tasks.for_serving(BertSpanQA, "float32")`
-                       ([out, in] kernels, the explicit softmax in attention) called in a
+    ours encoder       a serving copy with [out, in] kernels: `tasks.for_serving(BertSpanQA,
+                       "float32", "out_in")` (the explicit softmax in attention) called in a
                        tf.function with the export's input signature (int32 [None, None]
                        ids, mask and type ids)
-    ours encoder, before    the same with attention through `keras.ops.dot_product_attention`,
-                       what serving copies ran before (`with_fused_op_attention`: patched
-                       on the instances here, product code unchanged)
+    ours encoder, before    the same with attention through `keras.ops.dot_product_attention`
+                       (`explicit_softmax=False`), what serving copies ran before
     torch BertModel    transformers' BertModel (SDPA attention, its default), eager, under
                        torch.inference_mode
   one layer's parts at [1, S, H] (H = 768 and N = 12 heads at the base preset):
-    ours attention     `SelfAttention(kernel_layout="out_in")` (Q, K, V projections and the
-                       attention; the mask all ones, as an export passes a request with no
-                       padding) in a tf.function with a [None, None, H] signature; ", before":
-                       the same weights through `keras.ops.dot_product_attention`
+    ours attention     `SelfAttention(kernel_layout="out_in", explicit_softmax=True)` (Q, K, V
+                       projections and the attention; the mask all ones, as an export
+                       passes a request with no padding) in a tf.function with a
+                       [None, None, H] signature; ", before": the same weights through
+                       `keras.ops.dot_product_attention`
     torch attention sdpa / eager    transformers' BertSelfAttention with the same weights,
                        SDPA or the eager softmax; the mask None, which is what BertModel
                        passes it for a request with no padding
@@ -78,26 +78,21 @@ def timed_ms(fn, calls: int) -> float:
 
 
 def with_fused_op_attention(model):
-    """`model` with every SelfAttention in it computing as serving copies did before
-    bench/bench_long_attention.py moved them to the explicit softmax: through
-    `keras.ops.dot_product_attention` (nothing is dropped in serving). Patched on the
-    instances, in this process only; product code is unchanged."""
-    import types
-
-    from keras import ops
-
+    """A copy of `model` (a task model or a SelfAttention) with the same weights whose
+    attention runs through `keras.ops.dot_product_attention` (`explicit_softmax=False`),
+    as serving copies did before they moved to the explicit softmax."""
     from bert_keras.layers.attention import SelfAttention
 
-    def attend(self, q, k, v, attention_mask, training):
-        mask = None if attention_mask is None else ops.cast(
-            attention_mask, "bool")[:, None, None, :]
-        return ops.dot_product_attention(q, k, v, mask=mask, scale=self.head_size ** -0.5)
-
-    layers = [model] if isinstance(model, SelfAttention) else model._flatten_layers()
-    for layer in layers:
-        if isinstance(layer, SelfAttention):
-            layer._attend = types.MethodType(attend, layer)
-    return model
+    config = model.get_config()
+    if isinstance(model, SelfAttention):
+        copy = SelfAttention.from_config({**config, "explicit_softmax": False})
+        copy.build((None, None, model.query.kernel.shape[0]))
+    else:
+        encoder = dict(config["encoder"], config={**config["encoder"]["config"],
+                                                  "explicit_softmax": False})
+        copy = type(model).from_config({**config, "encoder": encoder})
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
@@ -127,9 +122,9 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
               schema.INPUT_TYPE_IDS: tf.zeros_like(tf.constant(ids))}
     keras.utils.set_random_seed(SEED)
     trained = tasks.BertSpanQA(BertEncoder.from_bert_config(config))
-    for name, model in (("ours encoder", tasks.for_serving(trained, "float32")),
-                        ("ours encoder, before", with_fused_op_attention(
-                            tasks.for_serving(trained, "float32")))):
+    serving = tasks.for_serving(trained, "float32", "out_in")
+    for name, model in (("ours encoder", serving),
+                        ("ours encoder, before", with_fused_op_attention(serving))):
         serve = tf.function(lambda inputs, model=model: model(inputs, training=False),
                             input_signature=[signature], autograph=False)
         rows[name] = lambda serve=serve: serve(tf_ids)["start_logits"].numpy()
@@ -152,11 +147,9 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
 
     # --- one layer's attention, the same weights on both sides ---
     x = rng.standard_normal((1, seq_length, hidden)).astype(np.float32)
-    attention = SelfAttention(heads, dropout=0.1, kernel_layout="out_in")
+    attention = SelfAttention(heads, dropout=0.1, kernel_layout="out_in", explicit_softmax=True)
     attention.build((None, None, hidden))
-    before = with_fused_op_attention(SelfAttention.from_config(attention.get_config()))
-    before.build((None, None, hidden))
-    before.set_weights(attention.get_weights())
+    before = with_fused_op_attention(attention)
     layer_spec = [tf.TensorSpec([None, None, hidden], tf.float32),
                   tf.TensorSpec([None, None], tf.int32)]
     tf_x, tf_mask = tf.constant(x), tf.ones((1, seq_length), tf.int32)

@@ -52,9 +52,11 @@ probabilities (within 1e-3):
 
 --bucket_sets="16,24,...;..." (real, qa and tagger modes) adds a row of ours per other
 --length_buckets value ("ours ..., bucket set K"), to compare bucket sets in one run.
---kernel_layout_ab=in_out (qa mode) adds "ours span-QA text-in, kernels in_out": the export
-built from a serving copy whose Dense kernels are stored [in, out] instead of the exports'
-[out, in] (`serving_layout`), its answers checked equal to the default row's.
+--kernel_layout_ab=in_out|out_in (real, qa and tagger modes) adds a row of ours exported with
+that --kernel_layout ("ours ..., kernels in_out"): the A/B of the Dense kernels' layout
+alone (the export's default is out_in for the classifier and the tagger, in_out for span QA),
+its outputs checked as the default row's are (the classifier's logits against the Keras
+model, the tagger's against transformers, span QA's answers equal to the default row's).
 
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's
@@ -318,7 +320,13 @@ class Row:
     keep: Any = None
 
 
-def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name, dtype="float32"):
+def layout_kwargs(kernel_layout: str | None) -> dict:
+    """The export's `kernel_layout` argument where one is given, else nothing (its default)."""
+    return {"kernel_layout": kernel_layout} if kernel_layout else {}
+
+
+def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name, dtype="float32",
+                     kernel_layout=None):
     import keras
 
     from bert_keras import BertEncoder
@@ -330,14 +338,15 @@ def _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name, dt
     classifier = BertClassifier(BertEncoder.from_bert_config(config), num_classes=len(LABELS))
     path = export_classifier(classifier, BertTokenizer(vocab_file), LABELS,
                              os.path.join(work_dir, name), seq_length=seq_length,
-                             buckets=buckets, serving_dtype=dtype)
+                             buckets=buckets, serving_dtype=dtype,
+                             **layout_kwargs(kernel_layout))
     return classifier, path
 
 
 def ours_text_in(config, vocab_file, seq_length, work_dir, buckets=None, check_text=None,
-                 name="ours_classifier", dtype="float32"):
-    """Our classifier export, text in (`dtype`: its --serving_dtype); checks it against the
-    Keras model on `check_text`."""
+                 name="ours_classifier", dtype="float32", kernel_layout=None):
+    """Our classifier export, text in (`dtype`: its --serving_dtype; `kernel_layout`: its
+    --kernel_layout, None the default); checks it against the Keras model on `check_text`."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
@@ -345,7 +354,7 @@ def ours_text_in(config, vocab_file, seq_length, work_dir, buckets=None, check_t
     from data_prep.tokenization import BertTokenizer
 
     classifier, path = _ours_classifier(config, vocab_file, seq_length, work_dir, buckets, name,
-                                        dtype)
+                                        dtype, kernel_layout)
     loaded = tf.saved_model.load(path)
     if check_text is not None:
         # Same logits from text as the Keras model from the Python tokenizer's packing.
@@ -564,39 +573,10 @@ def transformers_end_to_end(config, vocab_file, seq_length):
     return Row(prepare=lambda text: text, call=call, logits=lambda out: out)
 
 
-@contextlib.contextmanager
-def serving_layout(kernel_layout: str):
-    """Within it, `tasks.for_serving` makes copies whose Dense kernels are stored
-    `kernel_layout` ("in_out": Keras' [in, out], against the exports' [out, in]), everything
-    else as the exports have it: the same weights, and the serving copies' explicit softmax
-    in every SelfAttention (which the library keys on "out_in"; set on the instances here).
-    An A/B of the layout alone (--kernel_layout_ab); "out_in" changes nothing."""
-    from bert_keras import tasks
-    from bert_keras.layers.attention import SelfAttention
-
-    if kernel_layout == "out_in":
-        yield
-        return
-    original = tasks.for_serving
-
-    def for_serving(model, dtype):
-        copy = tasks._rebuilt(model, dtype=dtype, kernel_layout=kernel_layout)
-        for layer in copy._flatten_layers():
-            if isinstance(layer, SelfAttention):
-                layer.kernel_layout = "out_in"  # its projections are built: attention path only
-        return copy
-
-    tasks.for_serving = for_serving
-    try:
-        yield
-    finally:
-        tasks.for_serving = original
-
-
 def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query_length,
-                 buckets=None, name="ours_span_qa", dtype="float32", kernel_layout="out_in"):
+                 buckets=None, name="ours_span_qa", dtype="float32", kernel_layout=None):
     """Our span-QA export, question and context in, answer text out (`dtype`: its
-    --serving_dtype; `kernel_layout`: `serving_layout`)."""
+    --serving_dtype; `kernel_layout`: its --kernel_layout, None the default)."""
     import keras
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
@@ -608,10 +588,10 @@ def ours_span_qa(config, vocab_file, seq_length, work_dir, doc_stride, max_query
 
     keras.utils.set_random_seed(SEED)
     model = BertSpanQA(BertEncoder.from_bert_config(config))
-    with serving_layout(kernel_layout):
-        path = export_span_qa(model, BertTokenizer(vocab_file), os.path.join(work_dir, name),
-                              seq_length=seq_length, buckets=buckets, doc_stride=doc_stride,
-                              max_query_length=max_query_length, serving_dtype=dtype)
+    path = export_span_qa(model, BertTokenizer(vocab_file), os.path.join(work_dir, name),
+                          seq_length=seq_length, buckets=buckets, doc_stride=doc_stride,
+                          max_query_length=max_query_length, serving_dtype=dtype,
+                          **layout_kwargs(kernel_layout))
     loaded = tf.saved_model.load(path)
     serve = loaded.signatures["serving_default"]
     return Row(prepare=lambda pair: {"question": tf.constant([pair["question"]]),
@@ -679,10 +659,11 @@ def tagger_pieces(tokenizer, texts: list[str]) -> list[int]:
 
 
 def ours_tagger(config, vocab_file, seq_length, work_dir, buckets=None, name="ours_tagger",
-                dtype="float32"):
+                dtype="float32", kernel_layout=None):
     """Our tagger export with export_tagger's defaults (text in, split on whitespace; run_
     tagger's windows at half a window's stride; a tag per word out), `dtype` its
-    --serving_dtype. Returns (Row, the Keras BertTagger it was exported from)."""
+    --serving_dtype, `kernel_layout` its --kernel_layout (None: the default). Returns (Row,
+    the Keras BertTagger it was exported from)."""
     import keras
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
@@ -695,7 +676,8 @@ def ours_tagger(config, vocab_file, seq_length, work_dir, buckets=None, name="ou
     keras.utils.set_random_seed(SEED)
     tagger = BertTagger(BertEncoder.from_bert_config(config), num_classes=len(TAGS))
     path = export_tagger(tagger, BertTokenizer(vocab_file), TAGS, os.path.join(work_dir, name),
-                         seq_length=seq_length, buckets=buckets, serving_dtype=dtype)
+                         seq_length=seq_length, buckets=buckets, serving_dtype=dtype,
+                         **layout_kwargs(kernel_layout))
     loaded = tf.saved_model.load(path)
     serve = loaded.signatures["serving_default"]
     return Row(prepare=lambda text: tf.constant([text]), call=lambda x: _to_numpy(serve(text=x)),
@@ -1135,6 +1117,10 @@ def run_real(args, config, vocab_file, tokenizer):
          lambda d: ours_text_in(config, vocab_file, args.seq_length, d,
                                 check_text=requests[0]["text"], name="ours_bfloat16",
                                 dtype="bfloat16")[0]),
+        *layout_ab_rows(args, "ours text-in",
+                        lambda d, layout, n: ours_text_in(config, vocab_file, args.seq_length, d,
+                                                          check_text=requests[0]["text"],
+                                                          name=n, kernel_layout=layout)[0]),
         ("keras-hub end-to-end (text in)", True,
          lambda d: keras_hub_end_to_end(config, vocab_file, args.seq_length, d)),
         ("keras-hub (ids in, own length)", True, keras_hub_own_length),
@@ -1243,11 +1229,10 @@ def run_qa(args, config, vocab_file, tokenizer):
         ("ours span-QA text-in, bfloat16 (--serving_dtype)", False,
          lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
                                 args.max_query_length, name="ours_bfloat16", dtype="bfloat16")),
-        *([(f"ours span-QA text-in, kernels {args.kernel_layout_ab}", False,
-            lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
-                                   args.max_query_length, name="ours_layout_ab",
-                                   kernel_layout=args.kernel_layout_ab))]
-          if args.kernel_layout_ab else []),
+        *layout_ab_rows(args, "ours span-QA text-in",
+                        lambda d, layout, n: ours_span_qa(config, vocab_file, args.seq_length, d,
+                                                          args.doc_stride, args.max_query_length,
+                                                          name=n, kernel_layout=layout)),
         ("transformers end-to-end (text in)", True,
          lambda _: transformers_span_qa(config, vocab_file, args.seq_length, args.doc_stride,
                                         args.max_query_length)),
@@ -1351,6 +1336,9 @@ def run_tagger(args, config, vocab_file, tokenizer):
         ("ours tagger text-in, bfloat16 (--serving_dtype)", False,
          lambda d: ours_tagger(config, vocab_file, args.seq_length, d, name="ours_tagger_bf16",
                                dtype="bfloat16")[0]),
+        *layout_ab_rows(args, "ours tagger text-in",
+                        lambda d, layout, n: ours_tagger(config, vocab_file, args.seq_length, d,
+                                                         name=n, kernel_layout=layout)[0]),
         (reference, True, theirs),
     ]
     specs = select(specs, args)
@@ -1459,6 +1447,14 @@ def bucket_set_rows(args, name: str, build) -> list:
             for k, b in enumerate(args.bucket_sets, 1)]
 
 
+def layout_ab_rows(args, name: str, build) -> list:
+    """The --kernel_layout_ab spec, if asked: (`name`, kernels L), built by `build(d, L,
+    export name)`."""
+    layout = args.kernel_layout_ab
+    return ([(f"{name}, kernels {layout}", False,
+              lambda d: build(d, layout, f"ours_kernels_{layout}"))] if layout else [])
+
+
 def print_bucket_sets(args, seq_length: int) -> None:
     from export import length_buckets
 
@@ -1512,10 +1508,10 @@ def main():
                         help="real, qa, tagger: other --length_buckets values for ours, "
                              "separated by ';', each one more row ('ours ..., bucket set K'), "
                              "for A/B of bucket sets in one run")
-    parser.add_argument("--kernel_layout_ab", default="", choices=("", "in_out"),
-                        help="qa: one more row, ours with the serving copy's Dense kernels "
-                             "stored [in, out] (the exports store [out, in]), the explicit "
-                             "softmax kept: an A/B of the layout alone")
+    parser.add_argument("--kernel_layout_ab", default="", choices=("", "in_out", "out_in"),
+                        help="real, qa, tagger: one more row, ours exported with this "
+                             "--kernel_layout (the Dense kernels stored [in, out] or [out, "
+                             "in]): an A/B of the layout alone")
     parser.add_argument("--only", default="",
                         help="comma-separated substrings of row names; '=name': that row "
                              "only (a name that begins others')")
@@ -1531,8 +1527,9 @@ def main():
     if args.bucket_sets and args.mode not in ("real", "qa", "tagger"):
         parser.error(f"--bucket_sets: only --mode=real, qa or tagger export with buckets. "
                      f"Received: --mode={args.mode}")
-    if args.kernel_layout_ab and args.mode != "qa":
-        parser.error(f"--kernel_layout_ab: only --mode=qa. Received: --mode={args.mode}")
+    if args.kernel_layout_ab and args.mode not in ("real", "qa", "tagger"):
+        parser.error(f"--kernel_layout_ab: only --mode=real, qa or tagger. Received: "
+                     f"--mode={args.mode}")
     if args.requests < args.rounds or args.rounds < 1:
         parser.error(f"need --requests >= --rounds >= 1. Received: --requests={args.requests} "
                      f"--rounds={args.rounds}")

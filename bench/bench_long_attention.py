@@ -11,8 +11,8 @@ At batch 1 and 2 threads, in one process, for each length S this times (random w
 float32, every row in the same rounds, the order rotated each round):
 
   full rows (ids [1, S] in, no padding):
-    ours encoder       a serving copy with [out, in] kernels: `tasks.for_serving(BertSpanQA,
-                       "float32", "out_in")` (the explicit softmax in attention) called in a
+    ours encoder       what a span-QA export runs: `tasks.for_serving(BertSpanQA, "float32",
+                       L)` (L = --kernel_layout; the explicit softmax in attention) called in a
                        tf.function with the export's input signature (int32 [None, None]
                        ids, mask and type ids)
     ours encoder, before    the same with attention through `keras.ops.dot_product_attention`
@@ -20,7 +20,7 @@ float32, every row in the same rounds, the order rotated each round):
     torch BertModel    transformers' BertModel (SDPA attention, its default), eager, under
                        torch.inference_mode
   one layer's parts at [1, S, H] (H = 768 and N = 12 heads at the base preset):
-    ours attention     `SelfAttention(kernel_layout="out_in", explicit_softmax=True)` (Q, K, V
+    ours attention     `SelfAttention(kernel_layout=L, explicit_softmax=True)` (Q, K, V
                        projections and the attention; the mask all ones, as an export
                        passes a request with no padding) in a tf.function with a
                        [None, None, H] signature; ", before": the same weights through
@@ -34,7 +34,7 @@ float32, every row in the same rounds, the order rotated each round):
                        no padding would buy); ", before": `keras.ops.dot_product_attention`
     torch core sdpa    torch.nn.functional.scaled_dot_product_attention on the same layout
                        change ([1, S, N, D] -> [1, N, S, D] and back)
-    ours feed-forward  Dense(I, out_in) + exact GELU + Dense(H, out_in)
+    ours feed-forward  Dense(I, L) + exact GELU + Dense(H, L)
     torch feed-forward Linear + GELU + Linear
     tf.function call, identity    what calling a tf.function from Python costs by itself
                        (in every "ours" row; TF Serving calls from C++)
@@ -95,7 +95,13 @@ def with_fused_op_attention(model):
     return copy
 
 
-def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
+def out_in(dense) -> np.ndarray:
+    """A Dense layer's kernel as torch's nn.Linear stores it: [out, in]."""
+    kernel = np.asarray(dense.kernel)
+    return kernel if dense.kernel_layout == "out_in" else np.ascontiguousarray(kernel.T)
+
+
+def build_rows(config, seq_length: int, rng, kernel_layout: str) -> tuple[dict, list]:
     """name -> zero-argument callable for one length, and the (ours, theirs) pairs to check
     and to divide."""
     import keras
@@ -122,7 +128,7 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
               schema.INPUT_TYPE_IDS: tf.zeros_like(tf.constant(ids))}
     keras.utils.set_random_seed(SEED)
     trained = tasks.BertSpanQA(BertEncoder.from_bert_config(config))
-    serving = tasks.for_serving(trained, "float32", "out_in")
+    serving = tasks.for_serving(trained, "float32", kernel_layout)
     for name, model in (("ours encoder", serving),
                         ("ours encoder, before", with_fused_op_attention(serving))):
         serve = tf.function(lambda inputs, model=model: model(inputs, training=False),
@@ -147,7 +153,8 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
 
     # --- one layer's attention, the same weights on both sides ---
     x = rng.standard_normal((1, seq_length, hidden)).astype(np.float32)
-    attention = SelfAttention(heads, dropout=0.1, kernel_layout="out_in", explicit_softmax=True)
+    attention = SelfAttention(heads, dropout=0.1, kernel_layout=kernel_layout,
+                              explicit_softmax=True)
     attention.build((None, None, hidden))
     before = with_fused_op_attention(attention)
     layer_spec = [tf.TensorSpec([None, None, hidden], tf.float32),
@@ -166,7 +173,7 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
         with torch.no_grad():
             for name in ("query", "key", "value"):
                 dense = getattr(attention, name)
-                getattr(layer, name).weight.copy_(torch.from_numpy(np.asarray(dense.kernel)))
+                getattr(layer, name).weight.copy_(torch.from_numpy(out_in(dense)))
                 getattr(layer, name).bias.copy_(torch.from_numpy(np.asarray(dense.bias)))
         torch_x = torch.from_numpy(x)
 
@@ -205,8 +212,8 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
     rows["torch core sdpa"] = torch_core
 
     # --- the feed-forward ---
-    up = Dense(inner, kernel_layout="out_in", activation=gelu)
-    down = Dense(hidden, kernel_layout="out_in")
+    up = Dense(inner, kernel_layout=kernel_layout, activation=gelu)
+    down = Dense(hidden, kernel_layout=kernel_layout)
     up.build((None, None, hidden))
     down.build((None, None, inner))
     feed_forward = tf.function(lambda h: down(up(h)), input_signature=layer_spec[:1],
@@ -215,7 +222,7 @@ def build_rows(config, seq_length: int, rng) -> tuple[dict, list]:
     torch_up, torch_down = torch.nn.Linear(hidden, inner), torch.nn.Linear(inner, hidden)
     with torch.no_grad():
         for dense, linear in ((up, torch_up), (down, torch_down)):
-            linear.weight.copy_(torch.from_numpy(np.asarray(dense.kernel)))
+            linear.weight.copy_(torch.from_numpy(out_in(dense)))
             linear.bias.copy_(torch.from_numpy(np.asarray(dense.bias)))
     torch_gelu, torch_x = torch.nn.GELU(), torch.from_numpy(x)
 
@@ -249,6 +256,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="base")
     parser.add_argument("--lengths", default="64,128,192,256,384")
+    parser.add_argument("--kernel_layout", default="in_out", choices=("in_out", "out_in"),
+                        help="how ours stores its Dense kernels (the exports' --kernel_layout)")
     parser.add_argument("--threads", type=int, default=2,
                         help="TensorFlow intra-op threads and torch.set_num_threads")
     parser.add_argument("--rounds", type=int, default=5)
@@ -278,7 +287,7 @@ def main():
           f"N={config.num_attention_heads}; threads={args.threads} rounds={args.rounds} "
           f"calls={args.calls}; load average {os.getloadavg()[0]:.2f}")
     for seq_length in lengths:
-        rows, pairs, checks = build_rows(config, seq_length, rng)
+        rows, pairs, checks = build_rows(config, seq_length, rng, args.kernel_layout)
         assert tuple(rows) == ROWS, "ROWS lists build_rows' rows in order"
         rows = {name: fn for name, fn in rows.items() if name in only}
         pairs = [pair for pair in pairs if set(pair) <= only]

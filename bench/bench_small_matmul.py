@@ -20,11 +20,10 @@ bandwidth, and how many bytes it reads. This times, per [M, 768] x [768, 3072] p
   Dense in_out     keras.ops.matmul of a [1, M, 768] input and a [768, 3072] variable: what
                    `bert_keras.layers.dense.Dense` runs with Keras' and Google's kernel
                    layout (tensordot: reshape, MatMul, reshape); the layout training and
-                   span-QA exports use
+                   the task exports use by default
   Dense out_in     keras.ops.einsum("...k,nk->...n") with the kernel stored [3072, 768]
                    (torch's nn.Linear layout): what Dense runs with kernel_layout="out_in",
-                   the classifier's, regressor's and tagger's exports' default layout
-                   (`--kernel_layout`, `bert_keras.tasks.for_serving`)
+                   the task exports' `--kernel_layout=out_in`
   ... bfloat16     the two Dense rows on bfloat16 variables (--serving_dtype=bfloat16)
   copy bandwidth   numpy copying 64 MiB (read + write), for scale
 

@@ -373,18 +373,19 @@ def _rebuilt(model, **encoder_config):
 SERVING_DTYPES = ("float32", "bfloat16")
 
 
-def for_serving(model, dtype, kernel_layout="out_in"):
+def for_serving(model, dtype, kernel_layout="in_out"):
     """A copy of a task model for serving exports: its encoder built under `dtype`, its
     Dense kernels stored `kernel_layout`, attention's softmax written out
     (`explicit_softmax`), the same weights (kernels transposed where the layout differs;
     rounded to `dtype`). `model` itself if it is one already. Only an "in_out" copy's
     kernels are what training and checkpoints read and write.
 
-    Kernel layout: "out_in" ([out, in], torch's nn.Linear's) is what a short request's
-    products read faster on TensorFlow with oneDNN: it wins at 16 rows and loses from 32
-    rows on ([3072, 768] products 1.10-1.34x slower; `bench/bench_small_matmul.py`,
-    BUILD_NOTES.md section 8.11), so the span-QA export, whose windows are hundreds of
-    positions, stores "in_out" and the others "out_in" (`bert_keras.layers.dense.Dense`).
+    Kernel layout (`bert_keras.layers.dense.Dense`): "in_out" ([in, out], the trained
+    model's) or "out_in" ([out, in], torch's nn.Linear's), whose products TensorFlow's
+    oneDNN runs faster at 16 rows and slower from 32 rows on ([3072, 768] products
+    1.10-1.34x slower; `bench/bench_small_matmul.py`). On real requests end to end the
+    "in_out" exports took 0.87-0.95x the "out_in" ones' p50 (classifier, tagger, span QA;
+    BUILD_NOTES.md section 8.11), hence the default.
     Attention: on TensorFlow without XLA, `keras.ops.dot_product_attention` selects over
     the [B, N, Q, S] scores with a broadcast boolean mask; the explicit softmax's additive
     mask took 0.70-0.80x its time at 192-384 positions.

@@ -137,7 +137,7 @@ def _example(text, text_b=None) -> bytes:
 def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length: int = 128,
                       pair: bool = False, version: int | None = None,
                       buckets=None, serving_dtype: str = "float32",
-                      kernel_layout: str = "out_in") -> str:
+                      kernel_layout: str = "in_out") -> str:
     """Writes the end-to-end classifier to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -150,9 +150,8 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
         exported model is `bert_keras.tasks.for_serving(model, serving_dtype,
         kernel_layout)`.
-      kernel_layout: how the export stores its Dense kernels (`tasks.KERNEL_LAYOUTS`):
-        "out_in", faster for short requests on TensorFlow with oneDNN, or "in_out", faster
-        from about 32 positions on (`bert_keras.tasks.for_serving`).
+      kernel_layout: how the export stores its encoder's Dense kernels
+        (`tasks.KERNEL_LAYOUTS`, `bert_keras.tasks.for_serving`).
     """
     from bert_keras import tasks
 

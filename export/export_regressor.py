@@ -54,7 +54,7 @@ class RegressorModule(PooledHeadModule):
 
 def export_regressor(regressor, tokenizer, export_dir: str, seq_length: int = 128,
                      pair: bool = False, version: int | None = None, buckets=None,
-                     serving_dtype: str = "float32", kernel_layout: str = "out_in") -> str:
+                     serving_dtype: str = "float32", kernel_layout: str = "in_out") -> str:
     """Writes the end-to-end regressor to `<export_dir>/<version>`; returns that path.
 
     Args:

@@ -262,10 +262,8 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
         exported model is `bert_keras.tasks.for_serving(model, serving_dtype,
         kernel_layout)`.
-      kernel_layout: how the export stores its Dense kernels (`tasks.KERNEL_LAYOUTS`):
-        "in_out", faster from about 32 positions on (span QA's windows are hundreds), or
-        "out_in", faster for short requests on TensorFlow with oneDNN
-        (`bert_keras.tasks.for_serving`).
+      kernel_layout: how the export stores its encoder's Dense kernels
+        (`tasks.KERNEL_LAYOUTS`, `bert_keras.tasks.for_serving`).
     """
     from bert_keras import tasks
 
@@ -303,13 +301,9 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
 
 # --- Command line. ---
 
-# The flags this tool shares with the other task exports whose defaults differ here (the
-# last tool imported defines a shared flag: tests/cli_harness.py applies these in-process).
-_DEFAULTS = {"max_seq_length": 384, "kernel_layout": "in_out"}
 _FLAGS = task_export.define_flags(
     "A fine-tuned span-QA model: run_squad's --output_dir (model.keras, vocab.txt, "
-    "tokenizer_config.json).", _DEFAULTS["max_seq_length"],
-    "Sequence length the model was fine-tuned with.", kernel_layout=_DEFAULTS["kernel_layout"])
+    "tokenizer_config.json).", 384, "Sequence length the model was fine-tuned with.")
 _MAX_ANSWER_LENGTH = flags.DEFINE_integer(
     "max_answer_length", None, "Longest answer span, in tokens. Default: --model_dir's "
     f"({files.TRAIN_RESULTS_FILE}), else {MAX_ANSWER_LENGTH}.", allow_override=True)

@@ -269,7 +269,7 @@ class TaggerModule(tf.Module):
 def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 128,
                   version: int | None = None, buckets=None,
                   serving_dtype: str = "float32", doc_stride: int | None = None,
-                  characters: bool = False, kernel_layout: str = "out_in") -> str:
+                  characters: bool = False, kernel_layout: str = "in_out") -> str:
     """Writes the end-to-end tagger to `<export_dir>/<version>`; returns that path.
 
     Args:
@@ -281,9 +281,8 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
       serving_dtype: what the export computes in (`bert_keras.tasks.SERVING_DTYPES`); the
         exported model is `bert_keras.tasks.for_serving(model, serving_dtype,
         kernel_layout)`.
-      kernel_layout: how the export stores its Dense kernels (`tasks.KERNEL_LAYOUTS`):
-        "out_in", faster for short requests on TensorFlow with oneDNN, or "in_out", faster
-        from about 32 positions on (`bert_keras.tasks.for_serving`).
+      kernel_layout: how the export stores its encoder's Dense kernels
+        (`tasks.KERNEL_LAYOUTS`, `bert_keras.tasks.for_serving`).
       doc_stride: run_tagger's --doc_stride, 1 to seq_length - 2: a request longer than one
         window is tagged in windows this many sub-tokens apart; 0 truncates it; None: half a
         window (`data_prep.tagging.default_doc_stride`), run_tagger's default.

@@ -20,8 +20,7 @@ from export import batching_parameters, keras_backend, length_buckets, saved_mod
 
 
 
-def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str,
-                 kernel_layout: str = "out_in") -> dict:
+def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: str) -> dict:
     """Defines --model_dir, --export_dir, --version, --max_seq_length, --length_buckets,
     --serving_dtype and --kernel_layout; returns holders.
 
@@ -31,8 +30,6 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
       model_dir_help: --model_dir's help: which tool's output directory the export reads.
       max_seq_length: --max_seq_length's default (the tool's fine-tuning default).
       max_seq_length_help: --max_seq_length's help.
-      kernel_layout: --kernel_layout's default for the task ("out_in" where requests are
-        short, "in_out" where they are hundreds of positions: `tasks.for_serving`).
 
     Returns:
       name -> FlagHolder for the seven flags.
@@ -58,11 +55,11 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
         "AVX512-BF16), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
         "rounding (docs/serving.md).", **kwargs)
     holders["kernel_layout"] = flags.DEFINE_enum(
-        "kernel_layout", kernel_layout, list(KERNEL_LAYOUTS),
-        "How the export stores its Dense kernels. out_in ([out, in], torch's nn.Linear's): "
-        "faster for requests of about 16 WordPieces on TensorFlow with oneDNN. in_out ([in, "
-        "out], Keras'): faster from about 32 on. The same outputs up to float32 rounding "
-        f"(docs/serving.md). Default for this task: {kernel_layout}.", **kwargs)
+        "kernel_layout", "in_out", list(KERNEL_LAYOUTS),
+        "How the export stores its encoder's Dense kernels. in_out: [in, out], Keras' and "
+        "Google's (the trained model's). out_in: [out, in], torch's nn.Linear's, whose "
+        "products TensorFlow's oneDNN runs faster at about 16 WordPieces and slower from 32 "
+        "on. The same outputs up to float32 rounding (docs/serving.md).", **kwargs)
     return holders
 
 

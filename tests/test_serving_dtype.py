@@ -9,9 +9,8 @@ wrong, transposed or missing weight moves the outputs by O(1) of their scale. An
 must not be float32 in disguise: its outputs differ from float32's by more than float32
 noise.
 
-A serving copy stores the encoder's Dense kernels as asked (`kernel_layout`: [out, in] by
-default, the training layout [in, out] for span QA's exports) and attends through the
-explicit softmax: in float32 it must give the model's outputs within float32 noise, which a
+A serving copy stores the encoder's Dense kernels as asked (`kernel_layout`: the training
+layout [in, out] by default, or [out, in]) and attends through the explicit softmax: in float32 it must give the model's outputs within float32 noise, which a
 kernel copied untransposed (square attention kernels keep their shape) would not.
 """
 
@@ -49,9 +48,9 @@ def test_bfloat16_copy_stores_bfloat16_and_rounds_only(task):
     keras.utils.set_random_seed(3)
     kwargs = {} if task is BertSpanQA else {"num_classes": 3}
     model = task(BertEncoder(**TINY), **kwargs)
-    copy = for_serving(model, "bfloat16")
+    copy = for_serving(model, "bfloat16", "out_in")
     assert copy is not model and type(copy) is task
-    assert for_serving(copy, "bfloat16") is copy
+    assert for_serving(copy, "bfloat16", "out_in") is copy
     assert {v.dtype for v in copy.weights} == {"bfloat16"}
     assert [v.path for v in copy.weights] == [v.path for v in model.weights]
     x = _inputs()
@@ -134,7 +133,7 @@ def test_mixed_precision_comes_back_to_float32_and_a_bad_dtype_is_refused():
 def test_a_serving_copy_is_refused_by_the_checkpoint_writers(tmp_path):
     from bert_keras import checkpoints
 
-    copy = for_serving(BertClassifier(BertEncoder(**TINY), num_classes=2), "float32")
+    copy = for_serving(BertClassifier(BertEncoder(**TINY), num_classes=2), "float32", "out_in")
     with pytest.raises(ValueError, match=r"stores its kernels 'out_in' \(a serving copy"):
         checkpoints.save_google_checkpoint(copy, str(tmp_path / "model.ckpt"))
     assert not os.listdir(tmp_path)
@@ -229,9 +228,9 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
 
 # A run_classifier directory, two exports by the tool, verify, a TF 2.12.1 process: ~2 min.
 @pytest.mark.integration
-def test_export_classifier_kernel_layout_in_out(tmp_path):
-    """--kernel_layout=in_out from the command line: the export stores its feed-forward
-    kernels [in, out] where the default stores them [out, in], verifies (the op allowlist),
+def test_export_classifier_kernel_layout_out_in(tmp_path):
+    """--kernel_layout=out_in from the command line: the export stores its feed-forward
+    kernels [out, in] where the default stores them [in, out], verifies (the op allowlist),
     gives the default export's logits within float32 rounding on texts of every bucket,
     alone and batched, and the TF 2.12.1 + tensorflow-text 2.12.1 process runs it."""
     import tensorflow_text  # noqa: F401  (the exports hold text ops)
@@ -242,14 +241,14 @@ def test_export_classifier_kernel_layout_in_out(tmp_path):
     classifier_run(tmp_path, max_seq_length=32, steps=2)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     paths = {}
-    for layout in ("", "in_out"):
+    for layout in ("", "out_in"):
         result = subprocess.run(
             [sys.executable, "-m", "export.export_classifier", f"--model_dir={tmp_path / 'run'}",
              f"--export_dir={tmp_path / (layout or 'default')}", "--length_buckets=8,16,24",
              *([f"--kernel_layout={layout}"] if layout else [])],
             capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
         assert result.returncode == 0, result.stderr[-3000:]
-        paths[layout or "out_in"] = result.stdout.strip().splitlines()[-1]
+        paths[layout or "in_out"] = result.stdout.strip().splitlines()[-1]
     # The feed-forward kernels ([H, I] and [I, H]) of one export are the other's transposed;
     # the square ones (Q, K, V, attention output, pooler) keep their shape, and the head's
     # kernel and the embedding tables are the same in both.
@@ -259,13 +258,13 @@ def test_export_classifier_kernel_layout_in_out(tmp_path):
                 reader.get_variable_to_shape_map().items()
                 if len(shape) == 2 and shape[0] != shape[1]]
 
-    ours, default = rectangular(paths["in_out"]), rectangular(paths["out_in"])
+    other, default = rectangular(paths["out_in"]), rectangular(paths["in_out"])
     transposed = [v for v in default if any(
-        w.shape == v.T.shape and np.array_equal(w, v.T) for w in ours)]
-    same = [v for v in default if any(w.shape == v.shape and np.array_equal(w, v) for w in ours)]
+        w.shape == v.T.shape and np.array_equal(w, v.T) for w in other)]
+    same = [v for v in default if any(w.shape == v.shape and np.array_equal(w, v) for w in other)]
     assert len(transposed) == 2 * TINY["num_layers"] and len(same) == len(default) - len(
         transposed), (len(transposed), len(same), len(default))
-    report = verify(paths["in_out"])
+    report = verify(paths["out_in"])
     assert report.ok, str(report)
     texts = texts_of(LENGTHS)
 
@@ -276,12 +275,12 @@ def test_export_classifier_kernel_layout_in_out(tmp_path):
         return np.concatenate([fn(text=tf.constant([t]))["logits"].numpy() for t in texts])
 
     for batch in (False, True):
-        want = logits(paths["out_in"], batch)
-        np.testing.assert_allclose(logits(paths["in_out"], batch), want, rtol=1e-5,
+        want = logits(paths["in_out"], batch)
+        np.testing.assert_allclose(logits(paths["out_in"], batch), want, rtol=1e-5,
                                    atol=1e-5 * np.abs(want).max())
-    there = in_tf212(tmp_path, paths["in_out"], texts, "logits")
-    np.testing.assert_allclose(there["one"], logits(paths["in_out"], False), atol=1e-5)
-    np.testing.assert_allclose(there["all"], logits(paths["in_out"], True), atol=1e-5)
+    there = in_tf212(tmp_path, paths["out_in"], texts, "logits")
+    np.testing.assert_allclose(there["one"], logits(paths["out_in"], False), atol=1e-5)
+    np.testing.assert_allclose(there["all"], logits(paths["out_in"], True), atol=1e-5)
 
 
 # A run_classifier directory, two exports, an evaluation: ~2 min. A bench's figures: not in

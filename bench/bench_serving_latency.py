@@ -54,8 +54,9 @@ probabilities (within 1e-3):
 --length_buckets value ("ours ..., bucket set K"), to compare bucket sets in one run.
 --kernel_layout_ab=in_out|out_in (real, qa and tagger modes) adds a row of ours exported with
 that --kernel_layout ("ours ..., kernels in_out"): the A/B of the Dense kernels' layout
-alone (the exports' default is in_out), its outputs checked as the default row's are (the classifier's logits against the Keras
-model, the tagger's against transformers, span QA's answers equal to the default row's).
+alone (the exports' default is in_out), its outputs checked as the default row's are (the
+classifier's logits against the Keras model, the tagger's against transformers, span QA's
+answers equal to the default row's).
 
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's

@@ -10,8 +10,9 @@ must not be float32 in disguise: its outputs differ from float32's by more than 
 noise.
 
 A serving copy stores the encoder's Dense kernels as asked (`kernel_layout`: the training
-layout [in, out] by default, or [out, in]) and attends through the explicit softmax: in float32 it must give the model's outputs within float32 noise, which a
-kernel copied untransposed (square attention kernels keep their shape) would not.
+layout [in, out] by default, or [out, in]) and attends through the explicit softmax: in
+float32 it must give the model's outputs within float32 noise, which a kernel copied
+untransposed (square attention kernels keep their shape) would not.
 """
 
 import os

@@ -212,8 +212,9 @@ def test_long_contexts_are_answered_over_run_squads_windows(vocab, span_qa, tmp_
 def test_the_default_export_keeps_the_training_layout_and_answers_as_out_in(vocab, span_qa,
                                                                            tmp_path):
     """export_span_qa stores its Dense kernels [in, out] by default, the trained model's
-    layout, and --kernel_layout=out_in [out, in]: every kernel the task reads is in the default export as it is, and in the
-    out_in export transposed where it is an encoder kernel; both answer alike."""
+    layout, and --kernel_layout=out_in [out, in]: every kernel the task reads is in the
+    default export as it is, and in the out_in export transposed where it is an encoder
+    kernel; both answer alike."""
     import tensorflow_text  # noqa: F401  (the exports hold text ops)
 
     from export.export_span_qa import export_span_qa

@@ -52,11 +52,12 @@ probabilities (within 1e-3):
 
 --bucket_sets="16,24,...;..." (real, qa and tagger modes) adds a row of ours per other
 --length_buckets value ("ours ..., bucket set K"), to compare bucket sets in one run.
---kernel_layout_ab=in_out|out_in (real, qa and tagger modes) adds a row of ours exported with
-that --kernel_layout ("ours ..., kernels in_out"): the A/B of the Dense kernels' layout
-alone (the exports' default is in_out), its outputs checked as the default row's are (the
-classifier's logits against the Keras model, the tagger's against transformers, span QA's
-answers equal to the default row's).
+--kernel_layout_ab=in_out|out_in (real, qa and tagger modes) adds two rows of ours exported
+with that --kernel_layout ("ours ..., kernels out_in" and "ours ..., bfloat16, kernels
+out_in", against the default rows in float32 and --serving_dtype=bfloat16): the A/B of the
+Dense kernels' layout alone (the exports' default is in_out), their outputs checked as the
+default rows' are (the classifier's logits against the Keras model, the tagger's against
+transformers in float32, span QA's float32 answers equal to the default row's).
 
 Rows (one timed request: time.perf_counter around the call and the conversion of every
 output to numpy; inputs are prepared once, outside the timing, except where a row's
@@ -1118,9 +1119,10 @@ def run_real(args, config, vocab_file, tokenizer):
                                 check_text=requests[0]["text"], name="ours_bfloat16",
                                 dtype="bfloat16")[0]),
         *layout_ab_rows(args, "ours text-in",
-                        lambda d, layout, n: ours_text_in(config, vocab_file, args.seq_length, d,
-                                                          check_text=requests[0]["text"],
-                                                          name=n, kernel_layout=layout)[0]),
+                        lambda d, layout, n, dtype: ours_text_in(
+                            config, vocab_file, args.seq_length, d,
+                            check_text=requests[0]["text"], name=n, dtype=dtype,
+                            kernel_layout=layout)[0]),
         ("keras-hub end-to-end (text in)", True,
          lambda d: keras_hub_end_to_end(config, vocab_file, args.seq_length, d)),
         ("keras-hub (ids in, own length)", True, keras_hub_own_length),
@@ -1230,9 +1232,9 @@ def run_qa(args, config, vocab_file, tokenizer):
          lambda d: ours_span_qa(config, vocab_file, args.seq_length, d, args.doc_stride,
                                 args.max_query_length, name="ours_bfloat16", dtype="bfloat16")),
         *layout_ab_rows(args, "ours span-QA text-in",
-                        lambda d, layout, n: ours_span_qa(config, vocab_file, args.seq_length, d,
-                                                          args.doc_stride, args.max_query_length,
-                                                          name=n, kernel_layout=layout)),
+                        lambda d, layout, n, dtype: ours_span_qa(
+                            config, vocab_file, args.seq_length, d, args.doc_stride,
+                            args.max_query_length, name=n, dtype=dtype, kernel_layout=layout)),
         ("transformers end-to-end (text in)", True,
          lambda _: transformers_span_qa(config, vocab_file, args.seq_length, args.doc_stride,
                                         args.max_query_length)),
@@ -1337,8 +1339,9 @@ def run_tagger(args, config, vocab_file, tokenizer):
          lambda d: ours_tagger(config, vocab_file, args.seq_length, d, name="ours_tagger_bf16",
                                dtype="bfloat16")[0]),
         *layout_ab_rows(args, "ours tagger text-in",
-                        lambda d, layout, n: ours_tagger(config, vocab_file, args.seq_length, d,
-                                                         name=n, kernel_layout=layout)[0]),
+                        lambda d, layout, n, dtype: ours_tagger(
+                            config, vocab_file, args.seq_length, d, name=n, dtype=dtype,
+                            kernel_layout=layout)[0]),
         (reference, True, theirs),
     ]
     specs = select(specs, args)
@@ -1448,11 +1451,14 @@ def bucket_set_rows(args, name: str, build) -> list:
 
 
 def layout_ab_rows(args, name: str, build) -> list:
-    """The --kernel_layout_ab spec, if asked: (`name`, kernels L), built by `build(d, L,
-    export name)`."""
+    """The --kernel_layout_ab specs, if asked: (`name`, kernels L) and (`name`, bfloat16,
+    kernels L), built by `build(d, L, export name, serving dtype)`."""
     layout = args.kernel_layout_ab
-    return ([(f"{name}, kernels {layout}", False,
-              lambda d: build(d, layout, f"ours_kernels_{layout}"))] if layout else [])
+    if not layout:
+        return []
+    return [(f"{name}{suffix}, kernels {layout}", False,
+             lambda d, dtype=dtype: build(d, layout, f"ours_kernels_{layout}_{dtype}", dtype))
+            for suffix, dtype in (("", "float32"), (", bfloat16", "bfloat16"))]
 
 
 def print_bucket_sets(args, seq_length: int) -> None:

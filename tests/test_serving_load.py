@@ -220,18 +220,23 @@ def test_bucket_sets_are_parsed_and_refused_where_no_bucket_is_exported():
 
 
 def test_the_layout_ab_row_exports_with_the_asked_layout_and_other_modes_refuse_it():
-    """--kernel_layout_ab=L adds one row, "<name>, kernels L", built with that layout under
-    an export name of its own (none without the flag); a mode without a task export (full,
+    """--kernel_layout_ab=L adds two rows, "<name>, kernels L" and "<name>, bfloat16, kernels
+    L", built with that layout in float32 and bfloat16 under export names of their own (none
+    without the flag); a mode without a task export (full,
     batches) gets one `error:` line and exit 2 before any model is built."""
     import subprocess
     from types import SimpleNamespace
 
     built = []
     rows = bench.layout_ab_rows(SimpleNamespace(kernel_layout_ab="out_in"), "ours tagger text-in",
-                                lambda d, layout, name: built.append((d, layout, name)))
-    assert [r[:2] for r in rows] == [("ours tagger text-in, kernels out_in", False)]
-    rows[0][2]("work")
-    assert built == [("work", "out_in", "ours_kernels_out_in")]
+                                lambda d, layout, name, dtype: built.append((d, layout, name,
+                                                                             dtype)))
+    assert [r[:2] for r in rows] == [("ours tagger text-in, kernels out_in", False),
+                                     ("ours tagger text-in, bfloat16, kernels out_in", False)]
+    for row in rows:
+        row[2]("work")
+    assert built == [("work", "out_in", "ours_kernels_out_in_float32", "float32"),
+                     ("work", "out_in", "ours_kernels_out_in_bfloat16", "bfloat16")]
     assert bench.layout_ab_rows(SimpleNamespace(kernel_layout_ab=""), "x", None) == []
     done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_serving_latency.py"),
                            "--mode=batches", "--kernel_layout_ab=in_out"],

@@ -535,6 +535,39 @@ def _bert_config_beside(prefix: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(prefix)), files.BERT_CONFIG_FILE)
 
 
+# The fields that make two configs other models (weights of other names or shapes, or
+# other arithmetic); dropout and the initializer's range do not.
+MODEL_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
+                "layer_norm_eps")
+
+
+def config_differences(given: BertConfig, other: BertConfig) -> list[str]:
+    """["num_hidden_layers 2 vs 3", ...]: the `MODEL_FIELDS` in which `given` differs from
+    `other`, for messages."""
+    return [f"{name} {getattr(given, name)} vs {getattr(other, name)}"
+            for name in MODEL_FIELDS if getattr(given, name) != getattr(other, name)]
+
+
+def _config_file_hint(prefix: str, config_file: str) -> str:
+    """Where a Google checkpoint's tensors do not fit the model of a --bert_config_file that
+    is not the one beside it, what to do: before, a base model's config given for a large
+    checkpoint (or the reverse) was told only the tensor names or shapes that differ."""
+    beside = _bert_config_beside(prefix)
+    if os.path.abspath(config_file) == beside:
+        return ""
+    if not os.path.exists(beside):
+        return (f"\n  (the model was built from --bert_config_file {config_file}: is it "
+                "this checkpoint's config?)")
+    differs = config_differences(BertConfig.from_json_file(config_file),
+                                 BertConfig.from_json_file(beside))
+    if not differs:
+        return ""
+    return (f"\n  (--bert_config_file {config_file} describes another model than {beside} "
+            f"beside the checkpoint: {', '.join(differs)}; leave --bert_config_file out to "
+            "build the checkpoint's own)")
+
+
 @contextlib.contextmanager
 def _open_google_checkpoint(ckpt_prefix: str):
     """Yields (prefix, reader, {name: shape} without optimizer state) of a TF1 checkpoint;
@@ -1382,7 +1415,13 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
             n.startswith("cls/seq_relationship/") for n in names))
     elif want == "auto":
         built = _google_task_model(built, names)
-    load_google_checkpoint(built, prefix, config_file)
+    try:
+        load_google_checkpoint(built, prefix, config_file)
+    except WeightLoadError as e:
+        hint = _config_file_hint(prefix, config_file)
+        if not hint:
+            raise
+        raise WeightLoadError(f"{e}{hint}") from None
     return built
 
 

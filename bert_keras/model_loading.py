@@ -216,18 +216,14 @@ def _recorded_settings(directory: str) -> tuple[TokenizerConfig, str] | None:
 # Forms whose model carries its config (config.json, model.keras), where --bert_config_file
 # is not used.
 _FORMS_WITH_THEIR_OWN_CONFIG = ("hf", "keras", "task_dir")
-_SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
-                 "layer_norm_eps")
 
 
 def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str) -> bool:
     """A --bert_config_file the checkpoint does not use (it carries its own config) that
     describes another model: said, rather than ignored without a word. Returns whether it
     differs."""
-    given = BertConfig.from_json_file(bert_config_file)
-    differs = [f"{name} {getattr(given, name)} vs {getattr(config, name)}"
-               for name in _SHAPE_FIELDS if getattr(given, name) != getattr(config, name)]
+    differs = checkpoints.config_differences(BertConfig.from_json_file(bert_config_file),
+                                             config)
     if differs:
         logging.warning("--bert_config_file %s is not used: %s carries its own config, which "
                         "differs (%s)", bert_config_file, path, ", ".join(differs))

@@ -220,6 +220,33 @@ def test_round_trip_keras_google_keras_is_bit_exact(tmp_path):
     assert_weights_equal(encoder, load_checkpoint(prefix, fmt="google").model)
 
 
+def test_a_bert_config_file_of_another_model_is_named_in_the_error(tmp_path):
+    """Google's tools take --bert_config_file with --init_checkpoint; one of another model
+    than the checkpoint's own (a 2-layer config for a 3-layer checkpoint, a hidden size
+    that differs) was told only as the tensor names or shapes that differ, never naming the
+    config or the bert_config.json beside the checkpoint that fits it."""
+    model = randomize(tiny_pretrainer())
+    prefix = save_google_checkpoint(model, str(tmp_path / "run" / "model.ckpt-5"))
+    beside = tmp_path / "run" / "bert_config.json"
+    fewer = tmp_path / "fewer_layers.json"
+    fewer.write_text(json.dumps(google_config(num_hidden_layers=NUM_LAYERS - 1)))
+    with pytest.raises(WeightLoadError, match=(
+            rf"(?s)unexpected 16: .*\(--bert_config_file {re.escape(str(fewer))} describes another "
+            rf"model than {re.escape(str(beside))} beside the checkpoint: num_hidden_layers "
+            rf"{NUM_LAYERS - 1} vs {NUM_LAYERS}; leave --bert_config_file out")):
+        load_checkpoint(prefix, bert_config_file=str(fewer))
+    wider = tmp_path / "wider.json"
+    wider.write_text(json.dumps(google_config(hidden_size=2 * H)))
+    with pytest.raises(WeightLoadError, match=rf"(?s)wrong shape .*hidden_size {2 * H} vs {H};"):
+        load_checkpoint(prefix, bert_config_file=str(wider))
+    # Its own config, given explicitly, loads; without one beside it, the error asks.
+    assert_weights_equal(model, load_checkpoint(prefix, bert_config_file=str(beside)).model)
+    os.rename(beside, tmp_path / "own.json")
+    with pytest.raises(WeightLoadError, match=r"(?s)\(the model was built from --bert_config_file "
+                                              r".*fewer_layers\.json: is it this checkpoint's"):
+        load_checkpoint(prefix, bert_config_file=str(fewer))
+
+
 def test_a_masked_lm_without_nsp_round_trips_through_the_google_format(tmp_path):
     """An MLM-only pretrainer (RoBERTa's recipe, transformers' BertForMaskedLM) is written
     without cls/seq_relationship/*; it read back as a pretrainer with the NSP head, which

@@ -674,9 +674,19 @@ def prepare_output_dir(options: PretrainingOptions, chief: bool,
                 "changed since it started (remade in place?); resume it on what it started "
                 "on, or choose a new output_dir")
         if changed:
-            raise PretrainingError(f"--output_dir {out} holds a run with other flags "
-                                   f"({describe(changed)}); rerun it with its own flags or "
-                                   "choose a new output_dir")
+            from bert_keras.backup import BACKUP_DIR, holds_a_backup
+
+            # A run killed before its first backup (out of memory at its first step, say)
+            # kept nothing trained: its rerun with a smaller batch was told only to rerun
+            # the flags that had failed.
+            unsaved = not holds_a_backup(os.path.join(out, BACKUP_DIR)) and not files.glob_files(
+                os.path.join(glob.escape(out), "checkpoints", "ckpt-*.weights.h5"))
+            raise PretrainingError(
+                f"--output_dir {out} holds a run with other flags ({describe(changed)}); "
+                + (f"it stopped before its first backup, so it holds nothing trained: remove "
+                   f"{out} to start it with these flags, or choose a new output_dir"
+                   if unsaved else
+                   "rerun it with its own flags or choose a new output_dir"))
         if relocated:
             logging.info("Resuming the run in %s with its files read from a new place, the "
                          "same contents (%s)", out, describe(relocated))

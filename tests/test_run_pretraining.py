@@ -1173,6 +1173,36 @@ def test_runs_recorded_before_the_schedule_flags_resume_with_their_old_arithmeti
         prepare_output_dir(new_defaults, chief=True)
 
 
+def test_a_run_stopped_before_its_first_backup_says_it_holds_nothing_trained(tmp_path):
+    """A run killed before its first backup (out of memory at its first step, say) is rerun
+    with a smaller batch: still refused (its run_config.json records the other flags), but
+    the error said only "rerun it with its own flags", the ones that had failed, and not
+    that the directory holds nothing trained to lose. Once a backup or a checkpoint exists,
+    the message is the resuming one."""
+    from bert_keras.run_pretraining import prepare_output_dir
+
+    out = tmp_path / "run"
+    first = PretrainingOptions(input_file="x", output_dir=str(out), preset="tiny",
+                               train_batch_size=32)
+    assert prepare_output_dir(first, chief=True) is False  # what the killed run left
+    smaller = dataclasses.replace(first, train_batch_size=16)
+    with pytest.raises(PretrainingError, match=(
+            rf"holds a run with other flags \(train_batch_size: 32 -> 16\); it stopped before "
+            rf"its first backup, so it holds nothing trained: remove {re.escape(str(out))} to "
+            rf"start it with these flags, or choose a new output_dir$")):
+        prepare_output_dir(smaller, chief=True)
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "ckpt-00000010.weights.h5").write_bytes(b"")
+    with pytest.raises(PretrainingError, match=r"\(train_batch_size: 32 -> 16\); rerun it with "
+                                               r"its own flags or choose a new output_dir$"):
+        prepare_output_dir(smaller, chief=True)
+    os.remove(out / "checkpoints" / "ckpt-00000010.weights.h5")
+    (out / "backup").mkdir()
+    (out / "backup" / "previous.weights.h5").write_bytes(b"")
+    with pytest.raises(PretrainingError, match=r"rerun it with its own flags"):
+        prepare_output_dir(smaller, chief=True)
+
+
 def _sidecars_recording(data, directory, vocab_file, do_lower_case, prefix="train"):
     """Copies the `prefix` shards into `directory` with sidecars that record a tokenizer
     and `vocab_file` (path and sha256), as create_pretraining_data writes them."""

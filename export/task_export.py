@@ -44,7 +44,8 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
     holders["max_seq_length"] = flags.DEFINE_integer(
         "max_seq_length", max_seq_length,
         f"{max_seq_length_help} Default: the length --model_dir records in "
-        f"{files.TRAIN_RESULTS_FILE} (the fine-tuning tools write it), else {max_seq_length}.",
+        f"{files.TRAIN_RESULTS_FILE} (the fine-tuning tools write it), else {max_seq_length} "
+        "or the model's position table where that is shorter.",
         **kwargs)
     holders["length_buckets"] = length_buckets.define_flag(module)
     holders["serving_dtype"] = flags.DEFINE_enum(
@@ -93,16 +94,45 @@ def given_or_recorded(holder, recorded: dict, key: str, what: str):
     return value
 
 
-def warn_unrecorded_defaults(model_dir: str, recorded: dict, holders) -> None:
+def unrecorded_seq_length(model_dir: str, holder, recorded: dict, seq_length: int) -> int:
+    """`seq_length`, or the model's position table where it is shorter and neither the
+    command line nor a fine-tuning record gave the length: a model converted from
+    transformers records no train_results.json, and the tool's default (128, 384) can
+    exceed its table (max_position_embeddings in the bert_config.json beside the model;
+    read before the model is loaded, as the length decides what is refused then)."""
+    from bert_keras.config import BertConfig
+
+    path = os.path.join(model_dir, files.BERT_CONFIG_FILE)
+    if recorded or holder.present or not files.isfile(path):
+        return seq_length
+    try:
+        positions = BertConfig.from_json_file(path).max_position_embeddings
+    except (OSError, ValueError):  # the model's loading names what is wrong with it
+        return seq_length
+    if positions >= seq_length:
+        return seq_length
+    logging.info("Sequence length: %d, the model's position table (max_position_embeddings "
+                 "in %s; --%s overrides)", positions, path, holder.name)
+    return positions
+
+
+def warn_unrecorded_defaults(model_dir: str, recorded: dict, holders,
+                             taken: dict | None = None) -> None:
     """Where --model_dir records no fine-tuning at all (no train_results.json: a model
     converted from transformers, whose config.json has no place for them), warns in one
     line naming the defaults taken for the settings the fine-tuning records (`holders`)
     that the command line does not give: a pair model exported without --pair serves
-    single texts, and TF Serving's Classify / Regress APIs then drop text_b unread."""
+    single texts, and TF Serving's Classify / Regress APIs then drop text_b unread.
+    `taken`: flag name -> the value taken where it is not the flag's default."""
     if recorded:
         return
-    taken = [f"--{h.name}" + ("" if h.value is None else
-                              f"={str(h.value).lower() if isinstance(h.value, bool) else h.value}")
+    taken = taken or {}
+
+    def shown(h):
+        value = taken.get(h.name, h.value)
+        return str(value).lower() if isinstance(value, bool) else value
+
+    taken = [f"--{h.name}" + ("" if shown(h) is None else f"={shown(h)}")
              for h in holders if not h.present]
     if taken:
         logging.warning("--model_dir %s: the export takes %s, the default%s; give the values "
@@ -233,8 +263,10 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
         export_dir, version = task_flags["export_dir"].value, task_flags["version"].value
         buckets = length_buckets.parse_flag(task_flags["length_buckets"].value)
         recorded = files.fine_tuned_with(task_flags["model_dir"].value)
-        seq_length = given_or_recorded(task_flags["max_seq_length"], recorded,
-                                       "max_seq_length", "Sequence length")
+        seq_length = unrecorded_seq_length(
+            task_flags["model_dir"].value, task_flags["max_seq_length"], recorded,
+            given_or_recorded(task_flags["max_seq_length"], recorded, "max_seq_length",
+                              "Sequence length"))
         # Refused before the model is loaded, as an existing version is.
         batching_parameters.check_beside(export_dir, batching_parameters.text_for(
             length_buckets.resolve(buckets, seq_length), split_requests))
@@ -242,7 +274,8 @@ def run(argv, task_flags: dict, tokenizer_flags: dict, model_class: str, tool: s
             task_flags["model_dir"].value, getattr(tasks, model_class), tool, tokenizer_flags,
             needs_labels=needs_labels, export_dir=export_dir, version=version)
         warn_unrecorded_defaults(task_flags["model_dir"].value, recorded,
-                                 (task_flags["max_seq_length"], *recorded_flags))
+                                 (task_flags["max_seq_length"], *recorded_flags),
+                                 taken={"max_seq_length": seq_length})
         dtype = task_flags["serving_dtype"].value
         if dtype != "float32":
             logging.info("Serving dtype: %s (weights and matmuls; --serving_dtype)", dtype)

@@ -705,3 +705,38 @@ def test_exports_of_converted_task_models_name_the_defaults_they_take(
     assert len(warnings) == 1, warnings
     taken = warnings[0].split("the export takes ")[1].split(", the default")[0]
     assert taken.split(", ") == defaults, warnings[0]
+
+
+@pytest.mark.integration  # A conversion and an export by the tool, in this process: ~30 s.
+def test_a_converted_models_export_fits_its_position_table_without_max_seq_length(
+        hf_dirs, tmp_path, caplog):
+    """A converted model records no fine-tuning length, and export_tagger's default (128)
+    exceeds a 40-position table: given no --max_seq_length, the export takes the table's
+    length (max_position_embeddings in the converted directory's bert_config.json) and
+    names that length, not the default, among the values it took; given one, the flag
+    still decides (and is refused beyond the table)."""
+    from cli_harness import run_tool
+
+    _converted(hf_dirs, "BertForTokenClassification", tmp_path)  # writes tmp_path / "keras"
+    model_dir = tmp_path / "keras"
+    positions = CONFIG["max_position_embeddings"]
+    with caplog.at_level("WARNING"):
+        result = run_tool("export_tagger", [f"--model_dir={model_dir}",
+                                            f"--export_dir={tmp_path / 'out'}"])
+    assert result.code == 0, result.stderr[-2000:]
+    warning = next(r.getMessage() for r in caplog.records
+                   if "records no fine-tuning" in r.getMessage())
+    assert f"the export takes --max_seq_length={positions}, " in warning, warning
+    from export import batching_parameters, length_buckets
+
+    # The export's lengths end at the table's (written beside the export).
+    written = (tmp_path / "out" / "batching_parameters.txt").read_text()
+    assert batching_parameters.recorded_buckets(written) == length_buckets.resolve(None,
+                                                                                  positions)
+    assert length_buckets.resolve(None, positions)[-1] == positions
+    result = run_tool("export_tagger", [f"--model_dir={model_dir}",
+                                        f"--export_dir={tmp_path / 'out2'}",
+                                        f"--max_seq_length={positions + 1}"])
+    assert result.code == 1 and result.error_lines == [
+        f"error: --max_seq_length={positions + 1} exceeds the encoder's position table "
+        f"({positions} positions)"], result.stderr[-2000:]

@@ -44,8 +44,9 @@ class BertEncoder(keras.Model):
       layer_norm_epsilon: LayerNorm epsilon.
       dtype: dtype policy, e.g. "mixed_bfloat16" (LayerNorm and softmax stay float32).
       kernel_layout: the Dense kernels' layout (`bert_keras.layers.dense.Dense`): "in_out",
-        Google's checkpoints' and training's, or "out_in", for serving copies
-        (`bert_keras.tasks.for_serving`); checkpoints are read and written in "in_out".
+        Google's checkpoints' and training's, or "out_in", for `--kernel_layout=out_in`
+        exports (`bert_keras.tasks.for_serving`); checkpoints are read and written in
+        "in_out".
       explicit_softmax: attention's softmax written out where nothing is dropped, rather
         than `keras.ops.dot_product_attention` (`bert_keras.layers.attention.SelfAttention`;
         serving copies, faster on TensorFlow without XLA at long requests).

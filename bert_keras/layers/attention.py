@@ -89,8 +89,8 @@ class SelfAttention(keras.layers.Layer):
       dropout: dropout rate on attention probabilities (BERT drops whole attention links).
       initializer: kernel initializer of the projections.
       kernel_layout: the projections' kernel layout (`bert_keras.layers.dense.Dense`):
-        "in_out" (Google's checkpoints, training, span-QA exports) or "out_in" (the other
-        task exports).
+        "in_out" (Google's checkpoints, training, the task exports' default) or "out_in"
+        (`--kernel_layout=out_in` exports).
       explicit_softmax: where nothing is dropped and no fused GPU kernel applies, run the
         softmax written out rather than `keras.ops.dot_product_attention` (serving
         copies, `bert_keras.tasks.for_serving`). The same function either way.

@@ -8,7 +8,8 @@ from bert_keras import kernels
 
 # Where the kernel's two axes go. "in_out": [input_dim, units], Keras' and Google's
 # checkpoints' layout (what training and every checkpoint format use). "out_in": [units,
-# input_dim], torch's nn.Linear layout, for serving copies (`bert_keras.tasks.for_serving`).
+# input_dim], torch's nn.Linear layout, for `--kernel_layout=out_in` exports
+# (`bert_keras.tasks.for_serving`).
 KERNEL_LAYOUTS = ("in_out", "out_in")
 
 
@@ -29,8 +30,9 @@ class Dense(keras.layers.Dense):
     transpose (`einsum("...k,nk->...n")`): the same function. On TensorFlow with oneDNN
     that product reads a short request's weights faster than the [in, out] one (a
     [16, 768] x [768, 3072] product 0.7x the time in float32, 0.8x in bfloat16 on a 2-core
-    Xeon; `bench/bench_small_matmul.py`, BUILD_NOTES.md section 8.11), which is why serving
-    copies use it. LoRA and quantization are Keras' [in, out] code and refuse it.
+    Xeon; `bench/bench_small_matmul.py`, BUILD_NOTES.md section 8.11) but is slower from
+    32 rows on, so task exports store it only with `--kernel_layout=out_in`. LoRA and
+    quantization are Keras' [in, out] code and refuse it.
 
     On JAX with a GPU, kernel "dense_bias_16_bits" (`bert_keras.kernels`; off until measured)
     adds the bias in the compute dtype instead, where XLA puts it in cuBLAS' epilogue, and

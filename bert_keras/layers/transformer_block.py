@@ -32,7 +32,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
       layer_norm_epsilon: LayerNorm epsilon (1e-12 in BERT).
       initializer: kernel initializer (TruncatedNormal(0.02) in BERT).
       kernel_layout: the Dense kernels' layout (`bert_keras.layers.dense.Dense`): "in_out"
-        (Google's checkpoints, training) or "out_in" (serving copies).
+        (Google's checkpoints, training, exports by default) or "out_in" (`--kernel_layout=
+        out_in` exports).
       explicit_softmax: the attention's (`bert_keras.layers.attention.SelfAttention`):
         the softmax written out where nothing is dropped (serving copies).
     """

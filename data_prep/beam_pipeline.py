@@ -654,7 +654,8 @@ def check_outputs(spec: job.JobSpec) -> list[str]:
 
 
 def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
-        log: Callable[..., None] | None = None) -> dict:
+        log: Callable[..., None] | None = None,
+        warn: Callable[..., None] | None = None) -> dict:
     """Runs the Beam job and, when it has succeeded, checks and publishes its shards.
 
     Args:
@@ -662,7 +663,9 @@ def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
         shuffle_buffer_size are not used: the runner has its workers, the shuffle is global).
       options: Beam PipelineOptions (pipeline_options()).
       bucket_mb: text per NotNext bucket, in MB (see the module docstring).
-      log: printf-style logger (default: absl logging.info).
+      log: printf-style logger for progress and the summary (default: absl logging.info).
+      warn: printf-style logger for the corpus warnings (`pretraining_job.check_totals`;
+        default: absl logging.warning), as the local tool's run().
 
     Returns:
       Summary dict (totals, per-shard counts, seconds, MB/s), like the local tool's run().
@@ -671,6 +674,7 @@ def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
       InputError: bad settings or input, or a failed job; no file is left under a final name.
     """
     log = log or logging.info
+    warn = warn or logging.warning
     _require_beam(str(options.get_all_options().get("runner")))
     if not bucket_mb > 0:
         raise InputError(f"--beam_bucket_mb must be > 0; received {bucket_mb}")
@@ -710,7 +714,7 @@ def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
             raise InputError(f"the Beam job ended in state {state}; no output was published")
         summary = json.loads(_read_text(summary_path))
         result = _publish(spec, temps, summary, options, {"bucket_mb": bucket_mb,
-                                                           "buckets": buckets}, log)
+                                                           "buckets": buckets}, log, warn)
     except BaseException:
         _delete_quietly(temps + [summary_path])
         files.remove_created_dirs(created)
@@ -731,7 +735,7 @@ def run(spec: job.JobSpec, options, bucket_mb: float = 4.0,
 
 
 def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
-             beam_meta: dict, log: Callable[..., None]) -> dict:
+             beam_meta: dict, log: Callable[..., None], warn: Callable[..., None]) -> dict:
     """Checks the job's shards against its counters, writes sidecars, renames into place."""
     totals = pi.InstanceStats(**summary.get("stats", {}))
     warnings = summary.get("warnings", {})
@@ -749,7 +753,7 @@ def _publish(spec: job.JobSpec, temps: Sequence[str], summary: Mapping, options,
                              f"{stage}: the runner lost data; no output was published")
     if totals.documents == 0:
         raise job.no_document_error(spec.input_files)
-    job.check_totals(totals, [reader], spec, log)
+    job.check_totals(totals, [reader], spec, warn)
     counts = {int(k): v for k, v in summary.get("shard_counts", {}).items()}
     for j, temp in enumerate(temps):
         if j not in counts:  # no record hashed to this shard: an empty, valid file

@@ -508,12 +508,16 @@ def _run_spawned(spec: JobSpec, progress: _Progress) -> list[WorkerResult]:
     return [results[w] for w in range(spec.num_workers)]
 
 
-def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
+def run(spec: JobSpec, log: Callable[..., None] | None = None,
+        warn: Callable[..., None] | None = None) -> dict:
     """Runs a whole job: workers, checks, sidecars, then renames shards to their final names.
 
     Args:
       spec: the job.
-      log: printf-style logger (default: absl logging.info).
+      log: printf-style logger for progress and the summary (default: absl logging.info).
+      warn: printf-style logger for what the user should look at (uneven shards, long lines,
+        dropped bytes, [UNK] share; default: absl logging.warning, which --verbosity=-1,
+        the setting that hides the progress lines, still shows).
 
     Returns:
       Summary dict (totals, per-shard counts, seconds, MB/s).
@@ -522,16 +526,17 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
       InputError: bad input or settings; no file is left under a final name.
     """
     log = log or logging.info
+    warn = warn or logging.warning
     created = check_outputs(spec)
     shards, workers = len(spec.output_files), spec.num_workers
     if shards % workers:
         # Worker w writes shards w, w + n, ...: its share of the documents is split among
         # them, so the shards of workers with fewer shards hold more.
         most, fewest = (len(shards_of_worker(shards, workers, w)) for w in (0, workers - 1))
-        log("warning: %d shards for %d workers: worker 0 writes %d of them and worker %d "
-            "%d, so their shards differ in size (about %.1fx); a multiple of --num_workers "
-            "gives shards of one size", shards, workers, most, workers - 1, fewest,
-            most / fewest)
+        warn("%d shards for %d workers: worker 0 writes %d of them and worker %d "
+             "%d, so their shards differ in size (about %.1fx); a multiple of --num_workers "
+             "gives shards of one size", shards, workers, most, workers - 1, fewest,
+             most / fewest)
     if not spec.temp_files:
         spec = dataclasses.replace(spec, temp_files=_temp_files(spec))
     temps = list(spec.temp_files)
@@ -548,7 +553,7 @@ def run(spec: JobSpec, log: Callable[..., None] | None = None) -> dict:
         totals = pi.InstanceStats()
         for r in results:
             totals.merge(r.stats)
-        check_totals(totals, results, spec, log)
+        check_totals(totals, results, spec, warn)
         seconds = time.monotonic() - start
         input_bytes = sum(r.input_bytes for r in results)
         shard_counts = {j: n for r in results for j, n in r.shard_counts.items()}

@@ -531,13 +531,20 @@ def single_document_error(input_files: Sequence[str]) -> CorpusError:
 
 
 def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec: JobSpec,
-                  log: Callable[..., None]) -> None:
+                  warn: Callable[..., None]) -> None:
+    """Refuses a corpus the job should not have been run on (bad UTF-8 above
+    BAD_UTF8_REFUSE_SHARE, every document a single sentence); warns, through the
+    printf-style `warn` (absl logging.warning in the tools), about what it was run on anyway.
+
+    Raises:
+      InputError: the corpus is refused; nothing was published.
+    """
     long_lines = sum(r.long_lines for r in results)
     if long_lines:
         first = next(r.first_long_line for r in results if r.first_long_line)
-        log("warning: %d line(s) longer than %d bytes, first at %s; input should hold one "
-            "sentence per line (python -m data_prep.prepare_corpus splits raw text)",
-            long_lines, LONG_LINE_WARN_BYTES, first)
+        warn("%d line(s) longer than %d bytes, first at %s; input should hold one "
+             "sentence per line (python -m data_prep.prepare_corpus splits raw text)",
+             long_lines, LONG_LINE_WARN_BYTES, first)
     bad_files: dict[str, dict[str, int]] = {}
     for r in results:
         for path, counts in r.bad_utf8_files.items():
@@ -556,8 +563,8 @@ def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec
                 "text), or drop the bad bytes (iconv -c -f utf-8 -t utf-8); nothing was written")
     if bad_files:
         path, counts = min(bad_files.items())
-        log("warning: %d line(s) had bytes that are not UTF-8, which were dropped (first at "
-            "%s:%d)", sum(c["bad"] for c in bad_files.values()), path, counts["first_line"])
+        warn("%d line(s) had bytes that are not UTF-8, which were dropped (first at "
+             "%s:%d)", sum(c["bad"] for c in bad_files.values()), path, counts["first_line"])
     if totals.documents and totals.one_sentence_documents == totals.documents:
         raise InputError(
             f"all {totals.documents} documents hold a single sentence, so every instance would "
@@ -565,15 +572,15 @@ def check_totals(totals: pi.InstanceStats, results: Sequence[WorkerResult], spec
             "(python -m data_prep.prepare_corpus makes that from raw text)")
     if totals.unknown_tokens > UNKNOWN_WARN_SHARE * totals.tokens:
         settings = spec.tokenizer
-        log("warning: %.1f%% of the corpus's %d WordPieces are [UNK]: is %s the vocabulary for "
-            "this text, and %s its tokenizer settings? (Korean: do_lower_case with "
-            "strip_accents=false, or every Hangul word is [UNK]; build_vocab writes them as "
-            "tokenizer_config.json beside its vocab.txt)", 100.0 * totals.unknown_tokens /
-            totals.tokens, totals.tokens, spec.vocab_file, settings.describe())
+        warn("%.1f%% of the corpus's %d WordPieces are [UNK]: is %s the vocabulary for "
+             "this text, and %s its tokenizer settings? (Korean: do_lower_case with "
+             "strip_accents=false, or every Hangul word is [UNK]; build_vocab writes them as "
+             "tokenizer_config.json beside its vocab.txt)", 100.0 * totals.unknown_tokens /
+             totals.tokens, totals.tokens, spec.vocab_file, settings.describe())
     if totals.one_sentence_documents * 2 > totals.documents:
-        log("warning: %d of %d documents hold a single sentence; their instances are all "
-            "NotNext (NotNext share %.1f%%)", totals.one_sentence_documents, totals.documents,
-            100.0 * totals.not_next / max(totals.instances, 1))
+        warn("%d of %d documents hold a single sentence; their instances are all "
+             "NotNext (NotNext share %.1f%%)", totals.one_sentence_documents, totals.documents,
+             100.0 * totals.not_next / max(totals.instances, 1))
 
 
 def sidecar_common(spec: JobSpec, totals: pi.InstanceStats, input_bytes: int,

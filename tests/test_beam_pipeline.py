@@ -8,6 +8,7 @@ looks complete after a failed job, one clear line for bad settings.
 """
 
 import glob
+import logging
 import math
 import os
 import shutil
@@ -22,8 +23,8 @@ beam = pytest.importorskip(
     "path of create_pretraining_data needs it, the local path does not)")
 
 from test_create_pretraining_data import (  # noqa: E402  pylint: disable=wrong-import-position
-    CORPUS, ROOT, VOCAB, check_records, cp949_after_utf8, google_reader, merge_shards, run_cli,
-    write_generated_corpus)
+    CORPUS, ROOT, VOCAB, absl_messages, check_records, cp949_after_utf8, google_reader,
+    merge_shards, run_cli, stray_byte_corpus, write_generated_corpus)
 
 from bert_keras.inputs import pretraining_dataset  # noqa: E402
 from data_prep import beam_pipeline, features  # noqa: E402
@@ -453,6 +454,23 @@ def test_an_output_that_is_a_directory_is_refused_before_the_job(tmp_path):
     with pytest.raises(ToolError, match=r"^--output_file: .*x.tfrecord is a directory; name a "
                                         r"file \(or a prefix\) in it$"):
         beam_pipeline.check_outputs(spec)
+
+
+def test_beam_logs_the_corpus_warnings_at_warning_level(tmp_path, caplog):
+    """The Beam route's check of the job's counters warns as the local tool does: at WARNING
+    (they were INFO lines starting "warning: ", hidden by --stderrthreshold=warning), the
+    summary at INFO."""
+    path = stray_byte_corpus(tmp_path)
+    caplog.set_level(logging.INFO)
+    assert run_cli(runner="DirectRunner", verbosity=0, **_flags(
+        str(path), VOCAB, str(tmp_path / "x"), num_output_shards=2, max_seq_length=32,
+        max_predictions_per_seq=5, dupe_factor=1)) == 0
+    warnings = [m for m in absl_messages(caplog, logging.WARNING) if "not UTF-8" in m]
+    assert warnings == ["1 line(s) had bytes that are not UTF-8, which were dropped "
+                        f"(first at {path}:9)"], caplog.text
+    info = absl_messages(caplog, logging.INFO)
+    assert [m for m in info if m.startswith("wrote ")], caplog.text
+    assert not [m for m in info if "not UTF-8" in m], caplog.text
 
 
 @pytest.mark.parametrize("suffix", [".gz", ".bz2"])

@@ -7,6 +7,7 @@ exit codes, stderr and SIGKILL go through a real subprocess.
 import contextlib
 import glob
 import json
+import logging
 import math
 import os
 import shutil
@@ -47,6 +48,11 @@ def google_reader(path, max_seq_length, max_predictions_per_seq, compression="")
         for k, v in example.items():
             out[k].append(v.numpy())
     return {k: np.array(v) for k, v in out.items()}
+
+
+def absl_messages(caplog, level):
+    """The messages absl's logging recorded at `level` (logging.INFO, logging.WARNING)."""
+    return [r.getMessage() for r in caplog.records if r.name == "absl" and r.levelno == level]
 
 
 def run_cli(**flag_values):
@@ -506,38 +512,54 @@ def test_bad_input_gives_a_message_and_no_output(tmp_path, capsys, case):
     assert not out_dir.exists() or os.listdir(out_dir) in ([], ["x.tfrecord"])
 
 
-def test_long_lines_are_accepted_with_a_warning(tmp_path, monkeypatch):
+def test_long_lines_are_accepted_with_a_warning(tmp_path, caplog):
     path = str(tmp_path / "long.txt")
     text = open(CORPUS).read()
     long_line = " ".join(["the whale came up from the deep water ."] * 26_000)  # ~1 MB
     open(path, "w").write(text.replace("Call me Ishmael.", long_line))
     out = str(tmp_path / "x.tfrecord")
-    logged = []
-    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    caplog.set_level(logging.INFO)
     assert run_cli(input_file=path, vocab_file=VOCAB, output_file=out, max_seq_length=32,
                    max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0) == 0
+    logged = absl_messages(caplog, logging.WARNING)
     warning = [m for m in logged if "longer than" in m]
     assert warning and "long.txt:1 (" in warning[0], logged
     data = google_reader(out, 32, 5)
     assert len(data["input_ids"]) > 0 and data["input_mask"].sum(axis=1).max() <= 32
 
 
-def test_a_stray_byte_that_is_not_utf8_is_dropped_with_a_warning_naming_its_line(
-        tmp_path, monkeypatch):
-    """As Google's reader drops it (decode with errors="ignore"); the warning named no file
-    or line before. One bad line in 300 is under the share that refuses a file."""
+def stray_byte_corpus(tmp_path):
+    """300 sentences in documents of 5, one byte that is not UTF-8 on line 9."""
     text = "".join(f"sentence {i} of the whale .\n" + ("\n" if i % 5 == 4 else "")
                    for i in range(300))
     path = tmp_path / "stray.txt"
     path.write_bytes(text.encode().replace(b"sentence 7 of", b"sentence 7 \xff of"))
-    logged = []
-    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    return path
+
+
+def test_a_stray_byte_that_is_not_utf8_is_dropped_with_a_warning_naming_its_line(
+        tmp_path, caplog):
+    """As Google's reader drops it (decode with errors="ignore"); the warning named no file
+    or line before. One bad line in 300 is under the share that refuses a file.
+
+    The warning is logged at WARNING, the progress and summary at INFO: the warnings were
+    INFO lines starting "warning: ", hidden by --verbosity=-1 / --stderrthreshold=warning
+    and filed as INFO by log collectors."""
+    path = stray_byte_corpus(tmp_path)
+    caplog.set_level(logging.INFO)
     out = str(tmp_path / "x.tfrecord")
+    # verbosity=0, as absl's app.run sets when no --verbosity is given (parsing FLAGS alone
+    # leaves absl's logger at WARNING).
     assert run_cli(input_file=str(path), vocab_file=VOCAB, output_file=out, max_seq_length=32,
-                   max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0) == 0
-    warning = [m for m in logged if "not UTF-8" in m]
-    assert warning == [f"warning: 1 line(s) had bytes that are not UTF-8, which were dropped "
-                       f"(first at {path}:9)"], logged
+                   max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0,
+                   verbosity=0) == 0
+    warnings = [m for m in absl_messages(caplog, logging.WARNING) if "not UTF-8" in m]
+    assert warnings == ["1 line(s) had bytes that are not UTF-8, which were dropped "
+                        f"(first at {path}:9)"], caplog.text
+    info = absl_messages(caplog, logging.INFO)
+    assert [m for m in info if m.startswith("wrote ")] and \
+        [m for m in info if m.startswith("timing: ")], caplog.text
+    assert not [m for m in info if "not UTF-8" in m or m.startswith("warning")], caplog.text
     assert features.read_sidecar(out)["counts"]["documents"] == 60
 
 
@@ -589,6 +611,32 @@ def test_command_line_exit_code_and_sigkill(tmp_path):
     proc = subprocess.run(rerun, env=_subprocess_env(), cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert out.exists() and not os.path.exists(temp)
+
+
+@pytest.mark.integration  # The tool in a fresh process: about 8 s on 2 cores.
+def test_warnings_show_with_only_warnings_asked_for(tmp_path):
+    """absl's --verbosity=-1 --stderrthreshold=warning (what a user sets to see only
+    problems) hid the tool's warnings, which were logged at INFO. Now the warning is a W
+    line, which tf_logging.python_log_message (scripts/quickstart.py) shows as "warning:
+    ...", and the progress lines (INFO) are what is hidden."""
+    from data_prep.tf_logging import python_log_message
+
+    path = stray_byte_corpus(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_prep.create_pretraining_data", f"--vocab_file={VOCAB}",
+         f"--input_file={path}", f"--output_file={tmp_path / 'x.tfrecord'}",
+         "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1",
+         "--num_examples_to_print=0", "--verbosity=-1", "--stderrthreshold=warning"],
+        capture_output=True, text=True, env=_subprocess_env(), cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = [python_log_message(line, {"pretraining_job.py", "create_pretraining_data.py"})
+             for line in proc.stderr.splitlines()]
+    shown = [m for m in shown if m]
+    assert ("warning: 1 line(s) had bytes that are not UTF-8, which were dropped "
+            f"(first at {path}:9)") in shown, proc.stderr[-2000:]
+    # The [UNK] share (the vocabulary lacks "sentence") is the other warning; no progress.
+    assert all(m.startswith("warning: ") for m in shown), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
@@ -763,7 +811,7 @@ def test_carriage_returns_are_read_as_googles_reader_reads_them(tmp_path):
     assert [doc.lines for doc in job.read_documents([str(lf)])] == google
 
 
-def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, monkeypatch):
+def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, caplog):
     """Korean text with the vocabulary learnt from it but its casing flags wrong (strip
     accents decomposes Hangul into jamo): every Hangul word is [UNK], and the run said
     nothing. Now the share is counted (the sidecar's counts.unknown_tokens) and a warning
@@ -778,16 +826,16 @@ def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, mon
                                     strip_accents=False, min_frequency=1)
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
-    logged = []
-    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    caplog.set_level(logging.INFO)
     counts = {}
     for strip in ("false", "true"):
         out = str(tmp_path / strip / "x.tfrecord")
-        logged.clear()
+        caplog.clear()
         assert run_cli(input_file=str(corpus), vocab_file=str(vocab_file), output_file=out,
                        do_lower_case="true", strip_accents=strip, max_seq_length=32,
                        max_predictions_per_seq=5, dupe_factor=1, num_examples_to_print=0) == 0
         counts[strip] = features.read_sidecar(out)["counts"]
+        logged = absl_messages(caplog, logging.WARNING)
         warnings = [m for m in logged if "are [UNK]" in m]
         if strip == "true":
             share = counts[strip]["unknown_tokens"] / counts[strip]["tokens"]
@@ -799,11 +847,10 @@ def test_a_corpus_mostly_unknown_to_the_vocabulary_is_warned_about(tmp_path, mon
             assert counts[strip]["unknown_tokens"] == 0 and not warnings, logged
 
 
-def test_shards_not_a_multiple_of_the_workers_are_warned_about(tmp_path, monkeypatch):
+def test_shards_not_a_multiple_of_the_workers_are_warned_about(tmp_path, monkeypatch, caplog):
     """3 shards for 2 workers: worker 0 splits its half of the documents over 2 shards,
     worker 1 writes its half into 1 (the probe's 160 / 322 / 160 instances)."""
-    logged = []
-    monkeypatch.setattr(cpd.logging, "info", lambda fmt, *a: logged.append(fmt % a))
+    caplog.set_level(logging.INFO)
 
     def stop(*args, **kwargs):  # the workers themselves are not what is tested here
         raise cpd.InputError("stopped before the workers")
@@ -811,13 +858,14 @@ def test_shards_not_a_multiple_of_the_workers_are_warned_about(tmp_path, monkeyp
     monkeypatch.setattr(cpd, "_run_spawned", stop)
     warnings = {}
     for shards in (3, 4):
-        logged.clear()
+        caplog.clear()
         assert run_cli(input_file=CORPUS, vocab_file=VOCAB, output_file=str(tmp_path / "x"),
                        num_workers=2, num_output_shards=shards, max_seq_length=32,
                        max_predictions_per_seq=5) == 1
-        warnings[shards] = [m for m in logged if "differ in size" in m]
+        warnings[shards] = [m for m in absl_messages(caplog, logging.WARNING)
+                            if "differ in size" in m]
     assert warnings[4] == []
-    assert warnings[3] == ["warning: 3 shards for 2 workers: worker 0 writes 2 of them and "
+    assert warnings[3] == ["3 shards for 2 workers: worker 0 writes 2 of them and "
                            "worker 1 1, so their shards differ in size (about 2.0x); a multiple "
                            "of --num_workers gives shards of one size"]
 

@@ -90,11 +90,15 @@ class BuildVocabError(ValueError):
 
 
 class CorpusTooSmallError(BuildVocabError):
-    """The corpus gives `available` WordPiece tokens, fewer than the `requested`."""
+    """The corpus gives `available` WordPiece tokens, fewer than the `requested`; of its
+    `words` distinct words (those trained on), `unmerged` are not yet one token each (0:
+    the trainer learnt every word whole, so only new distinct words give more tokens)."""
 
-    def __init__(self, message: str, available: int, requested: int):
+    def __init__(self, message: str, available: int, requested: int, words: int = 0,
+                 unmerged: int = 0):
         super().__init__(message)
         self.available, self.requested = available, requested
+        self.words, self.unmerged = words, unmerged
 
 
 def corpus_bytes_needed(corpus_bytes: int, available: int, requested: int) -> int:
@@ -104,6 +108,37 @@ def corpus_bytes_needed(corpus_bytes: int, available: int, requested: int) -> in
     has 6,008 distinct words and gives 5,992 tokens, 10.8 MB 25,215 and 25,992, where
     this estimate from the 0.3 MB says 15 MB for 30,000 tokens)."""
     return int(corpus_bytes * (requested / max(available, 1)) ** 2.5)
+
+
+def too_small_message(vocab_size: int, num_reserved: int, corpus_bytes: int, words: int,
+                      error: CorpusTooSmallError, min_frequency: int,
+                      max_alphabet: int = 0) -> str:
+    """build_vocab's one line for a --vocab_size the corpus cannot give, with what would
+    help. Text like the corpus (Heaps' law, `corpus_bytes_needed`) or a lower
+    --min_frequency helps only while some distinct word is not yet one token; a corpus whose
+    every word the trainer learnt whole (a few words repeated) needs new words, not more of
+    it: "about 0.029 MB of such text" for a 0.028 MB corpus of 13 words was no help."""
+    gives = (f"give {error.available} WordPiece tokens besides the {num_reserved} reserved "
+             f"ones, not {error.requested}")
+    fits = f"use --vocab_size={error.available + num_reserved} or less"
+    if not error.unmerged:
+        learnt, alphabet = f"each of its {words:,} distinct words", ""
+        if error.words != words:
+            learnt = (f"each of the {error.words:,} of its {words:,} distinct words that "
+                      f"--max_alphabet={max_alphabet} keeps")
+            alphabet = ", a higher --max_alphabet"
+        return (f"--vocab_size={vocab_size} is too large for the corpus: its "
+                f"{megabytes(corpus_bytes)} {gives}, and {learnt} is already one of them: "
+                "more of the same words, or a lower --min_frequency, gives no more; "
+                f"{fits}{alphabet}, or text with more distinct words (natural text gives "
+                "about one token per distinct word)")
+    head = (f"--vocab_size={vocab_size} is too large for the corpus: its "
+            f"{megabytes(corpus_bytes)} ({words:,} distinct words) {gives}")
+    needed = corpus_bytes_needed(corpus_bytes, error.available, error.requested)
+    text = (f"about {megabytes(needed)} of such text" if megabytes(needed) !=
+            megabytes(corpus_bytes) else "a little more such text")
+    return (f"{head}; {fits}, {text} for {vocab_size}, or a lower --min_frequency "
+            f"(now {min_frequency})")
 
 
 def megabytes(n: int) -> str:
@@ -273,6 +308,11 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
         allowed = set(ranked[:max_alphabet]) | set(alphabet)
         word_counts = collections.Counter(
             {w: c for w, c in word_counts.items() if all(ch in allowed for ch in w)})
+        if not word_counts:
+            raise BuildVocabError(
+                f"--max_alphabet={max_alphabet} leaves no word to learn from: every word of "
+                f"the corpus has a character outside its {max_alphabet} most frequent; raise "
+                "--max_alphabet (0 keeps every character)")
     initial = sorted({w[0] for w in word_counts} | set(alphabet))
     continuing = sorted(set(continuation_characters(word_counts))
                         | {ch for ch in alphabet if not tokenization.is_punctuation(ch)})
@@ -316,10 +356,16 @@ def train_wordpiece(word_counts: collections.Counter, num_tokens: int, min_frequ
     vocab = tokenizer.get_vocab()
     learned = sorted(vocab, key=vocab.__getitem__)
     if len(learned) < num_tokens:
+        # A word the trainer made one token has no merge left in it: once every word is,
+        # neither repeats of the same words nor a lower --min_frequency give more tokens.
+        unmerged = sum(1 for w in word_counts if w not in vocab)
+        more = (f"a lower --min_frequency (now {min_frequency}), or a larger corpus"
+                if unmerged else f"text with more distinct words (each of the "
+                f"{len(word_counts)} is already a token)")
         raise CorpusTooSmallError(
             f"the corpus gives only {len(learned)} WordPiece tokens, not the {num_tokens} "
-            f"requested (after reserved tokens): use a larger corpus, a smaller --vocab_size, "
-            f"or a lower --min_frequency (now {min_frequency})", len(learned), num_tokens)
+            f"requested (after reserved tokens): use a smaller --vocab_size or {more}",
+            len(learned), num_tokens, len(word_counts), unmerged)
     # Characters, then continuation characters, then merges in learning order.
     first = set(initial) | set(declared)
     merged = [t for t in learned if t not in first]
@@ -416,14 +462,10 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
                                   max_alphabet,
                                   ascii_alphabet(do_lower_case) if keep_ascii else ())
     except CorpusTooSmallError as e:
-        needed = corpus_bytes_needed(total_bytes, e.available, e.requested)
         raise CorpusTooSmallError(
-            f"--vocab_size={vocab_size} is too large for the corpus: its "
-            f"{megabytes(total_bytes)} ({len(counts)} distinct words) give "
-            f"{e.available} WordPiece tokens besides the {len(reserved)} reserved ones, not "
-            f"{e.requested}; use --vocab_size={e.available + len(reserved)} or less, about "
-            f"{megabytes(needed)} of such text for {vocab_size}, or a lower --min_frequency "
-            f"(now {min_frequency})", e.available, e.requested) from None
+            too_small_message(vocab_size, len(reserved), total_bytes, len(counts), e,
+                              min_frequency, max_alphabet), e.available, e.requested, e.words,
+            e.unmerged) from None
     clash = set(learned) & set(reserved)
     if clash:  # cannot happen: reserved tokens contain "[", which is never inside a word
         raise BuildVocabError(f"learned tokens collide with reserved tokens: {sorted(clash)}")

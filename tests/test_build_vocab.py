@@ -191,6 +191,77 @@ def test_too_large_a_vocabulary_names_the_size_that_fits(tmp_path):
     assert " 0 MB" not in str(info.value)
 
 
+def _repeated_words_corpus(path, copies=1):
+    """11 words in 700 lines of 6 (`copies` times over): a few words repeated, so the
+    trainer learns every one of them whole."""
+    words = ["whale", "sea", "ship", "captain", "deep", "water", "harpoon", "sail", "wind",
+             "storm", "night"]
+    lines = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(6)) + "\n"
+             for i in range(700)]
+    path.write_text("".join(lines) * copies, encoding="utf-8")
+    return str(path)
+
+
+def test_a_corpus_of_few_words_asks_for_more_distinct_words_not_more_text(tmp_path):
+    """The probe's 0.028 MB corpus of 13 words was told "about 0.029 MB of such text" would
+    give a vocabulary one token larger: once every distinct word is one token, neither more of the
+    same text nor a lower --min_frequency gives any. Each claim of the message is checked."""
+    path = _repeated_words_corpus(tmp_path / "few.txt")
+    with pytest.raises(bv.CorpusTooSmallError) as info:
+        bv.build_vocab([path], 400, layout="compact")
+    message, available = str(info.value), info.value.available
+    assert info.value.unmerged == 0 and info.value.words == 11
+    fits = available + 5  # the compact layout's reserved tokens
+    assert message == (
+        f"--vocab_size=400 is too large for the corpus: its {bv.megabytes(os.path.getsize(path))} "
+        f"give {available} WordPiece tokens besides the 5 reserved ones, not 395, and each of "
+        "its 11 distinct words is already one of them: more of the same words, or a lower "
+        f"--min_frequency, gives no more; use --vocab_size={fits} or less, or text with more "
+        "distinct words (natural text gives about one token per distinct word)")
+    assert "such text" not in message and "\n" not in message
+    tokens = bv.build_vocab([path], fits, layout="compact")
+    assert len(tokens) == fits and {"whale", "harpoon", "captain"} <= set(tokens)
+    tripled = _repeated_words_corpus(tmp_path / "tripled.txt", copies=3)
+    for paths, min_frequency in (([path], 1), ([tripled], 2)):
+        with pytest.raises(bv.CorpusTooSmallError) as same:
+            bv.build_vocab(paths, fits + 1, layout="compact", min_frequency=min_frequency)
+        assert same.value.available == available, (paths, min_frequency)
+    # New words do give more tokens.
+    more = tmp_path / "more.txt"
+    more.write_text(open(path).read() + "".join(f"ocean{c} sailor{c} mast{c}\n"
+                                                  for c in "bcdfghjkmn") * 2)
+    assert len(bv.build_vocab([str(more)], fits + 1, layout="compact")) == fits + 1
+
+
+def test_a_corpus_one_token_short_is_told_a_little_more_text_or_a_lower_min_frequency():
+    """Words not yet whole: more such text or a lower --min_frequency helps (checked), and a
+    size the corpus misses by one token is not told "about 0.0014 MB of such text" for its
+    0.0014 MB."""
+    with pytest.raises(bv.CorpusTooSmallError) as info:
+        bv.build_vocab([MIXED], 100000, layout="compact")
+    fits = info.value.available + 5
+    assert info.value.unmerged > 0
+    with pytest.raises(bv.CorpusTooSmallError) as info:
+        bv.build_vocab([MIXED], fits + 1, layout="compact")
+    message = str(info.value)
+    assert f"use --vocab_size={fits} or less, a little more such text for {fits + 1}, or a " \
+           "lower --min_frequency (now 2)" in message, message
+    assert len(bv.build_vocab([MIXED], fits + 1, layout="compact", min_frequency=1)) == fits + 1
+
+
+def test_a_max_alphabet_that_leaves_no_word_is_named(tmp_path):
+    """--max_alphabet=2 keeps none of the 11 words (each has a third letter): the error said
+    "use --vocab_size=5 or less", a size that leaves no room after the reserved tokens."""
+    path = _repeated_words_corpus(tmp_path / "few.txt")
+    with pytest.raises(bv.BuildVocabError, match=r"^--max_alphabet=2 leaves no word to learn "
+                       r"from: .* raise --max_alphabet \(0 keeps every character\)$"):
+        bv.build_vocab([path], 300, layout="compact", max_alphabet=2, keep_ascii=False)
+    # 10 characters keep some words: the message names what --max_alphabet left.
+    with pytest.raises(bv.CorpusTooSmallError, match=r"each of the \d+ of its 11 distinct "
+                       r"words that --max_alphabet=10 keeps .* a higher --max_alphabet, or "):
+        bv.build_vocab([path], 300, layout="compact", max_alphabet=10, keep_ascii=False)
+
+
 def test_a_vocabulary_smaller_than_the_trainers_alphabet_keeps_its_exact_size():
     """The trainer also makes every character that only continues words a word-initial
     token, and returns that whole alphabet when it exceeds the size asked for (Korean

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import math
 import os
 import re
@@ -549,11 +550,21 @@ def read_labels(path: str) -> list[str]:
     (no label holds a line break), not read as two labels.
     """
     try:
-        files.check_text_file(path)  # NUL, UTF-16, cp949: the line and how to convert it
-        with files.open_input(path, newline=files.newline_for(path)) as f:
-            labels = [line.strip() for line in f]
+        # Read once, then checked and split: a pipe (--label_list_file=<(printf 'a\nb\n'),
+        # /dev/fd/N) gives its bytes to one read only, and a check that read it first left
+        # the reader "no labels".
+        with files.open_input(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e})") from None
+    error = files.first_text_error(io.BytesIO(data), path)
+    if error is not None:  # NUL, UTF-16, cp949: the line and how to convert it
+        raise error
+    # `files.newline_for`, judged on the bytes read.
+    lone_cr = files.lone_cr_message(files.line_end_sample(io.BytesIO(data)), path)
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig",
+                          newline="" if lone_cr else "\n") as f:
+        labels = [line.strip() for line in f]
     for number, label in enumerate(labels, 1):
         if "\r" in label:
             raise CheckpointError(f"{path}:{number}: a carriage return (\\r) inside the label "

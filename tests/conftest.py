@@ -8,6 +8,7 @@ test that compares backends runs the other one in a fresh process: `backend_env`
 tests in one process) below.
 """
 
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -80,6 +81,22 @@ TINY = dict(
     intermediate_size=37,
     max_sequence_length=40,
 )
+
+
+@contextlib.contextmanager
+def piped(data: bytes):
+    """A path, /dev/fd/<n>, that reads `data` once from a pipe, as bash's process
+    substitution gives one (--label_list_file=<(printf 'a\\nb\\n')): a second open of
+    it reads nothing. `data` is small enough for the pipe's buffer, so no writer thread."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    finally:
+        os.close(write_end)
+    try:
+        yield f"/dev/fd/{read_end}"
+    finally:
+        os.close(read_end)
 
 
 def make_inputs(batch=3, seq=11, lengths=None, vocab=99, seed=0):

@@ -13,7 +13,7 @@ from bert_keras import BertEncoder, checkpoints, model_loading, run_classifier, 
 from bert_keras.finetuning import squad as sq
 from bert_keras.finetuning.runner import FinetuneError
 from bert_keras.finetuning.tagging import get_entities
-from conftest import TESTDATA, event_scalars, make_inputs
+from conftest import TESTDATA, event_scalars, make_inputs, piped
 from data_prep import files, squad, tagging
 from data_prep.classification import DataError
 
@@ -95,7 +95,15 @@ def test_a_fine_tuned_model_keeps_its_labels_when_trained_further(tmp_path, enco
         run_classifier.run(train_file=str(train), label_list_file=str(other),
                            **common(tmp_path / "y", str(first), do_eval=False,
                                     do_predict=False))
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    # The same list from a pipe (--label_list_file=<(printf ...)), which gives its lines to
+    # one read: the runner read the list again to compare it with the model's ("no labels").
+    with piped(b"ham\nspam\neggs\n") as path:
+        with pytest.raises(FinetuneError, match=r"the label list given \['ham', 'spam', "
+                                                r"'eggs'\]"):
+            run_classifier.run(train_file=str(train), label_list_file=path,
+                               **common(tmp_path / "z", str(first), do_eval=False,
+                                        do_predict=False))
+    assert not any((tmp_path / name).exists() for name in "xyz")
 
 
 def test_run_classifier_train_eval_predict(tmp_path, encoder_file):

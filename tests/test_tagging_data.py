@@ -371,6 +371,26 @@ def test_a_label_list_typed_with_spaces_around_a_label(tmp_path):
     assert model_loading.read_labels(str(path)) == ["O", "B-PER", "I-PER"]
 
 
+def test_a_label_list_from_a_pipe_is_read_once():
+    """--label_list_file=<(printf 'O\\nB-PER\\n'), a pipe at /dev/fd/<n> that gives its
+    bytes to one read: the text check read them, and the reader then found "no labels".
+    Its checks stand on the one read: a NUL byte, a lone-CR file."""
+    from bert_keras import model_loading
+    from bert_keras.finetuning.runner import labels_from_flags
+    from data_prep.files import TextFileError
+    from conftest import piped
+
+    with piped(b"O\nB-PER\nI-PER\n") as path:
+        assert labels_from_flags(None, path) == ["O", "B-PER", "I-PER"]
+    with piped("\ufeffO \r\nB-LOC\r\n".encode()) as path:  # Notepad: BOM, CRLF
+        assert model_loading.read_labels(path) == ["O", "B-LOC"]
+    with piped(b"O\rB-LOC\rI-LOC\r") as path:  # classic Mac OS line ends
+        assert model_loading.read_labels(path) == ["O", "B-LOC", "I-LOC"]
+    with piped(b"O\nB-\x00PER\n") as path:
+        with pytest.raises(TextFileError, match=rf"^{path}:2: NUL byte at byte offset 4"):
+            model_loading.read_labels(path)
+
+
 @pytest.mark.parametrize("ends", [b"\n", b"\r\n", b"\r"])
 def test_a_label_list_with_a_stray_carriage_return(tmp_path, ends):
     """LF, CRLF or lone-CR line ends read alike; a stray "\\r" before a line's end is

@@ -570,10 +570,12 @@ def _the_models_labels(labels: list[str], ckpt, given: bool) -> list[str]:
     return list(ckpt.labels)
 
 
-def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
+def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels,
+                          labels_given: bool):
     """(model, labels, vocab_file, tokenizer settings): `_load_model`'s model, the labels
     given or saved with it, checked against its head, and the vocabulary to use with it
-    (--vocab_file or the checkpoint's), checked against its embedding table."""
+    (--vocab_file or the checkpoint's), checked against its embedding table.
+    `labels_given`: `labels` came from the flags (`Task.given_labels`), not the data."""
     model, ckpt = _load_model(task, common, opts, labels)
     if common.mixed_precision != "float32":
         logging.info("Mixed precision: %s (float32 weights; --mixed_precision)",
@@ -587,9 +589,9 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels):
         labels = ckpt.labels
     elif (ckpt is not None and isinstance(ckpt.model, task.model_class)
           and ckpt.labels is not None and labels != ckpt.labels):
-        labels = _the_models_labels(labels, ckpt, given=task.given_labels(opts) is not None)
+        labels = _the_models_labels(labels, ckpt, given=labels_given)
     elif (ckpt is not None and isinstance(ckpt.model, task.model_class)
-          and ckpt.labels is None and task.given_labels(opts) is None):
+          and ckpt.labels is None and not labels_given):
         # A head without label names (Google's run_classifier keeps them in its processor):
         # its classes can only be taken in the order of the data's labels, sorted.
         logging.warning("%s records no label names: its classes are taken to be %s in that "
@@ -664,9 +666,10 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
         # Training this command finished before it was stopped (in evaluation or prediction)
         # is not redone: its model.keras is taken up where the trained run is this one.
         finished = _recorded_training(common, distribution)
-        examples, same_as, read_info, labels = _read_inputs(task, common, opts,
-                                                            finished is not None)
-        model, labels, vocab_file, settings = _model_and_vocabulary(task, common, opts, labels)
+        examples, same_as, read_info, labels, labels_given = _read_inputs(
+            task, common, opts, finished is not None)
+        model, labels, vocab_file, settings = _model_and_vocabulary(task, common, opts, labels,
+                                                                    labels_given)
         tokenizer = load_tokenizer(vocab_file, settings)
         if common.max_seq_length > model.encoder.max_sequence_length:
             raise FinetuneError(f"--max_seq_length={common.max_seq_length} exceeds the model's "
@@ -1060,7 +1063,9 @@ def _differences(previous: dict, current: dict) -> list[str]:
 def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = False):
     """Checks --output_dir and reads every input before anything is loaded or trained;
     returns (examples by split, {split: the earlier split reading the same file}, what the
-    train split's reader reported, the labels given or found in the training data).
+    train split's reader reported, the labels given or found in the training data, whether
+    they were given). The label list is read here only: --label_list_file may be a pipe,
+    which gives its lines to one read.
     `trained`: the model in --output_dir may be this run's (`_recorded_training`), so its
     files are not refused here (`_the_finished_model` compares the runs)."""
     out = common.output_dir
@@ -1106,6 +1111,7 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = Fals
             raise FinetuneError(f"{task.input_file(split, opts)}: no examples in it (expected "
                                 f"{task.name} data for {task.input_flag(split)})")
     labels = task.given_labels(opts)
+    labels_given = labels is not None
     if labels is None and common.do_train:
         labels = task.labels_from(examples["train"])
         if (task.uses_labels and labels is not None and len(labels) < 2
@@ -1114,7 +1120,7 @@ def _read_inputs(task: Task, common: FinetuneOptions, opts, trained: bool = Fals
                 f"{task.input_file('train', opts)}: every example has the label "
                 f"{labels[0] if labels else None!r}; expected at least 2 classes (pass "
                 "--allow_single_class to train a one-class model anyway)")
-    return examples, same_as, read_info, labels
+    return examples, same_as, read_info, labels, labels_given
 
 
 def _what_was_read(task: Task, common: FinetuneOptions, opts, model, vocab_file, settings,

@@ -22,6 +22,7 @@ import io
 import os
 import re
 import shutil
+import stat
 from typing import Any, Callable, Iterable, Iterator
 
 # --- Names of the files a stage leaves for the next one. ---
@@ -683,17 +684,91 @@ def open_input(path: str, mode: str = "r", newline: str | None = None):
     return opener(path, "rt", encoding="utf-8-sig", errors="strict", newline=newline)
 
 
-def check_text_file(path: str) -> None:
+def is_pipe(path: str) -> bool:
+    """Whether the local `path` is a pipe or a device rather than a file: bash's process
+    substitution (`<(zcat corpus.gz)`, a /dev/fd/<n>), /dev/stdin, a FIFO (mkfifo). Its
+    bytes come once: a second open reads nothing (or waits for another writer), and it
+    cannot be seeked. False for a regular file, a directory, a path that does not exist
+    (its reader says so) and a remote path (`is_remote`: no stat there)."""
+    path = os.fspath(path)
+    if is_remote(path):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
+def pipe_refusal(path: str) -> str:
+    """The one line every tool that must read its input more than once (in several
+    processes, or in several passes) refuses a pipe (`is_pipe`) with, before any work;
+    the caller puts its flag first ("--input_file: ...")."""
+    return (f"{path} is a pipe (e.g. <(...), /dev/stdin, a FIFO), whose bytes can be read "
+            "only once; give a file: this tool reads its input more than once")
+
+
+class PipeCopyError(OSError):
+    """`rereadable` could not copy a pipe (no room in the temporary directory): one line
+    naming the pipe, the directory and what to do. Without an errno, so that it is not
+    taken for the failure of an output's write (`write_failure`)."""
+
+
+@contextlib.contextmanager
+def rereadable(path: str) -> Iterator[str]:
+    """`path`, or for a pipe (`is_pipe`) a temporary copy of its bytes, removed when the
+    block ends: for the readers that open their input more than once (`check_text_file`,
+    the line-end sniff of `newline_for` / `ends_lines_in_lone_cr`, then the read). Read
+    twice, a pipe gave the read nothing: a corpus, CoNLL file or examples file came back
+    empty without an error.
+
+    The copy is a spool in the temporary directory (tempfile.gettempdir(), $TMPDIR), as
+    large as the pipe's data as it comes (still compressed where the name says .gz/.bz2:
+    it keeps the pipe's base name, so `open_input` decompresses it the same way). Messages
+    should name `path`, not the yielded name (`check_text_file`'s `name`).
+
+    Raises:
+      PipeCopyError: the copy could not be written (a full temporary directory).
+    """
+    path = os.fspath(path)
+    if not is_pipe(path):
+        yield path
+        return
+    import tempfile
+
+    stage = tempfile.mkdtemp(prefix="bert-keras-pipe-")
+    try:
+        spool = os.path.join(stage, os.path.basename(path) or "input")
+        try:
+            with open(path, "rb") as source, open(spool, "wb") as copy:
+                shutil.copyfileobj(source, copy, 1 << 20)
+        except OSError as e:
+            if e.errno not in _NO_ROOM and e.errno != errno.EFBIG:
+                raise
+            raise PipeCopyError(
+                f"{path} is a pipe, read once into a copy in {stage}, which failed: "
+                f"{os.strerror(e.errno).lower()}; set TMPDIR to a disk with room, or give "
+                "a file") from None
+        yield spool
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_text_file(path: str, name: str | None = None) -> None:
     """Refuses a binary or non-UTF-8 file, naming the line and byte offset of the first bad
     byte (one pass over the file, decompressed as `open_input` reads it, in binary; readers
     then decode it without surprises).
+
+    Args:
+      path: the file to read.
+      name: the file the message names, when `path` is a copy of it (`rereadable`).
 
     Raises:
       TextFileError: a NUL byte (a binary file) or a byte sequence that is not UTF-8.
       FileNotFoundError, IsADirectoryError, PermissionError: as open() raises them.
     """
     with open_input(path, "rb") as f:
-        error = first_text_error(f, path)
+        error = first_text_error(f, path if name is None else name)
     if error is not None:
         raise error
 

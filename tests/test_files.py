@@ -321,3 +321,93 @@ def test_the_line_end_sample_is_bounded(tmp_path):
         f = Counting(data)
         assert files.line_end_sample(f, sniff, limit) == expected, data
         assert f.taken == len(expected) <= limit
+
+
+def test_a_pipe_is_copied_once_for_readers_that_open_it_again(tmp_path):
+    """bash's <(zcat corpus.gz) is a /dev/fd/<n> whose bytes come to one read: `rereadable`
+    copies them once, so that a check, a sniff and the read each see them all; a file, a
+    missing path and a remote path are left as they are (no stat there)."""
+    from conftest import piped
+
+    data = b"first line\rsecond line\r"
+    with piped(data) as path:
+        assert files.is_pipe(path)
+        with files.rereadable(path) as source:
+            assert source != path and not files.is_pipe(source)
+            assert files.ends_lines_in_lone_cr(source)  # the sniff, then the read
+            with open(source, "rb") as f:
+                assert f.read() == data
+            copy = source
+        assert not os.path.exists(copy) and not os.path.exists(os.path.dirname(copy))
+    regular = tmp_path / "a.txt"
+    regular.write_bytes(data)
+    for path in (str(regular), str(tmp_path / "missing.txt"), "ram://bucket/a.txt",
+                 str(tmp_path)):
+        assert not files.is_pipe(path)
+        with files.rereadable(path) as source:
+            assert source == path
+    assert files.is_pipe("/dev/null")  # a device: read as the empty file it gives
+    with files.rereadable("/dev/null") as source:
+        assert os.path.getsize(source) == 0
+
+
+def test_a_named_pipe_keeps_its_name_so_a_gz_one_is_decompressed(tmp_path):
+    """mkfifo corpus.txt.gz: the copy keeps the base name, so `open_input` reads it
+    decompressed as it reads a file of that name; a check names the pipe, not the copy."""
+    import threading
+
+    fifo = tmp_path / "corpus.txt.gz"
+    os.mkfifo(fifo)
+    data = gzip.compress(b"x\ny\n")
+
+    def write():
+        with open(fifo, "wb") as f:  # blocks until the reader opens it
+            f.write(data)
+
+    # A daemon: a reader that never opens the FIFO leaves it blocked, not the test run.
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        with files.rereadable(str(fifo)) as source:
+            assert os.path.basename(source) == "corpus.txt.gz"
+            with files.open_input(source) as f:
+                assert f.read() == "x\ny\n"
+    finally:
+        writer.join(timeout=10)
+    binary = tmp_path / "copy.txt"
+    binary.write_bytes(b"ok\nbad\x00\n")
+    with pytest.raises(files.TextFileError, match=r"^/dev/fd/63:2: NUL byte at byte offset 6"):
+        files.check_text_file(str(binary), name="/dev/fd/63")
+
+
+
+def test_a_pipe_that_finds_no_room_for_its_copy_says_so_in_one_line(monkeypatch):
+    """A full temporary directory: one line naming the pipe, the directory and what to do
+    (not an output's "cannot be written"), and the partial copy is removed."""
+    import errno
+    import tempfile
+
+    from conftest import piped
+    from data_prep import cli
+
+    made = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    def full(source, target, length=0):
+        target.write(source.read(3))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(files.shutil, "copyfileobj", full)
+    with piped(b"some text\n") as path:
+        with pytest.raises(files.PipeCopyError) as raised:
+            with files.rereadable(path):
+                pass
+    assert cli.describe_error(raised.value) == (
+        f"{path} is a pipe, read once into a copy in {made[0]}, which failed: no space left "
+        "on device; set TMPDIR to a disk with room, or give a file")
+    assert not os.path.exists(made[0])

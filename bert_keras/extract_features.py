@@ -27,6 +27,7 @@ The tokenizer settings come with the checkpoint (tokenizer_config.json beside it
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 
@@ -86,9 +87,13 @@ def read_input(path: str) -> list[tuple[str, str | None]]:
     """
     examples = []
     try:
-        files.check_text_file(path)
+        # Read once, then checked: a pipe (--input_file=<(...), /dev/stdin) gives its bytes
+        # to one read only, and a check that read it first left "no examples".
         with files.open_input(path, "rb") as f:
             data = f.read()
+        error = files.first_text_error(io.BytesIO(data), path)
+        if error is not None:  # NUL, UTF-16, cp949: the line and how to convert it
+            raise error
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     lone_cr = files.lone_cr_message(data, path)

@@ -186,18 +186,24 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
             # end at "\n" and every "\r" is dropped ("cat\rdog" is the word "catdog" in the
             # pretraining data, where the tokenizer would split it at a "\r" as at a space),
             # but in a file whose lines all end in a lone "\r": there they stay spaces.
-            keep_cr = files.ends_lines_in_lone_cr(path)
-            # .gz and .bz2 decompressed, as prepare_corpus and create_pretraining_data read them.
-            with files.open_input(path, "rb") as f:
-                for number, raw in enumerate(f, 1):
-                    line = files.check_text_line(raw, path, number, offset)
-                    if not keep_cr:
-                        line = line.replace("\r", "")
-                    # The byte-order mark Notepad writes first is no part of the text.
-                    yield line[1:] if number == 1 and line.startswith("\ufeff") else line
-                    offset += len(raw)
+            # A pipe (<(zcat corpus.gz)) is read once, into a temporary copy
+            # (`files.rereadable`): the sniff would otherwise drain it, leaving no lines.
+            with files.rereadable(path) as source:
+                keep_cr = files.ends_lines_in_lone_cr(source)
+                # .gz and .bz2 decompressed, as prepare_corpus and create_pretraining_data
+                # read them.
+                with files.open_input(source, "rb") as f:
+                    for number, raw in enumerate(f, 1):
+                        line = files.check_text_line(raw, path, number, offset)
+                        if not keep_cr:
+                            line = line.replace("\r", "")
+                        # The byte-order mark Notepad writes first is no part of the text.
+                        yield line[1:] if number == 1 and line.startswith("\ufeff") else line
+                        offset += len(raw)
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             raise
+        except files.PipeCopyError as e:  # not a damaged file: no room for the copy
+            raise BuildVocabError(f"--input {e}") from None
         except (EOFError, zlib.error, OSError) as e:  # gzip's BadGzipFile, bz2's OSError
             raise BuildVocabError(f"--input {path}:{number + 1}: cannot be read "
                                   f"({type(e).__name__}: {e}); the file is damaged or "

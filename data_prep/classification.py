@@ -71,6 +71,9 @@ def file_format(path: str, fmt: str | None = None) -> str:
             raise ValueError(f"format must be tsv, csv or jsonl. Received: {fmt!r}")
         return fmt
     ext = os.path.splitext(path)[1].lower()
+    if ext not in _FORMATS and files.is_pipe(path):  # <(...): /dev/fd/63
+        raise DataError(f"{path} is a pipe, whose name has no extension to tell the format "
+                        "by; pass the format explicitly (--input_format=tsv, csv or jsonl)")
     if ext not in _FORMATS:
         raise DataError(f"{path}: cannot tell the format from the extension {ext!r}; "
                         "expected .tsv, .csv or .jsonl (or pass the format explicitly)")
@@ -128,19 +131,24 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
       DataError: malformed file content, naming file:line and what was expected.
     """
     fmt = file_format(path, fmt)
-    files.check_text_file(path)
-    records = _read_jsonl(path) if fmt == "jsonl" else _read_delimited(path, "\t" if fmt == "tsv" else ",")
-    examples = []
-    for where, record in records:
-        a = _field(record, text_a, where, required=True)
-        b = _field(record, text_b, where, required=True)
-        y = _label(_field(record, label, where, required=require_label), label, where)
-        examples.append(Example(where, a, b, y))
+    # A pipe is read once, into a temporary copy (`files.rereadable`): the text check and
+    # the line-end sniff would otherwise drain it and leave the read nothing.
+    with files.rereadable(path) as source:
+        files.check_text_file(source, name=path)
+        records = (_read_jsonl(source, path) if fmt == "jsonl" else
+                   _read_delimited(source, path, "\t" if fmt == "tsv" else ","))
+        examples = []
+        for where, record in records:
+            a = _field(record, text_a, where, required=True)
+            b = _field(record, text_b, where, required=True)
+            y = _label(_field(record, label, where, required=require_label), label, where)
+            examples.append(Example(where, a, b, y))
     return examples
 
 
-def _read_jsonl(path: str) -> Iterable[tuple[str, dict]]:
-    with files.open_input(path, newline=files.newline_for(path)) as f:
+def _read_jsonl(source: str, path: str) -> Iterable[tuple[str, dict]]:
+    """(file:line, record) per JSON line of the file `source`, named `path`."""
+    with files.open_input(source, newline=files.newline_for(source)) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -171,13 +179,14 @@ class _Lines:
         return line
 
 
-def _read_delimited(path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
+def _read_delimited(source: str, path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
+    """(file:line, record) per row of the TSV or CSV file `source`, named `path`."""
     # A row csv ended at a lone "\r" in a file whose lines end in "\n": a stray "\r" (a
     # cell edited on another system) split it, silently where the halves have the header's
     # field count. Refused unless nothing but blank lines follows (a last "\\r" ends no row).
-    stray_cr = not files.ends_lines_in_lone_cr(path)
+    stray_cr = not files.ends_lines_in_lone_cr(source)
     split_at = None  # the line of a row that ended at a stray "\r"
-    with files.open_input(path, newline="") as f:
+    with files.open_input(source, newline="") as f:
         lines = _Lines(f)
         reader = csv.reader(lines, delimiter=delimiter)
         try:

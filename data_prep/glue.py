@@ -442,7 +442,7 @@ class GlueProcessor:
                             "set)")
         paths = self._paths(data_dir, split)
         for name, path in zip(self.files(split), paths):
-            if not os.path.isfile(path):
+            if not (os.path.isfile(path) or files.is_pipe(path)):  # a FIFO: read once
                 raise DataError(self._missing(data_dir, split, name, path))
         layout = self._layouts[split]
         examples, ids, skipped = [], [], []
@@ -646,9 +646,17 @@ def _read_tsv(path: str):
       files.TextFileError: the file is not UTF-8 text (NUL bytes, UTF-16, cp949, ...),
         naming the line and byte, as every reader does.
     """
-    files.check_text_file(path)
-    newline = files.newline_for(path)
-    with files.open_input(path, newline=newline) as f:
+    # A pipe is read once, into a temporary copy (`files.rereadable`): the text check and
+    # the line-end sniff would otherwise drain it and leave the read nothing.
+    with files.rereadable(path) as source:
+        yield from _read_tsv_rows(source, path)
+
+
+def _read_tsv_rows(source: str, path: str):
+    """`_read_tsv` of the file `source`, named `path` in messages."""
+    files.check_text_file(source, name=path)
+    newline = files.newline_for(source)
+    with files.open_input(source, newline=newline) as f:
         lines = f if newline == "" else (line.replace("\r", "") for line in f)
         reader = csv.reader(lines, delimiter="\t", quotechar=None)
         while True:

@@ -97,6 +97,14 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
         blank; a character line outside a sentence; a sentence without characters
         (file:line named).
     """
+    # A pipe is read once, into a temporary copy (`files.rereadable`): the text check and
+    # the line-end sniff below would otherwise drain it and leave the read nothing.
+    with files.rereadable(path) as source:
+        return _read_klue_ner(source, path, has_tags)
+
+
+def _read_klue_ner(source: str, path: str, has_tags: bool) -> list[CharSentence]:
+    """`read_klue_ner` of the file `source`, named `path` in sentences and messages."""
     sentences: list[CharSentence] = []
     header = None  # (line number, guid) of the open sentence
     chars: list[str] = []
@@ -117,12 +125,12 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
         chars.clear()
         tags.clear()
 
-    files.check_text_file(path)
+    files.check_text_file(source, name=path)
     # Lines end at "\n" (or at a lone "\r" in a file whose lines all end so): a stray "\r"
     # before a line's end ("가\tB-PS\r\r\n", a line edited on another system) goes with
     # the "\r\n", as tagging.read_conll reads it, where universal newlines made it a blank
     # line that ended the sentence and put every later line number one too high.
-    with files.open_input(path, newline=files.newline_for(path)) as f:
+    with files.open_input(source, newline=files.newline_for(source)) as f:
         for number, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             # A blank line ends a sentence (also "\t" alone, as some copies have it); a

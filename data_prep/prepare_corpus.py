@@ -229,10 +229,11 @@ def sentence_splitter(language: str, max_chars: int = MAX_SENTENCE_CHARS) -> Cal
 # --- Readers: each yields (name, text) per document. ---
 
 
-def _not_text(path: str) -> files.TextFileError:
-    """The error for the first line of `path` (decompressed) that is not UTF-8 text, as
-    every reader words it (`files.first_text_error`)."""
-    with files.open_input(path, "rb") as f:
+def _not_text(source: str, path: str) -> files.TextFileError:
+    """The error for the first line of the file `source` (decompressed) that is not UTF-8
+    text, naming `path` (the file `source` is a copy of: `files.rereadable`), as every
+    reader words it (`files.first_text_error`)."""
+    with files.open_input(source, "rb") as f:
         error = files.first_text_error(f, path)
     return error or files.TextFileError(f"{path}: not UTF-8 text; expected UTF-8 text")
 
@@ -243,16 +244,22 @@ def _read_all(path: str) -> str:
     the lines end in a lone "\r" (`files.ends_lines_in_lone_cr`, classic Mac OS), every
     "\r", as the line readers of `files.newline_for` split such a file."""
     try:
-        # newline=None translates "\r" and "\r\n" to "\n"; "" keeps every "\r" as written.
-        newline = None if files.ends_lines_in_lone_cr(path) else ""
-        with files.open_input(path, newline=newline) as f:
-            text = f.read()
-    except UnicodeDecodeError:
-        raise _not_text(path) from None
+        # A pipe (<(zcat corpus.gz)) is read once, into a temporary copy
+        # (`files.rereadable`): the sniff would otherwise drain it, leaving an empty text.
+        with files.rereadable(path) as source:
+            try:
+                # newline=None translates "\r" and "\r\n" to "\n"; "" keeps every "\r".
+                newline = None if files.ends_lines_in_lone_cr(source) else ""
+                with files.open_input(source, newline=newline) as f:
+                    text = f.read()
+            except UnicodeDecodeError:
+                raise _not_text(source, path) from None
+            if "\x00" in text:
+                raise _not_text(source, path)
+    except files.PipeCopyError as e:
+        raise CorpusError(str(e)) from None
     except (OSError, EOFError) as e:
         raise CorpusError(f"cannot read {path}: {e}") from None
-    if "\x00" in text:
-        raise _not_text(path)
     return text
 
 
@@ -269,35 +276,46 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
       CorpusError: a line is not a JSON object or lacks a string `text_field` (names file:line).
     """
     for path in paths:
+        # A pipe is read once, into a temporary copy (`files.rereadable`): the sniff of
+        # `newline_for` would otherwise drain it, leaving no documents.
         try:
-            with files.open_input(path, newline=files.newline_for(path)) as f:
-                for line_no, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    if "\x00" in line:  # a binary file, as the text reader says
-                        raise _not_text(path)
-                    where = f"{path}:{line_no}"
-                    try:
-                        record = files.parse_json_line(line, where)
-                    except files.JsonFileError as e:
-                        raise CorpusError(str(e)) from None
-                    if not isinstance(record, dict):
-                        raise CorpusError(f"{where}: expected a JSON object, got "
-                                          f"{type(record).__name__}")
-                    text = record.get(text_field)
-                    if text_field in record and not isinstance(text, str):
-                        raise CorpusError(
-                            f"{where}: field {text_field!r} holds "
-                            f"{'null' if text is None else type(text).__name__}, not text")
-                    if not isinstance(text, str):
-                        raise CorpusError(
-                            f"{where}: no string field {text_field!r} (fields: "
-                            f"{sorted(record)[:10]}); set --text_field")
-                    yield where, text
-        except UnicodeDecodeError:
-            raise _not_text(path) from None
-        except (OSError, EOFError) as e:
-            raise CorpusError(f"cannot read {path}: {e}") from None
+            with files.rereadable(path) as source:
+                yield from _jsonl_documents(source, path, text_field)
+        except files.PipeCopyError as e:  # `_jsonl_documents` names the errors of the read
+            raise CorpusError(str(e)) from None
+
+
+def _jsonl_documents(source: str, path: str, text_field: str) -> Iterator[tuple[str, str]]:
+    """`read_jsonl_documents` of the file `source`, named `path` in names and messages."""
+    try:
+        with files.open_input(source, newline=files.newline_for(source)) as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                if "\x00" in line:  # a binary file, as the text reader says
+                    raise _not_text(source, path)
+                where = f"{path}:{line_no}"
+                try:
+                    record = files.parse_json_line(line, where)
+                except files.JsonFileError as e:
+                    raise CorpusError(str(e)) from None
+                if not isinstance(record, dict):
+                    raise CorpusError(f"{where}: expected a JSON object, got "
+                                      f"{type(record).__name__}")
+                text = record.get(text_field)
+                if text_field in record and not isinstance(text, str):
+                    raise CorpusError(
+                        f"{where}: field {text_field!r} holds "
+                        f"{'null' if text is None else type(text).__name__}, not text")
+                if not isinstance(text, str):
+                    raise CorpusError(
+                        f"{where}: no string field {text_field!r} (fields: "
+                        f"{sorted(record)[:10]}); set --text_field")
+                yield where, text
+    except UnicodeDecodeError:
+        raise _not_text(source, path) from None
+    except (OSError, EOFError) as e:
+        raise CorpusError(f"cannot read {path}: {e}") from None
 
 
 def _drop_tables(wikitext: str) -> str:
@@ -430,7 +448,7 @@ def expand_inputs(patterns: str | Sequence[str]) -> list[str]:
                     dirs.sort()
                     matches.extend(os.path.join(root, name) for name in sorted(names)
                                    if not name.startswith("."))
-            elif os.path.isfile(match):
+            elif os.path.isfile(match) or files.is_pipe(match):  # <(zcat corpus.gz) too
                 matches.append(match)
         if not matches:
             raise CorpusError(f"--input: {pattern!r} matches no file")

@@ -97,6 +97,15 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
       DataError: a line has too few columns, or another number than the first token line
         (file:line named).
     """
+    # A pipe (<(zcat train.conll.gz)) is read once, into a temporary copy: the text check
+    # and the line-end sniff below would otherwise drain it and leave the read nothing.
+    with files.rereadable(path) as source:
+        return _read_conll(source, path, token_column, tag_column, has_tags)
+
+
+def _read_conll(source: str, path: str, token_column: int, tag_column: int,
+                has_tags: bool) -> list[TaggedSentence]:
+    """`read_conll` of the file `source`, named `path` in sentences and messages."""
     sentences: list[TaggedSentence] = []
     words, tags, start, between = [], [], None, []
     needed = max(token_column if token_column >= 0 else -token_column - 1,
@@ -113,12 +122,12 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
         words.clear()
         tags.clear()
 
-    files.check_text_file(path)
+    files.check_text_file(source, name=path)
     # Lines end at "\n" ("\r\n" included: the split below drops the "\r"), or at a lone
     # "\r" in a file whose lines all end so; a stray "\r" elsewhere is whitespace between
     # columns, where universal newlines would make it a line end, or a blank line that
     # splits the sentence.
-    with files.open_input(path, newline=files.newline_for(path)) as f:
+    with files.open_input(source, newline=files.newline_for(source)) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
             if not fields or fields[0] == "-DOCSTART-":

@@ -396,6 +396,29 @@ def test_inputs(tmp_path):
         str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
 
 
+@pytest.mark.parametrize("ends", [b"\n", b"\r", b"\r\n"])
+def test_a_corpus_from_a_pipe_reads_as_the_same_file(tmp_path, ends):
+    """--input=<(zcat corpus.gz): the line-end sniff drained the pipe, and its lines came
+    back empty without an error ("no words in it"). Now the lines of the same bytes in a
+    file, "\r" kept or dropped as there; a bad byte names the pipe."""
+    from conftest import piped
+    from data_prep.files import TextFileError
+
+    data = ends.join(["\ufeffthe cat sat".encode(), b"on a\rmat", "der Kä".encode(), b""])
+    regular = tmp_path / "corpus.txt"
+    regular.write_bytes(data)
+    expected = list(bv.iter_lines([str(regular)]))
+    # Lines end at "\n" as create_pretraining_data reads them; a lone-"\r" file keeps its "\r"s.
+    assert expected == (["the cat sat\ron a\rmat\rder Kä\r"] if ends == b"\r" else
+                        ["the cat sat\n", "on amat\n", "der Kä\n"])
+    with piped(data) as path:
+        assert bv.resolve_inputs([path]) == [path]
+        assert list(bv.iter_lines([path])) == expected
+    with piped(b"ok\nthe th\xe9\n") as path:
+        with pytest.raises(TextFileError, match=rf"^{path}:2: not UTF-8"):
+            list(bv.iter_lines([path]))
+
+
 def test_invalid_utf8_in_the_corpus_is_refused(tmp_path):
     """As prepare_corpus and create_pretraining_data refuse it: a latin-1 'thé' would lose
     its 'é' (or random bytes become a vocabulary of garbage). The file, line and byte offset

@@ -262,3 +262,32 @@ def test_email_text_keeps_subject_and_body_only():
             b"<html><style>p {color: red}</style><p>Caf=C3=A9 &amp; tea</p></html>\n--XX--\n")
     assert datasets.email_text(html) == "Hi Café & tea"
     assert datasets.email_text(plain, max_chars=8) == "Free mon"
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl"])
+def test_examples_from_a_pipe_read_as_the_same_file(tmp_path, fmt):
+    """--train_file=<(zcat train.tsv.gz) --input_format=tsv: the text check and the
+    line-end sniff drained the pipe, and the read found an empty file. Now the examples of
+    the same bytes in a file (lone-"\\r" line ends: the sniff matters); a pipe's name has no
+    extension, so without a format it is refused with one line naming the format flag."""
+    from conftest import piped
+
+    rows = [("free money now", "spam"), ("meeting at noon", "ham")]
+    if fmt == "jsonl":
+        data = "".join(json.dumps({"text": t, "label": y}) + "\r" for t, y in rows)
+    else:
+        sep = "\t" if fmt == "tsv" else ","
+        data = "".join(f"{t}{sep}{y}\r" for t, y in [("text", "label")] + rows)
+    regular = tmp_path / f"train.{fmt}"
+    regular.write_text(data, newline="")
+    expected = classification.read_examples(str(regular))
+    assert [(e.text_a, e.label) for e in expected] == rows
+    with piped(data.encode()) as path:
+        got = classification.read_examples(path, fmt=fmt)
+    assert [(e.where.replace(path, str(regular)), e.text_a, e.text_b, e.label)
+            for e in got] == [(e.where, e.text_a, e.text_b, e.label) for e in expected]
+    with piped(data.encode()) as path:
+        with pytest.raises(DataError, match=rf"^{path} is a pipe, whose name has no extension "
+                           r"to tell the format by; pass the format explicitly "
+                           r"\(--input_format=tsv, csv or jsonl\)$"):
+            classification.read_examples(path)

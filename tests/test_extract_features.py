@@ -119,6 +119,28 @@ def test_lines_ending_in_a_lone_carriage_return_are_refused(tmp_path):
         extract_features.read_input(str(text))
 
 
+def test_an_input_from_a_pipe_reads_as_the_same_file(tmp_path):
+    """--input_file=<(...) or /dev/stdin: the text check drained the pipe, and the reader
+    said "no examples". Now the examples of the same bytes in a file; the checks stand on
+    the one read (a NUL byte, a lone-"\r" file), naming the pipe."""
+    from conftest import piped
+    from data_prep.files import TextFileError
+
+    data = "\ufeffthe leader\r\nrunning ||| the\nKä\n".encode()
+    text = tmp_path / "input.txt"
+    text.write_bytes(data)
+    expected = extract_features.read_input(str(text))
+    assert expected == [("the leader", None), ("running", "the"), ("Kä", None)]
+    with piped(data) as path:
+        assert extract_features.read_input(path) == expected
+    with piped(b"the\nlea\x00der\n") as path:
+        with pytest.raises(TextFileError, match=rf"^{path}:2: NUL byte at byte offset 7"):
+            extract_features.read_input(path)
+    with piped(b"the\rleader\r") as path:
+        with pytest.raises(DataError, match=rf"^{path}: lines end in a carriage return"):
+            extract_features.read_input(path)
+
+
 def test_a_second_text_without_wordpieces_makes_a_single_text(tmp_path, encoder_file):
     """"the ||| \\u200b": the zero-width space is no WordPiece, so there is no second text,
     and Google's `if tokens_b:` packs "[CLS] the [SEP]"; before, "[CLS] the [SEP] [SEP]"."""

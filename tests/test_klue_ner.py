@@ -434,3 +434,22 @@ def test_export_tagger_serves_a_klue_model_by_itself(klue_run, tmp_path):
     for output in ("tag_ids", "entity_starts", "entity_ends"):
         stock = in_tf212(tmp_path, path, texts, output)
         assert stock["all"] == got[output].numpy().tolist(), output
+
+
+def test_a_file_from_a_pipe_reads_as_the_same_file(tmp_path):
+    """A KLUE-NER file given as <(...): the text check and the line-end sniff drained the
+    pipe, and the reader returned no sentences without an error. Now the sentences of the
+    same bytes in a file (lone-"\\r" line ends, where the sniff decides the split)."""
+    from conftest import piped
+
+    data = "\r".join(["## g-1\t<김:PS> 씨", "김\tB-PS", " \tO", "씨\tO", "",
+                      "## g-2\t말", "말\tO", ""]).encode()
+    regular = tmp_path / "ner.tsv"
+    regular.write_bytes(data)
+    expected = klue_ner.read_klue_ner(str(regular))
+    assert [(s.guid, s.text, s.tags) for s in expected] == [
+        ("g-1", "김 씨", ("B-PS", "O", "O")), ("g-2", "말", ("O",))]
+    with piped(data) as path:
+        got = klue_ner.read_klue_ner(path)
+    assert [(s.where.replace(path, str(regular)), s.guid, s.text, s.tags) for s in got] == [
+        (s.where, s.guid, s.text, s.tags) for s in expected]

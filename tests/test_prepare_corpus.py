@@ -397,3 +397,27 @@ def test_an_error_is_one_line_without_tensorflows_start_up_noise(tmp_path):
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if " prepare_corpus.py:" not in line]
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}:1: not UTF-8"), result.stderr
+
+
+@pytest.mark.parametrize("ends", ["\n", "\r"])
+def test_a_corpus_from_a_pipe_reads_as_the_same_file(tmp_path, ends):
+    """--input=<(zcat corpus.gz): the line-end sniff drained the pipe, and the text and
+    JSONL readers read nothing without an error (and --input refused the pipe as "matches
+    no file"). Now the documents of the same bytes in a file, named after the pipe."""
+    from conftest import piped
+    from data_prep.files import TextFileError
+
+    text = ends.join(["First sentence here.", "Second one.", "", "Another document.", ""])
+    jsonl = ends.join(['{"text": "One doc."}', '{"text": "Two\\ndocs."}', ""])
+    for data, kind in ((text, "text"), (jsonl, "jsonl")):
+        regular = tmp_path / f"corpus.{kind}"
+        regular.write_bytes(data.encode())
+        expected = list(pc.iter_documents([str(regular)], kind, "text"))
+        assert expected and all(doc for _, doc in expected)
+        with piped(data.encode()) as path:
+            assert pc.expand_inputs(path) == [path]
+            got = list(pc.iter_documents([path], kind, "text"))
+        assert [(name.replace(path, str(regular)), doc) for name, doc in got] == expected
+    with piped(b"ok\n\x00\n") as path:
+        with pytest.raises(TextFileError, match=rf"^{path}:2: NUL byte"):
+            list(pc.read_text_documents([path]))

@@ -1243,3 +1243,22 @@ def test_evaluating_a_checkpoint_that_is_not_fine_tuned_names_what_it_holds(
         run_classifier.run(eval_file=str(data), **common(out, encoder_file, do_train=False,
                                                          do_predict=False))
     assert not out.exists()
+
+
+def test_a_task_file_that_is_a_named_pipe_is_found(tmp_path):
+    """A --task_name's file as a FIFO (mkfifo klue-ner-v1.1_train.tsv, fed by zcat): its
+    reader reads it once (`files.rereadable`), but the lookup took it for missing ("no ...
+    there"); a directory of that name is still missing. Finding it opens nothing."""
+    from bert_keras.finetuning.runner import benchmark_file
+
+    below = tmp_path / "klue-ner-v1.1"
+    below.mkdir()
+    os.mkfifo(below / "train.tsv")
+    assert benchmark_file(str(tmp_path), "train.tsv", "klue-ner-v1.1", "klue-ner",
+                          "train") == str(below / "train.tsv")
+    os.mkfifo(tmp_path / "dev.tsv")
+    assert benchmark_file(str(tmp_path), "dev.tsv", "", "klue-ner", "dev") == str(
+        tmp_path / "dev.tsv")
+    (tmp_path / "test.tsv").mkdir()
+    with pytest.raises(FinetuneError, match=r"no test.tsv there for the klue-ner test set"):
+        benchmark_file(str(tmp_path), "test.tsv", "", "klue-ner", "test")

@@ -410,3 +410,24 @@ def test_a_label_list_with_a_stray_carriage_return(tmp_path, ends):
         with pytest.raises(CheckpointError, match=rf"^{path}:2: a carriage return \(\\r\) "
                                                   r"inside the label 'B-PER\\rI-PER'"):
             model_loading.read_labels(str(path))
+
+
+@pytest.mark.parametrize("ends", ["\n", "\r"])
+def test_a_conll_file_from_a_pipe_reads_as_the_same_file(tmp_path, ends):
+    """--train_file=<(zcat train.conll.gz): the text check and the line-end sniff drained
+    the pipe, and read_conll returned no sentences without an error. Now read as the same
+    bytes in a file are, sentences named after the pipe; its errors name it too."""
+    from conftest import piped
+
+    data = ends.join(["EU B-ORG", "rejects O", "", "German B-MISC", "call O", ""]).encode()
+    regular = tmp_path / "train.conll"
+    regular.write_bytes(data)
+    expected = tagging.read_conll(str(regular))
+    assert len(expected) == 2
+    with piped(data) as path:
+        got = tagging.read_conll(path)
+    assert [(s.words, s.tags, s.where.replace(path, str(regular))) for s in got] == [
+        (s.words, s.tags, s.where) for s in expected]
+    with piped(b"EU B-ORG\nrejects\n") as path:
+        with pytest.raises(DataError, match=rf"^{path}:2: expected at least 2 "):
+            tagging.read_conll(path)

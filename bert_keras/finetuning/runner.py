@@ -303,9 +303,13 @@ def benchmark_file(data_dir: str | None, name: str, below: str, task: str, split
                             f"files{f', or the one holding {below}/' if below else ''})")
     path = os.path.join(data_dir, name)
     deeper = os.path.join(data_dir, below, name) if below else None
-    if deeper and not files.isfile(path) and files.isfile(deeper):
+
+    def there(p):  # a file, or a FIFO the task's reader reads once (`files.rereadable`)
+        return files.isfile(p) or files.is_pipe(p)
+
+    if deeper and not there(path) and there(deeper):
         return deeper
-    if not files.isfile(path):
+    if not there(path):
         raise FinetuneError(f"--data_dir {data_dir}: no {name} there for the {task} {split} "
                             f"set (expected {path}{f' or {deeper}' if deeper else ''})")
     return path

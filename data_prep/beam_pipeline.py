@@ -216,6 +216,10 @@ def _is_data_name(path: str) -> bool:
     return not (base.endswith(files.SIDECAR_SUFFIX) or files.is_temp_name(base))
 
 
+class PipeInputError(ValueError):
+    """An input is a pipe (`files.pipe_refusal`); not a failure to list a pattern."""
+
+
 def expand_input_files(patterns: str) -> list[str]:
     """Expands --input_file (comma-separated globs) on any Beam file system.
 
@@ -231,6 +235,8 @@ def expand_input_files(patterns: str) -> list[str]:
     for pattern in parts:
         try:
             matches = _match_sizes(pattern)
+        except PipeInputError as e:
+            raise ValueError(str(e)) from None
         except Exception as e:  # BeamIOError, an unknown scheme, ...  pylint: disable=broad-except
             raise ValueError(f"cannot list {pattern!r}: {e}") from None
         matches = {path: size for path, size in matches.items() if _is_data_name(path)}
@@ -621,8 +627,13 @@ def _match_sizes(pattern: str) -> dict[str, int]:
     import glob
 
     if "://" not in pattern:
-        return {path: os.path.getsize(path) for path in glob.glob(files.glob_as_written(pattern))
-                if os.path.isfile(path)}
+        found = glob.glob(files.glob_as_written(pattern))
+        # A pipe (<(zcat corpus.gz)) gives its bytes once, and Beam's workers read each
+        # file by its name: refused, where skipped it said "matches no data file".
+        pipe = next((path for path in found if files.is_pipe(path)), None)
+        if pipe is not None:
+            raise PipeInputError(files.pipe_refusal(pipe))
+        return {path: os.path.getsize(path) for path in found if os.path.isfile(path)}
     with _escaped_globs_quiet():
         matched = FileSystems.match([files.glob_as_written(pattern, _exists)])[0]
     return {m.path: m.size_in_bytes for m in matched.metadata_list}

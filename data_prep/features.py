@@ -669,8 +669,14 @@ def expand_input_files(patterns: str | Iterable[str]) -> list[str]:
         if "://" in pattern:
             matches = tf.io.gfile.glob(files.glob_as_written(pattern, tf.io.gfile.exists))
         else:
-            matches = [m for m in _glob.glob(files.glob_as_written(pattern))
-                       if os.path.isfile(m)]
+            found_files = _glob.glob(files.glob_as_written(pattern))
+            # A pipe (<(zcat corpus.gz)) gives its bytes once; every reader of this list
+            # opens each file several times (a sniff, then the read; each epoch) or in
+            # several processes: refused, where skipped it said "matches no data file".
+            pipe = next((m for m in found_files if files.is_pipe(m)), None)
+            if pipe is not None:
+                raise ValueError(files.pipe_refusal(pipe))
+            matches = [m for m in found_files if os.path.isfile(m)]
         matches = [m for m in matches if _is_data_file(m)]
         if not matches:
             raise ValueError(f"input pattern {pattern!r} matches no data file")

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -948,3 +949,30 @@ def test_a_rerun_with_another_shard_count_is_refused_or_replaces_the_set(tmp_pat
     assert sorted(os.listdir(out)) == names(3)
     assert run_cli(num_output_shards=3, gzip_compress=True, overwrite=True, **args) == 0
     assert sorted(os.listdir(out)) == names(3, ".tfrecord.gz")
+
+
+@pytest.mark.parametrize("runner", ["local", "beam"])
+def test_a_pipe_as_input_file_is_refused_before_any_work(tmp_path, capsys, runner):
+    """--input_file=<(zcat corpus.gz): the sniff and each worker (spawned processes; Beam's
+    read the file by name) each open the input, and a pipe gives its bytes to one of them.
+    It said "matches no data file" of a path that exists; now one line naming the flag, the
+    pipe and why, before anything is made (run_pretraining's --input_file too)."""
+    from conftest import piped
+
+    with open(CORPUS, "rb") as f:
+        head = f.read(2000)  # within the pipe's buffer
+    out = tmp_path / "out" / "x.tfrecord"
+    with piped(head) as path:
+        refusal = files.pipe_refusal(path)
+        if runner == "beam":
+            beam_pipeline = pytest.importorskip("data_prep.beam_pipeline")
+            with pytest.raises(ValueError, match=f"^{re.escape(refusal)}$"):
+                beam_pipeline.expand_input_files(f"{CORPUS},{path}")
+        else:
+            with pytest.raises(ValueError, match=f"^{re.escape(refusal)}$"):
+                features.expand_input_files(f"{CORPUS},{path}")
+            assert run_cli(input_file=path, vocab_file=VOCAB, output_file=str(out),
+                           max_seq_length=32, max_predictions_per_seq=5) == 1
+            err = capsys.readouterr().err
+            assert f"--input_file: {refusal}\n" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

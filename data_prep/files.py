@@ -736,7 +736,14 @@ def rereadable(path: str) -> Iterator[str]:
         return
     import tempfile
 
-    stage = tempfile.mkdtemp(prefix="bert-keras-pipe-")
+    try:
+        stage = tempfile.mkdtemp(prefix="bert-keras-pipe-")
+    except OSError as e:  # no such directory, no permission, no room
+        raise PipeCopyError(
+            f"{path} is a pipe, read once into a copy in the temporary directory "
+            f"{tempfile.gettempdir()}, which cannot be made there: "
+            f"{(e.strerror or str(e)).lower()}; set TMPDIR to a writable disk with room, or "
+            "give a file") from None
     try:
         spool = os.path.join(stage, os.path.basename(path) or "input")
         try:

@@ -411,3 +411,24 @@ def test_a_pipe_that_finds_no_room_for_its_copy_says_so_in_one_line(monkeypatch)
         f"{path} is a pipe, read once into a copy in {made[0]}, which failed: no space left "
         "on device; set TMPDIR to a disk with room, or give a file")
     assert not os.path.exists(made[0])
+
+
+def test_a_pipe_whose_temporary_directory_cannot_be_made_says_so_in_one_line(monkeypatch,
+                                                                            tmp_path):
+    """$TMPDIR naming no directory: one line naming the pipe, the directory and what to do,
+    not mkdtemp's traceback."""
+    import tempfile
+
+    from conftest import piped
+    from data_prep import cli
+
+    missing = str(tmp_path / "no-such-dir")
+    monkeypatch.setattr(tempfile, "tempdir", missing)
+    with piped(b"some text\n") as path:
+        with pytest.raises(files.PipeCopyError) as raised:
+            with files.rereadable(path):
+                pass
+    assert cli.describe_error(raised.value) == (
+        f"{path} is a pipe, read once into a copy in the temporary directory {missing}, "
+        "which cannot be made there: no such file or directory; set TMPDIR to a writable "
+        "disk with room, or give a file")

@@ -99,6 +99,27 @@ def piped(data: bytes):
         os.close(read_end)
 
 
+@contextlib.contextmanager
+def fifo(path, data: bytes):
+    """`path` made a FIFO (mkfifo) that a thread feeds `data` once, when a reader opens it
+    (as `zcat x.gz > fifo` would); yields `path`. The thread is a daemon: a reader that
+    never opens the FIFO leaves it blocked, not the test run."""
+    import threading
+
+    os.mkfifo(path)
+
+    def write():
+        with open(path, "wb") as f:  # blocks until the reader opens it
+            f.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        yield path
+    finally:
+        writer.join(timeout=10)
+
+
 def make_inputs(batch=3, seq=11, lengths=None, vocab=99, seed=0):
     """A padded int32 input dict: ids in [1, vocab), mask 1 up to each length, pairs typed."""
     rng = np.random.default_rng(seed)

@@ -354,26 +354,13 @@ def test_a_pipe_is_copied_once_for_readers_that_open_it_again(tmp_path):
 def test_a_named_pipe_keeps_its_name_so_a_gz_one_is_decompressed(tmp_path):
     """mkfifo corpus.txt.gz: the copy keeps the base name, so `open_input` reads it
     decompressed as it reads a file of that name; a check names the pipe, not the copy."""
-    import threading
+    from conftest import fifo
 
-    fifo = tmp_path / "corpus.txt.gz"
-    os.mkfifo(fifo)
-    data = gzip.compress(b"x\ny\n")
-
-    def write():
-        with open(fifo, "wb") as f:  # blocks until the reader opens it
-            f.write(data)
-
-    # A daemon: a reader that never opens the FIFO leaves it blocked, not the test run.
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    try:
-        with files.rereadable(str(fifo)) as source:
+    with fifo(tmp_path / "corpus.txt.gz", gzip.compress(b"x\ny\n")) as path:
+        with files.rereadable(str(path)) as source:
             assert os.path.basename(source) == "corpus.txt.gz"
             with files.open_input(source) as f:
                 assert f.read() == "x\ny\n"
-    finally:
-        writer.join(timeout=10)
     binary = tmp_path / "copy.txt"
     binary.write_bytes(b"ok\nbad\x00\n")
     with pytest.raises(files.TextFileError, match=r"^/dev/fd/63:2: NUL byte at byte offset 6"):

@@ -797,7 +797,7 @@ def test_a_task_file_that_is_a_named_pipe_reads_as_the_same_file(tmp_path):
     """A data_dir whose train.tsv is a FIFO (mkfifo, fed by zcat): the text check and the
     line-end sniff drained it, and the task loaded no examples. Now those of the same bytes
     in a file (lone-"\\r" line ends: the sniff decides the split)."""
-    import threading
+    from conftest import fifo
 
     data = "sentence\tlabel\rgood film\t1\rdull plot\t0\r".encode()
     (tmp_path / "file").mkdir()
@@ -807,20 +807,8 @@ def test_a_task_file_that_is_a_named_pipe_reads_as_the_same_file(tmp_path):
     assert [(e.text_a, e.label) for e in expected.examples] == [("good film", "1"),
                                                                 ("dull plot", "0")]
     (tmp_path / "fifo").mkdir()
-    fifo = tmp_path / "fifo" / "train.tsv"
-    os.mkfifo(fifo)
-
-    def write():
-        with open(fifo, "wb") as f:  # blocks until the reader opens it
-            f.write(data)
-
-    # A daemon: a reader that never opens the FIFO leaves it blocked, not the test run.
-    writer = threading.Thread(target=write, daemon=True)
-    writer.start()
-    try:
+    with fifo(tmp_path / "fifo" / "train.tsv", data):
         got = processor.load(str(tmp_path / "fifo"), "train")
-    finally:
-        writer.join(timeout=10)
     assert [(e.where.replace("fifo", "file"), e.text_a, e.text_b, e.label)
             for e in got.examples] == [(e.where, e.text_a, e.text_b, e.label)
                                        for e in expected.examples]

@@ -69,6 +69,14 @@ def test_bfloat16_copy_stores_bfloat16_and_rounds_only(task):
         np.testing.assert_allclose(rounded.astype("float32"), original, rtol=2 ** -8, atol=0)
 
 
+def _export_logits(path, texts, batch):
+    """A text-in classifier export's logits for `texts`: in one batch, or one request each."""
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    if batch:
+        return fn(text=tf.constant(texts))["logits"].numpy()
+    return np.concatenate([fn(text=tf.constant([t]))["logits"].numpy() for t in texts])
+
+
 def _encoder_kernel(path):
     """Whether a variable path names one of the encoder's Dense kernels (heads keep [in,
     out])."""
@@ -208,10 +216,7 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
     texts = texts_of(LENGTHS)
 
     def logits(path, batch):
-        fn = tf.saved_model.load(path).signatures["serving_default"]
-        if batch:
-            return fn(text=tf.constant(texts))["logits"].numpy()
-        return np.concatenate([fn(text=tf.constant([t]))["logits"].numpy() for t in texts])
+        return _export_logits(path, texts, batch)
 
     for batch in (False, True):
         full = logits(paths["float32"], batch)
@@ -270,10 +275,7 @@ def test_export_classifier_kernel_layout_out_in(tmp_path):
     texts = texts_of(LENGTHS)
 
     def logits(path, batch):
-        fn = tf.saved_model.load(path).signatures["serving_default"]
-        if batch:
-            return fn(text=tf.constant(texts))["logits"].numpy()
-        return np.concatenate([fn(text=tf.constant([t]))["logits"].numpy() for t in texts])
+        return _export_logits(path, texts, batch)
 
     for batch in (False, True):
         want = logits(paths["in_out"], batch)

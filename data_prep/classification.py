@@ -147,19 +147,12 @@ def read_examples(path: str, text_a: str = "text", text_b: str | None = None,
 
 
 def _read_jsonl(source: str, path: str) -> Iterable[tuple[str, dict]]:
-    """(file:line, record) per JSON line of the file `source`, named `path`."""
-    with files.open_input(source, newline=files.newline_for(source)) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = files.parse_json_line(line, where)
-            except files.JsonFileError as e:
-                raise DataError(str(e)) from None
-            if not isinstance(record, dict):
-                raise DataError(f"{where}: expected a JSON object per line, got {type(record).__name__}")
-            yield where, record
+    """(file:line, record) per JSON line of the file `source`, named `path`
+    (`files.json_object_lines`; its errors as DataError)."""
+    try:
+        yield from files.json_object_lines(source, path)
+    except files.JsonFileError as e:
+        raise DataError(str(e)) from None
 
 
 class _Lines:

@@ -890,6 +890,35 @@ def parse_json_line(line: str, where: str) -> Any:
                             "expected one JSON object per line") from None
 
 
+def json_object_lines(source: str, name: str) -> Iterator[tuple[str, dict]]:
+    """("<name>:<line>", object) per non-blank line of the JSON-lines file `source`, named
+    `name` in messages (the file `source` is a copy of: `rereadable`); lines end as
+    `newline_for` says.
+
+    Raises:
+      JsonFileError: a line that is not valid JSON (`parse_json_line`), or JSON other than
+        an object.
+      TextFileError: a line holding a NUL byte (a binary file), worded as
+        `first_text_error` words the file's first bad line.
+      UnicodeDecodeError: bytes that are not UTF-8 (readers that checked the file first,
+        `check_text_file`, see none).
+    """
+    with open_input(source, newline=newline_for(source)) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if "\x00" in line:
+                with open_input(source, "rb") as raw:
+                    raise first_text_error(raw, name) or TextFileError(
+                        f"{name}: not UTF-8 text; expected UTF-8 text")
+            where = f"{name}:{number}"
+            record = parse_json_line(line, where)
+            if not isinstance(record, dict):
+                raise JsonFileError(f"{where}: expected a JSON object per line, got "
+                                    f"{type(record).__name__}")
+            yield where, record
+
+
 def _json_reason(e: json.JSONDecodeError) -> str:
     # Python's json words one reason "Invalid control character at" (a raw tab, "\r" or
     # "\n" inside a string): the messages add " at column <n>" themselves.

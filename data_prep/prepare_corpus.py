@@ -288,30 +288,19 @@ def read_jsonl_documents(paths: Sequence[str], text_field: str) -> Iterator[tupl
 def _jsonl_documents(source: str, path: str, text_field: str) -> Iterator[tuple[str, str]]:
     """`read_jsonl_documents` of the file `source`, named `path` in names and messages."""
     try:
-        with files.open_input(source, newline=files.newline_for(source)) as f:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                if "\x00" in line:  # a binary file, as the text reader says
-                    raise _not_text(source, path)
-                where = f"{path}:{line_no}"
-                try:
-                    record = files.parse_json_line(line, where)
-                except files.JsonFileError as e:
-                    raise CorpusError(str(e)) from None
-                if not isinstance(record, dict):
-                    raise CorpusError(f"{where}: expected a JSON object, got "
-                                      f"{type(record).__name__}")
-                text = record.get(text_field)
-                if text_field in record and not isinstance(text, str):
-                    raise CorpusError(
-                        f"{where}: field {text_field!r} holds "
-                        f"{'null' if text is None else type(text).__name__}, not text")
-                if not isinstance(text, str):
-                    raise CorpusError(
-                        f"{where}: no string field {text_field!r} (fields: "
-                        f"{sorted(record)[:10]}); set --text_field")
-                yield where, text
+        for where, record in files.json_object_lines(source, path):
+            text = record.get(text_field)
+            if text_field in record and not isinstance(text, str):
+                raise CorpusError(
+                    f"{where}: field {text_field!r} holds "
+                    f"{'null' if text is None else type(text).__name__}, not text")
+            if not isinstance(text, str):
+                raise CorpusError(
+                    f"{where}: no string field {text_field!r} (fields: "
+                    f"{sorted(record)[:10]}); set --text_field")
+            yield where, text
+    except files.JsonFileError as e:
+        raise CorpusError(str(e)) from None
     except UnicodeDecodeError:
         raise _not_text(source, path) from None
     except (OSError, EOFError) as e:

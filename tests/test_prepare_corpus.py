@@ -421,3 +421,23 @@ def test_a_corpus_from_a_pipe_reads_as_the_same_file(tmp_path, ends):
     with piped(b"ok\n\x00\n") as path:
         with pytest.raises(TextFileError, match=rf"^{path}:2: NUL byte"):
             list(pc.read_text_documents([path]))
+
+
+@pytest.mark.parametrize("line,error,message", [
+    (b'["a list"]', "CorpusError", "corpus.jsonl:2: expected a JSON object per line, got list"),
+    (b'{"text": "x"', "CorpusError", "corpus.jsonl:2: not valid JSON"),
+    (b'{"text": "a\x00b"}', "TextFileError", "corpus.jsonl:2: NUL byte"),
+])
+def test_a_bad_jsonl_line_is_named_by_file_and_line(tmp_path, line, error, message):
+    """The JSONL reader (`files.json_object_lines`, shared with the classification reader):
+    a line that is not a JSON object, not JSON, or holds a NUL byte is refused naming its
+    file and line, after the good line before it was read."""
+    from data_prep.files import TextFileError
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b'{"text": "One doc."}\n' + line + b"\n")
+    expected = {"CorpusError": pc.CorpusError, "TextFileError": TextFileError}[error]
+    with pytest.raises(expected) as raised:
+        list(pc.iter_documents([str(path)], "jsonl", "text"))
+    assert type(raised.value) is expected
+    assert str(raised.value).startswith(f"{tmp_path}/{message}"), str(raised.value)

@@ -262,3 +262,25 @@ def test_only_selects_a_row_by_its_exact_name_with_an_equals_sign():
         specs[0][0], specs[2][0], specs[3][0]]
     with pytest.raises(SystemExit, match="matches no row"):
         names("=ours span-QA")
+
+
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
+def test_the_long_attention_bench_builds_equal_rows_in_either_kernel_layout(layout):
+    """bench_long_attention.py --kernel_layout: every pair it checks before timing (ours
+    against the same weights in torch, and the serving copy against the fused-op attention
+    it replaced) computes the same values at a TINY size in both layouts; torch's weights
+    are our kernels in nn.Linear's [out, in] whichever layout ours stores."""
+    import bench_long_attention as long_bench
+
+    from bert_keras import BertConfig
+
+    # vocab over 1000: the bench draws ids from [1000, V).
+    config = BertConfig(vocab_size=1200, hidden_size=TINY["hidden_size"],
+                        num_hidden_layers=2, num_attention_heads=TINY["num_heads"],
+                        intermediate_size=TINY["intermediate_size"],
+                        max_position_embeddings=TINY["max_sequence_length"])
+    rows, _, checks = long_bench.build_rows(config, 13, np.random.default_rng(3), layout)
+    assert tuple(rows) == long_bench.ROWS and len(checks) >= 5
+    for ours, theirs in checks:
+        np.testing.assert_allclose(rows[ours](), rows[theirs](), rtol=1e-4, atol=2e-4,
+                                   err_msg=f"{ours} against {theirs}")

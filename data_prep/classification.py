@@ -3,7 +3,9 @@
 File formats (the format follows the file extension, or is given explicitly):
 
   .tsv / .csv   a header row naming the columns, then one example per row (csv quoting rules,
-                so a quoted field may span lines). Columns are picked by header name.
+                so a quoted field may span lines; a quote must end its field: csv's strict
+                mode). Columns are picked by header name; a row or column of empty cells
+                (Excel's) is blank.
   .jsonl        one JSON object per line; fields are picked by key. Blank lines are skipped.
 
 Each example has a text (`text_a`), an optional second text (`text_b`, for pairs) and a
@@ -172,6 +174,46 @@ class _Lines:
         return line
 
 
+# The longest field csv reads, over its default of 131,072 characters (a long document is
+# a text like any other: it is truncated to max_seq_length when converted); 2**31 - 1 fits
+# the C long csv keeps it in on every platform.
+_FIELD_LIMIT = 2**31 - 1
+
+
+def _next_row(reader, delimiter: str, path: str, start: int) -> list[str]:
+    """The next row of `reader` (StopIteration at the end), with csv's field limit raised to
+    `_FIELD_LIMIT` while it parses (csv's limit is process-wide: restored after each row);
+    csv's errors as DataError naming `path`:`start`, the line the row starts on.
+
+    A quote that does not end its field (csv's strict mode) is refused: Python's csv, as
+    pandas', reads a field that begins with a quote up to the next quote, across delimiters
+    and lines, and appends what follows that quote, so a text that begins with a quote in
+    a file written without csv quoting ("\\t".join(...)) merged rows or lost its quotes
+    without a word.
+    """
+    limit = csv.field_size_limit(_FIELD_LIMIT)
+    try:
+        return next(reader)
+    except csv.Error as e:
+        reason = str(e)
+        if "expected after" in reason:
+            end = reader.line_num
+            at = f" (on line {end})" if end != start else ""
+            what = f"its closing quote is followed by more text{at}"
+        elif "unexpected end of data" in reason:
+            what = "no quote closes it before the end of the file"
+        else:
+            raise DataError(f"{path}:{start}: {reason}") from None
+        across = "tabs" if delimiter == "\t" else "commas"
+        raise DataError(
+            f"{path}:{start}: a field opens with a quote (\") and {what}; csv reads a quoted "
+            f"field to its closing quote, across {across} and lines: quote a text that begins "
+            "with \" and double the quotes in it, as csv writers do (or give the file as .jsonl)"
+        ) from None
+    finally:
+        csv.field_size_limit(limit)
+
+
 def _read_delimited(source: str, path: str, delimiter: str) -> Iterable[tuple[str, dict]]:
     """(file:line, record) per row of the TSV or CSV file `source`, named `path`."""
     # A row csv ended at a lone "\r" in a file whose lines end in "\n": a stray "\r" (a
@@ -181,23 +223,23 @@ def _read_delimited(source: str, path: str, delimiter: str) -> Iterable[tuple[st
     split_at = None  # the line of a row that ended at a stray "\r"
     with files.open_input(source, newline="") as f:
         lines = _Lines(f)
-        reader = csv.reader(lines, delimiter=delimiter)
+        reader = csv.reader(lines, delimiter=delimiter, strict=True)
         try:
-            header = next(reader)
+            header = _next_row(reader, delimiter, path, 1)
         except StopIteration:
             raise DataError(f"{path}: empty file; expected a header row") from None
-        if len(set(header)) != len(header):
+        named = [name for name in header if name.strip()]
+        if len(set(named)) != len(named):
+            # Columns without a name (Excel's empty ones) can be picked by none: not refused.
             raise DataError(f"{path}:1: duplicate column names in header {header}")
         while True:
             start = reader.line_num + 1  # the line this record starts on
             try:
-                row = next(reader)
+                row = _next_row(reader, delimiter, path, start)
             except StopIteration:
                 return
-            except csv.Error as e:
-                raise DataError(f"{path}:{start}: {e}") from None
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # blank line
+            if all(not field.strip() for field in row):
+                continue  # a blank line, or a row of empty cells (",," from Excel)
             if split_at is None and stray_cr and lines.lone_cr:
                 split_at = start
             if split_at is not None and (split_at != start or len(row) != len(header)):

@@ -150,6 +150,78 @@ def test_a_carriage_return_inside_an_unquoted_row_is_refused_naming_its_line(tmp
         classification.read_examples(str(path), label="label" if "pairs" in name else None)
 
 
+@pytest.mark.parametrize("name", ["d.csv", "d.tsv"])
+def test_what_a_csv_writer_writes_reads_back_field_for_field(tmp_path, name):
+    """Rows as Python's csv writer (Excel's dialect, as pandas' to_csv and Excel's "CSV
+    UTF-8" write them: BOM, "\\r\\n") quotes them, read back as csv.reader reads them: quotes,
+    delimiters and line breaks inside fields, a text that begins with a quote, and a
+    150,000-character document (over csv's default field limit of 131,072, which refused
+    it)."""
+    import csv
+    import io
+
+    delimiter = "\t" if name.endswith(".tsv") else ","
+    rows = [["text", "label"], ['"Great" movie, he said', "pos"],
+            ['5" screen\tand "more"', "neg"], ["two\nlines, \"quoted\"", "pos"],
+            ["word " * 30000, "neg"]]
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter=delimiter).writerows(rows)
+    path = tmp_path / name
+    path.write_bytes(buffer.getvalue().encode("utf-8-sig"))
+    limit = csv.field_size_limit(1 << 20)  # the reference needs it raised too
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reference = list(csv.reader(f, delimiter=delimiter, strict=True))[1:]
+    finally:
+        csv.field_size_limit(limit)
+    assert reference == rows[1:]
+    examples = classification.read_examples(str(path))
+    assert [[e.text_a, e.label] for e in examples] == reference
+    assert [e.where for e in examples] == [f"{path}:{n}" for n in (2, 3, 4, 6)]
+
+
+@pytest.mark.parametrize("name, content, line, closing", [
+    # A text that begins with a quote, written without csv quoting ("\t".join(...)): csv
+    # read on to the next quote, merging two rows into one example labelled "neg".
+    ("merged.tsv", 'text\tlabel\n"Best film\tpos\nok" fine\tneg\nthird\tpos\n', 2, 3),
+    # ... or dropped its quotes: "Great movie, he said".
+    ("dropped.tsv", 'text\tlabel\n"Great" movie, he said\tpos\nbad\tneg\n', 2, 2),
+    ("space.csv", 'text,label\n"a" ,pos\n', 2, 2),
+    ("unclosed.csv", 'text,label\nfine,pos\n"no end,neg\nsecond,pos\n', 3, None),
+])
+def test_a_quote_that_does_not_end_its_field_is_refused_naming_its_line(tmp_path, name,
+                                                                       content, line,
+                                                                       closing):
+    """csv (Python's and pandas') reads a field that begins with a quote up to the next
+    quote, across delimiters and lines, and keeps what follows that quote: rows merged or
+    quotes dropped without a word (a known trap of TSV files written without quoting:
+    pytorch/text#612). A quote must end its field (csv's strict mode); otherwise the file
+    is refused, naming the line the field opens on (and where it closed)."""
+    path = tmp_path / name
+    path.write_text(content)
+    where = f" \\(on line {closing}\\)" if closing not in (None, line) else ""
+    message = ("its closing quote is followed by more text" + where if closing else
+               "no quote closes it before the end of the file")
+    with pytest.raises(DataError, match=rf"^{path}:{line}: a field opens with a quote \(\"\) "
+                                        rf"and {message}; csv reads"):
+        classification.read_examples(str(path))
+
+
+def test_excels_empty_rows_and_columns_are_blank(tmp_path):
+    """Excel's "CSV UTF-8" writes a row of empty cells (",,") for a row that is formatted
+    but empty, and a column without a header for one that is: read as blank lines and
+    columns, not refused as an empty text or duplicate column names."""
+    path = tmp_path / "d.csv"
+    path.write_bytes("text,label,,\r\nhello,pos,,\r\n,,,\r\nbye,neg,,\r\n,,,\r\n"
+                     .encode("utf-8-sig"))
+    examples = classification.read_examples(str(path))
+    assert [(e.where, e.text_a, e.label) for e in examples] == [
+        (f"{path}:2", "hello", "pos"), (f"{path}:4", "bye", "neg")]
+    path.write_text("text,text,label\na,b,pos\n")
+    with pytest.raises(DataError, match=r"d.csv:1: duplicate column names in header"):
+        classification.read_examples(str(path))
+
+
 @pytest.mark.parametrize("ends", [b"\n", b"\r\n", b"\r"])
 def test_rows_end_in_lf_crlf_or_a_lone_cr_alike(tmp_path, ends):
     path = tmp_path / "d.csv"

@@ -6,6 +6,9 @@ Reading. A context is split on whitespace into words, remembering which word eve
 character belongs to, so an answer's `answer_start` (a character offset) maps to a word span.
 For training, an answer whose text cannot be found in that word span (bad offsets, unusual
 Unicode) is dropped; such answers are counted and their ids reported, never silently lost.
+Offsets count characters (code points); answers whose offsets count UTF-16 code units (a
+JavaScript tool's, one more per character outside the BMP) are named as such, found or not.
+`is_impossible` is true or false (JSON's), or absent.
 SQuAD v2.0 questions with `is_impossible: true` are answered by [CLS] (position 0). A
 question's id is its "id", or "guid" where it has none (KLUE-MRC's files, which are SQuAD
 2.0's layout otherwise: its unanswerable questions' "plausible_answers" are not read).
@@ -89,6 +92,9 @@ class ReadStats:
     impossible: int = 0
     multiple_answers: int = 0  # training questions with more than one answer (first used)
     answers_not_found: list = dataclasses.field(default_factory=list)  # (qas_id, reason)
+    # Training answers found where answer_start is read as UTF-16 code units, not at it
+    # (`_utf16_offset`): the file was made by a tool that counts so (JavaScript's strings).
+    utf16_offsets: list = dataclasses.field(default_factory=list)  # qas_id
 
     def summary(self) -> str:
         text = (f"{self.questions} questions ({self.impossible} unanswerable), "
@@ -97,6 +103,11 @@ class ReadStats:
             text += ": " + ", ".join(f"{q} ({why})" for q, why in self.answers_not_found[:5])
             if len(self.answers_not_found) > 5:
                 text += f", ... ({len(self.answers_not_found) - 5} more)"
+        if self.utf16_offsets:
+            text += (f"; the answer_start of {len(self.utf16_offsets)} answers (first: "
+                     f"{self.utf16_offsets[0]}) counts UTF-16 code units, as JavaScript's "
+                     "strings do, not characters (code points) as SQuAD's: convert the "
+                     "file's offsets")
         return text
 
 
@@ -179,7 +190,12 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                 answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
                 for a, answer in enumerate(answers):
                     _require(answer, "text", str, f"{where}.answers[{a}]")
-                marked_impossible = bool(qa.get("is_impossible", False))
+                marked_impossible = qa.get("is_impossible", False)
+                if not isinstance(marked_impossible, bool):
+                    # bool("false") is True: a string (a CSV's column turned into JSON) would
+                    # make every question unanswerable.
+                    raise DataError(f"{where}.is_impossible: expected true or false, got "
+                                    f"{marked_impossible!r}")
                 if is_training and not version_2_with_negative and (marked_impossible or not answers):
                     # A SQuAD 2.0 file read as v1.1: dropping these (as unfound answers) would
                     # silently train a v1.1 model. Google's script refuses them too.
@@ -212,6 +228,10 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                         stats.multiple_answers += len(answers) > 1
                         span = _locate_answer(answers[0], context, doc_tokens, char_to_word,
                                               f"{where}.answers[0]")
+                        if _utf16_offset(context, answers[0]["answer_start"],
+                                         answers[0]["text"]) is not None:
+                            # Found or not: the span read at it is not the answer's.
+                            stats.utf16_offsets.append(qas_id)
                         if isinstance(span, str):
                             stats.answers_not_found.append((qas_id, span))
                             continue
@@ -230,11 +250,20 @@ def _locate_answer(answer, context, doc_tokens, char_to_word, where):
     if not text.strip():
         return "empty answer text"
     end = start + len(text) - 1
+    # SQuAD's answer_start counts characters (Python's code points); a file made by a
+    # JavaScript or Java tool counts UTF-16 code units, one more for each character outside
+    # the BMP (an emoji, a rare Hanja) before the answer. Named where that explains a
+    # misplaced answer: the whole file is then so.
+    utf16 = _utf16_offset(context, start, text)
+    in_utf16 = (f"; it counts UTF-16 code units, as JavaScript's strings do ({text!r} is at "
+                f"character {utf16}): SQuAD's answer_start counts characters (code points), so "
+                "convert the file's offsets") if utf16 is not None else ""
     if start < 0 or end >= len(context):
         # Not a misaligned offset (those are dropped and counted, as Google's script does)
         # but an answer that cannot be in this context: the file is wrong.
         raise DataError(f"{where}.answer_start: {start} + len {len(text)} is outside the "
-                        f"{len(context)}-character context; expected an offset into it")
+                        f"{len(context)}-character context"
+                        + (in_utf16 or "; expected an offset into it"))
     start_word, end_word = char_to_word[start], char_to_word[end]
     if start_word < 0:  # starts in whitespace before the first word
         start_word = 0
@@ -246,8 +275,26 @@ def _locate_answer(answer, context, doc_tokens, char_to_word, where):
     actual = " ".join(" ".join(doc_tokens[start_word:end_word + 1]).split())
     cleaned = " ".join(text.split())
     if actual.find(cleaned) == -1:
-        return f"{cleaned!r} not in {actual!r}"
+        return f"{cleaned!r} not in {actual!r}" + in_utf16
     return start_word, end_word
+
+
+def _utf16_offset(context: str, start: int, text: str) -> int | None:
+    """The character offset of `text` in `context` where it is not at character `start`
+    but is at `start` counted in UTF-16 code units, else None."""
+    if context[start:start + len(text)] == text:
+        return None
+    units = context.encode("utf-16-le")
+    begin = 2 * start
+    end = begin + len(text.encode("utf-16-le"))
+    if start < 0 or end > len(units):
+        return None
+    try:
+        if units[begin:end].decode("utf-16-le") != text:
+            return None
+        return len(units[:begin].decode("utf-16-le"))
+    except UnicodeDecodeError:  # `start` splits a surrogate pair: not a character's offset
+        return None
 
 
 # ------------------------------------------------------------------------------------------

@@ -515,3 +515,75 @@ def test_answers_across_unsplit_spaces_are_found_and_labelled(tmp_path):
     assert preds == {"q0": "대한민국의\xa0수도", "q1": "부산은\u3000\u3000항구",
                      "q2": "이름도\xa0나옵니다", "q3": "조용히\u2028공부하는",
                      "q4": "세종대왕은 \xa0 1443년에"}
+
+
+def _utf16_units(text: str) -> int:
+    """len(text) as JavaScript counts it: UTF-16 code units, two for a character outside
+    the BMP."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def test_answer_offsets_count_characters_and_a_javascript_files_utf16_ones_are_named(
+        tmp_path):
+    """SQuAD's answer_start counts characters (Python's code points: the dataset's
+    definition, as Google's reader indexes the context). A file whose tool counts UTF-16
+    code units (JavaScript's string indices) has every answer after an emoji or other
+    character outside the BMP one unit further per such character: read as characters,
+    some are still "found" in a longer word span, some are not, and one near the end fell
+    outside the context with a message that said nothing of why. Each is now named."""
+    context = "Fans 😀😀 love it 🎉 and John Smith won in 1895 🎉🎉 at the end"
+    answers = ["love", "it", "John Smith", "1895"]
+
+    def squad_file(name, offset, texts, context=context):
+        path = tmp_path / name
+        path.write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": [
+            {"id": f"q{i}", "question": "?",
+             "answers": [{"text": t, "answer_start": offset(context, context.index(t))}]}
+            for i, t in enumerate(texts)]}]}]}, ensure_ascii=False), encoding="utf-8")
+        return str(path)
+
+    def chars(context, i):
+        return i
+
+    def utf16(context, i):
+        return _utf16_units(context[:i])
+
+    # Offsets in characters: each answer is exactly its own words, and nothing is flagged.
+    examples, stats = squad.read_squad(squad_file("chars.json", chars, answers), True)
+    assert [" ".join(e.doc_tokens[e.start_word:e.end_word + 1]) for e in examples] == answers
+    assert stats.utf16_offsets == [] and "UTF-16" not in stats.summary()
+    # In UTF-16 units: found in longer word spans ("love it", ...), and named.
+    examples, stats = squad.read_squad(squad_file("js.json", utf16, answers), True)
+    assert len(examples) == 4 and stats.answers_not_found == []
+    assert stats.utf16_offsets == ["q0", "q1", "q2", "q3"]
+    assert ("the answer_start of 4 answers (first: q0) counts UTF-16 code units, as "
+            "JavaScript's strings do") in stats.summary()
+    # "a" after three emoji: units 7 are the space before "b", so the word span is "b".
+    examples, stats = squad.read_squad(squad_file("short.json", utf16, ["a"], "😀😀😀 a b c"),
+                                       True)
+    assert examples == [] and stats.answers_not_found == [
+        ("q0", "'a' not in 'b'; it counts UTF-16 code units, as JavaScript's strings do ('a' "
+               "is at character 4): SQuAD's answer_start counts characters (code points), so "
+               "convert the file's offsets")]
+    # "the end" (character 51 of 58) at unit 56: past the context's end, refused saying why.
+    with pytest.raises(squad.DataError, match=(
+            r"qas\[0\].answers\[0\].answer_start: 56 \+ len 7 is outside the 58-character "
+            r"context; it counts UTF-16 code units, as JavaScript's strings do \('the end' is "
+            r"at character 51\): SQuAD's answer_start counts characters")):
+        squad.read_squad(squad_file("end.json", utf16, ["the end"]), True)
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, None])
+def test_is_impossible_must_be_true_or_false(tmp_path, value):
+    """bool("false") is True: a file whose is_impossible is a string (a CSV column turned
+    into JSON) made every question unanswerable; each such value is refused, naming the
+    element."""
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Oslo is cold.", "qas": [
+        {"id": "q0", "question": "Where?", "is_impossible": value,
+         "answers": [{"text": "Oslo", "answer_start": 0}]}]}]}]}))
+    for training in (True, False):
+        with pytest.raises(squad.DataError, match=(
+                r"v2.json: data\[0\].paragraphs\[0\].qas\[0\].is_impossible: expected true or "
+                rf"false, got {value!r}$")):
+            squad.read_squad(str(path), training, version_2_with_negative=True)

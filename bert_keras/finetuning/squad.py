@@ -344,7 +344,9 @@ class SquadTask(Task):
 
     def read(self, path, split, opts):
         examples, stats = squad.read_squad(path, split == "train", opts.version_2_with_negative)
-        logging.info("%s: %s", split, stats.summary())
+        # A warning where the file's offsets count UTF-16 units: its spans are misplaced.
+        (logging.warning if stats.utf16_offsets else logging.info)("%s: %s", split,
+                                                                   stats.summary())
         if split == "eval" and not opts.version_2_with_negative:
             # Checked with the inputs, before anything is trained or written.
             unanswered = next((e for e in examples if not e.answers), None)

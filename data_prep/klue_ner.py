@@ -16,8 +16,12 @@ konec, which keeps it with other tags):
 A sentence is a "## <guid>" line, then one line per character of its text (the character, a
 tab, its tag; a space is " \\tO"), then a blank line. The character lines are the annotation:
 the header's inline tags are for display (they disagree with the characters where the text
-itself holds angle brackets, as NSMC reviews do), so only its guid is read. A line of
-another shape is refused naming file:line (`DataError`).
+itself holds angle brackets, as NSMC reviews do), so only its guid is read. "##" marks a
+comment ("## 주석 : ##", the official files' own first lines say): KLUE's files begin with
+five such lines describing the format, right before the first sentence's, so of the "##"
+lines before a sentence's characters the last is its header and the others are comments,
+as KLUE's baseline reads them (kept in `comments`, written back into the predictions). A
+line of another shape is refused naming file:line (`DataError`).
 
 Alignment (as KLUE's baseline aligns it): the sentence's text is WordPiece-tokenized whole by
 the model's tokenizer (`BertTokenizer.tokenize_with_char_offsets`), so a particle after a
@@ -64,7 +68,8 @@ KLUE_NER_LABELS = ("B-DT", "I-DT", "B-LC", "I-LC", "B-OG", "I-OG", "B-PS", "I-PS
                    "B-QT", "I-QT", "B-TI", "I-TI", "O")
 DIRECTORY = "klue-ner-v1.1"  # under KLUE's klue_benchmark/
 FILES = {"train": "klue-ner-v1.1_train.tsv", "dev": "klue-ner-v1.1_dev.tsv"}
-HEADER = "## "
+HEADER = "## "  # a sentence's "## <guid><TAB><sentence>" line, as written
+COMMENT = "##"  # any line starting so: the last before a sentence's characters is its header
 OUTSIDE = "O"
 
 
@@ -77,6 +82,7 @@ class CharSentence:
     guid: str
     text: str
     tags: tuple | None
+    comments: tuple = ()  # the "##" comment lines right before its header, as read
 
     def char_line(self, index: int) -> str:
         """"file:line" of character `index`."""
@@ -106,22 +112,32 @@ def read_klue_ner(path: str, has_tags: bool = True) -> list[CharSentence]:
 def _read_klue_ner(source: str, path: str, has_tags: bool) -> list[CharSentence]:
     """`read_klue_ner` of the file `source`, named `path` in sentences and messages."""
     sentences: list[CharSentence] = []
-    header = None  # (line number, guid) of the open sentence
+    header = None  # (line number, line) of the open sentence's "##" line
+    comments: list[str] = []  # "##" lines before the open sentence's header
     chars: list[str] = []
     tags: list[str] = []
+
+    def guid_of(header) -> str:
+        number, line = header
+        guid = line[len(COMMENT):].split("\t", 1)[0].strip()
+        if not guid:
+            raise DataError(f"{path}:{number}: expected \"## <guid><TAB><sentence>\", "
+                            f"got no guid: {line!r}")
+        return guid
 
     def flush(number):
         nonlocal header
         if header is None:
             return
-        start, guid = header
+        start, guid = header[0], guid_of(header)
         if not chars:
             raise DataError(f"{path}:{start}: sentence {guid!r} has no character lines "
                             "(expected one \"character<TAB>tag\" line per character after "
                             "its \"## <guid>\" line)")
         sentences.append(CharSentence(f"{path}:{start}", guid, "".join(chars),
-                                      tuple(tags) if has_tags else None))
+                                      tuple(tags) if has_tags else None, tuple(comments)))
         header = None
+        comments.clear()
         chars.clear()
         tags.clear()
 
@@ -138,13 +154,14 @@ def _read_klue_ner(source: str, path: str, has_tags: bool) -> list[CharSentence]
             if not line.strip(" \t") and not line.startswith(" \t"):
                 flush(number)
                 continue
-            if line.startswith(HEADER):
+            if line.startswith(COMMENT):
+                if header is not None and not chars:
+                    # A "##" line right before another, with no characters between: a
+                    # comment (the five that begin KLUE's files), not an empty sentence.
+                    comments.append(header[1])
+                    header = None
                 flush(number)
-                guid = line[len(HEADER):].split("\t", 1)[0].strip()
-                if not guid:
-                    raise DataError(f"{path}:{number}: expected \"## <guid><TAB><sentence>\", "
-                                    f"got no guid: {line!r}")
-                header = (number, guid)
+                header = (number, line)
                 continue
             char, tab, tag = line.rpartition("\t")
             if not tab or len(char) != 1 or not tag or tag != tag.strip():
@@ -155,6 +172,8 @@ def _read_klue_ner(source: str, path: str, has_tags: bool) -> list[CharSentence]
             if header is None:
                 raise DataError(f"{path}:{number}: a character line outside a sentence (no "
                                 f"\"## <guid>\" line since the last blank line): {line!r}")
+            if not chars:
+                guid_of(header)  # named at its own line, before its characters are read
             chars.append(char)
             tags.append(tag)
     flush(None)
@@ -361,10 +380,11 @@ def _inline(text: str, tags: Sequence[str]) -> str:
 
 
 def predictions_text(sentences: Sequence[CharSentence], tags: Sequence[Sequence[str]]) -> str:
-    """The predictions in KLUE-NER's format: per sentence its "## <guid><TAB><sentence with
-    the predicted entities inline>" line, a "character<TAB>predicted tag" line per character
-    and a blank line (so `read_klue_ner` reads it back)."""
+    """The predictions in KLUE-NER's format: per sentence its comment lines as read (the
+    five that begin KLUE's files), its "## <guid><TAB><sentence with the predicted entities
+    inline>" line, a "character<TAB>predicted tag" line per character and a blank line (so
+    `read_klue_ner` reads it back)."""
     return "".join(
-        f"{HEADER}{s.guid}\t{_inline(s.text, t)}\n" +
+        "".join(f"{c}\n" for c in s.comments) + f"{HEADER}{s.guid}\t{_inline(s.text, t)}\n" +
         "".join(f"{ch}\t{tag}\n" for ch, tag in zip(s.text, t, strict=True)) + "\n"
         for s, t in zip(sentences, tags, strict=True))

@@ -52,13 +52,47 @@ def _vocab(tmp_path, pieces):
 
 # --- reading ----------------------------------------------------------------------------
 
+# The five lines KLUE's klue-ner-v1.1_{train,dev}.tsv begin with (the dev file's sha256
+# 0f4d5e81...0a54), right before the first sentence's "## <guid>" line.
+KLUE_COMMENTS = ("## 토큰, 레이블 구분자 : \\t", "## 토큰 구분자 : \\n", "## 문장 구분자 : \\n\\n",
+                 "## 주석 : ##", "## 컬럼명 : CHAR\tNE_TAG")
+
+
+def _klue_baseline_reading(path):
+    """(guid, text, tags) per sentence as KLUE's baseline reads the file
+    (klue_baseline/data/klue_ner.py, KlueNERProcessor._create_examples): blocks between
+    blank lines, every "##" line skipped, the guid from the last."""
+    raw = open(path, encoding="utf-8").read().strip()
+    out = []
+    for block in re.split(r"\n\t?\n", raw):
+        guid, chars, tags = None, [], []
+        for line in block.split("\n"):
+            if line[:2] == "##":
+                guid = line.split("\t")[0].replace("##", "").strip()
+                continue
+            char, tag = line.split("\t")
+            chars.append(char)
+            tags.append(tag)
+        out.append((guid, "".join(chars), tuple(tags)))
+    return out
+
+
 def test_reads_the_fixture_as_klue_lays_it_out():
+    """The fixture begins as KLUE's files do, with five "##" comment lines right before the
+    first sentence's header: read as comments (the first was refused as a sentence without
+    characters, so --task_name=klue-ner could not read KLUE's own files), and every
+    sentence as KLUE's baseline reads it."""
     train, dev = klue_ner.read_klue_ner(TRAIN), klue_ner.read_klue_ner(DEV)
     assert (len(train), len(dev)) == (12, 5)
+    for path, sentences in ((TRAIN, train), (DEV, dev)):
+        assert open(path, encoding="utf-8").read().splitlines()[:5] == list(KLUE_COMMENTS)
+        assert [(s.guid, s.text, s.tags) for s in sentences] == _klue_baseline_reading(path)
+        assert sentences[0].comments == KLUE_COMMENTS
+        assert all(not s.comments for s in sentences[1:])
     assert train[0].guid == "klue-ner-v1_train_00000_wikitree"
-    assert train[0].where == f"{TRAIN}:1" and train[0].char_line(3) == f"{TRAIN}:5"
+    assert train[0].where == f"{TRAIN}:6" and train[0].char_line(3) == f"{TRAIN}:10"
     headers = [line.split("\t", 1)[1] for line in open(TRAIN, encoding="utf-8").read()
-               .splitlines() if line.startswith("## ")]
+               .splitlines()[5:] if line.startswith("## ")]
     for sentence, header in zip(train, headers, strict=True):
         # The characters are the header's text without its markup ...
         assert sentence.text == INLINE.sub(r"\1", header)
@@ -78,6 +112,7 @@ def test_reads_the_fixture_as_klue_lays_it_out():
     (["a\tO", ""], 1, "a character line outside a sentence"),
     (["## g1\ta", "a\tO", "", "b\tO"], 4, "a character line outside a sentence"),
     (["## g1\tab", "", "## g2\ta", "a\tO"], 1, "sentence 'g1' has no character lines"),
+    (["## note", "## g1\tab", ""], 2, "sentence 'g1' has no character lines"),
     (["## \tab", "a\tO"], 1, "got no guid"),
 ])
 def test_a_malformed_line_is_refused_naming_file_and_line(tmp_path, lines, line, message):
@@ -211,11 +246,13 @@ def test_predictions_text_reads_back_with_its_entities_inline(tmp_path):
     tags = [["O"] * len(s.text) for s in sentences]
     tags[0][:3] = ["B-PS", "I-PS", "I-PS"]
     written = klue_ner.predictions_text(sentences, tags)
-    assert written.splitlines()[0] == (f"## {sentences[0].guid}\t<이순신:PS> 장군 동상은 "
+    # KLUE's comment lines first, as in the file predicted on.
+    assert tuple(written.splitlines()[:5]) == KLUE_COMMENTS
+    assert written.splitlines()[5] == (f"## {sentences[0].guid}\t<이순신:PS> 장군 동상은 "
                                        "광화문에 있다.")
     again = klue_ner.read_klue_ner(_write(tmp_path / "p.tsv", written))
-    assert [(s.guid, s.text, list(s.tags)) for s in again] == \
-        [(s.guid, s.text, t) for s, t in zip(sentences, tags)]
+    assert [(s.guid, s.text, list(s.tags), s.comments) for s in again] == \
+        [(s.guid, s.text, t, s.comments) for s, t in zip(sentences, tags)]
 
 
 # --- run_tagger ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Token tagging data (CoNLL-style files) -> features, and predictions back to words.
 
-File format (CoNLL 2003 and friends): one token per line, whitespace-separated columns, the
+File format (CoNLL 2003 and friends): one token per line, columns separated by ASCII
+whitespace (spaces or tabs; a word keeps a no-break or ideographic space), the
 word in `token_column` and its tag in `tag_column` (default: first and last); a blank line ends
 a sentence; `-DOCSTART-` lines end one too and are kept with the blank lines around them
 (`TaggedSentence.preceding`), so the predictions file has the input's lines. Every token
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import re
 from typing import Sequence
 
 import numpy as np
@@ -79,6 +81,12 @@ class TaggedSentence:
         """"file:line" of word `index`."""
         path, _, line = self.where.rpartition(":")
         return f"{path}:{int(line) + index}"
+
+
+# A column: a run of anything but ASCII whitespace. CoNLL-2003 separates its columns with a
+# space and CoNLL-U with a tab; a word may hold a no-break or ideographic space ("10\u00a0000"),
+# which str.split() would split it at.
+_COLUMN = re.compile(r"[^ \t\n\r\f\v]+")
 
 
 def read_conll(path: str, token_column: int = 0, tag_column: int = -1,
@@ -129,7 +137,7 @@ def _read_conll(source: str, path: str, token_column: int, tag_column: int,
     # splits the sentence.
     with files.open_input(source, newline=files.newline_for(source)) as f:
         for number, line in enumerate(f, 1):
-            fields = line.split()
+            fields = _COLUMN.findall(line)
             if not fields or fields[0] == "-DOCSTART-":
                 flush()
                 between.append(line.strip())

@@ -304,6 +304,27 @@ def test_the_export_splits_text_into_words_as_str_split():
     assert [w.decode() for w in words] == text.split()
 
 
+@pytest.mark.parametrize("separator", ["\t", " "])
+def test_columns_are_split_at_ascii_whitespace_so_words_keep_their_no_break_spaces(
+        tmp_path, separator):
+    """A CoNLL word may hold a no-break or ideographic space (French "10\u00a0000", a
+    Japanese "東京\u3000都" from a tokenizer that keeps it): CoNLL-2003 separates its
+    columns with a space and CoNLL-U with a tab, as Hugging Face's conll2003 loader
+    (line.split(" ")) and CoNLL-U readers (line.split("\\t")) split them. str.split() split
+    such a word too, and the file was refused as having lines of other column counts."""
+    rows = [("Prix", "O"), ("10\u00a0000", "B-NUM"), ("東京\u3000都", "B-LOC"),
+            ("\u2009x\u2009", "O")]
+    path = tmp_path / "d.conll"
+    path.write_text("".join(f"{w}{separator}{t}\r\n" for w, t in rows) + "\r\n",
+                    encoding="utf-8")
+    reference = [tuple(line.split(separator)) for line in
+                 open(path, encoding="utf-8", newline="").read().split("\r\n") if line]
+    (sentence,) = tagging.read_conll(str(path))
+    assert list(zip(sentence.words, sentence.tags)) == reference == rows
+    lines = tagging.predictions_text([sentence], [list(sentence.tags)]).splitlines()
+    assert lines[:4] == [f"{w} {t}" for w, t in rows]  # the words as the file has them
+
+
 def test_conll2003_format_fixture():
     sentences = tagging.read_conll(os.path.join(TESTDATA, "ft_conll2003.txt"))
     assert len(sentences) == 2

@@ -498,6 +498,20 @@ def test_num_train_steps_and_optimizer_state(tmp_path, encoder_file):
     assert again["eval"]["token_accuracy"] == runs[False]["eval"]["token_accuracy"]
 
 
+def test_run_squad_epochs_count_questions_as_googles_run_squad(tmp_path, encoder_file):
+    """Google's run_squad trains int(len(train_examples) / train_batch_size *
+    num_train_epochs) steps, its examples the questions kept for training, on their windows.
+    Here 5 questions (q5's answer is not in its context: dropped) in 10 windows of 20
+    positions: int(5 / 4 * 2) = 2 steps; counting the windows trained int(10 / 4 * 2) = 5."""
+    v2 = os.path.join(TESTDATA, "ft_squad_v2.json")
+    results = run_squad.run(train_file=v2, doc_stride=4, max_query_length=8,
+                            version_2_with_negative=True,
+                            **common(tmp_path / "out", encoder_file, max_seq_length=20,
+                                     train_batch_size=4, do_eval=False, do_predict=False))
+    assert results["train"]["num_examples"] == 10  # the windows trained on
+    assert results["train"]["num_train_steps"] == 2
+
+
 @pytest.mark.integration  # train, predict and evaluate: ~45 s on 2 cores (the default suite's time)
 def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     v2 = os.path.join(TESTDATA, "ft_squad_v2.json")

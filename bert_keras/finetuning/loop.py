@@ -2,7 +2,8 @@
 and batched prediction, with the step counts and timings the results files report.
 
 Google's step count: num_train_steps = int(N / batch_size * num_train_epochs) updates on
-full batches (drop_remainder, static shapes), warmup = int(steps * warmup_proportion);
+full batches (drop_remainder, static shapes), warmup = int(steps * warmup_proportion), N
+the examples an epoch counts (the training rows, or run_squad's questions: `epoch_size`);
 an explicit num_train_steps replaces the epoch count.
 """
 
@@ -138,7 +139,7 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
           learning_rate: float, warmup_proportion: float, seed: int = 0,
           log_every: int = 50, jit_compile: bool = False, num_train_steps: int | None = None,
           callbacks=(), backup_dir: str | None = None, save_checkpoints_steps: int = 0,
-          gather=None, **optimizer_kwargs: Any) -> dict:
+          gather=None, epoch_size: int | None = None, **optimizer_kwargs: Any) -> dict:
     """Fine-tunes `model` with AdamW + warmup/linear decay (BERT's optimizer), plain fit.
 
     XLA (`jit_compile`) is 5-20% faster per step here but costs seconds of compilation per
@@ -150,6 +151,10 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         mixed_float16 policy its optimizer scales the loss (Keras' LossScaleOptimizer).
       x, y: input and target arrays.
       num_train_steps: optimizer updates; default from `num_train_epochs`.
+      epoch_size: the examples one epoch of `num_train_epochs` counts; default the rows of
+        `x`. Google's run_squad counts questions though it trains on their windows (a
+        context longer than a window gives several rows), so its steps are
+        int(questions / batch_size * num_train_epochs).
       callbacks: extra Keras callbacks (e.g. TensorBoard).
       backup_dir, save_checkpoints_steps: with both, training runs in intervals of
         `save_checkpoints_steps` updates (Keras epochs) and backs up weights, optimizer,
@@ -183,7 +188,7 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         logging.warning("%d training examples, fewer than train_batch_size=%d: each batch "
                         "repeats some of them", n, batch_size)
     if num_train_steps is None:
-        num_train_steps = max(1, int(n / batch_size * num_train_epochs))
+        num_train_steps = max(1, int((epoch_size or n) / batch_size * num_train_epochs))
     num_warmup_steps = int(num_train_steps * warmup_proportion)
     optimizer = create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
                                  **optimizer_kwargs)
@@ -230,7 +235,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         since_log = None  # not this run's (a backup written before the notes had it)
     logger = StepLogger(num_train_steps, log_every, initial_step=done, since_log=since_log)
     logger.history = [h for h in notes.get("loss_history", []) if h["step"] <= done]
-    logging.info("Training: %d examples, batch %d, %d steps (%d warmup), peak lr %g%s", n,
+    logging.info("Training: %d examples%s, batch %d, %d steps (%d warmup), peak lr %g%s", n,
+                 f" ({epoch_size} an epoch counts)" if epoch_size and epoch_size != n else "",
                  batch_size, num_train_steps, num_warmup_steps, learning_rate,
                  f", a backup every {interval} steps in {backup_dir}" if backup_callbacks
                  and interval < num_train_steps else "")

@@ -265,6 +265,11 @@ class Task:
     def train_summary(self, features: Features, read_info) -> dict:
         return {}
 
+    def epoch_size(self, examples, features: Features) -> int | None:
+        """The examples one epoch of --num_train_epochs counts in Google's step count,
+        int(N / train_batch_size * num_train_epochs); None: the training rows."""
+        return None
+
     def export_settings(self, opts) -> dict:
         """Task flags the task's export takes as its defaults (train_results.json)."""
         return {}
@@ -723,6 +728,7 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
                     num_train_steps=common.num_train_steps, lr_schedule=common.lr_schedule,
                     epsilon_placement=common.epsilon_placement, log_every=common.log_steps,
                     backup_dir=backup_dir, save_checkpoints_steps=common.save_checkpoints_steps,
+                    epoch_size=task.epoch_size(examples["train"], data),
                     gather=(distribution.gather_from_processes
                             if distribution.num_processes > 1 else None),
                     callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief

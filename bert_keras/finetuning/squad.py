@@ -371,6 +371,12 @@ class SquadTask(Task):
         return {"start_logits": features.arrays["start_positions"],
                 "end_logits": features.arrays["end_positions"]}
 
+    def epoch_size(self, examples, features):
+        # Google's run_squad: int(len(train_examples) / batch * epochs) steps, its examples
+        # the questions kept for training, though it trains on their windows. Counting the
+        # windows trained more steps than Google's command wherever a context spans several.
+        return len(examples)
+
     def train_summary(self, features, read_info):
         return {"questions": read_info.questions,
                 "answers_not_found": [list(x) for x in read_info.answers_not_found],

@@ -1332,10 +1332,19 @@ def write_text(path: str, text: str, overwrite: bool = True,
     return path
 
 
-def write_json(path: str, obj: Any, overwrite: bool = True, indent: int = 2) -> str:
-    """Writes `obj` as JSON (sorted keys, no NaN) atomically; returns `path`."""
-    return write_text(path, json.dumps(obj, indent=indent, sort_keys=True, allow_nan=False,
-                                       ensure_ascii=False) + "\n", overwrite)
+def write_json(path: str, obj: Any, overwrite: bool = True, indent: int = 2,
+               sort_keys: bool = True, ensure_ascii: bool = False) -> str:
+    """Writes `obj` as JSON (no NaN) atomically; returns `path`. By default keys sorted and
+    non-ASCII characters as they are; Google's files (run_squad's predictions) keep their
+    keys' order and escape non-ASCII characters (`GOOGLE_JSON`)."""
+    return write_text(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, allow_nan=False,
+                                       ensure_ascii=ensure_ascii) + "\n", overwrite)
+
+
+# How Google's tools write JSON (`json.dumps(obj, indent=4)`): keys in the order written,
+# non-ASCII characters escaped, so a script that opens the file in the platform's encoding
+# (the official SQuAD evaluate scripts: `open(path)`; cp1252 on Windows) reads it right.
+GOOGLE_JSON = {"indent": 4, "sort_keys": False, "ensure_ascii": True}
 
 
 def write_jsonl(path: str, records: Iterable[Any], overwrite: bool = True) -> str:

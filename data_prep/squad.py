@@ -620,8 +620,9 @@ def postprocess(examples: Sequence[SquadExample], features: Sequence[SquadFeatur
         if not nbest:  # no valid span at all (e.g. empty context)
             nbest.append({"text": "", "start_logit": 0.0, "end_logit": 0.0})
         probs = _softmax([n["start_logit"] + n["end_logit"] for n in nbest])
-        for entry, p in zip(nbest, probs):
-            entry["probability"] = p
+        # Each entry's keys in Google's order (nbest_predictions.json keeps it).
+        nbest = [{"text": n["text"], "probability": p, "start_logit": n["start_logit"],
+                  "end_logit": n["end_logit"]} for n, p in zip(nbest, probs)]
         nbest_out[example.qas_id] = nbest
 
         best_non_null = next((n for n in nbest if n["text"]), None)

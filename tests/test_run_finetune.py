@@ -512,6 +512,38 @@ def test_run_squad_epochs_count_questions_as_googles_run_squad(tmp_path, encoder
     assert results["train"]["num_train_steps"] == 2
 
 
+def test_run_squad_writes_its_json_files_as_googles_run_squad(tmp_path, encoder_file):
+    """predictions.json, nbest_predictions.json and null_odds.json as Google's run_squad
+    writes them, `json.dumps(obj, indent=4)`: the questions in the predict file's order,
+    each n-best entry's keys text, probability, start_logit, end_logit, and non-ASCII
+    escaped, so the official evaluate scripts' `open(path)` reads them in any locale.
+    Before: ids sorted, entry keys sorted, raw UTF-8 (an ASCII locale's reader failed, and
+    Windows' cp1252 read the id "meteo" with accents as another: a missing prediction)."""
+    ids = ["z-9", "m\u00e9t\u00e9o", "a-1", "10", "9"]
+    context = "the caf\u00e9 man went to the store and bought a gallon of milk"
+    answer = {"text": "a gallon of milk", "answer_start": context.index("a gallon of milk")}
+    qas = [{"id": i, "question": f"who bought milk at the caf\u00e9 {n}?",
+            "answers": [] if n == 3 else [answer], "is_impossible": n == 3}
+           for n, i in enumerate(ids)]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": [
+        {"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}), encoding="utf-8")
+    out = tmp_path / "out"
+    run_squad.run(train_file=str(path), predict_file=str(path), version_2_with_negative=True,
+                  doc_stride=8, max_query_length=8, num_train_steps=1,
+                  **common(out, encoder_file, max_seq_length=24, train_batch_size=4,
+                           do_eval=False))
+    for name in ("predictions.json", "nbest_predictions.json", "null_odds.json"):
+        text = (out / name).read_bytes().decode("ascii")  # an ASCII locale's open()
+        written = json.loads(text)
+        assert list(written) == ids, name  # the predict file's order
+        assert text == json.dumps(written, indent=4) + "\n", name  # Google's json.dumps
+    assert "m\\u00e9t\\u00e9o" in (out / "predictions.json").read_text(encoding="ascii")
+    nbest = json.loads((out / "nbest_predictions.json").read_text(encoding="ascii"))
+    assert all(list(entry) == ["text", "probability", "start_logit", "end_logit"]
+               for entries in nbest.values() for entry in entries)
+
+
 @pytest.mark.integration  # train, predict and evaluate: ~45 s on 2 cores (the default suite's time)
 def test_run_squad_train_predict_eval(tmp_path, encoder_file):
     v2 = os.path.join(TESTDATA, "ft_squad_v2.json")

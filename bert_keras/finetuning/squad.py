@@ -397,10 +397,15 @@ class SquadTask(Task):
             opts.n_best_size, opts.max_answer_length, tokenizer.config,
             opts.version_2_with_negative, opts.null_score_diff_threshold)
         out = common.output_dir
-        files.write_json(os.path.join(out, "predictions.json"), predictions)
-        files.write_json(os.path.join(out, "nbest_predictions.json"), nbest)
+        # As Google's run_squad writes them: questions in the predict file's order, its
+        # n-best entries' keys in its order, non-ASCII escaped (the evaluate scripts open
+        # them in the platform's encoding). Sorted ids and raw UTF-8 broke scripts that read
+        # the answers in file order, and a Windows reader's cp1252 turned a non-ASCII id
+        # into a missing prediction.
+        files.write_json(os.path.join(out, "predictions.json"), predictions, **files.GOOGLE_JSON)
+        files.write_json(os.path.join(out, "nbest_predictions.json"), nbest, **files.GOOGLE_JSON)
         if opts.version_2_with_negative:
-            files.write_json(os.path.join(out, "null_odds.json"), null_odds)
+            files.write_json(os.path.join(out, "null_odds.json"), null_odds, **files.GOOGLE_JSON)
         return predictions
 
     def evaluate(self, examples, features, outputs, labels, tokenizer, common, opts):

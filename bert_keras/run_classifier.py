@@ -22,6 +22,8 @@ from data_prep import cli, tokenizer_config
 TASK = ClassificationTask()
 _FLAGS = {**cli.define_flags(runner.FinetuneOptions), **cli.define_flags(ClassifierOptions)}
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# Google's run_classifier.py flags that name no option here (its README's commands run as written).
+_GOOGLE_FLAGS = runner.define_googles_flags()
 
 
 def run(**values) -> dict:
@@ -30,7 +32,7 @@ def run(**values) -> dict:
 
 
 def main(argv):
-    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS)
+    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS, _GOOGLE_FLAGS)
 
 
 if __name__ == "__main__":

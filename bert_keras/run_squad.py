@@ -29,6 +29,8 @@ TASK = SquadTask()
 _DEFAULTS = {"learning_rate": 3e-5, "num_train_epochs": 2.0, "train_batch_size": 12}
 _FLAGS = {**cli.define_flags(runner.FinetuneOptions, _DEFAULTS), **cli.define_flags(SquadOptions)}
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# Google's run_squad.py flags that name no option here (its README's commands run as written).
+_GOOGLE_FLAGS = runner.define_googles_flags(verbose_logging=True)
 
 
 def run(**values) -> dict:
@@ -37,7 +39,7 @@ def run(**values) -> dict:
 
 
 def main(argv):
-    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS)
+    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS, _GOOGLE_FLAGS)
 
 
 if __name__ == "__main__":

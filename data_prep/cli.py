@@ -213,7 +213,7 @@ _FINITE = (lambda v: math.isfinite(v), "expected a finite number")
 NUMERIC_FLAG_RULES = {
     **{name: _POSITIVE for name in ("learning_rate", "num_train_epochs", "rtol")},
     **{name: _AT_LEAST_1 for name in (
-        "train_batch_size", "eval_batch_size", "batch_size", "max_seq_length", "seq_length",
+        "train_batch_size", "eval_batch_size", "predict_batch_size", "batch_size", "max_seq_length", "seq_length",
         "num_train_steps", "save_checkpoints_steps", "steps_per_execution",
         "gradient_accumulation_steps", "num_cpu_devices", "max_eval_steps",
         "max_query_length", "n_best_size", "max_answer_length", "dupe_factor", "num_workers",

@@ -265,7 +265,8 @@ CASES = [
         ("eval_batch_size", 0), ("max_seq_length", 0), ("max_seq_length", 1000),
         ("num_train_epochs", 0), ("num_train_steps", 0), ("warmup_proportion", 1.5),
         ("classifier_dropout", 2), ("strip_accents", "maybe"), ("input_format", "xml"),
-        ("mixed_precision", "bfloat16"), ("no_such_flag", 1)]),
+        ("mixed_precision", "bfloat16"), ("no_such_flag", 1), ("predict_batch_size", 0),
+        ("use_tpu", "true")]),
     # A label list with a repeated or an empty label trained a model no later stage read.
     ("run_classifier-label_list-duplicate", "run_classifier",
      CLS + " --label_list=a,b,a", "--label_list: duplicate labels ['a']"),
@@ -367,7 +368,8 @@ CASES = [
         ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),
         ("max_query_length", 0), ("n_best_size", 0), ("max_answer_length", 0),
         ("max_seq_length", 4096), ("warmup_proportion", -0.2), ("mixed_precision", "bf16"),
-        ("null_score_diff_threshold", "nan"), ("null_score_diff_threshold", "inf")]),
+        ("null_score_diff_threshold", "nan"), ("null_score_diff_threshold", "inf"),
+        ("predict_batch_size", -1), ("use_tpu", "true")]),
     ("run_squad-missing", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/missing.json", "missing.json"),
     ("run_squad-binary", "run_squad", f"{SQFT} --output_dir={{W}}/out --do_train "
@@ -822,6 +824,40 @@ def test_squad_three_questions_with_batch_four_trains_and_predicts(fx, tmp_path)
     assert results["train"]["num_train_steps"] == 2
     predictions = json.load(open(tmp_path / "out" / "predictions.json"))
     assert sorted(predictions) == sorted(str(q["id"]) for _, q in qas[:3])
+
+
+def test_googles_fine_tuning_flags_are_taken_or_warned_about(fx, tmp_path, caplog):
+    """Google's run_classifier / run_squad flags that name no option here were refused as
+    unknown. Its README's prediction command (a pretrained --init_checkpoint beside the
+    fine-tuned model in --output_dir, training flags with --do_train=false) now runs:
+    --predict_batch_size is the batch size, its TPU flags without --use_tpu are unused as in
+    Google's scripts, and every flag not read is named in a warning."""
+    def predict(out, flags):
+        shutil.copytree(os.path.join(fx, "classifier"), out)
+        result = run_tool("run_classifier", _argv(
+            "--do_train=false --do_predict=true --predict_file={F}/cls.jsonl "
+            "--vocab_file={F}/vocab.txt --bert_config_file={F}/bert_config.json "
+            "--init_checkpoint={F}/encoder --max_seq_length=16 " + flags +
+            f" --output_dir={out}", fx, str(tmp_path)))
+        assert result.code == 0, result.stderr[-3000:]
+        return json.load(open(out / "predict_results.json"))["made_from"]["flags"]
+
+    with caplog.at_level("INFO"):
+        used = predict(tmp_path / "out", "--train_batch_size=32 --learning_rate=2e-5 "
+                       "--num_train_epochs=3.0 --predict_batch_size=3 --use_tpu=false "
+                       "--tpu_name=grpc://t --iterations_per_loop=1000")
+    assert used["eval_batch_size"] == 3
+    assert "--tpu_name, --iterations_per_loop: not used" in caplog.text
+    assert ("--train_batch_size, --learning_rate, --num_train_epochs: not used without "
+            "--do_train") in caplog.text
+    assert (f"--init_checkpoint {fx}/encoder is not used: it holds a BertEncoder, not a "
+            "fine-tuned BertClassifier; running --output_dir's model.keras") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # both batch sizes: --eval_batch_size serves both
+        used = predict(tmp_path / "both", "--eval_batch_size=2 --predict_batch_size=3")
+    assert used["eval_batch_size"] == 2
+    assert "--predict_batch_size=3 is not used: prediction runs at --eval_batch_size=2" in \
+        caplog.text
 
 
 def test_one_class_is_accepted_with_its_flag(fx, tmp_path):

@@ -522,6 +522,12 @@ def _load_model(task: Task, common: FinetuneOptions, opts, labels):
                 f"{type(ckpt.model).__name__}, not a fine-tuned {task.model_class.__name__}, "
                 f"and --output_dir {common.output_dir} holds no {files.TASK_MODEL_FILE} (add "
                 "--do_train to fine-tune it first)")
+        # Google's README predicts so, with the pretrained checkpoint still named: said, as
+        # the checkpoint is not what answers.
+        logging.warning("--init_checkpoint %s is not used: it holds a %s, not a fine-tuned %s; "
+                        "running --output_dir's %s (as Google's scripts run the model their "
+                        "--output_dir holds)", init, type(ckpt.model).__name__,
+                        task.model_class.__name__, files.TASK_MODEL_FILE)
     source = _trained_model_file(common, task.name)
     ckpt = model_loading.load_checkpoint(source)
     if not isinstance(ckpt.model, task.model_class):
@@ -1214,8 +1220,97 @@ def expected_errors() -> tuple:
             FileNotFoundError)
 
 
-def main(task: Task, argv, holders: dict, tokenizer_flags: dict) -> int:
-    """The body of a fine-tuning tool's absl main: flags -> `run`, errors in one line."""
+# Google's run_classifier.py / run_squad.py TPU flags: read by its scripts only with
+# --use_tpu, which the fine-tuning tools refuse (`with_googles_flags`).
+GOOGLE_TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores",
+                    "iterations_per_loop")
+# The flags a run without --do_train does not read (Google's README passes them to its
+# prediction-only run_squad command).
+_TRAINING_ONLY_FLAGS = ("train_file", "train_batch_size", "learning_rate", "num_train_epochs",
+                        "num_train_steps", "warmup_proportion", "save_checkpoints_steps")
+
+
+def define_googles_flags(verbose_logging: bool = False) -> dict:
+    """Declares, for the calling tool, Google's run_classifier.py flags (and run_squad.py's
+    `verbose_logging`) that name no option here, so that Google's commands run as written;
+    returns name -> FlagHolder. `with_googles_flags` says what each becomes (before, each
+    was refused as an unknown flag)."""
+    from absl import flags
+
+    from data_prep import cli
+
+    same = {"allow_override": True, "module_name": cli.calling_module()}
+    unused = ("Google's TPU flag: read only with --use_tpu, which fine-tuning refuses; "
+              "unused, with a warning.")
+    holders = {
+        "predict_batch_size": flags.DEFINE_integer(
+            "predict_batch_size", None, "Google's flag: prediction's batch size, which here "
+            "is --eval_batch_size's (taken as it when --eval_batch_size is not given).",
+            **same),
+        "use_tpu": flags.DEFINE_bool(
+            "use_tpu", False, "Google's flag: true is refused (fine-tuning runs on GPUs and "
+            "CPUs; run_pretraining trains on TPUs).", **same),
+        **{name: flags.DEFINE_integer(name, None, unused, **same)
+           for name in ("num_tpu_cores", "iterations_per_loop")},
+        **{name: flags.DEFINE_string(name, None, unused, **same)
+           for name in ("tpu_name", "tpu_zone", "gcp_project", "master")},
+    }
+    if verbose_logging:
+        holders["verbose_logging"] = flags.DEFINE_bool(
+            "verbose_logging", False, "Google's flag: unused, with a warning (the log counts "
+            "the answers not found and the questions truncated).", **same)
+    return holders
+
+
+def with_googles_flags(values: dict, google: dict, holders: dict) -> dict:
+    """`values` (flag name -> value) with the Google flags of `google` (name -> FlagHolder,
+    `define_googles_flags`) given on the command line turned into this tool's; what is not
+    used is warned about.
+
+    Raises:
+      FinetuneError: --use_tpu (fine-tuning does not run on TPUs).
+    """
+    given = {name: holder.value for name, holder in google.items() if holder.present}
+    if given.get("use_tpu"):
+        raise FinetuneError("--use_tpu: the fine-tuning tools run on GPUs and CPUs, not TPUs "
+                            "(run_pretraining trains on them); drop it")
+    values = dict(values)
+    batch = given.get("predict_batch_size")
+    if batch is not None and not holders["eval_batch_size"].present:
+        values["eval_batch_size"] = batch  # one batch size evaluates and predicts here
+        logging.info("--predict_batch_size=%d: evaluation and prediction run %d examples a "
+                     "batch (--eval_batch_size)", batch, batch)
+    elif batch is not None and batch != values["eval_batch_size"]:
+        logging.warning("--predict_batch_size=%d is not used: prediction runs at "
+                        "--eval_batch_size=%d, which serves both (a batch size changes no "
+                        "result)", batch, values["eval_batch_size"])
+    unused = [f"--{name}" for name in GOOGLE_TPU_FLAGS if name in given]
+    if unused:
+        logging.warning("%s: not used (Google's scripts read %s only with --use_tpu)",
+                        ", ".join(unused), "it" if len(unused) == 1 else "them")
+    if "verbose_logging" in given:
+        logging.warning("--verbose_logging: not used (with it Google's run_squad logs the "
+                        "answers it cannot align with their context; the log here counts the "
+                        "training answers not found)")
+    return values
+
+
+def _warn_of_training_flags(values: dict, holders: dict) -> None:
+    """Training flags given to a run that trains nothing are not read: said, not silently
+    dropped (Google's README passes them to its prediction-only run_squad command)."""
+    if values.get("do_train"):
+        return
+    given = [f"--{name}" for name in _TRAINING_ONLY_FLAGS
+             if name in holders and holders[name].present]
+    if given:
+        logging.warning("%s: not used without --do_train (nothing is trained)",
+                        ", ".join(given))
+
+
+def main(task: Task, argv, holders: dict, tokenizer_flags: dict,
+         google_flags: dict | None = None) -> int:
+    """The body of a fine-tuning tool's absl main: flags -> `run`, errors in one line.
+    `google_flags`: `define_googles_flags`' holders (run_classifier, run_squad)."""
     from absl import app
 
     from data_prep.cli import report_errors, values_from_flags
@@ -1227,6 +1322,10 @@ def main(task: Task, argv, holders: dict, tokenizer_flags: dict) -> int:
     prog = os.path.basename(argv[0]).removesuffix(".py")
 
     def body() -> int:
+        nonlocal values
+        if google_flags:
+            values = with_googles_flags(values, google_flags, holders)
+        _warn_of_training_flags(values, holders)
         run(task, values)
         return 0
 

@@ -44,10 +44,12 @@ Layout of --output_dir:
                               create_pretraining_data used), else beside --vocab_file,
                               else the flags
     eval_results.json         final held-out metrics (if --eval_input_file)
+    eval_results.txt          the same as Google's run_pretraining writes them (its metric
+                              names, `key = value` lines)
 
 --do_train=false --do_eval (Google's evaluation-only run) evaluates --init_checkpoint's
 model (else --output_dir's finished run) on --eval_input_file, else --input_file, and
-writes only output_dir/eval_results.json (docs/pretraining.md).
+writes only output_dir/eval_results.json and eval_results.txt (docs/pretraining.md).
 
 Resumption: rerunning the same command after a crash (even kill -9, at any moment: during
 a step, an evaluation or a backup write) resumes from the last backup. Epochs are checkpoint
@@ -1351,6 +1353,49 @@ def _eval_input(options: PretrainingOptions, eval_files, eval_predictions, eval_
 
 
 EVAL_RESULTS_FILE = "eval_results.json"
+# Google's run_pretraining.py writes its evaluation here; its users' scripts read it.
+GOOGLE_EVAL_RESULTS_FILE = "eval_results.txt"
+# eval_results.json's keys under Google's names (its metric_fn's, Estimator's loss and step).
+GOOGLE_METRIC_NAMES = {"mlm_logits_accuracy": "masked_lm_accuracy",
+                       "mlm_logits_loss": "masked_lm_loss",
+                       "nsp_logits_accuracy": "next_sentence_accuracy",
+                       "nsp_logits_loss": "next_sentence_loss",
+                       "loss": "loss", "global_step": "global_step"}
+
+
+def _write_googles_eval_results(output_dir: str, results: dict, overwrite: bool) -> None:
+    """Google's eval_results.txt of `results` (eval_results.json's metrics): its metric
+    names, one `key = value` line each, keys sorted, values as its str() of float32 writes
+    them (classification.google_eval_text, run_classifier's file). Before, only
+    eval_results.json was written, under Keras' names: scripts reading Google's file found
+    none."""
+    import numpy as np
+
+    from bert_keras.finetuning.classification import google_eval_text
+
+    google = {GOOGLE_METRIC_NAMES[k]: v if k == "global_step" else np.float32(v)
+              for k, v in results.items() if k in GOOGLE_METRIC_NAMES}
+    files.write_text(os.path.join(output_dir, GOOGLE_EVAL_RESULTS_FILE),
+                     google_eval_text(google), overwrite=overwrite,
+                     hint="choose another --output_dir")
+
+
+def _steps_trained(model_path: str) -> int | None:
+    """The optimizer steps a pretraining run's model was trained for, where its path says:
+    a checkpoint of a run (checkpoints/ckpt-<step>.weights.h5), or a finished run (its
+    directory, encoder/ or pretrainer.weights.h5: run_config.json's num_train_steps); else
+    None (Google's and transformers' checkpoints record none)."""
+    name = os.path.basename(os.path.normpath(model_path))
+    if name.startswith("ckpt-") and name.endswith(".weights.h5"):
+        step = name[len("ckpt-"):-len(".weights.h5")]
+        return int(step) if step.isdigit() else None
+    recorded = _run_config_of(model_path)
+    directory = model_path if files.isdir(model_path) else os.path.dirname(
+        files.absolute(model_path))
+    finished = any(files.isdir(os.path.join(d, files.ENCODER_DIR))
+                   for d in (directory, os.path.dirname(files.absolute(directory))))
+    steps = (recorded or {}).get("num_train_steps")
+    return steps if finished and isinstance(steps, int) else None
 
 
 def _evaluate(options: PretrainingOptions) -> dict:
@@ -1370,12 +1415,14 @@ def _evaluate(options: PretrainingOptions) -> dict:
     target = os.path.join(out, EVAL_RESULTS_FILE)
     model_path = options.init_checkpoint or out
     with distribution.stop_together():
-        if chief and files.exists(target):
+        google_target = os.path.join(out, GOOGLE_EVAL_RESULTS_FILE)
+        held = [os.path.basename(p) for p in (target, google_target) if chief and files.exists(p)]
+        if held:
             raise files.OutputExistsError(
-                f"--output_dir {out} already holds {EVAL_RESULTS_FILE}; choose another "
+                f"--output_dir {out} already holds {' and '.join(held)}; choose another "
                 "--output_dir for this evaluation (the model is read from --init_checkpoint)")
         if chief:  # writable, before the model is loaded and evaluated (not after)
-            files.check_writable([target])
+            files.check_writable([target, google_target])
         if chief and files.isfile(os.path.join(out, files.RUN_CONFIG_FILE)) and \
                 not files.isdir(os.path.join(out, files.ENCODER_DIR)):
             raise PretrainingError(
@@ -1430,6 +1477,11 @@ def _evaluate(options: PretrainingOptions) -> dict:
                   "eval_steps": options.max_eval_steps,
                   "eval_batch_size": options.eval_batch_size}
         files.write_json(target, record, overwrite=False)
+        steps = _steps_trained(model_path)
+        # Google's global_step is the evaluated checkpoint's step: given where it is known.
+        _write_googles_eval_results(out, {**results, **({"global_step": steps}
+                                                        if steps is not None else {})},
+                                    overwrite=False)
         logging.info("Evaluation: %s -> %s", "  ".join(
             f"{k} {v:.4f}" for k, v in sorted(results.items())), target)
     return results
@@ -1589,6 +1641,7 @@ def _fit_and_evaluate(pretrainer, options, train_data, evaluation, done_steps, i
         logging.info("Final evaluation: %s -> %s", "  ".join(
             f"{k} {v:.4f}" for k, v in sorted(results.items())), target)
         results["global_step"] = options.num_train_steps
+        _write_googles_eval_results(options.output_dir, results, overwrite=True)
         files.write_json(target, results)
         logs.update({f"final_val_{k}": v for k, v in results.items()})
     return logs

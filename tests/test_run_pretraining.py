@@ -113,6 +113,9 @@ def test_output_layout_for_fine_tuning_and_export(finished_run, data):
     assert len(history) == 4 and "val_mlm_logits_accuracy" in history[0]
     results = json.load(open(os.path.join(out, "eval_results.json")))
     assert results["global_step"] == 300 and "mlm_logits_accuracy" in results
+    # Google's eval_results.txt beside it, read as its users' scripts read it: `key = value`
+    # lines, keys sorted, its metric names (its run_pretraining.py's metric_fn).
+    assert _googles_eval_results(os.path.join(out, "eval_results.txt"), results) == 300
 
     # Fine-tuning's view: config + weights rebuild the trained encoder.
     config = BertConfig.from_json_file(os.path.join(out, "encoder", "bert_config.json"))
@@ -126,6 +129,21 @@ def test_output_layout_for_fine_tuning_and_export(finished_run, data):
     # The final pretrainer file holds weights only, no optimizer state.
     assert not any(name.startswith("optimizer") for name in _weights(
         os.path.join(out, "pretrainer.weights.h5")))
+
+
+def _googles_eval_results(path, results) -> int | None:
+    """Checks Google's eval_results.txt at `path` against eval_results.json's `results`;
+    returns its global_step (None where it has none)."""
+    lines = open(path, encoding="ascii").read().splitlines()
+    pairs = dict(line.split(" = ") for line in lines)
+    assert list(pairs) == sorted(pairs) and len(pairs) == len(lines)
+    ours = {"masked_lm_accuracy": "mlm_logits_accuracy", "masked_lm_loss": "mlm_logits_loss",
+            "next_sentence_accuracy": "nsp_logits_accuracy",
+            "next_sentence_loss": "nsp_logits_loss", "loss": "loss"}
+    assert set(pairs) - {"global_step"} == set(ours)
+    for google, name in ours.items():
+        np.testing.assert_allclose(float(pairs[google]), results[name], rtol=1e-6, err_msg=google)
+    return int(pairs["global_step"]) if "global_step" in pairs else None
 
 
 def test_tensorboard_keeps_every_interval(data, tmp_path):
@@ -409,7 +427,9 @@ def test_evaluation_only_run_gives_the_training_runs_final_metrics(finished_run,
         results = train(_options(data, out, **dict(
             evaluation, init_checkpoint=model, bert_config_file=data["config"] if i else None)))
         written = json.load(open(out / "eval_results.json"))
-        assert sorted(os.listdir(out)) == ["eval_results.json"]
+        assert sorted(os.listdir(out)) == ["eval_results.json", "eval_results.txt"]
+        # Google's file; its global_step the run's, which Google's checkpoint does not hold.
+        assert _googles_eval_results(out / "eval_results.txt", written) == (None if i else 300)
         assert written["init_checkpoint"] == model and written["eval_steps"] == 2
         for name in ("loss", "mlm_logits_accuracy", "mlm_logits_loss", "nsp_logits_accuracy",
                      "nsp_logits_loss"):
@@ -425,7 +445,8 @@ def test_evaluation_only_run_gives_the_training_runs_final_metrics(finished_run,
     # The run's own --output_dir is the model where --init_checkpoint is not given; its
     # eval_results.json is not overwritten.
     with pytest.raises(files.OutputExistsError, match=r"--output_dir .* already holds "
-                                                      r"eval_results.json; choose another"):
+                                                      r"eval_results.json and eval_results.txt; "
+                                                      r"choose another"):
         train(_options(data, run, **evaluation))
     assert json.load(open(os.path.join(run, "eval_results.json"))) == expected
     # A model without pretraining heads has nothing to evaluate; nothing is written.

@@ -37,6 +37,7 @@ from absl import app, flags, logging
 
 from bert_keras import backends, model_loading
 from bert_keras.finetuning import loop
+from bert_keras.finetuning import runner
 from bert_keras.finetuning.runner import FinetuneError, expected_errors
 from data_prep import cli, files, schema, tokenizer_config
 from data_prep.classification import DataError
@@ -69,6 +70,9 @@ class ExtractOptions:
 
 _FLAGS = cli.define_flags(ExtractOptions)
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# Google's extract_features.py flags that name no option here (its commands run as written).
+_GOOGLE_FLAGS = runner.define_googles_flags(("use_tpu", "master", "num_tpu_cores",
+                                             "use_one_hot_embeddings"))
 
 
 def read_input(path: str) -> list[tuple[str, str | None]]:
@@ -297,7 +301,12 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     values = cli.values_from_flags(_FLAGS)
     values.update(tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))
-    return cli.report_errors(lambda: run(**values) and 0, expected_errors(), "extract_features")
+
+    def body() -> int:
+        run(**runner.with_googles_flags(values, _GOOGLE_FLAGS, _FLAGS, "extract_features"))
+        return 0
+
+    return cli.report_errors(body, expected_errors(), "extract_features")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ _DEFAULTS = {"learning_rate": 3e-5, "num_train_epochs": 2.0, "train_batch_size":
 _FLAGS = {**cli.define_flags(runner.FinetuneOptions, _DEFAULTS), **cli.define_flags(SquadOptions)}
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 # Google's run_squad.py flags that name no option here (its README's commands run as written).
-_GOOGLE_FLAGS = runner.define_googles_flags(verbose_logging=True)
+_GOOGLE_FLAGS = runner.define_googles_flags(
+    (*runner.FINETUNING_GOOGLE_FLAGS, "verbose_logging"))
 
 
 def run(**values) -> dict:

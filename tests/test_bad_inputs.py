@@ -405,7 +405,8 @@ CASES = [
      "--eval_metric"),
     # extract_features
     *_flag_cases("extract_features", EXT, [("batch_size", 0), ("max_seq_length", 0),
-                                           ("max_seq_length", 2), ("max_seq_length", 500)]),
+                                           ("max_seq_length", 2), ("max_seq_length", 500),
+                                           ("use_tpu", "true")]),
     # Checked before the checkpoint loads and the model runs over the input (it was after).
     ("extract_features-output-extension", "extract_features",
      EXT.replace("features.jsonl", "features.csv").replace("{F}/encoder", "{F}/nope"),
@@ -827,8 +828,8 @@ def test_squad_three_questions_with_batch_four_trains_and_predicts(fx, tmp_path)
 
 
 def test_googles_fine_tuning_flags_are_taken_or_warned_about(fx, tmp_path, caplog):
-    """Google's run_classifier / run_squad flags that name no option here were refused as
-    unknown. Its README's prediction command (a pretrained --init_checkpoint beside the
+    """Google's run_classifier / run_squad / extract_features flags that name no option here
+    were refused as unknown. Its README's prediction command (a pretrained --init_checkpoint beside the
     fine-tuned model in --output_dir, training flags with --do_train=false) now runs:
     --predict_batch_size is the batch size, its TPU flags without --use_tpu are unused as in
     Google's scripts, and every flag not read is named in a warning."""
@@ -852,6 +853,14 @@ def test_googles_fine_tuning_flags_are_taken_or_warned_about(fx, tmp_path, caplo
             "--do_train") in caplog.text
     assert (f"--init_checkpoint {fx}/encoder is not used: it holds a BertEncoder, not a "
             "fine-tuned BertClassifier; running --output_dir's model.keras") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # Google's extract_features command with its TPU flags
+        result = run_tool("extract_features", _argv(
+            EXT + " --batch_size=8 --use_tpu=false --master=grpc://t --num_tpu_cores=8 "
+            "--use_one_hot_embeddings=false", fx, str(tmp_path)))
+    assert result.code == 0, result.stderr[-3000:]
+    assert "--master, --num_tpu_cores: not used" in caplog.text
+    assert "--use_one_hot_embeddings: not used" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING"):  # both batch sizes: --eval_batch_size serves both
         used = predict(tmp_path / "both", "--eval_batch_size=2 --predict_batch_size=3")

@@ -1220,19 +1220,36 @@ def expected_errors() -> tuple:
             FileNotFoundError)
 
 
-# Google's run_classifier.py / run_squad.py TPU flags: read by its scripts only with
-# --use_tpu, which the fine-tuning tools refuse (`with_googles_flags`).
+# Google's TPU flags: its scripts read them only with --use_tpu, which the tools that run
+# on one host's GPUs and CPUs refuse (`with_googles_flags`).
 GOOGLE_TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores",
                     "iterations_per_loop")
 # The flags a run without --do_train does not read (Google's README passes them to its
 # prediction-only run_squad command).
 _TRAINING_ONLY_FLAGS = ("train_file", "train_batch_size", "learning_rate", "num_train_epochs",
                         "num_train_steps", "warmup_proportion", "save_checkpoints_steps")
+# Google's flags the other flags do not cover, as `define_googles_flags` declares them:
+# name -> (type, help).
+_GOOGLE_FLAGS = {
+    "predict_batch_size": (int, "Google's flag: prediction's batch size, which here is "
+                           "--eval_batch_size's (taken as it when --eval_batch_size is not "
+                           "given)."),
+    "use_tpu": (bool, "Google's flag: true is refused (this tool runs on GPUs and CPUs; "
+                "run_pretraining trains on TPUs)."),
+    **{name: (int if name in ("num_tpu_cores", "iterations_per_loop") else str,
+              "Google's TPU flag: read only with --use_tpu, which this tool refuses; unused, "
+              "with a warning.") for name in GOOGLE_TPU_FLAGS},
+    "verbose_logging": (bool, "Google's run_squad flag: unused, with a warning (the log "
+                        "counts the training answers not found)."),
+    "use_one_hot_embeddings": (bool, "Google's extract_features flag: unused, with a warning "
+                               "(a one-hot product and a gather give the same vectors)."),
+}
+FINETUNING_GOOGLE_FLAGS = ("predict_batch_size", "use_tpu", *GOOGLE_TPU_FLAGS)
 
 
-def define_googles_flags(verbose_logging: bool = False) -> dict:
-    """Declares, for the calling tool, Google's run_classifier.py flags (and run_squad.py's
-    `verbose_logging`) that name no option here, so that Google's commands run as written;
+def define_googles_flags(names=FINETUNING_GOOGLE_FLAGS) -> dict:
+    """Declares, for the calling tool, Google's flags `names` (keys of `_GOOGLE_FLAGS`) that
+    name no option here, so that commands written for Google's scripts run as written;
     returns name -> FlagHolder. `with_googles_flags` says what each becomes (before, each
     was refused as an unknown flag)."""
     from absl import flags
@@ -1240,39 +1257,24 @@ def define_googles_flags(verbose_logging: bool = False) -> dict:
     from data_prep import cli
 
     same = {"allow_override": True, "module_name": cli.calling_module()}
-    unused = ("Google's TPU flag: read only with --use_tpu, which fine-tuning refuses; "
-              "unused, with a warning.")
-    holders = {
-        "predict_batch_size": flags.DEFINE_integer(
-            "predict_batch_size", None, "Google's flag: prediction's batch size, which here "
-            "is --eval_batch_size's (taken as it when --eval_batch_size is not given).",
-            **same),
-        "use_tpu": flags.DEFINE_bool(
-            "use_tpu", False, "Google's flag: true is refused (fine-tuning runs on GPUs and "
-            "CPUs; run_pretraining trains on TPUs).", **same),
-        **{name: flags.DEFINE_integer(name, None, unused, **same)
-           for name in ("num_tpu_cores", "iterations_per_loop")},
-        **{name: flags.DEFINE_string(name, None, unused, **same)
-           for name in ("tpu_name", "tpu_zone", "gcp_project", "master")},
-    }
-    if verbose_logging:
-        holders["verbose_logging"] = flags.DEFINE_bool(
-            "verbose_logging", False, "Google's flag: unused, with a warning (the log counts "
-            "the answers not found and the questions truncated).", **same)
-    return holders
+    define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, str: flags.DEFINE_string}
+    return {name: define[_GOOGLE_FLAGS[name][0]](
+                name, False if _GOOGLE_FLAGS[name][0] is bool else None, _GOOGLE_FLAGS[name][1],
+                **same)
+            for name in names}
 
 
-def with_googles_flags(values: dict, google: dict, holders: dict) -> dict:
+def with_googles_flags(values: dict, google: dict, holders: dict, tool: str) -> dict:
     """`values` (flag name -> value) with the Google flags of `google` (name -> FlagHolder,
-    `define_googles_flags`) given on the command line turned into this tool's; what is not
+    `define_googles_flags`) given on the command line turned into `tool`'s; what is not
     used is warned about.
 
     Raises:
-      FinetuneError: --use_tpu (fine-tuning does not run on TPUs).
+      FinetuneError: --use_tpu (these tools do not run on TPUs).
     """
     given = {name: holder.value for name, holder in google.items() if holder.present}
     if given.get("use_tpu"):
-        raise FinetuneError("--use_tpu: the fine-tuning tools run on GPUs and CPUs, not TPUs "
+        raise FinetuneError(f"--use_tpu: {tool} runs on GPUs and CPUs, not TPUs "
                             "(run_pretraining trains on them); drop it")
     values = dict(values)
     batch = given.get("predict_batch_size")
@@ -1292,6 +1294,9 @@ def with_googles_flags(values: dict, google: dict, holders: dict) -> dict:
         logging.warning("--verbose_logging: not used (with it Google's run_squad logs the "
                         "answers it cannot align with their context; the log here counts the "
                         "training answers not found)")
+    if "use_one_hot_embeddings" in given:
+        logging.warning("--use_one_hot_embeddings: not used (Google's TPU way to look up "
+                        "embeddings; a gather gives the same vectors)")
     return values
 
 
@@ -1324,7 +1329,7 @@ def main(task: Task, argv, holders: dict, tokenizer_flags: dict,
     def body() -> int:
         nonlocal values
         if google_flags:
-            values = with_googles_flags(values, google_flags, holders)
+            values = with_googles_flags(values, google_flags, holders, prog)
         _warn_of_training_flags(values, holders)
         run(task, values)
         return 0

@@ -14,15 +14,17 @@ PIP    := $(VENV)/bin/pip
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-$(VENV)/.runtime-stamp: requirements.txt pyproject.toml
+# constraints.txt pins every package to the versions the suites last passed with (its header
+# says how it is regenerated); requirements*.txt keep the supported ranges.
+$(VENV)/.runtime-stamp: requirements.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q -r requirements.txt -c constraints.txt
 	$(PIP) install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.dev-stamp: $(VENV)/.runtime-stamp requirements-dev.txt
-	$(PIP) install -q -r requirements-dev.txt
+$(VENV)/.dev-stamp: $(VENV)/.runtime-stamp requirements-dev.txt constraints.txt
+	$(PIP) install -q -r requirements-dev.txt -c constraints.txt
 	touch $@
 
 venv: $(VENV)/.runtime-stamp

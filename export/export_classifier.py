@@ -93,9 +93,10 @@ class PooledHeadModule(tf.Module):
         spec = {"text": tf.io.FixedLenFeature([], tf.string)}
         if self.pair:
             spec["text_b"] = tf.io.FixedLenFeature([], tf.string)
-        inputs = request_checks.texts(inputs)  # everything below reads the checked batch
+        inputs = request_checks.batch(inputs)  # everything below reads the checked batch
         features = tf.io.parse_example(inputs, spec)
-        texts = [features["text"], features["text_b"]] if self.pair else [features["text"]]
+        texts = [request_checks.texts(features[name])
+                 for name in (("text", "text_b") if self.pair else ("text",))]
         return self._examples_outputs(self._run(texts), tf.shape(inputs)[0])
 
 

@@ -206,9 +206,9 @@ class TaggerModule(tf.Module):
         entity_end = tf.math.unsorted_segment_max(
             tf.boolean_mask(end, inside), tf.boolean_mask(opened - 1, inside), count)
 
-        def source(at, until, at_rows):  # the text's own characters, invalid UTF-8 replaced
-            return tf.strings.unicode_transcode(tf.strings.substr(
-                tf.gather(text, at_rows), at, until - at), "UTF-8", "UTF-8", errors="replace")
+        def source(at, until, at_rows):  # the text's own characters (`request_checks.texts`
+            # made it UTF-8; the offsets are characters' starts)
+            return tf.strings.substr(tf.gather(text, at_rows), at, until - at)
 
         # Offsets in characters of the text as a client decodes it (invalid UTF-8 replaced).
         stops = tokenization.character_stops(text)
@@ -262,7 +262,7 @@ class TaggerModule(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string, name="words")])
     def serve_words(self, words):
-        words = tf.ensure_shape(words, [None, None])  # request_checks: a batch of word rows
+        words = request_checks.texts(words, rank=2)  # a batch of word rows
         return self._tag(tf.RaggedTensor.from_tensor(words, padding=""))
 
 

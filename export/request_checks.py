@@ -27,9 +27,25 @@ import tensorflow as tf
 from data_prep import schema
 
 
-def texts(text: tf.Tensor) -> tf.Tensor:
-    """`text` (a signature's string input), required to be a batch: a 1-D tensor."""
-    return tf.ensure_shape(text, [None])
+def batch(values: tf.Tensor, rank: int = 1) -> tf.Tensor:
+    """`values` (a signature's input), required to be a batch: a tensor of `rank`
+    dimensions, of any sizes ([batch] texts or serialized tf.Examples, [batch, W] words)."""
+    return tf.ensure_shape(values, [None] * rank)
+
+
+def texts(text: tf.Tensor, rank: int = 1) -> tf.Tensor:
+    """`text` (a signature's string input) checked as a batch (`batch`) and read as UTF-8:
+    each ill-formed byte sequence becomes U+FFFD, as Python's
+    `bytes.decode("utf-8", "replace")` reads it (string [batch] or [batch, W], valid UTF-8).
+
+    A tf.string request carries any bytes (gRPC passes them through, REST takes {"b64": ...}).
+    The tokenizer reads ill-formed bytes as U+FFFD and drops them, so the ids are the same
+    either way; but an output that echoes the request's text (the tagger's words and units,
+    span QA's answer) held the raw bytes, and TF Serving's REST API writes a string output
+    into the JSON response as it is: the response was not UTF-8 and a strict client's JSON
+    decoder refused it whole, the answers of the request's other texts with it.
+    """
+    return tf.strings.unicode_transcode(batch(text, rank), "UTF-8", "UTF-8", errors="replace")
 
 
 def text_pair(first: tf.Tensor, second: tf.Tensor, names: tuple[str, str]):

@@ -23,7 +23,8 @@ up to one of --length_buckets (`export.length_buckets`); the tags are those of t
 
 Signatures (W = the most words of a row in the batch; shorter rows are padded with "",
 tag "" and tag_id -1, probabilities 0):
-  serving_default  text: string [batch] (split on whitespace, as Python's str.split())
+  serving_default  text: string [batch] (split on whitespace, as Python's str.split(); ill-
+                   formed UTF-8 read as U+FFFD, `request_checks.texts`)
                    -> words string [batch, W], tags string [batch, W], tag_ids int32
                    [batch, W], probabilities float32 [batch, W, C], num_words int32 [batch]
   words            words: string [batch, W'] (pad rows at the end with "") -> the same

@@ -123,6 +123,20 @@ def _library_adamw_class():
     return LibraryAdamW
 
 
+@functools.cache  # One class, so that _describe recognises what library_parts installed.
+def _library_layer_norm_class():
+    """keras.layers.LayerNormalization with the entry point the encoder block calls,
+    `call_with_residual(x, residual)`, as the block did before it had one: the residual sum,
+    then Keras' layer (never the fused kernel of bert_keras.residual_layer_norm)."""
+    import keras
+
+    class LibraryLayerNormalization(keras.layers.LayerNormalization):
+        def call_with_residual(self, inputs, residual):
+            return self(inputs + residual)
+
+    return LibraryLayerNormalization
+
+
 def _ours_and_library():
     """{part: (our object, the library's object)} for the names that get patched."""
     import keras
@@ -131,7 +145,7 @@ def _ours_and_library():
     from bert_keras.layers import activations, dropout, layer_norm
 
     return {
-        "layer_norm": (layer_norm.LayerNorm, keras.layers.LayerNormalization),
+        "layer_norm": (layer_norm.LayerNorm, _library_layer_norm_class()),
         "dropout": (dropout.Dropout, keras.layers.Dropout),
         "gelu": (activations.gelu, library_gelu),
         "adamw": (optimization.AdamW, _library_adamw_class()),

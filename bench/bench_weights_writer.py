@@ -71,6 +71,9 @@ def main():
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: expected a positive number")
+    if args.dir is not None and not os.path.isdir(args.dir):
+        # Checked before the model is built: tempfile would fail later with a traceback.
+        parser.error(f"--dir={args.dir}: not an existing directory")
 
     from bert_keras import checkpoints
 

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/export_size.py [--preset=base]
 
-Exports a randomly initialised encoder (with and without the mlm endpoint) and a
-classifier end to end, and prints variables/ bytes over float32 parameter bytes.
+Exports a randomly initialised encoder with export_encoder, without and with the mlm
+endpoint, and prints the SavedModel's variables/ bytes over float32 parameter bytes.
 """
 
 import argparse
@@ -19,8 +19,8 @@ from export.saved_model_writer import saved_model_size  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--preset", default="base")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="base", help="BertConfig preset (tiny, ..., base)")
     args = parser.parse_args()
     encoder = BertEncoder.from_preset(args.preset)
     pretrainer = BertPretrainer(encoder)

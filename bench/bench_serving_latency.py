@@ -1536,6 +1536,14 @@ def main():
     if args.kernel_layout_ab and args.mode not in ("real", "qa", "tagger"):
         parser.error(f"--kernel_layout_ab: only --mode=real, qa or tagger. Received: "
                      f"--mode={args.mode}")
+    if args.mode == "qa" and not (1 <= args.max_query_length < args.seq_length - 3
+                                  and args.doc_stride >= 1):
+        # qa_windows would never finish a context with no room beside the question (run_squad
+        # and export_span_qa refuse the same).
+        parser.error(f"--mode=qa: need 1 <= --max_query_length < --seq_length - 3 ([CLS] and "
+                     f"two [SEP]) and --doc_stride >= 1. Received: --max_query_length="
+                     f"{args.max_query_length} --seq_length={args.seq_length} "
+                     f"--doc_stride={args.doc_stride}")
     if args.requests < args.rounds or args.rounds < 1:
         parser.error(f"need --requests >= --rounds >= 1. Received: --requests={args.requests} "
                      f"--rounds={args.rounds}")

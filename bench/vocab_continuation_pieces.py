@@ -7,7 +7,7 @@ give characters their "##" continuation piece (the A/B behind build_vocab's step
 
     python bench/vocab_continuation_pieces.py --train=ko/train.txt \
         --heldout=help:ko/heldout.txt,law:ko/law.txt,chat:ko/chat.txt \
-        --vocab_sizes=4000,8000,12000 [--do_lower_case] [--nostrip_accents]
+        --vocab_sizes=4000,8000,12000 [--no-do_lower_case] [--strip_accents]
 
 Each vocabulary is learnt in-process from the same word counts (build_vocab's normalizer
 and trainer; the compact layout, 5 reserved tokens); held-out words are tokenized by
@@ -71,9 +71,14 @@ def main() -> None:
     parser.add_argument("--strip_accents", action=argparse.BooleanOptionalAction, default=False)
     args = parser.parse_args()
     pre = tokenization.pretokenizer(args.do_lower_case, args.strip_accents, True)
-    counts = collections.Counter(words_of(args.train, pre))
-    heldout = {name: words_of(path, pre)
-               for name, path in (item.split(":", 1) for item in args.heldout.split(","))}
+    try:
+        counts = collections.Counter(words_of(args.train, pre))
+        items = [item.split(":", 1) for item in args.heldout.split(",")]
+        if any(len(item) != 2 for item in items):
+            parser.error(f"--heldout={args.heldout}: expected name:path,...")
+        heldout = {name: words_of(path, pre) for name, path in items}
+    except OSError as e:
+        parser.error(f"{e.filename}: {e.strerror}")
     print(f"train: {args.train}, {sum(counts.values())} words ({len(counts)} distinct)")
     print("| vocab size | '##' pieces: | " + " | ".join(
         f"{name} ({len(words)} words): [UNK] % / pieces per word" for name, words in heldout.items())
@@ -81,7 +86,10 @@ def main() -> None:
     print("| ---: | --- |" + " ---: |" * len(heldout))
     for size in (int(s) for s in args.vocab_sizes.split(",")):
         for variant in ("inside", "every"):
-            vocab = set(learn(counts, size - 5, variant))
+            try:
+                vocab = set(learn(counts, size - 5, variant))
+            except build_vocab.BuildVocabError as e:  # e.g. a corpus too small for the size
+                parser.error(f"--vocab_sizes: {size}: {e}")
             singles = sum(t.startswith("##") and len(t) == 3 for t in vocab)
             cells = []
             for words in heldout.values():

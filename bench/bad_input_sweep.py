@@ -8,6 +8,7 @@ prints `<tool>: error: ...` or absl's `FATAL Flags parsing error: ...`; both cou
 error line here, so the figures compare what a user sees, not the prefix.
 """
 
+import argparse
 import collections
 import json
 import os
@@ -36,14 +37,12 @@ def classify(result, subject, leftovers):
     return "unclear"
 
 
-def main():
-    from absl import logging
-
-    logging.set_verbosity(logging.ERROR)
-    root = tempfile.mkdtemp(prefix="sweep-")
-    fx = suite.build_fixtures(os.path.join(root, "fixtures") and os.makedirs(
-        os.path.join(root, "fixtures")) or os.path.join(root, "fixtures"))
-    counts, left, rows = collections.Counter(), 0, []
+def sweep(root):
+    """Runs every case under `root` (fixtures and one work directory per case): its rows."""
+    fixtures = os.path.join(root, "fixtures")
+    os.makedirs(fixtures)
+    fx = suite.build_fixtures(fixtures)
+    rows = []
     for i, (case_id, tool, template, subject) in enumerate(suite.CASES):
         work = os.path.join(root, f"w{i}")
         os.makedirs(work)
@@ -51,16 +50,28 @@ def main():
         result = run_tool(tool, suite._argv(template, fx, work))
         leftovers = tree(fx) != before_f or tree(work) != before_w
         kind = classify(result, subject.format(F=fx, W=work), leftovers)
-        counts[kind] += 1
-        left += leftovers
         last = (result.stderr.strip().splitlines() or [""])[-1][:160]
         rows.append({"case": case_id, "kind": kind, "leftovers": leftovers, "code": result.code,
                      "last_line": last})
         print(f"{kind:15s} {'LEFT' if leftovers else '    '} {case_id}: {last}", flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", default="", help="also write the summary and every row here")
+    args = parser.parse_args()
+    from absl import logging
+
+    logging.set_verbosity(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="sweep-") as root:
+        rows = sweep(root)
+    counts = collections.Counter(row["kind"] for row in rows)
+    left = sum(row["leftovers"] for row in rows)
     summary = {"cases": len(suite.CASES), **counts, "leftovers": left}
     print(json.dumps(summary))
-    if len(sys.argv) > 2 and sys.argv[1] == "--json":
-        with open(sys.argv[2], "w") as f:
+    if args.json:
+        with open(args.json, "w") as f:
             json.dump({"summary": summary, "rows": rows}, f, indent=1)
 
 

@@ -219,6 +219,29 @@ def test_bucket_sets_are_parsed_and_refused_where_no_bucket_is_exported():
         assert done.stderr.strip().splitlines()[-1].endswith("error: " + expected), done.stderr
 
 
+@pytest.mark.parametrize("args, received", [
+    (["--seq_length=64"], "--max_query_length=64 --seq_length=64 --doc_stride=128"),
+    (["--seq_length=40", "--max_query_length=37"],
+     "--max_query_length=37 --seq_length=40 --doc_stride=128"),
+    (["--max_query_length=0"], "--max_query_length=0 --seq_length=128 --doc_stride=128"),
+    (["--doc_stride=0"], "--max_query_length=64 --seq_length=128 --doc_stride=0"),
+])
+def test_qa_mode_refuses_settings_that_leave_no_room_for_context(args, received):
+    """--mode=qa with --max_query_length >= --seq_length - 3 (no room for context beside the
+    question and [CLS], [SEP], [SEP]: run_squad and export_span_qa refuse it) or a stride
+    below 1 is one `error:` line and exit 2 before anything loads; qa_windows would
+    otherwise step by a room <= 0 forever on the first long question."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, os.path.join(REPO, "bench", "bench_serving_latency.py"),
+                           "--mode=qa", "--preset=tiny", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "error: --mode=qa: need 1 <= --max_query_length < --seq_length - 3 ([CLS] and two "
+        f"[SEP]) and --doc_stride >= 1. Received: {received}"), done.stderr
+
+
 def test_the_layout_ab_row_exports_with_the_asked_layout_and_other_modes_refuse_it():
     """--kernel_layout_ab=L adds two rows, "<name>, kernels L" and "<name>, bfloat16, kernels
     L", built with that layout in float32 and bfloat16 under export names of their own (none

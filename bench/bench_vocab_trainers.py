@@ -85,7 +85,7 @@ def child(name: str, files: list[str], vocab_size: int, out: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--megabytes", type=float, default=4.0)
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--trainers", default="tf_text,keras_hub,hf,build_vocab")

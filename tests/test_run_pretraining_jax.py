@@ -410,7 +410,14 @@ def test_two_processes_start_from_a_checkpoint_and_evaluate_one(static_data, tmp
     two_processes(tmp_path / "two", **evaluation)
     one, two = (json.loads((tmp_path / name / "eval_results.json").read_text())
                 for name in ("one", "two"))
-    assert sorted(os.listdir(tmp_path / "two")) == ["eval_results.json"]
+    # The chief alone writes, and only the results (eval_results.txt: Google's names).
+    assert sorted(os.listdir(tmp_path / "two")) == ["eval_results.json", "eval_results.txt"]
     for name in ("mlm_logits_accuracy", "mlm_logits_loss", "nsp_logits_accuracy",
                  "nsp_logits_loss"):
         np.testing.assert_allclose(two[name], one[name], rtol=1e-5, err_msg=name)
+    google = [dict(line.split(" = ") for line in (tmp_path / name / "eval_results.txt")
+                   .read_text().splitlines()) for name in ("one", "two")]
+    assert google[0].keys() == google[1].keys() >= {"masked_lm_accuracy", "next_sentence_loss"}
+    for name in google[0]:
+        np.testing.assert_allclose(float(google[1][name]), float(google[0][name]), rtol=1e-5,
+                                   err_msg=name)

@@ -226,10 +226,9 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
                         example.answer_text = ""
                     else:  # answered: refused above otherwise
                         stats.multiple_answers += len(answers) > 1
-                        span = _locate_answer(answers[0], context, doc_tokens, char_to_word,
-                                              f"{where}.answers[0]")
-                        if _utf16_offset(context, answers[0]["answer_start"],
-                                         answers[0]["text"]) is not None:
+                        span, utf16 = _locate_answer(answers[0], context, doc_tokens,
+                                                     char_to_word, f"{where}.answers[0]")
+                        if utf16 is not None:
                             # Found or not: the span read at it is not the answer's.
                             stats.utf16_offsets.append(qas_id)
                         if isinstance(span, str):
@@ -242,13 +241,15 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
 
 
 def _locate_answer(answer, context, doc_tokens, char_to_word, where):
-    """(start_word, end_word), or a short reason string when the answer cannot be placed."""
+    """((start_word, end_word), or a short reason string when the answer cannot be placed;
+    the character offset at which answer_start read as UTF-16 code units finds the answer
+    (`_utf16_offset`), or None)."""
     text = answer["text"]
     start = answer.get("answer_start")
     if isinstance(start, bool) or not isinstance(start, int):
         raise DataError(f"{where}.answer_start: expected an integer, got {start!r}")
     if not text.strip():
-        return "empty answer text"
+        return "empty answer text", None
     end = start + len(text) - 1
     # SQuAD's answer_start counts characters (Python's code points); a file made by a
     # JavaScript or Java tool counts UTF-16 code units, one more for each character outside
@@ -275,8 +276,8 @@ def _locate_answer(answer, context, doc_tokens, char_to_word, where):
     actual = " ".join(" ".join(doc_tokens[start_word:end_word + 1]).split())
     cleaned = " ".join(text.split())
     if actual.find(cleaned) == -1:
-        return f"{cleaned!r} not in {actual!r}" + in_utf16
-    return start_word, end_word
+        return f"{cleaned!r} not in {actual!r}" + in_utf16, utf16
+    return (start_word, end_word), utf16
 
 
 def _utf16_offset(context: str, start: int, text: str) -> int | None:

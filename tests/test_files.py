@@ -368,14 +368,24 @@ def test_a_named_pipe_keeps_its_name_so_a_gz_one_is_decompressed(tmp_path):
 
 
 
+def _copy_refusal():
+    """(the pipe's name, the one line a tool prints) for `files.rereadable` refusing to copy
+    a pipe of a few bytes (the copy's failure is patched in by the caller)."""
+    from conftest import piped
+    from data_prep import cli
+
+    with piped(b"some text\n") as path:
+        with pytest.raises(files.PipeCopyError) as raised:
+            with files.rereadable(path):
+                pass
+    return path, cli.describe_error(raised.value)
+
+
 def test_a_pipe_that_finds_no_room_for_its_copy_says_so_in_one_line(monkeypatch):
     """A full temporary directory: one line naming the pipe, the directory and what to do
     (not an output's "cannot be written"), and the partial copy is removed."""
     import errno
     import tempfile
-
-    from conftest import piped
-    from data_prep import cli
 
     made = []
     real_mkdtemp = tempfile.mkdtemp
@@ -390,11 +400,8 @@ def test_a_pipe_that_finds_no_room_for_its_copy_says_so_in_one_line(monkeypatch)
 
     monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
     monkeypatch.setattr(files.shutil, "copyfileobj", full)
-    with piped(b"some text\n") as path:
-        with pytest.raises(files.PipeCopyError) as raised:
-            with files.rereadable(path):
-                pass
-    assert cli.describe_error(raised.value) == (
+    path, message = _copy_refusal()
+    assert message == (
         f"{path} is a pipe, read once into a copy in {made[0]}, which failed: no space left "
         "on device; set TMPDIR to a disk with room, or give a file")
     assert not os.path.exists(made[0])
@@ -406,16 +413,10 @@ def test_a_pipe_whose_temporary_directory_cannot_be_made_says_so_in_one_line(mon
     not mkdtemp's traceback."""
     import tempfile
 
-    from conftest import piped
-    from data_prep import cli
-
     missing = str(tmp_path / "no-such-dir")
     monkeypatch.setattr(tempfile, "tempdir", missing)
-    with piped(b"some text\n") as path:
-        with pytest.raises(files.PipeCopyError) as raised:
-            with files.rereadable(path):
-                pass
-    assert cli.describe_error(raised.value) == (
+    path, message = _copy_refusal()
+    assert message == (
         f"{path} is a pipe, read once into a copy in the temporary directory {missing}, "
         "which cannot be made there: no such file or directory; set TMPDIR to a writable "
         "disk with room, or give a file")

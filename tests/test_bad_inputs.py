@@ -869,6 +869,21 @@ def test_googles_fine_tuning_flags_are_taken_or_warned_about(fx, tmp_path, caplo
         caplog.text
 
 
+def test_googles_verbose_logging_is_named_unused(caplog):
+    """run_squad's --verbose_logging (Google's: log each answer it cannot align) is taken
+    and named in a warning, the other values left as they were."""
+    from types import SimpleNamespace
+
+    from bert_keras.finetuning import runner
+
+    given = {"verbose_logging": SimpleNamespace(value=True, present=True)}
+    holders = {"eval_batch_size": SimpleNamespace(value=8, present=False)}
+    with caplog.at_level("WARNING"):
+        values = runner.with_googles_flags({"eval_batch_size": 8}, given, holders, "run_squad")
+    assert values == {"eval_batch_size": 8}
+    assert "--verbose_logging: not used" in caplog.text
+
+
 def test_one_class_is_accepted_with_its_flag(fx, tmp_path):
     result = run_tool("run_classifier", _argv(
         f"{CLS.replace('cls.jsonl', 'cls_one_class.jsonl')} --num_train_steps=1 "

@@ -56,7 +56,10 @@ from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagg
 from data_prep import files, tokenizer_config
 from data_prep.cli import ToolError, reading
 
-FORMATS = ("google", "hf", "keras")
+FORMATS = ("google", "hf", "keras")  # read and written
+# Read only (convert_checkpoint --from, the loader): TF Model Garden's TF2 checkpoints and
+# TF Hub-format SavedModels.
+READ_FORMATS = (*FORMATS, "model_garden", "tf_hub")
 
 
 class WeightLoadError(ToolError):
@@ -73,84 +76,127 @@ class WeightName:
     hf: str
     hf_transpose: bool = False  # True for nn.Linear weights ([out, in] in PyTorch).
     google_transpose: bool = False  # True where Google's TF1 code stored [out, in].
+    # TF Model Garden's BertEncoder variable name (read only; "" where it has none), and
+    # how its EinsumDense attention splits our [H, H] kernels and [H] biases by head:
+    # "out" the last axis (query/key/value: kernel [H, N, D], bias [N, D]), "in" the first
+    # (attention output: kernel [N, D, H]).
+    model_garden: str = ""
+    model_garden_heads: str = ""
 
     def name(self, fmt: str) -> str:
-        """This weight's name in `fmt` ("google" or "hf")."""
+        """This weight's name in `fmt` ("google", "hf", "model_garden", or "ours")."""
         return getattr(self, fmt)
 
     def transposed(self, fmt: str) -> bool:
         """Whether `fmt` stores this weight transposed relative to our variable."""
-        return getattr(self, f"{fmt}_transpose")
+        return getattr(self, f"{fmt}_transpose", False)
 
     def convert(self, fmt: str, value: np.ndarray) -> np.ndarray:
         """Converts `value` between our layout and `fmt`'s, in either direction."""
         return value.T if self.transposed(fmt) else value
 
+    def file_shape(self, fmt: str, shape: tuple, num_heads: int) -> tuple:
+        """The shape `fmt` stores our variable of `shape` in (`num_heads`: the model's)."""
+        shape = tuple(shape)
+        if self.transposed(fmt):
+            return shape[::-1]
+        split = self.model_garden_heads if fmt == "model_garden" else ""
+        if split == "out":
+            return (*shape[:-1], num_heads, shape[-1] // num_heads)
+        if split == "in":
+            return (num_heads, shape[0] // num_heads, *shape[1:])
+        return shape
+
+    def to_ours(self, fmt: str, value: np.ndarray, shape: tuple) -> np.ndarray:
+        """A tensor read from `fmt`, whose shape `file_shape` checked, in our layout of
+        `shape`: transposed, or (Model Garden's heads) reshaped: [H, N, D] -> [H, N*D] keeps
+        head n's columns at n*D..n*D+D-1, as Google's [H, H] kernels hold them."""
+        return np.reshape(self.convert(fmt, value), shape)
+
     def for_layer(self, i: int) -> "WeightName":
         return dataclasses.replace(
-            self, ours=self.ours.format(i=i), google=self.google.format(i=i), hf=self.hf.format(i=i)
+            self, ours=self.ours.format(i=i), google=self.google.format(i=i),
+            hf=self.hf.format(i=i), model_garden=self.model_garden.format(i=i)
         )
 
 
-def _dense(ours, google, hf):
+def _dense(ours, google, hf, model_garden="", heads=""):
+    """A Dense layer's two rows. `heads`: Model Garden's EinsumDense split ("out" splits
+    the kernel's last axis and the bias, "in" the kernel's first; WeightName)."""
     return (
-        WeightName(f"{ours}/kernel", f"{google}/kernel", f"{hf}.weight", hf_transpose=True),
-        WeightName(f"{ours}/bias", f"{google}/bias", f"{hf}.bias"),
+        WeightName(f"{ours}/kernel", f"{google}/kernel", f"{hf}.weight", hf_transpose=True,
+                   model_garden=model_garden and f"{model_garden}/kernel",
+                   model_garden_heads=heads),
+        WeightName(f"{ours}/bias", f"{google}/bias", f"{hf}.bias",
+                   model_garden=model_garden and f"{model_garden}/bias",
+                   model_garden_heads="out" if heads == "out" else ""),
     )
 
 
-def _layer_norm(ours, google, hf):
+def _layer_norm(ours, google, hf, model_garden=""):
     return (
-        WeightName(f"{ours}/gamma", f"{google}/gamma", f"{hf}.weight"),
-        WeightName(f"{ours}/beta", f"{google}/beta", f"{hf}.bias"),
+        WeightName(f"{ours}/gamma", f"{google}/gamma", f"{hf}.weight",
+                   model_garden=model_garden and f"{model_garden}/gamma"),
+        WeightName(f"{ours}/beta", f"{google}/beta", f"{hf}.bias",
+                   model_garden=model_garden and f"{model_garden}/beta"),
     )
 
 
 # The embeddings: bert/embeddings/*.
 EMBEDDING_WEIGHTS = (
     WeightName("embeddings/word_embeddings", "bert/embeddings/word_embeddings",
-               "embeddings.word_embeddings.weight"),
+               "embeddings.word_embeddings.weight", model_garden="word_embeddings/embeddings"),
     WeightName("embeddings/position_embeddings", "bert/embeddings/position_embeddings",
-               "embeddings.position_embeddings.weight"),
+               "embeddings.position_embeddings.weight",
+               model_garden="position_embedding/embeddings"),
     WeightName("embeddings/token_type_embeddings", "bert/embeddings/token_type_embeddings",
-               "embeddings.token_type_embeddings.weight"),
-    *_layer_norm("embeddings/layer_norm", "bert/embeddings/LayerNorm", "embeddings.LayerNorm"),
+               "embeddings.token_type_embeddings.weight",
+               model_garden="type_embeddings/embeddings"),
+    *_layer_norm("embeddings/layer_norm", "bert/embeddings/LayerNorm", "embeddings.LayerNorm",
+                 "embeddings/layer_norm"),
 )
 
 _L_OURS = "transformer_layer_{i}"
 _L_GOOGLE = "bert/encoder/layer_{i}"
 _L_HF = "encoder.layer.{i}"
+_L_MG = "transformer/layer_{i}"
 
 # One transformer block: bert/encoder/layer_{i}/*.
 LAYER_WEIGHTS = (
     *_dense(f"{_L_OURS}/self_attention/query", f"{_L_GOOGLE}/attention/self/query",
-            f"{_L_HF}.attention.self.query"),
+            f"{_L_HF}.attention.self.query", f"{_L_MG}/self_attention/query", heads="out"),
     *_dense(f"{_L_OURS}/self_attention/key", f"{_L_GOOGLE}/attention/self/key",
-            f"{_L_HF}.attention.self.key"),
+            f"{_L_HF}.attention.self.key", f"{_L_MG}/self_attention/key", heads="out"),
     *_dense(f"{_L_OURS}/self_attention/value", f"{_L_GOOGLE}/attention/self/value",
-            f"{_L_HF}.attention.self.value"),
+            f"{_L_HF}.attention.self.value", f"{_L_MG}/self_attention/value", heads="out"),
     *_dense(f"{_L_OURS}/attention_output", f"{_L_GOOGLE}/attention/output/dense",
-            f"{_L_HF}.attention.output.dense"),
+            f"{_L_HF}.attention.output.dense", f"{_L_MG}/self_attention/attention_output",
+            heads="in"),
     *_layer_norm(f"{_L_OURS}/attention_layer_norm", f"{_L_GOOGLE}/attention/output/LayerNorm",
-                 f"{_L_HF}.attention.output.LayerNorm"),
+                 f"{_L_HF}.attention.output.LayerNorm", f"{_L_MG}/self_attention_layer_norm"),
     *_dense(f"{_L_OURS}/intermediate", f"{_L_GOOGLE}/intermediate/dense",
-            f"{_L_HF}.intermediate.dense"),
-    *_dense(f"{_L_OURS}/output_dense", f"{_L_GOOGLE}/output/dense", f"{_L_HF}.output.dense"),
+            f"{_L_HF}.intermediate.dense", f"{_L_MG}/intermediate"),
+    *_dense(f"{_L_OURS}/output_dense", f"{_L_GOOGLE}/output/dense", f"{_L_HF}.output.dense",
+            f"{_L_MG}/output"),
     *_layer_norm(f"{_L_OURS}/output_layer_norm", f"{_L_GOOGLE}/output/LayerNorm",
-                 f"{_L_HF}.output.LayerNorm"),
+                 f"{_L_HF}.output.LayerNorm", f"{_L_MG}/output_layer_norm"),
 )
 
 # The [CLS] pooler: bert/pooler/dense.
-POOLER_WEIGHTS = _dense("pooler_dense", "bert/pooler/dense", "pooler.dense")
+POOLER_WEIGHTS = _dense("pooler_dense", "bert/pooler/dense", "pooler.dense", "pooler_transform")
 
 # BertPretrainer's heads. The masked-LM output projection is the word-embedding table (tied),
-# so its only own vocabulary-sized weight is the output bias.
+# so its only own vocabulary-sized weight is the output bias. Model Garden's
+# BertPretrainerV2 names its MaskedLM head's variables after Google's (under bert/); it has
+# no next-sentence head.
 MASKED_LM_WEIGHTS = (
     *_dense("masked_lm/transform_dense", "cls/predictions/transform/dense",
-            "cls.predictions.transform.dense"),
+            "cls.predictions.transform.dense", "bert/cls/predictions/transform/dense"),
     *_layer_norm("masked_lm/layer_norm", "cls/predictions/transform/LayerNorm",
-                 "cls.predictions.transform.LayerNorm"),
-    WeightName("masked_lm/output_bias", "cls/predictions/output_bias", "cls.predictions.bias"),
+                 "cls.predictions.transform.LayerNorm",
+                 "bert/cls/predictions/transform/LayerNorm"),
+    WeightName("masked_lm/output_bias", "cls/predictions/output_bias", "cls.predictions.bias",
+               model_garden="bert/cls/predictions/output_bias/bias"),
 )
 NSP_WEIGHTS = (
     # Google's run_pretraining.py made this [2, H] by hand (tf.matmul(..., transpose_b=True)).
@@ -355,12 +401,15 @@ def _load_table(model, fmt: str, shapes: dict[str, tuple], read: Callable[[str],
                      len(skipped), ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""))
 
     variables = {v.path: v for v in model.weights}
+    num_heads = _encoder_of(model).num_heads
     mismatched = []
     for name, w in expected.items():
-        want = tuple(variables[w.ours].shape)
-        note = ""
+        ours = tuple(variables[w.ours].shape)
+        want, note = w.file_shape(fmt, ours, num_heads), ""
         if w.transposed(fmt):
-            want, note = want[::-1], f" (our {w.ours} {tuple(variables[w.ours].shape)} transposed)"
+            note = f" (our {w.ours} {ours} transposed)"
+        elif want != ours:
+            note = f" (our {w.ours} {ours} split into {num_heads} heads)"
         if tuple(shapes[name]) != want:
             mismatched.append(f"{display(name)}: model {want}, file {tuple(shapes[name])}{note}")
     if mismatched:
@@ -368,7 +417,8 @@ def _load_table(model, fmt: str, shapes: dict[str, tuple], read: Callable[[str],
             f"{source}: {len(mismatched)} tensor(s) have the wrong shape "
             "(does the config fit the weights?):\n  " + "\n  ".join(mismatched)
         )
-    values = {w.ours: np.asarray(w.convert(fmt, read(name))) for name, w in expected.items()}
+    values = {w.ours: w.to_ours(fmt, np.asarray(read(name)), variables[w.ours].shape)
+              for name, w in expected.items()}
     for ours, value in values.items():
         variables[ours].assign(value.astype(variables[ours].dtype))
     return absent
@@ -651,8 +701,8 @@ def _load_google_tensors(model, prefix: str, reader, shapes: dict) -> None:
     scopes = ("bert/", "cls/") if isinstance(model, BertPretrainer) else ("bert/",)
     hint = ""
     if any(".ATTRIBUTES/" in n for n in shapes):
-        hint = ("\n  (this is a TF2 object-based checkpoint, not Google's TF1 format; load a "
-                "Keras model with keras.saving.load_model or the .weights.h5 instead)")
+        hint = ("\n  (this is a TF2 object-based checkpoint, not Google's TF1 format: TF Model "
+                "Garden's BertEncoder is read with --from=model_garden)")
     elif isinstance(model, BertPretrainer) and not any(n.startswith("cls/") for n in shapes):
         hint = ("\n  (the checkpoint has no pretraining heads cls/*; load it into "
                 "pretrainer.encoder, or convert with --model=encoder)")
@@ -728,6 +778,255 @@ def save_google_checkpoint(model, ckpt_prefix: str) -> str:
                 os.remove(path)
             files.remove_created_dirs(created)
     return prefix
+
+
+# ------------------------------------------------------------------------------------------
+# TF2 object-based checkpoints: TF Model Garden's BertEncoder and TF Hub's BERT SavedModels
+
+
+# A TF2 checkpoint's object graph, which names every tensor's object path and, as the
+# attribute's `full_name`, the variable's own name (what the tables hold: object paths such
+# as encoder/layer_with_weights-4/... change with how the model was built and saved).
+TF2_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
+# Objects at a TF2 checkpoint's root that hold no model weight: a training checkpoint's
+# optimizer (slots) and step counters, TF Hub's do_lower_case (read as the casing).
+TF2_NOT_MODEL = ("optimizer", "save_counter", "global_step", "do_lower_case")
+# Variables that are not weights: Keras 3's dropout seed states (our encoder exports).
+TF2_NOT_WEIGHTS = re.compile(r"(^|/)seed_generator_state$")
+# Model Garden's get_activation("gelu") is the tanh approximation (bert_config.json's
+# "gelu" builds tf_keras.activations.gelu(approximate=True)), our "gelu_tanh"; its BERT
+# LayerNorms use epsilon 1e-12, as Google's.
+MODEL_GARDEN_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu", "tanh": "tanh"}
+# TF Hub's SavedModel layout, and our encoder export's own assets (export/export_encoder.py).
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+SAVED_MODEL_VARIABLES = os.path.join("variables", "variables")
+SAVED_MODEL_ASSETS = "assets"
+
+
+def is_tf2_checkpoint(prefix: str) -> bool:
+    """Whether the checkpoint at `prefix` is TF2 object-based (it has an object graph)."""
+    try:
+        return TF2_OBJECT_GRAPH in read_google_checkpoint_names(prefix)
+    except WeightLoadError:
+        return False
+
+
+def is_saved_model_dir(path: str) -> bool:
+    """Whether `path` is a SavedModel directory with variables (TF Hub's layout)."""
+    return (files.isdir(path)
+            and any(files.isfile(os.path.join(path, n)) for n in SAVED_MODEL_FILES)
+            and files.isfile(os.path.join(path, SAVED_MODEL_VARIABLES + ".index")))
+
+
+@contextlib.contextmanager
+def _open_tf2_checkpoint(prefix: str, source: str):
+    """Yields (read, {full_name: shape}, {root object name: its tensor's key}) of a TF2
+    object-based checkpoint: the variables reachable from its root, by their own names,
+    outside TF2_NOT_MODEL's objects (each variable once, however many paths reach it).
+
+    Raises:
+      WeightLoadError: no object graph (a TF1 checkpoint), two variables of one name (two
+        models in one checkpoint), an unreadable file.
+    """
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    with _open_google_checkpoint(prefix) as (prefix, reader, shapes):
+        if TF2_OBJECT_GRAPH not in shapes:
+            raise WeightLoadError(f"{source}: not a TF2 object-based checkpoint (no object "
+                                  "graph); a TF1 checkpoint of Google's BERT is read with "
+                                  "--from=google")
+        graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        try:
+            graph.ParseFromString(reader.get_tensor(TF2_OBJECT_GRAPH))
+        except Exception as e:  # noqa: BLE001 -- protobuf's DecodeError, the reader's
+            raise WeightLoadError(f"{source}: cannot read its object graph "
+                                  f"({_first_line(str(e))}); is the file complete?") from None
+        root = graph.nodes[0]
+        roots = {}
+        for child in root.children:
+            keys = [a.checkpoint_key for a in graph.nodes[child.node_id].attributes
+                    if a.name == "VARIABLE_VALUE"]
+            if keys:
+                roots[child.local_name] = keys[0]
+        # Those objects are left out wherever they are reached: TF Hub's `variables` list
+        # holds do_lower_case too.
+        seen = {0, *(c.node_id for c in root.children if c.local_name in TF2_NOT_MODEL)}
+        keys, pending = {}, [c.node_id for c in root.children if c.node_id not in seen]
+        while pending:
+            node_id = pending.pop()
+            if node_id in seen:
+                continue
+            seen.add(node_id)
+            node = graph.nodes[node_id]
+            pending += [c.node_id for c in node.children]
+            for attribute in node.attributes:
+                if (attribute.name != "VARIABLE_VALUE" or attribute.checkpoint_key not in shapes
+                        or TF2_NOT_WEIGHTS.search(attribute.full_name)):
+                    continue
+                keys.setdefault(attribute.full_name, set()).add(attribute.checkpoint_key)
+        repeated = sorted(name for name, found in keys.items() if len(found) > 1)
+        if repeated:
+            raise WeightLoadError(
+                f"{source}: {len(repeated)} variable names occur more than once "
+                f"({', '.join(repeated[:4])}{' ...' if len(repeated) > 4 else ''}): two "
+                "models in one checkpoint? Save the one to convert on its own")
+        keys = {name: found.pop() for name, found in keys.items()}
+
+        def read(name):
+            try:
+                return reader.get_tensor(keys[name])
+            except Exception as e:  # The C++ reader raises DataLossError, ...
+                raise WeightLoadError(
+                    f"{source}: cannot read tensor {name} ({keys[name]}) "
+                    f"({_first_line(getattr(e, 'message', str(e)))}); is it truncated?"
+                ) from None
+
+        yield read, {name: shapes[key] for name, key in keys.items()}, roots, reader
+
+
+def _model_garden_config(shapes: dict, source: str, config_file: str | None) -> BertConfig:
+    """The config of Model Garden BertEncoder variables: `config_file` (its hidden_act in
+    Model Garden's meaning, MODEL_GARDEN_ACTIVATIONS) where given, else read from the
+    shapes (the heads from the query kernel's [H, N, D]) with Model Garden's BERT
+    activation, "gelu" (tanh), and epsilon 1e-12, which no variable records."""
+    if config_file:
+        config = BertConfig.from_json_file(config_file)
+        act = MODEL_GARDEN_ACTIVATIONS.get(config.hidden_act)
+        if act is None:
+            raise WeightLoadError(
+                f"{config_file}: hidden_act {config.hidden_act!r}; Model Garden's BERT "
+                f"activations are {', '.join(MODEL_GARDEN_ACTIVATIONS)}")
+        return dataclasses.replace(config, hidden_act=act)
+    word, positions, types = (w.model_garden for w in EMBEDDING_WEIGHTS[:3])
+    query = LAYER_WEIGHTS[0].for_layer(0).model_garden
+    intermediate = f"{_L_MG.format(i=0)}/intermediate/kernel"
+    ranks = {word: 2, positions: 2, types: 2, query: 3, intermediate: 2}
+    unfit = [f"{n} {tuple(shapes[n])}" if n in shapes else n for n, rank in ranks.items()
+             if len(shapes.get(n, ())) != rank]
+    if unfit:
+        found = sorted(shapes)
+        raise WeightLoadError(
+            f"{source}: not a BERT encoder of TF Model Garden (missing or not of BertEncoder's "
+            f"rank: {', '.join(unfit)}; it holds {len(found)} variables: "
+            f"{', '.join(found[:5])}{' ...' if len(found) > 5 else ''})")
+    layers = 0
+    while f"{_L_MG.format(i=layers)}/self_attention/query/kernel" in shapes:
+        layers += 1
+    try:
+        return BertConfig(
+            vocab_size=int(shapes[word][0]), hidden_size=int(shapes[word][1]),
+            num_hidden_layers=layers, num_attention_heads=int(shapes[query][1]),
+            intermediate_size=int(shapes[intermediate][1]), hidden_act="gelu_tanh",
+            max_position_embeddings=int(shapes[positions][0]),
+            type_vocab_size=int(shapes[types][0]), layer_norm_eps=1e-12)
+    except ConfigError as e:
+        raise WeightLoadError(f"{source}: its variables make no BERT config ({e})") from None
+
+
+def _load_tf2(model, fmt: str, shapes: dict, read, source: str, want: str) -> None:
+    """`_load_table` for a TF2 checkpoint's variables (by full name, in `fmt`'s column:
+    "model_garden", or "ours" for our own export): all or nothing; variables the model
+    has none for are an error unless `want` is "encoder" (a head left out)."""
+    hint = ""
+    if want != "encoder":
+        hint = ("\n  (the checkpoint holds more than a BERT encoder or its masked-LM head: "
+                "convert its encoder with --model=encoder, which leaves the rest out)")
+    _load_table(model, fmt, shapes, read, source, skippable=lambda n: want == "encoder",
+                hint=hint)
+
+
+def read_model_garden_model(path: str, want: str = "auto", config_file: str | None = None):
+    """Builds the model a TF Model Garden TF2 checkpoint holds and loads it.
+
+    The checkpoint is `tf.train.Checkpoint(encoder=BertEncoder)` (Model Garden's
+    tf2_bert_encoder_checkpoint_converter, its BERT releases; `model=` as older ones), or
+    BertPretrainerV2's `checkpoint_items` (the encoder and `masked_lm`). Variables are
+    read by their names in the object graph, whatever object path holds them.
+
+    Args:
+      path: checkpoint prefix, one of its files, or a directory holding one.
+      want: "auto": a pretrainer without NSP (our BertPretrainer(next_sentence=False)) if
+        the masked-LM head is there, else an encoder; "encoder": the encoder alone
+        (anything else left out); "pretrainer": the masked-LM head required.
+      config_file: bert_config.json; default: the one beside the checkpoint, else the
+        config read from the shapes (`_model_garden_config`).
+
+    Raises:
+      FileNotFoundError: no checkpoint; WeightLoadError: not a TF2 checkpoint of a BERT
+        encoder, or tensors that do not fit (every one listed).
+    """
+    prefix = _checkpoint_prefix(path)
+    beside = _bert_config_beside(prefix)
+    config_file = config_file or (beside if os.path.exists(beside) else None)
+    with _open_tf2_checkpoint(prefix, prefix) as (read, shapes, _, _):
+        built = _model_garden_model(_model_garden_config(shapes, prefix, config_file), shapes,
+                                    want, prefix)
+        _load_tf2(built, "model_garden", shapes, read, prefix, want)
+    return built
+
+
+# Model Garden's masked-LM head (BertPretrainerV2's `masked_lm`, TF Hub's `mlm` sub-object).
+MODEL_GARDEN_MLM_SCOPE = "bert/cls/predictions/"
+
+
+def _model_garden_model(config: BertConfig, shapes: dict, want: str, source: str):
+    """The model to build for Model Garden variables: with the masked-LM head, a
+    BertPretrainer without NSP (Model Garden's pretrainer has none), unless `want` is
+    "encoder"."""
+    mlm = any(n.startswith(MODEL_GARDEN_MLM_SCOPE) for n in shapes)
+    if want == "pretrainer" and not mlm:
+        raise WeightLoadError(f"{source}: no masked-LM head ({MODEL_GARDEN_MLM_SCOPE}*), not a "
+                              "pretrainer; convert with --model=encoder")
+    built = BertEncoder.from_bert_config(config)
+    return BertPretrainer(built, next_sentence=False) if mlm and want != "encoder" else built
+
+
+def read_tf_hub_model(path: str, want: str = "auto", config_file: str | None = None):
+    """Builds the BERT encoder a TF Hub-format SavedModel holds and loads its variables.
+
+    Two layouts: TF Hub's BERT encoders (Model Garden's export_tfhub: BertEncoder variable
+    names, config from their shapes as in `_model_garden_config`, `--bert_config_file`
+    for another activation than Model Garden's "gelu"; with the `mlm` sub-object, a
+    pretrainer without NSP, as `read_model_garden_model`), and our own encoder export
+    (export/export_encoder.py: our variable names, assets/bert_config.json; with --mlm its
+    pretraining heads).
+
+    Args:
+      path: the SavedModel directory (saved_model.pb, variables/, assets/).
+      want: as `read_model_garden_model`.
+      config_file: a bert_config.json for TF Hub's layout (Model Garden's meaning).
+
+    Returns:
+      (model, do_lower_case): the casing TF Hub's `do_lower_case` variable holds, or None.
+
+    Raises:
+      WeightLoadError: not a SavedModel of a BERT encoder, or tensors that do not fit.
+    """
+    if not is_saved_model_dir(path):
+        raise WeightLoadError(f"{path}: not a SavedModel with variables (expected "
+                              f"saved_model.pb and {SAVED_MODEL_VARIABLES}.index)")
+    prefix = os.path.join(path, SAVED_MODEL_VARIABLES)
+    own_config = os.path.join(path, SAVED_MODEL_ASSETS, files.BERT_CONFIG_FILE)
+    with _open_tf2_checkpoint(prefix, path) as (read, shapes, roots, reader):
+        ours = EMBEDDING_WEIGHTS[0].ours in shapes and files.isfile(own_config)
+        if ours:  # our export: our names, and the config it was exported with
+            config = BertConfig.from_json_file(own_config)
+            fmt, heads = "ours", [n for n in shapes if n.startswith(("masked_lm/", "nsp_dense/"))]
+            built = BertEncoder.from_bert_config(config)
+            if want == "pretrainer" and not heads:
+                raise WeightLoadError(f"{path}: exported without --mlm: no pretraining heads")
+            if heads and want != "encoder":
+                built = BertPretrainer(built, next_sentence=any(
+                    n.startswith("nsp_dense/") for n in heads))
+        else:
+            fmt = "model_garden"
+            built = _model_garden_model(_model_garden_config(shapes, path, config_file),
+                                        shapes, want, path)
+        _load_tf2(built, fmt, shapes, read, path, want)
+        do_lower_case = None
+        if "do_lower_case" in roots:
+            do_lower_case = bool(reader.get_tensor(roots["do_lower_case"]))
+    return built, do_lower_case
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,6 +8,16 @@ Formats (see bert_keras/checkpoints.py):
   keras   our own layouts: a run_pretraining --output_dir, an encoder/ directory
           (encoder.weights.h5 + bert_config.json), a fine-tuned model directory, a .keras
           file (model.save) or a .weights.h5 file with bert_config.json beside it.
+Read only (--from):
+  model_garden  TF Model Garden's TF2 checkpoint of a BertEncoder (tf.train.Checkpoint(
+          encoder=...), its BERT releases; or BertPretrainerV2's, with the masked-LM head),
+          e.g. bert_model.ckpt-1, with bert_config.json beside it (or --bert_config_file,
+          else the config is read from the shapes).
+  tf_hub  a TF Hub BERT encoder SavedModel directory (saved_model.pb, variables/,
+          assets/vocab.txt, do_lower_case), or our own export.export_encoder's.
+
+    python -m bert_keras.convert_checkpoint --from=tf_hub --to=keras \
+        --input=bert_en_cased_L-12_H-768_A-12_4 --output=/tmp/bert_cased   # vocab + casing
 
     python -m bert_keras.convert_checkpoint --from=google --to=hf \
         --input=uncased_L-12_H-768_A-12/bert_model.ckpt --output=/tmp/bert_hf
@@ -68,14 +78,15 @@ from data_prep import files, tokenizer_config
 # allow_override lets tests import several entry points into one process.
 _SHARED = {"allow_override": True}
 
-_FROM = flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.", **_SHARED)
+_FROM = flags.DEFINE_enum("from", None, checkpoints.READ_FORMATS, "Format of --input.",
+                          **_SHARED)
 _TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.", **_SHARED)
 # A list flag like build_vocab's and prepare_corpus's --input (one name, one type in a
 # process); it takes exactly one path here.
 _INPUT = flags.DEFINE_list(
-    "input", None, "google: checkpoint prefix; hf: save_pretrained directory; keras: a "
-    "run_pretraining or run_classifier --output_dir, an encoder/ directory, a .keras or a "
-    ".weights.h5 file.",
+    "input", None, "google, model_garden: checkpoint prefix; hf: save_pretrained directory; "
+    "tf_hub: SavedModel directory; keras: a run_pretraining or run_classifier --output_dir, "
+    "an encoder/ directory, a .keras or a .weights.h5 file.",
     **_SHARED,
 )
 _OUTPUT = flags.DEFINE_string(
@@ -92,14 +103,20 @@ _MODEL = flags.DEFINE_enum(
 )
 _BERT_CONFIG_FILE = flags.DEFINE_string(
     "bert_config_file", None,
-    "--from=google or --from=keras: bert_config.json, if it is not beside the checkpoint "
-    "(or the .weights.h5).",
+    "--from=google, model_garden or keras: bert_config.json, if it is not beside the "
+    "checkpoint (or the .weights.h5); --from=tf_hub: the encoder's activation, where it is "
+    "not Model Garden's gelu.",
     **_SHARED,
 )
 # A Google checkpoint records no casing: as with Google's tools, these flags give it (the
 # vocabulary is written only with them). Given for another input, they override the
 # settings saved with it.
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+
+
+# What a message calls each form without casing (model_loading.FORMS_WITHOUT_CASING).
+_FORM_NAMES = {"google": "Google checkpoint", "model_garden": "TF Model Garden checkpoint",
+               "tf_hub": "SavedModel without a do_lower_case variable"}
 
 
 def _load(from_format: str, input_path: str, model: str, config_file: str | None,
@@ -135,8 +152,8 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
                                            warn=logging.warning)
     elif settings is None and ckpt.vocab_file and overrides:
         settings = tokenizer_config.TokenizerConfig().with_overrides(overrides, None)
-    if (settings is None and ckpt.form == "google" and ckpt.vocab_file
-            and isinstance(ckpt.model, checkpoints.TASK_MODELS)):
+    if (settings is None and ckpt.form in model_loading.FORMS_WITHOUT_CASING
+            and ckpt.vocab_file and isinstance(ckpt.model, checkpoints.TASK_MODELS)):
         raise ValueError(
             f"--input {input_path}: a Google checkpoint records no tokenizer casing, and its "
             f"{type(ckpt.model).__name__} is written with {ckpt.vocab_file}: pass "
@@ -150,11 +167,12 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
         # An encoder or pretrainer carries its vocabulary where its tokenizer settings were
         # saved with it (our layouts, transformers'), or the casing flags give: a Google
         # checkpoint records no casing.
-        if settings is None and ckpt.form == "google" and ckpt.vocab_file:
+        if settings is None and ckpt.form in model_loading.FORMS_WITHOUT_CASING \
+                and ckpt.vocab_file:
             return ckpt.model, None, None, None, (
-                f"{ckpt.vocab_file} is left out: a Google checkpoint records no tokenizer "
-                "casing (pass --do_lower_case=true or false, as to the tool that trained "
-                "it, to write the vocabulary with its settings)")
+                f"{ckpt.vocab_file} is left out: a {_FORM_NAMES[ckpt.form]} records no "
+                "tokenizer casing (pass --do_lower_case=true or false, as to the tool that "
+                "trained it, to write the vocabulary with its settings)")
         return ckpt.model, None, ckpt.vocab_file if settings else None, settings, None
     return ckpt.model, ckpt.labels, ckpt.vocab_file, settings, None
 
@@ -165,7 +183,8 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
     """Loads weights in one format and writes them in another.
 
     Args:
-      from_format, to_format: "google", "hf" or "keras".
+      from_format: "google", "hf", "keras", "model_garden" or "tf_hub".
+      to_format: "google", "hf" or "keras".
       input_path, output_path: see the module docstring; either may be remote (gs://).
       model: "auto", "encoder" or "pretrainer".
       config_file: bert_config.json for a Google input not beside its checkpoint (or a
@@ -240,10 +259,11 @@ _CHECKPOINT_FILE = re.compile(r"\.(index|meta|data-\d{5}-of-\d{5})$")
 def _local_input(from_format: str, path: str):
     """(input path, {local directory: remote directory}) to read `path` from: itself where it
     is local, or a --from=keras input (model_loading reads our layouts on gs:// itself); for
-    a remote Google or transformers input, the same name in a local copy of its directory's
-    files (not its subdirectories, such as a transformers Trainer's checkpoint-*/; of a
-    Google prefix's directory, that checkpoint's files and the others beside it, not other
-    checkpoints'), removed when the block ends."""
+    a remote Google, Model Garden or transformers input, the same name in a local copy of
+    its directory's files (not its subdirectories, such as a transformers Trainer's
+    checkpoint-*/; of a checkpoint prefix's directory, that checkpoint's files and the
+    others beside it, not other checkpoints'); for a SavedModel (tf_hub), a copy of its
+    whole tree (variables/, assets/); removed when the block ends."""
     if not files.is_remote(path) or from_format == "keras":
         yield path, {}
         return
@@ -252,7 +272,7 @@ def _local_input(from_format: str, path: str):
     path = path.rstrip("/")
     # A Google prefix first: ram:// takes "x/bert_model.ckpt" for a directory, as it is a
     # prefix of "x/bert_model.ckpt.index".
-    named_prefix = from_format == "google" and files.exists(
+    named_prefix = from_format in ("google", "model_garden") and files.exists(
         _CHECKPOINT_FILE.sub("", path) + ".index")
     if not named_prefix and not files.exists(path):
         yield path, {}  # the loader says what it expected there, as for a local path
@@ -264,7 +284,10 @@ def _local_input(from_format: str, path: str):
     try:
         local = os.path.join(stage, os.path.basename(directory))
         os.makedirs(local)
-        for name in files.listdir(directory):
+        if from_format == "tf_hub" and is_dir:
+            os.rmdir(local)
+            _copy_tree(directory, local)
+        for name in [] if from_format == "tf_hub" else files.listdir(directory):
             source = f"{directory}/{name}"
             if files.isdir(source) or (prefix is not None and _CHECKPOINT_FILE.search(name)
                                        and not name.startswith(prefix + ".")):
@@ -274,6 +297,20 @@ def _local_input(from_format: str, path: str):
             local: directory}
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _copy_tree(source: str, target: str) -> None:
+    """Copies the remote directory `source` (a SavedModel: its variables/ and assets/) into
+    the new local directory `target`."""
+    import tensorflow as tf
+
+    os.makedirs(target)
+    for name in files.listdir(source):
+        name = name.rstrip("/")
+        if files.isdir(f"{source}/{name}"):
+            _copy_tree(f"{source}/{name}", os.path.join(target, name))
+        else:
+            tf.io.gfile.copy(f"{source}/{name}", os.path.join(target, name))
 
 
 @contextlib.contextmanager

@@ -20,14 +20,21 @@ this order:
   Hugging Face dir  config.json + model.safetensors or its shards (+ vocab.txt, or transformers 5's
                     tokenizer.json, + tokenizer_config.json): the model config.json's
                     `architectures` names (a BertFor* task model with its id2label as labels)
+  TF Hub SavedModel  saved_model.pb + variables/ + assets/vocab.txt: TF Hub's BERT encoders
+                    (TF Model Garden's export; casing from its do_lower_case variable), or
+                    our own encoder export (export/export_encoder.py; its assets'
+                    bert_config.json and tokenizer_config.json)
   Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
                     directory holding one; bert_config.json beside it or given; casing
                     from the flags, as in Google's tools; a run_classifier or run_squad
                     model.ckpt-N with its head (a task model without label names)
+  Model Garden      the same forms of a TF2 object-based checkpoint of TF Model Garden's
+                    BertEncoder (or BertPretrainerV2); bert_config.json beside it, given,
+                    or read from the shapes; casing from the flags, as for Google's
 
-`fmt="google" | "hf" | "keras"` (convert_checkpoint's --from) names the format instead of
-guessing it; "keras" is every one of our own forms (run, encoder and task directories,
-.keras and .weights.h5 files). The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
+`fmt="google" | "hf" | "keras" | "model_garden" | "tf_hub"` (convert_checkpoint's --from)
+names the format instead of guessing it; "keras" is every one of our own forms (run,
+encoder and task directories, .keras and .weights.h5 files). The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
 a vocab.txt written from a transformers directory's tokenizer.json (`vocab_source` names
 the file it came from). `check_vocab_fits` is the one check of a vocabulary against a model's
 embedding rows, made wherever the two meet (fine-tuning, extract_features, exports,
@@ -61,7 +68,10 @@ from data_prep.cli import InputError, ToolError
 from data_prep.tokenizer_config import TokenizerConfig
 
 WANTS = ("auto", "encoder", "pretrainer")
-FORMATS = checkpoints.FORMATS
+FORMATS = checkpoints.READ_FORMATS
+# Forms that record no tokenizer casing with their vocabulary: it comes from the casing
+# flags, as in Google's tools (a TF Hub SavedModel records it unless it lacks do_lower_case).
+FORMS_WITHOUT_CASING = ("google", "model_garden", "tf_hub")
 
 # A vocabulary may have fewer tokens than the model has embedding rows (tables padded to a
 # multiple of 8 or 128 leave a few rows no token reaches); fewer than this share of the rows
@@ -398,6 +408,13 @@ def _expected_forms(path: str, fmt: str | None) -> str:
         return (f"{path} {what} in the google format: expected a TF1 checkpoint prefix "
                 "(bert_model.ckpt with bert_model.ckpt.index beside it), or a directory "
                 "holding one")
+    if fmt == "model_garden":
+        return (f"{path} {what} in the model_garden format: expected a TF2 checkpoint prefix "
+                "of TF Model Garden's BertEncoder (bert_model.ckpt-1 with its .index beside "
+                "it), or a directory holding one")
+    if fmt == "tf_hub":
+        return (f"{path} {what} in the tf_hub format: expected a SavedModel directory "
+                "(saved_model.pb, variables/, assets/vocab.txt) of a BERT encoder")
     if fmt == "keras":
         return (f"{path} {what} in the keras format: expected a run_pretraining output "
                 f"directory, a directory with {files.ENCODER_WEIGHTS_FILE} + "
@@ -408,8 +425,8 @@ def _expected_forms(path: str, fmt: str | None) -> str:
             f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model "
             f"directory ({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging "
             f"Face directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE}), "
-            "or a Google checkpoint prefix (bert_model.ckpt with bert_model.ckpt.index beside "
-            "it)")
+            "a TF Hub SavedModel directory, or a Google or TF Model Garden checkpoint prefix "
+            "(bert_model.ckpt with bert_model.ckpt.index beside it)")
 
 
 def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = "auto",
@@ -421,8 +438,8 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
       bert_config_file: bert_config.json for forms that need one and have none beside them.
       want: "auto" (the model the path holds), "encoder" (its encoder) or "pretrainer"
         (pretraining heads required).
-      fmt: None (what the path is decides), or "google", "hf", "keras": only that format's
-        forms are accepted (convert_checkpoint's --from).
+      fmt: None (what the path is decides), or "google", "hf", "keras", "model_garden",
+        "tf_hub": only that format's forms are accepted (convert_checkpoint's --from).
 
     Returns:
       A Checkpoint.
@@ -476,6 +493,16 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
             model = checkpoints.read_hf_model(path, want)
             labels = checkpoints.read_hf_labels(path) if want == "auto" else None
             return result(model, "hf", labels=labels)
+        if fmt in (None, "tf_hub") and checkpoints.is_saved_model_dir(path):
+            model, do_lower_case = checkpoints.read_tf_hub_model(path, want, bert_config_file)
+            loaded = result(model, "tf_hub", vocab_dir=os.path.join(
+                path, checkpoints.SAVED_MODEL_ASSETS))
+            if loaded.saved_tokenizer is None and loaded.vocab_file and do_lower_case is not None:
+                # TF Hub's BERT tokenizes with text.BertTokenizer(vocab, lower_case=...):
+                # accents stripped exactly when lowercasing, CJK ideographs split.
+                loaded.saved_tokenizer = (TokenizerConfig(do_lower_case=do_lower_case),
+                                          f"{path} (its do_lower_case variable)")
+            return loaded
         if ours and files.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(
                 f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "
@@ -488,7 +515,12 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         config, _ = _config_from(path, bert_config_file, directory)
         return result(_load_weights_file(path, config, want), "weights_h5", config,
                       vocab_dir=_vocabulary_directory_of_weights(directory))
-    prefix = checkpoints.google_checkpoint_prefix(path) if fmt in (None, "google") else None
+    prefix = (checkpoints.google_checkpoint_prefix(path)
+              if fmt in (None, "google", "model_garden") else None)
+    if prefix is not None and (fmt == "model_garden" or (
+            fmt is None and checkpoints.is_tf2_checkpoint(prefix))):
+        model = checkpoints.read_model_garden_model(prefix, want, bert_config_file)
+        return result(model, "model_garden", vocab_dir=os.path.dirname(files.absolute(prefix)))
     if prefix is not None:
         model = checkpoints.read_google_model(prefix, want, bert_config_file)
         return result(model, "google", vocab_dir=os.path.dirname(files.absolute(prefix)))

@@ -791,8 +791,9 @@ TF2_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Objects at a TF2 checkpoint's root that hold no model weight: a training checkpoint's
 # optimizer (slots) and step counters, TF Hub's do_lower_case (read as the casing).
 TF2_NOT_MODEL = ("optimizer", "save_counter", "global_step", "do_lower_case")
-# Variables that are not weights: Keras 3's dropout seed states (our encoder exports).
-TF2_NOT_WEIGHTS = re.compile(r"(^|/)seed_generator_state$")
+# Variables that are not weights: Keras 3's dropout seed states (our encoder exports) and
+# the save counter of a tf.train.Checkpoint nested deeper (our export's `mlm` object).
+TF2_NOT_WEIGHTS = re.compile(r"(^|/)seed_generator_state$|^save_counter$")
 # Model Garden's get_activation("gelu") is the tanh approximation (bert_config.json's
 # "gelu" builds tf_keras.activations.gelu(approximate=True)), our "gelu_tanh"; its BERT
 # LayerNorms use epsilon 1e-12, as Google's.
@@ -1705,8 +1706,12 @@ def read_google_model(path: str, want: str = "auto", config_file: str | None = N
             f"{config_file}: not found; a Google checkpoint ({prefix}) needs its "
             "bert_config.json beside it or passed explicitly (--bert_config_file)"
         )
-    config = BertConfig.from_json_file(config_file)
     names = read_google_checkpoint_names(prefix)
+    if TF2_OBJECT_GRAPH in names:
+        raise WeightLoadError(f"{prefix}: a TF2 object-based checkpoint, not Google's TF1 "
+                              "format: TF Model Garden's BertEncoder is read with "
+                              "--from=model_garden")
+    config = BertConfig.from_json_file(config_file)
     built = BertEncoder.from_bert_config(config)
     if want == "pretrainer" or (
             want == "auto" and any(n.startswith(GOOGLE_PRETRAINING_SCOPES) for n in names)):

@@ -134,8 +134,11 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
         written with do_lower_case=true, whatever its vocabulary's case).
     """
     prefix = checkpoints.google_checkpoint_prefix(input_path) if from_format == "google" else None
-    if prefix is not None and model != "encoder":
-        others = checkpoints.google_heads_left_out(checkpoints.read_google_checkpoint_names(prefix))
+    names = checkpoints.read_google_checkpoint_names(prefix) if prefix is not None else {}
+    # A TF2 checkpoint's names are object paths, not heads: the loader refuses it, naming
+    # --from=model_garden.
+    if model != "encoder" and checkpoints.TF2_OBJECT_GRAPH not in names:
+        others = checkpoints.google_heads_left_out(names)
         if others:
             raise checkpoints.WeightLoadError(
                 f"{prefix}: holds tensors of a head bert-keras does not build from a Google "

@@ -425,8 +425,8 @@ def _expected_forms(path: str, fmt: str | None) -> str:
             f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model "
             f"directory ({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging "
             f"Face directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE}), "
-            "a TF Hub SavedModel directory, or a Google or TF Model Garden checkpoint prefix "
-            "(bert_model.ckpt with bert_model.ckpt.index beside it)")
+            "a TF Hub SavedModel directory, or a Google checkpoint prefix (bert_model.ckpt "
+            "with bert_model.ckpt.index beside it; TF1, or TF Model Garden's TF2)")
 
 
 def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = "auto",

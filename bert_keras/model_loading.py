@@ -501,7 +501,7 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
                 # TF Hub's BERT tokenizes with text.BertTokenizer(vocab, lower_case=...):
                 # accents stripped exactly when lowercasing, CJK ideographs split.
                 loaded.saved_tokenizer = (TokenizerConfig(do_lower_case=do_lower_case),
-                                          f"{path} (its do_lower_case variable)")
+                                          f"{path}'s do_lower_case variable")
             return loaded
         if ours and files.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(

@@ -821,9 +821,10 @@ def is_saved_model_dir(path: str) -> bool:
 
 @contextlib.contextmanager
 def _open_tf2_checkpoint(prefix: str, source: str):
-    """Yields (read, {full_name: shape}, {root object name: its tensor's key}) of a TF2
-    object-based checkpoint: the variables reachable from its root, by their own names,
-    outside TF2_NOT_MODEL's objects (each variable once, however many paths reach it).
+    """Yields (read, {full_name: shape}, {root object name: its tensor's key}, reader) of a
+    TF2 object-based checkpoint: the variables reachable from its root, by their own names,
+    outside TF2_NOT_MODEL's objects (each variable once, however many paths reach it);
+    `read(full_name)` reads one, `reader` reads by key (a root object's).
 
     Raises:
       WeightLoadError: no object graph (a TF1 checkpoint), two variables of one name (two

@@ -250,3 +250,19 @@ def _fixture_names():
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     return [a.full_name for n in graph.nodes for a in n.attributes]
+
+
+def test_a_remote_saved_model_is_read_from_a_copy_of_its_tree(hub_dir, tmp_path):
+    """A gs:// SavedModel (probed through TensorFlow's ram://): its variables/ and assets/
+    are subdirectories, which convert_checkpoint copies too."""
+    remote = "ram://model_garden_bucket/hub_encoder"
+    for root, _, names in os.walk(hub_dir):
+        relative = os.path.relpath(root, hub_dir)
+        target = remote if relative == "." else f"{remote}/{relative}"
+        tf.io.gfile.makedirs(target)
+        for name in names:
+            tf.io.gfile.copy(os.path.join(root, name), f"{target}/{name}", overwrite=True)
+    written, model = convert("tf_hub", "keras", remote, str(tmp_path / "k"))
+    assert written == str(tmp_path / "k")
+    assert os.path.isfile(tmp_path / "k" / "vocab.txt")
+    assert_outputs_match(model, "hub_sequence_output", "hub_pooled_output")

@@ -56,7 +56,7 @@ from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagg
 from data_prep import files, tokenizer_config
 from data_prep.cli import ToolError, reading
 
-FORMATS = ("google", "hf", "keras")  # read and written
+FORMATS = ("google", "hf", "keras", "keras_hub")  # read and written
 # Read only (convert_checkpoint --from, the loader): TF Model Garden's TF2 checkpoints and
 # TF Hub-format SavedModels.
 READ_FORMATS = (*FORMATS, "model_garden", "tf_hub")
@@ -472,7 +472,7 @@ def check_output_free(fmt: str, path: str) -> None:
 
     google: `<path>.index` (a checkpoint exists once its index does: `.data-*` files
     without one are what an interrupted save left, and are replaced); hf: a non-empty
-    directory; keras: the file. (A differing bert_config.json beside a Google checkpoint is
+    directory; keras_hub: a non-empty directory; keras: the file. (A differing bert_config.json beside a Google checkpoint is
     caught when saving.)
     """
     if fmt == "google":
@@ -481,7 +481,7 @@ def check_output_free(fmt: str, path: str) -> None:
         files.check_writable([path + ".index"])
         return
     path = os.path.abspath(os.fspath(path))
-    if fmt == "hf" and os.path.isdir(path) and not os.listdir(path):
+    if fmt in ("hf", "keras_hub") and os.path.isdir(path) and not os.listdir(path):
         pass  # An empty directory is replaced.
     else:
         _refuse_existing(path)
@@ -1782,16 +1782,30 @@ def read_hf_model(path: str, want: str = "auto"):
 
 
 def save_model(model, fmt: str, path: str, **kwargs) -> str:
-    """Writes `model` in format `fmt` ("google", "hf", "keras") to `path`; never overwrites.
+    """Writes `model` in format `fmt` ("google", "hf", "keras", "keras_hub") to `path`; never
+    overwrites.
 
-    `kwargs` go to the hf writer (labels, vocab_file, settings: `save_hf_weights`).
+    `kwargs` go to the hf and keras_hub writers (labels, vocab_file, settings:
+    `save_hf_weights`, `keras_hub_presets.save_keras_hub_preset`).
     """
-    savers = {"google": save_google_checkpoint, "hf": save_hf_weights, "keras": save_keras_model}
+    from bert_keras import keras_hub_presets  # imports keras-hub only when writing one
+
+    savers = {"google": save_google_checkpoint, "hf": save_hf_weights, "keras": save_keras_model,
+              "keras_hub": keras_hub_presets.save_keras_hub_preset}
     if fmt not in savers:
         raise ValueError(f"Unknown format {fmt!r}; expected one of {FORMATS}")
     if fmt == "google" and not isinstance(model, (BertEncoder, BertPretrainer)):
         raise ValueError(f"the google format holds encoders and pretrainers; a "
                          f"{type(model).__name__} can be saved as hf or keras")
-    if fmt != "hf" and kwargs:
-        raise ValueError(f"{sorted(kwargs)} apply to the hf format only")
+    if fmt in ("google", "hf") and isinstance(model, BertPretrainer) and (
+            not model.head_follows_encoder):
+        # Their heads take the encoder's hidden_act and layer_norm_eps: another head
+        # (keras-hub's, converted) would be written as another function.
+        raise ValueError(f"the masked-LM head computes with {model.masked_lm.activation!r} "
+                         f"and LayerNorm epsilon {model.masked_lm.layer_norm_epsilon:g}, where "
+                         f"the {fmt} format's head takes the encoder's ("
+                         f"{model.encoder.hidden_act!r}, {model.encoder.layer_norm_epsilon:g}); "
+                         "convert its encoder with --model=encoder, or save it as keras")
+    if fmt not in ("hf", "keras_hub") and kwargs:
+        raise ValueError(f"{sorted(kwargs)} apply to the hf and keras_hub formats only")
     return savers[fmt](model, path, **kwargs)

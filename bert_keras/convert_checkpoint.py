@@ -9,6 +9,10 @@ Formats (see bert_keras/checkpoints.py):
   keras   our own layouts: a run_pretraining --output_dir, an encoder/ directory
           (encoder.weights.h5 + bert_config.json), a fine-tuned model directory, a .keras
           file (model.save) or a .weights.h5 file with bert_config.json beside it.
+  keras_hub  a keras-hub preset directory (save_to_preset: config.json + model.weights.h5,
+          tokenizer.json + assets/tokenizer/vocabulary.txt, task.json + task.weights.h5):
+          BertBackbone <-> encoder, BertMaskedLM <-> pretrainer (keras-hub has no NSP
+          head), BertTextClassifier <-> BertClassifier (bert_keras/keras_hub_presets.py).
 Read only (--from):
   model_garden  TF Model Garden's TF2 checkpoint of a BertEncoder (tf.train.Checkpoint(
           encoder=...), its BERT releases; or BertPretrainerV2's, with the masked-LM head),
@@ -24,6 +28,8 @@ Read only (--from):
         --input=uncased_L-12_H-768_A-12/bert_model.ckpt --output=/tmp/bert_hf
     python -m bert_keras.convert_checkpoint --from=keras --to=hf \
         --input=runs/phase2 --output=/tmp/my_bert_hf   # your pretrained BERT, for transformers
+    python -m bert_keras.convert_checkpoint --from=keras_hub --to=keras \
+        --input=my_keras_hub_preset --output=/tmp/my_bert   # keras-hub's BERT, for our tools
 
 A pretrained model's vocab.txt and tokenizer settings go into --to=hf's directory with it,
 so transformers' AutoTokenizer reads it (from our layouts and transformers'; a Google
@@ -73,6 +79,7 @@ from absl import app, flags, logging
 
 from bert_keras import backends, checkpoints, model_loading
 from bert_keras.encoder import BertEncoder
+from bert_keras.pretrainer import BertPretrainer
 from data_prep import files, tokenizer_config
 
 # Google-style flag names (input, output, bert_config_file) recur across our tools;
@@ -87,14 +94,15 @@ _TO = flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format of --output.", 
 _INPUT = flags.DEFINE_list(
     "input", None, "google, model_garden: checkpoint prefix; hf: save_pretrained directory; "
     "tf_hub: SavedModel directory; keras: a run_pretraining or run_classifier --output_dir, "
-    "an encoder/ directory, a .keras or a .weights.h5 file.",
+    "an encoder/ directory, a .keras or a .weights.h5 file; keras_hub: a save_to_preset "
+    "directory.",
     **_SHARED,
 )
 _OUTPUT = flags.DEFINE_string(
     "output", None, "google: checkpoint prefix; hf: a directory; keras: a directory (with "
     "the vocabulary and tokenizer settings: an encoder's layout, run_pretraining's for a "
-    "pretrainer, run_classifier's for a task model) or a .keras file (weights only); must "
-    "not exist.", **_SHARED
+    "pretrainer, run_classifier's for a task model) or a .keras file (weights only); "
+    "keras_hub: a preset directory; must not exist.", **_SHARED
 )
 _MODEL = flags.DEFINE_enum(
     "model", "auto", model_loading.WANTS,
@@ -187,8 +195,8 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
     """Loads weights in one format and writes them in another.
 
     Args:
-      from_format: "google", "hf", "keras", "model_garden" or "tf_hub".
-      to_format: "google", "hf" or "keras".
+      from_format: "google", "hf", "keras", "keras_hub", "model_garden" or "tf_hub".
+      to_format: "google", "hf", "keras" or "keras_hub".
       input_path, output_path: see the module docstring; either may be remote (gs://).
       model: "auto", "encoder" or "pretrainer".
       config_file: bert_config.json for a Google input not beside its checkpoint (or a
@@ -268,8 +276,8 @@ def _local_input(from_format: str, path: str):
     checkpoint-*/; of a checkpoint prefix's directory, that checkpoint's files and the
     others beside it, not other checkpoints'); for a SavedModel (tf_hub), a copy of its
     whole tree (variables/, assets/); removed when the block ends."""
-    if not files.is_remote(path) or from_format == "keras":
-        yield path, {}
+    if not files.is_remote(path) or from_format in ("keras", "keras_hub"):
+        yield path, {}  # keras_hub: model_loading refuses a remote preset in one line
         return
     import tensorflow as tf
 
@@ -390,6 +398,12 @@ def _save_keras_layout(model, output_path: str, vocab_file, settings) -> str:
         raise ValueError(f"--output {output_path}: --to=keras writes a .keras file or a "
                          "directory (an encoder's layout, or run_pretraining's for a "
                          "pretrainer, with vocab.txt and tokenizer_config.json)")
+    if isinstance(model, BertPretrainer) and not model.head_follows_encoder:
+        raise ValueError(f"--output {output_path}: the masked-LM head computes with "
+                         f"{model.masked_lm.activation!r} and LayerNorm epsilon "
+                         f"{model.masked_lm.layer_norm_epsilon:g} (keras-hub's), which "
+                         "run_pretraining's layout (bert_config.json) cannot record: give a "
+                         ".keras file, which keeps them, or --model=encoder for a directory")
     checkpoints.check_output_free("keras", output_path)
     if isinstance(model, BertEncoder):
         return model_loading.save_encoder_dir(model, output_path, vocab_file, settings)
@@ -455,13 +469,17 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
             return _save_google(loaded, output_path, vocab_file, settings), loaded
         tokenizer = dict(vocab_file=vocab_file, settings=settings) if vocab_file else {}
         return checkpoints.save_model(loaded, to_format, output_path, **tokenizer), loaded
+    if to_format == "keras_hub":  # no label names there: a warning says so
+        return checkpoints.save_model(loaded, "keras_hub", output_path, labels=labels,
+                                      vocab_file=vocab_file, settings=settings), loaded
     if to_format == "google":
         raise ValueError(f"--to=google holds encoders and pretrainers; a "
                          f"{type(loaded).__name__} converts --to=keras or --to=hf (or pass "
                          "--model=encoder)")
     if labels is None and isinstance(loaded, checkpoints.LABELLED_TASK_MODELS):
-        google = (" (a Google run_classifier checkpoint keeps them in its processor, not in "
-                  "the checkpoint)" if from_format == "google" else "")
+        google = {"google": " (a Google run_classifier checkpoint keeps them in its processor, "
+                            "not in the checkpoint)",
+                  "keras_hub": " (a keras-hub preset records none)"}.get(from_format, "")
         raise ValueError(f"--input {input_path}: no label names for its "
                          f"{type(loaded).__name__} ({files.LABELS_FILE} or id2label){google}; "
                          "convert its encoder with --model=encoder, which leaves the head out")
@@ -488,10 +506,10 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]}")
-    if _BERT_CONFIG_FILE.value and _FROM.value == "hf":
+    if _BERT_CONFIG_FILE.value and _FROM.value in ("hf", "keras_hub"):
         raise app.UsageError("--bert_config_file applies to --from=google and --from=keras "
                              "(a .weights.h5 without bert_config.json beside it); a "
-                             "transformers directory holds its config.json")
+                             "transformers directory or keras-hub preset holds its config.json")
     from data_prep import cli
 
     if len(_INPUT.value or []) != 1:

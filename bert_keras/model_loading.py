@@ -5,7 +5,8 @@ BertConfig, its vocabulary and its saved tokenizer settings (docs/DESIGN.md sect
 Every entry point (pretraining, fine-tuning, feature extraction, exports, verify,
 convert_checkpoint) uses it, so a path means the same thing everywhere. This module decides
 what a path is; the format readers beneath it, in bert_keras/checkpoints.py, read one format
-each (`read_google_model`, `read_hf_model`, `load_keras_model`). Accepted forms, tried in
+each (`read_google_model`, `read_hf_model`, `load_keras_model`; keras-hub presets:
+bert_keras/keras_hub_presets.py). Accepted forms, tried in
 this order:
 
   run directory     run_pretraining's --output_dir: encoder/ (weights, bert_config.json,
@@ -24,6 +25,11 @@ this order:
                     (TF Model Garden's export; casing from its do_lower_case variable), or
                     our own encoder export (export/export_encoder.py; its assets'
                     bert_config.json and tokenizer_config.json)
+  keras-hub preset  config.json + model.weights.h5 (+ task.json, task.weights.h5, tokenizer.json,
+                    assets/tokenizer/vocabulary.txt), what keras-hub's save_to_preset writes:
+                    a BertBackbone an encoder, a BertMaskedLM a pretrainer without NSP, a
+                    BertTextClassifier a classifier without label names
+                    (bert_keras/keras_hub_presets.py)
   Google checkpoint a TF1 checkpoint prefix (bert_model.ckpt), one of its files, or a
                     directory holding one; bert_config.json beside it or given; casing
                     from the flags, as in Google's tools; a run_classifier or run_squad
@@ -32,8 +38,8 @@ this order:
                     BertEncoder (or BertPretrainerV2); bert_config.json beside it, given,
                     or read from the shapes; casing from the flags, as for Google's
 
-`fmt="google" | "hf" | "keras" | "model_garden" | "tf_hub"` (convert_checkpoint's --from)
-names the format instead of guessing it; "keras" is every one of our own forms (run,
+`fmt="google" | "hf" | "keras" | "keras_hub" | "model_garden" | "tf_hub"` (convert_checkpoint's
+--from) names the format instead of guessing it; "keras" is every one of our own forms (run,
 encoder and task directories, .keras and .weights.h5 files). The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
 a vocab.txt written from a transformers directory's tokenizer.json (`vocab_source` names
 the file it came from). `check_vocab_fits` is the one check of a vocabulary against a model's
@@ -59,7 +65,7 @@ from typing import Callable
 import keras
 from absl import logging
 
-from bert_keras import checkpoints
+from bert_keras import checkpoints, keras_hub_presets
 from bert_keras.config import BertConfig
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
@@ -226,7 +232,7 @@ def _recorded_settings(directory: str) -> tuple[TokenizerConfig, str] | None:
 
 # Forms whose model carries its config (config.json, model.keras), where --bert_config_file
 # is not used.
-_FORMS_WITH_THEIR_OWN_CONFIG = ("hf", "keras", "task_dir")
+_FORMS_WITH_THEIR_OWN_CONFIG = ("hf", "keras", "task_dir", "keras_hub")
 
 
 def _warn_if_config_differs(bert_config_file: str, config: BertConfig, path: str) -> bool:
@@ -404,6 +410,10 @@ def _expected_forms(path: str, fmt: str | None) -> str:
     if fmt == "hf":
         return (f"{path} {what} in the hf format: expected a transformers save_pretrained "
                 f"directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE})")
+    if fmt == "keras_hub":
+        return (f"{path} {what} in the keras_hub format: expected a keras-hub preset directory "
+                f"({keras_hub_presets.CONFIG_FILE} + {keras_hub_presets.WEIGHTS_FILE}, written "
+                "by save_to_preset)")
     if fmt == "google":
         return (f"{path} {what} in the google format: expected a TF1 checkpoint prefix "
                 "(bert_model.ckpt with bert_model.ckpt.index beside it), or a directory "
@@ -425,6 +435,8 @@ def _expected_forms(path: str, fmt: str | None) -> str:
             f"{files.ENCODER_WEIGHTS_FILE} + {files.BERT_CONFIG_FILE}, a fine-tuned model "
             f"directory ({files.TASK_MODEL_FILE}), a .keras or .weights.h5 file, a Hugging "
             f"Face directory ({files.HF_WEIGHTS_FILE} or its shards + {files.HF_CONFIG_FILE}), "
+            f"a keras-hub preset ({keras_hub_presets.CONFIG_FILE} + "
+            f"{keras_hub_presets.WEIGHTS_FILE}), "
             "a TF Hub SavedModel directory, or a Google checkpoint prefix (bert_model.ckpt "
             "with bert_model.ckpt.index beside it; TF1, or TF Model Garden's TF2)")
 
@@ -438,8 +450,9 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
       bert_config_file: bert_config.json for forms that need one and have none beside them.
       want: "auto" (the model the path holds), "encoder" (its encoder) or "pretrainer"
         (pretraining heads required).
-      fmt: None (what the path is decides), or "google", "hf", "keras", "model_garden",
-        "tf_hub": only that format's forms are accepted (convert_checkpoint's --from).
+      fmt: None (what the path is decides), or "google", "hf", "keras", "keras_hub",
+        "model_garden", "tf_hub": only that format's forms are accepted (convert_checkpoint's
+        --from).
 
     Returns:
       A Checkpoint.
@@ -459,7 +472,11 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
     ours = fmt in (None, "keras")  # our own layouts: run, encoder and task directories, files
 
     def result(model, form, config=None, vocab_dir=directory, labels=None):
-        vocab, source, saved = _vocab_and_settings(vocab_dir, hf=form == "hf")
+        if form == "keras_hub":  # assets/tokenizer/vocabulary.txt + tokenizer.json
+            found = keras_hub_presets.read_keras_hub_tokenizer(vocab_dir)
+            vocab, source, saved = (found[0], found[0], found[1:]) if found else (None,) * 3
+        else:
+            vocab, source, saved = _vocab_and_settings(vocab_dir, hf=form == "hf")
         if saved is None and form == "task_dir":
             saved = _recorded_settings(vocab_dir)
         model = _narrow(model, want, path)
@@ -503,6 +520,13 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
                 loaded.saved_tokenizer = (TokenizerConfig(do_lower_case=do_lower_case),
                                           f"{path}'s do_lower_case variable")
             return loaded
+        if fmt in (None, "keras_hub") and (fmt == "keras_hub" or
+                                           keras_hub_presets.is_keras_hub_preset(path)):
+            if files.is_remote(path):
+                raise CheckpointError(f"{path}: keras-hub presets are read from a local "
+                                      "directory; copy it here first (gsutil cp -r)")
+            # want="encoder": the backbone alone (a task head is left out).
+            return result(keras_hub_presets.read_keras_hub_model(path, want), "keras_hub")
         if ours and files.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):
             raise CheckpointError(
                 f"{path}: a pretraining run that has not finished (no {files.ENCODER_DIR}/ yet); "

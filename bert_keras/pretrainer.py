@@ -39,17 +39,23 @@ class BertPretrainer(TrainsPoolerOnlyWhenRead, ListsEncoderWhole, keras.Model):
       next_sentence: whether to add the NSP head. Without it (RoBERTa-style MLM-only
         pretraining, transformers' BertForMaskedLM) the outputs are {"mlm_logits"} only,
         and the pooler is neither computed nor trained.
+      masked_lm_activation, masked_lm_layer_norm_epsilon: the masked-LM transform's
+        activation and LayerNorm epsilon; None (Google's and transformers' head) takes the
+        encoder's hidden_act and layer_norm_eps. keras-hub's BertMaskedLM computes its
+        head with the exact "gelu" and epsilon 1e-5 whatever its encoder's, so a model
+        converted from it sets them (`bert_keras.keras_hub_presets`).
     """
 
-    def __init__(self, encoder, next_sentence=True, **kwargs):
+    def __init__(self, encoder, next_sentence=True, masked_lm_activation=None,
+                 masked_lm_layer_norm_epsilon=None, **kwargs):
         check_functional_kwargs(type(self), kwargs)
         if not isinstance(encoder, BertEncoder):
             raise ValueError(f"`encoder` must be a BertEncoder. Received: {type(encoder).__name__}")
         initializer = keras.initializers.TruncatedNormal(stddev=encoder.initializer_range)
         masked_lm = MaskedLMHead(
             encoder.embeddings_layer,
-            activation=encoder.hidden_act,
-            layer_norm_epsilon=encoder.layer_norm_epsilon,
+            activation=masked_lm_activation or encoder.hidden_act,
+            layer_norm_epsilon=masked_lm_layer_norm_epsilon or encoder.layer_norm_epsilon,
             initializer=clone_initializer(initializer),
             dtype=encoder.layers_dtype_policy,
             name="masked_lm",
@@ -78,8 +84,18 @@ class BertPretrainer(TrainsPoolerOnlyWhenRead, ListsEncoderWhole, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         self.encoder = encoder
         self.next_sentence = next_sentence
+        self.masked_lm_activation = masked_lm_activation
+        self.masked_lm_layer_norm_epsilon = masked_lm_layer_norm_epsilon
         self.masked_lm = masked_lm
         self.nsp_dense = nsp_dense
+
+    @property
+    def head_follows_encoder(self) -> bool:
+        """Whether the masked-LM head computes with the encoder's activation and epsilon, as
+        Google's and transformers' heads do (their formats have no place for others)."""
+        encoder = self.encoder
+        return (self.masked_lm.activation == encoder.hidden_act
+                and self.masked_lm.layer_norm_epsilon == encoder.layer_norm_epsilon)
 
     @property
     def reads_pooler(self) -> bool:
@@ -100,6 +116,10 @@ class BertPretrainer(TrainsPoolerOnlyWhenRead, ListsEncoderWhole, keras.Model):
         }
         if not self.next_sentence:  # Files of NSP pretrainers keep their old config.
             config["next_sentence"] = False
+        if self.masked_lm_activation is not None:  # likewise: only where set
+            config["masked_lm_activation"] = self.masked_lm_activation
+        if self.masked_lm_layer_norm_epsilon is not None:
+            config["masked_lm_layer_norm_epsilon"] = self.masked_lm_layer_norm_epsilon
         return config
 
     @classmethod

@@ -1,0 +1,304 @@
+"""The keras_hub format: keras-hub's own BERT (from_preset / save_to_preset) is the reference.
+
+Every model is built once per module at sizes that all differ (vocabulary 53, hidden 24, 3
+heads, 2 layers, intermediate 40, 33 positions, 3 segments, 4 classes); inputs have padding.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+keras_hub = pytest.importorskip("keras_hub")
+
+from bert_keras import BertEncoder, BertPretrainer, model_loading  # noqa: E402
+from bert_keras.checkpoints import WeightLoadError  # noqa: E402
+from bert_keras.config import BertConfig  # noqa: E402
+from bert_keras.convert_checkpoint import convert  # noqa: E402
+from bert_keras.tasks import BertClassifier, BertTagger  # noqa: E402
+from cli_harness import run_tool  # noqa: E402
+from data_prep import tokenization  # noqa: E402
+from data_prep.tokenizer_config import TokenizerConfig  # noqa: E402
+
+SIZES = dict(vocabulary_size=53, num_layers=2, num_heads=3, hidden_dim=24, intermediate_dim=40,
+             max_sequence_length=33, num_segments=3, dropout=0.15)
+CONFIG = BertConfig(vocab_size=53, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                    intermediate_size=40, max_position_embeddings=33, type_vocab_size=3,
+                    hidden_act="gelu_tanh")
+CLASSES = 4
+
+
+def _randomize(weights, seed):
+    """Every weight random (LayerNorm gammas and biases too), so that a weight copied to
+    the wrong place or transposed shows."""
+    rng = np.random.default_rng(seed)
+    for w in weights:
+        w.assign(rng.normal(0, 0.3, tuple(w.shape)).astype("float32"))
+
+
+def _inputs(seed=5):
+    """(keras-hub's inputs, ours, mask positions): batch 3, sequence 7, rows 1 and 2 padded."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, 53, (3, 7)).astype("int32")
+    mask = np.ones((3, 7), "int32")
+    mask[1, 5:] = 0
+    mask[2, 3:] = 0
+    ids[mask == 0] = 0
+    segments = rng.integers(0, 3, (3, 7)).astype("int32") * mask
+    positions = np.array([[1, 4], [2, 3], [0, 2]], "int32")
+    theirs = {"token_ids": ids, "segment_ids": segments, "padding_mask": mask}
+    ours = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": segments}
+    return theirs, ours, positions
+
+
+def _close(a, b, what):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-5, err_msg=what)
+
+
+def _same_weights(a, b):
+    assert type(a) is type(b)
+    assert [v.path for v in a.weights] == [v.path for v in b.weights]
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
+
+
+@pytest.fixture(scope="module")
+def presets(tmp_path_factory):
+    """keras-hub presets of a random BertBackbone, BertMaskedLM and BertTextClassifier (one
+    backbone each), with the models that wrote them."""
+    root = tmp_path_factory.mktemp("keras_hub")
+    made = {}
+    backbone = keras_hub.models.BertBackbone(**SIZES)
+    _randomize(backbone.weights, 1)
+    backbone.save_to_preset(str(root / "backbone"))
+    made["backbone"] = backbone
+    masked_lm = keras_hub.models.BertMaskedLM(keras_hub.models.BertBackbone(**SIZES))
+    theirs, _, positions = _inputs()
+    masked_lm(dict(theirs, mask_positions=positions))  # builds the head
+    _randomize(masked_lm.weights, 2)
+    masked_lm.save_to_preset(str(root / "masked_lm"))
+    made["masked_lm"] = masked_lm
+    classifier = keras_hub.models.BertTextClassifier(
+        keras_hub.models.BertBackbone(**SIZES), CLASSES, preprocessor=None, dropout=0.2)
+    _randomize(classifier.weights, 3)
+    classifier.save_to_preset(str(root / "classifier"))
+    made["classifier"] = classifier
+    return root, made
+
+
+def test_backbone_to_ours_gives_keras_hubs_outputs(presets):
+    root, made = presets
+    ckpt = model_loading.load_checkpoint(str(root / "backbone"))  # found without fmt=
+    assert ckpt.form == "keras_hub" and isinstance(ckpt.model, BertEncoder)
+    config = ckpt.config
+    assert (config.vocab_size, config.hidden_size, config.num_attention_heads,
+            config.intermediate_size, config.max_position_embeddings, config.type_vocab_size,
+            config.hidden_act, config.hidden_dropout_prob) == (
+        53, 24, 3, 40, 33, 3, "gelu_tanh", 0.15)
+    theirs, ours, _ = _inputs()
+    expected, got = made["backbone"](theirs), ckpt.model(ours)
+    for name in ("sequence_output", "pooled_output"):
+        _close(got[name], expected[name], name)
+
+
+def test_masked_lm_and_classifier_to_ours_give_keras_hubs_logits(presets):
+    root, made = presets
+    theirs, ours, positions = _inputs()
+    pretrainer = model_loading.load_checkpoint(str(root / "masked_lm"), fmt="keras_hub").model
+    assert isinstance(pretrainer, BertPretrainer) and not pretrainer.next_sentence
+    _close(pretrainer(dict(ours, masked_lm_positions=positions))["mlm_logits"],
+           made["masked_lm"](dict(theirs, mask_positions=positions)), "mlm_logits")
+    ckpt = model_loading.load_checkpoint(str(root / "classifier"), fmt="keras_hub")
+    assert isinstance(ckpt.model, BertClassifier) and ckpt.model.num_classes == CLASSES
+    assert ckpt.model.dropout == 0.2 and ckpt.labels is None
+    _close(ckpt.model(ours)["logits"], made["classifier"](theirs), "classifier logits")
+    encoder = model_loading.load_checkpoint(str(root / "classifier"), want="encoder").model
+    _close(encoder(ours)["pooled_output"], made["classifier"].backbone(theirs)["pooled_output"],
+           "the classifier's backbone alone")
+
+
+def _random(model, seed):
+    _randomize(model.weights, seed)
+    return model
+
+
+def test_ours_to_keras_hub_and_back(tmp_path):
+    """Ours -> preset -> keras-hub's from_preset computes what ours does; back is exact."""
+    theirs, ours, positions = _inputs()
+    encoder = _random(BertEncoder.from_bert_config(CONFIG), 11)
+    pretrainer = _random(BertPretrainer(BertEncoder.from_bert_config(CONFIG), next_sentence=False,
+                                        masked_lm_activation="gelu",
+                                        masked_lm_layer_norm_epsilon=1e-5), 12)
+    classifier = _random(BertClassifier(BertEncoder.from_bert_config(CONFIG), CLASSES,
+                                        dropout=0.3), 13)
+    for name, model, load, output in (
+            ("encoder", encoder, keras_hub.models.BertBackbone, None),
+            ("pretrainer", pretrainer, keras_hub.models.BertMaskedLM, "mlm_logits"),
+            ("classifier", classifier, keras_hub.models.BertTextClassifier, "logits")):
+        source = str(tmp_path / f"{name}.keras")
+        model.save(source)
+        convert("keras", "keras_hub", source, str(tmp_path / name))
+        loaded = load.from_preset(str(tmp_path / name), **({} if output is None
+                                                           else {"preprocessor": None}))
+        if output is None:
+            expected, got = model(ours), loaded(theirs)
+            for key in ("sequence_output", "pooled_output"):
+                _close(got[key], expected[key], f"{name} {key}")
+        elif name == "pretrainer":
+            _close(loaded(dict(theirs, mask_positions=positions)),
+                   model(dict(ours, masked_lm_positions=positions))[output], name)
+        else:
+            assert loaded.num_classes == CLASSES and loaded.dropout == 0.3
+            _close(loaded(theirs), model(ours)[output], name)
+        _same_weights(model, model_loading.load_checkpoint(str(tmp_path / name)).model)
+
+
+def test_pretrainer_with_nsp_and_exact_gelu_warn_what_keras_hub_computes(tmp_path, caplog):
+    encoder = BertEncoder.from_bert_config(BertConfig(**{**CONFIG.to_dict(), "hidden_act": "gelu"}))
+    model = _random(BertPretrainer(encoder), 21)
+    model.save(str(tmp_path / "p.keras"))
+    with caplog.at_level("WARNING"):
+        convert("keras", "keras_hub", str(tmp_path / "p.keras"), str(tmp_path / "out"))
+    said = caplog.text
+    assert "next-sentence head (nsp_dense) is left out" in said
+    assert "tanh approximation" in said and "exact GELU and LayerNorm epsilon 1e-05" in said
+    back = model_loading.load_checkpoint(str(tmp_path / "out")).model
+    assert not back.next_sentence
+    for variable in back.weights:  # everything but the NSP head, exactly
+        original = next(v for v in model.weights if v.path == variable.path)
+        np.testing.assert_array_equal(np.asarray(variable), np.asarray(original), variable.path)
+
+
+# Texts: accents, Hangul, CJK ideographs, punctuation, an unknown word.
+TEXTS = ["Héllo, Wörld! naïve café.", "한국어 문장이다", "中文字符 日本語", "(don't) stop--here?",
+         "ÉCOLE qwzx"]
+_COMMON = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", "!", ".", "(", ")", "'", "-",
+           "?", "中", "文", "字", "符", "日", "本", "語", "한국어", "문장", "##이다", "ᄒ", "##ᅡ",
+           "##ᆫ", "don", "t", "stop", "here", "na", "##ive", "##ïve", "caf", "##e", "##é"]
+VOCABS = {
+    "cased": _COMMON + ["Héllo", "Hello", "Wörld", "World", "ÉCOLE", "ECOLE", "café"],
+    "uncased": _COMMON + ["hello", "world", "ecole", "cafe", "école", "hel", "##lo", "lo",
+                          "ｈｅｌｌｏ"],
+}
+
+
+# (vocabulary, settings, texts): Google's uncased settings strip accents, and keras-hub's
+# tokenizer then recomposes Hangul that BERT's leaves in jamo (see the test below).
+CASES = {
+    "cased": ("cased", TokenizerConfig(do_lower_case=False), TEXTS),
+    "uncased": ("uncased", TokenizerConfig(), [t for t in TEXTS if "한" not in t]),
+    "korean": ("uncased", TokenizerConfig(strip_accents=False), TEXTS),
+}
+
+
+def _tokenizers(tmp_path, vocab_name, settings):
+    """(keras-hub's BertTokenizer of a converted preset, ours, the Checkpoint read back)."""
+    tokens = VOCABS[vocab_name]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+    config = BertConfig(**{**CONFIG.to_dict(), "vocab_size": len(tokens)})
+    model_loading.save_encoder_dir(BertEncoder.from_bert_config(config), str(tmp_path / "enc"),
+                                   str(vocab), settings)
+    convert("keras", "keras_hub", str(tmp_path / "enc"), str(tmp_path / "preset"))
+    theirs = keras_hub.models.BertTokenizer.from_preset(str(tmp_path / "preset"))
+    return (theirs, tokenization.load_tokenizer(str(vocab), settings),
+            model_loading.load_checkpoint(str(tmp_path / "preset")))
+
+
+def _ids(tokenizer, texts):
+    got = tokenizer(np.array(texts)) if isinstance(tokenizer, tokenization.BertTokenizer) \
+        else tokenizer(texts)  # eager keras-hub: lists of ids
+    return [list(map(int, row)) for row in (got.to_list() if hasattr(got, "to_list") else got)]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_tokenizer_gives_our_ids(tmp_path, case):
+    vocab_name, settings, texts = CASES[case]
+    theirs, ours, back = _tokenizers(tmp_path, vocab_name, settings)
+    expected = _ids(ours, texts)
+    assert _ids(theirs, texts) == expected
+    assert sum(row.count(1) for row in expected) < sum(map(len, expected)) // 3  # few [UNK]
+    assert back.saved_tokenizer[0].effective() == settings.effective()
+    assert back.vocabulary() and open(back.vocab_file, encoding="utf-8").read().split("\n")[
+        :len(VOCABS[vocab_name])] == VOCABS[vocab_name]
+
+
+def test_where_keras_hubs_tokenizer_is_not_berts(tmp_path, caplog):
+    """keras-hub lowercases by NFKC case folding after stripping accents, where BERT
+    lowercases with str.lower() first: Hangul with stripped accents is recomposed (BERT
+    leaves it in jamo), compatibility characters are folded (full-width letters); and it
+    splits at a zero-width space, which BERT deletes. The conversion says so; these pin it
+    (docs/checkpoints.md)."""
+    with caplog.at_level("WARNING"):
+        theirs, ours, _ = _tokenizers(tmp_path, "uncased", TokenizerConfig())
+    assert "NFKC case folding" in caplog.text
+    for text in ("한국어", "ＨＥＬＬＯ", "hel\u200blo"):
+        assert _ids(theirs, [text]) != _ids(ours, [text]), text
+
+
+def _cli(*args):
+    result = run_tool("convert_checkpoint", list(args))
+    assert result.code != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), result.stderr[-3000:]
+    return last
+
+
+def test_bad_presets_are_one_line_errors(presets, tmp_path):
+    root, _ = presets
+    gpt2 = keras_hub.models.GPT2Backbone(vocabulary_size=29, num_layers=1, num_heads=2,
+                                         hidden_dim=8, intermediate_dim=12, max_sequence_length=9)
+    gpt2.save_to_preset(str(tmp_path / "gpt2"))
+    edited = tmp_path / "edited"
+    shutil.copytree(root / "backbone", edited)
+    config = json.loads((edited / "config.json").read_text())
+    config["config"]["num_heads"] = "three"
+    (edited / "config.json").write_text(json.dumps(config))
+    no_weights = tmp_path / "no_weights"
+    shutil.copytree(root / "backbone", no_weights)
+    (no_weights / "model.weights.h5").unlink()
+    no_head = tmp_path / "no_head"
+    shutil.copytree(root / "masked_lm", no_head)
+    (no_head / "task.weights.h5").unlink()
+    out = str(tmp_path / "out")
+    for preset, message in (
+            (tmp_path / "gpt2", "a GPT2Backbone preset; the keras_hub format reads BertBackbone"),
+            (edited, "keras-hub cannot load its BertBackbone"),
+            (no_weights, "no model.weights.h5; a keras-hub preset holds"),
+            (no_head, "no task.weights.h5 (its head's weights)"),
+            (tmp_path / "nothing", "does not exist in the keras_hub format")):
+        last = _cli("--from=keras_hub", "--to=keras", f"--input={preset}", f"--output={out}")
+        assert message in last, last
+        assert not os.path.exists(out)
+    # A head our layouts cannot hold is refused, never dropped or changed.
+    last = _cli("--from=keras_hub", "--to=keras", f"--input={root / 'masked_lm'}",
+                f"--output={out}")
+    assert "give a .keras file, which keeps them" in last, last
+    last = _cli("--from=keras_hub", "--to=hf", f"--input={root / 'masked_lm'}", f"--output={out}")
+    assert "the hf format's head takes the encoder's" in last, last
+    last = _cli("--from=keras_hub", "--to=keras", f"--input={root / 'classifier'}",
+                f"--output={out}")
+    assert "no label names" in last and "a keras-hub preset records none" in last, last
+    assert not os.path.exists(out)
+    # An existing output, before anything is loaded.
+    last = _cli("--from=keras_hub", "--to=keras_hub", f"--input={root / 'backbone'}",
+                f"--output={root / 'masked_lm'}")
+    assert "refusing to overwrite existing output" in last, last
+
+
+def test_what_keras_hub_cannot_compute_is_refused(presets, tmp_path):
+    relu = BertEncoder.from_bert_config(BertConfig(**{**CONFIG.to_dict(), "hidden_act": "relu"}))
+    eps = BertEncoder.from_bert_config(BertConfig(**{**CONFIG.to_dict(), "layer_norm_eps": 1e-6}))
+    tagger = BertTagger(BertEncoder.from_bert_config(CONFIG), 5)
+    for name, model, message in (("relu", relu, "hidden_act 'relu'"),
+                                 ("eps", eps, "layer_norm_eps 1e-06"),
+                                 ("tagger", tagger, "a BertTagger has no keras-hub BERT task")):
+        model.save(str(tmp_path / f"{name}.keras"))
+        last = _cli("--from=keras", "--to=keras_hub", f"--input={tmp_path / name}.keras",
+                    f"--output={tmp_path / 'out'}")
+        assert message in last, last
+        assert not os.path.exists(tmp_path / "out")
+    with pytest.raises(WeightLoadError, match="holds a BertTextClassifier, not a BertMaskedLM"):
+        model_loading.load_checkpoint(str(presets[0] / "classifier"), want="pretrainer")

@@ -221,6 +221,45 @@ def _registered_name(path: str, name: str) -> str:
     return values["registered_name"]
 
 
+# BertBackbone's settings (its constructor's arguments), and Keras' own.
+_BACKBONE_INTEGERS = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                      "intermediate_dim", "max_sequence_length", "num_segments")
+_BACKBONE_KEYS = frozenset(_BACKBONE_INTEGERS + ("dropout", "name", "trainable", "dtype"))
+
+
+def _check_backbone_config(config_file: str) -> None:
+    """Refuses, in one line naming the key, a config.json keras-hub would build otherwise
+    than it says (it passes a key BertBackbone does not take, such as a hand-written
+    "activation", to Keras, which ignores it) or would fail on with a long message."""
+    try:
+        values = files.read_json(config_file)
+    except files.TextFileError as e:
+        raise WeightLoadError(str(e)) from None
+    inner = values.get("config") if isinstance(values, dict) else None
+    if not isinstance(inner, dict):
+        raise WeightLoadError(f"{config_file}: expected keras-hub's backbone config, a JSON "
+                              "object with a \"config\" object")
+    unknown = sorted(set(inner) - _BACKBONE_KEYS)
+    if unknown:
+        raise WeightLoadError(
+            f"{config_file}: unknown BertBackbone setting(s) {', '.join(unknown)} (it takes "
+            f"{', '.join(_BACKBONE_INTEGERS)} and dropout; its activation and LayerNorm "
+            "epsilon are fixed in keras-hub's code)")
+    for key in _BACKBONE_INTEGERS:
+        value = inner.get(key)
+        if key in inner and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise WeightLoadError(f"{config_file}: {key} is {value!r}; expected a positive "
+                                  "integer")
+    if isinstance(inner.get("hidden_dim"), int) and isinstance(inner.get("num_heads"), int) \
+            and inner["hidden_dim"] % inner["num_heads"]:
+        raise WeightLoadError(f"{config_file}: hidden_dim {inner['hidden_dim']} is not a "
+                              f"multiple of num_heads {inner['num_heads']}")
+    dropout = inner.get("dropout", 0.1)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise WeightLoadError(f"{config_file}: dropout is {dropout!r}; expected a probability "
+                              "in [0, 1)")
+
+
 def _short(registered: str) -> str:
     return registered.split(">")[-1]
 
@@ -281,6 +320,7 @@ def read_keras_hub_model(path: str, want: str = "auto"):
         raise WeightLoadError(f"{config_file}: a {_short(backbone_class)} preset; the keras_hub "
                               "format reads BertBackbone presets (and BertMaskedLM or "
                               "BertTextClassifier tasks on one)")
+    _check_backbone_config(config_file)
     task = preset_task(path) if want != "encoder" else None
     if task is not None and task not in (MASKED_LM, CLASSIFIER):
         raise WeightLoadError(f"{os.path.join(path, TASK_FILE)}: a {_short(task)} task, which "

@@ -251,11 +251,17 @@ def test_bad_presets_are_one_line_errors(presets, tmp_path):
     gpt2 = keras_hub.models.GPT2Backbone(vocabulary_size=29, num_layers=1, num_heads=2,
                                          hidden_dim=8, intermediate_dim=12, max_sequence_length=9)
     gpt2.save_to_preset(str(tmp_path / "gpt2"))
-    edited = tmp_path / "edited"
-    shutil.copytree(root / "backbone", edited)
-    config = json.loads((edited / "config.json").read_text())
-    config["config"]["num_heads"] = "three"
-    (edited / "config.json").write_text(json.dumps(config))
+    edited = {}
+    for name, key, value in (("heads", "num_heads", "three"), ("relu", "activation", "relu")):
+        edited[name] = tmp_path / name  # a hand-edited config.json
+        shutil.copytree(root / "backbone", edited[name])
+        config = json.loads((edited[name] / "config.json").read_text())
+        config["config"][key] = value
+        (edited[name] / "config.json").write_text(json.dumps(config))
+    truncated = tmp_path / "truncated"
+    shutil.copytree(root / "backbone", truncated)
+    weights = (truncated / "model.weights.h5").read_bytes()
+    (truncated / "model.weights.h5").write_bytes(weights[:len(weights) // 2])
     no_weights = tmp_path / "no_weights"
     shutil.copytree(root / "backbone", no_weights)
     (no_weights / "model.weights.h5").unlink()
@@ -265,7 +271,9 @@ def test_bad_presets_are_one_line_errors(presets, tmp_path):
     out = str(tmp_path / "out")
     for preset, message in (
             (tmp_path / "gpt2", "a GPT2Backbone preset; the keras_hub format reads BertBackbone"),
-            (edited, "keras-hub cannot load its BertBackbone"),
+            (edited["heads"], "config.json: num_heads is 'three'; expected a positive integer"),
+            (edited["relu"], "config.json: unknown BertBackbone setting(s) activation"),
+            (truncated, "keras-hub cannot load its BertBackbone"),
             (no_weights, "no model.weights.h5; a keras-hub preset holds"),
             (no_head, "no task.weights.h5 (its head's weights)"),
             (tmp_path / "nothing", "does not exist in the keras_hub format")):

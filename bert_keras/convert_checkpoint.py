@@ -1,5 +1,5 @@
-r"""Converts BERT weights between Google TF1 checkpoints, Hugging Face and Keras files, and
-imports TF Model Garden TF2 checkpoints and TF Hub BERT SavedModels.
+r"""Converts BERT weights between Google TF1 checkpoints, Hugging Face, Keras files and keras-hub
+presets, and imports TF Model Garden TF2 checkpoints and TF Hub BERT SavedModels.
 
 Formats (see bert_keras/checkpoints.py):
   google  TF1 checkpoint prefix, e.g. uncased_L-12_H-768_A-12/bert_model.ckpt, with

@@ -76,8 +76,8 @@ def run_cli(*args):
 def test_cli_help_and_unknown_flag():
     result = run_cli("--help")  # absl prints the help and exits with status 1
     assert "--from=google --to=hf \\\n" in result.stdout
-    for flag in ("--from: <google|hf|keras|model_garden|tf_hub>", "--to: <google|hf|keras>",
-                 "--input", "--output", "--model",
+    for flag in ("--from: <google|hf|keras|keras_hub|model_garden|tf_hub>",
+                 "--to: <google|hf|keras|keras_hub>", "--input", "--output", "--model",
                  "--bert_config_file", "--[no]do_lower_case", "--strip_accents"):
         assert flag in result.stdout
     result = run_cli("--from=hf", "--to=google", "--input=a", "--output=b", "--frobnicate=1")

@@ -552,6 +552,15 @@ def apply_initial_weights(initial, pretrainer, path: str) -> str:
     from bert_keras.pretrainer import BertPretrainer
 
     loaded = initial.model
+    if isinstance(loaded, BertPretrainer) and not loaded.head_follows_encoder:
+        # keras-hub's BertMaskedLM head (exact GELU, epsilon 1e-5): a run's layout records
+        # the encoder's settings alone, and its head computes with those.
+        logging.warning("--init_checkpoint %s: its masked-LM head computes with %r and "
+                        "LayerNorm epsilon %g (keras-hub's); this run's head takes its weights "
+                        "and computes with the encoder's (%r, %g), so its first logits differ "
+                        "slightly", path, loaded.masked_lm.activation,
+                        loaded.masked_lm.layer_norm_epsilon, pretrainer.masked_lm.activation,
+                        pretrainer.masked_lm.layer_norm_epsilon)
     if isinstance(loaded, BertPretrainer) and loaded.next_sentence:
         _copy_weights(loaded.weights, pretrainer.weights, path)
         return f"{path} (encoder and pretraining heads)"

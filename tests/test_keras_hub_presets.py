@@ -310,3 +310,18 @@ def test_what_keras_hub_cannot_compute_is_refused(presets, tmp_path):
         assert not os.path.exists(tmp_path / "out")
     with pytest.raises(WeightLoadError, match="holds a BertTextClassifier, not a BertMaskedLM"):
         model_loading.load_checkpoint(str(presets[0] / "classifier"), want="pretrainer")
+
+
+def test_run_pretraining_says_when_it_changes_keras_hubs_head(presets, caplog):
+    """A run builds its head from the encoder's settings: keras-hub's (exact GELU, epsilon
+    1e-5) takes the copied weights with a warning, never without a word."""
+    from bert_keras.run_pretraining import apply_initial_weights
+
+    root, _ = presets
+    initial = model_loading.load_checkpoint(str(root / "masked_lm"), want="pretrainer")
+    run = BertPretrainer.from_bert_config(initial.config, next_sentence=False)
+    with caplog.at_level("WARNING"):
+        apply_initial_weights(initial, run, str(root / "masked_lm"))
+    assert "its masked-LM head computes with 'gelu' and LayerNorm epsilon 1e-05" in caplog.text
+    np.testing.assert_array_equal(np.asarray(run.masked_lm.output_bias),
+                                  np.asarray(initial.model.masked_lm.output_bias))

@@ -54,7 +54,10 @@ def _inputs(seed=5):
 
 
 def _close(a, b, what):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-5, err_msg=what)
+    """Within 1e-5; the largest difference is printed (`pytest -s`: BUILD_NOTES section 6)."""
+    a, b = np.asarray(a), np.asarray(b)
+    print(f"{what}: max |diff| {np.max(np.abs(a - b)):.1e}")
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5, err_msg=what)
 
 
 def _same_weights(a, b):

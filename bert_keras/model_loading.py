@@ -468,6 +468,12 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
     if not path:
         raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
     path = os.fspath(path)
+    if fmt == "keras_hub" and files.is_remote(path):
+        # keras-hub's own handles (kaggle://, hf://) download, which bert-keras does not
+        # (and TensorFlow's file system knows neither).
+        raise CheckpointError(f"{path}: keras-hub presets are read from a local directory; "
+                              "copy or download it there first (gsutil cp -r, or keras-hub's "
+                              "from_preset then save_to_preset)")
     directory = path if files.isdir(path) else os.path.dirname(files.absolute(path))
     ours = fmt in (None, "keras")  # our own layouts: run, encoder and task directories, files
 
@@ -522,9 +528,6 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
             return loaded
         if fmt in (None, "keras_hub") and (fmt == "keras_hub" or
                                            keras_hub_presets.is_keras_hub_preset(path)):
-            if files.is_remote(path):
-                raise CheckpointError(f"{path}: keras-hub presets are read from a local "
-                                      "directory; copy it here first (gsutil cp -r)")
             # want="encoder": the backbone alone (a task head is left out).
             return result(keras_hub_presets.read_keras_hub_model(path, want), "keras_hub")
         if ours and files.isfile(os.path.join(path, files.RUN_CONFIG_FILE)):

@@ -279,7 +279,9 @@ def test_bad_presets_are_one_line_errors(presets, tmp_path):
             (truncated, "keras-hub cannot load its BertBackbone"),
             (no_weights, "no model.weights.h5; a keras-hub preset holds"),
             (no_head, "no task.weights.h5 (its head's weights)"),
-            (tmp_path / "nothing", "does not exist in the keras_hub format")):
+            (tmp_path / "nothing", "does not exist in the keras_hub format"),
+            ("kaggle://keras/bert/keras/bert_tiny_en_uncased",
+             "keras-hub presets are read from a local directory")):
         last = _cli("--from=keras_hub", "--to=keras", f"--input={preset}", f"--output={out}")
         assert message in last, last
         assert not os.path.exists(out)

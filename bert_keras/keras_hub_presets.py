@@ -525,9 +525,18 @@ def save_keras_hub_preset(model, directory: str, vocab_file: str | None = None,
                 strip_accents=settings.effective_strip_accents)
         except ValueError as e:  # a vocabulary without [CLS], [SEP], [PAD] or [MASK]
             raise ValueError(f"{vocab_file}: keras-hub's BertTokenizer refuses it ({e})") from None
+        if theirs is not backbone:
+            # A task with its preprocessor, as keras-hub's presets are (from_preset then
+            # takes raw text); keras-hub's 512 tokens, or fewer where the position table
+            # is shorter.
+            preprocessor = (keras_hub.models.BertMaskedLMPreprocessor
+                            if isinstance(model, BertPretrainer)
+                            else keras_hub.models.BertTextClassifierPreprocessor)
+            theirs.preprocessor = preprocessor(
+                tokenizer, sequence_length=min(512, config.max_position_embeddings))
     with files.atomic_output(directory, overwrite=os.path.isdir(directory), directory=True,
                              hint="choose another directory") as tmp:
-        theirs.save_to_preset(tmp)
-        if tokenizer is not None:
+        theirs.save_to_preset(tmp)  # a task's preprocessor saves the tokenizer with it
+        if tokenizer is not None and theirs is backbone:
             tokenizer.save_to_preset(tmp)
     return directory

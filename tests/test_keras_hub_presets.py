@@ -330,3 +330,36 @@ def test_run_pretraining_says_when_it_changes_keras_hubs_head(presets, caplog):
     assert "its masked-LM head computes with 'gelu' and LayerNorm epsilon 1e-05" in caplog.text
     np.testing.assert_array_equal(np.asarray(run.masked_lm.output_bias),
                                   np.asarray(initial.model.masked_lm.output_bias))
+
+
+def test_a_task_preset_takes_raw_text_as_keras_hubs_do(tmp_path):
+    """A classifier or masked LM with a vocabulary gets keras-hub's preprocessor (its
+    tokenizer, packing to the position table), so from_preset(dir) takes raw text; the
+    classifier's logits on text are ours on the ids our tokenizer gives."""
+    tokens = VOCABS["cased"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+    settings = TokenizerConfig(do_lower_case=False)
+    config = BertConfig(**{**CONFIG.to_dict(), "vocab_size": len(tokens)})
+    model = _random(BertClassifier(BertEncoder.from_bert_config(config), CLASSES), 31)
+    from bert_keras.checkpoints import save_model
+
+    save_model(model, "keras_hub", str(tmp_path / "clf"), vocab_file=str(vocab),
+               settings=settings, labels=["w", "x", "y", "z"])
+    theirs = keras_hub.models.BertTextClassifier.from_preset(str(tmp_path / "clf"))
+    assert theirs.preprocessor.sequence_length == 33
+    texts = TEXTS[:3]
+    ids = _ids(tokenization.load_tokenizer(str(vocab), settings), texts)
+    length = max(map(len, ids)) + 2
+    word_ids = np.zeros((len(texts), length), "int32")
+    for row, pieces in enumerate(ids):  # [CLS] pieces [SEP], then padding
+        word_ids[row, :len(pieces) + 2] = [tokens.index("[CLS]"), *pieces, tokens.index("[SEP]")]
+    mask = (word_ids > 0).astype("int32")
+    expected = model({"input_word_ids": word_ids, "input_mask": mask,
+                      "input_type_ids": np.zeros_like(word_ids)})["logits"]
+    _close(theirs.predict(texts, verbose=0), expected, "classifier on raw text")
+    save_model(_random(BertPretrainer(BertEncoder.from_bert_config(config), next_sentence=False),
+                       32), "keras_hub", str(tmp_path / "mlm"), vocab_file=str(vocab),
+               settings=settings)
+    masked_lm = keras_hub.models.BertMaskedLM.from_preset(str(tmp_path / "mlm"))
+    assert type(masked_lm.preprocessor).__name__ == "BertMaskedLMPreprocessor"

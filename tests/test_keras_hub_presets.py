@@ -363,3 +363,28 @@ def test_a_task_preset_takes_raw_text_as_keras_hubs_do(tmp_path):
                settings=settings)
     masked_lm = keras_hub.models.BertMaskedLM.from_preset(str(tmp_path / "mlm"))
     assert type(masked_lm.preprocessor).__name__ == "BertMaskedLMPreprocessor"
+
+
+def test_the_name_table_lists_every_missing_and_mis_shaped_weight(presets):
+    """All or nothing: a model of another depth or width is refused with every weight
+    named, and nothing is assigned."""
+    from bert_keras import keras_hub_presets
+
+    _, made = presets
+    theirs = list(made["backbone"].weights)
+    deeper = BertEncoder.from_bert_config(BertConfig(**{**CONFIG.to_dict(),
+                                                        "num_hidden_layers": 3}))
+    before = [np.asarray(v).copy() for v in deeper.weights]
+    with pytest.raises(WeightLoadError, match=r"missing 16: transformer_layer_2/self_attention_"
+                                              r"layer/query/kernel, .*feedforward_layer_norm/beta"):
+        keras_hub_presets._copy(deeper, theirs, 3, to_ours=True, source="preset")
+    for variable, value in zip(deeper.weights, before):
+        np.testing.assert_array_equal(np.asarray(variable), value)
+    wider = BertEncoder.from_bert_config(BertConfig(**{**CONFIG.to_dict(),
+                                                       "intermediate_size": 41}))
+    with pytest.raises(WeightLoadError) as error:
+        keras_hub_presets._copy(wider, theirs, 3, to_ours=True, source="preset")
+    message = str(error.value)
+    assert "6 weight(s) have the wrong shape" in message  # 3 a layer
+    assert ("transformer_layer_1/feedforward_intermediate_dense/kernel: keras-hub (24, 40), "
+            "ours (24, 41)") in message

@@ -472,8 +472,8 @@ def check_output_free(fmt: str, path: str) -> None:
 
     google: `<path>.index` (a checkpoint exists once its index does: `.data-*` files
     without one are what an interrupted save left, and are replaced); hf: a non-empty
-    directory; keras_hub: a non-empty directory; keras: the file. (A differing bert_config.json beside a Google checkpoint is
-    caught when saving.)
+    directory; keras_hub: a non-empty directory; keras: the file. (A differing
+    bert_config.json beside a Google checkpoint is caught when saving.)
     """
     if fmt == "google":
         path = google_output_prefix(path)

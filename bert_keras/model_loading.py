@@ -38,9 +38,11 @@ this order:
                     BertEncoder (or BertPretrainerV2); bert_config.json beside it, given,
                     or read from the shapes; casing from the flags, as for Google's
 
-`fmt="google" | "hf" | "keras" | "keras_hub" | "model_garden" | "tf_hub"` (convert_checkpoint's
---from) names the format instead of guessing it; "keras" is every one of our own forms (run,
-encoder and task directories, .keras and .weights.h5 files). The vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, or
+`fmt="google" | "hf" | "keras" | "keras_hub" | "model_garden" | "tf_hub"`
+(convert_checkpoint's --from) names the format instead of guessing it; "keras" is every one
+of our own forms (run, encoder and task directories, .keras and .weights.h5 files). The
+vocabulary found with the weights is `Checkpoint.vocab_file`: vocab.txt, a keras-hub preset's
+assets/tokenizer/vocabulary.txt, a TF Hub SavedModel's assets/vocab.txt, or
 a vocab.txt written from a transformers directory's tokenizer.json (`vocab_source` names
 the file it came from). `check_vocab_fits` is the one check of a vocabulary against a model's
 embedding rows, made wherever the two meet (fine-tuning, extract_features, exports,

@@ -23,6 +23,8 @@ Three on-disk formats:
           `qa_outputs.*`, label names as `id2label` in config.json). `read_hf_model` builds
           what config.json's `architectures` names (HF_ARCHITECTURES).
   keras   a `.keras` file from `model.save` (architecture, config and weights in one file).
+  keras_hub  a keras-hub preset directory: its reader and writer, and its name table, are in
+          bert_keras/keras_hub_presets.py (`save_model(model, "keras_hub", ...)` calls it).
 
 These are the format readers and writers beneath `bert_keras/model_loading.py`, the one
 entry point, which decides what a path holds (`load_checkpoint`) and calls one reader:

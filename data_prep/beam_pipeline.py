@@ -162,6 +162,15 @@ def pipeline_options(runner: str, text: str):
     if (runner == "DirectRunner" and not os.environ.get(DEBUG_ENV) and not any(
             a.split("=", 1)[0] == "--" + _HARNESS_LOG_LEVEL for a in args)):
         args = args + [f"--{_HARNESS_LOG_LEVEL}=WARNING"]
+    if runner == "DirectRunner" and "--allow_unsafe_triggers" not in args:
+        # Beam 2.77's DirectRunner first tries Prism (a Go binary fetched from GitHub; offline
+        # that fails, behind a dropping firewall only after the TCP timeout), and the failed
+        # start left its job server's `beam-temp*` and its stager's `tmp*` and
+        # `beam-requirements-cache` directories in $TMPDIR on every run. A pipeline that
+        # allows unsafe triggers is one DirectRunner does not give Prism, so it runs on the
+        # in-process runner it fell back to (the same shards); this pipeline sets no
+        # triggers. PrismRunner stays available as its own --runner.
+        args = args + ["--allow_unsafe_triggers"]
     options = PipelineOptions(args + [f"--runner={runner}"])
     # Beam parses the options with argparse, which prints its whole usage and exits on a
     # bad value (direct_num_workers=abc): its last line, the error, is what is said.

@@ -236,7 +236,8 @@ def expand_input_files(patterns: str) -> list[str]:
       ValueError: a pattern matches no data file, or every matched file is empty.
     """
     _require_beam("a Beam runner")
-    parts = files.split_patterns(patterns or "")
+    parts = files.split_patterns(
+        patterns or "", lambda p: _exists(p) if "://" in p else os.path.lexists(p))
     if not parts:
         raise ValueError("no input file pattern given (expected a comma-separated list of "
                          "files or globs)")

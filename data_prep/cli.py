@@ -304,9 +304,37 @@ def expand_home_in_path_flags(flag_values) -> None:
         setattr(flag_values, name, items if isinstance(value, list) else ",".join(items))
 
 
+def join_comma_named_paths(flag_values) -> None:
+    """Applies `files.split_patterns`' rule for a comma in a file name to the list path flags
+    given on the command line (build_vocab's, prepare_corpus's and convert_checkpoint's
+    --input): absl splits `--input=corpus,2024.txt` into "corpus" and "2024.txt"; a file
+    named "corpus,2024.txt" that exists is that file. String path flags (--input_file) keep
+    the value as typed, and their readers split it by the same rule.
+
+    Raises:
+      InputError: naming the flag, where the value is both a file and a list of files.
+    """
+    from data_prep import files
+
+    for name in list(flag_values):
+        flag = flag_values[name]
+        if not flag.present or not is_path_flag(name) or not isinstance(flag.value, list):
+            continue
+        if len(flag.value) < 2:
+            continue
+        try:
+            items = files.split_patterns(",".join(flag.value))
+        except files.AmbiguousPathListError as e:
+            raise InputError(f"--{name}", str(e)) from None
+        if len(items) < len(flag.value):
+            setattr(flag_values, name, items)
+
+
 def parse_flags(argv: Sequence[str]) -> list[str]:
-    """absl's flag parsing with numeric checks and `~` expanded in path flags
-    (`expand_home_in_path_flags`); a bad flag is one line and exit status 2.
+    """absl's flag parsing with numeric checks, `~` expanded in path flags
+    (`expand_home_in_path_flags`) and a list path flag's value that names one file with a
+    comma in its name kept whole (`join_comma_named_paths`); a bad flag is one line and exit
+    status 2.
 
     Used as `app.run`'s flags_parser (`run`) and by `invoke`.
     """
@@ -322,6 +350,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
         sys.exit(2)
     try:
         expand_home_in_path_flags(flags.FLAGS)
+        join_comma_named_paths(flags.FLAGS)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -212,12 +212,51 @@ def shard_set_glob(prefix: str) -> str:
     return glob.escape(prefix) + "-?????-of-?????.tfrecord*"
 
 
-def split_patterns(patterns: str | Iterable[str]) -> list[str]:
+class AmbiguousPathListError(ValueError):
+    """A comma-separated value that names an existing file as a whole and a list of existing
+    files as its parts (`split_patterns`): one line naming both readings."""
+
+
+def _exists_as_written(path: str) -> bool:
+    return exists(path) if is_remote(path) else os.path.lexists(path)
+
+
+def split_patterns(patterns: str | Iterable[str],
+                   exists: Callable[[str], bool] | None = None) -> list[str]:
     """The items of a comma-separated file list (or of a list of such strings), stripped,
-    empty ones dropped: "a.txt, b*.txt" -> ["a.txt", "b*.txt"]."""
+    empty ones dropped: "a.txt, b*.txt" -> ["a.txt", "b*.txt"].
+
+    The one rule of every tool's list flags (--input, --input_file, ...) for a comma in a
+    file name: a value that names an existing path as a whole ("corpus,2024.txt") is that
+    path, not a list. Where its comma-separated parts all exist too ("a", "b" beside "a,b"),
+    the value is ambiguous and refused; a value that names no existing path is a list, as
+    in Google's tools.
+
+    Args:
+      patterns: a comma-separated string, or a list of them.
+      exists: whether a path exists, as written (default: os.path.lexists, or
+        tf.io.gfile.exists for a remote path; Beam passes its FileSystems.exists).
+
+    Raises:
+      AmbiguousPathListError: both readings of a value name existing files.
+    """
+    exists = exists or _exists_as_written
     if isinstance(patterns, str):
         patterns = [patterns]
-    return [p.strip() for item in patterns for p in str(item).split(",") if p.strip()]
+    found: list[str] = []
+    for item in patterns:
+        item = str(item)
+        parts = [p.strip() for p in item.split(",") if p.strip()]
+        whole = item.strip()
+        if len(parts) > 1 and exists(whole):
+            if all(exists(p) for p in parts):
+                raise AmbiguousPathListError(
+                    f"{whole!r} is an existing file and also a list of existing files "
+                    f"({', '.join(parts)}): a comma separates files here; rename one of them")
+            found.append(whole)
+        else:
+            found.extend(parts)
+    return found
 
 
 def glob_as_written(pattern: str, exists: Callable[[str], bool] = os.path.lexists) -> str:

@@ -263,3 +263,62 @@ def test_the_pipeline_runs_where_users_keep_it(tmp_path):
         here = tf.saved_model.load(loadable).signatures["serving_default"](
             text=tf.constant(texts))["probabilities"].numpy()
     np.testing.assert_allclose(json.loads(old.stdout.splitlines()[-1]), here, atol=1e-5)
+
+
+def test_a_comma_in_a_file_name_is_that_file_unless_its_parts_exist_too(tmp_path, monkeypatch):
+    """`files.split_patterns`' one rule: "corpus,2024.txt" that exists is that file; its
+    parts, when they exist too, make it ambiguous; a value naming no path is a list."""
+    monkeypatch.chdir(tmp_path)  # "<dir>/corpus,2024.txt" is "<dir>/corpus" and "2024.txt"
+    whole = _touch(tmp_path / "corpus,2024.txt")
+    a, b = str(tmp_path / "corpus"), "2024.txt"
+    assert files.split_patterns(whole) == [whole]
+    # Only a whole value is one path: beside another item it is split as a list.
+    assert files.split_patterns([f"{whole},x*.txt"]) == [str(tmp_path / "corpus"), "2024.txt",
+                                                         "x*.txt"]
+    _touch(a)
+    assert files.split_patterns(whole) == [whole]  # 2024.txt does not exist: the file
+    _touch(tmp_path / b)
+    with pytest.raises(files.AmbiguousPathListError,
+                       match=r"corpus,2024.txt' is an existing file and also a list of "
+                             r"existing files .*rename one of them"):
+        files.split_patterns(whole)
+    os.remove(whole)
+    assert files.split_patterns(whole) == [a, b]
+
+
+def test_every_list_flag_reads_a_file_with_a_comma_in_its_name(tmp_path, monkeypatch):
+    """absl's list flags (build_vocab's and prepare_corpus's --input) split at the comma and
+    the string ones (create_pretraining_data's --input_file) were split by the readers: the
+    file "corpus,2024.txt" was "matches no file"."""
+    from conftest import TESTDATA
+
+    text = ("The man went to the store.\nHe bought milk there.\n\n"
+            "John was born in the city.\nThe city is big.\n")
+    corpus = _touch(tmp_path / "in" / "corpus,2024.txt", text)
+    vocab = os.path.join(TESTDATA, "ft_vocab.txt")
+    out = tmp_path / "out"
+    runs = [("prepare_corpus", [f"--input={corpus}", f"--output_file={out}/corpus.txt"]),
+            ("build_vocab", [f"--input={corpus}", f"--output={out}/vocab/vocab.txt",
+                             "--vocab_size=110", "--layout=compact"]),
+            ("create_pretraining_data", [f"--input_file={corpus}", f"--vocab_file={vocab}",
+                                         f"--output_file={out}/shard.tfrecord",
+                                         "--max_seq_length=16", "--max_predictions_per_seq=4",
+                                         "--dupe_factor=1"])]
+    for tool, argv in runs:
+        result = run_tool(tool, argv)
+        assert result.code == 0, (tool, result.stderr[-2000:])
+    assert "John was born in the city." in (out / "corpus.txt").read_text(encoding="utf-8")
+    assert (out / "shard.tfrecord").stat().st_size > 0
+    # Both readings exist (the second part is relative: here, in the working directory):
+    # one line naming the flag, nothing written.
+    monkeypatch.chdir(tmp_path / "in")
+    _touch(tmp_path / "in" / "corpus", text)
+    _touch(tmp_path / "in" / "2024.txt", text)
+    for tool, flag in (("prepare_corpus", "--input"), ("create_pretraining_data",
+                                                       "--input_file")):
+        argv = [a.replace(str(out), str(tmp_path / "refused")) for a in dict(runs)[tool]]
+        result = run_tool(tool, argv)
+        assert result.code != 0 and len(result.error_lines) == 1, result.stderr[-2000:]
+        assert result.error_lines[0].startswith(f"error: {flag}: '{corpus}' is an existing "
+                                                "file and also a list of existing files")
+        assert not (tmp_path / "refused").exists()

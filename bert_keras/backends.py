@@ -15,6 +15,7 @@ any tool code runs.
 
 from __future__ import annotations
 
+from data_prep import files
 from data_prep.cli import InputError
 
 TRAINING_BACKENDS = ("tensorflow", "jax")
@@ -34,7 +35,7 @@ def check_backend(supported: tuple[str, ...] = TRAINING_BACKENDS) -> str:
     if name not in supported:
         choices = " or ".join(supported)
         raise InputError("KERAS_BACKEND", f"expected {choices}, found {name} (set "
-                         f"KERAS_BACKEND={supported[0]}; see docs/backends.md)")
+                         f"KERAS_BACKEND={supported[0]}; see {files.doc_path('backends.md')})")
     return name
 
 

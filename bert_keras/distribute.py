@@ -48,6 +48,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from data_prep import files
 from data_prep.cli import ToolError, option
 
 STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
@@ -317,7 +318,7 @@ def _tf_config_task() -> tuple[str, int, int] | None:
     if not raw.strip():
         return None
     expected = ('expected JSON {"cluster": {"worker": ["HOST:PORT", ...]}, "task": {"type": '
-                '"worker", "index": I}} (docs/distributed.md)')
+                f'"worker", "index": I}}}} ({files.doc_path("distributed.md")})')
     try:
         config = json.loads(raw)
     except ValueError as e:
@@ -434,7 +435,6 @@ def weights_read(weights) -> tuple[int, str]:
 def vocabulary_read(path: str, *also) -> tuple[int, str]:
     """(digest, description) of a vocabulary file (and of `also`, e.g. the tokenizer
     settings used with it), for `Distribution.check_same_inputs`."""
-    from data_prep import files
 
     text = files.read_bytes(path)
     return digest(text.decode("utf-8", "replace"), *also), f"{len(text.splitlines())} tokens"

@@ -531,8 +531,17 @@ def help_exits_zero(argv: list[str] | None = None):
 def run(main, expected: tuple = ()) -> None:
     """`app.run(main)` with one-line flag errors, the error boundary and `help_exits_zero`
     (a tool's `if __name__ == "__main__":`)."""
+    import sys
+
     from absl import app
 
+    from data_prep import files
+
+    tool = sys.modules.get("__main__")
+    if tool is not None and tool.__doc__:
+        # --help prints the tool's docstring: the documents it cites as this copy holds them
+        # (an installed one has no docs/ beside the working directory).
+        tool.__doc__ = files.cite_docs(tool.__doc__)
     with help_exits_zero():
         app.run(lambda argv: report_errors(lambda: main(argv), expected),
                 flags_parser=parse_flags)

@@ -338,6 +338,26 @@ def glob_free(path: str) -> Iterator[str]:
             os.rmdir(tmp)
 
 
+# The project's documents (docs/*.md) ship in the bert_keras package: bert_keras/docs is a
+# link to docs/ in a checkout and package data in a wheel (pyproject.toml), so that a message
+# names a file that exists in either (a `pip install .` copy has no docs/ of its own).
+_DOCS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "bert_keras", "docs")
+_DOC_RE = re.compile(r"\bdocs/([\w.-]+\.md)\b")
+
+
+def doc_path(name: str) -> str:
+    """Where this copy of the project holds its document `name` ("serving.md"): docs/ of a
+    checkout, or bert_keras/docs/ of an installed one; what messages cite."""
+    return os.path.realpath(os.path.join(_DOCS_DIR, name))
+
+
+def cite_docs(text: str) -> str:
+    """`text` with each `docs/<name>.md` it cites as `doc_path(name)` (a tool's --help: its
+    module docstring)."""
+    return _DOC_RE.sub(lambda m: doc_path(m.group(1)), text)
+
+
 def expand_home(path: str) -> str:
     """`~` or `~user` at the start of a path replaced by the home directory, as a shell does
     for a path typed as a word of its own (it leaves `--flag=~/x` alone, and so did absl, so

@@ -54,13 +54,14 @@ def define_flags(model_dir_help: str, max_seq_length: int, max_seq_length_help: 
         "float32 rounding. bfloat16: weights stored and matmuls run in bfloat16 (half the "
         "bytes per request; faster on CPUs with AMX, emulated and slower without AMX or "
         "AVX512-BF16), LayerNorm, softmax and logits in float32; outputs differ by bfloat16 "
-        "rounding (docs/serving.md).", **kwargs)
+        f"rounding ({files.doc_path('serving.md')}).", **kwargs)
     holders["kernel_layout"] = flags.DEFINE_enum(
         "kernel_layout", "in_out", list(KERNEL_LAYOUTS),
         "How the export stores its encoder's Dense kernels. in_out: [in, out], Keras' and "
         "Google's (the trained model's). out_in: [out, in], torch's nn.Linear's, whose "
         "products TensorFlow's oneDNN runs faster at about 16 WordPieces and slower from 32 "
-        "on. The same outputs up to float32 rounding (docs/serving.md).", **kwargs)
+        f"on. The same outputs up to float32 rounding ({files.doc_path('serving.md')}).",
+        **kwargs)
     return holders
 
 

@@ -17,6 +17,10 @@ import keras
 import numpy as np
 import pytest
 from conftest import REPO, TESTDATA, backend_env, h5_keys
+
+# Where the messages' documents are in this checkout (data_prep.files.doc_path).
+BACKENDS_DOC = os.path.realpath(os.path.join(REPO, "docs", "backends.md"))
+DISTRIBUTED_DOC = os.path.realpath(os.path.join(REPO, "docs", "distributed.md"))
 from multiprocess import assert_preempted, describe, jax_process_flags, run_job
 from test_run_finetune import SMALL, VOCAB, write_classification, write_conll
 
@@ -49,7 +53,7 @@ def test_unsupported_backend_is_one_line_naming_the_supported_ones(tool, backend
     err = capsys.readouterr().err
     assert status == 1 and err.count("\n") == 1, err
     assert err == (f"error: KERAS_BACKEND: expected tensorflow or jax, found {backend} (set "
-                   "KERAS_BACKEND=tensorflow; see docs/backends.md)\n")
+                   f"KERAS_BACKEND=tensorflow; see {BACKENDS_DOC})\n")
     assert not (tmp_path / "out").exists()  # Refused before anything is read or written.
 
 
@@ -101,7 +105,7 @@ def test_fine_tuning_strategies_on_tensorflow_are_one_line(name, capsys, tmp_pat
     assert status == 1 and err == (
         "error: --distribution_strategy: expected default or mirrored for fine-tuning on "
         f"KERAS_BACKEND=tensorflow, found {name} (across hosts: KERAS_BACKEND=jax with "
-        "multi_worker_mirrored; docs/distributed.md)\n")
+        f"multi_worker_mirrored; {DISTRIBUTED_DOC})\n")
     assert not (tmp_path / "out").exists()
 
 
@@ -185,7 +189,7 @@ def test_unsupported_backend_from_the_command_line(tmp_path):
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
         assert result.stderr.strip().splitlines()[-1] == (
             f"error: KERAS_BACKEND: expected tensorflow or jax, found {backend} (set "
-            "KERAS_BACKEND=tensorflow; see docs/backends.md)")
+            f"KERAS_BACKEND=tensorflow; see {BACKENDS_DOC})")
     assert not (tmp_path / "out").exists()
 
 

@@ -817,7 +817,8 @@ _CLUSTER = {"worker": ["10.0.0.1:12345", "10.0.0.2:12345"]}
 
 @pytest.mark.parametrize("tf_config, message", [
     ("{bad", "TF_CONFIG: expected JSON {\"cluster\": {\"worker\": [\"HOST:PORT\", ...]}, "
-             "\"task\": {\"type\": \"worker\", \"index\": I}} (docs/distributed.md), found text "
+             "\"task\": {\"type\": \"worker\", \"index\": I}} ("
+             f"{os.path.realpath(os.path.join(REPO, 'docs', 'distributed.md'))}), found text "
              "that is not JSON (Expecting property name"),
     (json.dumps({"task": {"type": "worker", "index": 0}}), 'found no "cluster"'),
     (json.dumps({"cluster": _CLUSTER}),

@@ -420,3 +420,66 @@ def test_a_pipe_whose_temporary_directory_cannot_be_made_says_so_in_one_line(mon
         f"{path} is a pipe, read once into a copy in the temporary directory {missing}, "
         "which cannot be made there: no such file or directory; set TMPDIR to a writable "
         "disk with room, or give a file")
+
+
+# The one file that names a document as text on purpose: batching_parameters.txt's header is
+# written beside an export and compared as text with another export's (`check_beside`), so it
+# must not hold the writing machine's path.
+_DOC_NAMED_AS_TEXT = {"export/batching_parameters.py"}
+
+
+def _cited_docs():
+    """(file:line, document name, how) of every document the packages' messages and --help
+    texts cite: `files.doc_path("<name>")` calls, `docs/<name>.md` in a module docstring (a
+    tool's --help, through `files.cite_docs`), and `docs/<name>.md` written in any other
+    string (which a user of an installed copy could not open)."""
+    import ast
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = []
+    for package in ("bert_keras", "data_prep", "export"):
+        for folder, dirs, names in os.walk(os.path.join(repo, package)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "docs")]
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, repo)
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read())
+                docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                              if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                                   ast.AsyncFunctionDef))
+                              and node.body and isinstance(node.body[0], ast.Expr)
+                              and isinstance(node.body[0].value, ast.Constant)}
+                module_doc = ast.get_docstring(tree, clean=False) or ""
+                for doc in re.findall(r"\bdocs/([\w.-]+\.md)\b", module_doc):
+                    found.append((f"{rel}:1", doc, "help"))
+                for node in ast.walk(tree):
+                    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                            and node.func.attr == "doc_path"):
+                        (arg,) = node.args
+                        found.append((f"{rel}:{node.lineno}", arg.value, "doc_path"))
+                    elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                          and id(node) not in docstrings):
+                        for doc in re.findall(r"\bdocs/([\w.-]+\.md)\b", node.value):
+                            found.append((f"{rel}:{node.lineno}", doc,
+                                          "text" if rel not in _DOC_NAMED_AS_TEXT else "file"))
+    return found
+
+
+def test_every_document_a_message_cites_exists_where_it_says():
+    """Messages cited `docs/<name>.md`, which a `pip install .` copy has nowhere (the wheel
+    holds bert_keras/docs, tests/test_installed_package.py): they cite `files.doc_path`, the
+    path this copy holds, and a tool's --help its docstring's documents through
+    `files.cite_docs`."""
+    cited = _cited_docs()
+    kinds = {how for _, _, how in cited}
+    assert {"help", "doc_path"} <= kinds  # the scan sees both ways of citing
+    written = [(where, doc) for where, doc, how in cited if how == "text"]
+    assert not written, f"cite documents through files.doc_path: {written}"
+    for where, doc, _ in cited:
+        assert os.path.isfile(files.doc_path(doc)), f"{where} cites {doc}, which is missing"
+    assert files.cite_docs("see docs/serving.md and docs/DESIGN.md section 6.") == (
+        f"see {files.doc_path('serving.md')} and {files.doc_path('DESIGN.md')} section 6.")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert files.doc_path("serving.md") == os.path.realpath(
+        os.path.join(repo, "docs", "serving.md"))

@@ -128,3 +128,26 @@ def test_verify_runs_from_the_installed_copy(installed):
                 cwd=work)
     assert "result: PASS" in proc.stdout, proc.stdout[-2000:]
     assert "[ok] ops" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_documents_messages_cite_are_in_the_installed_copy(installed):
+    """Messages and --help texts cited docs/<name>.md, which an installed copy has nowhere:
+    they name `files.doc_path`'s file, shipped in the wheel as bert_keras/docs."""
+    wheel, python, purelib, work = installed
+    with zipfile.ZipFile(wheel) as z:
+        shipped = {n for n in z.namelist() if n.startswith("bert_keras/docs/")}
+    assert shipped == {f"bert_keras/docs/{name}" for name in os.listdir(os.path.join(REPO, "docs"))
+                       if name.endswith(".md")}
+    where = _run([str(python), "-c", "from data_prep import files; "
+                  "print(files.doc_path('backends.md'))"], cwd=work).stdout.strip()
+    assert where == os.path.join(os.path.realpath(purelib), "bert_keras", "docs", "backends.md")
+    with open(where, encoding="utf-8") as f, \
+            open(os.path.join(REPO, "docs", "backends.md"), encoding="utf-8") as g:
+        assert f.read() == g.read()
+    # A tool's --help (its docstring) names the documents where this copy has them.
+    helped = _run([str(python), "-m", "bert_keras.run_tagger", "--help"], cwd=work).stdout
+    cited = re.findall(r"(/\S+?\.md)\b", helped)
+    assert cited and "docs/finetuning.md" not in helped.replace(
+        os.path.join("bert_keras", "docs", "finetuning.md"), "")
+    for path in cited:
+        assert path.startswith(os.path.realpath(purelib)) and os.path.isfile(path), path

@@ -168,10 +168,15 @@ def resolve_inputs(patterns: Sequence[str]) -> list[str]:
     return paths
 
 
-def iter_lines(paths: Sequence[str]) -> Iterator[str]:
+def iter_lines(paths: Sequence[str], bytes_read: dict[str, int] | None = None) -> Iterator[str]:
     """Yields the lines of the files, decoded as UTF-8, as create_pretraining_data reads
     them: a "\\r" inside a line is dropped (kept, as a space, in a file whose lines all end
     in a lone "\\r").
+
+    Args:
+      paths: the files (a pipe is copied once: `files.rereadable`).
+      bytes_read: if given, each file's bytes (decompressed) once it has been read: a
+        pipe's size is known only then.
 
     Raises:
       files.TextFileError: a non-UTF-8 line or a NUL byte (file, line and byte offset
@@ -200,6 +205,8 @@ def iter_lines(paths: Sequence[str]) -> Iterator[str]:
                         # The byte-order mark Notepad writes first is no part of the text.
                         yield line[1:] if number == 1 and line.startswith("\ufeff") else line
                         offset += len(raw)
+            if bytes_read is not None:
+                bytes_read[path] = offset
         except (FileNotFoundError, PermissionError, IsADirectoryError):
             raise
         except files.PipeCopyError as e:  # not a damaged file: no room for the copy
@@ -445,8 +452,13 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
         raise BuildVocabError(f"--vocab_size={vocab_size} leaves no room after the "
                               f"{len(reserved)} reserved tokens of --layout={layout}")
     pretokenizer = tokenization.pretokenizer(do_lower_case, strip_accents, tokenize_chinese_chars)
-    total_bytes = sum(os.path.getsize(p) for p in paths)
-    logging.info("counting words in %d file(s), %.1f MB", len(paths), total_bytes / 1e6)
+    # A pipe's size is known only once it is read (os.path.getsize says 0): the progress
+    # gives the files' size and counts the pipes, whose text shows in the characters read.
+    pipes = sum(files.is_pipe(p) for p in paths)
+    size = f"{sum(os.path.getsize(p) for p in paths if not files.is_pipe(p)) / 1e6:.1f} MB"
+    if pipes:
+        size += f" and {pipes} pipe{'s' if pipes > 1 else ''} of unknown size"
+    logging.info("counting words in %d file(s), %s", len(paths), size)
     start = last = time.monotonic()
 
     def progress(n_lines: int, n_chars: int, n_words: int) -> None:
@@ -454,10 +466,14 @@ def build_vocab(paths: Sequence[str], vocab_size: int, layout: str = "google",
         now = time.monotonic()
         if now - last >= log_every_s:
             last = now
-            logging.info("read %d lines, %.1f M characters (files: %.1f MB); %d distinct words; "
-                         "%.1f s", n_lines, n_chars / 1e6, total_bytes / 1e6, n_words, now - start)
+            logging.info("read %d lines, %.1f M characters (files: %s); %d distinct words; "
+                         "%.1f s", n_lines, n_chars / 1e6, size, n_words, now - start)
 
-    counts = count_words(iter_lines(paths), pretokenizer, max_unique_words, progress=progress)
+    read: dict[str, int] = {}
+    counts = count_words(iter_lines(paths, read), pretokenizer, max_unique_words,
+                         progress=progress)
+    # The corpus's size for the messages below: a pipe's is what was read of it.
+    total_bytes = sum(read.get(p, 0) if files.is_pipe(p) else os.path.getsize(p) for p in paths)
     if not counts:
         raise BuildVocabError(f"--input {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}"
                               ": no words in it; expected UTF-8 text")

@@ -773,8 +773,44 @@ class PipeCopyError(OSError):
     taken for the failure of an output's write (`write_failure`)."""
 
 
+# What a pipe's copy leaves free on its disk (`rereadable`): 256 MiB, or a tenth of a smaller
+# file system (a 100 MB tmpfs keeps 10 MB), so that the copy of an unbounded stream stops
+# before the disk is full for every other process on it.
+PIPE_COPY_RESERVE_BYTES = 256 * 1024 * 1024
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+class _RoomKeepingWriter:
+    """A binary file's `write` that refuses a chunk which would leave less than `reserve`
+    bytes free on its disk (`rereadable`'s copy of a pipe): a pipe has no size to check
+    beforehand."""
+
+    def __init__(self, f, directory: str, reserve: int | None,
+                 free_bytes: Callable[[str], int]):
+        self._f, self._directory, self._free_bytes = f, directory, free_bytes
+        if reserve is None:
+            reserve = min(PIPE_COPY_RESERVE_BYTES, shutil.disk_usage(directory).total // 10)
+        self.reserve, self.written, self.free = reserve, 0, None
+
+    def write(self, data) -> int:
+        self.free = self._free_bytes(self._directory)
+        if self.free - len(data) < self.reserve:
+            raise _NoRoomForCopy()
+        n = self._f.write(data)
+        self.written += len(data)
+        return n
+
+
+class _NoRoomForCopy(Exception):
+    pass
+
+
 @contextlib.contextmanager
-def rereadable(path: str) -> Iterator[str]:
+def rereadable(path: str, reserve_bytes: int | None = None,
+               free_bytes: Callable[[str], int] | None = None) -> Iterator[str]:
     """`path`, or for a pipe (`is_pipe`) a temporary copy of its bytes, removed when the
     block ends: for the readers that open their input more than once (`check_text_file`,
     the line-end sniff of `newline_for` / `ends_lines_in_lone_cr`, then the read). Read
@@ -783,11 +819,21 @@ def rereadable(path: str) -> Iterator[str]:
 
     The copy is a spool in the temporary directory (tempfile.gettempdir(), $TMPDIR), as
     large as the pipe's data as it comes (still compressed where the name says .gz/.bz2:
-    it keeps the pipe's base name, so `open_input` decompresses it the same way). Messages
-    should name `path`, not the yielded name (`check_text_file`'s `name`).
+    it keeps the pipe's base name, so `open_input` decompresses it the same way). A pipe's
+    size is not known before it ends, so the copy checks the free space as it writes and
+    stops, removed, where it would leave less than `reserve_bytes` free. Messages should
+    name `path`, not the yielded name (`check_text_file`'s `name`).
+
+    Args:
+      path: the input a user named.
+      reserve_bytes: bytes the copy leaves free on its disk (default: 256 MiB, or a tenth
+        of a smaller file system: `PIPE_COPY_RESERVE_BYTES`).
+      free_bytes: the bytes free on the file system of a directory (default:
+        shutil.disk_usage(directory).free).
 
     Raises:
-      PipeCopyError: the copy could not be written (a full temporary directory).
+      PipeCopyError: the copy could not be made, would have filled its disk, or failed for
+        want of room (a full temporary directory, a quota).
     """
     path = os.fspath(path)
     if not is_pipe(path):
@@ -807,7 +853,16 @@ def rereadable(path: str) -> Iterator[str]:
         spool = os.path.join(stage, os.path.basename(path) or "input")
         try:
             with open(path, "rb") as source, open(spool, "wb") as copy:
-                shutil.copyfileobj(source, copy, 1 << 20)
+                guarded = _RoomKeepingWriter(
+                    copy, stage, reserve_bytes,
+                    free_bytes or (lambda d: shutil.disk_usage(d).free))
+                shutil.copyfileobj(source, guarded, 1 << 20)
+        except _NoRoomForCopy:
+            raise PipeCopyError(
+                f"{path} is a pipe, read once into a copy in {stage}, which stopped after "
+                f"{_mb(guarded.written)}: {_mb(guarded.free)} free there, and the copy leaves "
+                f"{_mb(guarded.reserve)} free; set TMPDIR to a disk with room, or give a file"
+            ) from None
         except OSError as e:
             if e.errno not in _NO_ROOM and e.errno != errno.EFBIG:
                 raise

@@ -478,3 +478,29 @@ def test_reserved_tokens():
     assert bv.reserved_tokens("compact") == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     g = bv.reserved_tokens("google", 100)
     assert g[100] == "[UNK]" and g[-1] == "[unused99]" and len(g) == 105
+
+
+def test_progress_from_a_pipe_gives_no_size_it_does_not_know(tmp_path, caplog):
+    """A pipe's size is 0 to os.path.getsize: the progress said "files: 0.0 MB" and a corpus
+    too small for --vocab_size "its 0 MB". Now the files' size and the pipes are counted
+    apart, and the corpus's size in the refusal is the bytes read from the pipe."""
+    import logging
+
+    from conftest import piped
+
+    words = " ".join(f"w{i % 37}x{i % 11}" for i in range(400))
+    data = f"{words}\n".encode() * 4
+    regular = tmp_path / "a.txt"
+    regular.write_bytes(data)
+    caplog.set_level(logging.INFO)
+    with piped(data) as path:
+        with pytest.raises(bv.CorpusTooSmallError) as raised:
+            bv.build_vocab([str(regular), path], vocab_size=5000, layout="compact",
+                           log_every_s=0)
+    said = [r.getMessage() for r in caplog.records]
+    assert f"counting words in 2 file(s), {len(data) / 1e6:.1f} MB and 1 pipe of unknown size" \
+        in said
+    progress = [m for m in said if m.startswith("read ")]
+    assert progress and all("(files: 0.0 MB and 1 pipe of unknown size)" in m for m in progress)
+    # Both inputs' bytes: the file's size and what was read of the pipe.
+    assert f"its {bv.megabytes(2 * len(data))} " in str(raised.value)

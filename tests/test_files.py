@@ -407,6 +407,40 @@ def test_a_pipe_that_finds_no_room_for_its_copy_says_so_in_one_line(monkeypatch)
     assert not os.path.exists(made[0])
 
 
+def test_a_pipe_whose_copy_would_fill_the_disk_stops_with_one_line(tmp_path, monkeypatch):
+    """A pipe has no size to check before its copy: `rereadable` copied an endless
+    `<(zcat ...)` until the disk was full. Now it checks the free space as it writes and
+    stops where the next MiB would leave less than its reserve free (here a fake disk of
+    3 MB, 1 MB kept free), naming the pipe, the directory and the free space; the partial
+    copy is removed."""
+    import tempfile
+
+    from conftest import fifo
+    from data_prep import cli
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = b"0123456789abcdef\n" * (3 * (1 << 20) // 17)  # 3 MiB: more than one chunk
+    spent = lambda d: sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))  # noqa
+    with fifo(tmp_path / "corpus.txt", data) as path:
+        with pytest.raises(files.PipeCopyError) as raised:
+            with files.rereadable(str(path), reserve_bytes=1_000_000,
+                                  free_bytes=lambda d: 3_000_000 - spent(d)):
+                pass
+    # 1 MiB copied (3.0 - 1.05 MB free = 1.95 MB), the next would leave 0.9 MB.
+    stage = re.search(r"copy in (\S+),", str(raised.value)).group(1)
+    assert os.path.dirname(stage) == str(tmp_path)
+    assert cli.describe_error(raised.value) == (
+        f"{path} is a pipe, read once into a copy in {stage}, "
+        "which stopped after 1.0 MB: 2.0 MB free there, and the copy leaves 1.0 MB free; set "
+        "TMPDIR to a disk with room, or give a file")
+    assert not [d for d in os.listdir(tmp_path) if d.startswith("bert-keras-pipe-")]
+    # Room enough: the whole pipe, with the default reserve.
+    with fifo(tmp_path / "small.txt", data[:4096]) as path:
+        with files.rereadable(str(path)) as source:
+            with open(source, "rb") as f:
+                assert f.read() == data[:4096]
+
+
 def test_a_pipe_whose_temporary_directory_cannot_be_made_says_so_in_one_line(monkeypatch,
                                                                             tmp_path):
     """$TMPDIR naming no directory: one line naming the pipe, the directory and what to do,

@@ -22,6 +22,8 @@ from data_prep import cli, files
 # A directory as users name them: spaces, Hangul, a "[1]" (a glob character class), braces
 # and a percent sign.
 ODD = os.path.join("작업 공간", "run [1] {v2} 100%")
+# Glob's other characters: "*" and "?" in a directory's name, beside "[2]".
+STARRED = os.path.join("a*b", "q?x run [2]")
 
 
 def _touch(path, text="x\n"):
@@ -97,13 +99,30 @@ def test_beam_expands_counts_and_deletes_in_a_directory_with_glob_characters(odd
     assert not os.path.exists(temp) and os.path.exists(a)
 
 
-def test_tensorflow_reads_a_checkpoint_under_glob_characters_only_through_an_alias(tmp_path):
+def test_a_star_and_a_question_mark_in_a_directory_are_read_as_written(tmp_path):
+    """"a*b/q?x" beside "aXb/qYx": the expanders read the directory named as it is (a star
+    matched every sibling, a question mark any one character)."""
+    from data_prep import build_vocab, features, prepare_corpus
+
+    starred = tmp_path / STARRED
+    a = _touch(starred / "a.txt", "One.\n\nTwo.\n")
+    _touch(tmp_path / "aXb" / "q?x run [2]" / "a.txt")
+    _touch(tmp_path / "a*b" / "qYx run [2]" / "a.txt")
+    for pattern in (a, str(starred / "*.txt"), str(starred / "?.txt")):
+        assert features.expand_input_files(pattern) == [a]
+        assert prepare_corpus.expand_inputs(pattern) == [a]
+        assert build_vocab.resolve_inputs([pattern]) == [a]
+
+
+@pytest.mark.parametrize("where", [ODD, STARRED], ids=["brackets", "star_and_question_mark"])
+def test_tensorflow_reads_a_checkpoint_under_glob_characters_only_through_an_alias(tmp_path,
+                                                                                  where):
     """TensorFlow finds `<prefix>.index` by a glob: under "run [1]" it found nothing (and so
     tf.saved_model.load and TF Serving fail there). `files.glob_free` gives a link without
     glob characters, gone when the block ends."""
     import tensorflow as tf
 
-    directory = tmp_path / ODD
+    directory = tmp_path / where
     directory.mkdir(parents=True)
     prefix = str(directory / "ckpt")
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=["w"], shape_and_slices=[""],
@@ -132,7 +151,8 @@ def test_an_export_where_tensorflow_cannot_load_it_says_so(tmp_path, caplog):
         "holding '[', '*' or '?'")
 
 
-def test_a_google_checkpoint_round_trips_under_glob_characters(tmp_path):
+@pytest.mark.parametrize("where", [ODD, STARRED], ids=["brackets", "star_and_question_mark"])
+def test_a_google_checkpoint_round_trips_under_glob_characters(tmp_path, where):
     """save_google_checkpoint reads its checkpoint back to verify it: under "run [1]" that
     read failed ("cannot read TF checkpoint index"), and no Google checkpoint there loaded."""
     from bert_keras import BertEncoder
@@ -143,8 +163,8 @@ def test_a_google_checkpoint_round_trips_under_glob_characters(tmp_path):
     rng = np.random.default_rng(3)
     encoder.set_weights([rng.normal(0, 0.2, w.shape).astype(np.float32)
                          for w in encoder.get_weights()])
-    prefix = save_google_checkpoint(encoder, str(tmp_path / ODD) + "/")
-    assert prefix == str(tmp_path / ODD / "bert_model.ckpt")
+    prefix = save_google_checkpoint(encoder, str(tmp_path / where) + "/")
+    assert prefix == str(tmp_path / where / "bert_model.ckpt")
     loaded = load_checkpoint(prefix, fmt="google").model
     for x, y in zip(encoder.weights, loaded.weights):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
@@ -204,16 +224,18 @@ def test_only_path_flags_given_on_the_command_line_are_expanded(monkeypatch):
     assert fv.vocab_file == "~/default.txt"  # not given: a default is the tool's own
 
 
-@pytest.mark.integration  # the quickstart's fixture run: ~2.5 min on 2 cores
-def test_the_pipeline_runs_where_users_keep_it(tmp_path):
+@pytest.mark.integration  # the quickstart's fixture run: ~2.5 min on 2 cores, per place
+@pytest.mark.parametrize("where", [ODD, STARRED], ids=["brackets", "star_and_question_mark"])
+def test_the_pipeline_runs_where_users_keep_it(tmp_path, where):
     """Every stage of the demo (prepare_corpus, build_vocab, create_pretraining_data,
     run_pretraining, run_classifier, the three exports, export.verify and the served
-    classifier) with every input and output under "작업 공간/run [1] {v2} 100%/", the
-    workdir given with a trailing slash. Before, prepare_corpus found none of the files
-    named as they are, and export.verify could not load the exports."""
+    classifier) with every input and output under "작업 공간/run [1] {v2} 100%/" (or
+    "a*b/q?x run [2]/"), the workdir given with a trailing slash. Before, prepare_corpus
+    found none of the files named as they are, and export.verify could not load the
+    exports."""
     from test_quickstart import FIXTURE_CORPUS, _write_labeled
 
-    root = tmp_path / ODD
+    root = tmp_path / where
     corpus = root / "corpus [src]"
     corpus.mkdir(parents=True)
     for name in sorted(os.listdir(FIXTURE_CORPUS)):

@@ -4,7 +4,7 @@ and after a refusal, in-process and as a subprocess.
 Before, `create_pretraining_data --runner=DirectRunner` left Beam's `beam-temp*`, `tmp*` and
 `beam-requirements-cache` directories there on every run (Beam 2.77's DirectRunner first
 tried Prism, whose start failed offline half-way: docs/beam.md). The cheap tools run here
-in-process; the full set, each as `python -m`, is the integration test (about 2.5 min on
+in-process; the full set, each as `python -m`, is the integration test (about 100 s on
 2 cores).
 """
 
@@ -78,11 +78,12 @@ def test_data_tools_leave_tmpdir_empty_in_process(tmp_path, fresh_tmpdir):
         assert sorted(os.listdir(fresh_tmpdir)) == [], (tool, template)
 
 
-@pytest.mark.integration  # each tool as `python -m` (start-up of TensorFlow each): ~2.5 min
+@pytest.mark.integration  # each tool as `python -m` (start-up of TensorFlow each): ~100 s
 def test_every_tool_leaves_tmpdir_empty_as_a_subprocess(tmp_path, fresh_tmpdir):
     pytest.importorskip("apache_beam")
     from test_bad_inputs import CLS, CONV, ECLS, VER, build_fixtures
 
+    (tmp_path / "fixtures").mkdir()
     fixtures = build_fixtures(str(tmp_path / "fixtures"))
     # build_fixtures ran TensorFlow in this process: its files (autograph's, removed when
     # this process exits) are not the tools'.

@@ -492,7 +492,7 @@ def test_progress_from_a_pipe_gives_no_size_it_does_not_know(tmp_path, caplog):
     data = f"{words}\n".encode() * 4
     regular = tmp_path / "a.txt"
     regular.write_bytes(data)
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="absl")  # whatever verbosity a test left absl at
     with piped(data) as path:
         with pytest.raises(bv.CorpusTooSmallError) as raised:
             bv.build_vocab([str(regular), path], vocab_size=5000, layout="compact",

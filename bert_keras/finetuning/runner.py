@@ -157,7 +157,8 @@ class FinetuneOptions(DistributionOptions):
             raise FinetuneError(
                 f"--distribution_strategy: expected {' or '.join(allowed)} for fine-tuning on "
                 f"KERAS_BACKEND={backend}, found {self.distribution_strategy} (across hosts: "
-                f"KERAS_BACKEND=jax with multi_worker_mirrored; {files.doc_path('distributed.md')})")
+                "KERAS_BACKEND=jax with multi_worker_mirrored; "
+                f"{files.doc_path('distributed.md')})")
         check_mixed_precision(self.mixed_precision)
         if self.log_steps < 1:
             raise FinetuneError(f"--log_steps must be at least 1, got {self.log_steps}")

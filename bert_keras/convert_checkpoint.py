@@ -64,6 +64,16 @@ tokenizer_config.json with the input's tokenizer settings, bert_config.json); --
 takes such a directory, and --to=hf writes transformers' BertFor* layout with id2label,
 vocab.txt and tokenizer_config.json (AutoModelFor... and AutoTokenizer read it).
 
+A Google run_classifier checkpoint (model.ckpt-N with output_weights) and a keras-hub
+BertTextClassifier record no label names: give them in the head's order as to
+run_classifier (--label_list, --label_list_file or --task_name), one per class, and
+--to=keras / --to=hf write them (labels.txt; id2label and label2id):
+
+    python -m bert_keras.convert_checkpoint --from=google --to=hf --task_name=mrpc \
+        --do_lower_case=true --input=mrpc_output/model.ckpt-343 --output=/tmp/mrpc_hf
+
+An input with its own labels (labels.txt, id2label) takes only the same.
+
 --input, --output and --bert_config_file may be remote (gs://): a Google or transformers
 input is read from a local copy of its directory's files, an output written locally and
 uploaded when complete (a Google checkpoint's index last), as the other tools write to GCS.
@@ -79,8 +89,10 @@ from absl import app, flags, logging
 
 from bert_keras import backends, checkpoints, model_loading
 from bert_keras.encoder import BertEncoder
+from bert_keras.finetuning.classification import (LABEL_FLAGS, ClassifierOptions,
+                                                  labels_from_label_flags)
 from bert_keras.pretrainer import BertPretrainer
-from data_prep import files, tokenizer_config
+from data_prep import cli, files, tokenizer_config
 
 # Google-style flag names (input, output, bert_config_file) recur across our tools;
 # allow_override lets tests import several entry points into one process.
@@ -121,6 +133,10 @@ _BERT_CONFIG_FILE = flags.DEFINE_string(
 # vocabulary is written only with them). Given for another input, they override the
 # settings saved with it.
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# A Google run_classifier checkpoint and a keras-hub BertTextClassifier record no label
+# names: run_classifier's own flags give them (--task_name, --label_list, --label_list_file),
+# read as it reads them.
+_LABEL_FLAGS = cli.define_flags(ClassifierOptions, only=LABEL_FLAGS)
 
 
 # What a message calls each form without casing (model_loading.FORMS_WITHOUT_CASING).
@@ -191,7 +207,8 @@ def _load(from_format: str, input_path: str, model: str, config_file: str | None
 
 def convert(from_format: str, to_format: str, input_path: str, output_path: str,
             model: str = "auto", config_file: str | None = None,
-            tokenizer_overrides: dict | None = None):
+            tokenizer_overrides: dict | None = None, labels: list[str] | None = None,
+            labels_flag: str = "labels"):
     """Loads weights in one format and writes them in another.
 
     Args:
@@ -203,6 +220,11 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
         .weights.h5 without one beside it); local or remote.
       tokenizer_overrides: the tokenizer settings given (`overrides_from_flags`): a Google
         checkpoint's vocabulary is written only with them.
+      labels: a classifier's or tagger's label names in its head's id order, for an input
+        that records none (a Google run_classifier checkpoint, a keras-hub
+        BertTextClassifier): one per class; an input with its own (labels.txt, id2label)
+        must hold the same. `labels_flag` names where they came from in messages
+        (--label_list, --task_name=mrpc).
 
     Returns:
       (written path, the loaded model).
@@ -224,15 +246,39 @@ def convert(from_format: str, to_format: str, input_path: str, output_path: str,
             _local_file(config_file) as (local_config, config_named):
         try:
             checkpoints.check_output_free(to_format, local_output)
-            written, loaded = _convert(
-                from_format, to_format, input_path, local_output,
-                *_load(from_format, local_input, model, local_config, tokenizer_overrides))
+            loaded, found, *tokenizer = _load(from_format, local_input, model, local_config,
+                                              tokenizer_overrides)
+            found = _given_labels(loaded, found, labels, labels_flag, input_path)
+            written, loaded = _convert(from_format, to_format, input_path, local_output,
+                                       loaded, found, *tokenizer)
         except (OSError, ValueError, TypeError) as e:
             _raise_as_given(e, output_named | input_named | config_named)
             raise
     for local, given in output_named.items():  # the staged prefix first, then its directory
         written = written.replace(local, given)
     return written, loaded
+
+
+def _given_labels(model, found: list[str] | None, given: list[str] | None, flag: str,
+                  input_path: str) -> list[str] | None:
+    """The label names to write with `model`: `found` with the input, or `given` (from
+    `flag`) where it has none; refused where `given` does not fit the head (another number
+    of classes, no labelled head) or differs from `found`."""
+    if given is None:
+        return found
+    if not isinstance(model, checkpoints.LABELLED_TASK_MODELS):
+        raise ValueError(f"{flag}: names a classifier's labels; --input {input_path} gives a "
+                         f"{type(model).__name__}, which has none: drop {flag} (it would be "
+                         "ignored)")
+    if len(given) != model.num_classes:
+        raise ValueError(f"{flag}: {len(given)} labels for the {type(model).__name__} of "
+                         f"--input {input_path}, whose head has {model.num_classes} classes; "
+                         "give one label per class, in the head's order")
+    if found is not None and list(found) != list(given):
+        raise ValueError(f"{flag}: {list(given)} differ from the labels --input {input_path} "
+                         f"holds ({list(found)}); drop {flag}, or give the same labels in the "
+                         "same order")
+    return list(given)
 
 
 def _raise_as_given(error: Exception, named: dict) -> None:
@@ -482,7 +528,9 @@ def _convert(from_format, to_format, input_path, output_path, loaded, labels, vo
                   "keras_hub": " (a keras-hub preset records none)"}.get(from_format, "")
         raise ValueError(f"--input {input_path}: no label names for its "
                          f"{type(loaded).__name__} ({files.LABELS_FILE} or id2label){google}; "
-                         "convert its encoder with --model=encoder, which leaves the head out")
+                         "give them in its head's order (--label_list, --label_list_file or "
+                         "--task_name, as to run_classifier), or convert its encoder with "
+                         "--model=encoder, which leaves the head out")
     if to_format == "hf":
         _warn_without_vocabulary(input_path, output_path, vocab_file)
         return checkpoints.save_model(loaded, "hf", output_path, labels=labels,
@@ -510,26 +558,28 @@ def main(argv):
         raise app.UsageError("--bert_config_file applies to --from=google and --from=keras "
                              "(a .weights.h5 without bert_config.json beside it); a "
                              "transformers directory or keras-hub preset holds its config.json")
-    from data_prep import cli
-
     if len(_INPUT.value or []) != 1:
         raise app.UsageError(f"--input: expected one path; received {_INPUT.value}")
+    label_values = cli.values_from_flags(_LABEL_FLAGS)
+    labels_flag = (f"--task_name={label_values['task_name']}" if label_values["task_name"]
+                   else "--label_list_file" if label_values["label_list_file"]
+                   else "--label_list")
 
     def body() -> int:
         written, model = convert(_FROM.value, _TO.value, _INPUT.value[0], _OUTPUT.value,
                                  _MODEL.value, _BERT_CONFIG_FILE.value,
-                                 tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS))
+                                 tokenizer_config.overrides_from_flags(_TOKENIZER_FLAGS),
+                                 labels_from_label_flags(label_values), labels_flag)
         labels = f", {model.num_classes} labels" if hasattr(model, "num_classes") else ""
         print(f"wrote {type(model).__name__} ({len(model.weights)} weights, "
               f"{model.count_params():,} parameters{labels}) as {_TO.value}: {written}")
         return 0
 
-    # WeightLoadError is a ValueError; its message names the file and the tensors.
+    # WeightLoadError and the label flags' FinetuneError are ValueErrors; their messages
+    # name the file or flag.
     return cli.report_errors(body, (FileNotFoundError, FileExistsError, ValueError, TypeError))
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["from", "to", "input", "output"])
-    from data_prep import cli
-
     cli.run(main)

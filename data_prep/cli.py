@@ -59,7 +59,8 @@ def calling_module(depth: int = 2) -> str:
     return sys.argv[0] if name == "__main__" else name
 
 
-def define_flags(options_cls, defaults: Mapping[str, Any] | None = None) -> dict:
+def define_flags(options_cls, defaults: Mapping[str, Any] | None = None,
+                 only: Sequence[str] | None = None) -> dict:
     """Declares one absl flag per flag field of `options_cls`; returns name -> FlagHolder.
 
     The flags belong to the calling module (the tool), so its --help lists them.
@@ -67,6 +68,8 @@ def define_flags(options_cls, defaults: Mapping[str, Any] | None = None) -> dict
     Args:
       options_cls: a dataclass whose fields use `option(...)`.
       defaults: per-tool defaults replacing the dataclass's (e.g. max_seq_length=384).
+      only: the names of the fields to declare (another tool's few flags, with their
+        help and type: convert_checkpoint's label flags are run_classifier's); None: all.
     """
     from absl import flags
 
@@ -74,6 +77,8 @@ def define_flags(options_cls, defaults: Mapping[str, Any] | None = None) -> dict
     module = calling_module()
     holders = {}
     for f in flag_fields(options_cls):
+        if only is not None and f.name not in only:
+            continue
         meta = f.metadata
         default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING
                                        else f.default_factory())

@@ -411,3 +411,102 @@ def test_to_google_writes_the_vocabulary_and_its_casing_beside_the_checkpoint(tm
     with pytest.raises(FileExistsError, match=r"taken/vocab.txt \(another vocabulary\)"):
         convert("keras", "google", str(source), str(tmp_path / "taken" / "bert_model.ckpt"))
     assert sorted(os.listdir(tmp_path / "taken")) == ["vocab.txt"]
+
+
+@pytest.fixture(scope="module")
+def google_classifier(tmp_path_factory):
+    """A Google run_classifier checkpoint (model.ckpt-300: bert/*, output_weights [3, H],
+    output_bias [3], an Adam slot, global_step) with bert_config.json and vocab.txt beside
+    it; and the classifier it loads as."""
+    import tensorflow as tf
+
+    from bert_keras.checkpoints import save_google_checkpoint
+    from test_checkpoints import google_config, randomize, write_tf1_checkpoint
+    from test_export import write_vocab
+
+    root = tmp_path_factory.mktemp("google_classifier")
+    encoder = randomize(BertEncoder(**TINY), seed=7)
+    prefix = save_google_checkpoint(encoder, str(root / "enc" / "bert_model.ckpt"))
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)}
+    rng = np.random.default_rng(8)
+    hidden = TINY["hidden_size"]
+    tensors["output_weights"] = rng.normal(size=(3, hidden)).astype(np.float32)
+    tensors["output_bias"] = rng.normal(size=3).astype(np.float32)
+    tensors["output_weights/adam_m"] = np.ones((3, hidden), np.float32)
+    tensors["global_step"] = np.int64(300)
+    fine_tuned = write_tf1_checkpoint(str(root / "ft" / "model.ckpt-300"), tensors,
+                                      google_config())
+    write_vocab(root / "ft" / "vocab.txt")
+    return fine_tuned, load_checkpoint(fine_tuned, fmt="google").model
+
+
+def _convert_cli(*args):
+    from cli_harness import run_tool
+
+    return run_tool("convert_checkpoint", list(args))
+
+
+def _one_line_error(result, *expected):
+    assert result.code != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(result.error_lines) == 1, result.stderr[-3000:]
+    for text in expected:
+        assert text in result.error_lines[0], result.error_lines[0]
+
+
+def test_a_google_classifier_converts_with_the_labels_given(tmp_path, google_classifier):
+    """A run_classifier checkpoint records no label names: run_classifier's own flags give
+    them. --to=hf writes id2label / label2id, and transformers' own
+    AutoModelForSequenceClassification computes our logits; --to=keras writes labels.txt.
+    The count must be the head's; an input with labels of its own takes only the same."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from conftest import make_inputs
+
+    ckpt, ours = google_classifier
+    names = ["neg", "neutral", "pos"]
+    hf = str(tmp_path / "hf")
+    result = _convert_cli("--from=google", "--to=hf", f"--input={ckpt}", f"--output={hf}",
+                          f"--label_list={','.join(names)}", "--do_lower_case=true")
+    assert result.code == 0, result.stderr[-3000:]
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
+    assert theirs.config.id2label == dict(enumerate(names))
+    assert theirs.config.label2id == {name: i for i, name in enumerate(names)}
+    inputs = make_inputs(batch=3, seq=7, vocab=TINY["vocab_size"], seed=4)
+    with torch.no_grad():
+        logits = theirs(input_ids=torch.tensor(inputs["input_word_ids"], dtype=torch.long),
+                        attention_mask=torch.tensor(inputs["input_mask"], dtype=torch.long),
+                        token_type_ids=torch.tensor(inputs["input_type_ids"],
+                                                    dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(logits, np.asarray(ours(inputs)["logits"]), rtol=0, atol=1e-5)
+
+    # --task_name: the task's labels in Google's order (MNLI's three).
+    keras_dir = str(tmp_path / "keras")
+    result = _convert_cli("--from=google", "--to=keras", f"--input={ckpt}",
+                          f"--output={keras_dir}", "--task_name=mnli", "--do_lower_case=true")
+    assert result.code == 0, result.stderr[-3000:]
+    with open(os.path.join(keras_dir, "labels.txt")) as f:
+        assert f.read().split("\n")[:3] == ["contradiction", "entailment", "neutral"]
+    assert load_checkpoint(keras_dir).labels == ["contradiction", "entailment", "neutral"]
+
+    # Refused before anything is written, in one line naming both numbers or both lists.
+    out = str(tmp_path / "refused")
+    for args, expected in (
+            (["--label_list=a,b,c,d"], ["--label_list: 4 labels", "3 classes"]),
+            (["--task_name=mrpc"], ["--task_name=mrpc: 2 labels", "3 classes"]),
+            (["--task_name=mnli", "--label_list=a,b,c"], ["--task_name", "drop --label_list"]),
+            (["--label_list=a,b,c", "--model=encoder"], ["a BertEncoder", "drop --label_list"]),
+            (["--label_list=a,,c"], ["--label_list: item 2: empty label"])):
+        _one_line_error(_convert_cli("--from=google", "--to=hf", f"--input={ckpt}",
+                                     f"--output={out}", "--do_lower_case=true", *args),
+                        *expected)
+        assert not os.path.exists(out)
+    _one_line_error(_convert_cli("--from=hf", "--to=keras", f"--input={hf}", f"--output={out}",
+                                 "--label_list=neg,pos,neutral"),
+                    "differ from the labels", "['neg', 'neutral', 'pos']")
+    assert not os.path.exists(out)
+    result = _convert_cli("--from=hf", "--to=keras", f"--input={hf}", f"--output={out}",
+                          f"--label_list={','.join(names)}")
+    assert result.code == 0, result.stderr[-3000:]
+    assert load_checkpoint(out).labels == names

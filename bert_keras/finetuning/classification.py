@@ -37,6 +37,10 @@ GOOGLE_TEST_FILE = "test_results.tsv"
 _GLUE_SPLIT = {"train": "train", "eval": "dev", "predict": "test"}
 # --xnli_language's default: Google's run_classifier.py hard-codes it.
 XNLI_LANGUAGE = "zh"
+# The flags that name a classifier's labels in id order: run_classifier's, and
+# convert_checkpoint's for a checkpoint that records none (Google's run_classifier, a
+# keras-hub BertTextClassifier).
+LABEL_FLAGS = ("task_name", "label_list", "label_list_file")
 # Flags of the *_file route that a --task_name fixes itself.
 _FILE_ROUTE_FLAGS = ("text_a_column", "text_b_column", "label_column", "input_format",
                      "label_list", "label_list_file")
@@ -387,3 +391,15 @@ class ClassificationTask(SentenceTask):
             files.write_text(os.path.join(common.output_dir, GOOGLE_TEST_FILE),
                              google_test_text(probs[:, order]))
         return results
+
+
+def labels_from_label_flags(values: dict) -> list[str] | None:
+    """The labels that `LABEL_FLAGS`' values ({name: value}) give, read as run_classifier
+    reads them (a --task_name's labels in Google's order, --label_list, --label_list_file);
+    None where none is given.
+
+    Raises:
+      FinetuneError: --task_name with --label_list(_file), or an unknown or regression task.
+      model_loading.CheckpointError: an empty, repeated or unreadable label.
+    """
+    return ClassificationTask().given_labels(ClassifierOptions(**values))

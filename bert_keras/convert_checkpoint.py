@@ -43,8 +43,8 @@ weights alone.
 names (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
 BertForTokenClassification, BertForQuestionAnswering; BertForMaskedLM with the NSP head in
 its file, as bert-base-uncased's, is a pretrainer with it); for google, the pretraining
-heads when present. --model=encoder asks for the encoder alone (heads are left out: the
-way to convert a Google run_classifier or run_squad checkpoint); --model=pretrainer
+heads when present, or run_classifier's or run_squad's head. --model=encoder asks for the
+encoder alone (heads are left out); --model=pretrainer
 requires pretraining heads. A head is never dropped otherwise: a tensor the model would not
 use is an error. --to=google writes the prefix given (out/bert_model.ckpt), or
 <dir>/bert_model.ckpt for a directory (out/), with bert_config.json beside it and, as

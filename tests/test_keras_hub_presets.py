@@ -388,3 +388,55 @@ def test_the_name_table_lists_every_missing_and_mis_shaped_weight(presets):
     assert "6 weight(s) have the wrong shape" in message  # 3 a layer
     assert ("transformer_layer_1/feedforward_intermediate_dense/kernel: keras-hub (24, 40), "
             "ours (24, 41)") in message
+
+
+def test_a_classifier_preset_converts_with_the_labels_given(presets, tmp_path):
+    """A BertTextClassifier preset records no label names: convert_checkpoint takes them
+    as run_classifier does (--label_list, --task_name). --to=hf writes them as id2label and
+    transformers' AutoModelForSequenceClassification computes keras-hub's logits; --to=keras
+    (a preset with its tokenizer) writes labels.txt; another number of labels is refused."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    root, made = presets
+    names = ["w", "x", "y", "z"]
+    hf = str(tmp_path / "hf")
+    result = run_tool("convert_checkpoint", ["--from=keras_hub", "--to=hf",
+                                             f"--input={root / 'classifier'}", f"--output={hf}",
+                                             f"--label_list={','.join(names)}"])
+    assert result.code == 0, result.stderr[-3000:]
+    clf = transformers.AutoModelForSequenceClassification.from_pretrained(hf).eval()
+    assert clf.config.id2label == dict(enumerate(names))
+    theirs, ours, _ = _inputs()
+    with torch.no_grad():
+        logits = clf(input_ids=torch.tensor(ours["input_word_ids"], dtype=torch.long),
+                     attention_mask=torch.tensor(ours["input_mask"], dtype=torch.long),
+                     token_type_ids=torch.tensor(ours["input_type_ids"], dtype=torch.long)).logits
+    _close(logits.numpy(), made["classifier"](theirs), "transformers' logits")
+
+    out = str(tmp_path / "refused")
+    last = _cli("--from=keras_hub", "--to=hf", f"--input={root / 'classifier'}",
+                f"--output={out}", "--task_name=mnli")
+    assert "--task_name=mnli: 3 labels" in last and "4 classes" in last, last
+    assert not os.path.exists(out)
+
+    # With keras-hub's own preprocessor (a cased vocabulary of the backbone's 53 rows): our
+    # run_classifier layout, its vocabulary, settings and labels.
+    tokens = VOCABS["cased"] + [f"extra{i}" for i in range(53 - len(VOCABS["cased"]))]
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=tokens, lowercase=False)
+    classifier = keras_hub.models.BertTextClassifier(
+        made["classifier"].backbone, CLASSES, dropout=0.2,
+        preprocessor=keras_hub.models.BertTextClassifierPreprocessor(tokenizer,
+                                                                     sequence_length=33))
+    classifier.get_layer("logits").set_weights(
+        made["classifier"].get_layer("logits").get_weights())
+    classifier.save_to_preset(str(tmp_path / "with_tokenizer"))
+    result = run_tool("convert_checkpoint", ["--from=keras_hub", "--to=keras",
+                                             f"--input={tmp_path / 'with_tokenizer'}",
+                                             f"--output={tmp_path / 'ours'}",
+                                             f"--label_list={','.join(names)}"])
+    assert result.code == 0, result.stderr[-3000:]
+    back = model_loading.load_checkpoint(str(tmp_path / "ours"))
+    assert back.labels == names and back.saved_tokenizer[0].do_lower_case is False
+    assert (tmp_path / "ours" / "vocab.txt").read_text(encoding="utf-8").split() == tokens
+    _close(back.model(ours)["logits"], made["classifier"](theirs), "our layout's logits")

@@ -309,6 +309,52 @@ def expand_home_in_path_flags(flag_values) -> None:
         setattr(flag_values, name, items if isinstance(value, list) else ",".join(items))
 
 
+# The flags whose paths a Beam pipeline reads and writes through Beam's own file systems
+# (create_pretraining_data with a Beam --runner: data_prep/beam_pipeline.py).
+BEAM_PATH_FLAGS = ("input_file", "output_file")
+
+
+def _beam_schemes() -> set[str]:
+    """The schemes of Beam's file systems (none without Beam: the tool then says Beam is
+    missing)."""
+    try:
+        from apache_beam.io import filesystems  # noqa: F401 -- registers them
+        from apache_beam.io.filesystem import FileSystem
+    except ImportError:  # pragma: no cover - depends on the environment
+        return set()
+    return {c.scheme() for c in FileSystem.get_all_subclasses()} - {None}
+
+
+def refuse_unserved_schemes(flag_values) -> None:
+    """Refuses a path given to a path flag (each item of a comma-separated list) whose
+    scheme none of TensorFlow's file systems serves (`files.unserved_scheme`: a keras-hub or
+    Hugging Face handle, `kaggle://`, `hf://`, a web address): every reader and writer
+    reached it through tf.io.gfile, which failed with a traceback (UnimplementedError: File
+    system scheme not implemented) wherever it first touched it. gs://, ram:// and file://
+    pass, and with a Beam --runner the pipeline's own paths (`BEAM_PATH_FLAGS`) on Beam's
+    file systems (s3://, hdfs://, azfs://).
+
+    Raises:
+      InputError: naming the flag and the value, and how to download it first.
+    """
+    from data_prep import files
+
+    beam = ("runner" in flag_values and flag_values["runner"].value not in (None, "local"))
+    for name in list(flag_values):
+        flag = flag_values[name]
+        if not flag.present or not is_path_flag(name) or not flag.value:
+            continue
+        value = flag.value
+        items = list(value) if isinstance(value, list) else [str(value), *str(value).split(",")]
+        for item in items:
+            if "://" not in str(item):  # no TensorFlow import for local paths
+                continue
+            reason = files.unserved_scheme(
+                str(item).strip(), _beam_schemes() if beam and name in BEAM_PATH_FLAGS else ())
+            if reason is not None:
+                raise InputError(f"--{name}", f"{str(item).strip()}: {reason}")
+
+
 def join_comma_named_paths(flag_values) -> None:
     """Applies `files.split_patterns`' rule for a comma in a file name to the list path flags
     given on the command line (build_vocab's, prepare_corpus's and convert_checkpoint's
@@ -337,9 +383,10 @@ def join_comma_named_paths(flag_values) -> None:
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
     """absl's flag parsing with numeric checks, `~` expanded in path flags
-    (`expand_home_in_path_flags`) and a list path flag's value that names one file with a
-    comma in its name kept whole (`join_comma_named_paths`); a bad flag is one line and exit
-    status 2.
+    (`expand_home_in_path_flags`), a list path flag's value that names one file with a
+    comma in its name kept whole (`join_comma_named_paths`) and a path on no file system
+    TensorFlow serves refused (`refuse_unserved_schemes`: kaggle://, hf://, https://); a bad
+    flag is one line and exit status 2.
 
     Used as `app.run`'s flags_parser (`run`) and by `invoke`.
     """
@@ -356,6 +403,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     try:
         expand_home_in_path_flags(flags.FLAGS)
         join_comma_named_paths(flags.FLAGS)
+        refuse_unserved_schemes(flags.FLAGS)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

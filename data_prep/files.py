@@ -400,6 +400,46 @@ def _gfile():
     return tf.io.gfile
 
 
+# A URI's scheme as TensorFlow's file systems parse it (tensorflow/core/platform/path.cc's
+# ParseURI: a letter, then letters, digits or dots, before "://").
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9.]*)://")
+# What to do with a hub's handle or a web address, which name a download, not a file.
+_DOWNLOAD_HINTS = {
+    "kaggle": "download it first with kagglehub (kagglehub.model_download(handle) returns "
+              "the local directory)",
+    "hf": "download it first with huggingface-cli download <repo> --local-dir <dir>",
+    "tfhub.dev": "TF Hub's models are on Kaggle now: download it there first "
+                 "(kagglehub.model_download(handle), or the page's .tar.gz, unpacked)",
+    "http": "download it first (curl -LO, wget; an archive unpacked)",
+}
+
+
+def unserved_scheme(path, also_served: Iterable[str] = ()) -> str | None:
+    """Why `path` cannot be read or written here, or None where it can: a scheme
+    (`kaggle://`, `hf://`, `https://`) that none of TensorFlow's file systems serves
+    (`tf.io.gfile.get_registered_schemes()`: local paths, file://, gs://, ram:// and any a
+    loaded plugin adds) nor `also_served` (a Beam pipeline's paths: Beam's file systems). A
+    hub's handle or a web address names a download, and nothing here downloads at run
+    time: the reason says how to download it first, with the hub's tool. TensorFlow is
+    imported only for a path with a scheme."""
+    match = _SCHEME.match(os.fspath(path))
+    if match is None:
+        return None
+    scheme = match.group(1)
+    served = {*_gfile().get_registered_schemes(), *also_served}
+    if scheme in served:
+        return None
+    host = os.fspath(path)[match.end():].split("/", 1)[0].lower()
+    hint = _DOWNLOAD_HINTS.get(
+        "tfhub.dev" if host in ("tfhub.dev", "www.tfhub.dev") else
+        "http" if scheme.lower() in ("http", "https") else scheme.lower(),
+        "copy it to a local path (or gs://) first")
+    shown = ", ".join(f"{s}://" for s in sorted(s for s in served if s and s != "file"))
+    return (f"{scheme}:// is not a file system TensorFlow reads (it reads local paths, "
+            f"file://{', ' + shown if shown else ''}); {hint}, and give the local path: "
+            "nothing here downloads at run time")
+
+
 def absolute(path: str) -> str:
     """os.path.abspath, or a remote path as it is (abspath would make "gs://b/x" a local
     path under the working directory)."""

@@ -258,6 +258,27 @@ def _damaged_cases(tool, base, path, damaged):
             for name, file in damaged]
 
 
+# A hub's handle or a web address names a download, which no tool makes: every one failed
+# with TensorFlow's traceback (UnimplementedError: File system scheme 'kaggle' not
+# implemented) wherever it was first read or written, in every format but keras_hub.
+HUB_VALUES = ("kaggle://keras/bert/keras/bert_tiny_en_uncased",
+              "hf://google-bert/bert-base-uncased",
+              "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4",
+              "https://example.com/bert/vocab.txt")
+
+
+def _hub_cases(tool, base, flags, name=""):
+    """`tool` with each of `flags` given a hub handle or web address instead (the values
+    taken in turn), in `base` or added to it: one line naming the flag and the value."""
+    cases = []
+    for i, flag in enumerate(flags):
+        value = HUB_VALUES[i % len(HUB_VALUES)]
+        argv = [a for a in base.split() if not a.startswith(f"--{flag}=")] + [f"--{flag}={value}"]
+        cases.append((f"{tool}{name}-hub-{flag}-{i}", tool, " ".join(argv),
+                      f"--{flag}: {value}: "))
+    return cases
+
+
 CASES = [
     # run_classifier
     *_flag_cases("run_classifier", CLS, [
@@ -688,6 +709,37 @@ CASES = [
           ("create_pretraining_data", CPD, "{W}/shard.tfrecord", "shard.tfrecord"),
           ("export_encoder", EENC, "{W}/exp", "exp"),
           ("convert_checkpoint", CONV, "{W}/hf", "hf"))],
+    # Hub handles and web addresses given as paths (`files.unserved_scheme`).
+    *_hub_cases("run_classifier", CLS, ["init_checkpoint", "vocab_file", "train_file",
+                                        "output_dir", "label_list_file"]),
+    *_hub_cases("run_regressor", CLS.replace("cls.jsonl", "rated.jsonl"), ["init_checkpoint"]),
+    *_hub_cases("run_tagger", TAG, ["train_file", "init_checkpoint"]),
+    *_hub_cases("run_squad", SQ, ["vocab_file", "train_file", "init_checkpoint"]),
+    *_hub_cases("extract_features", EXT, ["input_file", "init_checkpoint", "output_file"]),
+    *_hub_cases("run_pretraining", PRE, ["input_file", "bert_config_file", "init_checkpoint",
+                                         "output_dir"]),
+    *[case for fmt in ("google", "hf", "keras", "keras_hub", "model_garden", "tf_hub")
+      for case in _hub_cases("convert_checkpoint", CONV.replace("--from=keras",
+                                                                f"--from={fmt}"),
+                             ["input"] * len(HUB_VALUES), f"-{fmt}")],
+    *_hub_cases("convert_checkpoint", CONV, ["output", "bert_config_file"]),
+    *_hub_cases("export_encoder", EENC, ["init_checkpoint", "vocab_file", "export_dir"]),
+    *_hub_cases("export_classifier", ECLS, ["model_dir", "export_dir"]),
+    *_hub_cases("export_regressor", ECLS, ["model_dir"]),
+    *_hub_cases("export_tagger", ECLS, ["model_dir"]),
+    *_hub_cases("export_span_qa", ECLS, ["model_dir"]),
+    *_hub_cases("export_preprocessor", EPRE, ["vocab_file"]),
+    *_hub_cases("verify", VER, ["export_dir", "init_checkpoint"]),
+    *_hub_cases("build_vocab", VOC, ["input", "output"]),
+    *_hub_cases("prepare_corpus", CORP, ["input", "output_file"]),
+    *_hub_cases("create_pretraining_data", CPD, ["input_file", "vocab_file", "output_file"]),
+    # One in a comma-separated list: a list flag (--input) and a string flag (--input_file).
+    ("prepare_corpus-hub-in-a-list", "prepare_corpus",
+     CORP.replace("{F}/text.txt", "{F}/text.txt,hf://google-bert/bert-base-uncased"),
+     "--input: hf://google-bert/bert-base-uncased: "),
+    ("create_pretraining_data-hub-in-a-list", "create_pretraining_data",
+     CPD.replace("{F}/text.txt", "{F}/text.txt,https://example.com/corpus.txt"),
+     "--input_file: https://example.com/corpus.txt: "),
 ]
 
 

@@ -517,3 +517,62 @@ def test_every_document_a_message_cites_exists_where_it_says():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     assert files.doc_path("serving.md") == os.path.realpath(
         os.path.join(repo, "docs", "serving.md"))
+
+
+def test_a_scheme_is_refused_exactly_where_tensorflows_file_systems_do_not_serve_it(tmp_path):
+    """`unserved_scheme` agrees with tf.io.gfile itself: what it refuses, gfile fails on
+    with UnimplementedError (the traceback the tools gave); what it passes, gfile reads
+    (gs:// only by its registration: no network here)."""
+    import tensorflow as tf
+
+    (tmp_path / "x.txt").write_text("x\n")
+    refused = ["kaggle://keras/bert/keras/bert_tiny_en_uncased", "hf://google-bert/bert-base",
+               "https://tfhub.dev/google/bert/4", "http://example.com/v.txt",
+               "HF://a/b", "s3.x://b/k"]
+    for path in refused:
+        reason = files.unserved_scheme(path)
+        assert reason is not None and "nothing here downloads at run time" in reason, path
+        assert reason.startswith(path.split("://")[0] + ":// is not a file system"), reason
+        with pytest.raises(tf.errors.UnimplementedError):
+            tf.io.gfile.exists(path)
+    assert "kagglehub" in files.unserved_scheme(refused[0])
+    assert "huggingface-cli download" in files.unserved_scheme(refused[1])
+    assert "TF Hub's models are on Kaggle" in files.unserved_scheme(refused[2])
+    for path in ("ram://bucket/x", f"file://{tmp_path}/x.txt", str(tmp_path / "x.txt"),
+                 "relative/x.txt"):
+        assert files.unserved_scheme(path) is None, path
+        tf.io.gfile.exists(path)  # no error
+    assert "gs" in tf.io.gfile.get_registered_schemes()
+    assert files.unserved_scheme("gs://bucket/model") is None
+    assert tf.io.gfile.exists(f"file://{tmp_path}/x.txt")
+
+
+def test_a_beam_pipelines_paths_may_be_on_beams_file_systems():
+    """With a Beam --runner, create_pretraining_data's --input_file and --output_file are
+    read and written by Beam's file systems (docs/beam.md: s3://, hdfs://), which TensorFlow's
+    do not serve; its --vocab_file, read by the launcher, and a hub handle stay refused."""
+    from absl import flags
+
+    from data_prep import cli
+
+    pytest.importorskip("apache_beam")
+
+    def check(*argv):
+        fv = flags.FlagValues()
+        for name in ("input_file", "output_file", "vocab_file"):
+            flags.DEFINE_string(name, None, "", flag_values=fv)
+        flags.DEFINE_string("runner", "local", "", flag_values=fv)
+        fv(["tool", *argv])
+        cli.refuse_unserved_schemes(fv)
+
+    check("--runner=DirectRunner", "--input_file=s3://b/corpus/*.txt,hdfs://h/c.txt",
+          "--output_file=s3://b/data/train", "--vocab_file=gs://b/vocab.txt")
+    for argv, subject in (
+            (["--input_file=s3://b/corpus/*.txt"], "--input_file: s3://b/corpus/*.txt: "),
+            (["--runner=DirectRunner", "--vocab_file=s3://b/vocab.txt"],
+             "--vocab_file: s3://b/vocab.txt: s3:// is not a file system"),
+            (["--runner=DirectRunner", "--input_file=kaggle://a/b"],
+             "--input_file: kaggle://a/b: kaggle:// is not a file system")):
+        with pytest.raises(cli.InputError) as raised:
+            check(*argv)
+        assert str(raised.value).startswith(subject), raised.value

@@ -280,8 +280,10 @@ def test_bad_presets_are_one_line_errors(presets, tmp_path):
             (no_weights, "no model.weights.h5; a keras-hub preset holds"),
             (no_head, "no task.weights.h5 (its head's weights)"),
             (tmp_path / "nothing", "does not exist in the keras_hub format"),
+            # keras-hub's own handle: refused with every other path flag's hub handle
+            # (`files.unserved_scheme`), before the loader's own check for a remote preset.
             ("kaggle://keras/bert/keras/bert_tiny_en_uncased",
-             "keras-hub presets are read from a local directory")):
+             "kaggle:// is not a file system TensorFlow reads")):
         last = _cli("--from=keras_hub", "--to=keras", f"--input={preset}", f"--output={out}")
         assert message in last, last
         assert not os.path.exists(out)

@@ -1201,6 +1201,52 @@ def read_hf_vocab(directory: str) -> list[str] | None:
     return [by_id[i] for i in range(len(vocab))]
 
 
+HF_ADDED_TOKENS_FILE = "added_tokens.json"  # transformers 4's slow tokenizer: token -> id
+
+
+def check_no_added_tokens(directory: str, vocab: list[str]) -> None:
+    """Refuses a transformers directory whose tokenizer has tokens beyond `vocab` (the
+    WordPieces, in id order): `tokenizer.add_tokens([...])` (or added special tokens) then
+    `resize_token_embeddings`. transformers matches such a token in the raw text before
+    WordPiece, anywhere it occurs; bert-keras tokenizes with the WordPieces alone, so it
+    would split the token into other ids (or [UNK]) without a word. The model's embedding
+    rows cover them, so the vocabulary-size check does not catch it.
+
+    Raises:
+      WeightLoadError: naming the file, the tokens and their ids.
+    """
+    added = {}  # id -> token
+    path = os.path.join(directory, HF_TOKENIZER_FILE)
+    if os.path.isfile(path):
+        try:
+            entries = files.read_json(path, "transformers' tokenizer.json").get("added_tokens")
+        except (files.TextFileError, OSError, AttributeError):
+            entries = None  # read_hf_vocab names a damaged file
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("id"), int):
+                added[entry["id"]] = (str(entry.get("content")), path)
+    path = os.path.join(directory, HF_ADDED_TOKENS_FILE)
+    if os.path.isfile(path):
+        try:
+            entries = files.read_json(path, "transformers' added_tokens.json")
+        except (files.TextFileError, OSError) as e:
+            raise WeightLoadError(str(e)) from None
+        for token, i in entries.items() if isinstance(entries, dict) else ():
+            if isinstance(i, int):
+                added[i] = (str(token), path)
+    beyond = sorted((i, token, where) for i, (token, where) in added.items()
+                    if not 0 <= i < len(vocab) or vocab[i] != token)
+    if beyond:
+        names = ", ".join(f"{token!r} (id {i})" for i, token, _ in beyond[:5])
+        more = f" and {len(beyond) - 5} more" if len(beyond) > 5 else ""
+        raise WeightLoadError(
+            f"{beyond[0][2]}: the tokenizer has {len(beyond)} token(s) added beyond its "
+            f"{len(vocab)} WordPieces ({names}{more}; tokenizer.add_tokens); bert-keras "
+            "tokenizes with the WordPieces alone and would split them into other ids: put "
+            "each in vocab.txt in place of an [unusedN] token (Google's way) before "
+            "fine-tuning, or use transformers' tokenizer")
+
+
 def hf_architecture(path: str):
     """What a transformers checkpoint holds: "encoder", "pretrainer", "masked_lm" or a task
     model class, from config.json's `architectures` (HF_ARCHITECTURES).

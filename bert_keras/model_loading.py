@@ -200,6 +200,9 @@ def _vocab_from_tokenizer_json(directory: str) -> str | None:
 
 def _vocab_and_settings(directory: str, hf: bool = False):
     """(vocab.txt path, the file it came from, saved settings) found in `directory`."""
+    tokens = checkpoints.read_hf_vocab(directory) if hf else None
+    if tokens is not None:  # and tokens added beyond them (tokenizer.json, added_tokens.json)?
+        checkpoints.check_no_added_tokens(directory, tokens)
     vocab = _first_existing(os.path.join(directory, files.VOCAB_FILE))
     if vocab:
         return vocab, vocab, tokenizer_config.read_for_vocab(vocab)

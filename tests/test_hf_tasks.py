@@ -740,3 +740,37 @@ def test_a_converted_models_export_fits_its_position_table_without_max_seq_lengt
     assert result.code == 1 and result.error_lines == [
         f"error: --max_seq_length={positions + 1} exceeds the encoder's position table "
         f"({positions} positions)"], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layout", ["tokenizer_json", "vocab_txt_and_added_tokens_json"])
+def test_tokens_added_to_a_transformers_tokenizer_are_refused_not_split(tmp_path, layout):
+    """`tokenizer.add_tokens([...])` + `resize_token_embeddings`: transformers gives an added
+    token its own id past the WordPieces; our tokenizer, reading the WordPieces alone, gave
+    it [UNK] without a word (the embedding rows cover it, so the size check passed).
+    Refused in one line naming the token and its id, in transformers 5's layout
+    (tokenizer.json's added_tokens) and transformers 4's (vocab.txt + added_tokens.json)."""
+    tokenizer = transformers.BertTokenizer(vocab=VOCAB)
+    assert tokenizer.add_tokens(["zorblax"]) == 1
+    model = hf_model("BertModel", seed=5)
+    model.resize_token_embeddings(len(tokenizer))
+    directory = tmp_path / "hf"
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    # The reference: transformers reads the word as the one added id, V.
+    again = transformers.AutoTokenizer.from_pretrained(directory)
+    assert again("a zorblax")["input_ids"][2] == V
+    if layout != "tokenizer_json":
+        os.remove(directory / "tokenizer.json")
+        with open(VOCAB, encoding="utf-8") as f:
+            (directory / "vocab.txt").write_text(f.read(), encoding="utf-8")
+        (directory / "added_tokens.json").write_text(json.dumps({"zorblax": V}))
+    with pytest.raises(WeightLoadError, match=r"(tokenizer|added_tokens)\.json: the tokenizer "
+                       r"has 1 token\(s\) added beyond its 79 WordPieces \('zorblax' \(id 79\)"):
+        model_loading.load_checkpoint(str(directory))
+    # Without the added token, the same directory loads (the specials' entries are fine).
+    for name in ("tokenizer.json", "added_tokens.json"):
+        if (directory / name).exists():
+            os.remove(directory / name)
+    if layout == "tokenizer_json":
+        transformers.BertTokenizer(vocab=VOCAB).save_pretrained(directory)
+    model_loading.load_checkpoint(str(directory), want="encoder")

@@ -22,6 +22,8 @@ from data_prep import cli, tokenizer_config
 TASK = ClassificationTask()
 _FLAGS = {**cli.define_flags(runner.FinetuneOptions), **cli.define_flags(ClassifierOptions)}
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# transformers' example scripts' flags (run_glue.py, run_ner.py, run_qa.py) that mean ours.
+_TRANSFORMERS_FLAGS = runner.define_transformers_flags(runner.TRANSFORMERS_ALIASES)
 # Google's run_classifier.py flags that name no option here (its README's commands run as written).
 _GOOGLE_FLAGS = runner.define_googles_flags()
 
@@ -32,7 +34,8 @@ def run(**values) -> dict:
 
 
 def main(argv):
-    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS, _GOOGLE_FLAGS)
+    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS, _GOOGLE_FLAGS,
+                       _TRANSFORMERS_FLAGS)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from data_prep import cli, tokenizer_config
 TASK = RegressionTask()
 _FLAGS = {**cli.define_flags(runner.FinetuneOptions), **cli.define_flags(RegressorOptions)}
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# transformers' example scripts' flags (run_glue.py, run_ner.py, run_qa.py) that mean ours.
+_TRANSFORMERS_FLAGS = runner.define_transformers_flags(runner.TRANSFORMERS_ALIASES)
 
 
 def run(**values) -> dict:
@@ -35,7 +37,8 @@ def run(**values) -> dict:
 
 
 def main(argv):
-    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS)
+    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS,
+                       transformers_flags=_TRANSFORMERS_FLAGS)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ TASK = SquadTask()
 _DEFAULTS = {"learning_rate": 3e-5, "num_train_epochs": 2.0, "train_batch_size": 12}
 _FLAGS = {**cli.define_flags(runner.FinetuneOptions, _DEFAULTS), **cli.define_flags(SquadOptions)}
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
+# transformers' example scripts' flags (run_glue.py, run_ner.py, run_qa.py) that mean ours.
+_TRANSFORMERS_FLAGS = runner.define_transformers_flags(runner.SQUAD_TRANSFORMERS_ALIASES)
 # Google's run_squad.py flags that name no option here (its README's commands run as written).
 _GOOGLE_FLAGS = runner.define_googles_flags(
     (*runner.FINETUNING_GOOGLE_FLAGS, "verbose_logging"))
@@ -40,7 +42,8 @@ def run(**values) -> dict:
 
 
 def main(argv):
-    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS, _GOOGLE_FLAGS)
+    return runner.main(TASK, argv, _FLAGS, _TOKENIZER_FLAGS, _GOOGLE_FLAGS,
+                       _TRANSFORMERS_FLAGS)
 
 
 if __name__ == "__main__":

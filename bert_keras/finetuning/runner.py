@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -1301,6 +1302,131 @@ def with_googles_flags(values: dict, google: dict, holders: dict, tool: str) -> 
     return values
 
 
+# transformers' example scripts' flags (run_glue.py, run_ner.py, run_qa.py and the
+# TrainingArguments they parse) that a transformers user types out of habit, as
+# `define_transformers_flags` declares them: name -> (type, help). Where one means exactly
+# what one of ours means, the tool's alias table (`TRANSFORMERS_ALIASES`) names ours; the
+# others are taken only at the value that changes nothing here (`with_transformers_flags`).
+_TRANSFORMERS_FLAGS = {
+    "model_name_or_path": (str, "transformers' name for --init_checkpoint (a local "
+                           "save_pretrained directory, or any form it takes; nothing is "
+                           "downloaded from the Hub)."),
+    "validation_file": (str, "transformers' name for --eval_file (run_squad: --predict_file, "
+                        "which it scores)."),
+    "test_file": (str, "transformers' name for --predict_file."),
+    "per_device_train_batch_size": (int, "transformers' name for --train_batch_size (on one "
+                                    "device; refused with --distribution_strategy=mirrored, "
+                                    "where --train_batch_size is the global batch)."),
+    "per_device_eval_batch_size": (int, "transformers' name for --eval_batch_size (on one "
+                                   "device, as --per_device_train_batch_size)."),
+    "overwrite_output_dir": (bool, "transformers' name for --overwrite_output."),
+    "warmup_ratio": (float, "transformers' name for --warmup_proportion."),
+    "warmup_steps": (int, "transformers' flag: 0 (let the ratio decide, as transformers "
+                     "does) is taken; another value is refused (give --warmup_proportion)."),
+    "weight_decay": (float, "transformers' flag: 0.01, the AdamW decay these tools train "
+                     "with (Google's), is taken; another value is refused."),
+    "gradient_accumulation_steps": (int, "transformers' flag: 1 is taken; another value is "
+                                    "refused (give --train_batch_size the accumulated batch)."),
+    "text_column_name": (str, "transformers' name for --text_a_column."),
+    "label_column_name": (str, "transformers' name for --label_column."),
+}
+# transformers' flag -> ours, where it means exactly what ours means (the fine-tuning tools
+# but run_squad; per tool: `define_transformers_flags`).
+TRANSFORMERS_ALIASES = {
+    "model_name_or_path": "init_checkpoint", "validation_file": "eval_file",
+    "test_file": "predict_file", "per_device_train_batch_size": "train_batch_size",
+    "per_device_eval_batch_size": "eval_batch_size", "overwrite_output_dir": "overwrite_output",
+    "warmup_ratio": "warmup_proportion", "text_column_name": "text_a_column",
+    "label_column_name": "label_column",
+}
+# run_tagger's: its files are CoNLL's or run_ner's JSON lines, whose keys are not columns.
+TAGGER_TRANSFORMERS_ALIASES = {name: target for name, target in TRANSFORMERS_ALIASES.items()
+                               if name not in ("text_column_name", "label_column_name")}
+# run_squad's: it scores the --predict_file it predicts (run_qa's --do_eval reads
+# --validation_file, its --do_predict --test_file).
+SQUAD_TRANSFORMERS_ALIASES = {**TAGGER_TRANSFORMERS_ALIASES, "validation_file": "predict_file"}
+# The ones that are no alias, and the one value of each that changes nothing here.
+_TRANSFORMERS_NO_OP = {"warmup_steps": 0, "weight_decay": 0.01, "gradient_accumulation_steps": 1}
+# Why another value is refused, in the error line.
+_TRANSFORMERS_REFUSALS = {
+    "warmup_steps": "warmup is a fraction of the training steps here, whose number is known "
+                    "once the data is read: give --warmup_proportion (N steps of M is N/M)",
+    "weight_decay": "the tools train with AdamW's decay at 0.01, Google's (LayerNorm and biases "
+                    "left out, as transformers leaves them out); no other rate is offered",
+    "gradient_accumulation_steps": "a step here trains one batch: give --train_batch_size the "
+                                   "accumulated batch (per-device batch x steps), the same "
+                                   "mean gradient per optimizer step",
+}
+
+
+def define_transformers_flags(aliases: dict) -> dict:
+    """Declares, for the calling tool, transformers' flags: `aliases` (transformers' name ->
+    the tool's flag it is) and those of `_TRANSFORMERS_NO_OP`; returns name -> (FlagHolder,
+    the tool's flag or None). `with_transformers_flags` says what each becomes (before,
+    each was refused as an unknown flag)."""
+    from absl import flags
+
+    from data_prep import cli
+
+    same = {"allow_override": True, "module_name": cli.calling_module()}
+    define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, str: flags.DEFINE_string,
+              float: flags.DEFINE_float}
+    out = {}
+    for name, target in {**aliases, **dict.fromkeys(_TRANSFORMERS_NO_OP)}.items():
+        kind, help_text = _TRANSFORMERS_FLAGS[name]
+        out[name] = (define[kind](name, False if kind is bool else None, help_text, **same),
+                     target)
+    return out
+
+
+def with_transformers_flags(values: dict, given_flags: dict, holders: dict) -> dict:
+    """`values` (flag name -> value) with transformers' flags given on the command line
+    (`define_transformers_flags`' holders) turned into the tool's.
+
+    Raises:
+      FinetuneError: one given with the flag it stands for (or two for one flag) at
+        another value; a per-device batch size with several devices; a flag of
+        `_TRANSFORMERS_NO_OP` at a value that would change training here.
+    """
+    values = dict(values)
+    taken = {}  # our flag -> the transformers flag that gave it
+    for name, (holder, target) in given_flags.items():
+        if not holder.present:
+            continue
+        value = holder.value
+        if target is None:
+            if value != _TRANSFORMERS_NO_OP[name]:
+                raise FinetuneError(f"--{name}={value}: not taken ({_TRANSFORMERS_REFUSALS[name]})")
+            logging.info("--%s=%s: as here (nothing to change)", name, value)
+            continue
+        if name.startswith("per_device_") and values.get("distribution_strategy") != "default":
+            raise FinetuneError(
+                f"--{name}={value}: with --distribution_strategy="
+                f"{values.get('distribution_strategy')} --{target} is the global batch, split "
+                f"over the devices: give --{target} (per-device batch x devices)")
+        if target in taken and values[target] != value:
+            raise FinetuneError(f"--{name}={value} and --{taken[target]}={values[target]}: both "
+                                f"are --{target} here; give one")
+        if target in holders and holders[target].present and holders[target].value != value:
+            raise FinetuneError(f"--{name}={value} and --{target}={holders[target].value}: "
+                                f"--{name} is transformers' name for --{target}; give one")
+        if name == "model_name_or_path" and value and not _a_local_model(value):
+            raise FinetuneError(
+                f"--model_name_or_path={value}: no such directory or checkpoint; nothing is "
+                "downloaded from the Hugging Face Hub here: save the model with "
+                "save_pretrained (or `hf download`) and pass its directory")
+        values[target] = value
+        taken[target] = name
+        logging.info("--%s: transformers' name for --%s", name, target)
+    return values
+
+
+def _a_local_model(path: str) -> bool:
+    """Whether `path` names something on disk (or in a bucket) that --init_checkpoint could
+    read: a directory, a file, or a Google checkpoint prefix's files."""
+    return files.exists(path) or bool(files.glob_files(glob.escape(path) + ".*"))
+
+
 def _warn_of_training_flags(values: dict, holders: dict) -> None:
     """Training flags given to a run that trains nothing are not read: said, not silently
     dropped (Google's README passes them to its prediction-only run_squad command)."""
@@ -1314,9 +1440,10 @@ def _warn_of_training_flags(values: dict, holders: dict) -> None:
 
 
 def main(task: Task, argv, holders: dict, tokenizer_flags: dict,
-         google_flags: dict | None = None) -> int:
+         google_flags: dict | None = None, transformers_flags: dict | None = None) -> int:
     """The body of a fine-tuning tool's absl main: flags -> `run`, errors in one line.
-    `google_flags`: `define_googles_flags`' holders (run_classifier, run_squad)."""
+    `google_flags`: `define_googles_flags`' holders (run_classifier, run_squad);
+    `transformers_flags`: `define_transformers_flags`' (every fine-tuning tool)."""
     from absl import app
 
     from data_prep.cli import report_errors, values_from_flags
@@ -1331,6 +1458,8 @@ def main(task: Task, argv, holders: dict, tokenizer_flags: dict,
         nonlocal values
         if google_flags:
             values = with_googles_flags(values, google_flags, holders, prog)
+        if transformers_flags:
+            values = with_transformers_flags(values, transformers_flags, holders)
         _warn_of_training_flags(values, holders)
         run(task, values)
         return 0

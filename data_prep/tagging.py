@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
+import os
 import re
 from typing import Sequence
 
@@ -76,9 +78,12 @@ class TaggedSentence:
     preceding: tuple = ()
     following: tuple = ()
     pieces: tuple | None = None
+    one_line: bool = False  # all its words on the line `where` names (JSON lines)
 
     def word_line(self, index: int) -> str:
         """"file:line" of word `index`."""
+        if self.one_line:
+            return self.where
         path, _, line = self.where.rpartition(":")
         return f"{path}:{int(line) + index}"
 
@@ -163,6 +168,91 @@ def _read_conll(source: str, path: str, token_column: int, tag_column: int,
     if sentences and between:
         sentences[-1] = dataclasses.replace(sentences[-1], following=tuple(between))
     return sentences
+
+
+JSON_EXTENSIONS = (".json", ".jsonl")  # run_ner.py's --train_file / --validation_file
+
+
+def is_json_lines(path: str) -> bool:
+    """Whether `path` is read as run_ner.py's JSON lines (its extension), not as CoNLL."""
+    return os.path.splitext(path)[1].lower() in JSON_EXTENSIONS
+
+
+def read_json_lines(path: str, words_key: str = "tokens", tags_key: str = "ner_tags",
+                    has_tags: bool = True, tag_names: Sequence[str] | None = None
+                    ) -> list[TaggedSentence]:
+    """Reads transformers' run_ner.py data: one JSON object per line, holding the words
+    (`words_key`, a list of strings) and their tags (`tags_key`, a list as long: tag names,
+    or tag ids, as a `datasets` ClassLabel stores them, named by `tag_names` in id order).
+
+    Args:
+      path: the file (UTF-8).
+      words_key, tags_key: the keys (run_ner's --text_column_name / --label_column_name).
+      has_tags: False for unlabelled files (the tags are not read).
+      tag_names: the names of tag ids 0, 1, ...; needed where the tags are ids.
+
+    Returns:
+      The sentences in file order (`where` "file:line"; `preceding` a blank line but
+      before the first, so predictions.conll separates them as CoNLL does).
+
+    Raises:
+      DataError: a line without the keys, or holding something else than expected there
+        (file:line named); tag ids without `tag_names`, or outside them.
+    """
+    sentences = []
+    with files.rereadable(path) as source:
+        files.check_text_file(source, name=path)
+        try:
+            for where, record in files.json_object_lines(source, path):
+                words = _json_list(record, words_key, where, "words")
+                if not words:
+                    raise DataError(f"{where}: {words_key!r} is an empty list; expected a "
+                                    "sentence's words")
+                tags = None
+                if has_tags:
+                    tags = _json_list(record, tags_key, where, "tags", allow_ids=True)
+                    if len(tags) != len(words):
+                        raise DataError(f"{where}: {len(words)} {words_key!r} but {len(tags)} "
+                                        f"{tags_key!r}; expected one tag per word")
+                    tags = tuple(_tag_name(t, tag_names, tags_key, where) for t in tags)
+                # predictions.conll: a blank line between sentences, as CoNLL has them.
+                sentences.append(TaggedSentence(where, tuple(words), tags,
+                                                preceding=("",) if sentences else (),
+                                                one_line=True))
+        except files.JsonFileError as e:
+            raise DataError(str(e)) from None
+    return sentences
+
+
+def _json_list(record: dict, key: str, where: str, what: str, allow_ids: bool = False) -> list:
+    """`record[key]`, a list of strings (or, `allow_ids`, of ints: tag ids)."""
+    if key not in record:
+        raise DataError(f"{where}: missing key {key!r} (keys present: {sorted(record)}); "
+                        f"expected the {what} under it (--text_column_name / "
+                        "--label_column_name name the keys)")
+    value = record[key]
+    kinds = (str, int) if allow_ids else (str,)
+    if not isinstance(value, list) or not all(
+            isinstance(v, kinds) and not isinstance(v, bool) for v in value):
+        raise DataError(f"{where}: {key!r}: expected a list of {what} (strings"
+                        f"{' or tag ids' if allow_ids else ''}), got {json.dumps(value)[:80]}")
+    if allow_ids and len({type(v) for v in value}) > 1:
+        raise DataError(f"{where}: {key!r} mixes tag names and ids: {json.dumps(value)[:80]}")
+    return value
+
+
+def _tag_name(tag, names: Sequence[str] | None, key: str, where: str) -> str:
+    """A tag as a name: ids (a `datasets` ClassLabel's) are named by `names`."""
+    if isinstance(tag, str):
+        return tag
+    if not names:
+        raise DataError(f"{where}: {key!r} holds tag ids ({tag}, ...); name them with "
+                        "--label_list_file (one tag a line, in id order: the dataset's "
+                        "ClassLabel names)")
+    if not 0 <= tag < len(names):
+        raise DataError(f"{where}: {key!r}: tag id {tag} is not one of the {len(names)} tags "
+                        "of --label_list_file (ids 0 to {})".format(len(names) - 1))
+    return names[tag]
 
 
 def label_list_from(sentences: Sequence[TaggedSentence]) -> list[str]:

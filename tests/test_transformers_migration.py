@@ -7,11 +7,16 @@ error boundary) with `runner.run` replaced by a recorder, so they check what the
 line becomes without training: the same values as the command written with our flags.
 """
 
+import json
+
+import numpy as np
 import pytest
 
+from bert_keras.finetuning import runner
+from bert_keras.finetuning.tagging import TaggerOptions
 from cli_harness import run_tool
-
-from bert_keras.finetuning import runner  # noqa: E402
+from data_prep import tagging
+from data_prep.classification import DataError
 
 
 @pytest.fixture
@@ -96,3 +101,134 @@ def test_transformers_flags_that_would_mean_otherwise_are_refused(recorded, tool
     assert result.code == 1 and len(result.error_lines) == 1, result.stderr
     assert says in result.error_lines[0]
     assert not recorded  # refused before anything ran
+
+
+# --- run_ner.py's data: JSON lines of words and tags, read by run_tagger. ---
+
+TAGS = ["O", "B-PER", "I-PER"]  # a ClassLabel's names: ids 0, 1, 2
+
+
+def ner_sentences(n, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        words, tags = [], []
+        for _ in range(rng.integers(2, 8)):
+            if rng.random() < 0.3:
+                words += ["John", "Smith"]
+                tags += ["B-PER", "I-PER"]
+            else:
+                words.append(str(rng.choice(["went", "to", "the", "store", "running"])))
+                tags.append("O")
+        out.append((words, tags))
+    return out
+
+
+def write_ner_json(path, sentences, ids=False, keys=("tokens", "ner_tags"), tags=True):
+    """As `datasets` writes a NER split to JSON: one object per line (ids: ClassLabel ids)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (words, names) in enumerate(sentences):
+            record = {"id": str(i), keys[0]: words}
+            if tags:
+                record[keys[1]] = [TAGS.index(t) for t in names] if ids else names
+            f.write(json.dumps(record) + "\n")
+    return str(path)
+
+
+def write_ner_conll(path, sentences):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join("".join(f"{w} {t}\n" for w, t in zip(*s)) + "\n" for s in sentences))
+    return str(path)
+
+
+def test_run_ner_json_lines_read_as_the_same_sentences_as_conll(tmp_path):
+    """Before, a .json file was read as CoNLL: an unlabelled one silently became one
+    sentence whose "words" were the JSON lines. Names, ClassLabel ids (named by the label
+    list) and other keys read as the CoNLL file of the same sentences reads."""
+    sentences = ner_sentences(5, 0)
+    conll = tagging.read_conll(write_ner_conll(tmp_path / "a.conll", sentences))
+    want = [(s.words, s.tags) for s in conll]
+    for name, kwargs, read in [
+            ("names.json", {}, {}),
+            ("ids.jsonl", {"ids": True}, {"tag_names": TAGS}),
+            ("keys.json", {"keys": ("words", "labels")}, {"words_key": "words",
+                                                          "tags_key": "labels"})]:
+        path = write_ner_json(tmp_path / name, sentences, **kwargs)
+        got = tagging.read_json_lines(path, **read)
+        assert [(s.words, s.tags) for s in got] == want
+        assert got[2].where == f"{path}:3"
+    unlabelled = tagging.read_json_lines(write_ner_json(tmp_path / "p.json", sentences,
+                                                        tags=False), has_tags=False)
+    assert [s.words for s in unlabelled] == [s.words for s in conll]
+
+
+@pytest.mark.parametrize("line,kwargs,says", [
+    ('{"tokens": ["John", "went"], "ner_tags": [1, 0]}', {},
+     "holds tag ids (1, ...); name them with --label_list_file"),
+    ('{"tokens": ["John", "went"], "ner_tags": [1, 3]}', {"tag_names": TAGS},
+     "tag id 3 is not one of the 3 tags of --label_list_file"),
+    ('{"tokens": ["John", "went"], "ner_tags": ["B-PER"]}', {},
+     "2 'tokens' but 1 'ner_tags'; expected one tag per word"),
+    ('{"words": ["John"], "ner_tags": ["O"]}', {}, "missing key 'tokens' (keys present: "
+     "['ner_tags', 'words'])"),
+    ('{"tokens": "John went", "ner_tags": ["O"]}', {}, "'tokens': expected a list of words"),
+    ('{"tokens": ["John"], "ner_tags": ["O", 0]}', {}, "mixes tag names and ids"),
+    ('{"tokens": [], "ner_tags": []}', {}, "'tokens' is an empty list"),
+    ('["John", "O"]', {}, "expected a JSON object per line, got list"),
+])
+def test_run_ner_json_lines_that_do_not_fit_are_refused_naming_the_line(tmp_path, line,
+                                                                          kwargs, says):
+    path = tmp_path / "train.json"
+    path.write_text('{"tokens": ["ok"], "ner_tags": ["O"]}\n' + line + "\n")
+    with pytest.raises(DataError) as e:
+        tagging.read_json_lines(str(path), **kwargs)
+    assert str(e.value).startswith(f"{path}:2: ") and says in str(e.value)
+
+
+def test_conll_column_flags_with_a_json_file_are_refused(tmp_path):
+    """--tag_column names a CoNLL column: with run_ner's JSON it would be silently unused."""
+    from bert_keras import run_tagger
+
+    with pytest.raises(runner.FinetuneError, match=r"--tag_column: .*train\.json is read as "
+                       r"transformers' run_ner\.py JSON lines"):
+        run_tagger.TASK.validate(runner.FinetuneOptions(output_dir=str(tmp_path), do_train=True,
+                                                        max_seq_length=16),
+                                 run_tagger.TASK.with_defaults(
+                                     runner.FinetuneOptions(max_seq_length=16),
+                                     TaggerOptions(train_file=str(tmp_path / "train.json"),
+                                                   tag_column=1)))
+
+
+@pytest.mark.integration
+def test_run_tagger_on_run_ner_json_files_trains_as_on_conll(tmp_path):
+    """run_ner's files (ClassLabel ids with --label_list_file; an unlabelled test file)
+    fine-tune, score and predict exactly as the CoNLL files of the same sentences."""
+    from bert_keras import BertEncoder, run_tagger
+    from conftest import TESTDATA
+
+    vocab = f"{TESTDATA}/ft_vocab.txt"
+    size = sum(1 for _ in open(vocab, encoding="utf-8"))
+    encoder = str(tmp_path / "encoder.keras")
+    BertEncoder(vocab_size=size, num_layers=2, hidden_size=16, num_heads=2,
+                intermediate_size=24, max_sequence_length=48).save(encoder)
+    train, test = ner_sentences(24, 1), ner_sentences(7, 2)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("".join(f"{t}\n" for t in TAGS))
+    common = dict(vocab_file=vocab, init_checkpoint=encoder, do_train=True, do_eval=True,
+                  do_predict=True, max_seq_length=16, train_batch_size=4, eval_batch_size=5,
+                  learning_rate=1e-3, num_train_steps=6, seed=3, label_list_file=str(labels))
+    run_tagger.run(output_dir=str(tmp_path / "conll"),
+                   train_file=write_ner_conll(tmp_path / "train.conll", train),
+                   eval_file=write_ner_conll(tmp_path / "test.conll", test),
+                   predict_file=write_ner_conll(tmp_path / "test.conll", test), **common)
+    run_tagger.run(output_dir=str(tmp_path / "json"),
+                   train_file=write_ner_json(tmp_path / "train.json", train, ids=True),
+                   eval_file=write_ner_json(tmp_path / "test.json", test),
+                   predict_file=write_ner_json(tmp_path / "predict.json", test, tags=False),
+                   **common)
+    timing = ("eval_seconds", "eval_examples_per_second", "made_from")
+    scores = [{k: v for k, v in json.load(open(tmp_path / d / "eval_results.json")).items()
+               if k not in timing} for d in ("conll", "json")]
+    assert scores[0] == scores[1] and scores[0]["num_words"] == sum(len(w) for w, _ in test)
+    assert (tmp_path / "json" / "predictions.conll").read_text() == \
+        (tmp_path / "conll" / "predictions.conll").read_text()

@@ -30,6 +30,7 @@ from typing import Sequence
 
 from absl import logging
 
+from bert_keras import model_loading
 from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneError,
                                          LabelledFileTask, benchmark_file, labels_from_flags,
                                          recorded_choice)
@@ -54,7 +55,8 @@ KLUE_NER = "klue-ner"
 KLUE_PREDICTIONS_FILE = "predictions.tsv"  # KLUE-NER's format (`data_prep.klue_ner`)
 CONLL, KLUE = "conll", "klue"  # --tag_format
 # Flags of the *_file route that --task_name=klue-ner fixes itself.
-_FILE_ROUTE_FLAGS = ("token_column", "tag_column", "label_list_file", "tag_format")
+_FILE_ROUTE_FLAGS = ("token_column", "tag_column", "label_list_file", "tag_format",
+                     "text_column_name", "label_column_name")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +76,20 @@ class TaggerOptions:
                                   "--task_name, the task's directory or KLUE's "
                                   "klue_benchmark/).")
     train_file: str | None = option(None, "Training data (CoNLL format: word ... tag per "
-                                    "line; or --tag_format's).")
+                                    "line; or --tag_format's; .json/.jsonl: transformers' "
+                                    "run_ner.py JSON lines).")
     eval_file: str | None = option(None, "Tagged evaluation data.")
     predict_file: str | None = option(None, "Data to tag (CoNLL: tag column optional; "
                                       "--tag_format=klue: tags required, not read).")
     token_column: int = option(0, "Column of the word.")
     tag_column: int = option(-1, "Column of the tag (negative: from the end).")
     label_list_file: str | None = option(None, "Tags in id order, one a line; default: the "
-                                         "sorted tags of --train_file.")
+                                         "sorted tags of --train_file. Also names the tag "
+                                         "ids of a JSON file's tags.")
+    text_column_name: str = option("tokens", "A .json/.jsonl file (transformers' run_ner.py "
+                                   "data, one object per line): the key of the words.")
+    label_column_name: str = option("ner_tags", "A .json/.jsonl file: the key of the tags "
+                                    "(names, or ids named by --label_list_file).")
     doc_stride: int | None = option(
         None, "A sentence longer than --max_seq_length - 2 WordPieces is read in windows "
         "this many WordPieces apart (run_squad's flag), each word tagged from the window "
@@ -243,6 +251,17 @@ class TaggingTask(LabelledFileTask):
             if moved:
                 raise FinetuneError(f"--tag_format={KLUE} has no columns to choose (a "
                                     f"character, a tab, its tag); drop {' / '.join(moved)}")
+        else:
+            json_files = [getattr(opts, f"{s}_file") for s in ("train", "eval", "predict")
+                          if getattr(opts, f"{s}_file") and
+                          tagging.is_json_lines(getattr(opts, f"{s}_file"))]
+            moved = [f"--{name}" for name in ("token_column", "tag_column")
+                     if getattr(opts, name) != TaggerOptions.__dataclass_fields__[name].default]
+            if json_files and moved:  # a CoNLL column would be silently unused
+                raise FinetuneError(
+                    f"{' / '.join(moved)}: {json_files[0]} is read as transformers' run_ner.py "
+                    "JSON lines, whose words and tags --text_column_name and "
+                    "--label_column_name name; drop the CoNLL column flags")
         room = common.max_seq_length - 2
         if room < 1:
             raise FinetuneError(f"--max_seq_length={common.max_seq_length} leaves no room for "
@@ -259,6 +278,11 @@ class TaggingTask(LabelledFileTask):
     def read(self, path, split, opts):
         if self._characters(opts):
             return klue_ner.read_klue_ner(path, has_tags=split != "predict")
+        if tagging.is_json_lines(path):  # transformers' run_ner.py data
+            names = (model_loading.read_labels(opts.label_list_file) if opts.label_list_file
+                     else None)
+            return tagging.read_json_lines(path, opts.text_column_name, opts.label_column_name,
+                                           has_tags=split != "predict", tag_names=names)
         return tagging.read_conll(path, opts.token_column, opts.tag_column,
                                   has_tags=split != "predict")
 

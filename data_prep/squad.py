@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 import unicodedata
 from typing import Sequence
 
 import numpy as np
 
+from data_prep import files
 from data_prep.classification import DataError, load_json
 from data_prep.packing import pad_features
 from data_prep.schema import CLS, SEP
@@ -141,6 +143,81 @@ def _require(obj, key, kind, where):
     return value
 
 
+def _questions(path: str, version_2_with_negative: bool):
+    """(where, element, context, qa) per question of a SQuAD file, in file order: `where`
+    names it in messages ("file: data[i].paragraphs[j].qas[k]", "file:line"), `element`
+    in a repeated id's message; `qa` a SQuAD question object (id, question, answers as a
+    list of {text, answer_start}, is_impossible).
+
+    Reads SQuAD's layout and transformers' run_qa.py data (the `datasets` layout): one
+    question per object, {"id", "title", "context", "question", "answers": {"text": [...],
+    "answer_start": [...]}}, as JSON lines or under {"data": [...]}. That layout marks no
+    question unanswerable: one without answers is, with `version_2_with_negative` (as
+    run_qa reads it).
+    """
+    lines = path.lower().endswith(".jsonl")
+    if not lines:
+        try:
+            dataset = load_json(path)
+        except DataError:
+            lines = _first_line_is_a_question(path)
+            if not lines:
+                raise
+    if lines:
+        try:
+            with files.rereadable(path) as source:
+                for where, record in files.json_object_lines(source, path):
+                    yield _flat_question(record, where, version_2_with_negative)
+        except files.JsonFileError as e:
+            raise DataError(str(e)) from None
+        return
+    if isinstance(dataset, dict) and "context" in dataset and "question" in dataset:
+        yield _flat_question(dataset, f"{path}:1", version_2_with_negative)  # one line
+        return
+    for i, article in enumerate(_require(dataset, "data", list, path)):
+        if isinstance(article, dict) and "paragraphs" not in article and "context" in article:
+            yield _flat_question(article, f"{path}: data[{i}]", version_2_with_negative)
+            continue
+        for j, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: data[{i}]")):
+            pwhere = f"{path}: data[{i}].paragraphs[{j}]"
+            context = _require(paragraph, "context", str, pwhere)
+            for k, qa in enumerate(_require(paragraph, "qas", list, pwhere)):
+                yield f"{pwhere}.qas[{k}]", f"data[{i}].paragraphs[{j}].qas[{k}]", context, qa
+
+
+def _first_line_is_a_question(path: str) -> bool:
+    """Whether a file that is not one JSON value starts with a run_qa question object (a
+    JSON-lines file named .json, as `datasets` writes it)."""
+    try:
+        with files.open_input(path) as f:
+            first = next((line for line in f if line.strip()), "")
+        record = json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(record, dict) and "question" in record and "context" in record
+
+
+def _flat_question(record, where: str, version_2_with_negative: bool):
+    """(where, element, context, qa) of a run_qa question object (`_questions`)."""
+    context = _require(record, "context", str, where)
+    qa = {key: record[key] for key in ("id", "guid", "question", "is_impossible",
+                                       "question_type") if key in record}
+    answers = record.get("answers")
+    if isinstance(answers, dict):  # datasets' layout: {"text": [...], "answer_start": [...]}
+        texts = _require(answers, "text", list, f"{where}.answers")
+        starts = _require(answers, "answer_start", list, f"{where}.answers")
+        if len(texts) != len(starts):
+            raise DataError(f"{where}.answers: {len(texts)} texts but {len(starts)} "
+                            "answer_start offsets; expected one offset per text")
+        qa["answers"] = [{"text": t, "answer_start": a} for t, a in zip(texts, starts)]
+        if not texts and "is_impossible" not in qa and version_2_with_negative:
+            qa["is_impossible"] = True  # run_qa's SQuAD 2.0: no answer, unanswerable
+    elif answers is not None:
+        qa["answers"] = answers  # a SQuAD answers list; _require checks it as SQuAD's
+    element = where.split(": ", 1)[1] if ": " in where else where.rsplit(":", 1)[-1]
+    return where, element if ": " in where else f"line {element}", context, qa
+
+
 def read_squad(path: str, is_training: bool, version_2_with_negative: bool = False
                ) -> tuple[list[SquadExample], ReadStats]:
     """Reads a SQuAD-format JSON file.
@@ -163,80 +240,77 @@ def read_squad(path: str, is_training: bool, version_2_with_negative: bool = Fal
         id (predictions and scores are keyed by it: one would silently replace the other),
         or, in training without version_2_with_negative, a question is unanswerable.
     """
-    dataset = load_json(path)
     stats = ReadStats()
     examples = []
     first_seen: dict[str, str] = {}  # question id -> the element it first appeared in
-    for i, article in enumerate(_require(dataset, "data", list, path)):
-        for j, paragraph in enumerate(_require(article, "paragraphs", list, f"{path}: data[{i}]")):
-            pwhere = f"{path}: data[{i}].paragraphs[{j}]"
-            context = _require(paragraph, "context", str, pwhere)
-            doc_tokens, char_to_word = _split_context(context)
-            for k, qa in enumerate(_require(paragraph, "qas", list, pwhere)):
-                where = f"{pwhere}.qas[{k}]"
-                # KLUE-MRC names the question id "guid".
-                id_key = "guid" if isinstance(qa, dict) and "id" not in qa and "guid" in qa \
-                    else "id"
-                if isinstance(qa, dict) and id_key not in qa:
-                    raise DataError(f"{where}: expected an object with an 'id' field (or "
-                                    "KLUE-MRC's 'guid')")
-                qas_id = str(_require(qa, id_key, (str, int), where))
-                if not is_training and qas_id in first_seen:
-                    raise DataError(f"{where}.id: question id {qas_id!r} is used twice (first "
-                                    f"at {first_seen[qas_id]}); predictions are keyed by id, "
-                                    "so every question needs its own")
-                first_seen.setdefault(qas_id, f"data[{i}].paragraphs[{j}].qas[{k}]")
-                question = _require(qa, "question", str, where)
-                answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
-                for a, answer in enumerate(answers):
-                    _require(answer, "text", str, f"{where}.answers[{a}]")
-                marked_impossible = qa.get("is_impossible", False)
-                if not isinstance(marked_impossible, bool):
-                    # bool("false") is True: a string (a CSV's column turned into JSON) would
-                    # make every question unanswerable.
-                    raise DataError(f"{where}.is_impossible: expected true or false, got "
-                                    f"{marked_impossible!r}")
-                if is_training and not version_2_with_negative and (marked_impossible or not answers):
-                    # A SQuAD 2.0 file read as v1.1: dropping these (as unfound answers) would
-                    # silently train a v1.1 model. Google's script refuses them too.
-                    raise DataError(
-                        f"{where}: question {qas_id!r} "
-                        f"{'is marked is_impossible' if marked_impossible else 'has no answer'}, "
-                        "and training without --version_2_with_negative needs an answer to "
-                        "every question (a SQuAD 2.0 file? pass --version_2_with_negative)")
-                if is_training and version_2_with_negative and not (marked_impossible or
-                                                                    answers):
-                    # Dropped and counted before; Google's script refuses it too.
-                    raise DataError(
-                        f"{where}: question {qas_id!r} has no answer and is not marked "
-                        "is_impossible; a SQuAD 2.0 training question needs an answer, or "
-                        "\"is_impossible\": true")
-                is_impossible = marked_impossible and version_2_with_negative
-                stats.questions += 1
-                stats.impossible += is_impossible
-                kind = qa.get("question_type")
-                example = SquadExample(qas_id, question, doc_tokens,
-                                       [] if is_impossible else [a["text"] for a in answers],
-                                       is_impossible=is_impossible,
-                                       question_type=kind if isinstance(kind, int) and
-                                       not isinstance(kind, bool) else None)
-                if is_training:
-                    if is_impossible:
-                        example.start_word = example.end_word = -1
-                        example.answer_text = ""
-                    else:  # answered: refused above otherwise
-                        stats.multiple_answers += len(answers) > 1
-                        span, utf16 = _locate_answer(answers[0], context, doc_tokens,
-                                                     char_to_word, f"{where}.answers[0]")
-                        if utf16 is not None:
-                            # Found or not: the span read at it is not the answer's.
-                            stats.utf16_offsets.append(qas_id)
-                        if isinstance(span, str):
-                            stats.answers_not_found.append((qas_id, span))
-                            continue
-                        example.start_word, example.end_word = span
-                        example.answer_text = answers[0]["text"]
-                examples.append(example)
+    split = None  # (context, its words, char -> word) of the last context
+    for where, element, context, qa in _questions(path, version_2_with_negative):
+        if split is None or split[0] is not context:
+            split = (context, *_split_context(context))
+        _, doc_tokens, char_to_word = split
+        # KLUE-MRC names the question id "guid".
+        id_key = "guid" if isinstance(qa, dict) and "id" not in qa and "guid" in qa \
+            else "id"
+        if isinstance(qa, dict) and id_key not in qa:
+            raise DataError(f"{where}: expected an object with an 'id' field (or "
+                            "KLUE-MRC's 'guid')")
+        qas_id = str(_require(qa, id_key, (str, int), where))
+        if not is_training and qas_id in first_seen:
+            raise DataError(f"{where}.id: question id {qas_id!r} is used twice (first "
+                            f"at {first_seen[qas_id]}); predictions are keyed by id, "
+                            "so every question needs its own")
+        first_seen.setdefault(qas_id, element)
+        question = _require(qa, "question", str, where)
+        answers = _require(qa, "answers", list, where) if (is_training or "answers" in qa) else []
+        for a, answer in enumerate(answers):
+            _require(answer, "text", str, f"{where}.answers[{a}]")
+        marked_impossible = qa.get("is_impossible", False)
+        if not isinstance(marked_impossible, bool):
+            # bool("false") is True: a string (a CSV's column turned into JSON) would
+            # make every question unanswerable.
+            raise DataError(f"{where}.is_impossible: expected true or false, got "
+                            f"{marked_impossible!r}")
+        if is_training and not version_2_with_negative and (marked_impossible or not answers):
+            # A SQuAD 2.0 file read as v1.1: dropping these (as unfound answers) would
+            # silently train a v1.1 model. Google's script refuses them too.
+            raise DataError(
+                f"{where}: question {qas_id!r} "
+                f"{'is marked is_impossible' if marked_impossible else 'has no answer'}, "
+                "and training without --version_2_with_negative needs an answer to "
+                "every question (a SQuAD 2.0 file? pass --version_2_with_negative)")
+        if is_training and version_2_with_negative and not (marked_impossible or
+                                                            answers):
+            # Dropped and counted before; Google's script refuses it too.
+            raise DataError(
+                f"{where}: question {qas_id!r} has no answer and is not marked "
+                "is_impossible; a SQuAD 2.0 training question needs an answer, or "
+                "\"is_impossible\": true")
+        is_impossible = marked_impossible and version_2_with_negative
+        stats.questions += 1
+        stats.impossible += is_impossible
+        kind = qa.get("question_type")
+        example = SquadExample(qas_id, question, doc_tokens,
+                               [] if is_impossible else [a["text"] for a in answers],
+                               is_impossible=is_impossible,
+                               question_type=kind if isinstance(kind, int) and
+                               not isinstance(kind, bool) else None)
+        if is_training:
+            if is_impossible:
+                example.start_word = example.end_word = -1
+                example.answer_text = ""
+            else:  # answered: refused above otherwise
+                stats.multiple_answers += len(answers) > 1
+                span, utf16 = _locate_answer(answers[0], context, doc_tokens,
+                                             char_to_word, f"{where}.answers[0]")
+                if utf16 is not None:
+                    # Found or not: the span read at it is not the answer's.
+                    stats.utf16_offsets.append(qas_id)
+                if isinstance(span, str):
+                    stats.answers_not_found.append((qas_id, span))
+                    continue
+                example.start_word, example.end_word = span
+                example.answer_text = answers[0]["text"]
+        examples.append(example)
     return examples, stats
 
 

@@ -232,3 +232,90 @@ def test_run_tagger_on_run_ner_json_files_trains_as_on_conll(tmp_path):
     assert scores[0] == scores[1] and scores[0]["num_words"] == sum(len(w) for w, _ in test)
     assert (tmp_path / "json" / "predictions.conll").read_text() == \
         (tmp_path / "conll" / "predictions.conll").read_text()
+
+
+# --- run_qa.py's data: the `datasets` layout, one question per object. ---
+
+QUESTIONS = [  # (id, title, context, question, answer texts, their offsets)
+    ("q1", "Paris", "John Smith lives in Paris. He was born in Lyon.", "Where does John live?",
+     ["Paris"], [20]),
+    ("q2", "Paris", "John Smith lives in Paris. He was born in Lyon.", "Where was he born?",
+     ["Lyon", "in Lyon"], [42, 39]),
+    ("q3", "서울", "서울은 한국의 수도이다. 😀 인구는 천만 명이다.", "인구는?", ["천만 명"], [20]),  # after an emoji: code points
+    ("q4", "none", "Nothing to see here.", "Who won?", [], []),
+]
+
+
+def squad_nested(questions, v2):
+    """The same questions in SQuAD's own layout (a paragraph per context)."""
+    data = {}
+    for qid, title, context, question, texts, starts in questions:
+        qas = data.setdefault(title, {}).setdefault(context, [])
+        qa = {"id": qid, "question": question,
+              "answers": [{"text": t, "answer_start": a} for t, a in zip(texts, starts)]}
+        if v2:
+            qa["is_impossible"] = not texts
+        qas.append(qa)
+    return {"version": "v2.0" if v2 else "1.1", "data": [
+        {"title": t, "paragraphs": [{"context": c, "qas": q} for c, q in ps.items()]}
+        for t, ps in data.items()]}
+
+
+def run_qa_records(questions):
+    return [{"id": qid, "title": title, "context": context, "question": question,
+             "answers": {"text": texts, "answer_start": starts}}
+            for qid, title, context, question, texts, starts in questions]
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "json_lines_named_json", "data_field", "one_line"])
+@pytest.mark.parametrize("v2", [False, True])
+def test_run_qa_files_read_as_the_same_squad_questions(tmp_path, layout, v2):
+    """run_qa.py's files (JSON lines, or {"data": [...]} read with field="data") were refused
+    ("expected an object with a 'data' field" / "... 'paragraphs' field"); they read as the
+    SQuAD file of the same questions, for training and prediction, a question without
+    answers unanswerable in SQuAD 2.0 (run_qa's reading of it)."""
+    import dataclasses
+
+    from data_prep import squad
+
+    questions = QUESTIONS if v2 else QUESTIONS[:3]
+    if layout == "one_line":
+        questions = questions[2:3]
+    reference = tmp_path / "squad.json"
+    reference.write_text(json.dumps(squad_nested(questions, v2)), encoding="utf-8")
+    records = run_qa_records(questions)
+    path = tmp_path / ("train.jsonl" if layout == "jsonl" else "train.json")
+    if layout == "data_field":
+        path.write_text(json.dumps({"version": "0.1.0", "data": records}), encoding="utf-8")
+    else:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                        encoding="utf-8")
+    for training in (True, False):
+        want, want_stats = squad.read_squad(str(reference), training, v2)
+        got, stats = squad.read_squad(str(path), training, v2)
+        assert [dataclasses.asdict(e) for e in got] == [dataclasses.asdict(e) for e in want]
+        assert stats == want_stats
+        assert len(got) == len(questions)
+    if v2:
+        assert [e.is_impossible for e in got] == [not q[4] for q in questions]
+
+
+@pytest.mark.parametrize("record,v2,says", [
+    ({"answers": {"text": ["Paris"], "answer_start": []}}, False,
+     "train.jsonl:2.answers: 1 texts but 0 answer_start offsets"),
+    ({"answers": {"text": [], "answer_start": []}}, False,
+     "train.jsonl:2: question 'q2' has no answer, and training without "
+     "--version_2_with_negative needs an answer"),
+    ({"answers": {"text": ["Paris"], "answer_start": [99]}}, False, "train.jsonl:2.answers[0]"),
+    ({"question": None}, True, "train.jsonl:2: question: expected str"),
+])
+def test_run_qa_records_that_do_not_fit_are_refused_naming_the_line(tmp_path, record, v2, says):
+    from data_prep import squad
+
+    good = run_qa_records(QUESTIONS[:1])[0]
+    bad = dict(good, id="q2", **record)
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(DataError) as e:
+        squad.read_squad(str(path), True, v2)
+    assert says in str(e.value)

@@ -1125,6 +1125,13 @@ def read_hf_config(path: str) -> BertConfig:
         raise WeightLoadError(str(e)) from None
 
 
+def placeholder_labels(labels) -> bool:
+    """Whether `labels` are transformers' placeholder names, LABEL_0 ... LABEL_{C-1}: what
+    its config holds for a head never given names (`num_labels=2` alone; transformers 5
+    then writes no id2label). transformers' run_glue.py reads them as no names."""
+    return bool(labels) and list(labels) == [f"LABEL_{i}" for i in range(len(labels))]
+
+
 def read_hf_labels(path: str) -> list[str] | None:
     """The label names of a transformers task checkpoint, in id order, from config.json's
     `id2label` (None for models without labels: encoders, pretrainers, span QA).

@@ -774,3 +774,44 @@ def test_tokens_added_to_a_transformers_tokenizer_are_refused_not_split(tmp_path
     if layout == "tokenizer_json":
         transformers.BertTokenizer(vocab=VOCAB).save_pretrained(directory)
     model_loading.load_checkpoint(str(directory), want="encoder")
+
+
+def test_transformers_placeholder_labels_take_the_datas_labels_as_run_glue_does(tmp_path):
+    """A head saved without label names (`num_labels=2` alone: transformers 5 writes no
+    id2label, and reads LABEL_0, LABEL_1) was refused for data labelled 0/1 ("no class for
+    ['0', '1']"); transformers' run_glue.py ignores such placeholders and gives the data's
+    labels, sorted, the head's ids in order. Evaluated so, the probabilities are
+    transformers' softmax on the same texts, class i under the i-th sorted label."""
+    from bert_keras import run_classifier
+
+    torch.manual_seed(8)
+    model = transformers.BertForSequenceClassification(
+        transformers.BertConfig(num_labels=2, **CONFIG)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    path = save_hf(model, tmp_path / "hf")
+    assert "LABEL_1" in str(checkpoints.read_hf_labels(path))  # the placeholders it reads
+    texts = ["john went to the store", "the store went running", "smith to john"]
+    data = tmp_path / "dev.csv"
+    data.write_text("sentence,label\n" + "".join(f"{t},{i % 2}\n" for i, t in enumerate(texts)))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    with torch.no_grad():
+        want = torch.softmax(model(**tokenizer(texts, padding=True, return_tensors="pt")).logits,
+                             -1).numpy()
+    # Evaluated with the labels given (--label_list), and trained (a step too small to move
+    # the weights past 1e-5) on the data's labels: the head's classes are 0 and 1 in order.
+    runs = {"given": dict(label_list=["0", "1"]),
+            "trained": dict(do_train=True, train_file=str(data), num_train_steps=1,
+                            learning_rate=1e-9, train_batch_size=3)}
+    for name, flags in runs.items():
+        out = tmp_path / name
+        run_classifier.run(init_checkpoint=path, eval_file=str(data), predict_file=str(data),
+                           text_a_column="sentence", output_dir=str(out), do_eval=True,
+                           do_predict=True, max_seq_length=16, eval_batch_size=2, **flags)
+        rows = [json.loads(line) for line in open(out / "predictions.jsonl")]
+        for row, p in zip(rows, want, strict=True):
+            np.testing.assert_allclose([row["probabilities"]["0"], row["probabilities"]["1"]],
+                                       p, atol=1e-5)
+        results = json.load(open(out / "eval_results.json"))
+        assert results["accuracy"] == pytest.approx(np.mean(want.argmax(-1) == [0, 1, 0]))

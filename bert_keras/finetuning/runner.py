@@ -34,7 +34,7 @@ from absl import logging
 
 from bert_keras import backends, backup, model_loading
 from bert_keras.backup import BackupError
-from bert_keras.checkpoints import reads_pooler
+from bert_keras.checkpoints import placeholder_labels, reads_pooler
 from bert_keras.config import BertConfig
 from bert_keras.distribute import DistributionOptions
 from bert_keras.encoder import BertEncoder
@@ -605,15 +605,19 @@ def _model_and_vocabulary(task: Task, common: FinetuneOptions, opts, labels,
     elif labels is None and ckpt is not None:
         labels = ckpt.labels
     elif (ckpt is not None and isinstance(ckpt.model, task.model_class)
-          and ckpt.labels is not None and labels != ckpt.labels):
+          and ckpt.labels is not None and labels != ckpt.labels
+          and not placeholder_labels(ckpt.labels)):
         labels = _the_models_labels(labels, ckpt, given=labels_given)
     elif (ckpt is not None and isinstance(ckpt.model, task.model_class)
-          and ckpt.labels is None and not labels_given):
-        # A head without label names (Google's run_classifier keeps them in its processor):
-        # its classes can only be taken in the order of the data's labels, sorted.
-        logging.warning("%s records no label names: its classes are taken to be %s in that "
+          and (ckpt.labels is None or placeholder_labels(ckpt.labels)) and not labels_given):
+        # A head without label names (Google's run_classifier keeps them in its processor;
+        # transformers' LABEL_i placeholders, which its run_glue.py ignores so): its
+        # classes can only be taken in the order of the data's labels, sorted.
+        logging.warning("%s records no label names%s: its classes are taken to be %s in that "
                         "order (the data's labels, sorted); give --task_name or --label_list "
-                        "in the head's order if it was trained with another", ckpt.path, labels)
+                        "in the head's order if it was trained with another", ckpt.path,
+                        "" if ckpt.labels is None else
+                        f" (only transformers' placeholders {', '.join(ckpt.labels)})", labels)
     if task.uses_labels:
         if labels is None:
             raise FinetuneError(f"no label list: the model has no {files.LABELS_FILE} beside it; "

@@ -319,3 +319,31 @@ def test_run_qa_records_that_do_not_fit_are_refused_naming_the_line(tmp_path, re
     with pytest.raises(DataError) as e:
         squad.read_squad(str(path), True, v2)
     assert says in str(e.value)
+
+
+# --- run_glue.py's data: csv / json lines, a float label column is regression. ---
+
+
+@pytest.mark.parametrize("labels,refused", [
+    ([3.8, 1.25, 0.0, 4.5], True),     # STS-B's scores, as JSON numbers
+    (["0.5", "2", "5.0"], True),       # a CSV's column that datasets types float
+    ([1.0, 0.0, 1.0], True),           # datasets: float64, regression
+    ([0, 1, 2, 1], False),             # ints: classes, as run_glue
+    (["pos", "neg", "1.5"], False),    # names
+])
+def test_float_label_columns_are_refused_as_classes(tmp_path, labels, refused):
+    """run_glue.py trains a float label column as regression; run_classifier made one class
+    per distinct score without a word."""
+    from bert_keras import run_classifier
+    from data_prep import classification
+
+    path = tmp_path / "train.json"
+    path.write_text("".join(json.dumps({"sentence1": f"text {i}", "label": y}) + "\n"
+                            for i, y in enumerate(labels)))
+    examples = classification.read_examples(str(path), "sentence1")
+    if refused:
+        with pytest.raises(runner.FinetuneError, match=rf"^{path}: the labels are numbers with "
+                           r"fractions .*run_regressor"):
+            run_classifier.TASK.labels_from(examples)
+    else:
+        assert run_classifier.TASK.labels_from(examples) == sorted({str(y) for y in labels})

@@ -80,6 +80,17 @@ class ClassifierOptions:
                                       "predicts that label).")
 
 
+def _scores(labels: Sequence[str]) -> bool:
+    """Whether every label is a number and some are written with a fraction or exponent
+    (3.8, 1.0, 2e-1): a float column, as `datasets` types it."""
+    try:
+        values = [float(label) for label in labels]
+    except ValueError:
+        return False
+    return all(np.isfinite(values)) and any(
+        not label.lstrip("+-").isdigit() for label in labels)
+
+
 def accuracy_and_f1(label_ids: Sequence[int], predicted_ids: Sequence[int],
                     label_list: Sequence[str]) -> dict:
     """Accuracy, macro-averaged F1 and per-class precision/recall/F1.
@@ -317,7 +328,18 @@ class ClassificationTask(SentenceTask):
         return labels_from_flags(opts.label_list, opts.label_list_file)
 
     def labels_from(self, examples):
-        return classification.label_list_from(examples)
+        labels = classification.label_list_from(examples)
+        if _scores(labels):
+            # transformers' run_glue.py trains a float label column as regression; as
+            # classes, each distinct score would silently become a class of its own.
+            path = examples[0].where.rpartition(":")[0] if examples else "--train_file"
+            shown = ", ".join(labels[:3]) + (", ..." if len(labels) > 3 else "")
+            raise FinetuneError(
+                f"{path}: the labels are numbers with fractions ({shown}; {len(labels)} "
+                "distinct): scores to predict are run_regressor's (transformers' run_glue.py "
+                "trains float labels as regression); to train them as classes, give "
+                "--label_list")
+        return labels
 
     def head_dropout(self, opts):
         return opts.classifier_dropout

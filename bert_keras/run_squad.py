@@ -5,7 +5,8 @@ r"""Fine-tunes and runs a BertSpanQA model on SQuAD v1.1 / v2.0 JSON files.
       --init_checkpoint=runs/phase1 --do_train --do_predict --do_eval \
       --max_seq_length=384 --doc_stride=128 --output_dir=out/
 
-Google's flags and semantics (run_squad.py): windows of --max_seq_length with --doc_stride,
+Input: SQuAD's JSON, or transformers' run_qa.py data (one question per object, as JSON lines
+or under {"data": [...]}). Google's flags and semantics (run_squad.py): windows of --max_seq_length with --doc_stride,
 questions cut to --max_query_length, --n_best_size candidates, answers of at most
 --max_answer_length WordPieces; --version_2_with_negative for SQuAD 2.0 with
 --null_score_diff_threshold. --do_predict writes predictions.json and nbest_predictions.json

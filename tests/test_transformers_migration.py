@@ -347,3 +347,15 @@ def test_float_label_columns_are_refused_as_classes(tmp_path, labels, refused):
             run_classifier.TASK.labels_from(examples)
     else:
         assert run_classifier.TASK.labels_from(examples) == sorted({str(y) for y in labels})
+
+
+def test_training_flags_by_transformers_names_are_said_unused_without_do_train(recorded,
+                                                                                 caplog):
+    """As our own training flags are: a run that trains nothing names them in a warning."""
+    run_tool("run_classifier", "--output_dir=/tmp/never-written --do_eval --eval_file=e.csv "
+             "--per_device_train_batch_size=4 --warmup_ratio=0.2 "
+             "--per_device_eval_batch_size=3".split())
+    assert len(recorded) == 1 and recorded[0]["eval_batch_size"] == 3
+    said = [r.getMessage() for r in caplog.records if "not used without" in r.getMessage()]
+    assert said == ["--per_device_train_batch_size, --warmup_ratio: not used without "
+                    "--do_train (nothing is trained)"]

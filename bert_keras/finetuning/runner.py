@@ -1422,6 +1422,11 @@ def with_transformers_flags(values: dict, given_flags: dict, holders: dict) -> d
         values[target] = value
         taken[target] = name
         logging.info("--%s: transformers' name for --%s", name, target)
+    unread = [f"--{name}" for name, (holder, target) in given_flags.items()
+              if holder.present and target in _TRAINING_ONLY_FLAGS]
+    if unread and not values.get("do_train"):  # as `_warn_of_training_flags` says of ours
+        logging.warning("%s: not used without --do_train (nothing is trained)",
+                        ", ".join(unread))
     return values
 
 

@@ -6,12 +6,13 @@ r"""Fine-tunes and runs a BertSpanQA model on SQuAD v1.1 / v2.0 JSON files.
       --max_seq_length=384 --doc_stride=128 --output_dir=out/
 
 Input: SQuAD's JSON, or transformers' run_qa.py data (one question per object, as JSON lines
-or under {"data": [...]}). Google's flags and semantics (run_squad.py): windows of --max_seq_length with --doc_stride,
-questions cut to --max_query_length, --n_best_size candidates, answers of at most
---max_answer_length WordPieces; --version_2_with_negative for SQuAD 2.0 with
---null_score_diff_threshold. --do_predict writes predictions.json and nbest_predictions.json
-(and null_odds.json for v2.0); when the predict file has answers, --do_eval also scores them
-with the official EM/F1 into eval_results.json; predict_results.json has counts and timing.
+or under {"data": [...]}). Google's flags and semantics (run_squad.py): windows of
+--max_seq_length with --doc_stride, questions cut to --max_query_length, --n_best_size
+candidates, answers of at most --max_answer_length WordPieces; --version_2_with_negative for
+SQuAD 2.0 with --null_score_diff_threshold. --do_predict writes predictions.json and
+nbest_predictions.json (and null_odds.json for v2.0); when the predict file has answers,
+--do_eval also scores them with the official EM/F1 into eval_results.json;
+predict_results.json has counts and timing.
 Korean benchmarks: --task_name=korquad (KorQuAD 1.0, F1 over characters) or klue-mrc
 (SQuAD 2.0's layout, KLUE's EM and ROUGE-W) reads the files from --data_dir;
 --eval_metric scores other files so.

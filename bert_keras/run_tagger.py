@@ -7,10 +7,11 @@ r"""Fine-tunes and runs a BertTagger on CoNLL-style token tagging data (NER, POS
 
 Input: one "word ... tag" line per token, blank line between sentences (see
 `data_prep.tagging`), or transformers' run_ner.py JSON lines (.json/.jsonl: words and tags
-under --text_column_name / --label_column_name; tag ids named by --label_list_file). Each word's tag is learned and predicted on its first WordPiece. A
-sentence longer than --max_seq_length - 2 WordPieces is read in windows --doc_stride
-WordPieces apart (default: half a window; 0 truncates instead), each word tagged from the
-window that gives it the most context, so every word gets a prediction (docs/finetuning.md).
+under --text_column_name / --label_column_name; tag ids named by --label_list_file). Each
+word's tag is learned and predicted on its first WordPiece. A sentence longer than
+--max_seq_length - 2 WordPieces is read in windows --doc_stride WordPieces apart (default:
+half a window; 0 truncates instead), each word tagged from the window that gives it the most
+context, so every word gets a prediction (docs/finetuning.md).
 Writes to --output_dir: model.keras, labels.txt, vocab.txt, tokenizer_config.json,
 bert_config.json (training), train_results.json, eval_results.json (token accuracy and
 seqeval-style entity precision/recall/F1), predictions.conll ("word predicted_tag" lines),

@@ -263,9 +263,13 @@ def _given_labels(model, found: list[str] | None, given: list[str] | None, flag:
                   input_path: str) -> list[str] | None:
     """The label names to write with `model`: `found` with the input, or `given` (from
     `flag`) where it has none; refused where `given` does not fit the head (another number
-    of classes, no labelled head) or differs from `found`."""
+    of classes, no labelled head) or differs from `found`. transformers' placeholder names
+    (LABEL_0 ... LABEL_{C-1}, a head saved without names) are no names: `given` takes their
+    place, as run_classifier's data labels do."""
     if given is None:
         return found
+    if found is not None and checkpoints.placeholder_labels(found):
+        found = None
     if not isinstance(model, checkpoints.LABELLED_TASK_MODELS):
         raise ValueError(f"{flag}: names a classifier's labels; --input {input_path} gives a "
                          f"{type(model).__name__}, which has none: drop {flag} (it would be "

@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import shutil
 import sys
 
 import numpy as np
@@ -510,3 +511,20 @@ def test_a_google_classifier_converts_with_the_labels_given(tmp_path, google_cla
                           f"--label_list={','.join(names)}")
     assert result.code == 0, result.stderr[-3000:]
     assert load_checkpoint(out).labels == names
+
+    # A head transformers saved without names (id2label LABEL_0 ... LABEL_2, as `num_labels=3`
+    # alone writes) has none: the names given take the placeholders' place.
+    unnamed = tmp_path / "hf_unnamed"
+    shutil.copytree(hf, unnamed)
+    with open(unnamed / "config.json") as f:
+        config = json.load(f)
+    config["id2label"] = {str(i): f"LABEL_{i}" for i in range(3)}
+    config["label2id"] = {f"LABEL_{i}": i for i in range(3)}
+    with open(unnamed / "config.json", "w") as f:
+        json.dump(config, f)
+    assert load_checkpoint(str(unnamed)).labels == ["LABEL_0", "LABEL_1", "LABEL_2"]
+    renamed = str(tmp_path / "renamed")
+    result = _convert_cli("--from=hf", "--to=keras", f"--input={unnamed}",
+                          f"--output={renamed}", "--label_list=x,y,z")
+    assert result.code == 0, result.stderr[-3000:]
+    assert load_checkpoint(renamed).labels == ["x", "y", "z"]

@@ -496,8 +496,8 @@ def _save_google(model, output_path: str, vocab_file, settings) -> str:
 
 def _warn_without_vocabulary(input_path, output_path, vocab_file, left_out=None) -> None:
     """Before writing a transformers directory or our directory layout (a .keras file holds
-    no vocabulary) from an input with none (or whose vocabulary is left out: `left_out`
-    says why)."""
+    no vocabulary) from an input with none, or any output but a .keras file from an input
+    whose vocabulary is left out (`left_out` says why)."""
     if vocab_file is None and not output_path.endswith(".keras") and left_out:
         logging.warning("%s: %s will hold the weights without a vocabulary", left_out,
                         output_path)
@@ -511,7 +511,9 @@ def _warn_without_vocabulary(input_path, output_path, vocab_file, left_out=None)
 def _convert(from_format, to_format, input_path, output_path, loaded, labels, vocab_file,
              settings, left_out):
     if not isinstance(loaded, checkpoints.TASK_MODELS):
-        if to_format != "google":
+        # A Google checkpoint may go without a vocabulary (none was found: no warning), but
+        # one found and left out for want of its casing is said for every output.
+        if to_format != "google" or left_out:
             _warn_without_vocabulary(input_path, output_path, vocab_file, left_out)
         if to_format == "keras":
             return _save_keras_layout(loaded, output_path, vocab_file, settings), loaded

@@ -133,6 +133,29 @@ def test_model_garden_checkpoint_converts_with_the_casing_flags(tmp_path):
     assert_outputs_match(model_loading.load_checkpoint(out).model)
 
 
+def test_to_google_says_when_the_vocabulary_beside_the_checkpoint_is_left_out(tmp_path,
+                                                                               caplog):
+    """--to=google writes vocab.txt beside bert_model.ckpt where the casing is known; a
+    Model Garden checkpoint's vocab.txt without the casing flags is left out, and (as for
+    --to=hf and --to=keras) a warning says so. Before, --to=google left it out silently."""
+    ckpt_dir = tmp_path / "mg"
+    shutil.copytree(ENCODER_CKPT, ckpt_dir)
+    with tarfile.open(os.path.join(FIXTURES, "hub_encoder.tar.xz")) as tar:
+        (ckpt_dir / "vocab.txt").write_bytes(
+            tar.extractfile("hub_encoder/assets/vocab.txt").read())
+    caplog.set_level("WARNING")
+    convert("model_garden", "google", str(ckpt_dir), str(tmp_path / "google") + os.sep)
+    assert not (tmp_path / "google" / "vocab.txt").exists()
+    assert "vocab.txt is left out: a TF Model Garden checkpoint records no tokenizer casing" \
+        in caplog.text, caplog.text
+    caplog.clear()
+    convert("model_garden", "google", str(ckpt_dir), str(tmp_path / "cased") + os.sep,
+            tokenizer_overrides={"do_lower_case": False})
+    assert tokenizer_config.read_for_vocab(str(tmp_path / "cased" / "vocab.txt"))[0] == \
+        TokenizerConfig(do_lower_case=False)
+    assert "left out" not in caplog.text
+
+
 @pytest.mark.integration  # the export traces its functions: about 10 s on 2 cores
 def test_our_encoder_export_reads_back_with_its_settings(tmp_path):
     from export.export_encoder import export_encoder

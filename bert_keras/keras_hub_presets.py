@@ -476,7 +476,8 @@ def save_keras_hub_preset(model, directory: str, vocab_file: str | None = None,
                           labels: list[str] | None = None) -> str:
     """Writes `model` as a keras-hub preset with keras-hub's save_to_preset: an encoder as
     a BertBackbone, a pretrainer as a BertMaskedLM, a classifier as a BertTextClassifier,
-    with a BertTokenizer of `vocab_file` and `settings` where given. The directory is
+    with a BertTokenizer of `vocab_file` and `settings` where given, inside keras-hub's
+    preprocessor for the task (BertTextClassifier's for a backbone). The directory is
     assembled under a temporary name and renamed; an existing one (unless empty) is refused.
 
     Raises:
@@ -525,18 +526,29 @@ def save_keras_hub_preset(model, directory: str, vocab_file: str | None = None,
                 strip_accents=settings.effective_strip_accents)
         except ValueError as e:  # a vocabulary without [CLS], [SEP], [PAD] or [MASK]
             raise ValueError(f"{vocab_file}: keras-hub's BertTokenizer refuses it ({e})") from None
+        # Every preset with its preprocessor, as keras-hub's are (from_preset then takes raw
+        # text): keras-hub's 512 tokens, or fewer where the position table is shorter. A
+        # backbone gets the classifier's (preprocessor.json), which
+        # BertTextClassifier.from_preset(dir, num_classes=...) reads; without it keras-hub
+        # packs to 512 tokens, which a shorter table cannot take (its fit failed).
+        length = min(512, config.max_position_embeddings)
+        preprocessor = (keras_hub.models.BertMaskedLMPreprocessor
+                        if isinstance(model, BertPretrainer)
+                        else keras_hub.models.BertTextClassifierPreprocessor)(
+            tokenizer, sequence_length=length)
         if theirs is not backbone:
-            # A task with its preprocessor, as keras-hub's presets are (from_preset then
-            # takes raw text); keras-hub's 512 tokens, or fewer where the position table
-            # is shorter.
-            preprocessor = (keras_hub.models.BertMaskedLMPreprocessor
-                            if isinstance(model, BertPretrainer)
-                            else keras_hub.models.BertTextClassifierPreprocessor)
-            theirs.preprocessor = preprocessor(
-                tokenizer, sequence_length=min(512, config.max_position_embeddings))
+            theirs.preprocessor = preprocessor
+        elif length < 512:
+            # keras-hub makes a masked LM's preprocessor at 512 tokens whatever the preset
+            # holds (it reads only a preprocessor.json of its own class).
+            logging.warning(
+                "%s: keras-hub's BertMaskedLM.from_preset on this backbone packs to 512 tokens, "
+                "more than its %d positions: pass preprocessor=keras_hub.models."
+                "BertMaskedLMPreprocessor.from_preset(%r, sequence_length=%d)", directory,
+                config.max_position_embeddings, directory, length)
     with files.atomic_output(directory, overwrite=os.path.isdir(directory), directory=True,
                              hint="choose another directory") as tmp:
         theirs.save_to_preset(tmp)  # a task's preprocessor saves the tokenizer with it
         if tokenizer is not None and theirs is backbone:
-            tokenizer.save_to_preset(tmp)
+            preprocessor.save_to_preset(tmp)  # preprocessor.json, tokenizer.json, assets
     return directory

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import keras
 import numpy as np
 import pytest
 
@@ -365,6 +366,39 @@ def test_a_task_preset_takes_raw_text_as_keras_hubs_do(tmp_path):
                settings=settings)
     masked_lm = keras_hub.models.BertMaskedLM.from_preset(str(tmp_path / "mlm"))
     assert type(masked_lm.preprocessor).__name__ == "BertMaskedLMPreprocessor"
+
+
+def test_a_converted_backbone_fine_tunes_in_keras_hub(tmp_path, caplog):
+    """An encoder converted to keras-hub gets keras-hub's BertTextClassifierPreprocessor
+    (preprocessor.json) packing to its position table, so keras-hub's own fine-tuning,
+    `BertTextClassifier.from_preset(dir, num_classes=...)` then `fit` on raw text, runs.
+    Before, only the tokenizer was saved and keras-hub packed to its default 512 tokens:
+    the fit of a model of 33 positions failed inside the position embedding's gradient
+    ("Paddings must be non-negative"). BertMaskedLM, whose preprocessor keras-hub then
+    still makes at 512, is named in a warning with the way to pass it."""
+    tokens = VOCABS["cased"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+    config = BertConfig(**{**CONFIG.to_dict(), "vocab_size": len(tokens)})
+    model_loading.save_encoder_dir(_random(BertEncoder.from_bert_config(config), 41),
+                                   str(tmp_path / "enc"), str(vocab),
+                                   TokenizerConfig(do_lower_case=False))
+    with caplog.at_level("WARNING"):
+        convert("keras", "keras_hub", str(tmp_path / "enc"), str(tmp_path / "preset"))
+    assert "BertMaskedLMPreprocessor.from_preset(" in caplog.text and \
+        "sequence_length=33" in caplog.text, caplog.text
+    classifier = keras_hub.models.BertTextClassifier.from_preset(str(tmp_path / "preset"),
+                                                                 num_classes=3)
+    assert classifier.preprocessor.sequence_length == 33
+    assert classifier.preprocessor.tokenizer.lowercase is False
+    classifier.compile(optimizer="adam",
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = classifier.fit(x=TEXTS[:4] * 2, y=np.arange(8) % 3, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    # The preset still reads back as the encoder, with its tokenizer.
+    back = model_loading.load_checkpoint(str(tmp_path / "preset"))
+    assert isinstance(back.model, BertEncoder)
+    assert back.saved_tokenizer[0].effective() == TokenizerConfig(do_lower_case=False).effective()
 
 
 def test_the_name_table_lists_every_missing_and_mis_shaped_weight(presets):

@@ -549,6 +549,7 @@ def apply_initial_weights(initial, pretrainer, path: str) -> str:
     pretrainer) gives the encoder and the masked-LM head; the pooler, which only the NSP
     head reads (such models are saved without one, or with one no loss trained), and the
     NSP head keep the run's initialisation."""
+    from bert_keras.encoder import BertEncoder
     from bert_keras.pretrainer import BertPretrainer
 
     loaded = initial.model
@@ -571,6 +572,11 @@ def apply_initial_weights(initial, pretrainer, path: str) -> str:
         return (f"{path} (encoder and masked-LM head; the pooler and the next-sentence head "
                 "start from their initialisation)")
     _copy_weights(initial.encoder.weights, pretrainer.encoder.weights, path)
+    if not isinstance(loaded, BertEncoder):  # a fine-tuned model: its task head stays out
+        logging.warning("--init_checkpoint %s holds a %s: its encoder is used (its task head "
+                        "is left out); the masked-LM and next-sentence heads start from their "
+                        "initialisation", path, type(loaded).__name__)
+        return f"{path} (the encoder of a {type(loaded).__name__})"
     # Google's phase 2 loads cls/* with the encoder; a run's encoder/ (what fine-tuning
     # reads) lacks them, while the run directory above it has them.
     # normpath would make "gs://b/run/encoder" "gs:/b/run/encoder", a local path.

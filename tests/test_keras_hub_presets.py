@@ -335,6 +335,23 @@ def test_run_pretraining_says_when_it_changes_keras_hubs_head(presets, caplog):
                                   np.asarray(initial.model.masked_lm.output_bias))
 
 
+def test_run_pretraining_names_the_classifier_head_it_leaves_out(presets, caplog):
+    """A keras-hub BertTextClassifier as run_pretraining's --init_checkpoint: its encoder is
+    used and the warning names the classifier whose head is left out. Before, it said the
+    checkpoint "holds the encoder only"."""
+    from bert_keras.run_pretraining import apply_initial_weights
+
+    root, _ = presets
+    initial = model_loading.load_checkpoint(str(root / "classifier"))
+    run = BertPretrainer.from_bert_config(initial.config)
+    with caplog.at_level("WARNING"):
+        apply_initial_weights(initial, run, str(root / "classifier"))
+    assert "holds a BertClassifier: its encoder is used (its task head is left out)" \
+        in caplog.text, caplog.text
+    assert "encoder only" not in caplog.text
+    _same_weights(run.encoder, initial.encoder)
+
+
 def test_a_task_preset_takes_raw_text_as_keras_hubs_do(tmp_path):
     """A classifier or masked LM with a vocabulary gets keras-hub's preprocessor (its
     tokenizer, packing to the position table), so from_preset(dir) takes raw text; the

@@ -397,6 +397,34 @@ _OTHER_HF_WEIGHTS = (
 )
 
 
+def _incomplete_copy(path: str, fmt: str | None) -> str | None:
+    """What a directory that is part of a SavedModel or of a keras-hub preset lacks (a copy
+    cut short), or None: named, rather than every form listed."""
+    if not files.isdir(path):
+        return None
+
+    def has(name):
+        return files.isfile(os.path.join(path, name))
+
+    if fmt in (None, "tf_hub") and any(has(n) for n in checkpoints.SAVED_MODEL_FILES) \
+            and not has(checkpoints.SAVED_MODEL_VARIABLES + ".index"):
+        return (f"{path} holds a SavedModel (saved_model.pb) without "
+                f"{checkpoints.SAVED_MODEL_VARIABLES}.index, its weights: an incomplete copy? "
+                "Copy its whole directory (variables/ and assets/ too)")
+    config = os.path.join(path, keras_hub_presets.CONFIG_FILE)
+    if fmt in (None, "keras_hub") and has(keras_hub_presets.CONFIG_FILE) \
+            and not has(keras_hub_presets.WEIGHTS_FILE):
+        try:
+            registered = files.read_json(config).get("registered_name", "")
+        except (files.TextFileError, AttributeError):
+            return None
+        if isinstance(registered, str) and registered.startswith("keras_hub>"):
+            return (f"{path} holds keras-hub's {keras_hub_presets.CONFIG_FILE} (a "
+                    f"{registered.split('>')[-1]}) without {keras_hub_presets.WEIGHTS_FILE}, "
+                    "its weights: an incomplete copy? Copy the whole preset directory")
+    return None
+
+
 def _expected_forms(path: str, fmt: str | None) -> str:
     if fmt in (None, "google") and files.isdir(path):
         indexes = checkpoints.checkpoint_indexes(path)
@@ -405,6 +433,9 @@ def _expected_forms(path: str, fmt: str | None) -> str:
             return (f"{path} holds {len(names)} TF checkpoints ({', '.join(names[:4])}"
                     f"{' ...' if len(names) > 4 else ''}) and no checkpoint file naming one: "
                     f"pass the prefix of the one to read ({os.path.join(path, names[-1])})")
+    incomplete = _incomplete_copy(path, fmt)
+    if incomplete:
+        return incomplete
     if fmt in (None, "hf") and files.isdir(path):
         for name, why in _OTHER_HF_WEIGHTS:
             if files.isfile(os.path.join(path, name)):

@@ -266,6 +266,30 @@ def test_the_wrong_format_and_existing_output_are_refused(tmp_path, hub_dir):
     assert (tmp_path / "out" / "keep").read_text() == "precious"
 
 
+def test_an_incomplete_copy_of_a_saved_model_or_preset_is_named(tmp_path, hub_dir):
+    """A SavedModel without variables/ and a keras-hub preset without model.weights.h5 (a
+    copy cut short) are named as such, in one line, through a tool. Before, the tools said
+    the directory "is not a recognised checkpoint" and listed every form."""
+    shutil.copytree(hub_dir, tmp_path / "hub")
+    shutil.rmtree(tmp_path / "hub" / "variables")
+    (tmp_path / "preset").mkdir()
+    (tmp_path / "preset" / "config.json").write_text(json.dumps(
+        {"module": "keras_hub.src.models.bert.bert_backbone", "class_name": "BertBackbone",
+         "config": {}, "registered_name": "keras_hub>BertBackbone"}))
+    (tmp_path / "text.txt").write_text("The cat sat .\n")
+    for name, expected in (("hub", "a SavedModel (saved_model.pb) without "
+                                   "variables/variables.index"),
+                           ("preset", "keras-hub's config.json (a BertBackbone) without "
+                                      "model.weights.h5")):
+        result = run_tool("extract_features", [
+            f"--input_file={tmp_path / 'text.txt'}", f"--output_file={tmp_path / 'o.jsonl'}",
+            f"--init_checkpoint={tmp_path / name}", "--layers=-1"])
+        assert result.code == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        (line,) = result.error_lines
+        assert expected in line and "copy" in line, line
+        assert not os.path.exists(tmp_path / "o.jsonl")
+
+
 def _fixture_names():
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 

@@ -493,3 +493,65 @@ def test_a_classifier_preset_converts_with_the_labels_given(presets, tmp_path):
     assert back.labels == names and back.saved_tokenizer[0].do_lower_case is False
     assert (tmp_path / "ours" / "vocab.txt").read_text(encoding="utf-8").split() == tokens
     _close(back.model(ours)["logits"], made["classifier"](theirs), "our layout's logits")
+
+
+@pytest.mark.integration  # a fine-tuning run and a text-in export: about 40 s on 2 cores
+def test_a_keras_hub_classifier_preset_fine_tunes_and_serves_with_its_korean_casing(tmp_path):
+    """The seam users cross: keras-hub's BertTextClassifier preset with a cased Korean
+    vocabulary (build_vocab --do_lower_case=false) as run_classifier's --init_checkpoint,
+    no tokenizer flag, then export_classifier. Checked: the preset's own logits (keras-hub's
+    predict on raw text) are the run's before training, the run keeps the preset's casing
+    (do_lower_case=false, strip_accents=false) and vocabulary, and the export serves the
+    run's predictions."""
+    import json
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export holds text ops)
+
+    import tokenizer_refs as refs
+    from bert_keras import run_classifier
+
+    lines = [line for line in refs.read_lines(refs.KOREAN_FILE) if line.strip()]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vocab = tmp_path / "vocab" / "vocab.txt"
+    built = run_tool("build_vocab", [f"--input={corpus}", f"--output={vocab}",
+                                     "--vocab_size=700", "--layout=compact",
+                                     "--min_frequency=1", "--do_lower_case=false"])
+    assert built.code == 0, built.stderr[-2000:]
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=str(vocab), lowercase=False,
+                                               strip_accents=False)
+    sizes = dict(SIZES, vocabulary_size=700, max_sequence_length=40, hidden_dim=16,
+                 num_heads=2, intermediate_dim=28)
+    theirs = keras_hub.models.BertTextClassifier(
+        keras_hub.models.BertBackbone(**sizes), 3,
+        preprocessor=keras_hub.models.BertTextClassifierPreprocessor(tokenizer,
+                                                                     sequence_length=24))
+    _randomize(theirs.weights, 51)
+    theirs.save_to_preset(str(tmp_path / "preset"))
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": "abc"[i % 3]}, ensure_ascii=False)
+                            + "\n" for i, t in enumerate(lines)), encoding="utf-8")
+    common = dict(init_checkpoint=str(tmp_path / "preset"), predict_file=str(data),
+                  max_seq_length=24, seed=3)
+    run_classifier.run(output_dir=str(tmp_path / "before"), do_predict=True,
+                       label_list=["a", "b", "c"], **common)
+    before = [json.loads(line) for line in open(tmp_path / "before" / "predictions.jsonl")]
+    logits = np.asarray(theirs.predict(lines, verbose=0))
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    _close([[p["probabilities"][k] for k in "abc"] for p in before], expected,
+           "keras-hub's predict on raw text against run_classifier's")
+    out = tmp_path / "tuned"
+    run_classifier.run(output_dir=str(out), train_file=str(data), do_train=True,
+                       do_predict=True, train_batch_size=4, num_train_steps=2, **common)
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert (saved["do_lower_case"], saved["strip_accents"]) == (False, False), saved
+    assert (out / "vocab.txt").read_bytes() == vocab.read_bytes()
+    exported = run_tool("export_classifier", [f"--model_dir={out}",
+                                              f"--export_dir={tmp_path / 'models'}"])
+    assert exported.code == 0, exported.stderr[-3000:]
+    served = tf.saved_model.load(exported.stdout.strip().splitlines()[-1]).signatures[
+        "serving_default"](text=tf.constant(lines))["probabilities"].numpy()
+    predicted = [json.loads(line) for line in open(out / "predictions.jsonl")]
+    _close(served, [[p["probabilities"][k] for k in "abc"] for p in predicted],
+           "served against the run's predictions")

@@ -252,6 +252,15 @@ def export_encoder(
     path = saved_model_writer.version_dir(export_dir, version)
     if pretrainer is not None and pretrainer.encoder is not encoder:
         raise saved_model_writer.ExportError("pretrainer must wrap the exported encoder")
+    if pretrainer is not None and not pretrainer.head_follows_encoder:
+        # assets/bert_config.json records the encoder's settings alone: read back (the
+        # loader's tf_hub form), the head would compute with those, another function.
+        raise saved_model_writer.ExportError(
+            f"--mlm: the masked-LM head computes with {pretrainer.masked_lm.activation!r} and "
+            f"LayerNorm epsilon {pretrainer.masked_lm.layer_norm_epsilon:g} (keras-hub's), "
+            "which the export's assets/bert_config.json cannot record (read back, it would "
+            f"compute with the encoder's {encoder.hidden_act!r}, {encoder.layer_norm_epsilon:g}"
+            "); export the encoder without --mlm")
     from bert_keras.model_loading import check_vocab_fits
 
     check_vocab_fits(encoder, vocab_file)  # the CLI checked it already, naming the checkpoint

@@ -352,6 +352,26 @@ def test_run_pretraining_names_the_classifier_head_it_leaves_out(presets, caplog
     _same_weights(run.encoder, initial.encoder)
 
 
+def test_export_encoder_mlm_refuses_keras_hubs_head(presets, tmp_path):
+    """export_encoder --mlm of a keras-hub BertMaskedLM: the export's assets/bert_config.json
+    records the encoder alone, so the export read back (--init_checkpoint, convert_checkpoint)
+    built a head computing with the encoder's tanh GELU and epsilon 1e-12, not keras-hub's
+    exact GELU and 1e-5, without a word. Refused in one line before anything is written, as
+    convert_checkpoint's directory layout refuses it; without --mlm the encoder exports."""
+    root, _ = presets
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in VOCABS["cased"] + [
+        f"w{i}" for i in range(53 - len(VOCABS["cased"]))]), encoding="utf-8")
+    result = run_tool("export_encoder", [f"--init_checkpoint={root / 'masked_lm'}",
+                                         f"--vocab_file={vocab}", "--mlm", "--seq_length=8",
+                                         f"--export_dir={tmp_path / 'models'}"])
+    assert result.code == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    (line,) = result.error_lines
+    assert "the masked-LM head computes with 'gelu' and LayerNorm epsilon 1e-05" in line, line
+    assert "without --mlm" in line, line
+    assert not os.path.exists(tmp_path / "models")
+
+
 def test_a_task_preset_takes_raw_text_as_keras_hubs_do(tmp_path):
     """A classifier or masked LM with a vocabulary gets keras-hub's preprocessor (its
     tokenizer, packing to the position table), so from_preset(dir) takes raw text; the

@@ -141,6 +141,25 @@ class _TfPreemptionAgreement:
         return self._stop_after is not None and call >= self._stop_after
 
 
+def accumulation_refusal(steps: int, num_replicas: int, tf_distribute: bool) -> str | None:
+    """Why Keras 3.15.1 cannot train with gradient accumulation over `steps` micro-batches
+    on `num_replicas` replicas (a one-line message naming --gradient_accumulation_steps),
+    or None where it can: one replica, or several of Keras' DataParallel on JAX
+    (`tf_distribute` False), which accumulates the weights of one device
+    (tests/test_run_pretraining_jax.py). run_pretraining and the fine-tuning tools refuse
+    with it.
+
+    Keras applies an accumulated update inside a cond; tf.distribute cannot synchronize
+    replicas (merge_call) inside control flow, so fit fails while tracing.
+    """
+    if steps <= 1 or num_replicas <= 1 or not tf_distribute:
+        return None
+    return (f"--gradient_accumulation_steps={steps} works with one replica only on TensorFlow "
+            f"in Keras 3.15.1 (here: {num_replicas}); raise --train_batch_size instead, the "
+            "replicas already multiply the batch (or train on KERAS_BACKEND=jax, whose "
+            "mirrored strategy accumulates)")
+
+
 @dataclasses.dataclass(frozen=True)
 class DistributionOptions:
     """The flags that say where a tool trains (run_pretraining and the fine-tuning tools)."""

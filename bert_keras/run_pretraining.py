@@ -73,7 +73,7 @@ import sys
 from absl import app, flags, logging
 
 
-from bert_keras.distribute import DistributionOptions, StrategyError
+from bert_keras.distribute import DistributionOptions, StrategyError, accumulation_refusal
 from bert_keras.precision import check_mixed_precision, mixed_precision_option
 from data_prep import cli, files, tokenizer_config
 
@@ -345,13 +345,10 @@ def check_replicas(options: PretrainingOptions, num_replicas: int,
                                    f"{num_replicas}")
     if num_replicas == 1 or not tf_distribute:
         return
-    if options.gradient_accumulation_steps > 1:
-        # Keras 3.15.1 applies an accumulated update inside a cond; tf.distribute cannot
-        # synchronize replicas (merge_call) inside control flow, so fit fails while tracing.
-        raise PretrainingError(
-            f"--gradient_accumulation_steps={options.gradient_accumulation_steps} works with "
-            f"one replica only on TensorFlow in Keras 3.15.1 (here: {num_replicas}); raise "
-            "--train_batch_size instead, the replicas already multiply the batch")
+    refusal = accumulation_refusal(options.gradient_accumulation_steps, num_replicas,
+                                   tf_distribute)
+    if refusal:
+        raise PretrainingError(refusal)
     if options.steps_per_execution > 1 and options.distribution_strategy != "tpu":
         # The multi-step loop (tf.while_loop + tf.cond over get_next_as_optional) fails with
         # "You must feed a value for placeholder tensor" under MirroredStrategy:

@@ -44,18 +44,24 @@ class TensorBoard(keras.callbacks.TensorBoard):
                    optimizer updates)
     """
 
-    def __init__(self, log_dir: str, log_steps: int = 100, **kwargs):
+    def __init__(self, log_dir: str, log_steps: int = 100, accumulation: int = 1, **kwargs):
         """Args:
           log_dir: the directory of the event files.
-          log_steps: batches (calls of the train step: micro-batches with gradient
-            accumulation) between two points of the batch scalars; >= 1.
+          log_steps: steps between two points of the batch scalars; >= 1.
+          accumulation: batches (calls of the train step) per step of the x axis: 1, each
+            batch (micro-batches with gradient accumulation: run_pretraining's axis), or
+            the micro-batches of one optimizer update (the fine-tuning tools' axis, whose
+            --log_steps counts updates); points then fall on update ends only.
           **kwargs: other arguments of keras.callbacks.TensorBoard (not update_freq).
         """
         if log_steps < 1:
             raise ValueError(f"log_steps must be at least 1. Received: log_steps={log_steps}")
+        if accumulation < 1:
+            raise ValueError(f"accumulation must be at least 1. Received: {accumulation}")
         # update_freq="epoch": Keras pushes no record_if condition (the cause above).
         super().__init__(log_dir=log_dir, update_freq="epoch", **kwargs)
         self.log_steps = log_steps
+        self.accumulation = accumulation
         self._epoch = 0
         self._last_step = 0
 
@@ -67,7 +73,7 @@ class TensorBoard(keras.callbacks.TensorBoard):
         super().on_epoch_begin(epoch, logs)
         if self._last_step is None:  # this fit's first epoch: where its steps start
             steps_per_epoch = (self.params or {}).get("steps") or 0
-            self._start_session(epoch * steps_per_epoch + 1)
+            self._start_session(epoch * steps_per_epoch // self.accumulation + 1)
         self._epoch = epoch
 
     def _start_session(self, step: int) -> None:
@@ -100,7 +106,10 @@ class TensorBoard(keras.callbacks.TensorBoard):
         steps_per_epoch = (self.params or {}).get("steps") or 0
         # `batch` is the index of the last step of the call (steps_per_execution > 1
         # runs several per call).
-        step = self._epoch * steps_per_epoch + batch + 1
+        batches = self._epoch * steps_per_epoch + batch + 1
+        if batches % self.accumulation:  # within an update
+            return
+        step = batches // self.accumulation
         previous = self._last_step if self._last_step is not None else step - 1
         self._last_step = step
         if step // self.log_steps == previous // self.log_steps or not isinstance(logs, dict):

@@ -43,12 +43,12 @@ BASE = "--output_dir=/tmp/never-written --do_train --do_eval --do_predict"
      "--model_name_or_path={d} --train_file=t.csv --validation_file=v.csv --test_file=p.csv "
      "--per_device_train_batch_size=3 --per_device_eval_batch_size=5 --overwrite_output_dir "
      "--warmup_ratio=0.25 --text_column_name=sentence1 --label_column_name=gold "
-     "--weight_decay=0.01 --gradient_accumulation_steps=1 --warmup_steps=0 --learning_rate=2e-5 "
+     "--weight_decay=0.01 --gradient_accumulation_steps=4 --warmup_steps=0 --learning_rate=2e-5 "
      "--num_train_epochs=4 --max_seq_length=61 --seed=42",
      "--init_checkpoint={d} --train_file=t.csv --eval_file=v.csv --predict_file=p.csv "
      "--train_batch_size=3 --eval_batch_size=5 --overwrite_output --warmup_proportion=0.25 "
      "--text_a_column=sentence1 --label_column=gold --learning_rate=2e-5 --num_train_epochs=4 "
-     "--max_seq_length=61 --seed=42"),
+     "--max_seq_length=61 --seed=42 --gradient_accumulation_steps=4"),
     ("run_regressor",
      "--model_name_or_path={d} --train_file=t.json --validation_file=v.json "
      "--label_column_name=score --per_device_train_batch_size=7",
@@ -74,14 +74,23 @@ def test_transformers_flags_give_the_values_of_ours(recorded, tmp_path, tool, th
     assert got == want
 
 
+@pytest.mark.parametrize("tool", ["run_classifier", "run_regressor", "run_tagger", "run_squad"])
+def test_gradient_accumulation_steps_is_ours_with_transformers_meaning(recorded, tool):
+    """transformers' --gradient_accumulation_steps is a flag of every fine-tuning tool (the
+    micro-batches of --train_batch_size averaged into one update), not a refused alias."""
+    got = values_of(recorded, tool, f"{BASE} --train_file=t.json --train_batch_size=5 "
+                                    "--gradient_accumulation_steps=3")
+    assert got["gradient_accumulation_steps"] == 3 and got["train_batch_size"] == 5
+    assert values_of(recorded, tool, f"{BASE} --train_file=t.json")[
+        "gradient_accumulation_steps"] == 1
+
+
 @pytest.mark.parametrize("tool,flags,says", [
     # What would train otherwise than transformers trains: refused, the difference named.
     ("run_classifier", "--warmup_steps=100", "--warmup_steps=100: not taken (warmup is a "
      "fraction of the training steps here"),
     ("run_classifier", "--weight_decay=0.0", "--weight_decay=0.0: not taken (the tools train "
      "with AdamW's decay at 0.01"),
-    ("run_tagger", "--gradient_accumulation_steps=4", "--gradient_accumulation_steps=4: not "
-     "taken (a step here trains one batch: give --train_batch_size the accumulated batch"),
     ("run_squad", "--per_device_train_batch_size=8 --distribution_strategy=mirrored",
      "--per_device_train_batch_size=8: with --distribution_strategy=mirrored "
      "--train_batch_size is the global batch"),

@@ -1,10 +1,12 @@
 """The fine-tuning loop every task shares: tf.data over arrays, `fit` with BERT's optimizer,
 and batched prediction, with the step counts and timings the results files report.
 
-Google's step count: num_train_steps = int(N / batch_size * num_train_epochs) updates on
-full batches (drop_remainder, static shapes), warmup = int(steps * warmup_proportion), N
-the examples an epoch counts (the training rows, or run_squad's questions: `epoch_size`);
-an explicit num_train_steps replaces the epoch count.
+Google's step count: num_train_steps = int(N / (batch_size x k) * num_train_epochs) updates
+on full batches (drop_remainder, static shapes), warmup = int(steps * warmup_proportion), N
+the examples an epoch counts (the training rows, or run_squad's questions: `epoch_size`), k
+the micro-batches of `batch_size` averaged into one update (gradient accumulation; 1 for
+none); an explicit num_train_steps replaces the epoch count. Every step counted (the
+schedule, backups, logs) is an update.
 """
 
 from __future__ import annotations
@@ -64,18 +66,24 @@ def make_dataset(x: dict, y: dict | None, batch_size: int, shuffle: bool = False
 class StepLogger(keras.callbacks.Callback):
     """Logs the mean loss of each interval of `every` steps, learning rate and speed.
 
-    Keras reports the running mean since the first step of the epoch; the mean of the last
-    interval is what shows whether training still improves. Steps count across epochs (a
-    run backed up every N steps trains in epochs of N steps) from `initial_step` (the step
-    a resumed run starts at). `since_log()` is what a backup keeps so that a resumed run's
-    interval spanning the backup averages the same steps as the uninterrupted run's.
+    Keras reports the running mean since the first batch of the epoch; the mean of the last
+    interval is what shows whether training still improves. Steps are optimizer updates,
+    each of `accumulation` batches (Keras calls `on_train_batch_end` per batch, a
+    micro-batch under gradient accumulation); an interval's loss is the mean over its
+    batches, which for equal micro-batches is the mean of its updates' losses. Steps count
+    across epochs (a run backed up every N steps trains in epochs of N steps) from
+    `initial_step` (the step a resumed run starts at). `since_log()` is what a backup keeps
+    so that a resumed run's interval spanning the backup averages the same steps as the
+    uninterrupted run's.
     """
 
     def __init__(self, total_steps: int, every: int = 50, initial_step: int = 0,
-                 since_log: dict | None = None):
-        """since_log: a backup's `since_log()` at `initial_step` ({"step", "sum"}), or None."""
+                 since_log: dict | None = None, accumulation: int = 1):
+        """since_log: a backup's `since_log()` at `initial_step` ({"step", "sum"}), or None.
+        accumulation: batches per update."""
         super().__init__()
         self.total_steps, self.every = total_steps, max(1, every)
+        self.accumulation = accumulation
         self.initial_step = initial_step
         self.history: list[dict] = []
         self._resumed = since_log or {"step": initial_step, "sum": 0.0}
@@ -113,16 +121,18 @@ class StepLogger(keras.callbacks.Callback):
         return (self.train_end - self.first_step_end) / (steps - 1)
 
     def on_train_batch_end(self, batch, logs=None):
+        running = float((logs or {}).get("loss", float("nan")))
+        self._epoch_sum = running * (batch + 1)
+        if (batch + 1) % self.accumulation:  # an update's earlier micro-batches
+            return
         self._step += 1
         step = self._step
         if step == self.initial_step + 1:
             self.first_step_end = time.time()
-        running = float((logs or {}).get("loss", float("nan")))
-        self._epoch_sum = running * (batch + 1)
         if step % self.every and step != self.total_steps:
             return
         interval = ((self._carried + self._epoch_sum - self._epoch_logged)
-                    / (step - self._logged_step))
+                    / ((step - self._logged_step) * self.accumulation))
         first = self._logged_step + 1
         self._carried, self._epoch_logged, self._logged_step = 0.0, self._epoch_sum, step
         lr = self.model.optimizer.learning_rate
@@ -139,7 +149,8 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
           learning_rate: float, warmup_proportion: float, seed: int = 0,
           log_every: int = 50, jit_compile: bool = False, num_train_steps: int | None = None,
           callbacks=(), backup_dir: str | None = None, save_checkpoints_steps: int = 0,
-          gather=None, epoch_size: int | None = None, **optimizer_kwargs: Any) -> dict:
+          gather=None, epoch_size: int | None = None, gradient_accumulation_steps: int = 1,
+          **optimizer_kwargs: Any) -> dict:
     """Fine-tunes `model` with AdamW + warmup/linear decay (BERT's optimizer), plain fit.
 
     XLA (`jit_compile`) is 5-20% faster per step here but costs seconds of compilation per
@@ -150,11 +161,18 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
       model: a task model (its loss comes from `tasks.compile_args`); under a
         mixed_float16 policy its optimizer scales the loss (Keras' LossScaleOptimizer).
       x, y: input and target arrays.
+      batch_size: the batch of one call of the train step (a micro-batch with gradient
+        accumulation).
       num_train_steps: optimizer updates; default from `num_train_epochs`.
       epoch_size: the examples one epoch of `num_train_epochs` counts; default the rows of
         `x`. Google's run_squad counts questions though it trains on their windows (a
         context longer than a window gives several rows), so its steps are
         int(questions / batch_size * num_train_epochs).
+      gradient_accumulation_steps: k, the micro-batches of `batch_size` whose mean gradient
+        makes one update (Keras' optimizer accumulates them): for a loss that is a mean
+        over examples, the update of one batch of k * batch_size. Steps (num_train_steps,
+        warmup, save_checkpoints_steps, log_every) count updates, and the epochs count
+        batches of k * batch_size.
       callbacks: extra Keras callbacks (e.g. TensorBoard).
       backup_dir, save_checkpoints_steps: with both, training runs in intervals of
         `save_checkpoints_steps` updates (Keras epochs) and backs up weights, optimizer,
@@ -166,7 +184,9 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
       **optimizer_kwargs: passed to `create_optimizer` (e.g. weight_decay).
 
     Returns:
-      {"num_examples", "num_train_steps", "num_warmup_steps", "seconds",
+      {"num_examples", "num_train_steps", "num_warmup_steps", "train_batch_size" (a
+       micro-batch), "gradient_accumulation_steps", "effective_batch_size" (the examples
+       of one update), "seconds",
        "examples_per_second" (of the steps this call trained), "steady_examples_per_second"
        (after the first step; absent for a one-step run), "loss_history" (a resumed run's
        with the intervals logged before its backup, and the interval spanning it over all
@@ -182,15 +202,23 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
     n = num_examples(x)
     if n < 1:
         raise ValueError("no training examples")
-    if n < batch_size:
+    if gradient_accumulation_steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be >= 1. Received: "
+                         f"{gradient_accumulation_steps}")
+    accumulation = gradient_accumulation_steps
+    update_batch = batch_size * accumulation  # the examples of one update
+    if n < update_batch:
         # The data repeats before batching, so every batch is full (static shapes) and
         # holds some examples twice; Google's script would train 0 steps.
-        logging.warning("%d training examples, fewer than train_batch_size=%d: each batch "
-                        "repeats some of them", n, batch_size)
+        logging.warning("%d training examples, fewer than %s=%d: each %s repeats some of "
+                        "them", n, "train_batch_size" if accumulation == 1 else
+                        "train_batch_size x gradient_accumulation_steps", update_batch,
+                        "batch" if accumulation == 1 else "update")
     if num_train_steps is None:
-        num_train_steps = max(1, int((epoch_size or n) / batch_size * num_train_epochs))
+        num_train_steps = max(1, int((epoch_size or n) / update_batch * num_train_epochs))
     num_warmup_steps = int(num_train_steps * warmup_proportion)
     optimizer = create_optimizer(learning_rate, num_train_steps, num_warmup_steps,
+                                 gradient_accumulation_steps=accumulation,
                                  **optimizer_kwargs)
     encoder = getattr(model, "encoder", None)
     if encoder is not None and encoder.layers_dtype_policy.name == "mixed_float16":
@@ -223,40 +251,48 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
                               f"steps; remove {backup_dir} to train from step 0")
         backup_callbacks = [backup, StopAtStep(num_train_steps)]
     # The batches of the uninterrupted run from step `done` on (the stream is a pure
-    # function of the seed).
+    # function of the seed): k micro-batches an update.
     if done:
         logging.info("Skipping the %d batches of steps 1-%d in the input (about 1 ms each)",
-                     done, done)
+                     done * accumulation, done)
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
-                      drop_remainder=True).skip(done).take(num_train_steps - done)
+                      drop_remainder=True).skip(done * accumulation).take(
+                          (num_train_steps - done) * accumulation)
     notes = (backup.restored_notes if backup_callbacks else None) or {}
     since_log = notes.get("loss_since_log")
     if since_log is not None and not since_log["step"] <= done:
         since_log = None  # not this run's (a backup written before the notes had it)
-    logger = StepLogger(num_train_steps, log_every, initial_step=done, since_log=since_log)
+    logger = StepLogger(num_train_steps, log_every, initial_step=done, since_log=since_log,
+                        accumulation=accumulation)
     logger.history = [h for h in notes.get("loss_history", []) if h["step"] <= done]
-    logging.info("Training: %d examples%s, batch %d, %d steps (%d warmup), peak lr %g%s", n,
+    logging.info("Training: %d examples%s, batch %s, %d steps (%d warmup), peak lr %g%s", n,
                  f" ({epoch_size} an epoch counts)" if epoch_size and epoch_size != n else "",
-                 batch_size, num_train_steps, num_warmup_steps, learning_rate,
+                 batch_size if accumulation == 1 else
+                 f"{update_batch} ({accumulation} micro-batches of {batch_size} an update)",
+                 num_train_steps, num_warmup_steps, learning_rate,
                  f", a backup every {interval} steps in {backup_dir}" if backup_callbacks
                  and interval < num_train_steps else "")
     start = time.time()
     if done < num_train_steps:
         # steps_per_epoch: the count is lost when Keras shards the batches among JAX
-        # processes. Epochs are backup intervals; StopAtStep cuts the last one short.
+        # processes. Epochs are backup intervals (of `interval` updates, each of
+        # `accumulation` batches, so a backup falls at an update's end, the accumulated
+        # gradients zero); StopAtStep cuts the last one short.
         model.fit(ds, epochs=-(-num_train_steps // interval), initial_epoch=done // interval,
-                  steps_per_epoch=interval, verbose=0,
+                  steps_per_epoch=interval * accumulation, verbose=0,
                   shuffle=False,  # tf.data shuffles
                   callbacks=[StopOnNonFiniteLoss(learning_rate), logger, *callbacks,
                              *backup_callbacks])
     seconds = time.time() - start
     trained = num_train_steps - done
     summary = {"num_examples": n, "num_train_steps": num_train_steps,
-               "num_warmup_steps": num_warmup_steps, "seconds": round(seconds, 1),
-               "examples_per_second": round(trained * batch_size / max(seconds, 1e-9), 2)}
+               "num_warmup_steps": num_warmup_steps, "train_batch_size": batch_size,
+               "gradient_accumulation_steps": accumulation,
+               "effective_batch_size": update_batch, "seconds": round(seconds, 1),
+               "examples_per_second": round(trained * update_batch / max(seconds, 1e-9), 2)}
     steady = logger.steady_seconds_per_step()
     if steady is not None:  # without the first step's tracing (and XLA compilation)
-        summary["steady_examples_per_second"] = round(batch_size / max(steady, 1e-9), 2)
+        summary["steady_examples_per_second"] = round(update_batch / max(steady, 1e-9), 2)
     summary["loss_history"] = logger.history
     if done:
         summary["resumed_from_step"] = done

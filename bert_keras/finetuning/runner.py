@@ -36,7 +36,7 @@ from bert_keras import backends, backup, model_loading
 from bert_keras.backup import BackupError
 from bert_keras.checkpoints import placeholder_labels, reads_pooler
 from bert_keras.config import BertConfig
-from bert_keras.distribute import DistributionOptions
+from bert_keras.distribute import DistributionOptions, accumulation_refusal
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
 from bert_keras.precision import check_mixed_precision, mixed_precision_option
@@ -93,7 +93,14 @@ class FinetuneOptions(DistributionOptions):
         "--doc_stride apart. Default: Google's for training (128; run_squad 384); evaluating or "
         "predicting alone, the length the model was fine-tuned at "
         f"({files.TRAIN_RESULTS_FILE} beside it), else Google's.")
-    train_batch_size: int = option(32, "Training batch size.")
+    train_batch_size: int = option(
+        32, "Training batch size: with --gradient_accumulation_steps=k, the micro-batch, k "
+        "of which make one update.")
+    gradient_accumulation_steps: int = option(
+        1, "Micro-batches averaged into one update (transformers' flag of the same name): an "
+        "update trains on --train_batch_size x this many examples, and every step counted "
+        "(--num_train_steps, warmup, --save_checkpoints_steps, --log_steps) is an update. "
+        "On TensorFlow one replica only.")
     eval_batch_size: int = option(64, "Batch size for eval and predict.")
     learning_rate: float = option(5e-5, "Peak learning rate of AdamW.")
     num_train_epochs: float = option(3.0, "Training epochs.")
@@ -171,7 +178,8 @@ class FinetuneOptions(DistributionOptions):
                                 "--do_predict")
         if not self.output_dir:
             raise FinetuneError("--output_dir is required")
-        for name in ("train_batch_size", "eval_batch_size", "max_seq_length"):
+        for name in ("train_batch_size", "gradient_accumulation_steps", "eval_batch_size",
+                     "max_seq_length"):
             if getattr(self, name) < 1:
                 raise FinetuneError(f"--{name} must be >= 1; received {getattr(self, name)}")
         if self.do_train:
@@ -666,6 +674,11 @@ def run(task: Task, values: dict) -> dict:
     if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
         raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
                             f"the {distribution.num_replicas_in_sync} replicas")
+    refusal = common.do_train and accumulation_refusal(
+        common.gradient_accumulation_steps, distribution.num_replicas_in_sync,
+        tf_distribute=distribution.strategy is not None)
+    if refusal:
+        raise FinetuneError(refusal)
     # One run at a time in --output_dir: a second one started beside it trained for
     # nothing, shared its backup and left it orphaned (refused by every later run).
     with files.exclusively(common.output_dir, "--output_dir") if chief else \
@@ -741,10 +754,12 @@ def _run(task: Task, common: FinetuneOptions, opts, distribution) -> dict:
                     epsilon_placement=common.epsilon_placement, log_every=common.log_steps,
                     backup_dir=backup_dir, save_checkpoints_steps=common.save_checkpoints_steps,
                     epoch_size=task.epoch_size(examples["train"], data),
+                    gradient_accumulation_steps=common.gradient_accumulation_steps,
                     gather=(distribution.gather_from_processes
                             if distribution.num_processes > 1 else None),
-                    callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps)] if chief
-                               else [])
+                    callbacks=([TensorBoard(logs_dir, log_steps=common.log_steps,
+                                            accumulation=common.gradient_accumulation_steps)]
+                               if chief else [])
                     + distribution.preemption_callbacks(
                         f"rerun the same command on every host {TO_RESUME}"))
             except BackupError as e:  # its message says what to remove to start over
@@ -817,9 +832,10 @@ BACKUP_FORMAT = "bert-keras-finetune-backup/1"
 # The common flags that change what training computes (a resumed run must keep them; the
 # data, the vocabulary and the checkpoint's weights count by content). Backups at other
 # steps cannot be resumed at an interval's end, hence save_checkpoints_steps.
-TRAINING_FLAGS = ("max_seq_length", "train_batch_size", "learning_rate", "num_train_epochs",
-                  "num_train_steps", "warmup_proportion", "lr_schedule", "epsilon_placement",
-                  "head_initializer", "seed", "mixed_precision", "save_checkpoints_steps")
+TRAINING_FLAGS = ("max_seq_length", "train_batch_size", "gradient_accumulation_steps",
+                  "learning_rate", "num_train_epochs", "num_train_steps", "warmup_proportion",
+                  "lr_schedule", "epsilon_placement", "head_initializer", "seed",
+                  "mixed_precision", "save_checkpoints_steps")
 # Where and how the steps run: the same function, but other dropout masks (XLA's and each
 # backend's random streams, one stream per replica). A resumed run may change them, with a
 # warning that it will not end as an uninterrupted run would.
@@ -1232,8 +1248,9 @@ GOOGLE_TPU_FLAGS = ("tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_co
                     "iterations_per_loop")
 # The flags a run without --do_train does not read (Google's README passes them to its
 # prediction-only run_squad command).
-_TRAINING_ONLY_FLAGS = ("train_file", "train_batch_size", "learning_rate", "num_train_epochs",
-                        "num_train_steps", "warmup_proportion", "save_checkpoints_steps")
+_TRAINING_ONLY_FLAGS = ("train_file", "train_batch_size", "gradient_accumulation_steps",
+                        "learning_rate", "num_train_epochs", "num_train_steps",
+                        "warmup_proportion", "save_checkpoints_steps")
 # Google's flags the other flags do not cover, as `define_googles_flags` declares them:
 # name -> (type, help).
 _GOOGLE_FLAGS = {
@@ -1329,8 +1346,6 @@ _TRANSFORMERS_FLAGS = {
                      "does) is taken; another value is refused (give --warmup_proportion)."),
     "weight_decay": (float, "transformers' flag: 0.01, the AdamW decay these tools train "
                      "with (Google's), is taken; another value is refused."),
-    "gradient_accumulation_steps": (int, "transformers' flag: 1 is taken; another value is "
-                                    "refused (give --train_batch_size the accumulated batch)."),
     "text_column_name": (str, "transformers' name for --text_a_column."),
     "label_column_name": (str, "transformers' name for --label_column."),
 }
@@ -1350,16 +1365,14 @@ TAGGER_TRANSFORMERS_ALIASES = {name: target for name, target in TRANSFORMERS_ALI
 # --validation_file, its --do_predict --test_file).
 SQUAD_TRANSFORMERS_ALIASES = {**TAGGER_TRANSFORMERS_ALIASES, "validation_file": "predict_file"}
 # The ones that are no alias, and the one value of each that changes nothing here.
-_TRANSFORMERS_NO_OP = {"warmup_steps": 0, "weight_decay": 0.01, "gradient_accumulation_steps": 1}
+# (--gradient_accumulation_steps is a flag of ours, with transformers' name and meaning.)
+_TRANSFORMERS_NO_OP = {"warmup_steps": 0, "weight_decay": 0.01}
 # Why another value is refused, in the error line.
 _TRANSFORMERS_REFUSALS = {
     "warmup_steps": "warmup is a fraction of the training steps here, whose number is known "
                     "once the data is read: give --warmup_proportion (N steps of M is N/M)",
     "weight_decay": "the tools train with AdamW's decay at 0.01, Google's (LayerNorm and biases "
                     "left out, as transformers leaves them out); no other rate is offered",
-    "gradient_accumulation_steps": "a step here trains one batch: give --train_batch_size the "
-                                   "accumulated batch (per-device batch x steps), the same "
-                                   "mean gradient per optimizer step",
 }
 
 

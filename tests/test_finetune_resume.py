@@ -130,6 +130,60 @@ def test_an_interrupted_fine_tuning_resumes_to_the_uninterrupted_model(
     assert shown[1][1] == pytest.approx(whole_shown[6], rel=1e-6)
 
 
+def interrupt_within_update(monkeypatch, step):
+    """Makes the next run stop with `Interrupted` in the middle of update `step` + 1: after
+    its first micro-batch, the accumulated gradients not yet applied."""
+    original = loop.StepLogger.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if self._step == step and (batch + 1) % self.accumulation == 1:
+            raise Interrupted(f"within step {step + 1}")
+
+    monkeypatch.setattr(loop.StepLogger, "on_train_batch_end", on_train_batch_end)
+
+
+@pytest.mark.integration  # Three tool runs: about 20 s on 2 cores.
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])  # jax: a fresh pytest
+def test_a_run_interrupted_within_an_accumulated_update_resumes_to_the_uninterrupted_model(
+        backend, tmp_path, monkeypatch, encoder_file, data):
+    """--gradient_accumulation_steps=2: backups fall at update ends (every 4 updates, 8
+    micro-batches), and a run killed between two micro-batches of an update resumes from
+    the last backup to the uninterrupted run's weights, dropout masks included."""
+    if run_on_backend(backend, __file__, "test_a_run_interrupted_within_an_accumulated_"
+                                         f"update_resumes_to_the_uninterrupted_model[{backend}]"):
+        return
+    accumulated = dict(train_batch_size=2, gradient_accumulation_steps=2)
+    whole = tmp_path / "whole"
+    uninterrupted = run_classifier.run(**flags(whole, encoder_file, data, **accumulated))["train"]
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as patch:
+        interrupt_within_update(patch, 6)  # after the backup at update 4
+        with pytest.raises(Interrupted):
+            run_classifier.run(**flags(out, encoder_file, data, **accumulated))
+    with h5py.File(out / "backup" / "latest.weights.h5", "r") as f:
+        assert f[RESUME_GROUP].attrs["step"] == 4  # updates, not micro-batches
+    resumed = run_classifier.run(**flags(out, encoder_file, data, **accumulated))["train"]
+
+    assert resumed["resumed_from_step"] == 4
+    assert resumed["num_train_steps"] == uninterrupted["num_train_steps"] == 11
+    assert resumed["effective_batch_size"] == 4
+    assert [h["step"] for h in resumed["loss_history"]] == [3, 6, 9, 11]
+    for got, want in zip(resumed["loss_history"], uninterrupted["loss_history"]):
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-6), got["step"]
+        assert got["learning_rate"] == pytest.approx(want["learning_rate"], rel=1e-6)
+    for got, want in zip(weights(out), weights(whole)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    trained = model_loading.load_checkpoint(str(whole)).model.encoder.get_weights()
+    initial = keras.saving.load_model(encoder_file).get_weights()
+    assert max(np.abs(a - b).max() for a, b in zip(trained, initial)) > 1e-2
+    # TensorBoard's axis counts updates too (--log_steps=3): the killed run's points at 3
+    # and 6, the resumed run's from 5 on.
+    assert event_scalars(out / "logs" / "train")["batch_loss"] == [3, 6, 6, 9]
+    assert [step for step, _ in tensorboard_points(out / "logs" / "train")["batch_loss"]] == \
+        [3, 6, 9]
+
+
 def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch,
                                                            encoder_file, data):
     out = tmp_path / "out"

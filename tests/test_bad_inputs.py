@@ -287,7 +287,7 @@ CASES = [
         ("num_train_epochs", 0), ("num_train_steps", 0), ("warmup_proportion", 1.5),
         ("classifier_dropout", 2), ("strip_accents", "maybe"), ("input_format", "xml"),
         ("mixed_precision", "bfloat16"), ("no_such_flag", 1), ("predict_batch_size", 0),
-        ("use_tpu", "true")]),
+        ("use_tpu", "true"), ("gradient_accumulation_steps", 0)]),
     # A label list with a repeated or an empty label trained a model no later stage read.
     ("run_classifier-label_list-duplicate", "run_classifier",
      CLS + " --label_list=a,b,a", "--label_list: duplicate labels ['a']"),
@@ -386,7 +386,8 @@ CASES = [
      "--data_dir={F}", "drop --train_file"),
     # run_squad
     *_flag_cases("run_squad", SQ, [
-        ("learning_rate", -1e-5), ("train_batch_size", 0), ("doc_stride", 0),
+        ("learning_rate", -1e-5), ("train_batch_size", 0), ("gradient_accumulation_steps", -2),
+        ("doc_stride", 0),
         ("max_query_length", 0), ("n_best_size", 0), ("max_answer_length", 0),
         ("max_seq_length", 4096), ("warmup_proportion", -0.2), ("mixed_precision", "bf16"),
         ("null_score_diff_threshold", "nan"), ("null_score_diff_threshold", "inf"),
@@ -786,6 +787,28 @@ def test_subprocess_no_traceback(fx, tmp_path, case_id):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr
     assert len(errors) == 1 and subject in errors[0], proc.stderr
+    assert os.listdir(work) == []
+
+
+def test_accumulation_on_several_tensorflow_replicas_is_one_line(fx, tmp_path):
+    """Keras 3.15.1 cannot accumulate gradients under tf.distribute with several replicas
+    (run_pretraining's refusal, `distribute.accumulation_refusal`): refused before any
+    input is read or output written. (A process of its own: the CPU is split into 2
+    devices before TensorFlow starts.)"""
+    from conftest import backend_env
+
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    argv = _argv(f"{CLS} --distribution_strategy=mirrored --num_cpu_devices=2 "
+                 "--gradient_accumulation_steps=2", fx, work)
+    proc = subprocess.run([sys.executable, "-m", "bert_keras.run_classifier", *argv],
+                          capture_output=True, text=True, env=backend_env("tensorflow"),
+                          timeout=300, cwd=REPO)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(errors) == 1, proc.stderr
+    assert "--gradient_accumulation_steps=2 works with one replica only on TensorFlow in " \
+           "Keras 3.15.1 (here: 2)" in errors[0]
     assert os.listdir(work) == []
 
 

@@ -12,6 +12,8 @@ times the bound.
 
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -19,7 +21,7 @@ import pytest
 
 from bert_keras import BertEncoder, model_loading, run_classifier, run_squad
 from bert_keras.finetuning import loop
-from conftest import TESTDATA, run_on_backend
+from conftest import REPO, TESTDATA, backend_env, run_on_backend
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")
 VOCAB_SIZE = sum(1 for _ in open(VOCAB, encoding="utf-8"))
@@ -116,10 +118,16 @@ def test_run_classifier_three_micro_batches_of_two_train_as_one_batch_of_six(
     assert max_difference(trained, initial) > 100 * ATOL
 
 
-def test_run_squad_two_micro_batches_of_two_train_as_one_batch_of_four(tmp_path,
-                                                                       encoder_file):
+@pytest.mark.integration  # Two tool runs, about 11 s on 2 cores (the classifier's is the
+# default tier's): run_squad adds its epochs' count of questions.
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])  # jax: a fresh pytest
+def test_run_squad_two_micro_batches_of_two_train_as_one_batch_of_four(
+        backend, tmp_path, encoder_file):
     """run_squad's epochs count questions (Google's): 5 questions, in 10 windows of 20
     positions, give int(5 / 4 * 4) = 5 updates of 4 windows, as 2 micro-batches of 2."""
+    if run_on_backend(backend, __file__, "test_run_squad_two_micro_batches_of_two_train_as_"
+                                         f"one_batch_of_four[{backend}]"):
+        return
     v2 = os.path.join(TESTDATA, "ft_squad_v2.json")
     args = dict(train_file=v2, doc_stride=4, max_query_length=8, version_2_with_negative=True)
     settings = dict(max_seq_length=20, num_train_epochs=4.0)
@@ -131,3 +139,30 @@ def test_run_squad_two_micro_batches_of_two_train_as_one_batch_of_four(tmp_path,
     assert big["train"]["num_train_steps"] == 5 and big["train"]["num_examples"] == 10
     assert_same_training(accumulated["train"], big["train"], tmp_path / "k2",
                          tmp_path / "b4", 2, 2)
+
+
+@pytest.mark.integration  # Two tool processes on JAX: about 40 s on 2 cores.
+def test_jax_mirrored_accumulates_the_weights_of_one_device(tmp_path, encoder_file,
+                                                             train_file):
+    """On JAX, --distribution_strategy=mirrored (Keras' DataParallel) accumulates, where
+    tf.distribute is refused: 2 micro-batches of 4, each split over 2 CPU devices, train
+    the weights one device trains on batches of 8."""
+    args = [f"--train_file={train_file}", f"--init_checkpoint={encoder_file}",
+            f"--vocab_file={VOCAB}", "--do_lower_case", "--do_train", "--max_seq_length=13",
+            "--num_train_steps=6", f"--learning_rate={LEARNING_RATE}",
+            "--classifier_dropout=0", "--seed=3"]
+    weights = []
+    for name, extra in (("one", ["--train_batch_size=8"]),
+                        ("two", ["--train_batch_size=4", "--gradient_accumulation_steps=2",
+                                 "--distribution_strategy=mirrored", "--num_cpu_devices=2"])):
+        done = subprocess.run(
+            [sys.executable, "-m", "bert_keras.run_classifier", *args, *extra,
+             f"--output_dir={tmp_path / name}"], cwd=REPO, capture_output=True, text=True,
+            timeout=900, env=backend_env("jax"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        weights.append(trained_weights(tmp_path / name))
+    assert "with 2 replica(s)" in done.stderr
+    recorded = json.load(open(tmp_path / "two" / "train_results.json"))
+    assert recorded["effective_batch_size"] == 8 and recorded["num_train_steps"] == 6
+    difference = max_difference(*weights)
+    assert difference <= ATOL, difference

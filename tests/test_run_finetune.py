@@ -1043,8 +1043,9 @@ def test_sentence_pairs_for_a_model_with_one_segment_embedding_are_refused(tmp_p
 
 
 def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
-    """--lr_schedule / --epsilon_placement: flags of every fine-tuning tool (shared options),
-    defaults linear / adam_paper, passed through loop.train to create_optimizer."""
+    """--lr_schedule / --epsilon_placement / --gradient_accumulation_steps: flags of every
+    fine-tuning tool (shared options), defaults linear / adam_paper / 1, passed through
+    loop.train to create_optimizer."""
     from bert_keras.finetuning import loop
     from bert_keras.finetuning.runner import FinetuneOptions
     from data_prep import cli
@@ -1054,6 +1055,7 @@ def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
     assert fields["lr_schedule"].metadata["enum"] == ("linear", "google")
     assert fields["epsilon_placement"].default == "adam_paper"
     assert fields["epsilon_placement"].metadata["enum"] == ("adam_paper", "keras")
+    assert fields["gradient_accumulation_steps"].default == 1
     seen = {}
 
     class _Stop(Exception):
@@ -1067,8 +1069,10 @@ def test_schedule_and_epsilon_flags_reach_the_optimizer(monkeypatch):
     x = {"input_word_ids": np.zeros((4, 8), np.int32)}
     with pytest.raises(_Stop):
         loop.train(None, x, {}, 2, 1.0, 1e-4, 0.1, lr_schedule="google",
-                   epsilon_placement="keras")
-    assert seen == {"lr_schedule": "google", "epsilon_placement": "keras"}
+                   epsilon_placement="keras", gradient_accumulation_steps=3)
+    # The schedule divides Keras' micro-batch counter by the accumulation.
+    assert seen == {"lr_schedule": "google", "epsilon_placement": "keras",
+                    "gradient_accumulation_steps": 3}
 
 
 @pytest.mark.integration  # Two tool runs: about 40 s on 2 cores.

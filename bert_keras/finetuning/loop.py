@@ -167,7 +167,7 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
       epoch_size: the examples one epoch of `num_train_epochs` counts; default the rows of
         `x`. Google's run_squad counts questions though it trains on their windows (a
         context longer than a window gives several rows), so its steps are
-        int(questions / batch_size * num_train_epochs).
+        int(questions / (batch_size x k) * num_train_epochs).
       gradient_accumulation_steps: k, the micro-batches of `batch_size` whose mean gradient
         makes one update (Keras' optimizer accumulates them): for a loss that is a mean
         over examples, the update of one batch of k * batch_size. Steps (num_train_steps,

@@ -277,7 +277,8 @@ class Task:
 
     def epoch_size(self, examples, features: Features) -> int | None:
         """The examples one epoch of --num_train_epochs counts in Google's step count,
-        int(N / train_batch_size * num_train_epochs); None: the training rows."""
+        int(N / (train_batch_size x gradient_accumulation_steps) * num_train_epochs); None:
+        the training rows."""
         return None
 
     def export_settings(self, opts) -> dict:

@@ -43,7 +43,7 @@ from bert_keras.config import BertConfig, ConfigError
 from bert_keras.encoder import BertEncoder
 from bert_keras.pretrainer import BertPretrainer
 from bert_keras.tasks import BertClassifier
-from data_prep import files, tokenizer_config
+from data_prep import files
 from data_prep.tokenizer_config import TokenizerConfig
 
 CONFIG_FILE = "config.json"

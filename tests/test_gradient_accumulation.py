@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from bert_keras import BertEncoder, model_loading, run_classifier, run_squad
-from bert_keras.finetuning import loop
 from conftest import REPO, TESTDATA, backend_env, run_on_backend
 
 VOCAB = os.path.join(TESTDATA, "ft_vocab.txt")

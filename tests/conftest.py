@@ -163,6 +163,15 @@ def assert_same_weights(ours, theirs):
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
+def assert_models_equal(a, b):
+    """Two Keras models of one class hold the same variables (paths, in order) with the
+    same values, bit for bit."""
+    assert type(a) is type(b)
+    assert [v.path for v in a.weights] == [v.path for v in b.weights]
+    for x, y in zip(a.weights, b.weights):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     import keras

@@ -21,7 +21,7 @@ from bert_keras.checkpoints import (
     save_google_checkpoint,
 )
 from bert_keras.model_loading import load_checkpoint
-from conftest import TINY, make_inputs
+from conftest import TINY, assert_models_equal, make_inputs
 
 NUM_LAYERS = TINY["num_layers"]
 V, H, I, P = TINY["vocab_size"], TINY["hidden_size"], TINY["intermediate_size"], 40
@@ -121,12 +121,6 @@ def tiny_pretrainer(**overrides):
     return BertPretrainer(BertEncoder(**{**TINY, **overrides}))
 
 
-def assert_weights_equal(a, b):
-    assert [v.path for v in a.weights] == [v.path for v in b.weights]
-    for x, y in zip(a.weights, b.weights):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
-
-
 # ------------------------------------------------------------------------------------------
 # Against transformers, through an independently written TF1 checkpoint.
 
@@ -212,12 +206,12 @@ def test_round_trip_keras_google_keras_is_bit_exact(tmp_path):
     assert dict(tf.train.list_variables(prefix)) == {
         k: list(v) for k, v in {**SECTION_5, **SECTION_5_HEADS}.items()}
     loaded = load_checkpoint(prefix, fmt="google").model
-    assert_weights_equal(model, loaded)
+    assert_models_equal(model, loaded)
 
     encoder = randomize(BertEncoder(**TINY), seed=1)
     prefix = save_google_checkpoint(encoder, str(tmp_path / "enc" / "model.ckpt"))
     assert dict(tf.train.list_variables(prefix)) == {k: list(v) for k, v in SECTION_5.items()}
-    assert_weights_equal(encoder, load_checkpoint(prefix, fmt="google").model)
+    assert_models_equal(encoder, load_checkpoint(prefix, fmt="google").model)
 
 
 def test_a_bert_config_file_of_another_model_is_named_in_the_error(tmp_path):
@@ -240,7 +234,7 @@ def test_a_bert_config_file_of_another_model_is_named_in_the_error(tmp_path):
     with pytest.raises(WeightLoadError, match=rf"(?s)wrong shape .*hidden_size {2 * H} vs {H};"):
         load_checkpoint(prefix, bert_config_file=str(wider))
     # Its own config, given explicitly, loads; without one beside it, the error asks.
-    assert_weights_equal(model, load_checkpoint(prefix, bert_config_file=str(beside)).model)
+    assert_models_equal(model, load_checkpoint(prefix, bert_config_file=str(beside)).model)
     os.rename(beside, tmp_path / "own.json")
     with pytest.raises(WeightLoadError, match=r"(?s)\(the model was built from --bert_config_file "
                                               r".*fewer_layers\.json: is it this checkpoint's"):
@@ -258,7 +252,7 @@ def test_a_masked_lm_without_nsp_round_trips_through_the_google_format(tmp_path)
     assert not any(n.startswith("cls/seq_relationship/") for n in names)
     loaded = load_checkpoint(prefix, fmt="google").model
     assert isinstance(loaded, BertPretrainer) and not loaded.next_sentence
-    assert_weights_equal(model, loaded)
+    assert_models_equal(model, loaded)
 
 
 def test_a_copied_google_directory_reads_its_own_checkpoint(tmp_path):
@@ -282,7 +276,7 @@ def test_a_copied_google_directory_reads_its_own_checkpoint(tmp_path):
     write_tf1_checkpoint(str(original / "bert_model.ckpt"),
                          {name: value + 1 for name, value in tensors.items()}, config)
     assert google_checkpoint_prefix(str(copy)) == str(copy / "bert_model.ckpt")
-    assert_weights_equal(model, load_checkpoint(str(copy), fmt="google").model)
+    assert_models_equal(model, load_checkpoint(str(copy), fmt="google").model)
     # A prefix inside the directory, named relatively or absolutely, is read as before.
     assert google_checkpoint_prefix(str(original)) == str(original / "bert_model.ckpt")
     # Moved (the original is gone), with an older checkpoint beside the one named: the named
@@ -294,7 +288,7 @@ def test_a_copied_google_directory_reads_its_own_checkpoint(tmp_path):
         f'all_model_checkpoint_paths: "{original / "bert_model.ckpt"}"\n')
     shutil.rmtree(original)
     assert google_checkpoint_prefix(str(copy)) == str(copy / "bert_model.ckpt")
-    assert_weights_equal(model, load_checkpoint(str(copy), fmt="google").model)
+    assert_models_equal(model, load_checkpoint(str(copy), fmt="google").model)
 
 
 @pytest.mark.parametrize("head", ["run_classifier", "run_squad"])
@@ -325,7 +319,7 @@ def test_a_fine_tuned_google_checkpoint_loads_with_its_head(tmp_path, head):
     loaded = load_checkpoint(fine_tuned, fmt="google")
     assert type(loaded.model) is (BertClassifier if head == "run_classifier" else BertSpanQA)
     assert loaded.labels is None
-    assert_weights_equal(encoder, loaded.encoder)
+    assert_models_equal(encoder, loaded.encoder)
     kernel, bias = loaded.model.get_layer(
         "classifier" if head == "run_classifier" else "span_logits").get_weights()
     np.testing.assert_array_equal(kernel, tensors[f"{scope}output_weights"].T)
@@ -347,8 +341,8 @@ def test_a_fine_tuned_google_checkpoint_loads_with_its_head(tmp_path, head):
             if "pooler" not in x.path:                        # has no pooler
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
     _, converted = convert("google", "hf", fine_tuned, str(tmp_path / "hf"), model="encoder")
-    assert_weights_equal(encoder, converted)
-    assert_weights_equal(encoder, load_checkpoint(fine_tuned, fmt="google", want="encoder").model)
+    assert_models_equal(encoder, converted)
+    assert_models_equal(encoder, load_checkpoint(fine_tuned, fmt="google", want="encoder").model)
 
 
 def test_a_google_checkpoint_with_an_unknown_head_converts_only_as_an_encoder(tmp_path):
@@ -368,7 +362,7 @@ def test_a_google_checkpoint_with_an_unknown_head_converts_only_as_an_encoder(tm
         convert("google", "hf", custom, str(tmp_path / "hf_auto"))
     assert not os.path.exists(tmp_path / "hf_auto")
     _, converted = convert("google", "hf", custom, str(tmp_path / "hf"), model="encoder")
-    assert_weights_equal(encoder, converted)
+    assert_models_equal(encoder, converted)
 
 
 def test_saved_checkpoint_restores_with_tf1_saver(tmp_path):
@@ -425,7 +419,7 @@ def test_save_into_a_directory_and_beside_googles_own_config(tmp_path):
     google.mkdir()
     (google / "bert_config.json").write_text(json.dumps(dict(reversed(config.items())), indent=1))
     save_google_checkpoint(model, str(google / "bert_model.ckpt"))
-    assert_weights_equal(model, load_checkpoint(str(google / "bert_model.ckpt"), fmt="google").model)
+    assert_models_equal(model, load_checkpoint(str(google / "bert_model.ckpt"), fmt="google").model)
     (google / "bert_config.json").write_text(json.dumps(dict(config, intermediate_size=I + 1)))
     with pytest.raises(FileExistsError, match="describes a different model"):
         save_google_checkpoint(model, str(google / "other.ckpt"))
@@ -451,7 +445,7 @@ def test_an_interrupted_google_save_leaves_no_data_file_and_blocks_no_rerun(tmp_
     assert sorted(os.listdir(tmp_path)) == ["bert_config.json"]
     (tmp_path / "bert_model.ckpt.data-00000-of-00001").write_bytes(b"left by a kill")
     save_google_checkpoint(model, prefix)
-    assert_weights_equal(model, load_checkpoint(prefix, fmt="google").model)
+    assert_models_equal(model, load_checkpoint(prefix, fmt="google").model)
 
 
 # ------------------------------------------------------------------------------------------
@@ -563,7 +557,7 @@ def test_a_google_checkpoint_says_what_googles_code_cannot_run(tmp_path, caplog)
     assert any("hidden_act 'gelu_new', which Google's modeling.py refuses" in m for m in said)
     assert any("layer_norm_eps 1e-05, where Google's modeling.py always uses 1e-12" in m
                for m in said)
-    assert_weights_equal(model, load_checkpoint(prefix, fmt="google").model)
+    assert_models_equal(model, load_checkpoint(prefix, fmt="google").model)
     caplog.clear()
     with caplog.at_level("WARNING"):
         save_google_checkpoint(BertEncoder(**TINY), str(tmp_path / "plain" / "bert_model.ckpt"))

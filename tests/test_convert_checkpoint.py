@@ -14,7 +14,7 @@ from bert_keras.checkpoints import WeightLoadError, save_keras_model
 from bert_keras import model_loading
 from bert_keras.model_loading import load_checkpoint
 from bert_keras.convert_checkpoint import convert
-from conftest import TINY
+from conftest import TINY, assert_models_equal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,13 +24,6 @@ def random_pretrainer(seed=0):
     rng = np.random.default_rng(seed)
     model.set_weights([rng.normal(0, 0.2, w.shape).astype(np.float32) for w in model.get_weights()])
     return model
-
-
-def assert_weights_equal(a, b):
-    assert type(a) is type(b)
-    assert [v.path for v in a.weights] == [v.path for v in b.weights]
-    for x, y in zip(a.weights, b.weights):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +39,7 @@ def test_keras_round_trip_through_each_format_is_bit_exact(tmp_path, keras_file,
     middle = str(tmp_path / ("model.ckpt" if via == "google" else "hf"))
     convert("keras", via, path, middle)
     convert(via, "keras", middle, str(tmp_path / "back.keras"))
-    assert_weights_equal(model, load_checkpoint(str(tmp_path / "back.keras"), fmt="keras").model)
+    assert_models_equal(model, load_checkpoint(str(tmp_path / "back.keras"), fmt="keras").model)
 
 
 def test_google_to_hf_and_encoder_only(tmp_path, keras_file):
@@ -55,7 +48,7 @@ def test_google_to_hf_and_encoder_only(tmp_path, keras_file):
     _, hf = convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"),
                     model="encoder")
     assert isinstance(hf, BertEncoder)
-    assert_weights_equal(model.encoder, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
+    assert_models_equal(model.encoder, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
     with pytest.raises(WeightLoadError, match="no pretraining heads"):
         convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "x.keras"), model="pretrainer")
 
@@ -92,7 +85,7 @@ def test_cli_converts_and_reports_errors_without_traceback(tmp_path, keras_file)
     result = run_cli("--from=keras", "--to=google", f"--input={path}", f"--output={out}")
     assert result.returncode == 0, result.stderr
     assert "wrote BertPretrainer" in result.stdout
-    assert_weights_equal(model, load_checkpoint(out, fmt="google").model)
+    assert_models_equal(model, load_checkpoint(out, fmt="google").model)
     # Same command again: refuses, names the file, no traceback.
     result = run_cli("--from=keras", "--to=google", f"--input={path}", f"--output={out}")
     assert result.returncode == 1
@@ -110,7 +103,7 @@ def test_cli_converts_and_reports_errors_without_traceback(tmp_path, keras_file)
     model.encoder.to_bert_config().to_json_file(config)
     result = run_cli(*args, f"--output={tmp_path / 'hf'}", f"--bert_config_file={config}")
     assert result.returncode == 0, result.stderr
-    assert_weights_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
+    assert_models_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
     # A Google checkpoint with its vocab.txt records no casing: the command line's casing
     # flags give it, as to Google's tools, and transformers' tokenizer_config.json says it.
     vocab = os.path.join(os.path.dirname(out), "vocab.txt")
@@ -139,7 +132,7 @@ def test_google_config_elsewhere(tmp_path, keras_file):
         convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"))
     convert("google", "hf", str(tmp_path / "g" / "model.ckpt"), str(tmp_path / "hf"),
             config_file=str(tmp_path / "config.json"))
-    assert_weights_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
+    assert_models_equal(model, load_checkpoint(str(tmp_path / "hf"), fmt="hf").model)
 
 
 def test_our_pretraining_output_converts_for_transformers(tmp_path):
@@ -168,7 +161,7 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     pretrainer.encoder.to_bert_config().to_json_file(str(run / "bert_config.json"))
 
     _, model = convert("keras", "hf", str(run), str(tmp_path / "hf"))
-    assert_weights_equal(pretrainer, model)
+    assert_models_equal(pretrainer, model)
     text = "Seoul은 big. Café"
     ours = load_tokenizer(str(run / "encoder" / "vocab.txt"))
     theirs = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
@@ -197,7 +190,7 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     # directory refused with Keras' own message), and on to transformers again.
     back = tmp_path / "back"
     _, again = convert("hf", "keras", str(tmp_path / "hf"), str(back))
-    assert_weights_equal(pretrainer, again)
+    assert_models_equal(pretrainer, again)
     loaded = model_loading.load_checkpoint(str(back))
     assert type(loaded.model).__name__ == "BertPretrainer" and loaded.form == "run"
     assert loaded.saved_tokenizer[0] == cased
@@ -211,16 +204,16 @@ def test_our_pretraining_output_converts_for_transformers(tmp_path):
     convert("hf", "keras", str(tmp_path / "hf"), str(tmp_path / "enc"), model="encoder")
     loaded = model_loading.load_checkpoint(str(tmp_path / "enc"))
     assert loaded.form == "encoder_dir" and loaded.saved_tokenizer[0] == cased
-    assert_weights_equal(pretrainer.encoder, loaded.model)
+    assert_models_equal(pretrainer.encoder, loaded.model)
 
     _, encoder = convert("keras", "hf", str(run / "encoder"), str(tmp_path / "hf_encoder"))
-    assert_weights_equal(pretrainer.encoder, encoder)
+    assert_models_equal(pretrainer.encoder, encoder)
     assert isinstance(BertModel.from_pretrained(str(tmp_path / "hf_encoder")), BertModel)
     assert AutoTokenizer.from_pretrained(str(tmp_path / "hf_encoder")).tokenize(text) == \
         theirs.tokenize(text)
     _, again = convert("keras", "keras", str(run / "pretrainer.weights.h5"),
                        str(tmp_path / "p.keras"))
-    assert_weights_equal(pretrainer, again)
+    assert_models_equal(pretrainer, again)
     with pytest.raises(model_loading.CheckpointError, match="in the keras format: expected a "
                        "run_pretraining output directory"):
         convert("keras", "hf", str(tmp_path), str(tmp_path / "nothing"))
@@ -267,11 +260,11 @@ def test_a_masked_lm_without_nsp_converts_to_a_layout_that_loads(tmp_path):
     convert("google", "keras", str(tmp_path / "google"), str(tmp_path / "run"))
     loaded = load_checkpoint(str(tmp_path / "run"))
     assert isinstance(loaded.model, BertPretrainer) and not loaded.model.next_sentence
-    assert_weights_equal(model, loaded.model)
-    assert_weights_equal(model.encoder, load_checkpoint(str(tmp_path / "run"),
+    assert_models_equal(model, loaded.model)
+    assert_models_equal(model.encoder, load_checkpoint(str(tmp_path / "run"),
                                                         want="encoder").model)
     _, again = convert("keras", "google", str(tmp_path / "run"), str(tmp_path / "g2" / "m.ckpt"))
-    assert_weights_equal(model, again)
+    assert_models_equal(model, again)
 
 
 def test_a_tokenizers_own_model_max_length_is_kept(tmp_path, keras_file):

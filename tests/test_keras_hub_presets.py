@@ -20,6 +20,7 @@ from bert_keras.config import BertConfig  # noqa: E402
 from bert_keras.convert_checkpoint import convert  # noqa: E402
 from bert_keras.tasks import BertClassifier, BertTagger  # noqa: E402
 from cli_harness import run_tool  # noqa: E402
+from conftest import assert_models_equal  # noqa: E402
 from data_prep import tokenization  # noqa: E402
 from data_prep.tokenizer_config import TokenizerConfig  # noqa: E402
 
@@ -59,13 +60,6 @@ def _close(a, b, what):
     a, b = np.asarray(a), np.asarray(b)
     print(f"{what}: max |diff| {np.max(np.abs(a - b)):.1e}")
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-5, err_msg=what)
-
-
-def _same_weights(a, b):
-    assert type(a) is type(b)
-    assert [v.path for v in a.weights] == [v.path for v in b.weights]
-    for x, y in zip(a.weights, b.weights):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.path)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +150,7 @@ def test_ours_to_keras_hub_and_back(tmp_path):
         else:
             assert loaded.num_classes == CLASSES and loaded.dropout == 0.3
             _close(loaded(theirs), model(ours)[output], name)
-        _same_weights(model, model_loading.load_checkpoint(str(tmp_path / name)).model)
+        assert_models_equal(model, model_loading.load_checkpoint(str(tmp_path / name)).model)
 
 
 def test_pretrainer_with_nsp_and_exact_gelu_warn_what_keras_hub_computes(tmp_path, caplog):
@@ -349,7 +343,7 @@ def test_run_pretraining_names_the_classifier_head_it_leaves_out(presets, caplog
     assert "holds a BertClassifier: its encoder is used (its task head is left out)" \
         in caplog.text, caplog.text
     assert "encoder only" not in caplog.text
-    _same_weights(run.encoder, initial.encoder)
+    assert_models_equal(run.encoder, initial.encoder)
 
 
 def test_export_encoder_mlm_refuses_keras_hubs_head(presets, tmp_path):

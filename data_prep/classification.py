@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -253,8 +254,13 @@ def _read_delimited(source: str, path: str, delimiter: str) -> Iterable[tuple[st
 
 
 def label_list_from(examples: Sequence[Example]) -> list[str]:
-    """The sorted set of labels seen in `examples` (the default label list for training)."""
-    labels = sorted({e.label for e in examples if e.label is not None})
+    """The sorted set of labels seen in `examples` (the default label list for training):
+    by value where every label is an integer ("2" before "10", as transformers' run_glue
+    sorts an integer label column, so a head it trained on them keeps its ids here), else
+    as strings."""
+    labels = {e.label for e in examples if e.label is not None}
+    integers = all(re.fullmatch(r"[+-]?[0-9]+", label) for label in labels)
+    labels = sorted(labels, key=lambda label: (int(label), label) if integers else label)
     if not labels:
         raise DataError("no labelled examples: cannot derive a label list")
     return labels

@@ -86,6 +86,12 @@ def test_tsv_and_csv_with_quoted_multiline_field(tmp_path, tokenizer):
     assert [(e.text_a, e.label) for e in examples] == [("free money now", "spam"),
                                                       ("meeting tomorrow", "ham")]
     assert classification.label_list_from(examples) == ["ham", "spam"]
+    # Integer labels sort by value, as run_glue sorts an integer column (a head transformers
+    # trained on 0..10 keeps its ids); any other label makes them strings again.
+    ints = [classification.Example("f:1", "t", None, label) for label in ("10", "2", "-1", "0")]
+    assert classification.label_list_from(ints) == ["-1", "0", "2", "10"]
+    mixed = ints + [classification.Example("f:2", "t", None, "x")]
+    assert classification.label_list_from(mixed) == ["-1", "0", "10", "2", "x"]
     csv_path = tmp_path / "d.csv"
     csv_path.write_text('text,label\n"hello,\nfriend",ham\nclick here,spam\n')
     examples = classification.read_examples(str(csv_path))

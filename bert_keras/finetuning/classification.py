@@ -71,7 +71,8 @@ class ClassifierOptions:
     input_format: str | None = option(None, "File format; default: from the file extension.",
                                       enum=["tsv", "csv", "jsonl"])
     label_list: list | None = option(None, "Labels in id order; default: the sorted labels of "
-                                     "--train_file (or labels.txt of the model).")
+                                     "--train_file (by value if all are integers), or "
+                                     "labels.txt of the model.")
     label_list_file: str | None = option(None, "Labels in id order, one a line.")
     classifier_dropout: float = option(0.1, "Dropout on the pooled output.")
     skip_padding: bool = option(True, SKIP_PADDING_HELP)

@@ -439,7 +439,8 @@ def test_convert_checkpoint_round_trips_on_remote_paths_as_locally(ram, shards, 
     --bert_config_file on ram://: the same files as the same conversions on local paths
     (the checkpoint, configs, vocabulary and its casing), the weights back bit-exact; an
     existing remote output is refused in one line. Before: each was refused in one line."""
-    from test_convert_checkpoint import assert_weights_equal, random_pretrainer
+    from conftest import assert_models_equal
+    from test_convert_checkpoint import random_pretrainer
 
     from bert_keras import model_loading
     from data_prep import tokenizer_config
@@ -476,7 +477,7 @@ def test_convert_checkpoint_round_trips_on_remote_paths_as_locally(ram, shards, 
                 assert remote[name] == local[name], (output, name)
     assert files.read_json(f"{ram}/back_hf/tokenizer_config.json")["do_lower_case"] is False
     for output in ("back_g", "back_hf", "bare.keras"):
-        assert_weights_equal(encoder, model_loading.load_checkpoint(
+        assert_models_equal(encoder, model_loading.load_checkpoint(
             f"{ram}/{output}", fmt="keras").model)
     again = run_tool("convert_checkpoint", ["--from=keras", "--to=google", f"--input={ram}/enc",
                                             f"--output={ram}/g/"])

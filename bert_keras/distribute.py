@@ -454,7 +454,6 @@ def weights_read(weights) -> tuple[int, str]:
 def vocabulary_read(path: str, *also) -> tuple[int, str]:
     """(digest, description) of a vocabulary file (and of `also`, e.g. the tokenizer
     settings used with it), for `Distribution.check_same_inputs`."""
-
     text = files.read_bytes(path)
     return digest(text.decode("utf-8", "replace"), *also), f"{len(text.splitlines())} tokens"
 

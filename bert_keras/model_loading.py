@@ -505,8 +505,9 @@ def load_checkpoint(path: str, bert_config_file: str | None = None, want: str = 
         raise CheckpointError("no checkpoint given (--init_checkpoint is empty)")
     path = os.fspath(path)
     if fmt == "keras_hub" and files.is_remote(path):
-        # keras-hub's own handles (kaggle://, hf://) download, which bert-keras does not
-        # (and TensorFlow's file system knows neither).
+        # A gs:// preset (or a kaggle:// or hf:// handle from Python; the tools' flags refuse
+        # those first, cli.refuse_unserved_schemes): keras-hub's from_preset reads local
+        # directories here, and nothing is downloaded.
         raise CheckpointError(f"{path}: keras-hub presets are read from a local directory; "
                               "copy or download it there first (gsutil cp -r, or keras-hub's "
                               "from_preset then save_to_preset)")

@@ -418,7 +418,15 @@ def _kernel_layouts(model) -> dict:
             if isinstance(layer, Dense) and getattr(layer, "_kernel", None) is not None}
 
 
-def compile_args(model):
+def averages_over_tokens(model) -> bool:
+    """Whether `model`'s loss (`compile_args`) is a mean over a batch's labelled tokens
+    rather than over its examples: the tagger's. Gradient accumulation averages such a loss
+    exactly only with `compile_args(model, token_weighted=True)` and the weights
+    `finetuning.loop.weigh_labelled_tokens` gives."""
+    return isinstance(model, BertTagger)
+
+
+def compile_args(model, token_weighted=False):
     """The `compile` arguments (loss, loss_weights, metrics) for a task model's dict outputs.
 
     Classification: sparse softmax cross-entropy on "logits" with labels int32 [B]; accuracy.
@@ -428,8 +436,19 @@ def compile_args(model):
     Span QA: cross-entropy of the start and of the end position (int32 [B]), averaged as in
     Google's run_squad.py: (start + end) / 2.
 
+    Args:
+      token_weighted: tagging only (`averages_over_tokens`): the loss is instead the sum
+        over labelled tokens of cross-entropy x sample weight, float32 [B], that the data
+        gives (k / N under gradient accumulation, N the labelled tokens of the update's k
+        micro-batches: `finetuning.loop.weigh_labelled_tokens`), so the mean of the k
+        micro-batch losses, and of their gradients, is the update's token mean. The token
+        accuracy is not weighted.
+
     Usage: `model.compile(optimizer=..., **compile_args(model))`.
     """
+    if token_weighted and not averages_over_tokens(model):
+        raise ValueError("compile_args: token_weighted applies to a BertTagger's loss only. "
+                         f"Received: {type(model).__name__}")
     xent = lambda **kw: keras.losses.SparseCategoricalCrossentropy(from_logits=True, **kw)  # noqa: E731
     if isinstance(model, BertClassifier):
         return {"loss": {"logits": xent()},
@@ -440,8 +459,10 @@ def compile_args(model):
                 "metrics": {"score": [keras.metrics.MeanAbsoluteError(name="mae")]}}
     if isinstance(model, BertTagger):
         # Keras masks ignored labels and divides by the number of kept ones (checked
-        # against a numpy reference in tests/test_tasks.py).
-        return {"loss": {"logits": xent(ignore_class=IGNORE_LABEL)},
+        # against a numpy reference in tests/test_tasks.py); with "sum" it adds the kept
+        # ones, each times its sample weight.
+        reduction = {"reduction": "sum"} if token_weighted else {}
+        return {"loss": {"logits": xent(ignore_class=IGNORE_LABEL, **reduction)},
                 "metrics": {"logits": [MaskedSparseCategoricalAccuracy()]}}
     if isinstance(model, BertSpanQA):
         return {"loss": {"start_logits": xent(), "end_logits": xent()},

@@ -51,7 +51,7 @@ def plain_model(monkeypatch):
     model = keras.Model({"a": inputs}, {"logits": keras.layers.Dense(3)(inputs)})
     x = {"a": np.ones((24, 2), "float32")}
     y = {"logits": np.zeros((24,), "int32")}
-    monkeypatch.setattr(loop, "compile_args", lambda m: {
+    monkeypatch.setattr(loop, "compile_args", lambda m, token_weighted=False: {
         "loss": {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}})
     return model, x, y
 

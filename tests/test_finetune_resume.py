@@ -236,6 +236,41 @@ def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch
                and "will not end as an uninterrupted run would" in w for w in warnings), warnings
 
 
+@pytest.mark.integration  # Three tool runs: about 20 s on 2 cores.
+def test_a_tagger_interrupted_within_an_accumulated_update_resumes_to_the_uninterrupted_model(
+        tmp_path, monkeypatch, encoder_file):
+    """run_tagger's accumulated updates weigh their tokens by the update's labelled-token
+    count (`loop.weigh_labelled_tokens`): a run killed between two micro-batches resumes at
+    the backup's update end with the uninterrupted run's weights, so also its counts."""
+    from bert_keras import run_tagger
+
+    train = tmp_path / "train.conll"
+    rng = np.random.default_rng(1)
+    with open(train, "w", encoding="utf-8") as f:
+        for _ in range(19):  # 1 to 12 words a sentence: unequal micro-batches
+            words = rng.choice(WORDS["spam"] + WORDS["ham"], size=rng.integers(1, 13))
+            f.write("".join(f"{w} {'B-SPAM' if w in WORDS['spam'] else 'O'}\n" for w in words)
+                    + "\n")
+    accumulated = dict(train_batch_size=2, gradient_accumulation_steps=2)
+    whole = tmp_path / "whole"
+    uninterrupted = run_tagger.run(**flags(whole, encoder_file, str(train),
+                                           **accumulated))["train"]
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as patch:
+        interrupt_within_update(patch, 6)  # after the backup at update 4
+        with pytest.raises(Interrupted):
+            run_tagger.run(**flags(out, encoder_file, str(train), **accumulated))
+    resumed = run_tagger.run(**flags(out, encoder_file, str(train), **accumulated))["train"]
+    assert resumed["resumed_from_step"] == 4
+    for got, want in zip(resumed["loss_history"], uninterrupted["loss_history"], strict=True):
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-6), got["step"]
+    for got, want in zip(weights(out), weights(whole)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    trained = model_loading.load_checkpoint(str(whole)).model.encoder.get_weights()
+    initial = keras.saving.load_model(encoder_file).get_weights()
+    assert max(np.abs(a - b).max() for a, b in zip(trained, initial)) > 1e-2
+
+
 def test_a_tagger_backup_of_another_doc_stride_is_refused(tmp_path, monkeypatch, encoder_file):
     """run_tagger's --doc_stride is part of what a run trains: a backup made with another is
     refused, named, even where no training sentence is long enough for the stride to change

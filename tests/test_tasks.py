@@ -134,6 +134,24 @@ def test_tagging_loss_and_accuracy_ignore_label_minus_one():
     assert float(metric.result()) == pytest.approx((logits.argmax(-1) == y)[keep].mean())
 
 
+def test_token_weighted_tagging_loss_sums_the_labelled_tokens_times_their_weights():
+    """Gradient accumulation's form (`finetuning.loop.weigh_labelled_tokens`): the sum of
+    w x CE over labelled tokens, ignored ones adding nothing whatever their weight."""
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 5, (3, 7))
+    y[0, 4:] = y[2, :3] = IGNORE_LABEL
+    logits = rng.normal(size=(3, 7, 5)).astype("float32")
+    weights = rng.uniform(0.1, 2.0, (3, 7)).astype("float32")
+    loss = compile_args(build(BertTagger), token_weighted=True)["loss"]["logits"]
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    keep = y != IGNORE_LABEL
+    cross_entropy = -np.take_along_axis(log_probs, np.where(keep, y, 0)[..., None], -1)[..., 0]
+    expected = (weights * cross_entropy)[keep].sum()
+    assert float(loss(y, logits, sample_weight=weights)) == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="token_weighted applies to a BertTagger's loss only"):
+        compile_args(build(BertClassifier), token_weighted=True)
+
+
 @pytest.mark.parametrize("cls", [BertClassifier, BertTagger, BertSpanQA])
 def test_fit_reduces_loss(cls):
     # Google's head init: the 30% bar over 5 steps was set with it (with the normal init the

@@ -23,7 +23,8 @@ from bert_keras import backends
 from bert_keras.backup import (BackupError, ExactBackupAndRestore, StopAtStep,
                                StopOnNonFiniteLoss, updates_done)
 from bert_keras.optimization import create_optimizer
-from bert_keras.tasks import compile_args
+from bert_keras.tasks import averages_over_tokens, compile_args
+from data_prep.schema import IGNORE_LABEL
 
 
 def num_examples(x: Mapping[str, np.ndarray]) -> int:
@@ -61,6 +62,30 @@ def make_dataset(x: dict, y: dict | None, batch_size: int, shuffle: bool = False
     options.autotune.enabled = False
     options.deterministic = True
     return ds.with_options(options)
+
+
+def weigh_labelled_tokens(ds: tf.data.Dataset, accumulation: int) -> tf.data.Dataset:
+    """Micro-batches `(x, y)` -> `(x, y, sample_weight)`: every token of the `accumulation`
+    consecutive micro-batches of one update weighs k / N (float32 [b, S], the labels'
+    shape), N the labelled tokens (label != -1) of the update's k micro-batches.
+
+    For a loss summing the labelled tokens' cross-entropy times the weight
+    (`compile_args(model, token_weighted=True)`), a micro-batch's loss is k x its tokens'
+    share of the update's token sum, so the mean of the k losses, and of their gradients
+    (Keras' accumulation), is the update's token mean: the loss of one batch of k x b
+    (transformers' `num_items_in_batch`, 4.46). An update without labelled tokens weighs 0.
+
+    `ds` yields full micro-batches (drop_remainder) with one output's labels in `y`, its
+    first micro-batch an update's first: updates are its micro-batches k by k.
+    """
+    (name, _), = ds.element_spec[1].items()
+
+    def weigh(x, y):  # k micro-batches: labels [k, b, S]
+        labelled = tf.reduce_sum(tf.cast(tf.not_equal(y[name], IGNORE_LABEL), tf.float32))
+        weight = accumulation / tf.maximum(labelled, 1.0)
+        return x, y, {name: tf.fill(tf.shape(y[name]), weight)}  # [k, b, S]
+
+    return ds.batch(accumulation, drop_remainder=True).map(weigh).unbatch()
 
 
 class StepLogger(keras.callbacks.Callback):
@@ -169,8 +194,11 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         context longer than a window gives several rows), so its steps are
         int(questions / (batch_size x k) * num_train_epochs).
       gradient_accumulation_steps: k, the micro-batches of `batch_size` whose mean gradient
-        makes one update (Keras' optimizer accumulates them): for a loss that is a mean
-        over examples, the update of one batch of k * batch_size. Steps (num_train_steps,
+        makes one update (Keras' optimizer accumulates them): the update of one batch of
+        k * batch_size, for a loss that is a mean over examples as for the tagger's mean
+        over labelled tokens (whose micro-batches are weighed by `weigh_labelled_tokens`:
+        each logs k x its share of the update's token sum, so that an update's logged
+        loss, the mean over its micro-batches, is its token mean). Steps (num_train_steps,
         warmup, save_checkpoints_steps, log_every) count updates, and the epochs count
         batches of k * batch_size.
       callbacks: extra Keras callbacks (e.g. TensorBoard).
@@ -226,7 +254,12 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         # policy is mixed_float16 (the global one's), not for layers built with `dtype=`
         # (`tasks.with_dtype_policy`): the wrapper it would add, under its name.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
-    model.compile(optimizer=optimizer, jit_compile=jit_compile, **compile_args(model))
+    # A loss that is a mean over labelled tokens (the tagger's) is accumulated as the mean
+    # over the update's tokens (`weigh_labelled_tokens`); with k = 1 it runs as it always
+    # has, a batch's token mean with no weights.
+    token_weighted = accumulation > 1 and averages_over_tokens(model)
+    model.compile(optimizer=optimizer, jit_compile=jit_compile,
+                  **compile_args(model, token_weighted=token_weighted))
     backends.compile_steps_on_jax(model)
     interval, done, backup_callbacks = num_train_steps, 0, []
     if backup_dir and save_checkpoints_steps:
@@ -256,8 +289,10 @@ def train(model: keras.Model, x: dict, y: dict, batch_size: int, num_train_epoch
         logging.info("Skipping the %d batches of steps 1-%d in the input (about 1 ms each)",
                      done * accumulation, done)
     ds = make_dataset(x, y, batch_size, shuffle=True, seed=seed, repeat=True,
-                      drop_remainder=True).skip(done * accumulation).take(
-                          (num_train_steps - done) * accumulation)
+                      drop_remainder=True)
+    if token_weighted:
+        ds = weigh_labelled_tokens(ds, accumulation)
+    ds = ds.skip(done * accumulation).take((num_train_steps - done) * accumulation)
     notes = (backup.restored_notes if backup_callbacks else None) or {}
     since_log = notes.get("loss_since_log")
     if since_log is not None and not since_log["step"] <= done:

@@ -359,3 +359,16 @@ def test_pretrain_sotu_moby_runs_start_to_finish(tmp_path):
     assert (tmp_path / "run" / "encoder").is_dir()
     shards = glob.glob(str(tmp_path / "data" / "train-*-of-00004.tfrecord"))
     assert len(shards) == 4 and (tmp_path / "data" / "heldout.tfrecord").exists()
+
+
+def test_mlm_accumulation_gap_is_noise_for_equal_mask_counts_only():
+    out = run_bench("mlm_accumulation_gap.py", "--sizes=4", "--trials=1")
+    rows = {(r["counts"], r["loss"]): r for r in json.loads(out.strip().splitlines()[-1])["rows"]}
+    assert len(rows) == 6
+    # Equal counts: the micro-batch ratios average to the big batch's (float32 noise);
+    # unequal ones: each position weighs 1 / (k x its micro-batch's count), a gap
+    # thousands of times the noise.
+    for loss in ("mlm", "mlm+nsp"):
+        assert rows[("equal", loss)]["max"] < 1e-5
+        assert rows[("google", loss)]["mean"] > 1e-3
+        assert rows[("uniform", loss)]["mean"] > rows[("google", loss)]["mean"]

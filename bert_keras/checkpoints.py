@@ -69,24 +69,34 @@ class WeightLoadError(ToolError):
     names the file (and lists every offending tensor)."""
 
 
+# The formats that split the attention's [H, H] kernels and [H] biases by head (Keras'
+# EinsumDense layouts: TF Model Garden's BertEncoder and keras-hub's BertBackbone).
+HEAD_SPLIT_FORMATS = ("model_garden", "keras_hub")
+
+
 @dataclasses.dataclass(frozen=True)
 class WeightName:
-    """One row of the name table. `{i}` in a name stands for the layer index."""
+    """One row of the name table: one weight's name in every format ("" where a format has
+    none). `{i}` in a name stands for the layer index."""
 
     ours: str
     google: str
     hf: str
     hf_transpose: bool = False  # True for nn.Linear weights ([out, in] in PyTorch).
     google_transpose: bool = False  # True where Google's TF1 code stored [out, in].
-    # TF Model Garden's BertEncoder variable name (read only; "" where it has none), and
-    # how its EinsumDense attention splits our [H, H] kernels and [H] biases by head:
-    # "out" the last axis (query/key/value: kernel [H, N, D], bias [N, D]), "in" the first
-    # (attention output: kernel [N, D, H]).
+    # TF Model Garden's BertEncoder variable name (read only).
     model_garden: str = ""
-    model_garden_heads: str = ""
+    # keras-hub's weight path (BertBackbone, BertMaskedLM's and BertTextClassifier's heads).
+    keras_hub: str = ""
+    # How the HEAD_SPLIT_FORMATS split our attention weights by head (N heads of D = H/N):
+    # "out" the last axis (query/key/value: kernel [H, N, D], bias [N, D]), "in" the first
+    # (attention output: kernel [N, D, H]); "" not at all. A reshape: the bytes keep their
+    # order.
+    heads: str = ""
 
     def name(self, fmt: str) -> str:
-        """This weight's name in `fmt` ("google", "hf", "model_garden", or "ours")."""
+        """This weight's name in `fmt` ("google", "hf", "model_garden", "keras_hub" or
+        "ours")."""
         return getattr(self, fmt)
 
     def transposed(self, fmt: str) -> bool:
@@ -102,7 +112,7 @@ class WeightName:
         shape = tuple(shape)
         if self.transposed(fmt):
             return shape[::-1]
-        split = self.model_garden_heads if fmt == "model_garden" else ""
+        split = self.heads if fmt in HEAD_SPLIT_FORMATS else ""
         if split == "out":
             return (*shape[:-1], num_heads, shape[-1] // num_heads)
         if split == "in":
@@ -111,94 +121,112 @@ class WeightName:
 
     def to_ours(self, fmt: str, value: np.ndarray, shape: tuple) -> np.ndarray:
         """A tensor read from `fmt`, whose shape `file_shape` checked, in our layout of
-        `shape`: transposed, or (Model Garden's heads) reshaped: [H, N, D] -> [H, N*D] keeps
-        head n's columns at n*D..n*D+D-1, as Google's [H, H] kernels hold them."""
+        `shape`: transposed, or (split by head) reshaped: [H, N, D] -> [H, N*D] keeps head
+        n's columns at n*D..n*D+D-1, as Google's [H, H] kernels hold them."""
         return np.reshape(self.convert(fmt, value), shape)
 
     def for_layer(self, i: int) -> "WeightName":
         return dataclasses.replace(
             self, ours=self.ours.format(i=i), google=self.google.format(i=i),
-            hf=self.hf.format(i=i), model_garden=self.model_garden.format(i=i)
+            hf=self.hf.format(i=i), model_garden=self.model_garden.format(i=i),
+            keras_hub=self.keras_hub.format(i=i)
         )
 
 
-def _dense(ours, google, hf, model_garden="", heads=""):
-    """A Dense layer's two rows. `heads`: Model Garden's EinsumDense split ("out" splits
-    the kernel's last axis and the bias, "in" the kernel's first; WeightName)."""
+def _dense(ours, google, hf, model_garden="", keras_hub="", heads=""):
+    """A Dense layer's two rows. `heads`: how the HEAD_SPLIT_FORMATS split it by head
+    ("out" splits the kernel's last axis and the bias, "in" the kernel's first;
+    WeightName)."""
     return (
         WeightName(f"{ours}/kernel", f"{google}/kernel", f"{hf}.weight", hf_transpose=True,
                    model_garden=model_garden and f"{model_garden}/kernel",
-                   model_garden_heads=heads),
+                   keras_hub=keras_hub and f"{keras_hub}/kernel", heads=heads),
         WeightName(f"{ours}/bias", f"{google}/bias", f"{hf}.bias",
                    model_garden=model_garden and f"{model_garden}/bias",
-                   model_garden_heads="out" if heads == "out" else ""),
+                   keras_hub=keras_hub and f"{keras_hub}/bias",
+                   heads="out" if heads == "out" else ""),
     )
 
 
-def _layer_norm(ours, google, hf, model_garden=""):
+def _layer_norm(ours, google, hf, model_garden="", keras_hub=""):
     return (
         WeightName(f"{ours}/gamma", f"{google}/gamma", f"{hf}.weight",
-                   model_garden=model_garden and f"{model_garden}/gamma"),
+                   model_garden=model_garden and f"{model_garden}/gamma",
+                   keras_hub=keras_hub and f"{keras_hub}/gamma"),
         WeightName(f"{ours}/beta", f"{google}/beta", f"{hf}.bias",
-                   model_garden=model_garden and f"{model_garden}/beta"),
+                   model_garden=model_garden and f"{model_garden}/beta",
+                   keras_hub=keras_hub and f"{keras_hub}/beta"),
     )
 
 
 # The embeddings: bert/embeddings/*.
 EMBEDDING_WEIGHTS = (
     WeightName("embeddings/word_embeddings", "bert/embeddings/word_embeddings",
-               "embeddings.word_embeddings.weight", model_garden="word_embeddings/embeddings"),
+               "embeddings.word_embeddings.weight", model_garden="word_embeddings/embeddings",
+               keras_hub="token_embedding/embeddings"),
     WeightName("embeddings/position_embeddings", "bert/embeddings/position_embeddings",
                "embeddings.position_embeddings.weight",
-               model_garden="position_embedding/embeddings"),
+               model_garden="position_embedding/embeddings",
+               keras_hub="position_embedding/embeddings"),
     WeightName("embeddings/token_type_embeddings", "bert/embeddings/token_type_embeddings",
                "embeddings.token_type_embeddings.weight",
-               model_garden="type_embeddings/embeddings"),
+               model_garden="type_embeddings/embeddings",
+               keras_hub="segment_embedding/embeddings"),
     *_layer_norm("embeddings/layer_norm", "bert/embeddings/LayerNorm", "embeddings.LayerNorm",
-                 "embeddings/layer_norm"),
+                 "embeddings/layer_norm", "embeddings_layer_norm"),
 )
 
 _L_OURS = "transformer_layer_{i}"
 _L_GOOGLE = "bert/encoder/layer_{i}"
 _L_HF = "encoder.layer.{i}"
 _L_MG = "transformer/layer_{i}"
+_L_KH = "transformer_layer_{i}"
 
 # One transformer block: bert/encoder/layer_{i}/*.
 LAYER_WEIGHTS = (
     *_dense(f"{_L_OURS}/self_attention/query", f"{_L_GOOGLE}/attention/self/query",
-            f"{_L_HF}.attention.self.query", f"{_L_MG}/self_attention/query", heads="out"),
+            f"{_L_HF}.attention.self.query", f"{_L_MG}/self_attention/query",
+            f"{_L_KH}/self_attention_layer/query", heads="out"),
     *_dense(f"{_L_OURS}/self_attention/key", f"{_L_GOOGLE}/attention/self/key",
-            f"{_L_HF}.attention.self.key", f"{_L_MG}/self_attention/key", heads="out"),
+            f"{_L_HF}.attention.self.key", f"{_L_MG}/self_attention/key",
+            f"{_L_KH}/self_attention_layer/key", heads="out"),
     *_dense(f"{_L_OURS}/self_attention/value", f"{_L_GOOGLE}/attention/self/value",
-            f"{_L_HF}.attention.self.value", f"{_L_MG}/self_attention/value", heads="out"),
+            f"{_L_HF}.attention.self.value", f"{_L_MG}/self_attention/value",
+            f"{_L_KH}/self_attention_layer/value", heads="out"),
     *_dense(f"{_L_OURS}/attention_output", f"{_L_GOOGLE}/attention/output/dense",
             f"{_L_HF}.attention.output.dense", f"{_L_MG}/self_attention/attention_output",
-            heads="in"),
+            f"{_L_KH}/self_attention_layer/attention_output", heads="in"),
     *_layer_norm(f"{_L_OURS}/attention_layer_norm", f"{_L_GOOGLE}/attention/output/LayerNorm",
-                 f"{_L_HF}.attention.output.LayerNorm", f"{_L_MG}/self_attention_layer_norm"),
+                 f"{_L_HF}.attention.output.LayerNorm", f"{_L_MG}/self_attention_layer_norm",
+                 f"{_L_KH}/self_attention_layer_norm"),
     *_dense(f"{_L_OURS}/intermediate", f"{_L_GOOGLE}/intermediate/dense",
-            f"{_L_HF}.intermediate.dense", f"{_L_MG}/intermediate"),
+            f"{_L_HF}.intermediate.dense", f"{_L_MG}/intermediate",
+            f"{_L_KH}/feedforward_intermediate_dense"),
     *_dense(f"{_L_OURS}/output_dense", f"{_L_GOOGLE}/output/dense", f"{_L_HF}.output.dense",
-            f"{_L_MG}/output"),
+            f"{_L_MG}/output", f"{_L_KH}/feedforward_output_dense"),
     *_layer_norm(f"{_L_OURS}/output_layer_norm", f"{_L_GOOGLE}/output/LayerNorm",
-                 f"{_L_HF}.output.LayerNorm", f"{_L_MG}/output_layer_norm"),
+                 f"{_L_HF}.output.LayerNorm", f"{_L_MG}/output_layer_norm",
+                 f"{_L_KH}/feedforward_layer_norm"),
 )
 
 # The [CLS] pooler: bert/pooler/dense.
-POOLER_WEIGHTS = _dense("pooler_dense", "bert/pooler/dense", "pooler.dense", "pooler_transform")
+POOLER_WEIGHTS = _dense("pooler_dense", "bert/pooler/dense", "pooler.dense", "pooler_transform",
+                        "pooled_dense")
 
 # BertPretrainer's heads. The masked-LM output projection is the word-embedding table (tied),
 # so its only own vocabulary-sized weight is the output bias. Model Garden's
 # BertPretrainerV2 names its MaskedLM head's variables after Google's (under bert/); it has
-# no next-sentence head.
+# no next-sentence head, and neither has keras-hub's BertMaskedLM (mlm_head/).
 MASKED_LM_WEIGHTS = (
     *_dense("masked_lm/transform_dense", "cls/predictions/transform/dense",
-            "cls.predictions.transform.dense", "bert/cls/predictions/transform/dense"),
+            "cls.predictions.transform.dense", "bert/cls/predictions/transform/dense",
+            "mlm_head/intermediate_dense"),
     *_layer_norm("masked_lm/layer_norm", "cls/predictions/transform/LayerNorm",
                  "cls.predictions.transform.LayerNorm",
-                 "bert/cls/predictions/transform/LayerNorm"),
+                 "bert/cls/predictions/transform/LayerNorm", "mlm_head/intermediate_layer_norm"),
     WeightName("masked_lm/output_bias", "cls/predictions/output_bias", "cls.predictions.bias",
-               model_garden="bert/cls/predictions/output_bias/bias"),
+               model_garden="bert/cls/predictions/output_bias/bias",
+               keras_hub="mlm_head/output_bias"),
 )
 NSP_WEIGHTS = (
     # Google's run_pretraining.py made this [2, H] by hand (tf.matmul(..., transpose_b=True)).
@@ -211,11 +239,12 @@ HEAD_WEIGHTS = MASKED_LM_WEIGHTS + NSP_WEIGHTS
 # Fine-tuning heads. transformers' BertFor* task classes keep the head at the top level
 # (encoder under `bert.`); Google's run_classifier.py / run_squad.py stored theirs [C, H] by
 # hand as output_weights (as the NSP head). BertTagger's head is transformers'
-# BertForTokenClassification `classifier` (Google's repository has no tagger).
+# BertForTokenClassification `classifier` (Google's repository has no tagger). keras-hub's
+# BertTextClassifier is a classifier's (`logits`); it has no tagger or span-QA task.
 CLASSIFIER_WEIGHTS = (
     WeightName("classifier/kernel", "output_weights", "classifier.weight", hf_transpose=True,
-               google_transpose=True),
-    WeightName("classifier/bias", "output_bias", "classifier.bias"),
+               google_transpose=True, keras_hub="logits/kernel"),
+    WeightName("classifier/bias", "output_bias", "classifier.bias", keras_hub="logits/bias"),
 )
 TAGGER_WEIGHTS = (
     WeightName("tagger/kernel", "output_weights", "classifier.weight", hf_transpose=True,

@@ -23,16 +23,15 @@ One `dropout` serves the embeddings, every sublayer and the attention probabilit
 (std 0.02). What keras-hub cannot compute is refused, or said in a warning where it is the
 approximation keras-hub's own presets of Google's checkpoints make (exact GELU -> tanh).
 
-`KERAS_HUB_NAMES` is the name table (our variable -> keras-hub's, and how the value is
-laid out); weights are copied by it, all or nothing, every missing, unexpected or
-mis-shaped weight listed. keras-hub (a dev requirement) is imported only here, when a
-preset is read or written.
+The name table is the other formats' (`checkpoints.WeightName`, column `keras_hub`, its
+attention rows split by head as Model Garden's are); weights are copied by it, all or
+nothing, every missing, unexpected or mis-shaped weight listed. keras-hub (a dev
+requirement) is imported only here, when a preset is read or written.
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 from absl import logging
@@ -52,6 +51,8 @@ TASK_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 TOKENIZER_FILE = "tokenizer.json"
 VOCABULARY_FILE = os.path.join("assets", "tokenizer", "vocabulary.txt")
+# The name table's column of keras-hub's weight paths (checkpoints.WeightName.keras_hub).
+FORMAT = "keras_hub"
 
 BACKBONE = "keras_hub>BertBackbone"
 MASKED_LM = "keras_hub>BertMaskedLM"
@@ -68,50 +69,6 @@ MLM_ACTIVATION = "gelu"
 MLM_LAYER_NORM_EPS = 1e-5
 INITIALIZER_RANGE = 0.02
 
-# Layouts: "same"; "split_out" [H, H] <-> [H, A, H/A] (query/key/value kernels);
-# "split" [H] <-> [A, H/A] (their biases); "split_in" [H, H] <-> [A, H/A, H] (the
-# attention output kernel). A reshape in both directions: the bytes keep their order.
-_LAYER = {
-    "self_attention/query/kernel": ("self_attention_layer/query/kernel", "split_out"),
-    "self_attention/query/bias": ("self_attention_layer/query/bias", "split"),
-    "self_attention/key/kernel": ("self_attention_layer/key/kernel", "split_out"),
-    "self_attention/key/bias": ("self_attention_layer/key/bias", "split"),
-    "self_attention/value/kernel": ("self_attention_layer/value/kernel", "split_out"),
-    "self_attention/value/bias": ("self_attention_layer/value/bias", "split"),
-    "attention_output/kernel": ("self_attention_layer/attention_output/kernel", "split_in"),
-    "attention_output/bias": ("self_attention_layer/attention_output/bias", "same"),
-    "attention_layer_norm/gamma": ("self_attention_layer_norm/gamma", "same"),
-    "attention_layer_norm/beta": ("self_attention_layer_norm/beta", "same"),
-    "intermediate/kernel": ("feedforward_intermediate_dense/kernel", "same"),
-    "intermediate/bias": ("feedforward_intermediate_dense/bias", "same"),
-    "output_dense/kernel": ("feedforward_output_dense/kernel", "same"),
-    "output_dense/bias": ("feedforward_output_dense/bias", "same"),
-    "output_layer_norm/gamma": ("feedforward_layer_norm/gamma", "same"),
-    "output_layer_norm/beta": ("feedforward_layer_norm/beta", "same"),
-}
-KERAS_HUB_NAMES = {
-    "embeddings/word_embeddings": ("token_embedding/embeddings", "same"),
-    "embeddings/position_embeddings": ("position_embedding/embeddings", "same"),
-    "embeddings/token_type_embeddings": ("segment_embedding/embeddings", "same"),
-    "embeddings/layer_norm/gamma": ("embeddings_layer_norm/gamma", "same"),
-    "embeddings/layer_norm/beta": ("embeddings_layer_norm/beta", "same"),
-    **{f"transformer_layer_{{i}}/{ours}": (f"transformer_layer_{{i}}/{theirs}", layout)
-       for ours, (theirs, layout) in _LAYER.items()},
-    "pooler_dense/kernel": ("pooled_dense/kernel", "same"),
-    "pooler_dense/bias": ("pooled_dense/bias", "same"),
-    # BertMaskedLM's head (its output projection is the token embedding, as ours).
-    "masked_lm/transform_dense/kernel": ("mlm_head/intermediate_dense/kernel", "same"),
-    "masked_lm/transform_dense/bias": ("mlm_head/intermediate_dense/bias", "same"),
-    "masked_lm/layer_norm/gamma": ("mlm_head/intermediate_layer_norm/gamma", "same"),
-    "masked_lm/layer_norm/beta": ("mlm_head/intermediate_layer_norm/beta", "same"),
-    "masked_lm/output_bias": ("mlm_head/output_bias", "same"),
-    # BertTextClassifier's head.
-    "classifier/kernel": ("logits/kernel", "same"),
-    "classifier/bias": ("logits/bias", "same"),
-}
-_LAYER_INDEX = re.compile(r"^transformer_layer_(\d+)/")
-
-
 def _keras_hub():
     """keras_hub, or a one-line error saying how to get it."""
     try:
@@ -123,35 +80,15 @@ def _keras_hub():
     return keras_hub
 
 
-def keras_hub_name(ours: str) -> tuple[str, str] | None:
-    """(keras-hub's weight path, layout) of our variable path `ours`, or None."""
-    match = _LAYER_INDEX.match(ours)
-    key = _LAYER_INDEX.sub("transformer_layer_{i}/", ours) if match else ours
-    row = KERAS_HUB_NAMES.get(key)
-    if row is None:
-        return None
-    return (row[0].format(i=match.group(1)) if match else row[0]), row[1]
-
-
-def _their_shape(shape: tuple, layout: str, heads: int) -> tuple:
-    """keras-hub's shape of a weight whose shape is `shape` in ours."""
-    if layout == "split_out":
-        return (shape[0], heads, shape[1] // heads)
-    if layout == "split":
-        return (heads, shape[0] // heads)
-    if layout == "split_in":
-        return (heads, shape[0] // heads, shape[1])
-    return tuple(shape)
-
-
 def _copy(ours_model, theirs: list, heads: int, to_ours: bool, source: str,
           allow_unused: bool = False, left_out: frozenset = frozenset()) -> None:
-    """Copies weights between our model and keras-hub's by KERAS_HUB_NAMES, all or nothing.
+    """Copies weights between our model and keras-hub's by the name table's `keras_hub`
+    column (`checkpoints.WeightName`), all or nothing.
 
     Args:
       ours_model: our encoder, pretrainer or classifier.
       theirs: keras-hub's weights (Keras variables; the backbone's and the task head's).
-      heads: attention heads, for the split layouts.
+      heads: attention heads, for the rows split by head.
       to_ours: the direction.
       source: the preset (or output), for messages.
       allow_unused: keras-hub weights without a row may stay behind (a head the caller
@@ -170,13 +107,14 @@ def _copy(ours_model, theirs: list, heads: int, to_ours: bool, source: str,
     for row in rows:
         if row.ours in left_out:
             continue
-        named = keras_hub_name(row.ours)
-        if named is None:
+        name = row.name(FORMAT)
+        if not name:
             unnamed.append(row.ours)
-        elif named[0] not in their:
-            missing.append(named[0])
+        elif name not in their:
+            missing.append(name)
         else:
-            pairs.append((ours[row.ours], their[named[0]], named[1]))
+            pairs.append((ours[row.ours], their[name],
+                          row.file_shape(FORMAT, tuple(ours[row.ours].shape), heads)))
     used = {t.path for _, t, _ in pairs}
     unexpected = [] if allow_unused else sorted(set(their) - used)
     if unnamed or missing or unexpected:
@@ -186,9 +124,7 @@ def _copy(ours_model, theirs: list, heads: int, to_ours: bool, source: str,
         raise WeightLoadError(f"{source}: weights do not match a {type(ours_model).__name__}:"
                               "\n  " + "\n  ".join(lines))
     mismatched = [f"{t.path}: keras-hub {tuple(t.shape)}, ours {tuple(o.shape)} (expected "
-                  f"{_their_shape(tuple(o.shape), layout, heads)})"
-                  for o, t, layout in pairs
-                  if tuple(t.shape) != _their_shape(tuple(o.shape), layout, heads)]
+                  f"{expected})" for o, t, expected in pairs if tuple(t.shape) != expected]
     if mismatched:
         raise WeightLoadError(f"{source}: {len(mismatched)} weight(s) have the wrong shape:\n  "
                               + "\n  ".join(mismatched))
@@ -196,6 +132,8 @@ def _copy(ours_model, theirs: list, heads: int, to_ours: bool, source: str,
                                 dtype=np.float32)) for o, t, _ in pairs]
     for o, t, value in values:  # every value read before any is assigned
         target = o if to_ours else t
+        # The rows split by head are a reshape either way (no keras-hub weight is
+        # transposed): the bytes keep their order.
         target.assign(value.reshape(tuple(target.shape)).astype(target.dtype))
 
 

@@ -629,3 +629,29 @@ def test_a_directory_of_several_google_checkpoints_says_which_to_name(tmp_path):
                                               r"one: pass the prefix of the one to read "
                                               r"\(.*run/model.ckpt-2\)"):
         load_checkpoint(str(tmp_path / "run"))
+
+
+# Every column of the name table (checkpoints.WeightName): ours and each format's.
+NAME_COLUMNS = ("ours", "google", "hf", "model_garden", "keras_hub")
+
+
+@pytest.mark.parametrize("kind", ["encoder", "pretrainer", "masked_lm", "BertClassifier",
+                                  "BertRegressor", "BertTagger", "BertSpanQA"])
+def test_the_name_table_names_each_weight_once_in_every_format(kind):
+    """Within one model's rows, no two weights share a name in any format ("" = none): a
+    shared name would read one tensor into two variables, or write one over the other."""
+    from bert_keras import checkpoints
+
+    layers = 3
+    if kind in ("encoder", "pretrainer", "masked_lm"):
+        rows = (checkpoints.encoder_weight_names(layers) if kind == "encoder" else
+                checkpoints.pretrainer_weight_names(layers, next_sentence=kind == "pretrainer"))
+    else:
+        model = next(m for m in checkpoints.TASK_MODELS if m.__name__ == kind)
+        rows = checkpoints.encoder_weight_names(layers) + list(
+            checkpoints.TASK_HEAD_WEIGHTS[model])
+    for column in NAME_COLUMNS:
+        names = [getattr(row, column) for row in rows if getattr(row, column)]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        assert not repeated, (kind, column, repeated)
+        assert not any("{i}" in n for n in names), (kind, column)  # every layer filled in

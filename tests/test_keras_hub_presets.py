@@ -569,3 +569,32 @@ def test_a_keras_hub_classifier_preset_fine_tunes_and_serves_with_its_korean_cas
     predicted = [json.loads(line) for line in open(out / "predictions.jsonl")]
     _close(served, [[p["probabilities"][k] for k in "abc"] for p in predicted],
            "served against the run's predictions")
+
+
+def test_every_keras_hub_weight_is_named_by_exactly_one_row_of_the_name_table(presets):
+    """keras-hub's own models' weight lists (BertBackbone, BertMaskedLM, BertTextClassifier
+    at this module's sizes) against the one name table (checkpoints.WeightName's keras_hub
+    column): each weight named by exactly one row, in the shape that row expects."""
+    from bert_keras import checkpoints
+
+    _, made = presets
+    rows = checkpoints.pretrainer_weight_names(SIZES["num_layers"]) + [
+        row for head in (checkpoints.CLASSIFIER_WEIGHTS, checkpoints.TAGGER_WEIGHTS,
+                         checkpoints.SPAN_QA_WEIGHTS) for row in head]
+    ours = {"backbone": BertEncoder.from_bert_config(CONFIG)}
+    ours["masked_lm"] = BertPretrainer(ours["backbone"], next_sentence=False)
+    ours["classifier"] = BertClassifier(ours["backbone"], CLASSES)
+    shapes = {v.path: tuple(v.shape) for model in ours.values() for v in model.weights}
+    for kind, model in made.items():
+        paths = [v.path for v in model.weights]
+        assert len(paths) == len(set(paths)), kind
+        for weight in model.weights:
+            named = [row for row in rows if row.keras_hub == weight.path]
+            assert len(named) == 1, (kind, weight.path, [row.ours for row in named])
+            row = named[0]
+            assert row.file_shape("keras_hub", shapes[row.ours], SIZES["num_heads"]) == \
+                tuple(weight.shape), (kind, weight.path)
+        # And our model of that kind has no variable the keras-hub model lacks (beyond
+        # BertPretrainer's NSP head, which keras-hub has no place for).
+        ours_rows = checkpoints.model_weight_names(ours[kind])
+        assert {row.keras_hub for row in ours_rows} == set(paths), kind

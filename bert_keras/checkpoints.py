@@ -1203,44 +1203,62 @@ def read_hf_labels(path: str) -> list[str] | None:
 HF_TOKENIZER_FILE = tokenizer_config.HF_TOKENIZER_FILE  # transformers 5.x saves it, not vocab.txt
 
 
-def read_hf_vocab(directory: str) -> list[str] | None:
-    """The WordPiece vocabulary of a transformers directory, tokens in id order.
+def read_hf_tokenizer(directory: str) -> tuple[list[str], dict | None] | None:
+    """(the WordPiece vocabulary in id order, tokenizer.json's JSON object or None) of a
+    transformers directory; None when it has neither vocab.txt nor tokenizer.json.
 
-    From vocab.txt when present, else from tokenizer.json's WordPiece model (transformers
-    5.x's `save_pretrained` writes only that); None when the directory has neither.
+    The tokens come from vocab.txt when present, else from tokenizer.json's WordPiece model
+    (transformers 5.x's `save_pretrained` writes only that). tokenizer.json is read once,
+    here: its added tokens (`check_no_added_tokens`) and its normalizer
+    (`tokenizer_config.normalizer_settings`) are taken from the object returned. Beside a
+    vocab.txt a tokenizer.json that cannot be read is returned as None (it is not the
+    vocabulary's source).
 
     Raises:
-      ValueError: a tokenizer.json that is not a WordPiece tokenizer, or whose ids are not
-        0..V-1.
+      WeightLoadError: without vocab.txt, a tokenizer.json that cannot be read, is not a
+        WordPiece tokenizer, or whose ids are not 0..V-1.
     """
     vocab_txt = os.path.join(directory, files.VOCAB_FILE)
+    path = os.path.join(directory, HF_TOKENIZER_FILE)
     if os.path.isfile(vocab_txt):
         from data_prep import schema
 
-        return schema.load_vocab(vocab_txt)
-    path = os.path.join(directory, HF_TOKENIZER_FILE)
+        tokens = schema.load_vocab(vocab_txt)
+        try:
+            values = files.read_json(path, "transformers' tokenizer.json") if os.path.isfile(
+                path) else None
+        except (files.TextFileError, OSError):
+            values = None
+        return tokens, values if isinstance(values, dict) else None
     if not os.path.isfile(path):
         return None
     try:
-        model = files.read_json(path, "transformers' tokenizer.json").get("model") or {}
+        values = files.read_json(path, "transformers' tokenizer.json")
     except files.TextFileError as e:
         raise WeightLoadError(str(e)) from None
-    except (OSError, AttributeError) as e:
+    except OSError as e:
         raise WeightLoadError(f"{path}: cannot be read as a tokenizer.json ({e})") from None
-    vocab = model.get("vocab")
-    if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
-        raise WeightLoadError(f"{path}: a {model.get('type')!r} tokenizer; BERT needs a WordPiece "
-                         "vocabulary")
+    if not isinstance(values, dict):
+        raise WeightLoadError(f"{path}: cannot be read as a tokenizer.json (a JSON "
+                              f"{type(values).__name__}, not an object)")
+    model = values.get("model") or {}
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "WordPiece" or not isinstance(
+            vocab, dict):
+        kind = model.get("type") if isinstance(model, dict) else None
+        raise WeightLoadError(f"{path}: a {kind!r} tokenizer; BERT needs a WordPiece "
+                              "vocabulary")
     by_id = {i: token for token, i in vocab.items()}
     if sorted(by_id) != list(range(len(vocab))):
         raise WeightLoadError(f"{path}: WordPiece ids are not 0..{len(vocab) - 1}")
-    return [by_id[i] for i in range(len(vocab))]
+    return [by_id[i] for i in range(len(vocab))], values
 
 
 HF_ADDED_TOKENS_FILE = "added_tokens.json"  # transformers 4's slow tokenizer: token -> id
 
 
-def check_no_added_tokens(directory: str, vocab: list[str]) -> None:
+def check_no_added_tokens(directory: str, vocab: list[str],
+                          tokenizer_json: dict | None) -> None:
     """Refuses a transformers directory whose tokenizer has tokens beyond `vocab` (the
     WordPieces, in id order): `tokenizer.add_tokens([...])` (or added special tokens) then
     `resize_token_embeddings`. transformers matches such a token in the raw text before
@@ -1248,19 +1266,20 @@ def check_no_added_tokens(directory: str, vocab: list[str]) -> None:
     would split the token into other ids (or [UNK]) without a word. The model's embedding
     rows cover them, so the vocabulary-size check does not catch it.
 
+    Args:
+      directory: the transformers directory (its added_tokens.json is read here).
+      vocab: its WordPieces; tokenizer_json: its tokenizer.json as `read_hf_tokenizer`
+        returned it (None: none, or one that cannot be read beside a vocab.txt).
+
     Raises:
       WeightLoadError: naming the file, the tokens and their ids.
     """
     added = {}  # id -> token
     path = os.path.join(directory, HF_TOKENIZER_FILE)
-    if os.path.isfile(path):
-        try:
-            entries = files.read_json(path, "transformers' tokenizer.json").get("added_tokens")
-        except (files.TextFileError, OSError, AttributeError):
-            entries = None  # read_hf_vocab names a damaged file
-        for entry in entries if isinstance(entries, list) else ():
-            if isinstance(entry, dict) and isinstance(entry.get("id"), int):
-                added[entry["id"]] = (str(entry.get("content")), path)
+    entries = (tokenizer_json or {}).get("added_tokens")
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("id"), int):
+            added[entry["id"]] = (str(entry.get("content")), path)
     path = os.path.join(directory, HF_ADDED_TOKENS_FILE)
     if os.path.isfile(path):
         try:

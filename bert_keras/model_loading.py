@@ -184,12 +184,9 @@ def _first_existing(*paths: str) -> str | None:
 _SCRATCH: list[tempfile.TemporaryDirectory] = []  # vocab.txt files made from tokenizer.json
 
 
-def _vocab_from_tokenizer_json(directory: str) -> str | None:
-    """A vocab.txt (in a directory removed when the process ends) holding the WordPiece
-    vocabulary of a transformers directory's tokenizer.json, or None without one."""
-    tokens = checkpoints.read_hf_vocab(directory)
-    if tokens is None:
-        return None
+def _scratch_vocab(directory: str, tokens: list[str]) -> str:
+    """A vocab.txt (in a directory removed when the process ends) holding `tokens`, the
+    WordPiece vocabulary of a transformers directory's tokenizer.json."""
     if not _SCRATCH:
         _SCRATCH.append(tempfile.TemporaryDirectory(prefix="bert-keras-vocab-"))
     key = hashlib.sha256(files.absolute(directory).encode()).hexdigest()[:16]
@@ -199,25 +196,28 @@ def _vocab_from_tokenizer_json(directory: str) -> str | None:
 
 
 def _vocab_and_settings(directory: str, hf: bool = False):
-    """(vocab.txt path, the file it came from, saved settings) found in `directory`."""
-    tokens = checkpoints.read_hf_vocab(directory) if hf else None
-    if tokens is not None:  # and tokens added beyond them (tokenizer.json, added_tokens.json)?
-        checkpoints.check_no_added_tokens(directory, tokens)
+    """(vocab.txt path, the file it came from, saved settings) found in `directory`. A
+    transformers directory's tokenizer.json is read once (`checkpoints.read_hf_tokenizer`):
+    its vocabulary, added tokens and normalizer come from that read."""
+    found = checkpoints.read_hf_tokenizer(directory) if hf else None
+    if found is not None:  # and tokens added beyond them (tokenizer.json, added_tokens.json)?
+        checkpoints.check_no_added_tokens(directory, *found)
     vocab = _first_existing(os.path.join(directory, files.VOCAB_FILE))
     if vocab:
         return vocab, vocab, tokenizer_config.read_for_vocab(vocab)
     if not hf:
         return None, None, None
-    vocab = _vocab_from_tokenizer_json(directory)  # transformers 5: tokenizer.json only
+    tokens, tokenizer_json = found or (None, None)  # transformers 5: tokenizer.json only
+    vocab = _scratch_vocab(directory, tokens) if tokens is not None else None
     settings_file = os.path.join(directory, files.TOKENIZER_CONFIG_FILE)
     source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None
     saved = None
     if files.isfile(settings_file):  # its normalizer where this file gives no casing
-        saved = tokenizer_config.read_file(settings_file)[0], settings_file
+        saved = tokenizer_config.read_file(settings_file, tokenizer_json)[0], settings_file
     elif source:
-        found = tokenizer_config.normalizer_settings(source)
-        if found:
-            saved = TokenizerConfig.from_json_dict(found, source), source
+        normalizer = tokenizer_config.normalizer_settings(source, tokenizer_json)
+        if normalizer:
+            saved = TokenizerConfig.from_json_dict(normalizer, source), source
     return vocab, source, saved
 
 

@@ -175,31 +175,35 @@ def _read_json(path: str):
         raise TokenizerConfigError(str(e)) from None
 
 
-def read_file(path: str) -> tuple[TokenizerConfig, dict]:
+def read_file(path: str, tokenizer_json: Mapping | None = None
+              ) -> tuple[TokenizerConfig, dict]:
     """Reads a tokenizer_config.json; returns (config, the raw JSON object).
 
     Where it gives no casing (transformers 5 writes none for a tokenizer built with the
     `tokenizers` library: the casing is tokenizer.json's normalizer), the normalizer of a
     tokenizer.json beside it gives it, as transformers' fast tokenizer reads it. Before,
-    such a cased tokenizer read as uncased.
+    such a cased tokenizer read as uncased. `tokenizer_json`: that file's JSON object where
+    the caller has read it (it is read here otherwise).
     """
     values = _read_json(path)
     if isinstance(values, Mapping) and not {"do_lower_case", "strip_accents"} & set(values):
         beside = os.path.join(os.path.dirname(files.absolute(path)), HF_TOKENIZER_FILE)
-        if files.isfile(beside):
-            values = {**values, **normalizer_settings(beside)}
+        if tokenizer_json is not None or files.isfile(beside):
+            values = {**values, **normalizer_settings(beside, tokenizer_json)}
     return TokenizerConfig.from_json_dict(values, path), values
 
 
 HF_TOKENIZER_FILE = "tokenizer.json"  # transformers' fast tokenizer (5.x saves only this)
 
 
-def normalizer_settings(path: str) -> dict:
+def normalizer_settings(path: str, values: Mapping | None = None) -> dict:
     """The settings a transformers tokenizer.json's normalizer applies: BertNormalizer's
     `lowercase` / `strip_accents` / `handle_chinese_chars`, or a Sequence holding
     `Lowercase` and `StripAccents` (whose absence means that step is not done); {} for no
-    normalizer or one of another kind (the defaults then apply)."""
-    values = _read_json(path)
+    normalizer or one of another kind (the defaults then apply). `values`: the file's JSON
+    object where the caller has read it (`path` is read otherwise)."""
+    if values is None:
+        values = _read_json(path)
     normalizer = values.get("normalizer") if isinstance(values, Mapping) else None
     if not isinstance(normalizer, Mapping):
         return {}

@@ -146,7 +146,7 @@ def build_fixtures(d: str) -> str:
 
 
 def tokenizer_json(tokens) -> str:
-    """transformers 5's tokenizer.json (what read_hf_vocab reads: a WordPiece model)."""
+    """transformers 5's tokenizer.json (what read_hf_tokenizer reads: a WordPiece model)."""
     return json.dumps({"version": "1.0", "model": {
         "type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
         "max_input_chars_per_word": 100, "vocab": {t: i for i, t in enumerate(tokens)}}})

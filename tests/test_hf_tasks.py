@@ -681,6 +681,62 @@ def test_a_tokenizers_casing_is_read_from_its_normalizer(tmp_path, normalizer):
         settings.effective()[:2]
 
 
+@pytest.mark.parametrize("settings", ["tokenizer_config_without_casing", "tokenizer_json_alone"])
+def test_a_transformers_directorys_tokenizer_json_is_read_once(tmp_path, monkeypatch, settings):
+    """transformers 5's layout (tokenizer.json, no vocab.txt): the vocabulary, the added
+    tokens and the casing (its normalizer, where tokenizer_config.json gives none) all come
+    from one read of the file; it was opened four times (an mBERT tokenizer.json is 2.9 MB).
+    Counted at builtins.open, whoever opens it."""
+    import builtins
+
+    directory = tmp_path / "hf"
+    hf_model("BertModel", seed=6).save_pretrained(directory)
+    transformers.BertTokenizer(vocab=VOCAB, do_lower_case=False).save_pretrained(directory)
+    assert not (directory / "vocab.txt").exists()
+    config_file = directory / "tokenizer_config.json"
+    if settings == "tokenizer_json_alone":
+        os.remove(config_file)
+    else:  # as transformers writes it for a tokenizer built with the tokenizers library
+        values = json.loads(config_file.read_text())
+        config_file.write_text(json.dumps({k: v for k, v in values.items()
+                                           if k not in ("do_lower_case", "strip_accents")}))
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and \
+                os.path.basename(os.fspath(file)) == "tokenizer.json":
+            opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    ckpt = model_loading.load_checkpoint(str(directory))
+    monkeypatch.undo()
+    assert len(opened) == 1, opened
+    # What the one read gave: transformers' ids and its (cased) normalizer.
+    with open(ckpt.vocab_file, encoding="utf-8") as f, open(VOCAB, encoding="utf-8") as want:
+        assert f.read().split("\n") == want.read().split("\n")
+    assert ckpt.saved_tokenizer[0].effective()[0] is False
+    assert ckpt.saved_tokenizer[1].endswith("tokenizer.json") == (
+        settings == "tokenizer_json_alone")
+
+
+@pytest.mark.parametrize("content,says", [
+    ('["WordPiece"]', r"cannot be read as a tokenizer\.json \(a JSON list, not an object\)"),
+    ('{"model": ["WordPiece"]}', r"a None tokenizer; BERT needs a WordPiece vocabulary"),
+    ('{"model": {"type": "BPE", "vocab": {}}}', r"a 'BPE' tokenizer; BERT needs a WordPiece"),
+])
+def test_a_tokenizer_json_that_is_not_wordpiece_is_named_in_one_line(tmp_path, content, says):
+    """Without vocab.txt, tokenizer.json is the vocabulary: one of another shape is a
+    WeightLoadError naming the file (a "model" that was not an object raised
+    AttributeError, a traceback from every tool)."""
+    directory = tmp_path / "hf"
+    hf_model("BertModel", seed=7).save_pretrained(directory)
+    (directory / "tokenizer.json").write_text(content)
+    with pytest.raises(WeightLoadError, match=r"tokenizer\.json: " + says):
+        model_loading.load_checkpoint(str(directory))
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("name,tool,defaults", [
     ("BertForTokenClassification", "export_tagger", ["--doc_stride", "--tag_format"]),

@@ -36,7 +36,7 @@ so transformers' AutoTokenizer reads it (from our layouts and transformers'; a G
 checkpoint records no casing, so its vocab.txt is left for you to copy), and into a
 --to=keras directory: an encoder's layout (encoder.weights.h5, bert_config.json, vocab.txt,
 tokenizer_config.json) or, for a pretrainer, run_pretraining's (pretrainer.weights.h5 and
-that encoder/), which --init_checkpoint and the exports read; a .keras file holds the
+that encoder/), which the fine-tuning tools and the exports read; a .keras file holds the
 weights alone.
 
 --model=auto converts the model the input holds: for hf, what config.json's `architectures`
@@ -92,7 +92,7 @@ from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning.classification import (LABEL_FLAGS, ClassifierOptions,
                                                   labels_from_label_flags)
 from bert_keras.pretrainer import BertPretrainer
-from data_prep import cli, files, tokenizer_config
+from data_prep import cli, files, glue, tokenizer_config
 
 # Google-style flag names (input, output, bert_config_file) recur across our tools;
 # allow_override lets tests import several entry points into one process.
@@ -135,8 +135,16 @@ _BERT_CONFIG_FILE = flags.DEFINE_string(
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 # A Google run_classifier checkpoint and a keras-hub BertTextClassifier record no label
 # names: run_classifier's own flags give them (--task_name, --label_list, --label_list_file),
-# read as it reads them.
-_LABEL_FLAGS = cli.define_flags(ClassifierOptions, only=LABEL_FLAGS)
+# read as it reads them; their help here names no flag of run_classifier's data (this tool
+# reads none).
+_LABEL_FLAGS = cli.define_flags(ClassifierOptions, only=LABEL_FLAGS, helps={
+    "task_name": "The input classifier's labels are this run_classifier task's, in the order "
+                 "run_classifier gives them: " + ", ".join(
+                     t for t in glue.TASKS if not glue.get_processor(t).is_regression()) + ".",
+    "label_list": "The input classifier's labels in id order, for an input that records none "
+                  "(a Google run_classifier checkpoint, a keras-hub BertTextClassifier).",
+    "label_list_file": "--label_list's labels from a file, one a line.",
+})
 
 
 # What a message calls each form without casing (model_loading.FORMS_WITHOUT_CASING).

@@ -60,7 +60,8 @@ def calling_module(depth: int = 2) -> str:
 
 
 def define_flags(options_cls, defaults: Mapping[str, Any] | None = None,
-                 only: Sequence[str] | None = None) -> dict:
+                 only: Sequence[str] | None = None,
+                 helps: Mapping[str, str] | None = None) -> dict:
     """Declares one absl flag per flag field of `options_cls`; returns name -> FlagHolder.
 
     The flags belong to the calling module (the tool), so its --help lists them.
@@ -69,7 +70,9 @@ def define_flags(options_cls, defaults: Mapping[str, Any] | None = None,
       options_cls: a dataclass whose fields use `option(...)`.
       defaults: per-tool defaults replacing the dataclass's (e.g. max_seq_length=384).
       only: the names of the fields to declare (another tool's few flags, with their
-        help and type: convert_checkpoint's label flags are run_classifier's); None: all.
+        type: convert_checkpoint's label flags are run_classifier's); None: all.
+      helps: per-tool help texts replacing the dataclass's (another tool's flags, whose
+        help would name flags this tool does not take).
     """
     from absl import flags
 
@@ -82,20 +85,21 @@ def define_flags(options_cls, defaults: Mapping[str, Any] | None = None,
         meta = f.metadata
         default = (defaults or {}).get(f.name, f.default if f.default is not dataclasses.MISSING
                                        else f.default_factory())
+        help_text = (helps or {}).get(f.name, meta["help"])
         kind = _base_type(hints[f.name])
         kwargs = {"allow_override": True, "module_name": module}
         if meta["enum"]:
-            holder = flags.DEFINE_enum(f.name, default, list(meta["enum"]), meta["help"], **kwargs)
+            holder = flags.DEFINE_enum(f.name, default, list(meta["enum"]), help_text, **kwargs)
         elif kind is bool:
-            holder = flags.DEFINE_boolean(f.name, default, meta["help"], **kwargs)
+            holder = flags.DEFINE_boolean(f.name, default, help_text, **kwargs)
         elif kind is int:
-            holder = flags.DEFINE_integer(f.name, default, meta["help"], **kwargs)
+            holder = flags.DEFINE_integer(f.name, default, help_text, **kwargs)
         elif kind is float:
-            holder = flags.DEFINE_float(f.name, default, meta["help"], **kwargs)
+            holder = flags.DEFINE_float(f.name, default, help_text, **kwargs)
         elif kind is list:
-            holder = flags.DEFINE_list(f.name, default, meta["help"], **kwargs)
+            holder = flags.DEFINE_list(f.name, default, help_text, **kwargs)
         else:
-            holder = flags.DEFINE_string(f.name, default, meta["help"], **kwargs)
+            holder = flags.DEFINE_string(f.name, default, help_text, **kwargs)
         holders[f.name] = holder
     return holders
 

@@ -322,7 +322,7 @@ _MLM = flags.DEFINE_boolean(
 _SEQ_LENGTH = flags.DEFINE_integer(
     "seq_length", 128, "Sequence length of the warmup requests (your serving length).",
     allow_override=True)
-_LENGTH_BUCKETS = length_buckets.define_flag()
+_LENGTH_BUCKETS = length_buckets.define_flag(length_flag="seq_length")
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 

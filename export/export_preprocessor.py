@@ -275,7 +275,7 @@ _VOCAB_FILE = flags.DEFINE_string(
 _SEQ_LENGTH = flags.DEFINE_integer("seq_length", 128, "Output sequence length.",
                                    allow_override=True)
 _DESTINATION = saved_model_writer.define_flags()  # --export_dir, --version
-_LENGTH_BUCKETS = length_buckets.define_flag()
+_LENGTH_BUCKETS = length_buckets.define_flag(length_flag="seq_length")
 _TOKENIZER_FLAGS = tokenizer_config.define_flags()
 
 

@@ -82,8 +82,10 @@ def parse_flag(values: Sequence[str] | None) -> tuple[int, ...] | None:
                           f"(e.g. 16,32,64,128). Received: {','.join(values)}") from None
 
 
-def define_flag(module_name: str | None = None):
-    """Defines --length_buckets for the calling export tool; returns its holder."""
+def define_flag(module_name: str | None = None, length_flag: str = "max_seq_length"):
+    """Defines --length_buckets for the calling export tool; returns its holder.
+    `length_flag`: the tool's flag of the length requests are packed to (export_encoder's
+    and export_preprocessor's is --seq_length)."""
     from absl import flags
 
     from data_prep.cli import calling_module
@@ -91,9 +93,9 @@ def define_flag(module_name: str | None = None):
     return flags.DEFINE_list(
         "length_buckets", None,
         "Lengths the text-in signatures round a batch's real length up to before the encoder "
-        "(comma-separated; those at or above --max_seq_length are dropped, --max_seq_length "
+        f"(comma-separated; those at or above --{length_flag} are dropped, --{length_flag} "
         "is always the last). Default: " + ",".join(map(str, DEFAULT_BUCKETS)) + ". An empty "
-        "value runs every request at --max_seq_length.",
+        f"value runs every request at --{length_flag}.",
         allow_override=True, module_name=module_name or calling_module())
 
 

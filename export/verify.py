@@ -23,15 +23,15 @@ Checks, each reported on one line; exit status 1 if any fails:
   lengths    ids in (encoder): the longest warmup request fits the position table
              (max_position_embeddings of assets/bert_config.json). Text in (classifier,
              regressor, tagger, span QA): the length buckets the first line of
-             batching_params.pbtxt names, the last the serving length (--max_seq_length);
-             that length and any ids warmup request fit the position table (the rows of
-             the saved embeddings/position_embeddings variable), span QA's outputs are
-             that wide, and each bucketed signature has a warmup request that runs the
-             encoder at every bucket (counted with the export's assets/vocab.txt and
-             tokenizer_config.json; span QA's from the request's outputs, as its
-             question is cut to a --max_query_length the export does not record);
-             without batching_params.pbtxt (an export from before length buckets) the
-             line passes, saying it was not checked
+             batching_params.pbtxt names, the last the serving length (the exporter's
+             max_seq_length); that length and any ids warmup request fit the position
+             table (the rows of the saved embeddings/position_embeddings variable), span
+             QA's outputs are that wide, and each bucketed signature has a warmup request
+             that runs the encoder at every bucket (counted with the export's
+             assets/vocab.txt and tokenizer_config.json; span QA's from the request's
+             outputs, as its question is cut to a max_query_length the export does not
+             record); without batching_params.pbtxt (an export from before length
+             buckets) the line passes, saying it was not checked
   session    the TF1 session loader (TF Serving's C++ loader and `saved_model_cli run`
              take this path) restores the variables, and the same requests give the
              same outputs by SignatureDef tensor names (within tolerance)

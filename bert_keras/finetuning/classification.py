@@ -417,12 +417,20 @@ class ClassificationTask(SentenceTask):
 
 
 def labels_from_label_flags(values: dict) -> list[str] | None:
-    """The labels that `LABEL_FLAGS`' values ({name: value}) give, read as run_classifier
-    reads them (a --task_name's labels in Google's order, --label_list, --label_list_file);
-    None where none is given.
+    """The labels that `LABEL_FLAGS`' values ({name: value}) give convert_checkpoint, read as
+    run_classifier reads them (a --task_name's labels in Google's order, --label_list,
+    --label_list_file); None where none is given.
 
     Raises:
       FinetuneError: --task_name with --label_list(_file), or an unknown or regression task.
       model_loading.CheckpointError: an empty, repeated or unreadable label.
     """
+    from data_prep import glue
+
+    task = values.get("task_name")
+    if task and glue.get_processor(task).is_regression():
+        # Not run_classifier's advice (run run_regressor with the same flags): this is
+        # convert_checkpoint, whose regressors have no labels to name.
+        raise FinetuneError(f"--task_name={task}: a regression task (a number per example, "
+                            "not a class), which names no labels; drop --task_name")
     return ClassificationTask().given_labels(ClassifierOptions(**values))

@@ -89,8 +89,8 @@ class FinetuneOptions(DistributionOptions):
     do_predict: bool = option(False, "Write predictions for --predict_file.")
     max_seq_length: int | None = option(
         None, "WordPieces per sequence, [CLS]/[SEP] included; longer input is truncated (and "
-        "counted), but for run_tagger's sentences and run_squad's contexts, read in windows "
-        "--doc_stride apart. Default: Google's for training (128; run_squad 384); evaluating or "
+        "counted), but for run_tagger's sentences and run_squad's contexts, read in "
+        "overlapping windows (run_tagger's and run_squad's --doc_stride). Default: Google's for training (128; run_squad 384); evaluating or "
         "predicting alone, the length the model was fine-tuned at "
         f"({files.TRAIN_RESULTS_FILE} beside it), else Google's.")
     train_batch_size: int = option(
@@ -1333,8 +1333,8 @@ _TRANSFORMERS_FLAGS = {
     "model_name_or_path": (str, "transformers' name for --init_checkpoint (a local "
                            "save_pretrained directory, or any form it takes; nothing is "
                            "downloaded from the Hub)."),
-    "validation_file": (str, "transformers' name for --eval_file (run_squad: --predict_file, "
-                        "which it scores)."),
+    # Its flag per tool (run_squad scores its --predict_file): `define_transformers_flags`.
+    "validation_file": (str, "transformers' name for --{target}, the file the tool scores."),
     "test_file": (str, "transformers' name for --predict_file."),
     "per_device_train_batch_size": (int, "transformers' name for --train_batch_size (on one "
                                     "device; refused with --distribution_strategy=mirrored, "
@@ -1392,6 +1392,7 @@ def define_transformers_flags(aliases: dict) -> dict:
     out = {}
     for name, target in {**aliases, **dict.fromkeys(_TRANSFORMERS_NO_OP)}.items():
         kind, help_text = _TRANSFORMERS_FLAGS[name]
+        help_text = help_text.replace("{target}", target or "")
         out[name] = (define[kind](name, False if kind is bool else None, help_text, **same),
                      target)
     return out

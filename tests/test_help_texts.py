@@ -1,0 +1,137 @@
+"""Every tool's --help names only flags that exist: each `--name` in a tool's docstring and
+flag help texts is a flag absl registered for that tool, or for the tool named right
+before it ("run_classifier's --output_dir", "`python -m export.export_classifier
+--model_dir=...`"). convert_checkpoint declares run_classifier's label flags, whose help
+spoke of run_classifier's --train_file and --do_train, which it does not take.
+
+The independent side is absl's flag registry: the flags each tool module registers (and
+adopts as key flags), recorded as they are registered in a fresh process, since tools
+imported into one process redefine shared flags (allow_override).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from cli_harness import TOOLS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# In a fresh process: each tool's docstring and its flags' help as registered for it.
+_REGISTRY = """
+import collections, importlib, json, sys
+from absl import flags
+registered = collections.defaultdict(dict)
+for method in ("register_flag_by_module", "register_key_flag_for_module"):
+    original = getattr(flags.FlagValues, method)
+    def record(self, module_name, flag, original=original):
+        registered[module_name][flag.name] = flag.help or ""
+        return original(self, module_name, flag)
+    setattr(flags.FlagValues, method, record)
+docs = {tool: importlib.import_module(tool).__doc__ or "" for tool in sys.argv[1:]}
+absl_own = sorted({f.name for module, found in flags.FLAGS.flags_by_module_dict().items()
+                   if module.split(".")[0] == "absl" for f in found})
+print(json.dumps({"tools": {tool: {"doc": docs[tool], "flags": registered[tool]}
+                            for tool in sys.argv[1:]}, "absl": absl_own}))
+"""
+
+
+@pytest.fixture(scope="module")
+def registry():
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, "-c", _REGISTRY, *TOOLS.values()], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+_FLAG = re.compile(r"^--([a-z][a-z0-9_]*)")
+_PUNCTUATION = "`'\"()[],;:.!?"
+
+
+def _owner(word: str) -> str | None:
+    """The tool `word` names (run_classifier, run_classifier's, bert_keras.run_classifier),
+    or None."""
+    word = word.strip(_PUNCTUATION)
+    word = word[:-2] if word.endswith("'s") else word
+    for tool, module in TOOLS.items():
+        if word in (tool, module):
+            return tool
+    return None
+
+
+def flag_references(text: str):
+    """(the tool named right before, or None; flag name) for each `--name` in `text`. A
+    tool's name is followed by its flags ("run_tagger --task_name=klue-ner", "`python -m
+    bert_keras.run_squad --do_train`", on lines continued by a backslash); any other word,
+    or a blank line, ends them."""
+    for paragraph in re.split(r"\n\s*\n", text):
+        owner = None
+        for word in paragraph.split():
+            named = _owner(word)
+            if named is not None:
+                owner = named
+                continue
+            match = _FLAG.match(word.lstrip(_PUNCTUATION))
+            if match:
+                yield owner, match.group(1)
+            elif word not in ("\\", "-m"):
+                owner = None
+
+
+def test_flag_references_attribute_flags_to_the_tool_named_before_them():
+    text = ("a run_pretraining or run_classifier --output_dir, an encoder/ directory; "
+            "`python -m export.export_classifier --model_dir=runs/a \\\n --export_dir=/m` "
+            "then --label_list (run_classifier's --label_list_file or --task_name); "
+            "Google's run_classifier.py --do_lower_case\n\n    python -m bert_keras."
+            "run_squad --do_train\n\n--to=hf")
+    assert list(flag_references(text)) == [
+        ("run_classifier", "output_dir"), ("export_classifier", "model_dir"),
+        ("export_classifier", "export_dir"), (None, "label_list"),
+        ("run_classifier", "label_list_file"), (None, "task_name"), (None, "do_lower_case"),
+        ("run_squad", "do_train"), (None, "to")]
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_help_names_only_flags_the_tool_takes(registry, tool):
+    """Each `--name` in the tool's docstring and flag help texts (what --help prints) is one
+    of its flags, or of the tool named right before it."""
+    tools = registry["tools"]
+    module = TOOLS[tool]
+    texts = {"the docstring": tools[module]["doc"]}
+    texts.update({f"--{name}'s help": text for name, text in tools[module]["flags"].items()})
+    stale = []
+    for where, text in texts.items():
+        for owner, name in flag_references(text):
+            taken = set(tools[TOOLS[owner or tool]]["flags"]) | set(registry["absl"])
+            if name not in taken and not (name.startswith("no") and name[2:] in taken):
+                stale.append(f"{where}: --{name} (not a flag of {owner or tool})")
+    assert not stale, "\n".join(stale)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--task_name=sts-b"], "error: --task_name=sts-b: a regression task (a number per "
+                            "example, not a class), which names no labels; drop --task_name"),
+    (["--task_name=mrpc", "--label_list=a,b"], "error: --task_name reads its columns and "
+                                               "labels as the task's GLUE processor does; drop "
+                                               "--label_list"),
+    (["--task_name=nosuch"], "error: --task_name: unknown task 'nosuch'"),
+])
+def test_convert_checkpoints_label_flag_errors_name_only_its_flags(registry, tmp_path, args,
+                                                                   says):
+    """convert_checkpoint reads its label flags as run_classifier does, but its messages
+    name only what it takes: a regression task said "run bert_keras.run_regressor with the
+    same flags" (its --from, --to, --input and --output are no flags of run_regressor)."""
+    from cli_harness import run_tool
+
+    result = run_tool("convert_checkpoint", ["--from=hf", "--to=keras", f"--input={tmp_path}",
+                                             f"--output={tmp_path / 'out'}", *args])
+    assert result.code == 1 and len(result.error_lines) == 1, result.stderr[-2000:]
+    assert result.error_lines[0].startswith(says), result.error_lines
+    flags_ = set(registry["tools"][TOOLS["convert_checkpoint"]]["flags"])
+    assert {name for _, name in flag_references(result.error_lines[0])} <= flags_
+    assert "run_regressor" not in result.stderr

@@ -202,12 +202,13 @@ def _vocab_and_settings(directory: str, hf: bool = False):
     found = checkpoints.read_hf_tokenizer(directory) if hf else None
     if found is not None:  # and tokens added beyond them (tokenizer.json, added_tokens.json)?
         checkpoints.check_no_added_tokens(directory, *found)
+    tokens, tokenizer_json = found or (None, None)
     vocab = _first_existing(os.path.join(directory, files.VOCAB_FILE))
-    if vocab:
-        return vocab, vocab, tokenizer_config.read_for_vocab(vocab)
+    if vocab:  # transformers 4 (vocab.txt and tokenizer.json), or ours
+        return vocab, vocab, tokenizer_config.read_for_vocab(vocab, tokenizer_json)
     if not hf:
         return None, None, None
-    tokens, tokenizer_json = found or (None, None)  # transformers 5: tokenizer.json only
+    # transformers 5: tokenizer.json only
     vocab = _scratch_vocab(directory, tokens) if tokens is not None else None
     settings_file = os.path.join(directory, files.TOKENIZER_CONFIG_FILE)
     source = os.path.join(directory, checkpoints.HF_TOKENIZER_FILE) if vocab else None

@@ -222,7 +222,8 @@ def normalizer_settings(path: str, values: Mapping | None = None) -> dict:
     return {"do_lower_case": "Lowercase" in kinds, "strip_accents": "StripAccents" in kinds}
 
 
-def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
+def read_for_vocab(vocab_file: str, tokenizer_json: Mapping | None = None
+                   ) -> tuple[TokenizerConfig, str] | None:
     """The settings saved beside `vocab_file`, or None if there are none for it.
 
     A tokenizer_config.json that names another vocabulary file of the same directory (in
@@ -231,19 +232,23 @@ def read_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str] | None:
     transformers) describes this one. Before, a renamed vocabulary lost its settings: a
     Korean one was read with the uncased defaults (jamo, every Hangul word [UNK]).
 
+    `tokenizer_json`: the JSON object of the tokenizer.json beside it where the caller has
+    read it (`read_file`).
+
     Returns:
       (config, its path) or None.
     """
-    found = _file_for_vocab(vocab_file)
+    found = _file_for_vocab(vocab_file, tokenizer_json)
     return None if found is None else found[:2]
 
 
-def _file_for_vocab(vocab_file: str) -> tuple[TokenizerConfig, str, dict] | None:
+def _file_for_vocab(vocab_file: str, tokenizer_json: Mapping | None = None
+                    ) -> tuple[TokenizerConfig, str, dict] | None:
     """`read_for_vocab`'s (config, path), and the file's raw JSON object."""
     path = path_for_vocab(vocab_file)
     if not files.isfile(path):
         return None
-    config, values = read_file(path)
+    config, values = read_file(path, tokenizer_json)
     named = (values.get("bert_keras") or {}).get("vocab_file") if isinstance(
         values.get("bert_keras"), Mapping) else None
     if named and named != os.path.basename(vocab_file) and files.isfile(

@@ -681,18 +681,24 @@ def test_a_tokenizers_casing_is_read_from_its_normalizer(tmp_path, normalizer):
         settings.effective()[:2]
 
 
-@pytest.mark.parametrize("settings", ["tokenizer_config_without_casing", "tokenizer_json_alone"])
+@pytest.mark.parametrize("settings", ["tokenizer_config_without_casing", "tokenizer_json_alone",
+                                      "vocab_txt_and_tokenizer_config_without_casing"])
 def test_a_transformers_directorys_tokenizer_json_is_read_once(tmp_path, monkeypatch, settings):
     """transformers 5's layout (tokenizer.json, no vocab.txt): the vocabulary, the added
     tokens and the casing (its normalizer, where tokenizer_config.json gives none) all come
     from one read of the file; it was opened four times (an mBERT tokenizer.json is 2.9 MB).
-    Counted at builtins.open, whoever opens it."""
+    transformers 4's (vocab.txt beside it): the added tokens and the casing come from one
+    read; it was opened twice (the casing read it again). Counted at builtins.open,
+    whoever opens it."""
     import builtins
+    import shutil
 
     directory = tmp_path / "hf"
     hf_model("BertModel", seed=6).save_pretrained(directory)
     transformers.BertTokenizer(vocab=VOCAB, do_lower_case=False).save_pretrained(directory)
     assert not (directory / "vocab.txt").exists()
+    if settings.startswith("vocab_txt"):  # transformers 4 wrote vocab.txt as well
+        shutil.copy(VOCAB, directory / "vocab.txt")
     config_file = directory / "tokenizer_config.json"
     if settings == "tokenizer_json_alone":
         os.remove(config_file)

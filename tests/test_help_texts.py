@@ -9,78 +9,70 @@ adopts as key flags), recorded as they are registered in a fresh process, since 
 imported into one process redefine shared flags (allow_override).
 """
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from cli_harness import TOOLS
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# In a fresh process: each tool's docstring and its flags' help as registered for it.
-_REGISTRY = """
-import collections, importlib, json, sys
-from absl import flags
-registered = collections.defaultdict(dict)
-for method in ("register_flag_by_module", "register_key_flag_for_module"):
-    original = getattr(flags.FlagValues, method)
-    def record(self, module_name, flag, original=original):
-        registered[module_name][flag.name] = flag.help or ""
-        return original(self, module_name, flag)
-    setattr(flags.FlagValues, method, record)
-docs = {tool: importlib.import_module(tool).__doc__ or "" for tool in sys.argv[1:]}
-absl_own = sorted({f.name for module, found in flags.FLAGS.flags_by_module_dict().items()
-                   if module.split(".")[0] == "absl" for f in found})
-print(json.dumps({"tools": {tool: {"doc": docs[tool], "flags": registered[tool]}
-                            for tool in sys.argv[1:]}, "absl": absl_own}))
-"""
+from flag_registry import registry as recorded_registry
 
 
 @pytest.fixture(scope="module")
 def registry():
-    env = dict(os.environ, PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, "-c", _REGISTRY, *TOOLS.values()], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.splitlines()[-1])
+    """Each tool's docstring and its flags' help as registered for it (tests/flag_registry.py:
+    one fresh process per test session)."""
+    return recorded_registry()
 
 
-_FLAG = re.compile(r"^--([a-z][a-z0-9_]*)")
+_FLAG = re.compile(r"^--([a-z][a-z0-9_]*(?:-[a-z0-9_]+)*)")  # and pip's --no-deps
 _PUNCTUATION = "`'\"()[],;:.!?"
+
+
+def tool_word(word: str) -> str:
+    """`word` without the punctuation and possessive around a name ("`run_squad's" ->
+    "run_squad")."""
+    word = word.strip(_PUNCTUATION)
+    return word[:-2] if word.endswith("'s") else word
 
 
 def _owner(word: str) -> str | None:
     """The tool `word` names (run_classifier, run_classifier's, bert_keras.run_classifier),
     or None."""
-    word = word.strip(_PUNCTUATION)
-    word = word[:-2] if word.endswith("'s") else word
+    word = tool_word(word)
     for tool, module in TOOLS.items():
         if word in (tool, module):
             return tool
     return None
 
 
-def flag_references(text: str):
-    """(the tool named right before, or None; flag name) for each `--name` in `text`. A
-    tool's name is followed by its flags ("run_tagger --task_name=klue-ner", "`python -m
-    bert_keras.run_squad --do_train`", on lines continued by a backslash); any other word,
-    or a blank line, ends them."""
-    for paragraph in re.split(r"\n\s*\n", text):
+def flag_spans(text: str, owner_of=_owner):
+    """(the tool named right before, or None; flag name; offset of its `--` in `text`) for
+    each `--name` in `text`. A tool's name is followed by its flags ("run_tagger
+    --task_name=klue-ner", "`python -m bert_keras.run_squad --do_train`", on lines continued
+    by a backslash); any other word, or a blank line, ends them. `owner_of`: the tool a
+    word names, or None."""
+    for paragraph in re.finditer(r"(?:(?!\n\s*\n).)+", text, re.S):
         owner = None
-        for word in paragraph.split():
-            named = _owner(word)
+        for found in re.finditer(r"\S+", paragraph.group()):
+            word = found.group()
+            named = owner_of(word)
             if named is not None:
                 owner = named
                 continue
-            match = _FLAG.match(word.lstrip(_PUNCTUATION))
+            stripped = word.lstrip(_PUNCTUATION)
+            match = _FLAG.match(stripped)
             if match:
-                yield owner, match.group(1)
+                yield owner, match.group(1), (paragraph.start() + found.start()
+                                              + len(word) - len(stripped))
             elif word not in ("\\", "-m"):
                 owner = None
+
+
+def flag_references(text: str, owner_of=_owner):
+    """(the tool named right before, or None; flag name) for each `--name` in `text`
+    (`flag_spans`)."""
+    for owner, name, _ in flag_spans(text, owner_of):
+        yield owner, name
 
 
 def test_flag_references_attribute_flags_to_the_tool_named_before_them():

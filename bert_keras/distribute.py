@@ -141,13 +141,40 @@ class _TfPreemptionAgreement:
         return self._stop_after is not None and call >= self._stop_after
 
 
-def accumulation_refusal(steps: int, num_replicas: int, tf_distribute: bool) -> str | None:
+def kept_by_a_resume(resuming: str | None, kept: str, resume_on: str, otherwise: str) -> str:
+    """The advice that ends a refusal of the replica count: `otherwise` (change a flag) for
+    a new run; for a run that resumes an interrupted one (`resuming`: its --output_dir),
+    whose training flags a resumed run must keep (`kept`), where to resume it instead
+    (`resume_on`). Changing the flag there was refused in turn, as a run with other flags."""
+    if not resuming:
+        return otherwise
+    return (f"{resuming} holds an interrupted run with {kept}, which a resumed run keeps: "
+            f"resume it on {resume_on}, or choose a new --output_dir")
+
+
+def batch_refusal(flag: str, batch: int, num_replicas: int, resuming: str | None = None,
+                  resumable: bool = False) -> str | None:
+    """Why the global batch `batch` of `flag` (--train_batch_size, --eval_batch_size) cannot
+    be split over `num_replicas` replicas (one line), or None where it can. `resuming`: the
+    --output_dir whose interrupted run this one resumes (`kept_by_a_resume`), unless the
+    flag may change on a resume (`resumable`, the evaluation's batch)."""
+    if batch % num_replicas == 0:
+        return None
+    return (f"--{flag}={batch} is not divisible by the {num_replicas} replicas; "
+            + kept_by_a_resume(None if resumable else resuming, f"--{flag}={batch}",
+                               f"a number of replicas that divides {batch} "
+                               "(--distribution_strategy=default: one device)",
+                               f"use a multiple of {num_replicas}"))
+
+
+def accumulation_refusal(steps: int, num_replicas: int, tf_distribute: bool,
+                         resuming: str | None = None) -> str | None:
     """Why Keras 3.15.1 cannot train with gradient accumulation over `steps` micro-batches
     on `num_replicas` replicas (a one-line message naming --gradient_accumulation_steps),
     or None where it can: one replica, or several of Keras' DataParallel on JAX
     (`tf_distribute` False), which accumulates the weights of one device
     (tests/test_run_pretraining_jax.py). run_pretraining and the fine-tuning tools refuse
-    with it.
+    with it; `resuming` as in `batch_refusal`.
 
     Keras applies an accumulated update inside a cond; tf.distribute cannot synchronize
     replicas (merge_call) inside control flow, so fit fails while tracing.
@@ -155,9 +182,13 @@ def accumulation_refusal(steps: int, num_replicas: int, tf_distribute: bool) -> 
     if steps <= 1 or num_replicas <= 1 or not tf_distribute:
         return None
     return (f"--gradient_accumulation_steps={steps} works with one replica only on TensorFlow "
-            f"in Keras 3.15.1 (here: {num_replicas}); raise --train_batch_size instead, the "
-            "replicas already multiply the batch (or train on KERAS_BACKEND=jax, whose "
-            "mirrored strategy accumulates)")
+            f"in Keras 3.15.1 (here: {num_replicas}); "
+            + kept_by_a_resume(resuming, f"--gradient_accumulation_steps={steps}",
+                               "one replica (--distribution_strategy=default) or on "
+                               "KERAS_BACKEND=jax, whose mirrored strategy accumulates",
+                               "raise --train_batch_size instead, the replicas already "
+                               "multiply the batch (or train on KERAS_BACKEND=jax, whose "
+                               "mirrored strategy accumulates)"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,7 +73,8 @@ import sys
 from absl import app, flags, logging
 
 
-from bert_keras.distribute import DistributionOptions, StrategyError, accumulation_refusal
+from bert_keras.distribute import (DistributionOptions, StrategyError, accumulation_refusal,
+                                   batch_refusal, kept_by_a_resume)
 from bert_keras.precision import check_mixed_precision, mixed_precision_option
 from data_prep import cli, files, tokenizer_config
 
@@ -326,7 +327,7 @@ def resolve_masking(options: PretrainingOptions, kind: str, source: str):
 
 
 def check_replicas(options: PretrainingOptions, num_replicas: int,
-                   tf_distribute: bool = True) -> None:
+                   tf_distribute: bool = True, resuming: str | None = None) -> None:
     """Raises PretrainingError for settings Keras 3.15.1 cannot run on `num_replicas`.
 
     The batch sizes must divide on either backend; the evaluation's only when there is
@@ -336,17 +337,19 @@ def check_replicas(options: PretrainingOptions, num_replicas: int,
     CPUs; TPUs are not checked (no TPU to test on).
     Keras' DataParallel on JAX has neither: accumulation and multi-step calls train there
     the weights of one device (tests/test_run_pretraining_jax.py, 2 processes).
+    `resuming`: the --output_dir of an interrupted run this one resumes, whose training
+    flags cannot change: the refusal says on what to resume it (`distribute.kept_by_a_resume`).
     """
     batches = ["train_batch_size"] + (["eval_batch_size"] if options.eval_input_file else [])
     for name in batches:
-        if getattr(options, name) % num_replicas:
-            raise PretrainingError(f"--{name}={getattr(options, name)} is not divisible by "
-                                   f"the {num_replicas} replicas; use a multiple of "
-                                   f"{num_replicas}")
+        refusal = batch_refusal(name, getattr(options, name), num_replicas, resuming,
+                                resumable=name in options._RESUMABLE_CHANGES)
+        if refusal:
+            raise PretrainingError(refusal)
     if num_replicas == 1 or not tf_distribute:
         return
     refusal = accumulation_refusal(options.gradient_accumulation_steps, num_replicas,
-                                   tf_distribute)
+                                   tf_distribute, resuming)
     if refusal:
         raise PretrainingError(refusal)
     if options.steps_per_execution > 1 and options.distribution_strategy != "tpu":
@@ -356,7 +359,9 @@ def check_replicas(options: PretrainingOptions, num_replicas: int,
         raise PretrainingError(
             f"--steps_per_execution={options.steps_per_execution} fails with "
             f"{num_replicas} replicas on TensorFlow in Keras 3.15.1 (keras-team/keras#19246); "
-            "use 1")
+            + kept_by_a_resume(resuming, f"--steps_per_execution={options.steps_per_execution}",
+                               "one replica (--distribution_strategy=default) or on "
+                               "KERAS_BACKEND=jax", "use 1"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -633,6 +638,18 @@ def contents_read(options: PretrainingOptions, config, input_files, initial_read
     if initial_read is not None:
         contents["init_checkpoint"] = initial_read[0]
     return contents
+
+
+def _resumed_run(options: PretrainingOptions, distribution) -> str | None:
+    """--output_dir where it holds a backup of an interrupted run that this run resumes
+    (`prepare_output_dir` then requires its training flags), else None."""
+    from bert_keras.backup import holds_a_backup, process_backup_dir
+
+    out = options.output_dir
+    if files.isfile(os.path.join(out, files.RUN_CONFIG_FILE)) and holds_a_backup(
+            process_backup_dir(out, distribution)):
+        return out
+    return None
 
 
 def prepare_output_dir(options: PretrainingOptions, chief: bool,
@@ -1221,7 +1238,8 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
         keras.utils.set_random_seed(options.seed)
         keras.mixed_precision.set_global_policy(options.mixed_precision)
         check_replicas(options, distribution.num_replicas_in_sync,
-                       tf_distribute=distribution.strategy is not None)
+                       tf_distribute=distribution.strategy is not None,
+                       resuming=_resumed_run(options, distribution))
         if chief:  # one job at a time in --output_dir (held until the run ends: `held`)
             held.enter_context(files.exclusively(options.output_dir, "--output_dir"))
         resuming = prepare_output_dir(options, chief,

@@ -223,6 +223,83 @@ def test_settings_keras_cannot_distribute_fail_early():
     check_replicas(dataclasses.replace(options, steps_per_execution=4), 2, tf_distribute=False)
 
 
+def test_a_resumed_run_refused_on_other_replicas_is_told_where_to_resume_it():
+    """A run killed on one device and resumed on two (a job moved to other hardware) whose
+    batch does not split, or whose accumulation tf.distribute cannot run, was told to change
+    the flag ("use a multiple of 2"): its rerun was then refused as a run with other flags.
+    A resumed run keeps its training flags, so the refusal names the device counts it can
+    resume on; a new run is still told which flag to change, and the evaluation's batch,
+    which a resumed run may change, too."""
+    options = PretrainingOptions(input_file="x", output_dir="y", preset="tiny",
+                                 train_batch_size=5, eval_batch_size=3, eval_input_file="e")
+    with pytest.raises(PretrainingError) as new_run:
+        check_replicas(options, 2)
+    assert str(new_run.value) == ("--train_batch_size=5 is not divisible by the 2 replicas; "
+                                  "use a multiple of 2")
+    with pytest.raises(PretrainingError) as resumed:
+        check_replicas(options, 2, resuming="runs/phase1")
+    assert str(resumed.value) == (
+        "--train_batch_size=5 is not divisible by the 2 replicas; runs/phase1 holds an "
+        "interrupted run with --train_batch_size=5, which a resumed run keeps: resume it on "
+        "a number of replicas that divides 5 (--distribution_strategy=default: one device), "
+        "or choose a new --output_dir")
+    with pytest.raises(PretrainingError, match=r"eval_batch_size=3 is not divisible by the 2 "
+                                               r"replicas; use a multiple of 2$"):
+        check_replicas(dataclasses.replace(options, train_batch_size=4), 2, resuming="r")
+    accumulated = dataclasses.replace(options, train_batch_size=4, eval_batch_size=4,
+                                      gradient_accumulation_steps=2)
+    with pytest.raises(PretrainingError, match=r"one replica only on TensorFlow .*; r holds an "
+                       r"interrupted run with --gradient_accumulation_steps=2, which a resumed "
+                       r"run keeps: resume it on one replica \(--distribution_strategy=default"
+                       r"\) or on KERAS_BACKEND=jax"):
+        check_replicas(accumulated, 2, resuming="r")
+    check_replicas(accumulated, 2, tf_distribute=False, resuming="r")  # JAX accumulates
+    multi_step = dataclasses.replace(accumulated, gradient_accumulation_steps=1,
+                                     steps_per_execution=2)
+    with pytest.raises(PretrainingError, match=r"#19246\); r holds an interrupted run with "
+                       r"--steps_per_execution=2, which a resumed run keeps"):
+        check_replicas(multi_step, 2, resuming="r")
+
+
+@pytest.mark.integration  # Two tools in fresh processes on 2 logical CPUs: about 25 s.
+@pytest.mark.parametrize("tool", ["run_pretraining", "run_classifier"])
+def test_a_backup_resumed_on_two_replicas_it_cannot_split_says_where_to_resume(
+        tool, data, tmp_path):
+    """The tools find the interrupted run in --output_dir (run_pretraining: its
+    run_config.json and a backup; fine-tuning: a backup) and say where to resume it, before
+    anything trains; the backup itself is not read (a placeholder stands for it)."""
+    out = tmp_path / "run"
+    (out / "backup").mkdir(parents=True)
+    (out / "backup" / "latest.weights.h5").write_bytes(b"")
+    if tool == "run_pretraining":
+        (out / "run_config.json").write_text("{}")
+        flags = [f"--input_file={data['train']}", f"--bert_config_file={data['config']}",
+                 f"--max_seq_length={S}", f"--max_predictions_per_seq={P}"]
+    else:
+        train = tmp_path / "train.jsonl"
+        train.write_text("".join(json.dumps({"text": f"word{i} word", "label": str(i % 2)})
+                                 + "\n" for i in range(10)))
+        config = tmp_path / "bert_config.json"
+        config.write_text(json.dumps(dict(vocab_size=30, hidden_size=8, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=8,
+                                          max_position_embeddings=16, type_vocab_size=2)))
+        vocab = tmp_path / "vocab.txt"
+        vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                      "[MASK]", "word"]))
+        flags = [f"--train_file={train}", f"--bert_config_file={config}",
+                 f"--vocab_file={vocab}", "--do_train", "--max_seq_length=16"]
+    done = subprocess.run(
+        [sys.executable, "-m", f"bert_keras.{tool}", *flags, f"--output_dir={out}",
+         "--train_batch_size=5", "--distribution_strategy=mirrored", "--num_cpu_devices=2"],
+        capture_output=True, text=True, cwd=REPO, env=backend_env("tensorflow"), timeout=600)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: --train_batch_size=5 is not divisible by the 2 replicas; {out} holds an "
+        "interrupted run with --train_batch_size=5, which a resumed run keeps: resume it on a "
+        "number of replicas that divides 5 (--distribution_strategy=default: one device), or "
+        "choose a new --output_dir")
+
+
 @pytest.mark.integration  # Two TensorFlow worker processes: about 15 s on 2 cores.
 def test_multi_worker_mirrored_with_two_local_workers(data, tmp_path):
     out = tmp_path / "out"

@@ -36,7 +36,7 @@ from bert_keras import backends, backup, model_loading
 from bert_keras.backup import BackupError
 from bert_keras.checkpoints import placeholder_labels, reads_pooler
 from bert_keras.config import BertConfig
-from bert_keras.distribute import DistributionOptions, accumulation_refusal
+from bert_keras.distribute import DistributionOptions, accumulation_refusal, batch_refusal
 from bert_keras.encoder import BertEncoder
 from bert_keras.finetuning import loop
 from bert_keras.precision import check_mixed_precision, mixed_precision_option
@@ -672,12 +672,17 @@ def run(task: Task, values: dict) -> dict:
     chief = distribution.is_chief
     logging.info("Distribution: %r", distribution)
     distribution.check_same_flags(values)
-    if common.do_train and common.train_batch_size % distribution.num_replicas_in_sync:
-        raise FinetuneError(f"--train_batch_size={common.train_batch_size} is not divisible by "
-                            f"the {distribution.num_replicas_in_sync} replicas")
-    refusal = common.do_train and accumulation_refusal(
-        common.gradient_accumulation_steps, distribution.num_replicas_in_sync,
-        tf_distribute=distribution.strategy is not None)
+    # A backup to resume: its training flags cannot change, so the refusals say on what
+    # device count to resume it (changing the flag was refused in turn, by `_backup_dir`).
+    resuming = (common.output_dir if common.do_train and backup.holds_a_backup(
+        backup.process_backup_dir(common.output_dir, distribution)) else None)
+    refusal = common.do_train and (
+        batch_refusal("train_batch_size", common.train_batch_size,
+                      distribution.num_replicas_in_sync, resuming)
+        or accumulation_refusal(common.gradient_accumulation_steps,
+                                distribution.num_replicas_in_sync,
+                                tf_distribute=distribution.strategy is not None,
+                                resuming=resuming))
     if refusal:
         raise FinetuneError(refusal)
     # One run at a time in --output_dir: a second one started beside it trained for

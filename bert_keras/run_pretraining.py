@@ -652,6 +652,18 @@ def _resumed_run(options: PretrainingOptions, distribution) -> str | None:
     return None
 
 
+def _runs_on_other_settings(options: PretrainingOptions) -> bool:
+    """Whether --output_dir records a run started on other `RUNS_ON` settings (strategy,
+    device count, XLA) than these, which its resumption may change with a warning: such a
+    resumed run is not bit-identical to the uninterrupted one, and says nothing of the kind."""
+    record = os.path.join(options.output_dir, files.RUN_CONFIG_FILE)
+    if not files.isfile(record):
+        return False
+    previous, default = files.read_json(record), PretrainingOptions(input_file="", output_dir="")
+    return any(previous.get(k, getattr(default, k)) != getattr(options, k)
+               for k in options.RUNS_ON)
+
+
 def prepare_output_dir(options: PretrainingOptions, chief: bool,
                        contents: dict | None = None) -> bool:
     """Checks --output_dir and records the run; returns True if resuming.
@@ -1242,6 +1254,8 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
                        resuming=_resumed_run(options, distribution))
         if chief:  # one job at a time in --output_dir (held until the run ends: `held`)
             held.enter_context(files.exclusively(options.output_dir, "--output_dir"))
+        # Read before prepare_output_dir records the new settings.
+        elsewhere = _runs_on_other_settings(options)
         resuming = prepare_output_dir(options, chief,
                                       contents_read(options, config, input_files,
                                                     None if stand_in else initial_read))
@@ -1296,6 +1310,8 @@ def _train(options: PretrainingOptions, extra_callbacks, held: contextlib.ExitSt
                 "masks come from this backend's random generator, so it will not be "
                 "bit-identical to an uninterrupted run on either backend",
                 backup.restored_from, backup.written_on, keras.backend.backend())
+        elif elsewhere:
+            pass  # prepare_output_dir warned: other settings draw other dropout masks
         elif not backup.exact:
             logging.warning(
                 "%s was written without the dropout random state (by an older version): "

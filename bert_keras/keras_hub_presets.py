@@ -304,13 +304,20 @@ def read_keras_hub_model(path: str, want: str = "auto"):
 
 # Where keras-hub's BertTokenizer (keras_hub/src/tokenizers/word_piece_tokenizer.py,
 # pretokenize) tokenizes otherwise than BERT's (Google's tokenization.py, transformers',
-# ours), whatever the settings; tests/test_keras_hub_presets.py pins each.
-TOKENIZER_DIFFERENCE = (
-    "keras-hub's BertTokenizer lowercases by NFKC case folding after stripping accents, "
-    "where BERT lowercases first with str.lower(): with lowercasing, compatibility characters "
-    "are folded (full-width letters, ligatures, \"ß\" -> \"ss\"), and with accents stripped "
-    "Hangul is recomposed where BERT leaves it in jamo; it also splits words at a zero-width "
-    "space, which BERT deletes. Other text gets the same ids")
+# ours); tests/test_keras_hub_presets.py pins each under every casing setting.
+def tokenizer_difference(settings: TokenizerConfig) -> str:
+    """What keras-hub's BertTokenizer does otherwise than BERT's under `settings` (a warning
+    for a converted preset; each part pinned by tests/test_keras_hub_presets.py)."""
+    parts = []
+    if settings.do_lower_case:
+        recomposed = (", and after stripping accents it recomposes Hangul that BERT leaves in "
+                      "jamo" if settings.effective_strip_accents else "")
+        parts.append("lowercases by NFKC case folding where BERT uses str.lower(), folding "
+                     "compatibility characters (full-width letters, ligatures, \"ß\" -> \"ss\")"
+                     f"{recomposed}")
+    parts.append("splits words at a zero-width space, which BERT deletes")
+    return "keras-hub's BertTokenizer " + "; it ".join(parts) + ". Other text gets the same ids"
+
 
 # keras-hub tokenizer settings ours cannot follow: attribute -> (what ours does, why).
 _TOKENIZER_FIXED = {
@@ -428,7 +435,7 @@ def save_keras_hub_preset(model, directory: str, vocab_file: str | None = None,
         logging.warning("%s: %s", directory, note)
     settings = settings or TokenizerConfig()
     if vocab_file:
-        logging.warning("%s: %s", directory, TOKENIZER_DIFFERENCE)
+        logging.warning("%s: %s", directory, tokenizer_difference(settings))
     if vocab_file and not settings.tokenize_chinese_chars:
         raise ValueError("tokenize_chinese_chars=false: keras-hub's BertTokenizer saves no "
                          "split_on_cjk in tokenizer.json (it always splits CJK ideographs)")

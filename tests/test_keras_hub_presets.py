@@ -223,17 +223,24 @@ def test_tokenizer_gives_our_ids(tmp_path, case):
         :len(VOCABS[vocab_name])] == VOCABS[vocab_name]
 
 
-def test_where_keras_hubs_tokenizer_is_not_berts(tmp_path, caplog):
+@pytest.mark.parametrize("lower,strip", [(True, None), (True, False), (False, True),
+                                         (False, False)])
+def test_where_keras_hubs_tokenizer_is_not_berts(tmp_path, caplog, lower, strip):
     """keras-hub lowercases by NFKC case folding after stripping accents, where BERT
-    lowercases with str.lower() first: Hangul with stripped accents is recomposed (BERT
-    leaves it in jamo), compatibility characters are folded (full-width letters); and it
-    splits at a zero-width space, which BERT deletes. The conversion says so; these pin it
-    (docs/checkpoints.md)."""
+    lowercases with str.lower() first: compatibility characters are folded (full-width
+    letters) and, with accents stripped, Hangul is recomposed (BERT leaves it in jamo); and
+    it splits at a zero-width space, which BERT deletes, whatever the settings. The
+    conversion's warning names exactly the differences of its settings (docs/checkpoints.md)."""
+    settings = TokenizerConfig(do_lower_case=lower, strip_accents=strip)
     with caplog.at_level("WARNING"):
-        theirs, ours, _ = _tokenizers(tmp_path, "uncased", TokenizerConfig())
-    assert "NFKC case folding" in caplog.text
-    for text in ("한국어", "ＨＥＬＬＯ", "hel\u200blo"):
-        assert _ids(theirs, [text]) != _ids(ours, [text]), text
+        theirs, ours, _ = _tokenizers(tmp_path, "uncased", settings)
+    differs = {text: _ids(theirs, [text]) != _ids(ours, [text])
+               for text in ("\ud55c\uad6d\uc5b4", "\uff28\uff25\uff2c\uff2c\uff2f", "hel\u200blo")}
+    assert differs == {"\ud55c\uad6d\uc5b4": lower and settings.effective_strip_accents,
+                       "\uff28\uff25\uff2c\uff2c\uff2f": lower, "hel\u200blo": True}
+    assert ("NFKC case folding" in caplog.text) == lower
+    assert ("recomposes Hangul" in caplog.text) == (lower and settings.effective_strip_accents)
+    assert "zero-width space" in caplog.text
 
 
 def _cli(*args):

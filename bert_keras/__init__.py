@@ -13,5 +13,14 @@ if importlib.util.find_spec("tensorflow") is not None:
 from bert_keras.config import BertConfig  # noqa: E402
 from bert_keras.encoder import BertEncoder  # noqa: E402
 from bert_keras.pretrainer import BertPretrainer  # noqa: E402
+from bert_keras.tasks import BertClassifier, BertRegressor, BertSpanQA, BertTagger  # noqa: E402
 
-__all__ = ["BertConfig", "BertEncoder", "BertPretrainer"]
+# Every Keras-serializable class the package defines is registered when it is imported
+# (`keras.saving.register_keras_serializable`), and `keras.models.load_model` finds a
+# class only if it was: a model saved with `model.save` (compiled with
+# `optimization.create_optimizer`, `tasks.compile_args` or the pretraining losses) loads
+# in a script that imports `bert_keras` and nothing deeper.
+from bert_keras import losses, optimization  # noqa: E402, F401
+
+__all__ = ["BertConfig", "BertEncoder", "BertPretrainer", "BertClassifier", "BertRegressor",
+           "BertTagger", "BertSpanQA"]

@@ -753,7 +753,16 @@ def save_task_dir(model: keras.Model, directory: str, labels: list[str] | None,
       include_optimizer: keep the optimizer state in model.keras (to resume training);
         without it the file holds the weights only (3x smaller with Adam's slots).
       train_results: written as train_results.json (the fine-tuning's settings), if given.
+
+    Raises:
+      ValueError: `model` is not one of our task models (a model of the user's own).
     """
+    if not isinstance(model, checkpoints.TASK_MODELS):
+        names = ", ".join(cls.__name__ for cls in checkpoints.TASK_MODELS)
+        raise ValueError(
+            f"save_task_dir: a {type(model).__name__} is not a task model ({names}), the "
+            "only models this layout and the task exports hold; keep a model of your own "
+            "with model.save(path.keras), and its encoder with save_encoder_dir")
     files.makedirs(directory)
     model_path = os.path.join(directory, files.TASK_MODEL_FILE)
     with files.atomic_output(model_path, overwrite=overwrite,

@@ -253,3 +253,26 @@ def test_weights_that_do_not_fit_their_config_name_the_variable_and_both_shapes(
             rf"embeddings/word_embeddings is \({vocab}, {2 * width}\) in the model, "
             rf"\({vocab}, {width}\) in the file \(\d+ layers do not fit\)\)$")):
         model_loading.load_encoder(str(tmp_path))
+
+
+def test_save_task_dir_refuses_a_model_of_the_users_own_naming_what_it_takes(tmp_path):
+    # A user's functional model with our encoder inside: the layout (and the exports that
+    # read it) holds one of our task models only. Before, an AttributeError ('Functional'
+    # object has no attribute 'encoder') came from inside the function, after model.keras
+    # had been written.
+    import keras
+
+    from data_prep.tokenizer_config import TokenizerConfig
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(TINY["vocab_size"])))
+    encoder = BertEncoder(**TINY)
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in encoder.input}
+    model = keras.Model(inputs, keras.layers.Dense(3)(encoder(inputs)["pooled_output"]))
+    with pytest.raises(ValueError) as error:
+        model_loading.save_task_dir(model, str(tmp_path / "out"), ["a", "b", "c"], str(vocab),
+                                    TokenizerConfig())
+    message = str(error.value)
+    assert "\n" not in message and "Functional" in message and "BertClassifier" in message
+    assert "model.save" in message  # the way to keep a model of one's own
+    assert not (tmp_path / "out").exists()

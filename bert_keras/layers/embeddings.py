@@ -9,6 +9,66 @@ from bert_keras.layers.dropout import Dropout
 from bert_keras.layers.layer_norm import LayerNorm
 
 
+def word_lookup(table, ids):
+    """table[ids]: the rows of `table` [V, H] for `ids` (int32 [B, S]) -> [B, S, H].
+
+    On TensorFlow the gradient reaches the optimizer with each id's rows already summed
+    (`_tf_word_lookup`); other backends' gather gradients are dense.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.take(table, ids, axis=0)
+    return _tf_word_lookup(table, ids)
+
+
+def _tf_word_lookup(table, ids):
+    """`tf.gather(table, ids)` whose gradient holds each id once.
+
+    TensorFlow's own gather gradient is a `tf.IndexedSlices` with one row per occurrence
+    ([PAD] alone occurs in every padded batch many times). It is the right gradient, but
+    Keras' TensorFlow ops keep IndexedSlices as they are, so an optimizer written in
+    `keras.ops` sees the occurrences apart: Keras' Adam, AdamW, Lamb, ... square each
+    before the duplicates are summed (the second moment gets sum(g_i^2), not (sum g_i)^2,
+    and a row of a repeated id moves by up to sqrt(n) times the learning rate), and
+    `clipnorm` / `global_clipnorm` take the norm of the occurrences (keras-team/keras
+    issue 18985). A correctness fix, so not a kernel of `bert_keras.kernels`: it cannot be
+    switched off.
+
+    The gradient here is, per traced computation:
+      - outside XLA, one replica: `tf.IndexedSlices` of the batch's unique ids, the rows
+        of each summed (`tf.unique` + `unsorted_segment_sum` over the B * S rows; never a
+        [V, H] table), so Keras' sparse update paths stay;
+      - under XLA (`jit_compile`, TPUs: `tf.unique` has no static shape) or with several
+        replicas in sync (tf.distribute all-gathers IndexedSlices, which would put an id
+        back once per replica): the dense [V, H] gradient, the sum of TensorFlow's
+        IndexedSlices; what our optimizers densified anyway (`optimization._dense`).
+    """
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def lookup(table, ids):
+        flat_ids = tf.reshape(ids, [-1])  # [B * S]
+
+        def gradient(upstream):  # upstream: [B, S, H]
+            rows = tf.reshape(upstream, [-1, tf.shape(table)[1]])  # [B * S, H]
+            vocab = tf.shape(table, out_type=flat_ids.dtype)[0]
+            replicas = tf.distribute.get_replica_context()
+            several = replicas is not None and replicas.num_replicas_in_sync > 1
+            if kernels.in_tensorflow_xla() or several:
+                summed = tf.math.unsorted_segment_sum(rows, flat_ids, vocab)  # [V, H]
+            else:
+                unique_ids, position = tf.unique(flat_ids)  # [U], [B * S]
+                summed = tf.IndexedSlices(
+                    tf.math.unsorted_segment_sum(rows, position, tf.size(unique_ids)),
+                    unique_ids, tf.shape(table, out_type=flat_ids.dtype))  # U rows [U, H]
+            return summed, None
+
+        return tf.gather(table, ids), gradient
+
+    # The variable read outside the custom gradient (inside, TensorFlow would want the
+    # variable's gradient from it); the read passes the IndexedSlices on to the variable.
+    return lookup(tf.convert_to_tensor(table), ids)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertEmbeddings(keras.layers.Layer):
     """The input layer of BERT (Devlin et al. 2018, section 3, figure 2).
@@ -115,7 +175,7 @@ class BertEmbeddings(keras.layers.Layer):
         # into [T, H], a sum over the batch into [S, H]) are float32 under any policy.
         # (Under a pure "bfloat16" policy, as a bfloat16 serving export builds, the tables
         # are bfloat16 variables: the rows are widened after the lookup; a no-op otherwise.)
-        words = ops.cast(ops.take(self.word_embeddings, input_word_ids, axis=0), "float32")
+        words = ops.cast(word_lookup(self.word_embeddings, input_word_ids), "float32")
         # The segment table has T = 2 rows: a one-hot matmul (Google's modeling.py does the
         # same, "always faster for a small vocabulary") gives its gradient as a dense
         # [B * S, T]^T x [B * S, H] product instead of a scatter-add of B * S rows into T,

@@ -36,6 +36,9 @@ defaults:
   ours_no_onednn  the same with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen kernels)
   ours_padded     the same with `BertTagger(skip_padding=False)`: every padded position
                   computed, as transformers does (ours trains padding-free by default)
+  ours_keras_adamw  the same model compiled with Keras' own `keras.optimizers.AdamW` (same
+                  schedule, decay, epsilon and global_clipnorm, no decay exclusions) and
+                  trained by `model.fit`: what a user's own Keras script runs
   transformers    BertForTokenClassification.from_pretrained(init, num_labels=num_tags),
                   transformers' example loop: torch AdamW (no decay on biases and
                   LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ 1.0
@@ -90,7 +93,7 @@ from bench.bench_finetune_vs_transformers import (  # noqa: E402
     torch_step,
 )
 
-SIDES = ("ours", "ours_no_onednn", "ours_padded", "transformers")
+SIDES = ("ours", "ours_no_onednn", "ours_padded", "ours_keras_adamw", "transformers")
 DEFAULT_SIDES = ("ours", "transformers")
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"  # data_prep.tf_logging.ONEDNN_ENV (not imported here:
 # the parent stays free of TensorFlow)
@@ -170,6 +173,22 @@ def run_ours(spec: dict, stages: Stages) -> dict:
                 self.loss = float((logs or {}).get("loss", float("nan")))  # running mean
 
     timer = Timer()
+    if spec["side"] == "ours_keras_adamw":
+        from bert_keras.optimization import WarmupLinearDecay
+        from bert_keras.tasks import compile_args
+
+        schedule = WarmupLinearDecay(LEARNING_RATE, steps, int(steps * WARMUP_PROPORTION))
+        model.compile(optimizer=keras.optimizers.AdamW(
+            schedule, weight_decay=WEIGHT_DECAY, epsilon=ADAM_EPSILON,
+            global_clipnorm=CLIP_NORM), **compile_args(model))
+        model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[timer])
+        stages.mark("trained")
+        return {**_step_summary(timer.stamps, warmup), "loss_mean": timer.loss,
+                "onednn_env": os.environ.get(ONEDNN_ENV),
+                "onednn_enabled": bool(_pywrap_util_port.IsMklEnabled()),
+                "threads": tf.config.threading.get_intra_op_parallelism_threads() or "default",
+                "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
     loop.train(model, x, y, batch, 1.0, LEARNING_RATE, WARMUP_PROPORTION, seed=spec["seed"],
                num_train_steps=steps, callbacks=[timer], weight_decay=WEIGHT_DECAY,
                epsilon=ADAM_EPSILON, global_clipnorm=CLIP_NORM)

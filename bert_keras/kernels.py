@@ -27,6 +27,12 @@ if it was measured to win there too (bench/ab_library_parts.py --jit_compile
 
     * not measured yet: off unless $BERT_KERAS_ENABLE_KERNELS names it (UNMEASURED).
 
+Backend-specific code that makes a result *right* rather than faster is not a kernel and
+has no switch: a kernel turned off leaves the same arithmetic, and turning that code off
+would bring a bug back. `losses._scale_for_replicas` and the word lookup's gradient
+(`layers.embeddings.word_lookup`: each id once, where TensorFlow's gather gives Keras'
+optimizers one row per occurrence) check `keras.backend.backend()` themselves.
+
 Under XLA on a CPU (mini preset, paired medians of per-round ratios) the cross-entropy
 kernel ran 1.35x and the 16-bit dropout 1.15x the library's step; the closed-form
 LayerNorm and GELU gradients 0.86x and 0.93x (XLA fuses the autodiff of the plain

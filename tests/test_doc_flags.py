@@ -27,7 +27,7 @@ import pytest
 from cli_harness import TOOLS
 from doc_pages import doc_texts
 from flag_registry import argparse_tools, registry as recorded_registry
-from test_help_texts import _owner, flag_spans, tool_word
+from test_help_texts import flag_spans, tool_word
 
 # Flags of programs other than ours that the docs name: name -> the program.
 OUTSIDE = {

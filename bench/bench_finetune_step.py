@@ -183,15 +183,10 @@ def run_ours(spec: dict, stages: Stages) -> dict:
             global_clipnorm=CLIP_NORM), **compile_args(model))
         model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0,
                   callbacks=[timer])
-        stages.mark("trained")
-        return {**_step_summary(timer.stamps, warmup), "loss_mean": timer.loss,
-                "onednn_env": os.environ.get(ONEDNN_ENV),
-                "onednn_enabled": bool(_pywrap_util_port.IsMklEnabled()),
-                "threads": tf.config.threading.get_intra_op_parallelism_threads() or "default",
-                "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
-    loop.train(model, x, y, batch, 1.0, LEARNING_RATE, WARMUP_PROPORTION, seed=spec["seed"],
-               num_train_steps=steps, callbacks=[timer], weight_decay=WEIGHT_DECAY,
-               epsilon=ADAM_EPSILON, global_clipnorm=CLIP_NORM)
+    else:
+        loop.train(model, x, y, batch, 1.0, LEARNING_RATE, WARMUP_PROPORTION,
+                   seed=spec["seed"], num_train_steps=steps, callbacks=[timer],
+                   weight_decay=WEIGHT_DECAY, epsilon=ADAM_EPSILON, global_clipnorm=CLIP_NORM)
     stages.mark("trained")
     return {**_step_summary(timer.stamps, warmup), "loss_mean": timer.loss,
             "onednn_env": os.environ.get(ONEDNN_ENV),

@@ -776,6 +776,12 @@ def save_final_outputs(pretrainer, options: PretrainingOptions, settings) -> str
 # Callbacks
 
 
+def _epoch_of(row: str, sep: str) -> int:
+    """The epoch a history.csv row starts with; -1 for a line that is no row."""
+    field = row.split(sep, 1)[0]
+    return int(field) if field.isdigit() else -1
+
+
 def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
     import keras
 
@@ -802,14 +808,45 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
                 files.remove(os.path.join(self.directory, name))
 
     class _CSVLogger(keras.callbacks.CSVLogger):
-        """Keras' CSVLogger, which opens a remote (gs://) path with tf.io.gfile's GFile but
-        then asks the file for `closed`, an attribute GFile lacks (AttributeError at the end of
-        every run on a remote --output_dir, Keras 3.15)."""
+        """Keras' CSVLogger, appending to the rows of the intervals a resumed run does not
+        repeat, and closing a remote file right.
 
-        def on_train_end(self, logs=None):
+        It runs before the backup: a kill between its row of interval e and the backup of e
+        resumes at e, and the first interval the run trains drops that row (and any later
+        one) before writing its own, so every interval has one row, the one of the run that
+        went on from it. (Written after the backup, the row of e was lost.) Keras' own opens
+        a remote (gs://) path with tf.io.gfile's GFile but then asks the file for `closed`,
+        an attribute GFile lacks (AttributeError at the end of every run on a remote
+        --output_dir, Keras 3.15)."""
+
+        def on_train_begin(self, logs=None):
+            self._trimmed = False
+            super().on_train_begin(logs)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self._trimmed:
+                return
+            self._trimmed = True
+            # The header, then a row an interval starting with its epoch (Keras' "\r\n"
+            # line ends kept); a line that is no such row is kept as it is.
+            lines = files.read_bytes(self.filename).decode("utf-8").splitlines(keepends=True)
+            kept = lines[:1] + [line for line in lines[1:] if _epoch_of(line, self.sep) < epoch]
+            if len(kept) == len(lines):
+                return
+            logging.info("%s: replacing the rows of intervals %s, which this run repeats",
+                         self.filename, ", ".join(str(_epoch_of(line, self.sep))
+                                                  for line in lines if line not in kept))
+            self._close()
+            files.write_text(self.filename, "".join(kept))
+            keras.callbacks.CSVLogger.on_train_begin(self)  # reopened to append, as before
+
+        def _close(self):
             if self.csv_file is not None and not getattr(self.csv_file, "closed", False):
                 self.csv_file.close()
-            self.csv_file = None  # GFile has no `closed`: the base class must not ask it
+            self.csv_file = None
+
+        def on_train_end(self, logs=None):
+            self._close()  # GFile has no `closed`: the base class must not ask it
             self.writer = None
 
     # gather: several processes (JAX's, TensorFlow workers) agree on the epoch to resume from.
@@ -819,21 +856,22 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
                  IntervalProgbarLogger(num_train_steps, options.save_checkpoints_steps,
                                        options.gradient_accumulation_steps)]
     if chief:
-        # Before the backup: a kill between the two repeats the interval, which rewrites the
-        # same checkpoint, instead of skipping it.
-        callbacks.append(PeriodicCheckpoint(os.path.join(options.output_dir, "checkpoints"),
-                                            options.keep_checkpoint_max))
-    callbacks.append(backup)
-    if chief:
-        # Ours, not Keras': Keras' drops the epoch and evaluation points of most intervals.
+        # Before the backup, the interval's checkpoint, TensorBoard points and history.csv
+        # row: a kill between them and the backup repeats the interval, which rewrites the
+        # same checkpoint, adds points TensorBoard shows once and replaces the row (written
+        # after it, they were lost).
         from bert_keras.tensorboard import TensorBoard
 
+        callbacks.append(PeriodicCheckpoint(os.path.join(options.output_dir, "checkpoints"),
+                                            options.keep_checkpoint_max))
+        # Ours, not Keras': Keras' drops the epoch and evaluation points of most intervals.
         callbacks.append(TensorBoard(os.path.join(options.output_dir, "logs"),
                                      log_steps=options.log_steps))
         # One row per checkpoint interval (epoch e ends at update (e + 1) * save_steps, or
         # at num_train_steps); appended to on resumption.
         callbacks.append(_CSVLogger(
             os.path.join(options.output_dir, "history.csv"), append=True))
+    callbacks.append(backup)
     return backup, callbacks
 
 

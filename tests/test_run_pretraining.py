@@ -316,6 +316,38 @@ def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
     assert [step for step, _ in shown] == [3, 6, 9, 12, 15, 18, 21, 24]
 
 
+@pytest.mark.parametrize("killed", ["before", "after"])
+def test_a_kill_next_to_the_backup_leaves_one_history_row_an_interval(
+        killed, dropout_run, monkeypatch, tmp_path):
+    """Killed at the end of the second interval just before its backup is written (the
+    interval is repeated: its row, written first, is replaced) or just after (the resumed
+    run goes on: the row is there; before history.csv was written after the backup, this
+    interval's row was missing). history.csv is the uninterrupted run's either way."""
+    from bert_keras.backup import ExactBackupAndRestore
+
+    save = ExactBackupAndRestore._save_model
+
+    def save_then_crash(self):
+        if self._current_epoch == 2 and killed == "before":  # Keras counts epochs done
+            raise _SimulatedCrash("killed before the backup of epoch 1")
+        save(self)
+        if self._current_epoch == 2:
+            raise _SimulatedCrash("killed after the backup of epoch 1")
+
+    options = dataclasses.replace(dropout_run, output_dir=str(tmp_path / "out"))
+    with monkeypatch.context() as patched:
+        patched.setattr(ExactBackupAndRestore, "_save_model", save_then_crash)
+        with pytest.raises(_SimulatedCrash):
+            train(options)
+    counter = _CountBatches()
+    train(options, extra_callbacks=[counter])
+    assert counter.batches == {"before": 15, "after": 5}[killed]
+    with open(os.path.join(options.output_dir, "history.csv")) as f:
+        resumed = f.read()
+    with open(os.path.join(dropout_run.output_dir, "history.csv")) as f:
+        assert resumed == f.read()
+
+
 def test_train_step_compiles_with_xla(data, tmp_path):
     """jit_compile=True: the whole train step is one XLA computation at static shapes."""
     config = tmp_path / "one_layer.json"

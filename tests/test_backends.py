@@ -338,6 +338,7 @@ def test_what_one_host_holds_alone_stops_every_fine_tuning_process(host1, tmp_pa
         "train file missing": "error: train.jsonl: No such file or directory"}[host1], last[1]
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # Two JAX processes stopped in training: about 40 s on 2 cores.
 def test_a_sigterm_stops_every_fine_tuning_process_at_one_step(tmp_path):
     """SIGTERM (a scheduler's preemption or stop) to process 1 of a fine-tuning job: JAX's

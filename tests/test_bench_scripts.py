@@ -64,6 +64,7 @@ def table_rows(text, first_cell):
     return rows
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_ab_library_parts_checks_every_library_part_then_times_it(tmp_path):
     """Every library part swapped in builds (the bench fails if the product no longer
     creates a part where it patches it), computes ours' training step (its loss, gradients
@@ -136,6 +137,7 @@ def test_bench_tokenizer_agrees_with_hugging_face_line_for_line():
         assert rows[name][-1] == "0", (name, rows[name])  # lines whose ids differ from HF's
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_bench_vocab_trainers_every_trainer_gives_a_vocabulary():
     needs_public_data("sotu")
     out = run_bench("bench_vocab_trainers.py", "--megabytes=0.1", "--vocab_size=400")
@@ -185,6 +187,7 @@ def test_beam_scale_corpus_is_seeded_real_documents(tmp_path):
     assert all(1 <= len(d.split("\n")) <= 60 for d in documents)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_export_size_is_within_the_goal_of_parameter_bytes():
     out = run_bench("export_size.py", "--preset=tiny")
     found = re.findall(r"^tiny (encoder|encoder\+mlm)\s+params\s+([\d.]+) MB\s+variables/\s+"
@@ -209,6 +212,7 @@ def test_optimizer_arithmetic_every_variant_learns():
         assert len(losses) == 2 and all(0 < loss < result["log_V"] for loss in losses), name
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_bench_create_pretraining_data_measures_ours_on_every_corpus(tmp_path):
     needs_public_data("sotu", "vocab")
     out = run_bench("bench_create_pretraining_data.py", f"--work_dir={tmp_path}",
@@ -226,6 +230,7 @@ def test_bench_create_pretraining_data_measures_ours_on_every_corpus(tmp_path):
     assert runs[2]["mb"] >= 1.0
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_tf_text_2_12_compat_gives_the_same_ids_in_tensorflow_2_12(tmp_path):
     python = tf212_python()
     if python is None:
@@ -289,8 +294,9 @@ def test_bench_finetune_vs_transformers_runs_both_tasks_on_both_sides(tmp_path):
         assert 0 < r["peak_anon_mb"] <= r["peak_rss_mb"]
 
 
-@pytest.mark.parametrize("mode, args", [
-    ("full", ["--seq_length=32", "--requests=6", "--rounds=2", "--warmup=2"]),
+@pytest.mark.parametrize("mode, args", [  # CI's time (BUILD_NOTES 8.5): make test-all runs full
+    pytest.param("full", ["--seq_length=32", "--requests=6", "--rounds=2", "--warmup=2"],
+                 marks=pytest.mark.slow),
     ("batches", ["--seq_length=24", "--batch_sizes=1,3", "--requests=4", "--rounds=2",
                  "--warmup=1"]),
 ])
@@ -315,6 +321,7 @@ def test_bench_serving_latency_full_and_batches_modes(tmp_path, mode, args):
         assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p99_ms"] < 10_000
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_bad_input_sweep_finds_every_case_clear_and_leaves_nothing(tmp_path):
     out = tmp_path / "sweep.json"
     run_bench("bad_input_sweep.py", f"--json={out}", env={"TMPDIR": str(tmp_path)})
@@ -330,6 +337,7 @@ def test_bad_input_sweep_finds_every_case_clear_and_leaves_nothing(tmp_path):
     assert not [name for name in os.listdir(tmp_path) if name.startswith("sweep-")]
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_finetune_demo_prepares_runs_and_tabulates(tmp_path):
     """Every step of the demo on its real data, cut to a few examples (the tasks' files are
     truncated after `prepare`: the script has no size flags for spam)."""
@@ -351,6 +359,7 @@ def test_finetune_demo_prepares_runs_and_tabulates(tmp_path):
     assert len(commands) == 2 and "bert_keras.run_classifier" in commands[0]
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_pretrain_sotu_moby_runs_start_to_finish(tmp_path):
     needs_public_data("sotu", "vocab")
     run_bench("pretrain_sotu_moby.sh", str(tmp_path), "2", env={"PY": sys.executable})

@@ -188,6 +188,7 @@ _MIRRORED_EXPORT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # Train, export and verify in fresh processes: about 40 s on 2 cores.
 def test_export_of_a_model_trained_under_mirrored_strategy_verifies(tmp_path):
     result = subprocess.run([sys.executable, "-c", _MIRRORED_EXPORT, str(tmp_path)], cwd=REPO,

@@ -496,6 +496,7 @@ def test_parity_with_a_checkpoint_is_refused_for_a_text_in_export(tmp_path):
         verify(path, init_checkpoint=str(tmp_path / "run"))
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # Verify's fresh processes: about 1 min on 2 cores.
 def test_verify_preprocessor_and_reject_round_robin(tmp_path):
     """Our preprocessor passes; one packed with tensorflow_text's RoundRobinTrimmer fails."""
@@ -778,6 +779,7 @@ def test_export_encoder_cli_end_to_end(exported, tmp_path):
     assert again.returncode != 0 and "refusing to overwrite" in again.stderr
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # two exports: ~45 s on 2 cores (the default suite's time)
 def test_a_model_with_one_segment_embedding_gets_no_pair_signature(tmp_path):
     """A second text is segment 1, which a one-row segment table reads as a zero row,
@@ -824,6 +826,7 @@ json.dump({"version": tf.__version__, "ids": ids.tolist(),
 """
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # An export and two fresh processes (TF 2.21 and 2.12.1): ~40 s.
 def test_a_vocabulary_saved_on_windows_exports_the_same_ids(tmp_path):
     """A vocab.txt with "\\r\\n" line ends, exported: the preprocessor gives the ids of the

@@ -80,7 +80,8 @@ def interrupt_at(monkeypatch, step):
 
 
 @pytest.mark.parametrize("backend", [
-    "tensorflow", pytest.param("jax", marks=pytest.mark.integration)])  # jax: a fresh pytest
+    "tensorflow",  # jax: a fresh pytest; CI's time (BUILD_NOTES 8.5): make test-all runs it
+    pytest.param("jax", marks=[pytest.mark.integration, pytest.mark.slow])])
 def test_an_interrupted_fine_tuning_resumes_to_the_uninterrupted_model(
         backend, tmp_path, monkeypatch, encoder_file, data):
     if run_on_backend(backend, __file__, "test_an_interrupted_fine_tuning_resumes_to_the_"

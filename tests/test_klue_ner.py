@@ -353,6 +353,7 @@ def test_a_type_only_one_character_long_gets_its_inside_tag(tmp_path, model):
     assert klue_ner.missing_inside_tags(LABELS) == []
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # one fresh process on Keras' JAX backend: about 1.5 min
 def test_the_klue_ner_runs_on_jax():
     """The character route trains, scores (as KLUE's baseline) and reruns on JAX too."""

@@ -284,6 +284,7 @@ def test_tagger_export_windows_long_requests_as_run_tagger_does(modules):
         TaggerModule(modules["fixed"], tagger, tags, doc_stride=31)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # an export replaying every warmup request: ~40 s on 2 cores (the default suite's time)
 def test_tagger_export_warms_both_signatures_in_every_bucket(modules, tmp_path):
     """The tagger's warmup requests reach every bucket through `serving_default` and
@@ -628,6 +629,7 @@ def classifier_run(tmp_path, max_seq_length, steps, pair=False):
     return tmp_path / "run"
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # A tool process on a KERAS_BACKEND=jax environment: about 1 min.
 def test_export_tool_runs_on_tensorflow_whatever_keras_backend_says(modules, tmp_path):
     """A classifier directory as run_classifier writes it, exported from a shell where

@@ -196,6 +196,7 @@ def _cli(flags, backend, *extra):
     return result
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # 2 fresh processes, about 40 s on 2 cores
 def test_mirrored_on_two_cpus_reports_googles_masked_lm_loss(data, tmp_path):
     """TensorFlow's MirroredStrategy on 2 logical CPUs: each replica sums its share of the
@@ -235,6 +236,7 @@ def _two_process_job(backend, flags, *extra):
     assert codes == [0, 0], describe(codes, outputs)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # 2 jobs of 2 processes: about 80 s on 2 cores
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_two_processes_report_googles_masked_lm_loss(backend, data, tmp_path):

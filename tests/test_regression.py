@@ -254,6 +254,7 @@ def test_the_export_scores_pairs_as_the_tool_predicted_them(stsb_run, tmp_path):
     assert signature_method_names(path)["serve_examples"] == "tensorflow/serving/regress"
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # Three tools, verify's probe and TF 2.12.1 in fresh processes: ~2 min.
 def test_a_transformers_sts_b_model_is_served_by_stock_tf_serving_with_its_scores(tmp_path):
     """transformers' STS-B head (BertForSequenceClassification, num_labels=1) as its users

@@ -259,6 +259,7 @@ def _scores(output_dir):
             if k not in ("eval_seconds", "eval_examples_per_second")}
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # two run_tagger runs and an export: about 30 s on 2 cores
 def test_run_tagger_and_export_tagger_on_remote_paths(ram, task_inputs, tmp_path):
     """run_tagger with its data, --init_checkpoint, --vocab_file and --output_dir on
@@ -299,6 +300,7 @@ def test_run_tagger_and_export_tagger_on_remote_paths(ram, task_inputs, tmp_path
     assert compared > 20
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # two run_squad runs, a prediction and an export: about 40 s
 def test_run_squad_and_export_span_qa_on_remote_paths(ram, task_inputs, tmp_path):
     """run_squad (SQuAD 2.0) with its data, --init_checkpoint and --output_dir on ram://
@@ -335,6 +337,7 @@ def test_run_squad_and_export_span_qa_on_remote_paths(ram, task_inputs, tmp_path
     assert [a.decode() for a in got["answer"].numpy()] == [want[i] for i, _, _ in asked]
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # two run_regressor runs and an export: about 40 s on 2 cores
 def test_run_regressor_and_export_regressor_on_remote_paths(ram, task_inputs, tmp_path):
     """run_regressor with its data, --init_checkpoint, --vocab_file and --output_dir on
@@ -397,6 +400,7 @@ def test_verify_compares_an_encoder_export_with_a_remote_checkpoint(ram, task_in
     assert [line.split()[1] for line in lines[1:-1]][-1] == "parity", lines
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # one export: about 25 s on 2 cores
 def test_export_preprocessor_reads_a_remote_vocabulary_and_writes_a_remote_export(
         ram, task_inputs):

@@ -636,6 +636,7 @@ def test_a_killed_phase_two_resumes_from_phase_one_and_data_moved_elsewhere(
         np.testing.assert_array_equal(whole[name], resumed[name], err_msg=name)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # three runs and a kill: ~35 s on 2 cores (the default suite's time)
 def test_a_killed_phase_two_resumes_after_phase_one_was_deleted(finished_run, data, tmp_path):
     """Phase 1 deleted while phase 2 ran (its backup supersedes phase 1's weights): the rerun
@@ -1101,7 +1102,8 @@ def test_a_backup_that_cannot_be_written_stops_the_run_and_the_rerun_resumes(
 
 
 @pytest.mark.integration  # Six interrupted runs: 20-30 s each on 2 cores.
-@pytest.mark.parametrize("num_files", [1, 2])
+@pytest.mark.parametrize("num_files", [  # CI's time (BUILD_NOTES 8.5): make test-all runs 2
+    1, pytest.param(2, marks=pytest.mark.slow)])
 def test_kills_at_every_point_resume_bit_identically(dropout_run, data, tmp_path, num_files,
                                                     monkeypatch):
     """One run killed five times: during a step, during an evaluation, while writing the
@@ -1168,6 +1170,7 @@ def test_kill_9_under_mirrored_strategy_resumes_bit_identically(data, tmp_path):
     _assert_bit_identical(out, tmp_path / "clean")
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # Runs in fresh processes: about 40 s on 2 cores.
 def test_a_run_started_on_two_replicas_resumes_on_one(data, tmp_path):
     """A job moved to other hardware: started under MirroredStrategy on 2 logical CPUs,

@@ -233,6 +233,7 @@ def test_export_classifier_serving_dtype_bfloat16(tmp_path):
 
 
 # A run_classifier directory, two exports by the tool, verify, a TF 2.12.1 process: ~2 min.
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration
 def test_export_classifier_kernel_layout_out_in(tmp_path):
     """--kernel_layout=out_in from the command line: the export stores its feed-forward

@@ -144,6 +144,7 @@ def test_the_transformers_rows_read_the_vocabulary_and_run_run_squads_windows(tm
     assert len(seen) >= 5
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration
 def test_the_tagger_mode_tags_every_word_alike_and_times_every_row(tmp_path):
     """`--mode=tagger` at the tiny preset on a few real requests (a fresh process, about a

@@ -208,6 +208,7 @@ def test_long_contexts_are_answered_over_run_squads_windows(vocab, span_qa, tmp_
     assert compared > 0.6 * len(contexts)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # Two exports: about a minute.
 def test_the_default_export_keeps_the_training_layout_and_answers_as_out_in(vocab, span_qa,
                                                                            tmp_path):

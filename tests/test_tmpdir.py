@@ -78,6 +78,7 @@ def test_data_tools_leave_tmpdir_empty_in_process(tmp_path, fresh_tmpdir):
         assert sorted(os.listdir(fresh_tmpdir)) == [], (tool, template)
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # each tool as `python -m` (start-up of TensorFlow each): ~100 s
 def test_every_tool_leaves_tmpdir_empty_as_a_subprocess(tmp_path, fresh_tmpdir):
     pytest.importorskip("apache_beam")

@@ -224,6 +224,7 @@ def test_only_path_flags_given_on_the_command_line_are_expanded(monkeypatch):
     assert fv.vocab_file == "~/default.txt"  # not given: a default is the tool's own
 
 
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 @pytest.mark.integration  # the quickstart's fixture run: ~2.5 min on 2 cores, per place
 @pytest.mark.parametrize("where", [ODD, STARRED], ids=["brackets", "star_and_question_mark"])
 def test_the_pipeline_runs_where_users_keep_it(tmp_path, where):

@@ -827,6 +827,8 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
             if self._trimmed:
                 return
             self._trimmed = True
+            if not files.exists(self.filename):  # GFile creates a remote file at its first write
+                return
             # The header, then a row an interval starting with its epoch (Keras' "\r\n"
             # line ends kept); a line that is no such row is kept as it is.
             lines = files.read_bytes(self.filename).decode("utf-8").splitlines(keepends=True)

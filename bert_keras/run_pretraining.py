@@ -832,14 +832,15 @@ def _callbacks(options, chief, backup_dir, num_train_steps, gather=None):
             # The header, then a row an interval starting with its epoch (Keras' "\r\n"
             # line ends kept); a line that is no such row is kept as it is.
             lines = files.read_bytes(self.filename).decode("utf-8").splitlines(keepends=True)
-            kept = lines[:1] + [line for line in lines[1:] if _epoch_of(line, self.sep) < epoch]
-            if len(kept) == len(lines):
+            epochs = [_epoch_of(line, self.sep) for line in lines[1:]]
+            repeated = [e for e in epochs if e >= epoch]
+            if not repeated:
                 return
             logging.info("%s: replacing the rows of intervals %s, which this run repeats",
-                         self.filename, ", ".join(str(_epoch_of(line, self.sep))
-                                                  for line in lines if line not in kept))
+                         self.filename, ", ".join(map(str, repeated)))
             self._close()
-            files.write_text(self.filename, "".join(kept))
+            files.write_text(self.filename, "".join(
+                lines[:1] + [line for line, e in zip(lines[1:], epochs) if e < epoch]))
             keras.callbacks.CSVLogger.on_train_begin(self)  # reopened to append, as before
 
         def _close(self):

@@ -20,7 +20,7 @@ Signatures:
                    Serving's Classify API (gRPC Classify, REST :classify) accepts it.
 
 Tokenization and packing run inside the graph with the same code as the preprocessor
-export (`export_preprocessor.PreprocessorModule`), so there is one text path. The encoder
+export (`export_preprocessor.TextPacker`), so there is one text path. The encoder
 runs on the batch's real length rounded up to one of --length_buckets
 (`export.length_buckets`); the outputs are those of the full --max_seq_length run.
 --serving_dtype=bfloat16 stores the weights and runs the matmuls in bfloat16
@@ -45,7 +45,7 @@ from absl import flags, logging
 
 from data_prep import tokenizer_config
 from export import request_checks, saved_model_writer, task_export
-from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+from export.export_preprocessor import WARMUP_TEXTS, TextPacker
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 
@@ -55,7 +55,7 @@ class PooledHeadModule(tf.Module):
     preprocessor + fine-tuned model; the signatures below, `_predict` (the model's outputs
     -> the serving outputs) and `_examples_outputs` (those -> serve_examples') by task."""
 
-    def __init__(self, preprocessor: PreprocessorModule, model, pair: bool):
+    def __init__(self, preprocessor: TextPacker, model, pair: bool):
         super().__init__()
         refusal = model.encoder.pair_refusal("--pair")
         self.reads_pairs = refusal is None
@@ -103,7 +103,7 @@ class PooledHeadModule(tf.Module):
 class ClassifierModule(PooledHeadModule):
     """Preprocessor + fine-tuned BertClassifier + label names."""
 
-    def __init__(self, preprocessor: PreprocessorModule, classifier, labels, pair: bool):
+    def __init__(self, preprocessor: TextPacker, classifier, labels, pair: bool):
         if len(labels) != classifier.num_classes:
             raise saved_model_writer.ExportError(
                 f"{len(labels)} labels for a classifier with {classifier.num_classes} classes")
@@ -163,7 +163,7 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
     path = saved_model_writer.version_dir(export_dir, version)
     classifier = tasks.for_serving(classifier, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets,
+        pre = TextPacker(tokenizer, seq_length, assets, buckets,
                                  length_flag="--max_seq_length")
         write_pooled_head_export(ClassifierModule(pre, classifier, labels, pair), path,
                                  CLASSIFY_METHOD)

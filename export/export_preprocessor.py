@@ -121,8 +121,13 @@ class HubPackInputs(tf.Module):
                 pack.get_concrete_function([spec] * count, tf.TensorSpec([], tf.int32))
 
 
-class PreprocessorModule(tf.Module):
-    """The preprocessor SavedModel's root object, callable TF Hub-style on a string batch."""
+class TextPacker(tf.Module):
+    """Strings to the encoder's inputs, as every text-in export runs them: the tokenizer (its
+    tables tracked, its vocabulary and settings saved as the export's assets) and the
+    packing, with no serving function of its own. The task exports hold one; the
+    preprocessor export's root (`PreprocessorModule`) is one with its signatures and TF Hub's
+    API added. (A task export holding the whole preprocessor saved 18 functions no one
+    called: its export took 2.5x as long and its SavedModel loaded slower; BUILD_NOTES 5.)"""
 
     def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None,
                  buckets=None, pairs: bool = True, length_flag: str = "--seq_length"):
@@ -155,21 +160,6 @@ class PreprocessorModule(tf.Module):
             self.tokenizer_config_file = tf.saved_model.Asset(
                 tokenizer_config.write_for_vocab(vocab, tokenizer.config))
 
-        # TF Hub's preprocessor API: obj(texts), obj.tokenize(texts),
-        # obj.bert_pack_inputs(segments, seq_length=...). The signatures below call the
-        # packing code directly: a tf.function taking a list of RaggedTensors, called from
-        # inside another trace, can receive a decomposed placeholder.
-        self.tokenize = HubTokenize(tokenizer)
-        self.bert_pack_inputs = HubPackInputs(self.cls_id, self.sep_id, self.pad_id, seq_length,
-                                              2 if pairs else 1)
-        if not pairs:  # nothing that packs two texts is traced or saved
-            self.serve_pair = self.serve_bucketed_pair = None
-
-    @tf.function(input_signature=[_TEXT])
-    def __call__(self, text):
-        """string [B] -> the encoder inputs at the exported seq_length (TF Hub's root call)."""
-        return self._pack([self._tokenize(text)])
-
     def _pack(self, segments):
         return bert_pack_inputs(list(segments), self.seq_length, self.cls_id, self.sep_id,
                                 self.pad_id)
@@ -195,6 +185,29 @@ class PreprocessorModule(tf.Module):
         """One request's texts per bucket (`length_buckets.warmup_texts`)."""
         return length_buckets.warmup_texts(self.tokenizer, self.buckets, segments,
                                            WARMUP_TEXTS[2], first_at_most)
+
+
+class PreprocessorModule(TextPacker):
+    """The preprocessor SavedModel's root object, callable TF Hub-style on a string batch."""
+
+    def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None,
+                 buckets=None, pairs: bool = True, length_flag: str = "--seq_length"):
+        """Args: as `TextPacker`'s."""
+        super().__init__(tokenizer, seq_length, assets_dir, buckets, pairs, length_flag)
+        # TF Hub's preprocessor API: obj(texts), obj.tokenize(texts),
+        # obj.bert_pack_inputs(segments, seq_length=...). The signatures below call the
+        # packing code directly: a tf.function taking a list of RaggedTensors, called from
+        # inside another trace, can receive a decomposed placeholder.
+        self.tokenize = HubTokenize(tokenizer)
+        self.bert_pack_inputs = HubPackInputs(self.cls_id, self.sep_id, self.pad_id, seq_length,
+                                              2 if pairs else 1)
+        if not pairs:  # nothing that packs two texts is traced or saved
+            self.serve_pair = self.serve_bucketed_pair = None
+
+    @tf.function(input_signature=[_TEXT])
+    def __call__(self, text):
+        """string [B] -> the encoder inputs at the exported seq_length (TF Hub's root call)."""
+        return self._pack([self._tokenize(text)])
 
     @tf.function(input_signature=[_TEXT])
     def serve(self, text):

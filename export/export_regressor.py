@@ -37,7 +37,7 @@ from absl import flags, logging
 from data_prep import tokenizer_config
 from export import saved_model_writer, task_export
 from export.export_classifier import PooledHeadModule, write_pooled_head_export
-from export.export_preprocessor import PreprocessorModule
+from export.export_preprocessor import TextPacker
 
 REGRESS_METHOD = "tensorflow/serving/regress"
 
@@ -72,7 +72,7 @@ def export_regressor(regressor, tokenizer, export_dir: str, seq_length: int = 12
     path = saved_model_writer.version_dir(export_dir, version)
     regressor = tasks.for_serving(regressor, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets,
+        pre = TextPacker(tokenizer, seq_length, assets, buckets,
                                  length_flag="--max_seq_length")
         write_pooled_head_export(RegressorModule(pre, regressor, pair), path, REGRESS_METHOD)
     logging.info("Wrote regressor export %s (tokenizer %s)", path, tokenizer.config.describe())

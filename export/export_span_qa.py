@@ -70,7 +70,7 @@ from absl import flags, logging
 from data_prep import files, schema, squad, tokenization, tokenizer_config
 from export import doc_windows, length_buckets, request_checks, saved_model_writer, task_export
 from export.text_preprocessing import keep_first
-from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+from export.export_preprocessor import WARMUP_TEXTS, TextPacker
 
 MAX_ANSWER_LENGTH = 30  # Google's run_squad.py --max_answer_length
 MAX_QUERY_LENGTH = 64  # and its --max_query_length
@@ -87,7 +87,7 @@ def _ids_signature():
 class SpanQAModule(tf.Module):
     """Root object: preprocessor + fine-tuned BertSpanQA."""
 
-    def __init__(self, preprocessor: PreprocessorModule, model, max_answer_length: int,
+    def __init__(self, preprocessor: TextPacker, model, max_answer_length: int,
                  max_query_length: int | None = None,
                  version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0,
                  doc_stride: int = DOC_STRIDE):
@@ -274,7 +274,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
     path = saved_model_writer.version_dir(export_dir, version)
     model = tasks.for_serving(model, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
+        pre = TextPacker(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
         module = SpanQAModule(pre, model, max_answer_length, max_query_length,
                               version_2_with_negative, null_score_diff_threshold, doc_stride)
         signatures = {
@@ -282,7 +282,7 @@ def export_span_qa(model, tokenizer, export_dir: str, seq_length: int = 384,
             "ids": module.serve_ids.get_concrete_function(),
         }
         texts = np.array(WARMUP_TEXTS, dtype=object)
-        packed = pre.serve_pair(tf.constant(texts[::-1].copy()), tf.constant(texts))
+        packed = pre._pack([pre._tokenize(tf.constant(t)) for t in (texts[::-1].copy(), texts)])
         warmup = [
             ("serving_default", {"question": texts[1:2], "context": texts[2:3]}),
             ("serving_default", {"question": texts[::-1].copy(), "context": texts}),

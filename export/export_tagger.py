@@ -66,7 +66,7 @@ from data_prep import tokenizer_config, tokenization
 from data_prep import files
 from data_prep.tagging import default_doc_stride
 from export import doc_windows, request_checks, saved_model_writer, task_export
-from export.export_preprocessor import WARMUP_TEXTS, PreprocessorModule
+from export.export_preprocessor import WARMUP_TEXTS, TextPacker
 
 
 # The characters Python's str.isspace() accepts (Unicode White_Space and the four ASCII
@@ -84,7 +84,7 @@ def _repeats(rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
 class TaggerModule(tf.Module):
     """Root object: preprocessor + fine-tuned BertTagger + tag names."""
 
-    def __init__(self, preprocessor: PreprocessorModule, tagger, labels, doc_stride: int = 0):
+    def __init__(self, preprocessor: TextPacker, tagger, labels, doc_stride: int = 0):
         super().__init__()
         if len(labels) != tagger.num_classes:
             raise saved_model_writer.ExportError(
@@ -300,7 +300,7 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
     path = saved_model_writer.version_dir(export_dir, version)
     tagger = tasks.for_serving(tagger, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, buckets, pairs=False,
+        pre = TextPacker(tokenizer, seq_length, assets, buckets, pairs=False,
                                  length_flag="--max_seq_length")
         if doc_stride is None:
             doc_stride = default_doc_stride(seq_length)

@@ -413,7 +413,7 @@ def test_the_tagger_export_answers_as_run_tagger_predicts(klue_run, model, tmp_p
 
     from bert_keras.tasks import BertTagger
     from export import task_export
-    from export.export_preprocessor import PreprocessorModule
+    from export.export_preprocessor import TextPacker
     from export.export_tagger import TaggerModule
 
     out, _ = klue_run
@@ -426,7 +426,7 @@ def test_the_tagger_export_answers_as_run_tagger_predicts(klue_run, model, tmp_p
     dev = klue_ner.read_klue_ner(DEV)
     _, spans, _ = klue_ner.to_units(dev, tokenizer, None)
     with tempfile.TemporaryDirectory() as assets:
-        pre = PreprocessorModule(tokenizer, seq_length, assets, None, pairs=False,
+        pre = TextPacker(tokenizer, seq_length, assets, None, pairs=False,
                                  length_flag="--max_seq_length")
         module = TaggerModule(pre, tagger, labels, doc_stride=stride)
         got = module.serve_characters(tf.constant([s.text for s in dev]))

@@ -30,13 +30,13 @@ ILL_FORMED = [b"w1 \xff\xfe w2", b"\x80", b"w3 caf\xc3", b"w4\xed\xa0\x80w5 w6",
 @pytest.fixture(scope="module")
 def tagger_module(tmp_path_factory):
     from data_prep.tokenization import BertTokenizer
-    from export.export_preprocessor import PreprocessorModule
+    from export.export_preprocessor import TextPacker
     from export.export_tagger import TaggerModule
 
     tokenizer = BertTokenizer(write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt"))
     keras.utils.set_random_seed(SEED)
     tagger = BertTagger(BertEncoder(**TINY, initializer_range=0.5), len(TAGS))
-    pre = PreprocessorModule(tokenizer, S, pairs=False)
+    pre = TextPacker(tokenizer, S, pairs=False)
     return tokenizer, tagger, TaggerModule(pre, tagger, TAGS, doc_stride=5)
 
 

@@ -29,10 +29,10 @@ def served(tmp_path_factory):
     every length up to past S."""
     from data_prep.tokenization import BertTokenizer
     from export.export_classifier import ClassifierModule
-    from export.export_preprocessor import PreprocessorModule
+    from export.export_preprocessor import TextPacker
 
     tokenizer = BertTokenizer(write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt"))
-    module = ClassifierModule(PreprocessorModule(tokenizer, S, buckets=(8, 16)),
+    module = ClassifierModule(TextPacker(tokenizer, S, buckets=(8, 16)),
                               BertClassifier(BertEncoder(**TINY), num_classes=2), ["a", "b"],
                               pair=False)
     texts = [" ".join(f"w{(3 * i + j) % 90}" for j in range(i % 40)) for i in range(24)]

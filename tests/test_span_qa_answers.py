@@ -64,11 +64,11 @@ def _text(context) -> str:
 
 
 def _serve(vocab, span_qa, tmp_path, contexts=None, doc_stride=128, **settings):
-    from export.export_preprocessor import PreprocessorModule
+    from export.export_preprocessor import TextPacker
     from export.export_span_qa import SpanQAModule
 
     tokenizer = BertTokenizer(vocab, **settings)
-    module = SpanQAModule(PreprocessorModule(tokenizer, S, str(tmp_path)), span_qa, MAX_ANSWER,
+    module = SpanQAModule(TextPacker(tokenizer, S, str(tmp_path)), span_qa, MAX_ANSWER,
                           doc_stride=doc_stride)
     contexts = _contexts() if contexts is None else contexts
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(len(contexts))]

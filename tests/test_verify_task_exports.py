@@ -319,7 +319,7 @@ def test_counted_buckets_are_those_the_graph_runs(exports):
     """verify's count of each warmup request's bucket equals the length the export's own
     graph cuts the encoder inputs to, recorded at the model's call while the exporter's
     modules run the requests eagerly."""
-    from export.export_preprocessor import PreprocessorModule
+    from export.export_preprocessor import TextPacker
     from export.export_span_qa import SpanQAModule
     from export.export_tagger import TaggerModule
     from export.verify import _run_probe
@@ -327,7 +327,7 @@ def test_counted_buckets_are_those_the_graph_runs(exports):
     paths, tokenizer = exports
     for kind, (path, model) in paths.items():
         buckets = TAG_BUCKETS if kind == "tagger" else QA_BUCKETS
-        pre = PreprocessorModule(tokenizer, S, buckets=buckets, pairs=kind == "span_qa")
+        pre = TextPacker(tokenizer, S, buckets=buckets, pairs=kind == "span_qa")
         if kind == "tagger":
             from data_prep.tagging import default_doc_stride
 

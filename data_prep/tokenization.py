@@ -871,7 +871,11 @@ def character_stops(texts: tf.Tensor, skip_marks: bool = False, decoded=None) ->
         marks = tf.searchsorted(bounds, codes.flat_values, side="right") % 2 == 1
         keys = tf.ragged.boolean_mask(keys, codes.with_flat_values(tf.logical_not(marks)))
     ends = tf.range(codes.nrows()) * ROW + tf.cast(tf.strings.length(texts), tf.int64)
-    return tf.concat([keys, ends[:, None]], axis=1).flat_values
+    # Each row's keys, then its end: stitched by position, as `tf.concat([keys, ends[:, None]],
+    # axis=1)` orders them without that ragged concat's asserts (run on every request).
+    at = [tf.range(tf.size(keys.flat_values, out_type=tf.int64)) + keys.value_rowids(),
+          keys.row_splits[1:] + tf.range(keys.nrows())]
+    return tf.dynamic_stitch([tf.cast(i, tf.int32) for i in at], [keys.flat_values, ends])
 
 
 def next_stop(stops: tf.Tensor, keys: tf.Tensor, inclusive: bool) -> tf.Tensor:

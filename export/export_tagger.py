@@ -111,11 +111,14 @@ class TaggerModule(tf.Module):
         pre = self.preprocessor
         flat = words.flat_values  # [N]
         pieces = pre._tokenize(flat)  # [N, (P)], each word on its own
-        empty = tf.equal(pieces.row_lengths(), 0)  # [N]
-        unk = tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(tf.cast(empty, tf.int32))], tf.constant(pre.unk_id, tf.int32)),
-            tf.cast(empty, tf.int64))  # [N, (0 or 1)]
-        pieces = tf.concat([pieces, unk], axis=1)  # [N, (P >= 1)]
+        # A word that tokenizes to nothing is one [UNK]: [N, (P >= 1)] (placed by position,
+        # not a ragged concat, whose asserts would run on every request).
+        lengths = pieces.row_lengths()
+        index = tf.ragged.range(pieces.row_starts(), pieces.row_starts() + tf.maximum(lengths, 1))
+        unk = tf.constant(pre.unk_id, tf.int32)
+        pieces = index.with_flat_values(tf.where(
+            tf.gather(tf.equal(lengths, 0), index.value_rowids()), unk,
+            tf.gather(tf.concat([pieces.flat_values, [0]], 0), index.flat_values)))
         tokens = words.with_flat_values(pieces).merge_dims(1, 2)  # [B, (T)]
         _, tag_ids, tags, probabilities = self._tags_at(
             tokens, tf.cumsum(pieces.row_lengths(), exclusive=True))  # each word's first piece
@@ -222,8 +225,8 @@ class TaggerModule(tf.Module):
         nrows = pieces.nrows()
 
         def per_row(values, value_rows, default):  # [B, the most of a row], padded
-            return tf.RaggedTensor.from_value_rowids(values, value_rows, nrows).to_tensor(
-                default_value=default)
+            return tf.RaggedTensor.from_value_rowids(
+                values, value_rows, nrows, validate=False).to_tensor(default_value=default)
 
         def per_unit(values, default):
             return per_row(values, unit_rows, default)

@@ -179,6 +179,7 @@ def write_saved_model(
     extra_files: Mapping[str, str] = (),
     method_names: Mapping[str, str] = (),
     version_files: Mapping[str, str] = (),
+    custom_gradients: bool = True,
 ) -> str:
     """Saves `module` to `path` atomically, with warmup requests and extra asset files.
 
@@ -193,6 +194,10 @@ def write_saved_model(
         APIs accept only signatures marked "tensorflow/serving/classify" / "regress".
       version_files: name -> text, written into `path` itself (TF Serving reads
         batching_params.pbtxt there).
+      custom_gradients: whether the layers' custom gradients are saved (what a loader
+        differentiating the export, as TF Hub fine-tuning does, runs); an export that is only
+        served leaves them out: a third of a text-in classifier's functions, and their
+        tracing and loading.
 
     Returns:
       `path`.
@@ -209,7 +214,9 @@ def write_saved_model(
     # tf.saved_model.save's notes for TensorFlow's developers (a dozen INFO lines per
     # export: renamed input names, sharding callbacks, fingerprints, assets) stay hidden.
     with files.atomic_output(path, directory=True) as tmp, tf_logging.python_info_hidden():
-        tf.saved_model.save(module, tmp, signatures=dict(signatures))
+        tf.saved_model.save(module, tmp, signatures=dict(signatures),
+                            options=tf.saved_model.SaveOptions(
+                                experimental_custom_gradients=custom_gradients))
         if method_names:
             _set_method_names(tmp, dict(method_names))
         extra_dir = os.path.join(tmp, "assets.extra")

@@ -209,9 +209,10 @@ def write_text_in_export(module, path: str, signatures: dict, warmup: list, buck
     export_dir = os.path.dirname(path)
     text = batching_parameters.text_for(buckets, split_requests)
     batching_parameters.check_beside(export_dir, text)
+    # Served, not differentiated: the layers' custom gradients are not saved.
     saved_model_writer.write_saved_model(
         module, path, signatures, warmup, method_names=method_names,
-        version_files={batching_parameters.PER_MODEL_FILE: text})
+        version_files={batching_parameters.PER_MODEL_FILE: text}, custom_gradients=False)
     batching_parameters.write_beside(export_dir, text)
     return path
 

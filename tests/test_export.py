@@ -639,6 +639,28 @@ def test_classifier_export_equals_keras(classifier_export):
 
 
 @pytest.mark.integration  # Shares the text-in export of the test above.
+def test_classifier_export_saves_only_what_it_serves(classifier_export):
+    """What a text-in export's graph must not hold (BUILD_NOTES 2, "A text-in export's graph
+    holds what its signatures run"): the preprocessor export's functions, the layers'
+    custom gradients, and ragged concats (whose asserts ran on every request)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    *_, path = classifier_export
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    meta_graph = saved_model.meta_graphs[0]
+    names = [f.signature.name for f in meta_graph.graph_def.library.function]
+    assert not [n for n in names if "grad_fn" in n or "RaggedConcat" in n], names
+    objects = meta_graph.object_graph_def.nodes
+    functions = {c.local_name for node in objects for c in node.children
+                 if objects[c.node_id].WhichOneof("kind") == "function"}
+    assert functions == {"serve", "serve_pair", "serve_examples"}, functions
+    assert set(meta_graph.signature_def) - {"__saved_model_init_op"} == {
+        "serving_default", "pair", "serve_examples"}
+
+
+@pytest.mark.integration  # Shares the text-in export of the test above.
 @pytest.mark.parametrize("batch", [1, 64])
 def test_classifier_batch_sizes_and_examples(classifier_export, batch):
     from export.export_classifier import _example

@@ -100,7 +100,7 @@ def main():
                                                 tokenizer, d, args.seq_length),
         }
         print(f"preset {args.preset}, seq_length {args.seq_length}, least of {args.loads} loads")
-        print(f"{'export':<34} {'export s':>9} {'pb MB':>7} {'functions':>9} {'load s':>7} "
+        print(f"{'export':<36} {'export s':>9} {'pb MB':>7} {'functions':>9} {'load s':>7} "
               f"{'1st request s':>13}")
         for kind, export in kinds.items():
             export(os.path.join(tmp, kind, "warm"))  # traces once: TensorFlow's first-use costs
@@ -109,7 +109,7 @@ def main():
             seconds = time.perf_counter() - start
             size, functions = graph_figures(path)
             load, first = load_times(path, args.loads)
-            print(f"{'ours ' + kind + ' (text in)':<34} {seconds:9.1f} {size / 1e6:7.2f} "
+            print(f"{'ours ' + kind + ' (text in)':<36} {seconds:9.1f} {size / 1e6:7.2f} "
                   f"{functions:9d} {load:7.2f} {first:13.2f}", flush=True)
         path = os.path.join(tmp, "keras_export")
         start = time.perf_counter()
@@ -117,7 +117,7 @@ def main():
         seconds = time.perf_counter() - start
         size, functions = graph_figures(path)
         load, first = load_times(path, args.loads)
-        print(f"{'Keras model.export classifier (ids)':<34} {seconds:9.1f} {size / 1e6:7.2f} "
+        print(f"{'Keras model.export classifier (ids)':<36} {seconds:9.1f} {size / 1e6:7.2f} "
               f"{functions:9d} {load:7.2f} {first:13.2f}")
 
 

@@ -138,6 +138,18 @@ def test_bench_tokenizer_agrees_with_hugging_face_line_for_line():
 
 
 @pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
+def test_bench_export_time_exports_and_loads_every_text_in_kind():
+    out = run_bench("export_time.py", "--preset=tiny", "--seq_length=16", "--loads=1")
+    rows = {line[:36].strip(): line[36:].split() for line in out.splitlines()[2:]}
+    assert list(rows) == [f"ours {kind} (text in)" for kind in
+                          ("preprocessor", "classifier", "tagger", "span_qa")] + [
+        "Keras model.export classifier (ids)"], out
+    for name, (export_s, mb, functions, load_s, first_s) in rows.items():
+        assert float(export_s) > 0 and float(mb) > 0 and float(load_s) > 0, (name, out)
+        assert int(functions) >= 1 and float(first_s) > 0, (name, out)
+
+
+@pytest.mark.slow  # CI's time (BUILD_NOTES 8.5): make test-all runs it
 def test_bench_vocab_trainers_every_trainer_gives_a_vocabulary():
     needs_public_data("sotu")
     out = run_bench("bench_vocab_trainers.py", "--megabytes=0.1", "--vocab_size=400")

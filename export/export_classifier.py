@@ -163,8 +163,7 @@ def export_classifier(classifier, tokenizer, labels, export_dir: str, seq_length
     path = saved_model_writer.version_dir(export_dir, version)
     classifier = tasks.for_serving(classifier, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
-        pre = TextPacker(tokenizer, seq_length, assets, buckets,
-                                 length_flag="--max_seq_length")
+        pre = TextPacker(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
         write_pooled_head_export(ClassifierModule(pre, classifier, labels, pair), path,
                                  CLASSIFY_METHOD)
     logging.info("Wrote classifier export %s (tokenizer %s)", path, tokenizer.config.describe())

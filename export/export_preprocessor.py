@@ -126,8 +126,8 @@ class TextPacker(tf.Module):
     tables tracked, its vocabulary and settings saved as the export's assets) and the
     packing, with no serving function of its own. The task exports hold one; the
     preprocessor export's root (`PreprocessorModule`) is one with its signatures and TF Hub's
-    API added. (A task export holding the whole preprocessor saved 18 functions no one
-    called: its export took 2.5x as long and its SavedModel loaded slower; BUILD_NOTES 5.)"""
+    API added. (A task export holding the whole preprocessor saved its functions, which no
+    one called, and took 4-5x as long to write and 3-4x to load; BUILD_NOTES 4.5.)"""
 
     def __init__(self, tokenizer: BertTokenizer, seq_length: int, assets_dir: str | None = None,
                  buckets=None, pairs: bool = True, length_flag: str = "--seq_length"):

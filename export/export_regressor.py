@@ -72,8 +72,7 @@ def export_regressor(regressor, tokenizer, export_dir: str, seq_length: int = 12
     path = saved_model_writer.version_dir(export_dir, version)
     regressor = tasks.for_serving(regressor, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
-        pre = TextPacker(tokenizer, seq_length, assets, buckets,
-                                 length_flag="--max_seq_length")
+        pre = TextPacker(tokenizer, seq_length, assets, buckets, length_flag="--max_seq_length")
         write_pooled_head_export(RegressorModule(pre, regressor, pair), path, REGRESS_METHOD)
     logging.info("Wrote regressor export %s (tokenizer %s)", path, tokenizer.config.describe())
     return path

@@ -304,7 +304,7 @@ def export_tagger(tagger, tokenizer, labels, export_dir: str, seq_length: int = 
     tagger = tasks.for_serving(tagger, serving_dtype, kernel_layout)
     with tempfile.TemporaryDirectory() as assets:
         pre = TextPacker(tokenizer, seq_length, assets, buckets, pairs=False,
-                                 length_flag="--max_seq_length")
+                         length_flag="--max_seq_length")
         if doc_stride is None:
             doc_stride = default_doc_stride(seq_length)
         module = TaggerModule(pre, tagger, labels, doc_stride)

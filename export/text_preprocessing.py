@@ -25,7 +25,7 @@ def keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     A gather of each row's first items, not a mask: comparing a ragged tensor with a dense
     one (`tf.ragged.boolean_mask(ragged, positions < lengths[:, None])`) broadcasts through
     DynamicRaggedShape, which took 0.35 s to trace against 0.015 s here, and the exports
-    trace this in every packing function (BUILD_NOTES 5).
+    trace this in every packing function (BUILD_NOTES 2, "Export and serving").
     """
     splits = ragged.row_splits
     kept = tf.minimum(tf.cast(lengths, splits.dtype), ragged.row_lengths())
@@ -92,8 +92,8 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int, pad_id: int
             a.row_lengths(), None if b is None else b.row_lengths(), length - specials)
     # Placed on a dense [B, S] grid, not concatenated: `tf.concat` of ragged rows adds eight
     # asserts (sixteen cond branches in the SavedModel) per packing and runs them on every
-    # request (BUILD_NOTES 5). Layout: [CLS] at 0, A at 1..ka, [SEP] at ka+1, B at
-    # ka+2..ka+kb+1, [SEP] at ka+kb+2, padding after.
+    # request (BUILD_NOTES 2, "Export and serving"). Layout: [CLS] at 0, A at 1..ka, [SEP]
+    # at ka+1, B at ka+2..ka+kb+1, [SEP] at ka+kb+2, padding after.
     batch = a.nrows()
     shape = tf.stack([batch, length])
     position = tf.range(length)[None, :]  # [1, S]

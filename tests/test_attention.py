@@ -139,6 +139,63 @@ def test_attention_under_mixed_float16(backend):
         assert np.abs(explicit - want).max() < 1e-2 * scale
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_16_bit_attention_at_bert_base_heads_is_as_close_as_transformers(backend):
+    """Under mixed_bfloat16 and mixed_float16, at BERT-base's heads (S128, N12, D64), every
+    path's output is as close to float64 attention over the same rounded q, k and v as
+    transformers' own eager attention in that dtype (its eager_attention_forward in torch)
+    is. On TensorFlow's CPU kernels, 16-bit products lose precision inside their sums:
+    keras.ops.dot_product_attention's einsums were 4.1e-2 off in bfloat16 (torch 7.3e-3,
+    JAX 3.7e-3) and 5.0e-3 in float16 (torch 1.2e-3); there the layer now takes the
+    explicit softmax with float32 operands."""
+    if run_on_backend(backend, __file__, "test_16_bit_attention_at_bert_base_heads_is_as_"
+                                         f"close_as_transformers[{backend}]"):
+        return
+    torch = pytest.importorskip("torch")
+    from transformers.models.bert.modeling_bert import eager_attention_forward
+
+    batch, length, hidden, heads = 2, 128, 768, 12
+    d = hidden // heads
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(batch, length, hidden)).astype("float32")
+    mask = np.ones((batch, length), "int32")
+    mask[1, 70:] = 0
+    real = mask.astype(bool)
+    for dtype in ("bfloat16", "float16"):
+        layer = SelfAttention(heads, dropout=0.1, dtype="mixed_" + dtype)
+        layer.build((None, None, hidden))
+        # q, k and v as the layer computes them (rounded to `dtype`), [B, N, S, D].
+        q, k, v = (np.asarray(dense(x), "float32").reshape(batch, length, heads, d)
+                   .transpose(0, 2, 1, 3) for dense in (layer.query, layer.key, layer.value))
+        scores = (q.astype("float64") @ k.astype("float64").transpose(0, 1, 3, 2) / np.sqrt(d)
+                  + np.finfo("float64").min * (1 - mask[:, None, None, :]))
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        want = (probs @ v.astype("float64")).transpose(0, 2, 1, 3).reshape(
+            batch, length, hidden)
+        scale = np.abs(want[real]).max()
+
+        typed = getattr(torch, dtype)
+        bias = torch.tensor((1 - mask[:, None, None, :]) * torch.finfo(typed).min).to(typed)
+        module = torch.nn.Module().eval()
+        theirs, _ = eager_attention_forward(
+            module, *(torch.tensor(t).to(typed) for t in (q, k, v)), bias, scaling=d ** -0.5)
+        theirs = theirs.float().numpy().reshape(batch, length, hidden)
+        bound = np.abs(theirs[real] - want[real]).max() / scale
+        assert 0 < bound < 2e-2, bound  # a 16-bit computation: not exact, not far off
+
+        no_dropout = SelfAttention(heads, dropout=0.0, dtype="mixed_" + dtype)
+        no_dropout.build((None, None, hidden))
+        for a, b in zip(no_dropout.weights, layer.weights):
+            a.assign(b)
+        for name, got in (("inference", layer(x, attention_mask=mask)),
+                          ("training, dropout 0", no_dropout(x, attention_mask=mask,
+                                                             training=True)),
+                          ("explicit softmax", _explicit(layer, x, mask))):
+            error = np.abs(np.asarray(got, "float32")[real] - want[real]).max() / scale
+            assert error <= 1.5 * bound, (dtype, name, error, bound)
+
+
 def _any_masks(batch=5, length=S):
     """Row r gets pattern r % 6: every token real, right padding, left padding, holes, no
     real token, one real token (mid-sequence). With the defaults: the first five."""

@@ -36,6 +36,26 @@ def _float16_on_jax_cpu(q) -> bool:
             and keras.backend.standardize_dtype(q.dtype) == "float16")
 
 
+def _sixteen_bits_on_tensorflow_cpu(q) -> bool:
+    """Whether `q` is bfloat16 or float16 on TensorFlow in a process with no GPU or TPU.
+    There TensorFlow's 16-bit (batch) matrix products lose precision inside their sums:
+    with BERT-base's attention (S128, D64) under mixed_bfloat16, `keras.ops.
+    dot_product_attention`'s einsums took the attention's output 4.1e-2 (relative) from
+    float64's on the same rounded q, k and v, and batch matmuls 1.4e-2, where torch's
+    bfloat16 attention is 7.3e-3 off and JAX's 3.7e-3 (mixed_float16: 5.0e-3 and 1.2e-3,
+    torch 1.2e-3), on a 2-core AVX2 CPU without oneDNN. So the explicit softmax runs there,
+    its two products on float32 operands (as fast there: bfloat16 is emulated), as the
+    class docstring promises (tests/test_attention.py). TensorFlow on a GPU or TPU keeps
+    its products in 16 bits (their sums accumulate in float32), and so do serving copies
+    (`explicit_softmax`)."""
+    if (keras.backend.backend() != "tensorflow"
+            or keras.backend.standardize_dtype(q.dtype) not in ("bfloat16", "float16")):
+        return False
+    import tensorflow as tf
+
+    return not (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+
+
 def check_attention_mask(attention_mask, x_shape, layer):
     """Raises a one-line ValueError unless `attention_mask` is a [B, S] key mask whose
     static sizes match `x_shape` ([B, S, H]; None: check the rank only). Every path masks
@@ -64,8 +84,10 @@ class SelfAttention(keras.layers.Layer):
     Shapes: B = batch, S = sequence length, H = hidden size, N = heads, D = H / N.
 
     The query, key and value projections are Dense layers with [H, H] kernels (Google's
-    checkpoint layout), so weights convert by name with no reshape. Scores are computed and
-    softmaxed in float32 even under a mixed-precision policy.
+    checkpoint layout), so weights convert by name with no reshape. Scores are softmaxed in
+    float32 even under a mixed-precision policy (16-bit products sum in float32; on
+    TensorFlow's CPUs, whose 16-bit products do not, they take float32 operands, but in
+    serving copies).
 
     Which computation runs (all compute the same function; tests/test_attention.py and
     tests/test_flash_attention.py):
@@ -78,11 +100,14 @@ class SelfAttention(keras.layers.Layer):
       - Elsewhere, where no probability is dropped (inference, `dropout=0`):
         `keras.ops.dot_product_attention` (XLA's fusion, or TensorFlow's ops), but for
         float16 on JAX's CPU backend, where it does not compile (`_float16_on_jax_cpu`),
-        and with `explicit_softmax=True` (serving copies, what exports run).
-      - Elsewhere, in training with attention dropout, float16 on JAX's CPU backend and
-        with `explicit_softmax=True`: the softmax written out, dropout on the
-        probabilities (Google's computation; in serving copies nothing is dropped: on
-        TensorFlow without XLA it is the faster of the two at long requests).
+        16 bits on TensorFlow's CPUs, where its products are imprecise
+        (`_sixteen_bits_on_tensorflow_cpu`), and with `explicit_softmax=True` (serving
+        copies, what exports run).
+      - Elsewhere, in training with attention dropout, float16 on JAX's CPU backend, 16
+        bits on TensorFlow's CPUs and with `explicit_softmax=True`: the softmax written
+        out, dropout on the probabilities (Google's computation; in serving copies
+        nothing is dropped: on TensorFlow without XLA it is the faster of the two at long
+        requests).
 
     Args:
       num_heads: N.
@@ -228,7 +253,8 @@ class SelfAttention(keras.layers.Layer):
                 mesh, batch_axis = kernels.batch_mesh()
                 return flash_attention.attention(q, k, v, key_bias, seed, dropout_rate=rate,
                                                  scale=scale, mesh=mesh, batch_axis=batch_axis)
-        if rate == 0 and not _float16_on_jax_cpu(q) and not self.explicit_softmax:
+        if (rate == 0 and not self.explicit_softmax and not _float16_on_jax_cpu(q)
+                and not _sixteen_bits_on_tensorflow_cpu(q)):
             # Nothing to drop: XLA's fused attention. [B, S] -> [B, 1, 1, S]: the same key
             # mask for every head and query. On a GPU (head sizes over 256, or the fused
             # kernels switched off) Keras would try cuDNN with that mask, which cuDNN
@@ -249,6 +275,11 @@ class SelfAttention(keras.layers.Layer):
     def _explicit_attention(self, q, k, v, attention_mask, scale, training):
         """The softmax written out, with dropout on the [B, N, Q, S] probabilities (CPUs,
         and the reference of the fused paths)."""
+        # Serving copies keep 16-bit products: `--serving_dtype=bfloat16` trades that
+        # precision for speed (AMX), measured in BUILD_NOTES.md section 8.11.
+        float32_products = not self.explicit_softmax and _sixteen_bits_on_tensorflow_cpu(q)
+        if float32_products:
+            q, k, v = (ops.cast(t, "float32") for t in (q, k, v))
         q, k, v = (ops.transpose(t, (0, 2, 1, 3)) for t in (q, k, v))  # [B, N, *, D]
         # [B, N, Q, D] x [B, N, D, S] -> [B, N, Q, S], in float32 for a stable softmax.
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
@@ -260,6 +291,9 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.softmax(scores, axis=-1)
         probs = ops.cast(probs, self.compute_dtype)
         probs = self.dropout_layer(probs, training=training)
+        if float32_products:
+            return ops.cast(ops.transpose(ops.matmul(ops.cast(probs, "float32"), v),
+                                          (0, 2, 1, 3)), self.compute_dtype)
         return ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, Q, N, D]
 
     def compute_output_shape(self, x_shape, attention_mask_shape=None, query_shape=None):

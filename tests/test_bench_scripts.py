@@ -393,3 +393,25 @@ def test_mlm_accumulation_gap_is_noise_for_equal_mask_counts_only():
         assert rows[("equal", loss)]["max"] < 1e-5
         assert rows[("google", loss)]["mean"] > 1e-3
         assert rows[("uniform", loss)]["mean"] > rows[("google", loss)]["mean"]
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.slow)])
+def test_attention_precision_rows_on_each_backend(backend):
+    """Every row at a small size in both 16-bit dtypes; ours no further from exact
+    attention than twice transformers' own 16-bit attention (tests/test_attention.py holds
+    the tighter check at BERT-base's heads), and exact float32 close to exact."""
+    out = run_bench("attention_precision.py", "--sizes=2x33x96x2",
+                    "--dtypes=bfloat16,float16,float32", env={"KERAS_BACKEND": backend})
+    blocks = out.split("\n\n")[1:]
+    assert len(blocks) == 3, out
+    for block in blocks:
+        rows = dict(re.findall(r"^  (\S.*?)\s+(\d\.\d\de[-+]\d\d)$", block, re.M))
+        assert len(rows) == 6, block
+        values = {name: float(value) for name, value in rows.items()}
+        bound = values["transformers eager"]
+        if "float32" in block.splitlines()[0]:
+            assert max(values.values()) < 1e-5, block
+        else:
+            assert 0 < bound < 2e-2, block
+            for name in ("ours, inference", "ours, explicit softmax", "ours, serving copy"):
+                assert values[name] <= 2 * bound, (name, block)

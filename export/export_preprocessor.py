@@ -149,7 +149,9 @@ class TextPacker(tf.Module):
                 f"{'a pair' if pairs else 'one text'}). Received: {seq_length}")
         self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
         self.seq_length = seq_length
-        self.buckets = length_buckets.resolve(buckets, seq_length)
+        self.buckets = length_buckets.resolve(
+            buckets, seq_length, least,
+            f"as {length_flag}: room for {'a pair' if pairs else 'one text'}")
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
         self.mask_id, self.unk_id = tokenizer.mask_id, tokenizer.unk_id
         self.vocab_size = tokenizer.vocab_size

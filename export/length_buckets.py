@@ -45,18 +45,28 @@ DEFAULT_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 44
 PADDING_LOGIT = -10000.0
 
 
-def resolve(buckets: Iterable[int] | None, max_seq_length: int) -> tuple[int, ...]:
+def resolve(buckets: Iterable[int] | None, max_seq_length: int, least: int = 1,
+            why: str = "") -> tuple[int, ...]:
     """The buckets an export uses: those below `max_seq_length`, ascending, then it.
 
     Args:
       buckets: the requested lengths (None: DEFAULT_BUCKETS); any order; lengths of
         max_seq_length or more are dropped (the cap).
       max_seq_length: S, the length requests are packed to.
+      least: the least length, as for --max_seq_length (room for [CLS] and a piece of
+        each text, each with its [SEP]); a shorter bucket is refused: a signature that
+        packs pairs never runs at it, and verify would fail the export for that.
+      why: why `least`, for the message.
 
     Raises:
-      ExportError: a length that is not a positive integer.
+      ExportError: a length that is not a positive integer, or one below `least`.
     """
     requested = DEFAULT_BUCKETS if buckets is None else _checked(tuple(buckets))
+    short = sorted({b for b in requested if b < least})
+    if short:
+        raise ExportError(
+            f"--length_buckets: lengths must be at least {least}{f' ({why})' if why else ''}"
+            f". Received: {','.join(map(str, requested))}")
     return tuple(sorted({b for b in requested if b < max_seq_length})) + (max_seq_length,)
 
 

@@ -46,6 +46,43 @@ def test_resolve_caps_sorts_and_ends_with_max_seq_length():
     assert length_buckets.resolve((128,), 128) == (128,)
 
 
+@pytest.mark.integration  # Two exports and verify's fresh processes: about 1 min.
+def test_a_bucket_below_the_least_length_is_refused_before_anything_is_written(modules,
+                                                                              tmp_path):
+    """A bucket shorter than the least --max_seq_length (5 where pairs are packed, 3 for one
+    text) was taken: the pair signature never ran at it, so the export's own verify failed
+    it ("no pair warmup request runs at length bucket 2"; seam probe, 2026-12-07). Now
+    refused in one line before anything is written; the least buckets themselves verify."""
+    from export.export_classifier import export_classifier
+    from export.export_tagger import export_tagger
+    from export.verify import verify
+
+    assert length_buckets.resolve((5, 8), 16, least=5) == (5, 8, 16)
+    with pytest.raises(ExportError, match=r"^--length_buckets: lengths must be at least 5 "
+                                          r"\(why\)\. Received: 8,4$"):
+        length_buckets.resolve((8, 4), 16, least=5, why="why")
+    tokenizer, tags = modules["tokenizer"], ["O", "B-X", "I-X"]
+    classifier = BertClassifier(modules["encoder"], num_classes=2)
+    tagger = BertTagger(modules["encoder"], len(tags))
+    refusals = [
+        (lambda: export_classifier(classifier, tokenizer, ["a", "b"], str(tmp_path / "pair"),
+                                   seq_length=8, pair=True, buckets=(2, 4, 6)),
+         r"at least 5 \(as --max_seq_length: room for a pair\)\. Received: 2,4,6$"),
+        (lambda: export_tagger(tagger, tokenizer, tags, str(tmp_path / "tagger"), seq_length=8,
+                               buckets=(1, 4)),
+         r"at least 3 \(as --max_seq_length: room for one text\)\. Received: 1,4$")]
+    for export, message in refusals:
+        with pytest.raises(ExportError, match=r"^--length_buckets: lengths must be " + message):
+            export()
+    assert sorted(os.listdir(tmp_path)) == []
+    for path in (export_classifier(classifier, tokenizer, ["a", "b"], str(tmp_path / "pair"),
+                                   seq_length=8, pair=True, buckets=(5, 6)),
+                 export_tagger(tagger, tokenizer, tags, str(tmp_path / "tagger"),
+                               seq_length=8, buckets=(3, 4))):
+        report = verify(path)
+        assert report.ok, str(report)
+
+
 @pytest.mark.parametrize("values", [["x"], ["16", "0"], ["-8"], ["1.5"]])
 def test_bad_bucket_flags_are_one_line_errors(values):
     with pytest.raises(ExportError, match=r"^--length_buckets: expected comma-separated "

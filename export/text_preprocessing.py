@@ -61,7 +61,8 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int, pad_id: int
     Args:
       segments: a list of one or two int RaggedTensors [B, None] of token ids, or
         [B, (words), (pieces)] as `tokenize` returns them (words are merged); no specials.
-      seq_length: S, the fixed output length (at least 3 for one segment, 5 for two): a
+      seq_length: S, the fixed output length (at least one token's room: 3 for one
+        segment, 4 for two, where truncation leaves the second no token): a
         Python int (static output shape), or an int32 scalar Tensor (TF Hub's
         `bert_pack_inputs(segments, seq_length=...)`).
       cls_id, sep_id, pad_id: special-token ids from the vocabulary.

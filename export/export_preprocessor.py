@@ -111,7 +111,15 @@ class HubPackInputs(tf.Module):
 
         @tf.function(autograph=False)
         def pack(segments, seq_length=default_seq_length):
-            return bert_pack_inputs(list(segments), seq_length, cls_id, sep_id, pad_id)
+            segments = list(segments)
+            # Two batches of other sizes failed deep inside ("Dimensions must be equal"
+            # from a RaggedRange node): said here instead.
+            checks = [tf.debugging.assert_equal(
+                segment.nrows(), segments[0].nrows(),
+                message="bert_pack_inputs: every segment must hold as many rows (texts) as "
+                        "the first") for segment in segments[1:]]
+            with tf.control_dependencies(checks):
+                return bert_pack_inputs(segments, seq_length, cls_id, sep_id, pad_id)
 
         self.__call__ = pack
         for ragged_rank in (1, 2):

@@ -543,6 +543,12 @@ out = {"root": pre(texts)["input_word_ids"].numpy().tolist(),
        "pair": pre.bert_pack_inputs([tok, tok], seq_length=9)["input_word_ids"].numpy().tolist(),
        "flat": pre.bert_pack_inputs([tok.merge_dims(1, 2)],
                                     seq_length=tf.constant(7))["input_word_ids"].numpy().tolist()}
+spec = tf.RaggedTensorSpec([None, None, None], tf.int32)
+try:  # two segments of other batch sizes, in a graph (a hub.KerasLayer's, a server's)
+    tf.function(lambda a, b: pre.bert_pack_inputs([a, b]), input_signature=[spec, spec])(
+        tok, tok[:1])
+except tf.errors.InvalidArgumentError as e:
+    out["mismatch"] = e.message.splitlines()[0]
 assert not [m for m in sys.modules if m.split(".")[0] in ("bert_keras", "data_prep", "export")]
 json.dump(out, sys.stdout)
 """
@@ -585,6 +591,10 @@ def test_preprocessor_follows_the_tf_hub_api_in_a_fresh_process(tmp_path):
     assert got["root"] == [packed(t, None, 8) for t in ids]
     assert got["pair"] == [packed(t, t, 9) for t in ids]
     assert got["flat"] == [packed(t, None, 7) for t in ids]
+    # Before, "Dimensions must be equal" from a node deep inside (still TensorFlow's shape
+    # inference's message where both batch sizes are static, as in an eager call).
+    assert ("assertion failed: [bert_pack_inputs: every segment must hold as many rows "
+            "(texts) as the first]") in got["mismatch"], got["mismatch"]
     assert verify(path).ok
 
 

@@ -151,15 +151,16 @@ class TextPacker(tf.Module):
         """
         super().__init__()
         least = 5 if pairs else 3  # [CLS] and a piece of each text, each with its [SEP]
+        room = "a pair" if pairs else "one text"
         if seq_length < least:
             raise saved_model_writer.ExportError(
-                f"{length_flag} must be at least {least} (room for "
-                f"{'a pair' if pairs else 'one text'}). Received: {seq_length}")
+                f"{length_flag} must be at least {least} (room for {room}). "
+                f"Received: {seq_length}")
         self.tokenizer = tokenizer  # a tf.Module: its assets and tables are tracked
         self.seq_length = seq_length
         self.buckets = length_buckets.resolve(
             buckets, seq_length, least,
-            f"as {length_flag}: room for {'a pair' if pairs else 'one text'}")
+            f"as {length_flag}: room for {room}")
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
         self.mask_id, self.unk_id = tokenizer.mask_id, tokenizer.unk_id
         self.vocab_size = tokenizer.vocab_size

@@ -40,10 +40,11 @@ def _sixteen_bits_on_tensorflow_cpu(q) -> bool:
     """Whether `q` is bfloat16 or float16 on TensorFlow in a process with no GPU or TPU.
     There TensorFlow's 16-bit (batch) matrix products lose precision inside their sums:
     with BERT-base's attention (S128, D64) under mixed_bfloat16, `keras.ops.
-    dot_product_attention`'s einsums took the attention's output 4.1e-2 (relative) from
-    float64's on the same rounded q, k and v, and batch matmuls 1.4e-2, where torch's
-    bfloat16 attention is 7.3e-3 off and JAX's 3.7e-3 (mixed_float16: 5.0e-3 and 1.2e-3,
-    torch 1.2e-3), on a 2-core AVX2 CPU without oneDNN. So the explicit softmax runs there,
+    dot_product_attention`'s einsums took the attention's output 5.3e-2 (relative) from
+    float64's on the same rounded q, k and v, and batch matmuls 1.2e-2, where
+    transformers' bfloat16 attention is 1.0e-2 off and JAX's 3.8e-3 (mixed_float16: 8.4e-3,
+    torch 7.7e-4), on a 2-core AVX2 CPU without oneDNN (bench/attention_precision.py,
+    BUILD_NOTES.md 8.10). So the explicit softmax runs there,
     its two products on float32 operands (as fast there: bfloat16 is emulated), as the
     class docstring promises (tests/test_attention.py). TensorFlow on a GPU or TPU keeps
     its products in 16 bits (their sums accumulate in float32), and so do serving copies

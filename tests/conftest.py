@@ -30,7 +30,7 @@ TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 _LONGEST_FIRST = ("test_quickstart.py", "test_export.py", "test_backends.py",
                   "test_distribute.py", "test_run_pretraining_jax.py", "test_training_parity.py",
                   "test_length_buckets.py", "test_flash_attention.py", "test_run_pretraining.py",
-                  "test_request_checks.py")
+                  "test_finetune_resume.py", "test_run_finetune.py", "test_request_checks.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -155,6 +155,7 @@ def test_dynamic_masking_on_beam_writes_unmasked_instances_the_trainer_masks(cor
         assert w["mlm_logits"].numpy().sum() >= 8  # the trainer chose masks
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_two_workers_and_a_rerun_give_the_same_bytes(beam_run, corpus, tmp_path, capfd):
     path, vocab_path, _ = corpus
     out = str(tmp_path / "two" / "train")

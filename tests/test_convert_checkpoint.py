@@ -67,6 +67,7 @@ def run_cli(*args):
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_cli_help_and_unknown_flag():
     result = run_cli("--help")  # absl prints the help and exits with status 1
     assert "--from=google --to=hf \\\n" in result.stdout

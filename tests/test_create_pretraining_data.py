@@ -170,6 +170,7 @@ def check_records(merged, vocab, max_predictions_per_seq):
             "not_next_checked": other_doc}
 
 
+@pytest.mark.integration  # ~18 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_end_to_end_schema_statistics_and_sidecar(tmp_path):
     corpus, vocab_path, vocab = write_generated_corpus(str(tmp_path), num_docs=80,
                                                        sentences=(80, 120))

@@ -132,6 +132,7 @@ def test_weight_decay_exclusions_hold_under_mirrored_strategy():
     assert lines["KEPT"] == str(["beta", "bias", "gamma", "output_bias"])
 
 
+@pytest.mark.integration  # ~22 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_mirrored_strategy_on_two_logical_cpus_trains_and_checkpoints(data, tmp_path):
     """Also covers LAMB under a strategy."""
     out = tmp_path / "out"

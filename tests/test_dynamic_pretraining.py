@@ -96,6 +96,7 @@ def test_masking_flags_are_refused_with_dynamic_masking(data, tmp_path, capsys):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.integration  # ~24 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_mlm_only_whole_words_higher_rate_end_to_end(data, tmp_path):
     options = _options(data, tmp_path / "out", masked_lm_prob=0.3, do_whole_word_mask=True,
                        next_sentence_prediction=False, eval_input_file=data["eval"],

@@ -80,7 +80,9 @@ def interrupt_at(monkeypatch, step):
 
 
 @pytest.mark.parametrize("backend", [
-    "tensorflow",  # jax: a fresh pytest; CI's time (BUILD_NOTES 8.5): make test-all runs it
+    # tensorflow: ~19 s on 2 cores, make test's time (BUILD_NOTES 8.5);
+    # jax: a fresh pytest, CI's time (BUILD_NOTES 8.5): make test-all runs it
+    pytest.param("tensorflow", marks=pytest.mark.integration),
     pytest.param("jax", marks=[pytest.mark.integration, pytest.mark.slow])])
 def test_an_interrupted_fine_tuning_resumes_to_the_uninterrupted_model(
         backend, tmp_path, monkeypatch, encoder_file, data):
@@ -185,6 +187,7 @@ def test_a_run_interrupted_within_an_accumulated_update_resumes_to_the_uninterru
         [3, 6, 9]
 
 
+@pytest.mark.integration  # ~27 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_backup_of_other_settings_is_refused_not_resumed(tmp_path, monkeypatch,
                                                            encoder_file, data):
     out = tmp_path / "out"
@@ -272,6 +275,7 @@ def test_a_tagger_interrupted_within_an_accumulated_update_resumes_to_the_uninte
     assert max(np.abs(a - b).max() for a, b in zip(trained, initial)) > 1e-2
 
 
+@pytest.mark.integration  # ~12 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_tagger_backup_of_another_doc_stride_is_refused(tmp_path, monkeypatch, encoder_file):
     """run_tagger's --doc_stride is part of what a run trains: a backup made with another is
     refused, named, even where no training sentence is long enough for the stride to change
@@ -306,6 +310,7 @@ def test_a_tagger_backup_of_another_doc_stride_is_refused(tmp_path, monkeypatch,
     assert run_tagger.run(**values, doc_stride=7)["train"]["resumed_from_step"] == 4
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_tagger_evaluated_alone_windows_at_its_fine_tuning_stride(tmp_path, encoder_file):
     """--do_eval / --do_predict without --do_train and without --doc_stride read long
     sentences at the stride the model was fine-tuned with (train_results.json), as
@@ -341,6 +346,7 @@ def test_a_tagger_evaluated_alone_windows_at_its_fine_tuning_stride(tmp_path, en
     assert given["eval"]["doc_stride"] == 7
 
 
+@pytest.mark.integration  # ~16 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_run_stopped_after_saving_its_model_goes_on_with_prediction(
         tmp_path, monkeypatch, encoder_file, data):
     """Killed in prediction, after model.keras was saved (and the backups removed), the same
@@ -376,6 +382,7 @@ def test_a_run_stopped_after_saving_its_model_goes_on_with_prediction(
     assert again["predict"] == result["predict"] and not trained
 
 
+@pytest.mark.integration  # ~17 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_run_stopped_between_evaluation_and_prediction_takes_its_evaluation_up(
         tmp_path, monkeypatch, encoder_file, data):
     """Killed after eval_results.json was written, before the predictions, the same command
@@ -431,6 +438,7 @@ def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(
                                    save_checkpoints_steps=0))
 
 
+@pytest.mark.integration  # ~16 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_fewer_processes_resume_from_process_0s_backup_more_are_refused(
         tmp_path, monkeypatch, encoder_file, data):
     """A job resumed on fewer processes takes process 0's backup (warned: other replicas),

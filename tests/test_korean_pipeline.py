@@ -128,6 +128,7 @@ def test_the_default_would_break_korean(pipeline, reference):
     assert "[UNK]" in default.tokenize([line])[0] and "[UNK]" not in reference.tokenize(line)
 
 
+@pytest.mark.integration  # ~16 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_continued_pretraining_keeps_the_models_tokenization(pipeline):
     """Continuing the Korean model needs no config, vocabulary or tokenizer flag; data made
     with the uncased default (its vocab.txt copied without tokenizer_config.json: jamo, not
@@ -172,6 +173,7 @@ def _common(output_dir, init_checkpoint, **overrides):
     return values
 
 
+@pytest.mark.integration  # ~23 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_kornli_and_korsts_fine_tune_the_korean_model_by_task_name(pipeline, reference, spy):
     """Kakao Brain's KorNLI and KorSTS by --task_name, from the KorNLUDatasets repository's
     own layout (tests/testdata/glue/KorNLUDatasets), and NSMC, on the Korean model: every

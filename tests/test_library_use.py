@@ -9,6 +9,7 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 
 import bert_keras
 from bert_keras.optimization import create_optimizer
@@ -45,6 +46,7 @@ def _registered_by_the_package():
                   if name.startswith("bert_keras>"))
 
 
+@pytest.mark.integration  # ~28 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_compiled_task_models_load_where_only_bert_keras_was_imported(tmp_path):
     # A user saves a fine-tuned model (our optimizer, compile_args' loss and metrics) and
     # loads it in another script that imports bert_keras, nothing deeper. Before the fix

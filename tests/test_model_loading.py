@@ -160,6 +160,7 @@ def test_transformers_other_weight_files_are_named_with_the_way_out(name, tmp_pa
     assert isinstance(model_loading.load_checkpoint(str(tmp_path / "both")).model, BertEncoder)
 
 
+@pytest.mark.integration  # ~15 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_save_task_dir_leaves_out_the_optimizer_and_keeps_training(tmp_path):
     """The default save holds no optimizer state yet leaves the trained model compiled:
     training continues with the same optimizer, and the file loads with the same outputs."""

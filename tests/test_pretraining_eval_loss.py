@@ -151,6 +151,7 @@ def _check(results, google, what):
     np.testing.assert_allclose(results["mlm_logits_loss"], google, rtol=RTOL, err_msg=what)
 
 
+@pytest.mark.integration  # ~27 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_final_and_evaluation_only_results_are_googles_masked_lm_loss(data, tmp_path):
     """TensorFlow, one replica: the final evaluation of a run (2 batches a call), of an
     MLM-only run, and evaluation-only runs of the first (with and without the NSP head)."""

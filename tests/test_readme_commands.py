@@ -150,6 +150,7 @@ def test_argparse_command_parses(tool, args, monkeypatch):
         module.main(args)
 
 
+@pytest.mark.integration  # ~25 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_help_exits_zero_without_tensorflow_log_lines():
     """One tool per package, run as a user runs it (in parallel: each imports TensorFlow);
     TF_CPP_MIN_LOG_LEVEL unset, as in a user's shell."""

@@ -159,6 +159,7 @@ def test_a_mask_of_unknown_shape_is_refused_in_one_line():
         rows.get_concrete_function()
 
 
+@pytest.mark.integration  # ~51 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_this_module_holds_on_jax():
     """The tests above on Keras' JAX backend, in one fresh process: capacity, by hand, two
     masks, bfloat16, poison (the TensorFlow-only ones skip there)."""

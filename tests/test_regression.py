@@ -187,6 +187,7 @@ def test_a_label_float32s_squared_error_cannot_hold_is_refused_before_training(
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.integration  # ~17 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_regressor_trained_from_a_classifiers_output_takes_none_of_its_labels(
         tmp_path, encoder_file):
     """--init_checkpoint=<run_classifier's output>: the regressor starts from its encoder and

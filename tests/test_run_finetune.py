@@ -54,6 +54,7 @@ def write_classification(path, n, seed):
             f.write(json.dumps({"text": " ".join(words), "label": label}) + "\n")
 
 
+@pytest.mark.integration  # ~21 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_fine_tuned_model_keeps_its_labels_when_trained_further(tmp_path, encoder_file):
     """A classifier trained with a label list in its own order ("spam", "ham"), trained
     further on data whose labels come out sorted ("ham", "spam"): the head's classes kept
@@ -648,6 +649,7 @@ def _scores(results):
         "eval_seconds", "eval_examples_per_second", "made_from")}
 
 
+@pytest.mark.integration  # ~21 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_run_squad_korquad_and_klue_mrc_by_task_name(tmp_path, encoder_file):
     """--task_name reads KorQuAD's or KLUE-MRC's files from --data_dir (their own names and
     layout) and scores the dev file with the benchmark's metric; an evaluation alone scores
@@ -733,6 +735,7 @@ def test_init_checkpoint_forms_load_the_same_encoder(tmp_path):
     assert not os.path.exists(tmp_path / "out")  # nothing written for a refused run
 
 
+@pytest.mark.integration  # ~32 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_fine_tuning_is_the_same_from_every_form_of_a_checkpoint(tmp_path):
     """One pretrained model as a pretrainer (.keras; loading builds its MLM and NSP heads
     too), an encoder file, Hugging Face's and Google's layouts: the new head and every
@@ -997,6 +1000,7 @@ def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path,
             do_predict=False))
 
 
+@pytest.mark.integration  # ~13 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_evaluating_a_pair_model_alone_needs_its_second_text(tmp_path, encoder_file):
     """A classifier fine-tuned on pairs (--text_b_column), evaluated or predicting alone
     without --text_b_column: refused, naming the flag. Before, the files' second texts were
@@ -1169,6 +1173,7 @@ def test_mirrored_on_two_cpu_devices_trains_the_weights_of_one(tmp_path):
     assert max(float(np.abs(a - b).max()) for a, b in zip(trained, initial)) > 1e-2 * lr * steps
 
 
+@pytest.mark.integration  # ~21 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_an_interrupted_save_leaves_no_model_beside_another_runs_settings(
         tmp_path, encoder_file, monkeypatch):
     """Ctrl-C while run_classifier saved: model.keras was written first and the files the
@@ -1210,6 +1215,7 @@ def test_an_interrupted_save_leaves_no_model_beside_another_runs_settings(
     assert not (out / "model.keras").exists()
 
 
+@pytest.mark.integration  # ~13 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_overwrite_output_takes_the_replaced_models_results_away(tmp_path, encoder_file):
     """--overwrite_output --do_train replaced model.keras and kept the old model's
     eval_results.json, predictions and Google's eval_results.txt / test_results.tsv (which

@@ -213,6 +213,7 @@ class _CountBatches(keras.callbacks.Callback):
         self.batches += 1
 
 
+@pytest.mark.integration  # ~27 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_resume_neither_repeats_nor_skips_steps(finished_run, tmp_path):
     reference, _ = finished_run
     # Without the evaluations of the reference run: evaluating must not change training.
@@ -289,6 +290,7 @@ def _assert_bit_identical(output_dir, reference_dir):
     assert worst == 0.0, f"resumed run differs from the uninterrupted one: max |dw| = {worst}"
 
 
+@pytest.mark.integration  # ~16 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
     """Killed in the middle of the second interval: the rerun restores weights, optimizer,
     dropout random state and data position, and ends exactly where the uninterrupted run
@@ -316,6 +318,7 @@ def test_resume_with_dropout_is_bit_identical(dropout_run, data, tmp_path):
     assert [step for step, _ in shown] == [3, 6, 9, 12, 15, 18, 21, 24]
 
 
+@pytest.mark.integration  # ~28 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 @pytest.mark.parametrize("killed", ["before", "after"])
 def test_a_kill_next_to_the_backup_leaves_one_history_row_an_interval(
         killed, dropout_run, monkeypatch, tmp_path):
@@ -575,6 +578,7 @@ def test_continued_pretraining_from_transformers_masked_lm(data, tmp_path):
     assert (out / "encoder" / "vocab.txt").read_text() == open(data["vocab"]).read()
 
 
+@pytest.mark.integration  # ~18 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_run_stopped_before_its_first_backup_starts_again_from_init_checkpoint(
         finished_run, data, tmp_path):
     """Killed before its first backup, a run leaves run_config.json and no backup; its rerun
@@ -595,6 +599,7 @@ def test_a_run_stopped_before_its_first_backup_starts_again_from_init_checkpoint
         np.testing.assert_array_equal(whole[name], rerun[name], err_msg=name)
 
 
+@pytest.mark.integration  # ~21 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_killed_phase_two_resumes_from_phase_one_and_data_moved_elsewhere(
         finished_run, data, tmp_path):
     """The run record holds flags, and --init_checkpoint, --vocab_file, --bert_config_file and
@@ -1080,6 +1085,7 @@ def _disk_full(real, model, filepath):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+@pytest.mark.integration  # ~13 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_backup_that_cannot_be_written_stops_the_run_and_the_rerun_resumes(
         dropout_run, tmp_path):
     """The disk fills while the second backup is written: the run stops with the error
@@ -1279,6 +1285,7 @@ def _sidecars_recording(data, directory, vocab_file, do_lower_case, prefix="trai
     return str(directory / f"{prefix}-*.tfrecord")
 
 
+@pytest.mark.integration  # ~13 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_run_resumed_on_data_remade_in_place_is_refused(data, tmp_path):
     """A killed run whose data was remade under the same names (other tokenizer settings,
     or other shards) resumed silently: its first checkpoints and encoder/ then disagreed

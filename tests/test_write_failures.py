@@ -460,6 +460,7 @@ def test_prepare_corpus_past_the_limit(tmp_path):
     assert os.path.getsize(out) > LIMIT
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_build_vocab_past_the_limit(tmp_path):
     corpus = _word_corpus(tmp_path / "raw.txt", 200)
     out = tmp_path / "vocab" / "vocab.txt"
@@ -481,6 +482,7 @@ def _cpd_args(tmp_path, *extra):
             "--max_predictions_per_seq=4", "--dupe_factor=2", *extra]
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_create_pretraining_data_past_the_limit(tmp_path):
     out = tmp_path / "data"
     args = _cpd_args(tmp_path, f"--output_file={out / 'train.tfrecord'}")

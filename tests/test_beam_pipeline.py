@@ -128,6 +128,7 @@ def test_records_feed_run_pretrainings_input_pipeline(beam_run):
         assert set(np.unique(y["nsp_logits"].numpy())) <= {0, 1}
 
 
+@pytest.mark.integration  # ~22 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_dynamic_masking_on_beam_writes_unmasked_instances_the_trainer_masks(corpus, tmp_path):
     """--dynamic_masking under a Beam runner: the local tool's four features and sidecar."""
     from bert_keras.masking import DynamicMasking

@@ -420,6 +420,7 @@ def test_a_run_stopped_between_evaluation_and_prediction_takes_its_evaluation_up
         run_classifier.run(**flags(out, encoder_file, data, **with_eval))
 
 
+@pytest.mark.integration  # ~17 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_run_no_longer_than_save_checkpoints_steps_writes_no_backup(
         tmp_path, monkeypatch, encoder_file, data):
     """No backup at the last step (the model is saved right after): a run of at most

@@ -597,6 +597,7 @@ def test_a_glue_task_on_a_model_whose_head_orders_the_labels_otherwise(tmp_path)
     np.testing.assert_allclose(google, want[:, columns], atol=1e-5)
 
 
+@pytest.mark.integration  # ~15 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_classifier_from_a_checkpoint_without_a_pooler_starts_it_from_the_initialiser(
         tmp_path):
     """transformers' BertForMaskedLM is saved without a pooler (how most Korean and domain

@@ -406,6 +406,7 @@ def test_a_task_preset_takes_raw_text_as_keras_hubs_do(tmp_path):
     assert type(masked_lm.preprocessor).__name__ == "BertMaskedLMPreprocessor"
 
 
+@pytest.mark.integration  # ~16 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_a_converted_backbone_fine_tunes_in_keras_hub(tmp_path, caplog):
     """An encoder converted to keras-hub gets keras-hub's BertTextClassifierPreprocessor
     (preprocessor.json) packing to its position table, so keras-hub's own fine-tuning,

@@ -178,6 +178,7 @@ def test_final_and_evaluation_only_results_are_googles_masked_lm_loss(data, tmp_
     assert sorted(written) == ["global_step", "loss", "mlm_logits_accuracy", "mlm_logits_loss"]
 
 
+@pytest.mark.integration  # ~11 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_every_interval_evaluation_is_googles_masked_lm_loss(data, tmp_path):
     """Each checkpoint interval's evaluation (history.csv, TensorBoard) is the final
     evaluation's: Google's masked_lm_loss of the first --max_eval_steps held-out batches.

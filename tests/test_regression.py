@@ -60,6 +60,7 @@ def write_rated(path, n, seed):
                                 "score": round(5 * spam / count, 3)}) + "\n")
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_regressor_learns_a_rating_and_its_files_say_what_the_model_says(tmp_path,
                                                                           encoder_file):
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"

@@ -956,6 +956,7 @@ def test_task_exports_default_to_what_the_fine_tuning_recorded(tmp_path, caplog)
         assert task_export.given_or_recorded(pair, recorded, "text_pair", "P") is False
 
 
+@pytest.mark.integration  # ~11 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_evaluating_alone_takes_the_length_the_model_was_fine_tuned_at(tmp_path, encoder_file,
                                                                       caplog):
     """--do_eval / --do_predict without --do_train and without --max_seq_length: the length

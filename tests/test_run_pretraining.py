@@ -146,6 +146,7 @@ def _googles_eval_results(path, results) -> int | None:
     return int(pairs["global_step"]) if "global_step" in pairs else None
 
 
+@pytest.mark.integration  # ~12 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_tensorboard_keeps_every_interval(data, tmp_path):
     """Shaped like the demo's run (600 steps in intervals of 120, evaluated after each,
     --log_steps=100), scaled down: 60 steps in intervals of 12, a point every 10 steps.
@@ -167,6 +168,7 @@ def test_tensorboard_keeps_every_interval(data, tmp_path):
     assert validation["evaluation_loss_vs_iterations"] == [12, 24, 36, 48, 60], validation
 
 
+@pytest.mark.integration  # ~24 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 @pytest.mark.parametrize("verbose", [1, 2])
 def test_the_progress_bar_counts_the_steps_each_interval_runs(data, tmp_path, capsys, verbose):
     """7 steps in intervals of 3, 2 micro-batches a step: the last interval runs 1 step.
@@ -351,6 +353,7 @@ def test_a_kill_next_to_the_backup_leaves_one_history_row_an_interval(
         assert resumed == f.read()
 
 
+@pytest.mark.integration  # ~12 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_train_step_compiles_with_xla(data, tmp_path):
     """jit_compile=True: the whole train step is one XLA computation at static shapes."""
     config = tmp_path / "one_layer.json"
@@ -1388,6 +1391,7 @@ def test_the_checkpoints_own_model_and_vocabulary_are_not_replaced_by_flags(
     assert initial.config.hidden_dropout_prob == 0.2
 
 
+@pytest.mark.integration  # ~14 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_without_vocab_file_the_encoder_gets_the_vocabulary_the_data_names(data, tmp_path):
     """Google's run_pretraining takes no --vocab_file: encoder/ then had no vocab.txt and
     no tokenizer settings, so a cased model was fine-tuned on lowercased text without a
@@ -1407,6 +1411,7 @@ def test_without_vocab_file_the_encoder_gets_the_vocabulary_the_data_names(data,
     assert not (tmp_path / "b" / "encoder" / "vocab.txt").exists()
 
 
+@pytest.mark.integration  # ~13 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 def test_phase_two_data_of_a_vocabulary_extending_the_checkpoints_is_taken(
         finished_run, data, tmp_path):
     """Phase-2 data made with the phase-1 model's vocabulary edited as Google's README

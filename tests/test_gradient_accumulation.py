@@ -113,11 +113,10 @@ def assert_same_training(accumulated, big, out_accumulated, out_big, k, batch):
     assert difference <= ATOL, difference
 
 
+@pytest.mark.integration  # ~19 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 @pytest.mark.parametrize("backend", [
-    # tensorflow: ~19 s on 2 cores, make test's time (BUILD_NOTES 8.5);
-    # jax: a fresh pytest, CI's time (BUILD_NOTES 8.5): make test-all runs it
-    pytest.param("tensorflow", marks=pytest.mark.integration),
-    pytest.param("jax", marks=[pytest.mark.integration, pytest.mark.slow])])
+    "tensorflow",  # jax: a fresh pytest; CI's time (BUILD_NOTES 8.5): make test-all runs it
+    pytest.param("jax", marks=pytest.mark.slow)])
 def test_run_classifier_three_micro_batches_of_two_train_as_one_batch_of_six(
         backend, tmp_path, encoder_file, train_file):
     if run_on_backend(backend, __file__, "test_run_classifier_three_micro_batches_of_two_"
@@ -138,11 +137,10 @@ def test_run_classifier_three_micro_batches_of_two_train_as_one_batch_of_six(
     assert max_difference(trained, initial) > 100 * ATOL
 
 
+@pytest.mark.integration  # ~18 s on 2 cores: make test's time (BUILD_NOTES 8.5)
 @pytest.mark.parametrize("backend", [
-    # tensorflow: ~18 s on 2 cores, make test's time (BUILD_NOTES 8.5);
-    # jax: a fresh pytest, CI's time (BUILD_NOTES 8.5): make test-all runs it
-    pytest.param("tensorflow", marks=pytest.mark.integration),
-    pytest.param("jax", marks=[pytest.mark.integration, pytest.mark.slow])])
+    "tensorflow",  # jax: a fresh pytest; CI's time (BUILD_NOTES 8.5): make test-all runs it
+    pytest.param("jax", marks=pytest.mark.slow)])
 def test_run_tagger_three_micro_batches_of_unequal_token_counts_train_as_one_batch_of_six(
         backend, tmp_path, encoder_file, tagger_file):
     """run_tagger's loss is the mean over the labelled tokens of a batch. Its micro-batches

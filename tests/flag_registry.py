@@ -48,19 +48,22 @@ def stop(self, *args, **kwargs):
 argparse.ArgumentParser.parse_args = stop
 argparse.ArgumentParser.parse_known_args = stop
 
-def options(parser):
+def options(parser, helps):
     found = {}
+    helps[""] = helps.get("", "") + "\\n\\n" + "\\n\\n".join(
+        text for text in (parser.description, parser.epilog) if text)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
-                found.update(options(sub))
+                found.update(options(sub, helps))
         for option in action.option_strings:
             if option.startswith("--"):
                 found[option[2:]] = None if action.default is argparse.SUPPRESS else \\
                     action.default
+                helps[option[2:]] = action.help or ""
     return found
 
-parsed = {}
+parsed, parsed_help = {}, {}
 for tool in argparse_tools:
     if tool.endswith(".py"):
         sys.path.insert(0, os.path.dirname(os.path.abspath(tool)))
@@ -74,12 +77,15 @@ for tool in argparse_tools:
     try:
         module.main(["--help"]) if inspect.signature(module.main).parameters else module.main()
     except Parsed as e:
-        parsed[tool] = options(e.args[0])
+        helps = {"": module.__doc__ or ""}
+        parsed[tool] = options(e.args[0], helps)
+        parsed_help[tool] = {"doc": helps.pop(""), "flags": helps}
     else:
         raise SystemExit(f"{tool}: main() parsed no arguments")
 print(json.dumps({"tools": {tool: {"doc": docs[tool], "flags": registered[tool],
                                    "defaults": defaults[tool]} for tool in absl_tools},
-                  "argparse": parsed, "absl": absl_own}, default=repr))
+                  "argparse": parsed, "argparse_help": parsed_help, "absl": absl_own},
+                 default=repr))
 """
 
 # `python -m MODULE` or a script's path (bench/x.py, scripts/x.py) in the docs.
@@ -104,7 +110,9 @@ def argparse_tools() -> list[str]:
 @functools.cache
 def registry() -> dict:
     """{"tools": {absl tool module: {"doc", "flags": {name: help}, "defaults": {name:
-    default}}}, "argparse": {tool: {name: default}}, "absl": absl's own flags (--help, ...)}.
+    default}}}, "argparse": {tool: {name: default}}, "argparse_help": {tool: {"doc": its
+    docstring, description and epilog, "flags": {name: help}}}, "absl": absl's own flags
+    (--help, ...)}.
     """
     env = dict(os.environ, PYTHONPATH=REPO)
     tools = [list(TOOLS.values()), argparse_tools()]

@@ -105,6 +105,48 @@ def test_help_names_only_flags_the_tool_takes(registry, tool):
     assert not stale, "\n".join(stale)
 
 
+# The argparse tools a user runs (flag_registry.argparse_tools: those the docs name), less
+# bench/'s measurement scripts (their texts speak of the tools' flags they measure, "the
+# same export with --serving_dtype=bfloat16") and export.saved_model_cli, whose help is
+# TensorFlow's own. A `--name` after `pip` or `npm` on its line is theirs.
+_USER_ARGPARSE = ("export.", "public_data.", "scripts/")
+_FOREIGN = re.compile(r"\b(?:pip|npm)\b[^\n]*$")
+
+
+def _user_argparse_tools():
+    from flag_registry import argparse_tools
+
+    return [tool for tool in argparse_tools() if tool.startswith(_USER_ARGPARSE)
+            and tool != "export.saved_model_cli"]
+
+
+@pytest.mark.parametrize("tool", _user_argparse_tools())
+def test_argparse_help_names_only_flags_the_tool_takes(registry, tool):
+    """As for the absl tools: each `--name` in an argparse tool's docstring, description,
+    epilog and option help (what --help prints) is one of its options, or a flag of the
+    tool named right before it."""
+    found = registry["argparse"]
+
+    def owner_of(word):
+        return _owner(word) or next((other for other in found if tool_word(word) in (
+            other, other.rsplit("/", 1)[-1])), None)
+
+    helps = registry["argparse_help"][tool]
+    texts = {"the docstring": helps["doc"]}
+    texts.update({f"--{name}'s help": text for name, text in helps["flags"].items()})
+    stale = []
+    for where, text in texts.items():
+        for owner, name, offset in flag_spans(text, owner_of):
+            owner = owner or tool
+            if _FOREIGN.search(text, 0, offset):
+                continue
+            taken = (set(registry["tools"][TOOLS[owner]]["flags"]) | set(registry["absl"])
+                     if owner in TOOLS else set(found[owner]))
+            if name not in taken:
+                stale.append(f"{where}: --{name} (not a flag of {owner})")
+    assert not stale, "\n".join(stale)
+
+
 @pytest.mark.parametrize("args,says", [
     (["--task_name=sts-b"], "error: --task_name=sts-b: a regression task (a number per "
                             "example, not a class), which names no labels; drop --task_name"),

@@ -201,6 +201,7 @@ class PretrainingOptions(DistributionOptions):
         for name in ("input_file", "output_dir"):
             if not getattr(self, name):
                 raise PretrainingError(f"--{name} is required")
+        cli.check_seed(self.seed)
         if self.bert_config_file is not None and self.preset is not None:
             raise PretrainingError("give only one of --bert_config_file and --preset")
         if (self.bert_config_file is None and self.preset is None and not self.init_checkpoint

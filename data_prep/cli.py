@@ -148,6 +148,13 @@ class InputError(ToolError):
         self.subject = subject
 
 
+def check_seed(seed: int, flag: str = "--seed") -> None:
+    """Raises InputError for a seed Keras' `set_random_seed` (numpy's generator) refuses
+    with a traceback: it takes 0 to 2**32 - 1."""
+    if not 0 <= seed < 2 ** 32:
+        raise InputError(flag, f"expected 0 to 2**32 - 1 = {2 ** 32 - 1}, got {seed}")
+
+
 class DamagedFileError(InputError):
     """A file the user named that a library could not read: truncated, corrupt or of another
     format (`reading` raises it from the library's own error, naming the file)."""

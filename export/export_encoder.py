@@ -201,6 +201,11 @@ class MlmModule(tf.train.Checkpoint):
         _set_reusable_attributes(self, functions, self.pretrainer.model)
 
 
+def warmup_lengths(buckets, seq_length: int) -> tuple[int, ...]:
+    """The warmup requests' lengths (`length_buckets.resolve`): each holds [CLS] and [SEP]."""
+    return length_buckets.resolve(buckets, seq_length, 2, "a request's [CLS] and [SEP]")
+
+
 def example_inputs(batch_size: int, seq_length: int, cls_id: int, sep_id: int, vocab_size: int):
     """A padded batch ([CLS] w ... [SEP] 0 ...) of varying lengths, for warmup and checks."""
     rng = np.random.default_rng(0)
@@ -274,6 +279,7 @@ def export_encoder(
             f"--seq_length={warmup_seq_length}: the warmup requests need at least 2 positions "
             "([CLS] and [SEP])")
     seq_length = warmup_seq_length
+    lengths = warmup_lengths(buckets, seq_length)
     if settings is None:
         settings = tokenizer_config.resolve(vocab_file)[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -289,7 +295,7 @@ def export_encoder(
         for batch in (1, 8):
             inputs = example_inputs(batch, seq_length, cls_id, sep_id, vocab_size)
             warmup.append(("serving_default", inputs))
-        for length in length_buckets.resolve(buckets, seq_length)[:-1]:
+        for length in lengths[:-1]:
             inputs = example_inputs(1, length, cls_id, sep_id, vocab_size)
             warmup.append(("serving_default", inputs))
         if pretrainer is not None:
@@ -339,6 +345,7 @@ def main(argv):
         # An existing version is refused before the model is loaded (seconds to minutes).
         export_dir, version = _DESTINATION["export_dir"].value, _DESTINATION["version"].value
         buckets = length_buckets.parse_flag(_LENGTH_BUCKETS.value)
+        warmup_lengths(buckets, _SEQ_LENGTH.value)
         saved_model_writer.version_dir(export_dir, version)
         ckpt = model_loading.load_checkpoint(_INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                                              want="pretrainer" if _MLM.value else "auto")

@@ -255,6 +255,20 @@ class SentenceTask(LabelledFileTask):
                             "if it was fine-tuned on sentence pairs",
                             files.records_no_fine_tuning(model_dir))
 
+    def packed(self, examples, tokenizer, labels, common):
+        """`classification.convert_examples` of `examples`, once --max_seq_length is known to
+        hold [CLS], [SEP] and a WordPiece of each text (a pair's second [SEP] too)."""
+        pair = next((e for e in examples if e.text_b is not None), None)
+        least = 3 if pair is None else 4
+        if common.max_seq_length < least:
+            raise FinetuneError(
+                f"--max_seq_length={common.max_seq_length} is too short: "
+                + ("a text needs at least 3 positions ([CLS], [SEP] and a WordPiece)"
+                   if pair is None else f"{pair.where} is a pair, which needs at least 4 "
+                   "positions ([CLS], [SEP], [SEP] and a WordPiece of each text)"))
+        return classification.convert_examples(examples, tokenizer, labels,
+                                               common.max_seq_length)
+
     def input_file(self, split, opts):
         if opts.task_name:
             if not opts.data_dir:
@@ -346,8 +360,7 @@ class ClassificationTask(SentenceTask):
         return opts.classifier_dropout
 
     def convert(self, examples, tokenizer, labels, common, opts, split):
-        arrays, stats = classification.convert_examples(examples, tokenizer, labels,
-                                                        common.max_seq_length)
+        arrays, stats = self.packed(examples, tokenizer, labels, common)
         logging.info("%s: %s", split, stats.summary())
         if opts.task_name and self._processor(opts).name == "klue-re":
             _warn_of_unknown_markers(tokenizer, split)

@@ -150,8 +150,7 @@ class RegressionTask(SentenceTask):
                              head_initializer=head_initializer, skip_padding=opts.skip_padding)
 
     def convert(self, examples, tokenizer, labels, common, opts, split):
-        arrays, stats = classification.convert_examples(examples, tokenizer, None,
-                                                        common.max_seq_length)
+        arrays, stats = self.packed(examples, tokenizer, None, common)
         del arrays["label_ids"]
         arrays["scores"] = np.asarray([_number(e) if e.label is not None else np.nan
                                        for e in examples], np.float32)

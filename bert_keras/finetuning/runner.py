@@ -44,7 +44,7 @@ from bert_keras.tasks import (HEAD_INITIALIZERS, copy_of, with_dtype_policy,
                                with_skip_padding)
 from bert_keras.tensorboard import TensorBoard
 from data_prep import files, schema, tokenizer_config
-from data_prep.cli import option, split_values
+from data_prep.cli import check_seed, option, split_values
 from data_prep.tokenization import load_tokenizer
 
 
@@ -168,6 +168,7 @@ class FinetuneOptions(DistributionOptions):
                 "KERAS_BACKEND=jax with multi_worker_mirrored; "
                 f"{files.doc_path('distributed.md')})")
         check_mixed_precision(self.mixed_precision)
+        check_seed(self.seed)
         if self.log_steps < 1:
             raise FinetuneError(f"--log_steps must be at least 1, got {self.log_steps}")
         if self.save_checkpoints_steps < 1:

@@ -595,5 +595,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["from", "to", "input", "output"])
+    cli.mark_required(["from", "to", "input", "output"])
     cli.run(main)

@@ -33,7 +33,7 @@ import os
 
 import keras
 import numpy as np
-from absl import app, flags, logging
+from absl import app, logging
 
 from bert_keras import backends, model_loading
 from bert_keras.finetuning import loop
@@ -267,6 +267,7 @@ def run(input_file, output_file, init_checkpoint=None, bert_config_file=None, vo
         raise FinetuneError(f"--batch_size must be >= 1; received {batch_size}")
     if not overwrite_output:
         files.refuse_existing([output_file], "refusing to overwrite (pass --overwrite_output)")
+    files.refuse_an_input(output_file, "--output_file", [input_file], "--input_file")
     files.check_writable([output_file])  # before the model runs, not when it is written
     examples = read_input(input_file)
     ckpt = model_loading.load_checkpoint(init_checkpoint, bert_config_file)  # any form
@@ -310,5 +311,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(cli.required_flags(ExtractOptions))
+    cli.mark_required(cli.required_flags(ExtractOptions))
     cli.run(main)

@@ -13,7 +13,6 @@ predict_results.json (counts, seconds, examples/s).
 The task is bert_keras/finetuning/classification.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.classification import ClassificationTask, ClassifierOptions
@@ -39,5 +38,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(cli.required_flags(runner.FinetuneOptions))
+    cli.mark_required(cli.required_flags(runner.FinetuneOptions))
     cli.run(main)

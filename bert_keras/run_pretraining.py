@@ -1838,5 +1838,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(cli.required_flags(PretrainingOptions))
+    cli.mark_required(cli.required_flags(PretrainingOptions))
     cli.run(main)

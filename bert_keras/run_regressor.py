@@ -18,7 +18,6 @@ predict_results.json.
 The task is bert_keras/finetuning/regression.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.regression import RegressionTask, RegressorOptions
@@ -42,5 +41,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(cli.required_flags(runner.FinetuneOptions))
+    cli.mark_required(cli.required_flags(runner.FinetuneOptions))
     cli.run(main)

@@ -19,7 +19,6 @@ Korean benchmarks: --task_name=korquad (KorQuAD 1.0, F1 over characters) or klue
 The task is bert_keras/finetuning/squad.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.squad import SquadOptions, SquadTask
@@ -49,5 +48,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(cli.required_flags(runner.FinetuneOptions))
+    cli.mark_required(cli.required_flags(runner.FinetuneOptions))
     cli.run(main)

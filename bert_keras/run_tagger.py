@@ -25,7 +25,6 @@ entity and character macro F1 (`data_prep.klue_ner`).
 The task is bert_keras/finetuning/tagging.py; the loop bert_keras/finetuning/runner.py.
 """
 
-from absl import flags
 
 from bert_keras.finetuning import runner
 from bert_keras.finetuning.tagging import TaggerOptions, TaggingTask
@@ -49,5 +48,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(cli.required_flags(runner.FinetuneOptions))
+    cli.mark_required(cli.required_flags(runner.FinetuneOptions))
     cli.run(main)

@@ -549,6 +549,7 @@ def main(argv: Sequence[str]) -> None:
     try:
         config = tokenizer_config.from_values(**{k: h.value for k, h in _TOKENIZER_FLAGS.items()})
         paths = resolve_inputs(_INPUT.value)
+        files.refuse_an_input(_OUTPUT.value, "--output", paths, "--input")
         if files.names_a_directory(_OUTPUT.value) or os.path.isdir(_OUTPUT.value):
             raise BuildVocabError(f"--output {_OUTPUT.value} is a directory; name the "
                                   f"vocabulary file (e.g. "
@@ -583,4 +584,5 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
     from data_prep import cli
 
+    cli.mark_required(["input", "output", "vocab_size"])
     cli.run(main)

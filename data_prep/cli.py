@@ -104,6 +104,24 @@ def define_flags(options_cls, defaults: Mapping[str, Any] | None = None,
     return holders
 
 
+def mark_required(names: Sequence[str], flag_values=None) -> None:
+    """absl's `mark_flags_as_required`, and an empty value refused too: absl takes any
+    value but None, so `--output_dir=$OUT` with $OUT unset passed, and a tool wrote into
+    the working directory (`--export_dir=`: a SavedModel as ./1) or named "/" in its error.
+    Call it in a tool's `if __name__ == "__main__":` block."""
+    from absl import flags
+
+    flag_values = flags.FLAGS if flag_values is None else flag_values
+    flags.mark_flags_as_required(names, flag_values=flag_values)
+    for name in names:
+        flags.register_validator(
+            name, lambda value: not (isinstance(value, (str, list)) and
+                                     not "".join(map(str, value if isinstance(value, list)
+                                                     else [value])).strip()),
+            message="expected a value, got an empty one (an unset shell variable?)",
+            flag_values=flag_values)
+
+
 def required_flags(options_cls) -> list[str]:
     """Names of the flags marked required (mark them in `if __name__ == "__main__"`, so
     that importing a tool into another process marks nothing)."""

@@ -765,7 +765,7 @@ def _main_beam() -> int:
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
     from data_prep import cli
 
+    cli.mark_required(["input_file", "output_file", "vocab_file"])
     cli.run(main)

@@ -1222,6 +1222,25 @@ def refuse_existing(paths: Iterable[str], hint: str) -> None:
         raise OutputExistsError(f"{existing[0]} exists{more}; {hint}")
 
 
+def refuse_an_input(output: str, output_flag: str, inputs: Iterable[str],
+                    input_flag: str) -> None:
+    """Raises OutputExistsError where the output is one of the tool's inputs (the same
+    file through any name or link; the same name on a remote file system): writing it would
+    replace what the tool reads, and an overwrite flag replaces earlier outputs, not the
+    input (prepare_corpus, build_vocab, create_pretraining_data and extract_features
+    replaced their input with `--overwrite`)."""
+    for path in inputs:
+        if is_remote(output) or is_remote(path):
+            same = absolute(path) == absolute(output)
+        else:
+            same = (os.path.exists(output) and os.path.exists(path)
+                    and os.path.samefile(path, output))
+        if same:
+            raise OutputExistsError(
+                f"{output_flag} {output} is an input ({input_flag} {path}): writing it would "
+                "replace what is read; name another output")
+
+
 def _nearest_existing(path: str) -> str:
     """`path` (absolute) or its nearest ancestor that exists."""
     path = os.path.abspath(os.fspath(path))

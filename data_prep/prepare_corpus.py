@@ -553,6 +553,7 @@ def main(argv: Sequence[str]) -> int:
             raise CorpusError(f"--output_file {output} is a directory; name the corpus file "
                               f"(e.g. {os.path.join(output, 'train.txt')})")
         paths = expand_inputs(_INPUT.value)
+        files.refuse_an_input(output, "--output_file", paths, "--input")
         split = sentence_splitter(_LANGUAGE.value)
         logging.info("reading %d file(s), e.g. %s", len(paths), paths[0])
         write_corpus(iter_documents(paths, _CORPUS_FORMAT.value, _TEXT_FIELD.value),
@@ -563,7 +564,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input", "output_file"])
     from data_prep import cli
 
+    cli.mark_required(["input", "output_file"])
     cli.run(main)

@@ -404,6 +404,8 @@ def check_outputs(spec: JobSpec, exists: Callable[[str], bool] = files.exists,
     if directories:  # even with --overwrite: found after the whole job, naming a temp file
         raise InputError(f"--output_file: {directories[0]} is a directory; name a file (or a "
                          "prefix) in it")
+    for out in finals:  # even with --overwrite, which replaces earlier outputs only
+        files.refuse_an_input(out, "--output_file", spec.input_files, "--input_file")
     if not spec.overwrite:
         existing = [p for p in finals if exists(p)]
         if existing:

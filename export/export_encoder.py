@@ -367,7 +367,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["init_checkpoint", "export_dir"])
     from data_prep import cli
 
+    cli.mark_required(["init_checkpoint", "export_dir"])
     cli.run(main)

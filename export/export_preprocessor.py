@@ -328,7 +328,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["vocab_file", "export_dir"])
     from data_prep import cli
 
+    cli.mark_required(["vocab_file", "export_dir"])
     cli.run(main)

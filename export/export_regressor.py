@@ -32,7 +32,7 @@ _ENVIRONMENT_BACKEND = keras_backend.use_tensorflow() if __name__ == "__main__" 
 from data_prep import tf_logging
 
 tf = tf_logging.import_tensorflow()  # without TensorFlow's C++ start-up notices
-from absl import flags, logging
+from absl import logging
 
 from data_prep import tokenizer_config
 from export import saved_model_writer, task_export
@@ -101,7 +101,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["model_dir", "export_dir"])
     from data_prep import cli
 
+    cli.mark_required(["model_dir", "export_dir"])
     cli.run(main)

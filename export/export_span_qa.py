@@ -357,7 +357,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["model_dir", "export_dir"])
     from data_prep import cli
 
+    cli.mark_required(["model_dir", "export_dir"])
     cli.run(main)

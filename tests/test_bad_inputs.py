@@ -540,6 +540,19 @@ CASES = [
      CPD.replace("{F}/vocab.txt", "{F}/nope.txt"), "nope.txt"),
     ("create_pretraining_data-vocab-no-specials", "create_pretraining_data",
      CPD.replace("{F}/vocab.txt", "{F}/no_specials_vocab.txt"), "no_specials_vocab.txt"),
+    # An output that is the tool's input, with the overwrite flag: the input was replaced.
+    ("prepare_corpus-output-is-input", "prepare_corpus",
+     CORP.replace("{W}/corpus.txt", "{F}/text.txt") + " --overwrite",
+     "--output_file {F}/text.txt is an input (--input {F}/text.txt)"),
+    ("build_vocab-output-is-input", "build_vocab",
+     VOC.replace("{W}/vocab/vocab.txt", "{F}/text.txt") + " --overwrite",
+     "--output {F}/text.txt is an input"),
+    ("create_pretraining_data-output-is-input", "create_pretraining_data",
+     CPD.replace("{W}/shard.tfrecord", "{F}/text.txt") + " --overwrite",
+     "--output_file {F}/text.txt is an input"),
+    ("extract_features-output-is-input", "extract_features",
+     EXT.replace("{F}/lines.txt", "{F}/cls.jsonl").replace("{W}/features.jsonl", "{F}/cls.jsonl")
+     + " --overwrite_output", "--output_file {F}/cls.jsonl is an input"),
     ("create_pretraining_data-output-exists", "create_pretraining_data",
      CPD.replace("{W}/shard.tfrecord", "{F}/existing.txt"), "existing.txt"),
     # export_encoder
@@ -795,6 +808,47 @@ def test_subprocess_no_traceback(fx, tmp_path, case_id):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert len(errors) == 1 and subject in errors[0], proc.stderr
     assert os.listdir(work) == []
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_a_required_flag_given_empty_is_refused_at_parsing(value):
+    """absl's required flags take any value but None: `--export_dir=$OUT` with $OUT unset
+    exported into the working directory (./1), convert_checkpoint `--output=` wrote
+    model.safetensors there, build_vocab `--output=` blamed "/". `cli.mark_required`
+    refuses the empty value as a flag error (status 2, before main)."""
+    from absl import flags
+
+    from data_prep import cli
+
+    fv = flags.FlagValues()
+    flags.DEFINE_string("export_dir", None, "a path", flag_values=fv)
+    flags.DEFINE_list("input_file", None, "paths", flag_values=fv)
+    flags.DEFINE_integer("vocab_size", None, "a number", flag_values=fv)
+    cli.mark_required(["export_dir", "input_file", "vocab_size"], fv)
+    fv(["tool", "--export_dir=e", "--input_file=a,b", "--vocab_size=0"])  # values: taken
+    for empty, given in (("export_dir", [f"--export_dir={value}", "--input_file=a"]),
+                         ("input_file", ["--export_dir=e", f"--input_file={value}"])):
+        fv.unparse_flags()
+        with pytest.raises(flags.IllegalFlagValueError) as e:
+            fv(["tool", *given, "--vocab_size=3"])
+        line = cli.flag_error_line(e.value)
+        assert line.startswith(f"--{empty}="), line
+        assert line.endswith("expected a value, got an empty one (an unset shell variable?)")
+
+
+def test_an_empty_export_dir_writes_nothing_where_the_command_runs(fx, tmp_path):
+    """`python -m export.export_encoder --export_dir=` exported into the working directory."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("BERT_KERAS_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-m", "export.export_encoder",
+                           f"--init_checkpoint={fx}/encoder", "--export_dir=", "--seq_length=16"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("error: --export_dir=: expected a value, got an "
+                                            "empty one (an unset shell variable?)"), proc.stderr
+    assert os.listdir(cwd) == []
 
 
 def test_accumulation_on_several_tensorflow_replicas_is_one_line(fx, tmp_path):

@@ -576,3 +576,21 @@ def test_a_beam_pipelines_paths_may_be_on_beams_file_systems():
         with pytest.raises(cli.InputError) as raised:
             check(*argv)
         assert str(raised.value).startswith(subject), raised.value
+
+
+def test_an_output_that_is_an_input_is_refused_by_any_name(tmp_path):
+    """The same file through a link or another spelling of its path is the input; another
+    file, or an output not there yet, is not."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a line\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(corpus)
+    other = tmp_path / "other.txt"
+    other.write_text("x\n")
+    for output in (str(link), str(tmp_path / "." / "corpus.txt")):
+        with pytest.raises(files.OutputExistsError, match=r"^--output .* is an input \(--input "
+                           + re.escape(str(corpus)) + r"\): writing it would replace"):
+            files.refuse_an_input(output, "--output", [str(other), str(corpus)], "--input")
+    files.refuse_an_input(str(other), "--output", [str(corpus)], "--input")
+    files.refuse_an_input(str(tmp_path / "new.txt"), "--output", [str(corpus)], "--input")
+    assert corpus.read_text() == "a line\n"

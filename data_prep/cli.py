@@ -237,15 +237,18 @@ def reading(path: str, what: str):
 # Numeric flags checked when parsed, by name, on every tool that defines them (absl
 # validators): (test, what was expected). None (an unset optional flag) is always accepted.
 _AT_LEAST_1 = (lambda v: v >= 1, "expected an integer >= 1")
-_POSITIVE = (lambda v: v > 0, "expected a value > 0")
-_NON_NEGATIVE = (lambda v: v >= 0, "expected a value >= 0")
+# Infinity too is refused: --rtol=inf passed every check of verify, --weight_decay=inf
+# trained NaN weights.
+_POSITIVE = (lambda v: math.isfinite(v) and v > 0, "expected a finite value > 0")
+_NON_NEGATIVE = (lambda v: math.isfinite(v) and v >= 0, "expected a finite value >= 0")
 _PROBABILITY = (lambda v: 0 <= v <= 1, "expected a value in [0, 1]")
 # A threshold may be any finite number: NaN compares false with everything (run_squad
 # would always answer, its export never), and train_results.json, which records it, is
 # strict JSON.
 _FINITE = (lambda v: math.isfinite(v), "expected a finite number")
 NUMERIC_FLAG_RULES = {
-    **{name: _POSITIVE for name in ("learning_rate", "num_train_epochs", "rtol")},
+    **{name: _POSITIVE for name in ("learning_rate", "num_train_epochs", "rtol",
+                                    "beam_bucket_mb")},
     **{name: _AT_LEAST_1 for name in (
         "train_batch_size", "eval_batch_size", "predict_batch_size", "batch_size", "max_seq_length", "seq_length",
         "num_train_steps", "save_checkpoints_steps", "steps_per_execution",

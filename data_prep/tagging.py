@@ -153,6 +153,11 @@ def _read_conll(source: str, path: str, token_column: int, tag_column: int,
                                 f"{len(fields)}: {line.rstrip()!r}")
             if columns is None:
                 columns, first = len(fields), number
+                if has_tags and token_column % columns == tag_column % columns:
+                    raise DataError(
+                        f"{path}:{number}: --token_column={token_column} and --tag_column="
+                        f"{tag_column} are the same column of its {columns}: the word would "
+                        "be its own tag; name the word's and the tag's columns")
             elif len(fields) != columns:
                 raise DataError(
                     f"{path}:{number}: {len(fields)} whitespace-separated columns, but line "

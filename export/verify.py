@@ -827,6 +827,10 @@ def main(argv):
 
     def body() -> int:
         logging.info(keras_backend.describe(_ENVIRONMENT_BACKEND))
+        if _BERT_CONFIG_FILE.value and not _INIT_CHECKPOINT.value:
+            raise VerifyError("--bert_config_file configures --init_checkpoint's model, and "
+                              "no --init_checkpoint is given; drop it (it would be ignored) "
+                              "or name the checkpoint to compare with")
         report = verify(_EXPORT_DIR.value, _INIT_CHECKPOINT.value, _BERT_CONFIG_FILE.value,
                         _RTOL.value)
         print(report)

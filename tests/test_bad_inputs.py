@@ -367,12 +367,15 @@ CASES = [
     ("run_tagger-empty", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/empty.txt", "empty.txt"),
     ("run_tagger-tag-column", "run_tagger", f"{TAG} --tag_column=5", "tags.txt"),
+    # Word and tag read from one column trained a model of words tagged by themselves.
+    ("run_tagger-token-column-is-tag-column", "run_tagger", f"{TAG} --token_column=1",
+     "--token_column=1 and --tag_column=-1 are the same column of its 2"),
     ("run_tagger-output-is-file", "run_tagger",
      f"{FT} --output_dir={{F}}/existing.txt --do_train --train_file={{F}}/tags.txt",
      "existing.txt"),
     # --doc_stride: 0 truncates, 1 to --max_seq_length - 2 windows; refused before any output.
     ("run_tagger-doc_stride=-1", "run_tagger", f"{TAG} --doc_stride=-1",
-     "--doc_stride=-1: expected a value >= 0"),
+     "--doc_stride=-1: expected a finite value >= 0"),
     ("run_tagger-doc_stride-past-a-window", "run_tagger", f"{TAG} --doc_stride=15",
      "--doc_stride=15 must not exceed --max_seq_length=16 - 2"),
     ("run_tagger-max_seq_length=2", "run_tagger", f"{TAG} --max_seq_length=2",
@@ -466,7 +469,7 @@ CASES = [
         ("learning_rate", -1e-4), ("train_batch_size", 0), ("num_train_steps", 0),
         ("save_checkpoints_steps", 0), ("num_warmup_steps", -1), ("eval_batch_size", 0),
         ("gradient_accumulation_steps", 0), ("weight_decay", -0.1),
-        ("mixed_precision", "bf16"), ("seed", -1)]),
+        ("mixed_precision", "bf16"), ("seed", -1), ("weight_decay", "inf")]),
     ("run_pretraining-missing-input", "run_pretraining",
      PRE.replace("{F}/train.tfrecord", "{F}/missing.tfrecord"), "missing.tfrecord"),
     ("run_pretraining-truncated", "run_pretraining",
@@ -553,6 +556,9 @@ CASES = [
     ("extract_features-output-is-input", "extract_features",
      EXT.replace("{F}/lines.txt", "{F}/cls.jsonl").replace("{W}/features.jsonl", "{F}/cls.jsonl")
      + " --overwrite_output", "--output_file {F}/cls.jsonl is an input"),
+    # inf: "Out of range float values are not JSON compliant"; <= 0 was ignored locally.
+    *_flag_cases("create_pretraining_data", CPD, [("beam_bucket_mb", "inf"),
+                                                  ("beam_bucket_mb", 0)]),
     ("create_pretraining_data-output-exists", "create_pretraining_data",
      CPD.replace("{W}/shard.tfrecord", "{F}/existing.txt"), "existing.txt"),
     # export_encoder
@@ -636,7 +642,11 @@ CASES = [
     ("export_preprocessor-export-dir-is-file", "export_preprocessor",
      EPRE.replace("{W}/exp", "{F}/existing.txt"), "existing.txt"),
     # verify
-    *_flag_cases("verify", VER, [("rtol", 0), ("rtol", -1)]),
+    # inf passed every check; a config without the checkpoint it configures was ignored.
+    *_flag_cases("verify", VER, [("rtol", 0), ("rtol", -1), ("rtol", "inf")]),
+    ("verify-config-without-checkpoint", "verify",
+     f"{VER} --bert_config_file={{F}}/bert_config.json",
+     "--bert_config_file configures --init_checkpoint's model"),
     ("verify-missing", "verify", "--export_dir={F}/nope", "nope"),
     ("verify-empty-dir", "verify", "--export_dir={F}/empty_dir", "empty_dir"),
     ("verify-corrupt-pb", "verify", "--export_dir={F}/corrupt_export", "corrupt_export"),
@@ -1219,13 +1229,16 @@ def test_verify_checks_the_longest_input_against_the_position_table(tmp_path):
 
 
 def test_every_numeric_rule_names_its_flag():
-    """Each parse-time check refuses a value just outside its range and accepts the edge."""
+    """Each parse-time check refuses a value just outside its range and accepts the edge;
+    NaN is outside every range, infinity outside every range of a float flag."""
     from data_prep import cli
 
     for name, (test, expected) in cli.NUMERIC_FLAG_RULES.items():
-        edge, outside = {"expected a value > 0": (1e-9, 0.0),
+        edge, outside = {"expected a finite value > 0": (1e-9, 0.0),
                          "expected an integer >= 1": (1, 0),
-                         "expected a value >= 0": (0, -1),
+                         "expected a finite value >= 0": (0, -1),
                          "expected a value in [0, 1]": (1.0, 1.0001),
                          "expected a finite number": (-1e308, math.inf)}[expected]
         assert test(edge) and not test(outside), name
+        assert not test(math.nan), name
+        assert not test(math.inf) or expected == "expected an integer >= 1", name  # ints

@@ -40,7 +40,7 @@ import random
 
 import tensorflow as tf
 
-from data_prep import features, schema
+from data_prep import cli, features, schema
 
 # Records shuffled together; Google's run_pretraining.py uses 100 after a file-level
 # shuffle and a parallel interleave. A larger buffer mixes documents better at ~1 KB a record.
@@ -71,7 +71,7 @@ def _first_record(path: str, compression: str):
         return next(iter(tf.data.TFRecordDataset(path, compression).take(1)), None)
     except tf.errors.OpError as e:
         raise ValueError(f"pretraining data {path} is not a readable TFRecord file "
-                         f"({e.message.splitlines()[0]})") from None
+                         f"({cli.first_line(e)})") from None
 
 
 def input_masking(files) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import types
 import typing
 from typing import Any, Mapping, Sequence
@@ -202,12 +203,18 @@ def library_errors() -> tuple[type[BaseException], ...]:
 
 
 def _message(e: BaseException) -> str:
-    """An error's text; TensorFlow's errors without the op context str() adds."""
-    message = getattr(e, "message", None) if type(e).__module__.startswith("tensorflow") else None
-    return str(message or e)
+    """An error's text; TensorFlow's errors without the op context str() adds, and an eager
+    op's `{{function_node ...}}` prefix and ` [Op:...] name: ...` suffix taken off its
+    message ("corrupted record at 0 (Is this even a TFRecord file?)")."""
+    if not type(e).__module__.startswith("tensorflow"):
+        return str(e)
+    message = str(getattr(e, "message", None) or e)
+    message = re.sub(r"^\s*\{\{function_node [^}]*\}\}\s*", "", message)
+    return re.sub(r"\s*\[Op:\w+\](?: name: \S*)?\s*$", "", message)
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+    """The first line of a library's error (`_message`), for a one-line message."""
     lines = [line.strip() for line in _message(e).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
 
@@ -230,7 +237,7 @@ def reading(path: str, what: str):
         raise
     except library_errors() as e:
         raise DamagedFileError(
-            str(path), f"cannot be read as {what} ({type(e).__name__}: {_first_line(e)}); "
+            str(path), f"cannot be read as {what} ({type(e).__name__}: {first_line(e)}); "
             "expected a complete, undamaged file of that kind") from e
 
 

@@ -478,6 +478,12 @@ CASES = [
      PRE.replace("{F}/train.tfrecord", "{F}/other_schema.tfrecord"), "other_schema.tfrecord"),
     ("run_pretraining-text-as-shard", "run_pretraining",
      PRE.replace("{F}/train.tfrecord", "{F}/text.txt"), "text.txt"),
+    # TensorFlow's eager error in the line: "({{function_node __wrapped__IteratorGetNext...
+    # device:CPU:0}} corrupted record at 0 (...) [Op:IteratorGetNext] name: )".
+    ("run_pretraining-text-as-eval-shard", "run_pretraining",
+     f"{PRE} --eval_input_file={{F}}/text.txt --do_eval",
+     "{F}/text.txt is not a readable TFRecord file (corrupted record at 0 (Is this even a "
+     "TFRecord file?))"),
     ("run_pretraining-missing-init", "run_pretraining", f"{PRE} --init_checkpoint={{F}}/nope",
      "nope"),
     ("run_pretraining-garbage-init", "run_pretraining",

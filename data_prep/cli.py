@@ -262,7 +262,9 @@ NUMERIC_FLAG_RULES = {
         "gradient_accumulation_steps", "num_cpu_devices", "max_eval_steps",
         "max_query_length", "n_best_size", "max_answer_length", "dupe_factor", "num_workers",
         "num_output_shards", "shuffle_buffer_size", "vocab_size", "version",
-        "min_document_sentences", "max_predictions_per_seq")},
+        "min_document_sentences", "max_predictions_per_seq",
+        # transformers' names of our batch sizes: a refusal names the flag given
+        "per_device_train_batch_size", "per_device_eval_batch_size")},
     **{name: _NON_NEGATIVE for name in ("num_warmup_steps", "weight_decay", "num_unused",
                                         "num_examples_to_print", "random_doc_pool_size",
                                         "min_frequency", "max_alphabet")},
@@ -271,7 +273,7 @@ NUMERIC_FLAG_RULES = {
     # export_span_qa, whose contexts are always windowed, refuse 0 in their own checks.
     "doc_stride": _NON_NEGATIVE,
     **{name: _PROBABILITY for name in ("warmup_proportion", "masked_lm_prob", "short_seq_prob",
-                                       "classifier_dropout", "tagger_dropout")},
+                                       "classifier_dropout", "tagger_dropout", "warmup_ratio")},
     "null_score_diff_threshold": _FINITE,
 }
 

@@ -289,7 +289,9 @@ CASES = [
         ("mixed_precision", "bfloat16"), ("no_such_flag", 1), ("predict_batch_size", 0),
         ("use_tpu", "true"), ("gradient_accumulation_steps", 0),
         # numpy's seeding refused these with a traceback; 2 left no WordPiece (packing's).
-        ("seed", -1), ("seed", 2 ** 32), ("max_seq_length", 2)]),
+        ("seed", -1), ("seed", 2 ** 32), ("max_seq_length", 2),
+        # transformers' names: the line named --eval_batch_size
+        ("per_device_eval_batch_size", 0), ("warmup_ratio", 2)]),
     ("run_classifier-pair-max_seq_length=3", "run_classifier",
      CLS + " --text_b_column=text --max_seq_length=3", "cls.jsonl:1 is a pair"),
     # A label list with a repeated or an empty label trained a model no later stage read.

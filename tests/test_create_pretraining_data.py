@@ -57,11 +57,17 @@ def absl_messages(caplog, level):
 
 
 def run_cli(**flag_values):
-    """Runs main() with --name=value flags; returns its exit code."""
+    """Runs main() with --name=value flags, parsed as `python -m` parses them (the numeric
+    rules included: a flag error is status 2); returns its exit code."""
+    from data_prep import cli
+
     argv = ["create_pretraining_data"] + [f"--{k}={v}" for k, v in flag_values.items()]
     with flagsaver.flagsaver():
         flags.FLAGS.unparse_flags()
-        flags.FLAGS(argv)
+        try:
+            cli.parse_flags(argv)
+        except SystemExit as e:
+            return e.code
         return cpd.main(argv[:1])
 
 

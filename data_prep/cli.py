@@ -116,11 +116,17 @@ def mark_required(names: Sequence[str], flag_values=None) -> None:
     flags.mark_flags_as_required(names, flag_values=flag_values)
     for name in names:
         flags.register_validator(
-            name, lambda value: not (isinstance(value, (str, list)) and
-                                     not "".join(map(str, value if isinstance(value, list)
-                                                     else [value])).strip()),
+            name, _more_than_blanks,
             message="expected a value, got an empty one (an unset shell variable?)",
             flag_values=flag_values)
+
+
+def _more_than_blanks(value) -> bool:
+    """Whether a flag's value holds more than blanks ("", "  ", [] or a list of blanks);
+    any other kind of value (a number, a bool) does."""
+    if not isinstance(value, (str, list)):
+        return True
+    return any(str(item).strip() for item in (value if isinstance(value, list) else [value]))
 
 
 def required_flags(options_cls) -> list[str]:

@@ -369,6 +369,9 @@ CASES = [
     ("run_tagger-empty", "run_tagger", f"{FT} --output_dir={{W}}/out --do_train "
      "--train_file={F}/empty.txt", "empty.txt"),
     ("run_tagger-tag-column", "run_tagger", f"{TAG} --tag_column=5", "tags.txt"),
+    # run_ner.py's JSON keys given for a CoNLL file were silently unused.
+    ("run_tagger-json-key-on-conll", "run_tagger", f"{TAG} --label_column_name=tags",
+     "--label_column_name: {F}/tags.txt is read as CoNLL columns"),
     # Word and tag read from one column trained a model of words tagged by themselves.
     ("run_tagger-token-column-is-tag-column", "run_tagger", f"{TAG} --token_column=1",
      "--token_column=1 and --tag_column=-1 are the same column of its 2"),

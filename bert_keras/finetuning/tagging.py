@@ -262,6 +262,14 @@ class TaggingTask(LabelledFileTask):
                     f"{' / '.join(moved)}: {json_files[0]} is read as transformers' run_ner.py "
                     "JSON lines, whose words and tags --text_column_name and "
                     "--label_column_name name; drop the CoNLL column flags")
+            keys = [f"--{name}" for name in ("text_column_name", "label_column_name")
+                    if getattr(opts, name) != TaggerOptions.__dataclass_fields__[name].default]
+            given = [getattr(opts, f"{s}_file") for s in ("train", "eval", "predict")
+                     if getattr(opts, f"{s}_file")]
+            if given and keys and not json_files:  # and a JSON key, likewise
+                raise FinetuneError(
+                    f"{' / '.join(keys)}: {given[0]} is read as CoNLL columns, which "
+                    "--token_column and --tag_column name; drop the JSON key flags")
         room = common.max_seq_length - 2
         if room < 1:
             raise FinetuneError(f"--max_seq_length={common.max_seq_length} leaves no room for "

@@ -41,7 +41,7 @@ from bert_keras.finetuning import runner
 from bert_keras.finetuning.runner import FinetuneError, expected_errors
 from data_prep import cli, files, schema, tokenizer_config
 from data_prep.classification import DataError
-from data_prep.packing import pack, pad_features
+from data_prep.packing import least_length, pack, pad_features
 from data_prep.tokenization import load_tokenizer
 
 
@@ -158,7 +158,7 @@ def _check_inputs(encoder, examples, max_seq_length) -> None:
         f"--input_file: line {pair + 1} is a sentence pair (' ||| ')")
     if refusal:
         raise FinetuneError(refusal)
-    least = 4 if pair is not None else 3  # specials + one token each
+    least = least_length(pair is not None)
     if max_seq_length < least:
         raise FinetuneError(f"--max_seq_length={max_seq_length} is too short: "
                             f"{'a pair' if least == 4 else 'a text'} needs at least {least} "

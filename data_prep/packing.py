@@ -63,6 +63,12 @@ def truncate_pair(a: Sequence[T], b: Sequence[T], max_length: int) -> tuple[list
     return list(a[:len_a]), list(b[:len_b])
 
 
+def least_length(pair: bool) -> int:
+    """The shortest max_seq_length `pack` takes: the special tokens ([CLS] and [SEP], a
+    pair's second [SEP]) and a WordPiece of each text."""
+    return 4 if pair else 3
+
+
 def pack(tokens_a: Sequence[T], tokens_b: Sequence[T] | None, max_seq_length: int,
          cls_token=CLS, sep_token=SEP) -> Packed:
     """Packs A (and optionally B) as "[CLS] A [SEP]" or "[CLS] A [SEP] B [SEP]" within max_seq_length.
@@ -79,9 +85,10 @@ def pack(tokens_a: Sequence[T], tokens_b: Sequence[T] | None, max_seq_length: in
       ValueError: max_seq_length leaves no room for a single content token.
     """
     specials = 2 if tokens_b is None else 3
-    if max_seq_length < specials + 1:
+    if max_seq_length < least_length(tokens_b is not None):
         raise ValueError(f"max_seq_length={max_seq_length} is too short for "
-                         f"{'a pair' if tokens_b is not None else 'one text'}: need >= {specials + 1}")
+                         f"{'a pair' if tokens_b is not None else 'one text'}: need >= "
+                         f"{least_length(tokens_b is not None)}")
     budget = max_seq_length - specials
     if tokens_b is None:
         a, b = list(tokens_a[:budget]), []

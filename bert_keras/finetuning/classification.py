@@ -24,7 +24,7 @@ from bert_keras.finetuning.runner import (SKIP_PADDING_HELP, Features, FinetuneE
                                           LabelledFileTask, evaluated_model_dir,
                                           labels_from_flags, trained_steps)
 from bert_keras.tasks import BertClassifier
-from data_prep import classification, files
+from data_prep import classification, files, packing
 from data_prep.cli import option
 
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -259,8 +259,7 @@ class SentenceTask(LabelledFileTask):
         """`classification.convert_examples` of `examples`, once --max_seq_length is known to
         hold [CLS], [SEP] and a WordPiece of each text (a pair's second [SEP] too)."""
         pair = next((e for e in examples if e.text_b is not None), None)
-        least = 3 if pair is None else 4
-        if common.max_seq_length < least:
+        if common.max_seq_length < packing.least_length(pair is not None):
             raise FinetuneError(
                 f"--max_seq_length={common.max_seq_length} is too short: "
                 + ("a text needs at least 3 positions ([CLS], [SEP] and a WordPiece)"
